@@ -1,0 +1,273 @@
+"""The analytic cost model: pure functions for the time and memory of a layer, a
+collective and an optimizer step. No I/O. Every formula names its source.
+
+Times are seconds, sizes bytes, rates per second. `CostParams` holds the few physical
+parameters fitted to published measurements (benchmarks/fidelity.py): the GEMM
+efficiency curve, attention-kernel efficiency, achieved fraction of HBM and link
+bandwidth, and a fixed per-device memory reserve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from .hardware import GIB, GpuSpec, Link
+from .model import DTYPE_BYTES, Layer
+
+# Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
+# weights, 2 of 16-bit gradients and K = 12 of fp32 master weights, momentum and variance.
+WEIGHT_BYTES_FP32_TRAINING = 4
+OPTIMIZER_BYTES_MIXED = 12
+OPTIMIZER_BYTES_FP32 = 8  # fp32 training needs no master copy: momentum + variance
+# The fused Adam step reads master weights, gradient, m, v and writes master, m, v and the
+# 16-bit copy: 4+2+4+4 + 4+4+4+2 = 28 bytes per parameter, memory-bound.
+ADAM_TRAFFIC_BYTES = 28
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Physical parameters of the cost model (one set per GPU type after calibration)."""
+
+    gemm_efficiency: float = 0.72  # fraction of dense peak reached by a large GEMM
+    gemm_half_dim: float = 64.0  # smallest GEMM dimension at which efficiency falls to half
+    attention_efficiency: float = 0.60  # FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, sec 4.1)
+    hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
+    intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
+    inter_link_efficiency: float = 0.80  # NCCL bus bandwidth / NIC figure
+    reserved_memory_bytes: float = 2.0 * GIB  # CUDA context, NCCL buffers, allocator slack
+    overlap_grad_reduce: bool = True  # DP reduction overlaps the last backward (Megatron, DDP)
+    overlap_tp_comm: bool = True  # backward TP all-reduce overlaps the weight-gradient GEMMs
+
+    def with_updates(self, **changes) -> "CostParams":
+        return replace(self, **changes)
+
+
+DEFAULT_PARAMS = CostParams()
+
+
+# --- compute ------------------------------------------------------------------------------
+
+
+def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> float:
+    """Fraction of peak a GEMM reaches: saturates in its smallest dimension
+    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables)."""
+    smallest = min(rows, n, k)
+    return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Per micro-batch times of one layer on one TP rank (seconds)."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float  # forward work repeated in backward
+    tp_comm_fwd_s: float
+    tp_comm_bwd_s: float  # includes the all-reduces of a recomputed forward
+
+    @property
+    def compute_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s
+
+    @property
+    def tp_comm_s(self) -> float:
+        return self.tp_comm_fwd_s + self.tp_comm_bwd_s
+
+
+def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool,
+                       attention: str, nb: int) -> tuple[float, float]:
+    """HBM traffic (bytes per sample, forward) of the non-GEMM kernels, split as
+    (traffic outside attention scores, traffic on the s^2 attention scores).
+
+    Counted as reads + writes of each fused kernel, as Calculon does: layer norms (read x,
+    write y), bias-dropout-add (read 2, write 1, mask), RoPE on Q and K, the MLP
+    activation (GeLU read f write f; SwiGLU read 2f write f), and with standard attention
+    the scale-mask-softmax and dropout over the a x s x s scores (Korthikanti et al. 2022).
+    """
+    c = layer.config
+    s, h = seq_len, c.hidden
+    mask = 1 if c.dropout else 0
+    sp_div = tp if sequence_parallel else 1
+    if layer.kind == "embedding":
+        return (nb + mask) * s * h / sp_div, 0.0  # gather rows, dropout
+    if layer.kind == "head":
+        # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
+        return 2 * nb * s * h / sp_div + 3 * 4.0 * s * c.vocab / tp, 0.0
+    replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
+    sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
+    if c.num_experts > 1:
+        sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
+    if not c.learned_positions:
+        sharded += 2 * nb * s * (h + c.kv_dim)  # RoPE reads and writes Q and K
+    scores = 0.0
+    if attention == "standard":
+        scores = (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s / tp
+    return replicated / sp_div + sharded / tp, scores
+
+
+def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
+    """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
+    (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model)."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
+
+
+def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
+    """Ring all-gather or reduce-scatter of a `nbytes` buffer: (n-1)/n of it, n-1 latencies."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
+
+
+@lru_cache(maxsize=65536)
+def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len: int, tp: int,
+               sequence_parallel: bool, attention: str, recompute: str, tp_link: Link,
+               params: CostParams) -> LayerTime:
+    """Time of one layer for one micro-batch on one rank of a TP group of `tp` GPUs."""
+    peak = gpu.peak(dtype)
+    nb = DTYPE_BYTES[dtype]
+    b = micro_batch
+    if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
+        flops = layer.fwd_flops_per_sample(seq_len) * b / tp
+        fwd = flops / (peak * params.gemm_efficiency)
+        recompute_s = fwd if recompute == "full" else 0.0
+        return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0)
+    hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
+
+    # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
+    # (Narayanan et al. 2021, sec 5.1).
+    gemm_fwd = 0.0
+    for g in layer.gemms(seq_len, tp):
+        rows = b * g.rows
+        gemm_fwd += g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params))
+
+    # Attention scores: FlashAttention-2 runs QK^T and PV in one kernel and skips the causal
+    # upper triangle; its backward does 2.5x the forward matmuls (Dao 2023, sec 3).
+    # Standard attention runs them as batched GEMMs with head_dim as the inner dimension.
+    attn_fwd = attn_bwd = 0.0
+    if layer.kind == "decoder":
+        c = layer.config
+        if attention == "flash":
+            attn_flops = layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b
+            attn_fwd = attn_flops / (peak * params.attention_efficiency)
+            attn_bwd = 2.5 * attn_fwd
+        else:
+            attn_flops = layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b
+            eff = gemm_efficiency(seq_len, seq_len, c.head_dim, params)
+            attn_fwd = attn_flops / (peak * eff)
+            attn_bwd = 2.0 * attn_fwd
+
+    other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    elem_fwd = other_bytes * b / hbm
+    score_fwd = score_bytes * b / hbm
+    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
+    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd
+    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd)
+
+    # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
+    # repeats only the attention-score part (softmax, dropout, QK^T, PV).
+    if recompute == "full":
+        recompute_s = fwd
+    elif recompute == "selective" and attention == "standard":
+        recompute_s = attn_fwd + score_fwd
+    else:
+        recompute_s = 0.0
+
+    # Tensor-parallel communication per layer (Korthikanti et al. 2022, sec 4.2.2): a block
+    # all-reduces b*s*h twice forward and twice backward; with sequence parallelism each
+    # all-reduce becomes a reduce-scatter plus an all-gather of the same total volume.
+    # The vocab-parallel embedding all-reduces its output; the head its input gradient.
+    tp_fwd = tp_bwd = 0.0
+    if tp > 1:
+        activation = nb * b * seq_len * layer.config.hidden
+        one = (2 * ring_allgather_s(activation, tp, tp_link, params.intra_link_efficiency)
+               if sequence_parallel else
+               ring_allreduce_s(activation, tp, tp_link, params.intra_link_efficiency))
+        if layer.kind == "decoder":
+            tp_fwd, tp_bwd = 2 * one, 2 * one
+            if params.overlap_tp_comm:
+                # Megatron overlaps the input-gradient all-reduce of the two column-parallel
+                # GEMMs (QKV, MLP-in) with their weight-gradient GEMMs (Korthikanti et al.
+                # 2022, sec 4.2.2): half the backward communication hides, up to that GEMM time.
+                wgrad = gemm_fwd / 2
+                tp_bwd = one + max(0.0, one - wgrad)
+            if recompute == "full":
+                tp_bwd += 2 * one
+        elif layer.kind == "embedding":
+            tp_fwd = one
+        else:
+            tp_bwd = one
+    return LayerTime(fwd, bwd, recompute_s, tp_fwd, tp_bwd)
+
+
+def optimizer_step_s(params_on_device: float, gpu: GpuSpec, params: CostParams) -> float:
+    """Fused Adam over the device's (ZeRO-sharded) parameters: memory-bound traffic."""
+    return params_on_device * ADAM_TRAFFIC_BYTES / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    reserved_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.reserved_bytes)
+
+
+def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
+    """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
+    Figure 1): stage 1 shards the optimizer over the dp replicas, stage 2 also gradients,
+    stage 3 also the weights. `weight_params` is already divided by the TP degree."""
+    if dtype == "fp32":
+        weight_b, grad_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, WEIGHT_BYTES_FP32_TRAINING, OPTIMIZER_BYTES_FP32
+    else:
+        weight_b, grad_b, opt_b = DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], OPTIMIZER_BYTES_MIXED
+    weights = weight_params * weight_b / (dp if zero >= 3 else 1)
+    grads = weight_params * grad_b / (dp if zero >= 2 else 1)
+    optimizer = weight_params * opt_b / (dp if zero >= 1 else 1)
+    return weights, grads, optimizer
+
+
+def in_flight_microbatches(schedule: str, pipeline_rank: int, pp: int, virtual_stages: int,
+                           num_microbatches: int) -> float:
+    """Micro-batches whose activations a pipeline rank holds at its peak, in units of one
+    micro-batch through all of that rank's layers.
+
+    GPipe keeps every micro-batch (Huang et al. 2019); 1F1B keeps pp - rank
+    (Narayanan et al. 2021, sec 2.2.1); interleaved 1F1B warms up
+    (pp - rank - 1) * 2 + (v - 1) * pp chunk forwards before its first backward
+    (Megatron-LM, schedules.py), each chunk 1/v of the rank's layers.
+    """
+    m = num_microbatches
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved" and virtual_stages > 1:
+        chunks = min(m * virtual_stages, (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * pp + 1)
+        return chunks / virtual_stages
+    return float(min(pp - pipeline_rank, m))
+
+
+def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, intra: Link,
+                             inter: Link, params: CostParams) -> float:
+    """All-reduce over `nodes` x `ranks_per_node` GPUs: reduce-scatter inside each node,
+    all-reduce of the 1/k shard across nodes, all-gather inside each node (NCCL's
+    hierarchical algorithm; Jia et al. 2018). `inter` is one GPU's share of its NIC."""
+    if nodes <= 1:
+        return ring_allreduce_s(nbytes, ranks_per_node, intra, params.intra_link_efficiency)
+    k = ranks_per_node
+    return (ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency)
+            + ring_allreduce_s(nbytes / k, nodes, inter, params.inter_link_efficiency)
+            + ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency))

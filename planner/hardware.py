@@ -1,0 +1,327 @@
+"""Cluster description -> typed `Cluster` (GPU catalog, node groups, devices, link graph).
+
+All quantities are SI inside: bytes, bytes/s (one direction), seconds, FLOP/s. Files use
+the units in their key names (GiB, GBps, us, tflops) and are converted here, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import networkx as nx
+
+from .errors import BadInput
+from .io import get_positive, get_str, load_mapping
+
+GIB = 2**30
+GB = 1e9
+US = 1e-6
+TFLOPS = 1e12
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+MAX_CLUSTER_GPUS = 1_048_576
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+CATALOG_PATH = PROFILES_DIR / "hardware" / "gpus.yaml"
+CLUSTERS_DIR = PROFILES_DIR / "clusters"
+
+# A GPU type declared in a cluster file without link figures gets PCIe 4.0 x16 inside the
+# node and 100 Gb/s Ethernet between nodes: the common case for a workstation-class card.
+DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "latency_us": 5.0}
+DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link: bandwidth one direction, and one-message latency."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: float
+    peak_flops: tuple[tuple[str, float], ...]  # (dtype, dense FLOP/s), hashable
+    hbm_bandwidth_bytes_per_s: float
+    intra_node: Link
+    inter_node: Link
+    vendor: str = ""
+    source: str = ""
+
+    def supports(self, dtype: str) -> bool:
+        return any(d == dtype for d, _ in self.peak_flops)
+
+    def peak(self, dtype: str) -> float:
+        for d, flops in self.peak_flops:
+            if d == dtype:
+                return flops
+        raise BadInput(f"GPU {self.name} has no {dtype} support", field="--dtype")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link
+    inter_node: Link  # whole node NIC, one direction
+    first_rank: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.num_gpus)
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    group: str
+    node: int  # node index within its group
+    local_rank: int
+    gpu: str
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "group": self.group, "node": self.node,
+                "local_rank": self.local_rank, "gpu": self.gpu}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    groups: tuple[NodeGroup, ...]
+    links: tuple[tuple[str, str, Link], ...]  # explicit inter-group links, names sorted
+    spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.groups)
+
+    @cached_property
+    def gpu_types(self) -> tuple[GpuSpec, ...]:
+        seen: dict[str, GpuSpec] = {}
+        for g in self.groups:
+            seen.setdefault(g.gpu.name, g.gpu)
+        return tuple(seen.values())
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def group_of_rank(self, rank: int) -> NodeGroup:
+        for g in self.groups:
+            if g.first_rank <= rank < g.first_rank + g.num_gpus:
+                return g
+        raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
+
+    def device(self, rank: int) -> Device:
+        g = self.group_of_rank(rank)
+        offset = rank - g.first_rank
+        return Device(rank, g.name, offset // g.gpus_per_node, offset % g.gpus_per_node, g.gpu.name)
+
+    def devices(self) -> Iterator[Device]:
+        for rank in range(self.num_gpus):
+            yield self.device(rank)
+
+    def node_key(self, rank: int) -> tuple[str, int]:
+        d = self.device(rank)
+        return (d.group, d.node)
+
+    def group_link(self, name_a: str, name_b: str) -> Link:
+        """Link between two groups: explicit `links` entry, else the smaller inter_node."""
+        if name_a == name_b:
+            return self.group(name_a).inter_node
+        a, b = sorted((name_a, name_b))
+        for x, y, link in self.links:
+            if (x, y) == (a, b):
+                return link
+        la, lb = self.group(a).inter_node, self.group(b).inter_node
+        return Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
+                    max(la.latency_s, lb.latency_s), "default (slower inter_node)")
+
+    def link(self, rank_a: int, rank_b: int) -> Link:
+        """Same node -> intra_node; same group -> inter_node; else the group link."""
+        da, db = self.device(rank_a), self.device(rank_b)
+        if da.group == db.group:
+            g = self.group(da.group)
+            return g.intra_node if da.node == db.node else g.inter_node
+        return self.group_link(da.group, db.group)
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """Node groups as vertices, links between them as edges (bandwidth, latency)."""
+        graph = nx.Graph()
+        for g in self.groups:
+            graph.add_node(g.name, gpu=g.gpu.name, nodes=g.nodes, gpus_per_node=g.gpus_per_node)
+        for i, ga in enumerate(self.groups):
+            for gb in self.groups[i + 1:]:
+                link = self.group_link(ga.name, gb.name)
+                graph.add_edge(ga.name, gb.name, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
+                               latency_s=link.latency_s)
+        return graph
+
+    def common_dtype(self) -> str:
+        """bf16 where every GPU supports it, else fp16 (formats.md section 4)."""
+        return "bf16" if all(g.supports("bf16") for g in self.gpu_types) else "fp16"
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
+    if data is None:
+        data = default
+    if not isinstance(data, dict):
+        raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
+    merged = {**default, **data}
+    bw = get_positive(merged, "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
+    lat = merged.get("latency_us", 0.0)
+    if not isinstance(lat, (int, float)) or isinstance(lat, bool) or lat < 0 or lat != lat:
+        raise BadInput(f"must be a number >= 0, got {lat!r}", where, f"{field_name}.latency_us")
+    return Link(bw * GB, lat * US, str(merged.get("kind", "")))
+
+
+def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
+    if not isinstance(entry, dict):
+        raise BadInput("must be a mapping", where, prefix)
+    memory = get_positive(entry, "memory_GiB", where, f"{prefix}.memory_GiB")
+    peaks = entry.get("peak_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise BadInput("missing or empty peak_tflops mapping", where, f"{prefix}.peak_tflops")
+    peak_flops = {}
+    for dtype in sorted(peaks):
+        if dtype not in DTYPES:
+            raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", where,
+                           f"{prefix}.peak_tflops")
+        peak_flops[dtype] = get_positive(peaks, dtype, where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
+    hbm = get_positive(entry, "hbm_GBps", where, f"{prefix}.hbm_GBps")
+    return GpuSpec(
+        name=name,
+        memory_bytes=memory * GIB,
+        peak_flops=tuple(sorted(peak_flops.items())),
+        hbm_bandwidth_bytes_per_s=hbm * GB,
+        intra_node=_link(entry.get("intra_node"), where, f"{prefix}.intra_node", DEFAULT_INTRA),
+        inter_node=_link(entry.get("inter_node"), where, f"{prefix}.inter_node", DEFAULT_INTER),
+        vendor=str(entry.get("vendor", "")),
+        source=str(entry.get("source", "")),
+    )
+
+
+def load_catalog_data(path: Path = CATALOG_PATH) -> dict[str, dict]:
+    data = load_mapping(path, "GPU catalog")
+    return {str(k): v for k, v in data.items()}
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> dict[str, GpuSpec]:
+    """The built-in GPU catalog, keyed by canonical name."""
+    where = str(path)
+    return {name: _gpu_spec(name, entry, where, name) for name, entry in load_catalog_data(path).items()}
+
+
+def resolve_cluster_path(name_or_path: str) -> Path:
+    """A path to a cluster file, or the stem of a built-in example (profiles/clusters)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for ext in (".yaml", ".yml", ".json"):
+        candidate = CLUSTERS_DIR / f"{name_or_path}{ext}"
+        if candidate.exists():
+            return candidate
+    raise BadInput("cluster file not found (and not a built-in example: "
+                   f"{', '.join(sorted(q.stem for q in CLUSTERS_DIR.glob('*.yaml')))})", name_or_path)
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    path = resolve_cluster_path(name_or_path)
+    return cluster_from_spec(load_mapping(path, "cluster file"), str(path))
+
+
+def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluster:
+    """Build a typed Cluster from a parsed cluster file (formats.md section 1)."""
+    if not isinstance(spec, dict):
+        raise BadInput("cluster must be a mapping", where)
+    catalog_raw = load_catalog_data()
+    by_lower = {k.lower(): k for k in catalog_raw}
+    extra = spec.get("gpus") or {}
+    if not isinstance(extra, dict):
+        raise BadInput("must be a mapping of GPU name to figures", where, "gpus")
+
+    def gpu_for(name: str, field_name: str) -> GpuSpec:
+        base_key = by_lower.get(name.lower())
+        own_key = next((k for k in extra if str(k).lower() == name.lower()), None)
+        if own_key is not None:
+            base = catalog_raw.get(base_key, {}) if base_key else {}
+            entry = extra[own_key]
+            if not isinstance(entry, dict):
+                raise BadInput("must be a mapping", where, f"gpus.{own_key}")
+            merged = {**base, **entry}
+            return _gpu_spec(base_key or str(own_key), merged, where, f"gpus.{own_key}")
+        if base_key is None:
+            raise BadInput(f"unknown GPU {name!r} (see `planner gpus`, or declare it under `gpus:`)",
+                           where, field_name)
+        return _gpu_spec(base_key, catalog_raw[base_key], str(CATALOG_PATH), base_key)
+
+    groups_raw = spec.get("node_groups")
+    if not isinstance(groups_raw, list) or not groups_raw:
+        raise BadInput("must be a non-empty list of node groups", where, "node_groups")
+    groups: list[NodeGroup] = []
+    first_rank = 0
+    names: set[str] = set()
+    for i, g in enumerate(groups_raw):
+        prefix = f"node_groups[{i}]"
+        if not isinstance(g, dict):
+            raise BadInput("must be a mapping", where, prefix)
+        name = get_str(g, "name", where, f"{prefix}.name")
+        if name in names:
+            raise BadInput(f"duplicate node group name {name!r}", where, f"{prefix}.name")
+        names.add(name)
+        gpu = gpu_for(get_str(g, "gpu", where, f"{prefix}.gpu"), f"{prefix}.gpu")
+        nodes = get_positive(g, "nodes", where, f"{prefix}.nodes", integer=True)
+        per_node = get_positive(g, "gpus_per_node", where, f"{prefix}.gpus_per_node", integer=True)
+        if nodes * per_node > MAX_CLUSTER_GPUS or first_rank + nodes * per_node > MAX_CLUSTER_GPUS:
+            raise BadInput(f"cluster exceeds {MAX_CLUSTER_GPUS} GPUs", where, f"{prefix}.nodes")
+        intra_default = {"bandwidth_GBps": gpu.intra_node.bandwidth_bytes_per_s / GB,
+                         "latency_us": gpu.intra_node.latency_s / US, "kind": gpu.intra_node.kind}
+        inter_default = {"bandwidth_GBps": gpu.inter_node.bandwidth_bytes_per_s / GB,
+                         "latency_us": gpu.inter_node.latency_s / US, "kind": gpu.inter_node.kind}
+        groups.append(NodeGroup(
+            name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
+            intra_node=_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
+            inter_node=_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
+            first_rank=first_rank))
+        first_rank += nodes * per_node
+
+    links_raw = spec.get("links") or []
+    if not isinstance(links_raw, list):
+        raise BadInput("must be a list", where, "links")
+    links: dict[tuple[str, str], Link] = {}
+    for i, entry in enumerate(links_raw):
+        prefix = f"links[{i}]"
+        if not isinstance(entry, dict):
+            raise BadInput("must be a mapping", where, prefix)
+        between = entry.get("between")
+        if (not isinstance(between, list) or len(between) != 2
+                or not all(isinstance(x, str) for x in between)):
+            raise BadInput("must be a list of two node group names", where, f"{prefix}.between")
+        for x in between:
+            if x not in names:
+                raise BadInput(f"unknown node group {x!r}", where, f"{prefix}.between")
+        if between[0] == between[1]:
+            raise BadInput("a link joins two different groups", where, f"{prefix}.between")
+        a, b = sorted(between)
+        links[(a, b)] = _link(entry, where, prefix, {"latency_us": 0.0})
+    name = spec.get("name")
+    cluster_name = str(name) if name else Path(where).stem
+    return Cluster(cluster_name, tuple(groups),
+                   tuple((a, b, links[(a, b)]) for a, b in sorted(links)), spec=dict(spec))

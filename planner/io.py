@@ -1,0 +1,139 @@
+"""Safe reading of user files (YAML or JSON) with size and expansion limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import BadInput
+
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a cluster, model or plan file is kilobytes; 16 MiB is generous
+MAX_YAML_NODES = 200_000  # expanded node count; stops alias ("billion laughs") bombs
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents whose alias-expanded size exceeds MAX_YAML_NODES."""
+
+
+def _expanded_size(node: yaml.Node, where: str) -> int:
+    memo: dict[int, int] = {}
+    in_progress: set[int] = set()
+
+    def size(current: yaml.Node) -> int:
+        key = id(current)
+        if key in memo:
+            return memo[key]
+        if key in in_progress:
+            raise BadInput("recursive YAML alias", where)
+        in_progress.add(key)
+        total = 1
+        if isinstance(current, yaml.SequenceNode):
+            total += sum(size(child) for child in current.value)
+        elif isinstance(current, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in current.value)
+        in_progress.discard(key)
+        if total > MAX_YAML_NODES:
+            raise BadInput(f"YAML expands to more than {MAX_YAML_NODES} nodes (alias bomb?)", where)
+        memo[key] = total
+        return total
+
+    return size(node)
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """Read a small UTF-8 text file, with clear errors for missing, huge, binary or empty files."""
+    p = Path(path)
+    where = str(path)
+    if not p.exists():
+        raise BadInput(f"{what} not found", where)
+    if not p.is_file():
+        raise BadInput(f"{what} is not a regular file", where)
+    size = p.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise BadInput(f"{what} is {size} bytes; the limit is {MAX_FILE_BYTES}", where)
+    raw = p.read_bytes()
+    if b"\x00" in raw:
+        raise BadInput(f"{what} is binary, expected YAML or JSON text", where)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} is not UTF-8 text (byte {exc.start})", where) from None
+    if not text.strip():
+        raise BadInput(f"{what} is empty", where)
+    return text
+
+
+def parse_structured(text: str, where: str) -> Any:
+    """Parse JSON (if it looks like JSON) or YAML, safely."""
+    stripped = text.lstrip()
+    if where.endswith(".json") or stripped.startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            if where.endswith(".json"):
+                raise BadInput(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
+    try:
+        loader = _LimitedLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise BadInput("file holds no document", where)
+            _expanded_size(node, where)
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BadInput(f"invalid YAML{at}: {problem}", where) from None
+
+
+def load_mapping(path: str | Path, what: str = "file") -> dict:
+    """Load a YAML/JSON file whose top level must be a mapping."""
+    data = parse_structured(read_text(path, what), str(path))
+    if not isinstance(data, dict):
+        raise BadInput(f"{what} must hold a mapping at the top level, got {type(data).__name__}", str(path))
+    return data
+
+
+# --- typed field access with errors that name the field -------------------------------------
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def get_positive(data: dict, key: str, where: str, field: str, *, integer: bool = False,
+                 required: bool = True, default: Any = None) -> Any:
+    """Read data[key] as a positive number (int if `integer`), naming `field` on error."""
+    if key not in data or data[key] is None:
+        if required:
+            raise BadInput("missing required field", where, field)
+        return default
+    value = data[key]
+    if integer:
+        if not (isinstance(value, int) and not isinstance(value, bool)):
+            raise BadInput(f"must be a positive integer, got {value!r}", where, field)
+    elif not _num(value):
+        raise BadInput(f"must be a positive number, got {value!r}", where, field)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise BadInput(f"must be finite, got {value!r}", where, field)
+    if value <= 0:
+        raise BadInput(f"must be positive, got {value!r}", where, field)
+    return value
+
+
+def get_str(data: dict, key: str, where: str, field: str, *, required: bool = True,
+            default: str | None = None) -> str | None:
+    if key not in data or data[key] is None:
+        if required:
+            raise BadInput("missing required field", where, field)
+        return default
+    value = data[key]
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(f"must be a non-empty string, got {value!r}", where, field)
+    return value

@@ -1,0 +1,362 @@
+"""Model description -> typed, ordered list of layers with their costs.
+
+Sources: a built-in catalog name (profiles/models/*.json), a Hugging Face `config.json`,
+or a layer-profile file (formats.md section 3). A model is the embedding, N decoder blocks
+and the final norm + LM head; each layer knows its parameters, forward FLOPs, saved
+activation bytes and the bytes it sends to the next layer, per sample, as functions of the
+sequence length (and of tensor parallelism, sequence parallelism, recompute and attention
+kernel for the activations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import BadInput
+from .hardware import PROFILES_DIR
+from .io import get_positive, load_mapping
+
+MODELS_DIR = PROFILES_DIR / "models"
+SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2")
+RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTION_KINDS = ("flash", "standard")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The dimensions the cost depends on, read once from a config file."""
+
+    name: str
+    model_type: str
+    hidden: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    max_positions: int
+    gated_mlp: bool  # SwiGLU (three matrices) vs GeLU (two)
+    tied_embeddings: bool
+    num_experts: int = 1  # 1 = dense MLP
+    experts_top_k: int = 1
+    norm: str = "layernorm"  # or "rmsnorm"
+    linear_bias: bool = False  # biases on every linear (GPT-2, GPT-NeoX)
+    qkv_bias: bool = False  # biases on q, k, v only (Qwen2)
+    learned_positions: bool = False  # GPT-2's absolute position table
+    dropout: bool = False  # dropout masks are saved (GPT-2 style training)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.num_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Per-sample costs read from a layer-profile file (valid at its `seq_len`)."""
+
+    seq_len: int
+    fwd_flops_per_sample: float
+    act_bytes_per_sample: float
+    out_bytes_per_sample: float
+    measured: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    name: str
+    kind: str  # "embedding" | "decoder" | "head"
+    params: int  # unique parameters (a tied head counts 0 for the shared matrix)
+    weight_params: int  # parameters held in memory by the device that runs the layer
+    config: ModelConfig | None = None
+    fixed: FixedCosts | None = None
+
+    # --- FLOPs -------------------------------------------------------------------------
+
+    def fwd_flops_per_sample(self, seq_len: int) -> float:
+        """Model forward FLOPs of one sample (full s^2 attention, Megatron's convention)."""
+        if self.fixed is not None:
+            return self.fixed.fwd_flops_per_sample * seq_len / self.fixed.seq_len
+        return sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1)) \
+            + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
+
+    def gemms(self, seq_len: int, tp: int) -> tuple["Gemm", ...]:
+        """The layer's weight GEMMs, as shards on one of `tp` tensor-parallel ranks.
+
+        Megatron's sharding (Shoeybi et al. 2019): QKV and MLP-in split columns, attention
+        out and MLP-out split rows, the LM head splits the vocabulary.
+        """
+        c = self.config
+        if c is None or self.kind == "embedding":
+            return ()
+        if self.kind == "head":
+            return (Gemm(seq_len, c.vocab / tp, c.hidden, 1),)
+        h, f = c.hidden, c.ffn_hidden
+        mlp_in = 2 * f if c.gated_mlp else f
+        experts_active = c.experts_top_k if c.num_experts > 1 else 1
+        gemms = [
+            Gemm(seq_len, (h + 2 * c.kv_dim) / tp, h, 1),  # QKV projection
+            Gemm(seq_len, h, h / tp, 1),  # attention output projection
+            Gemm(seq_len, mlp_in / tp, h, experts_active),  # MLP up (+ gate)
+            Gemm(seq_len, h, f / tp, experts_active),  # MLP down
+        ]
+        if c.num_experts > 1:
+            gemms.append(Gemm(seq_len, c.num_experts, h, 1))  # router (replicated)
+        return tuple(gemms)
+
+    def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool) -> float:
+        """QK^T and attention-times-V: 2 * 2 s^2 h FLOPs (Narayanan et al. 2021, sec 5.1).
+
+        FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`).
+        """
+        if self.kind != "decoder" or self.config is None:
+            return 0.0
+        flops = 4.0 * seq_len * seq_len * self.config.hidden / tp
+        return flops / 2 if causal_skip else flops
+
+    # --- activations -------------------------------------------------------------------
+
+    def out_bytes_per_sample(self, seq_len: int, dtype_bytes: int = 2) -> float:
+        """Bytes sent to the next layer (the hidden state s x h); the head sends nothing."""
+        if self.fixed is not None:
+            return self.fixed.out_bytes_per_sample * seq_len / self.fixed.seq_len
+        if self.kind == "head":
+            return 0.0
+        return float(dtype_bytes * seq_len * self.config.hidden)
+
+    def act_bytes_per_sample(self, seq_len: int, recompute: str = "none", tp: int = 1,
+                             sequence_parallel: bool = False, attention: str = "flash",
+                             dtype_bytes: int = 2) -> float:
+        """Activation bytes saved for backward, per sample, on one TP rank.
+
+        Korthikanti et al. 2022 (sec 4, Table 2): a GPT block saves sbh(34 + 5as/h) bytes in
+        16-bit with standard attention; 10sbh of it (norm inputs, block inputs, dropout
+        masks) is replicated across TP ranks unless sequence parallelism shards it;
+        selective recompute drops the 5as^2b attention-score terms; full recompute keeps
+        only the block input (2sbh). FlashAttention (Dao et al. 2022) never stores the
+        s^2 scores, only the softmax log-sum-exp (fp32, a x s).
+        """
+        if recompute not in RECOMPUTE_MODES:
+            raise BadInput(f"unknown recompute mode {recompute!r}", field="recompute")
+        if self.fixed is not None:
+            return self.fixed.act_bytes_per_sample * seq_len / self.fixed.seq_len
+        c = self.config
+        s, h, nb = seq_len, c.hidden, dtype_bytes
+        sp_div = tp if sequence_parallel else 1
+        mask = 1 if c.dropout else 0  # one byte per element of a dropout mask
+        if self.kind == "embedding":
+            return mask * s * h / sp_div  # embedding dropout mask
+        if self.kind == "head":
+            # final norm input and output (the head GEMM's input), then fp32 logits that
+            # the vocab-parallel cross entropy keeps (Korthikanti et al. 2022, sec 4.3)
+            return 2 * nb * s * h / sp_div + 4.0 * s * c.vocab / tp
+        if recompute == "full":
+            return nb * s * h / sp_div  # only the block input is checkpointed
+        replicated = 4 * nb * s * h + 2 * mask * s * h  # 2 norm inputs, QKV and MLP inputs, 2 masks
+        # attention: Q, K, V and the output-projection input
+        sharded = nb * s * (2 * h + 2 * c.kv_dim)
+        # MLP: GeLU keeps its input and output (2 x s x f); SwiGLU keeps gate, up and product
+        mlp = (3 if c.gated_mlp else 2) * nb * s * c.ffn_hidden
+        if c.num_experts > 1:
+            mlp = c.experts_top_k * (mlp + nb * s * h) + 4 * s * c.num_experts  # routed copies, router logits
+        sharded += mlp
+        if attention == "standard":
+            if recompute == "none":
+                # softmax output (2as^2), its dropout mask (as^2) and dropout output (2as^2)
+                per_score = nb + (mask + nb if c.dropout else 0)
+                sharded += per_score * c.num_heads * s * s
+        elif attention == "flash":
+            sharded += 4 * c.num_heads * s  # log-sum-exp, fp32
+        else:
+            raise BadInput(f"unknown attention kind {attention!r}", field="attention")
+        return replicated / sp_div + sharded / tp
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One weight GEMM per sample: (rows=seq_len) x n x k, repeated `count` times."""
+
+    rows: int
+    n: float
+    k: float
+    count: int
+
+    def flops_per_sample(self, seq_len: int) -> float:
+        return 2.0 * seq_len * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    config: ModelConfig | None
+    layers: tuple[Layer, ...]
+    raw: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
+    source: str = "analytic"  # or "profile"
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def fwd_flops_per_sample(self, seq_len: int) -> float:
+        return sum(layer.fwd_flops_per_sample(seq_len) for layer in self.layers)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def catalog_names() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def resolve_model_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for candidate in MODELS_DIR.glob("*.json"):
+        if candidate.stem.lower() == name_or_path.lower():
+            return candidate
+    raise BadInput("model not found: not a file and not a catalog name (see `planner models`)",
+                   name_or_path)
+
+
+def load_model(name_or_path: str) -> Model:
+    path = resolve_model_path(name_or_path)
+    data = load_mapping(path, "model file")
+    name = path.stem if path.parent == MODELS_DIR else str(data.get("_name_or_path") or path.stem)
+    return model_from_dict(data, name, str(path))
+
+
+def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model") -> Model:
+    if data.get("format") == "planner.profile/v1":
+        return _model_from_profile(data, where)
+    config = config_from_hf(data, name, where)
+    return Model(name, config, build_layers(config), raw=dict(data))
+
+
+def _first(data: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    for key in keys:
+        if key in data and data[key] is not None:
+            return key
+    return keys[0]
+
+
+def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfig:
+    """Read a Hugging Face config.json; a missing dimension is an error, never a default."""
+    mtype = data.get("model_type")
+    if not isinstance(mtype, str):
+        raise BadInput("missing model_type", where, "model_type")
+    if mtype not in SUPPORTED_TYPES:
+        raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
+                       where, "model_type")
+
+    def pos(keys: tuple[str, ...], required: bool = True) -> int | None:
+        key = _first(data, keys)
+        return get_positive(data, key, where, key, integer=True, required=required)
+
+    if mtype == "gpt2":
+        hidden = pos(("n_embd", "hidden_size"))
+        layers = pos(("n_layer", "num_hidden_layers"))
+        heads = pos(("n_head", "num_attention_heads"))
+        vocab = pos(("vocab_size",))
+        positions = pos(("n_positions", "max_position_embeddings"))
+        ffn = pos(("n_inner",), required=False) or 4 * hidden  # GPT-2 defines null as 4h
+        kv_heads = heads
+        dropout = any((data.get(k) or 0) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
+        kwargs = dict(gated_mlp=False, tied_embeddings=bool(data.get("tie_word_embeddings", True)),
+                      norm="layernorm", linear_bias=True, learned_positions=True, dropout=dropout)
+    else:
+        hidden = pos(("hidden_size",))
+        layers = pos(("num_hidden_layers",))
+        heads = pos(("num_attention_heads",))
+        vocab = pos(("vocab_size",))
+        ffn = pos(("intermediate_size",))
+        positions = pos(("max_position_embeddings",), required=False) or 0
+        kv_heads = pos(("num_key_value_heads",), required=False) or heads  # HF: absent means MHA
+        if mtype == "gpt_neox":
+            kwargs = dict(gated_mlp=False, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+                          norm="layernorm", linear_bias=True,
+                          dropout=(data.get("hidden_dropout") or 0) > 0)
+        else:
+            kwargs = dict(gated_mlp=True, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+                          norm="rmsnorm", qkv_bias=(mtype == "qwen2"),
+                          dropout=(data.get("attention_dropout") or 0) > 0)
+        if mtype == "mixtral":
+            kwargs["num_experts"] = pos(("num_local_experts",))
+            kwargs["experts_top_k"] = pos(("num_experts_per_tok",))
+            if kwargs["experts_top_k"] > kwargs["num_experts"]:
+                raise BadInput("num_experts_per_tok exceeds num_local_experts", where, "num_experts_per_tok")
+    if hidden % heads:
+        raise BadInput(f"hidden size {hidden} is not a multiple of the {heads} heads", where, "num_attention_heads")
+    if heads % kv_heads:
+        raise BadInput(f"{heads} heads are not a multiple of {kv_heads} key/value heads", where,
+                       "num_key_value_heads")
+    return ModelConfig(name=name, model_type=mtype, hidden=hidden, num_layers=layers,
+                       num_heads=heads, num_kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab,
+                       max_positions=positions, **kwargs)
+
+
+def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
+    h = c.hidden
+    embed_params = c.vocab * h + (c.max_positions * h if c.learned_positions else 0)
+    attn = h * (h + 2 * c.kv_dim) + h * h
+    if c.linear_bias:
+        attn += (h + 2 * c.kv_dim) + h
+    elif c.qkv_bias:
+        attn += h + 2 * c.kv_dim
+    mlp = (3 if c.gated_mlp else 2) * h * c.ffn_hidden
+    if c.linear_bias:
+        mlp += c.ffn_hidden + h
+    if c.num_experts > 1:
+        mlp = c.num_experts * mlp + h * c.num_experts  # all experts + router
+    block = attn + mlp + 2 * c.norm_params
+    head_matrix = c.vocab * h
+    layers = [Layer(0, "embed", "embedding", embed_params, embed_params, c)]
+    for i in range(c.num_layers):
+        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, c))
+    head_params = c.norm_params + (0 if c.tied_embeddings else head_matrix)
+    layers.append(Layer(c.num_layers + 1, "head", "head", head_params, c.norm_params + head_matrix, c))
+    return tuple(layers)
+
+
+def _model_from_profile(data: Mapping[str, Any], where: str) -> Model:
+    seq_len = get_positive(data, "seq_len", where, "seq_len", integer=True)
+    entries = data.get("layers")
+    if not isinstance(entries, list) or not entries:
+        raise BadInput("must be a non-empty list", where, "layers")
+    layers = []
+    kinds = ("embedding", "decoder", "head")
+    for i, entry in enumerate(entries):
+        prefix = f"layers[{i}]"
+        if not isinstance(entry, dict):
+            raise BadInput("must be a mapping", where, prefix)
+        kind = entry.get("kind")
+        if kind not in kinds:
+            raise BadInput(f"must be one of {', '.join(kinds)}", where, f"{prefix}.kind")
+        params = entry.get("params")
+        if not isinstance(params, int) or isinstance(params, bool) or params < 0:
+            raise BadInput("must be an integer >= 0", where, f"{prefix}.params")
+        numbers = {}
+        for key in ("fwd_flops_per_sample", "act_bytes_per_sample", "out_bytes_per_sample"):
+            value = entry.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise BadInput("must be a number >= 0", where, f"{prefix}.{key}")
+            numbers[key] = float(value)
+        fixed = FixedCosts(seq_len=seq_len, measured=entry.get("measured"), **numbers)
+        layers.append(Layer(i, str(entry.get("name", f"layer.{i}")), kind, params, params, None, fixed))
+    return Model(str(data.get("model", Path(where).stem)), None, tuple(layers), raw=dict(data),
+                 source="profile")

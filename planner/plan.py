@@ -1,0 +1,303 @@
+"""The Plan type (any plan: uniform or heterogeneous), its JSON form and its validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import BadInput
+from .hardware import Cluster, cluster_from_spec
+from .model import Model, model_from_dict
+
+PLAN_FORMAT = "planner.plan/v1"
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+@dataclass(frozen=True)
+class Replica:
+    dp_rank: int
+    batch_share: int  # samples per step
+    ranks: tuple[int, ...]  # the tensor-parallel group, in TP order
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    layers: tuple[int, int]  # [first, end) over the model's layer list
+    tp: int
+    zero: int
+    recompute: str
+    replicas: tuple[Replica, ...]
+    pipeline_rank: int
+    sequence_parallel: bool = False
+
+    @property
+    def dp(self) -> int:
+        return len(self.replicas)
+
+
+@dataclass(frozen=True)
+class Training:
+    global_batch: int
+    seq_len: int
+    dtype: str
+    micro_batch: int
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    attention: str = "flash"
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: Model
+    cluster: Cluster
+    training: Training
+    stages: tuple[Stage, ...]
+
+    @property
+    def pp(self) -> int:
+        return 1 + max(s.pipeline_rank for s in self.stages)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Pipeline length: micro-batches of the busiest replica."""
+        return max(r.batch_share for s in self.stages for r in s.replicas) // self.training.micro_batch
+
+    def used_ranks(self) -> list[int]:
+        ranks: set[int] = set()
+        for stage in self.stages:
+            for replica in stage.replicas:
+                ranks.update(replica.ranks)
+        return sorted(ranks)
+
+
+def even_split(num_items: int, parts: int) -> list[int]:
+    """Sizes of `parts` contiguous chunks as even as possible; extra items go to the middle
+    chunks first (the first chunk also carries the embedding, the last the head)."""
+    if parts <= 0 or num_items < parts:
+        raise BadInput(f"cannot split {num_items} decoder layers into {parts} pipeline chunks",
+                       field="--pp")
+    sizes = [num_items // parts] * parts
+    order = list(range(1, parts - 1)) + [0, parts - 1] if parts > 2 else list(range(parts))
+    for i in range(num_items % parts):
+        sizes[order[i]] += 1
+    return sizes
+
+
+def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
+                 zero: int = 0, recompute: str = "none", sequence_parallel: bool = False) -> Plan:
+    """The configuration a Megatron-LM user would launch (formats.md section 4):
+    TP x PP x DP ranks laid out TP-innermost, then DP, then PP; decoder layers split as
+    evenly as possible over PP x V chunks; equal batch shares."""
+    if tp * pp * dp != cluster.num_gpus:
+        raise BadInput(f"tp x pp x dp = {tp}x{pp}x{dp} = {tp * pp * dp}, but the cluster has "
+                       f"{cluster.num_gpus} GPUs", field="--tp/--pp/--dp")
+    if training.global_batch % dp:
+        raise BadInput(f"global batch {training.global_batch} does not divide over dp={dp} replicas",
+                       field="--global-batch")
+    share = training.global_batch // dp
+    if share % training.micro_batch:
+        raise BadInput(f"micro-batch {training.micro_batch} does not divide a replica's batch of {share}",
+                       field="--micro-batch")
+    v = training.virtual_stages
+    chunks = pp * v
+    decoder = [layer for layer in model.layers if layer.kind == "decoder"]
+    if not decoder:  # a profile without marked decoder layers: split all layers
+        sizes = even_split(model.num_layers, chunks)
+        starts = [0]
+    else:
+        sizes = even_split(len(decoder), chunks)
+        starts = [decoder[0].index]
+    bounds = []
+    position = starts[0]
+    for c, size in enumerate(sizes):
+        first = 0 if c == 0 else position
+        position += size
+        end = model.num_layers if c == chunks - 1 else position
+        bounds.append((first, end))
+    stages = []
+    for c, (first, end) in enumerate(bounds):
+        p_rank = c % pp
+        replicas = tuple(
+            Replica(d, share, tuple(p_rank * tp * dp + d * tp + t for t in range(tp)))
+            for d in range(dp))
+        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel))
+    return Plan(model, cluster, training, tuple(stages))
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
+                 solver: Mapping[str, Any] | None = None) -> dict:
+    t = plan.training
+    out = {
+        "format": PLAN_FORMAT,
+        "model": {"name": plan.model.name, "num_layers": plan.model.num_layers,
+                  "params": plan.model.params, "config": dict(plan.model.raw)},
+        "cluster": {"name": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
+                    "spec": dict(plan.cluster.spec)},
+        "training": {"global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
+                     "micro_batch": t.micro_batch, "num_microbatches": plan.num_microbatches,
+                     "schedule": t.schedule, "virtual_stages": t.virtual_stages,
+                     "attention": t.attention},
+        "stages": [
+            {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
+             "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+             "pipeline_rank": s.pipeline_rank,
+             "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
+                          for r in s.replicas]}
+            for s in plan.stages],
+        "devices": [plan.cluster.device(rank).to_json() for rank in plan.used_ranks()],
+    }
+    if predicted is not None:
+        out["predicted"] = dict(predicted)
+    if solver is not None:
+        out["solver"] = dict(solver)
+    return out
+
+
+def _int(data: Mapping[str, Any], key: str, where: str, path: str, minimum: int = 1) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadInput(f"must be an integer >= {minimum}, got {value!r}", where, f"{path}.{key}")
+    return value
+
+
+def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
+    """Rebuild a Plan from its JSON form (self-contained: model config and cluster spec inside)."""
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise BadInput(f"not a plan file (format must be {PLAN_FORMAT!r})", where, "format")
+    for key in ("model", "cluster", "training", "stages"):
+        if not isinstance(data.get(key), (dict if key != "stages" else list)):
+            raise BadInput("missing or malformed", where, key)
+    config = data["model"].get("config")
+    if not isinstance(config, dict) or not config:
+        raise BadInput("missing the model's config", where, "model.config")
+    model = model_from_dict(config, str(data["model"].get("name", "model")), f"{where}: model.config")
+    spec = data["cluster"].get("spec")
+    if not isinstance(spec, dict) or not spec:
+        raise BadInput("missing the cluster spec", where, "cluster.spec")
+    cluster = cluster_from_spec(spec, f"{where}: cluster.spec")
+    tr = data["training"]
+    dtype = tr.get("dtype")
+    if dtype not in ("fp32", "fp16", "bf16"):
+        raise BadInput(f"unknown dtype {dtype!r}", where, "training.dtype")
+    schedule = tr.get("schedule", "1f1b")
+    if schedule not in SCHEDULES:
+        raise BadInput(f"unknown schedule {schedule!r}", where, "training.schedule")
+    attention = tr.get("attention", "flash")
+    if attention not in ("flash", "standard"):
+        raise BadInput(f"unknown attention {attention!r}", where, "training.attention")
+    training = Training(
+        global_batch=_int(tr, "global_batch", where, "training"),
+        seq_len=_int(tr, "seq_len", where, "training"),
+        dtype=dtype, micro_batch=_int(tr, "micro_batch", where, "training"),
+        schedule=schedule, virtual_stages=_int(tr, "virtual_stages", where, "training") if "virtual_stages" in tr else 1,
+        attention=attention)
+    stages = []
+    for i, st in enumerate(data["stages"]):
+        path = f"stages[{i}]"
+        if not isinstance(st, dict):
+            raise BadInput("must be a mapping", where, path)
+        layers = st.get("layers")
+        if (not isinstance(layers, list) or len(layers) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
+            raise BadInput("must be [first, end)", where, f"{path}.layers")
+        recompute = st.get("recompute", "none")
+        if recompute not in ("none", "selective", "full"):
+            raise BadInput(f"unknown recompute {recompute!r}", where, f"{path}.recompute")
+        zero = st.get("zero", 0)
+        if zero not in (0, 1, 2, 3):
+            raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
+        replicas = []
+        raw_replicas = st.get("replicas")
+        if not isinstance(raw_replicas, list) or not raw_replicas:
+            raise BadInput("must be a non-empty list", where, f"{path}.replicas")
+        for j, rep in enumerate(raw_replicas):
+            rpath = f"{path}.replicas[{j}]"
+            if not isinstance(rep, dict):
+                raise BadInput("must be a mapping", where, rpath)
+            ranks = rep.get("ranks")
+            if (not isinstance(ranks, list) or not ranks
+                    or not all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)):
+                raise BadInput("must be a non-empty list of ranks", where, f"{rpath}.ranks")
+            replicas.append(Replica(_int(rep, "dp_rank", where, rpath, 0),
+                                    _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
+        stages.append(Stage(
+            index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
+            tp=_int(st, "tp", where, path), zero=zero, recompute=recompute,
+            replicas=tuple(replicas),
+            pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
+            sequence_parallel=bool(st.get("sequence_parallel", False))))
+    if not stages:
+        raise BadInput("a plan needs at least one stage", where, "stages")
+    return Plan(model, cluster, training, tuple(stages))
+
+
+# --- structural validation ---------------------------------------------------------------
+
+
+def structural_problems(plan: Plan) -> list[tuple[str, str]]:
+    """Every invariant a plan must hold, except memory (the cost model checks that).
+
+    Returns (json_path, message) pairs; empty when the plan is valid.
+    """
+    problems: list[tuple[str, str]] = []
+    t = plan.training
+    n_gpus = plan.cluster.num_gpus
+    expected_first = 0
+    seen_by_prank: dict[int, set[int]] = {}
+    owner: dict[int, int] = {}
+    for i, s in enumerate(plan.stages):
+        path = f"stages[{i}]"
+        first, end = s.layers
+        if first != expected_first:
+            problems.append((f"{path}.layers", f"starts at layer {first}, expected {expected_first}"))
+        if end <= first:
+            problems.append((f"{path}.layers", f"empty or reversed range [{first}, {end})"))
+        expected_first = end
+        if s.index != i:
+            problems.append((f"{path}.index", f"is {s.index}, expected {i} (stages in layer order)"))
+        total = 0
+        ranks_here: set[int] = set()
+        for j, r in enumerate(s.replicas):
+            rpath = f"{path}.replicas[{j}]"
+            if len(r.ranks) != s.tp:
+                problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}"))
+            if r.batch_share % t.micro_batch:
+                problems.append((f"{rpath}.batch_share",
+                                 f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
+            total += r.batch_share
+            for rank in r.ranks:
+                if not 0 <= rank < n_gpus:
+                    problems.append((f"{rpath}.ranks", f"rank {rank} is outside 0..{n_gpus - 1}"))
+                if rank in ranks_here:
+                    problems.append((f"{rpath}.ranks", f"rank {rank} used twice in one stage"))
+                ranks_here.add(rank)
+        if total != t.global_batch:
+            problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
+        # stages of one pipeline rank (virtual stages) share devices; different ranks may not
+        if s.pipeline_rank in seen_by_prank:
+            if seen_by_prank[s.pipeline_rank] != ranks_here:
+                problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
+        else:
+            seen_by_prank[s.pipeline_rank] = ranks_here
+            for rank in ranks_here:
+                if rank in owner:
+                    problems.append((f"{path}.replicas",
+                                     f"rank {rank} is already used by pipeline rank {owner[rank]}"))
+                owner[rank] = s.pipeline_rank
+    if expected_first != plan.model.num_layers:
+        problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
+    pranks = sorted(seen_by_prank)
+    if pranks != list(range(len(pranks))):
+        problems.append(("stages", f"pipeline ranks {pranks} are not 0..{len(pranks) - 1}"))
+    v = t.virtual_stages
+    if v > 1 and len(plan.stages) != len(pranks) * v:
+        problems.append(("stages", f"{len(plan.stages)} stages, expected pp x v = {len(pranks)} x {v}"))
+    if v > 1 and any(s.pipeline_rank != s.index % len(pranks) for s in plan.stages):
+        problems.append(("stages", "interleaved stages must cycle over pipeline ranks in order"))
+    if t.schedule != "interleaved" and v != 1:
+        problems.append(("training.virtual_stages", f"{v} virtual stages need the interleaved schedule"))
+    return problems
