@@ -182,10 +182,14 @@ def _common_options(func: Callable) -> Callable:
 
 
 def _require(value: Any, flag: str) -> Any:
+    from .io import MAX_NUMBER
+
     if value is None:
         raise BadInput("is required", flag)
     if isinstance(value, int) and value <= 0:
         raise BadInput(f"must be positive, got {value}", flag)
+    if isinstance(value, int) and value > MAX_NUMBER:
+        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", flag)
     return value
 
 

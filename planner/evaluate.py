@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .cost import (DEFAULT_PARAMS, CostParams, LayerTime, MemoryBreakdown, hierarchical_allreduce_s,
-                   in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s,
-                   ring_allgather_s)
+                   in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s)
 from .hardware import GIB, Cluster, GpuSpec, Link
 from .model import DTYPE_BYTES
-from .plan import Plan, Replica, Stage
+from .plan import Plan, Stage
 
 
 @dataclass(frozen=True)
@@ -95,49 +94,70 @@ def _gpu_of(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
     return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
 
 
-def per_gpu_link(cluster: Cluster, rank_a: int, rank_b: int) -> Link:
-    """One GPU's share of the path between two ranks: the whole intra-node link inside a
-    node; across nodes, the node's NIC (or the group link) divided among its GPUs, since
-    in training every GPU of a node communicates at once."""
-    ga, gb = cluster.group_of_rank(rank_a), cluster.group_of_rank(rank_b)
-    if ga.name == gb.name and (rank_a - ga.first_rank) // ga.gpus_per_node == (rank_b - gb.first_rank) // gb.gpus_per_node:
-        return ga.intra_node
-    link = cluster.link(rank_a, rank_b)
+def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
+    """One GPU's share of the path between nodes of two groups (or two nodes of one group):
+    the node's NIC (or the group link) divided among its GPUs, since in training every GPU
+    of a node communicates at once."""
+    ga, gb = cluster.group(group_a), cluster.group(group_b)
+    link = cluster.group_link(group_a, group_b)
     sharers = max(ga.gpus_per_node, gb.gpus_per_node)
     return Link(link.bandwidth_bytes_per_s / sharers, link.latency_s, link.kind)
 
 
-def _nodes_of(cluster: Cluster, ranks: tuple[int, ...] | list[int]) -> dict[tuple[str, int], list[int]]:
-    nodes: dict[tuple[str, int], list[int]] = {}
+def slowest(links: list[Link]) -> Link:
+    """The bottleneck of a path: lowest bandwidth, highest latency."""
+    worst = min(links, key=lambda l: (l.bandwidth_bytes_per_s, -l.latency_s, l.kind))
+    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind)
+
+
+def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tuple[Link, Link]:
+    """(intra-node link, per-GPU inter-node link) of a collective spanning these nodes:
+    the slowest intra link of its groups, and the slowest share among its node pairs."""
+    groups = sorted(g for g, n in nodes_per_group.items() if n > 0)
+    intra = slowest([cluster.group(g).intra_node for g in groups])
+    candidates = [pair_link(cluster, g, g) for g in groups if nodes_per_group[g] >= 2]
+    candidates += [pair_link(cluster, a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    return intra, (slowest(candidates) if candidates else intra)
+
+
+def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
+    """Ranks per (group, node index) for a set of ranks."""
+    nodes: dict[tuple[str, int], int] = {}
     for r in ranks:
         g = cluster.group_of_rank(r)
-        nodes.setdefault((g.name, (r - g.first_rank) // g.gpus_per_node), []).append(r)
+        key = (g.name, (r - g.first_rank) // g.gpus_per_node)
+        nodes[key] = nodes.get(key, 0) + 1
     return nodes
 
 
-def ring_link(cluster: Cluster, ranks: list[int] | tuple[int, ...]) -> tuple[Link, Link, int, int]:
-    """(intra link, per-GPU inter link, ranks per node, nodes) of a collective's group:
-    the slowest of each kind among the nodes and groups it spans."""
-    nodes = _nodes_of(cluster, ranks)
-    groups = sorted({key[0] for key in nodes})
-    intra = min((cluster.group(g).intra_node for g in groups), key=lambda l: l.bandwidth_bytes_per_s)
-    firsts = [members[0] for _, members in sorted(nodes.items())]
-    inter = intra
-    if len(firsts) > 1:
-        candidates = []
-        reps = {}
-        for key, members in sorted(nodes.items()):
-            reps.setdefault(key[0], members[0])
-            if len(reps) and key[0] in reps and reps[key[0]] != members[0]:
-                candidates.append(per_gpu_link(cluster, reps[key[0]], members[0]))
-        rep_list = list(reps.values())
-        for i, a in enumerate(rep_list):
-            for b in rep_list[i + 1:]:
-                candidates.append(per_gpu_link(cluster, a, b))
-        inter = min(candidates, key=lambda l: (l.bandwidth_bytes_per_s, -l.latency_s))
-        inter = Link(inter.bandwidth_bytes_per_s, max(c.latency_s for c in candidates), inter.kind)
-    per_node = max(len(m) for m in nodes.values())
-    return intra, inter, per_node, len(nodes)
+def group_collective_s(cluster: Cluster, ranks, nbytes: float, params: CostParams) -> float:
+    """Hierarchical all-reduce of `nbytes` over `ranks` (one rank per TP position)."""
+    nodes = nodes_of(cluster, ranks)
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    intra, inter = collective_links(cluster, per_group)
+    return hierarchical_allreduce_s(nbytes, max(nodes.values()), len(nodes), intra, inter, params)
+
+
+def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
+    """Link across a pipeline boundary: the intra-node link when both stages sit in one
+    node, else the slowest per-GPU share between any group of one and any of the other."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        (group, _), = nodes
+        return cluster.group(group).intra_node, True
+    groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
+    groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
+    return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
+
+
+def p2p_s(nbytes: float, link: Link, intra: bool, params: CostParams) -> float:
+    """Pipeline point-to-point across one boundary for one micro-batch: the activation
+    forward and its gradient backward (Narayanan et al. 2021, sec 4.1: with scatter/gather
+    each TP rank sends 1/tp of it). Charged to the sending-forward stage."""
+    eff = params.intra_link_efficiency if intra else params.inter_link_efficiency
+    return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
 
 
 @dataclass
@@ -147,11 +167,24 @@ class _ReplicaCost:
     bwd_s: float = 0.0
     tp_comm_s: float = 0.0
     pp_comm_s: float = 0.0
-    zero3_s: float = 0.0
+    zero_comm_s: float = 0.0
 
     @property
     def per_microbatch_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero3_s
+        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero_comm_s
+
+
+def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float], v: int) -> tuple[float, int]:
+    """Iteration time of a pipeline and its bottleneck rank.
+
+    T = max_k (B_k + E_k - tau_k / V) + sum_k tau_k / V, with B_k the busy time of rank k
+    over the step, E_k its exposed gradient reduction and optimizer step, tau_k its
+    per-micro-batch latency. Uniform stages give (m - 1) t + p t for 1F1B and
+    m t + (p - 1) t / V interleaved (Narayanan et al. 2021, sec 2.2).
+    """
+    scores = [busy[k] + tails[k] - latencies[k] / v for k in range(len(busy))]
+    k_star = max(range(len(busy)), key=lambda k: (scores[k], -k))
+    return scores[k_star] + sum(latencies) / v, k_star
 
 
 def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
@@ -167,35 +200,30 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         chunks.setdefault(st.pipeline_rank, []).append(st)
     stage_by_index = {st.index: st for st in plan.stages}
     layers = model.layers
+    grad_bytes = 4 if t.dtype == "fp32" else nb
 
-    busy: list[float] = []
-    slowest: list[_ReplicaCost] = []
-    bottleneck_costs: list[_ReplicaCost] = []
-    dp_times: list[float] = []
-    overlap: list[float] = []
+    busy, tails, latencies, bottleneck_costs, exposed_dp, optimizer = [], [], [], [], [], []
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
-    optimizer_s = 0.0
-    grad_bytes = 4 if t.dtype == "fp32" else nb
 
     for k in range(pp):
         rank_chunks = chunks[k]
         head = rank_chunks[0]
-        stage_busy, stage_tau, stage_btl = 0.0, None, None
-        replica_costs = []
+        zero, dp = head.zero, head.dp
+        stage_busy, stage_tau, stage_btl, stage_opt = -1.0, 0.0, None, 0.0
+        min_bwd = float("inf")
         for r_index, replica in enumerate(head.replicas):
             gpu = _gpu_of(cluster, replica.ranks)
             p = params_for(gpu)
-            intra, inter, _, tp_nodes = ring_link(cluster, replica.ranks)
-            tp_link = intra if tp_nodes == 1 else inter
+            tp_nodes = nodes_of(cluster, replica.ranks)
+            tp_link = (cluster.group(next(iter(tp_nodes))[0]).intra_node if len(tp_nodes) == 1
+                       else collective_links(cluster, {g: 1 for g, _ in tp_nodes})[1])
             cost = _ReplicaCost()
-            weight_params = 0.0
-            acts_per_mb = 0.0
-            transient = 0.0
+            weight_params = acts_per_mb = transient = 0.0
             for st in rank_chunks:
-                rep = st.replicas[r_index] if r_index < len(st.replicas) else replica
-                for layer in layers[st.layers[0]:st.layers[1]]:
+                stage_layers = layers[st.layers[0]:st.layers[1]]
+                for layer in stage_layers:
                     lt: LayerTime = layer_time(layer, gpu, t.dtype, b, s, st.tp, st.sequence_parallel,
                                                t.attention, st.recompute, tp_link, p)
                     cost.compute_s += lt.compute_s
@@ -208,39 +236,29 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                     if st.recompute == "full" and layer.kind == "decoder":
                         transient = max(transient, layer.act_bytes_per_sample(
                             s, "none", st.tp, st.sequence_parallel, t.attention, nb) * b)
-                # pipeline point-to-point (Narayanan et al. 2021, sec 4.1, scatter/gather):
-                # each TP rank sends 1/tp of the boundary activation forward, and of its
-                # gradient backward, to the neighbouring stage's replica
-                boundary = layers[st.layers[1] - 1].out_bytes_per_sample(s, nb) * b / st.tp
-                for neighbour_index in (st.index + 1, st.index - 1):
-                    neighbour = stage_by_index.get(neighbour_index)
-                    if neighbour is None:
-                        continue
-                    nbytes = boundary if neighbour_index > st.index else \
-                        layers[st.layers[0] - 1].out_bytes_per_sample(s, nb) * b / st.tp
-                    peer = neighbour.replicas[r_index % neighbour.dp].ranks[0]
-                    link = per_gpu_link(cluster, rep.ranks[0], peer)
-                    eff = p.intra_link_efficiency if link is intra else p.inter_link_efficiency
-                    cost.pp_comm_s += link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff)
-                if st.zero >= 3 and st.dp > 1:
-                    # ZeRO-3 gathers the stage's weights before forward and again before
-                    # backward of every micro-batch (Rajbhandari et al. 2020, sec 7.2.2)
+                successor = stage_by_index.get(st.index + 1)
+                if successor is not None:
+                    nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(s, nb) * b / st.tp
+                    link, intra = boundary_link(cluster, [rr.ranks[0] for rr in st.replicas],
+                                                [rr.ranks[0] for rr in successor.replicas])
+                    cost.pp_comm_s += p2p_s(nbytes, link, intra, p)
+                if st.zero >= 2 and st.dp > 1:
+                    # ZeRO-2/3 reduce-scatter gradients after every micro-batch's backward;
+                    # ZeRO-3 also gathers the weights before its forward and its backward
+                    # (Rajbhandari et al. 2020, sec 5.2 and 7.2)
+                    shard = sum(l.weight_params for l in stage_layers) / st.tp
                     dp_ranks = [rr.ranks[0] for rr in st.replicas]
-                    d_intra, d_inter, per_node, nodes = ring_link(cluster, dp_ranks)
-                    shard = sum(l.weight_params for l in layers[st.layers[0]:st.layers[1]]) / st.tp * nb
-                    link = d_intra if nodes == 1 else d_inter
-                    eff = p.intra_link_efficiency if nodes == 1 else p.inter_link_efficiency
-                    cost.zero3_s += 2 * ring_allgather_s(shard, st.dp, link, eff)
+                    half = group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2
+                    cost.zero_comm_s += half
+                    if st.zero >= 3:
+                        cost.zero_comm_s += 2 * group_collective_s(cluster, dp_ranks, shard * nb, p) / 2
             n_micro = replica.batch_share // b
             replica_busy = n_micro * cost.per_microbatch_s
-            replica_costs.append(cost)
-            if replica_busy > stage_busy or stage_btl is None:
+            if replica_busy > stage_busy:
                 stage_busy, stage_btl = replica_busy, cost
-            if stage_tau is None or cost.per_microbatch_s > stage_tau.per_microbatch_s:
-                stage_tau = cost
+            stage_tau = max(stage_tau, cost.per_microbatch_s)
+            min_bwd = min(min_bwd, cost.bwd_s)
 
-            # memory of every rank of this replica
-            zero, dp = head.zero, head.dp
             weights, grads, opt = model_state_bytes(weight_params, t.dtype, zero, dp)
             in_flight = in_flight_microbatches(t.schedule, k, pp, v, n_micro)
             mem = MemoryBreakdown(weights, grads, opt, acts_per_mb * in_flight + transient,
@@ -249,44 +267,36 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
                 gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
-            on_device = weight_params / (dp if zero >= 1 else 1)
-            optimizer_s = max(optimizer_s, optimizer_step_s(on_device, gpu, p))
-        busy.append(stage_busy)
-        slowest.append(stage_tau)
-        bottleneck_costs.append(stage_btl)
+            stage_opt = max(stage_opt, optimizer_step_s(weight_params / (dp if zero >= 1 else 1), gpu, p))
 
-        # data-parallel gradient reduction of this pipeline rank, over the TP-position-0
-        # ranks of its replicas (every TP position reduces its own shard at the same time)
-        if head.dp > 1:
+        # data-parallel gradient reduction after the last backward, over the TP-position-0
+        # ranks of the replicas (each TP position reduces its own shard at the same time);
+        # ZeRO-1 reduce-scatters gradients and all-gathers weights, the volume of an
+        # all-reduce; ZeRO-2 only all-gathers weights here (its reduce-scatters ran per
+        # micro-batch); ZeRO-3 needs nothing more
+        dp_s = 0.0
+        if dp > 1 and zero <= 2:
             dp_ranks = [rep.ranks[0] for rep in head.replicas]
-            d_intra, d_inter, per_node, nodes = ring_link(cluster, dp_ranks)
-            grad_total = sum(layers[i].weight_params / st.tp for st in rank_chunks
-                             for i in range(*st.layers)) * grad_bytes
             p = params_for(_gpu_of(cluster, tuple(dp_ranks)))
-            # ZeRO 1-2 reduce-scatter gradients and all-gather weights: the same volume as an
-            # all-reduce; ZeRO-3's extra gathers are charged per micro-batch above
-            dp_times.append(hierarchical_allreduce_s(grad_total, per_node, nodes, d_intra, d_inter, p))
-            overlap.append(min(c.bwd_s for c in replica_costs) if p.overlap_grad_reduce else 0.0)
-        else:
-            dp_times.append(0.0)
-            overlap.append(0.0)
+            stage_params = sum(layers[i].weight_params / st.tp for st in rank_chunks for i in range(*st.layers))
+            dp_s = group_collective_s(cluster, dp_ranks, stage_params * grad_bytes, p)
+            if zero == 2:
+                dp_s /= 2
+            if p.overlap_grad_reduce:
+                dp_s = max(0.0, dp_s - min_bwd)  # hides behind the last micro-batch's backward
+        busy.append(stage_busy)
+        latencies.append(stage_tau)
+        bottleneck_costs.append(stage_btl)
+        exposed_dp.append(dp_s)
+        optimizer.append(stage_opt)
+        tails.append(dp_s + stage_opt)
 
-    k_star = max(range(pp), key=lambda k: (busy[k], -k))
-    taus = [c.per_microbatch_s for c in slowest]
-    pipe_s = busy[k_star] + (sum(taus) - taus[k_star]) / v
-    # The last backward of pipeline rank k finishes before the step's end by the backward
-    # of the ranks before it; its gradient reduction hides in that drain.
-    dp_exposed = 0.0
-    drain = 0.0
-    for k in range(pp):
-        dp_exposed = max(dp_exposed, dp_times[k] - overlap[k] - (drain if v == 1 else 0.0))
-        drain += slowest[k].bwd_s
-    step_s = pipe_s + dp_exposed + optimizer_s
+    step_s, k_star = pipeline_time_s(busy, tails, latencies, v)
     btl = bottleneck_costs[k_star]
     n_btl = busy[k_star] / btl.per_microbatch_s if btl.per_microbatch_s > 0 else 0.0
     breakdown = {"compute": n_btl * btl.compute_s, "tp_comm": n_btl * btl.tp_comm_s,
-                 "pp_comm": n_btl * btl.pp_comm_s, "dp_comm": dp_exposed + n_btl * btl.zero3_s,
-                 "bubble": pipe_s - busy[k_star], "optimizer": optimizer_s}
+                 "pp_comm": n_btl * btl.pp_comm_s, "dp_comm": exposed_dp[k_star] + n_btl * btl.zero_comm_s,
+                 "bubble": step_s - busy[k_star] - tails[k_star], "optimizer": optimizer[k_star]}
 
     used = plan.used_ranks()
     tokens = t.global_batch * s

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 import networkx as nx
 
 from .errors import BadInput
-from .io import get_positive, get_str, load_mapping
+from .io import MAX_NUMBER, get_positive, get_str, load_mapping
 
 GIB = 2**30
 GB = 1e9
@@ -187,8 +187,10 @@ def _link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) ->
     merged = {**default, **data}
     bw = get_positive(merged, "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
     lat = merged.get("latency_us", 0.0)
-    if not isinstance(lat, (int, float)) or isinstance(lat, bool) or lat < 0 or lat != lat:
-        raise BadInput(f"must be a number >= 0, got {lat!r}", where, f"{field_name}.latency_us")
+    if (not isinstance(lat, (int, float)) or isinstance(lat, bool) or lat < 0 or lat != lat
+            or lat > MAX_NUMBER):
+        raise BadInput(f"must be a number >= 0 and <= {MAX_NUMBER:.0e}, got {lat!r}", where,
+                       f"{field_name}.latency_us")
     return Link(bw * GB, lat * US, str(merged.get("kind", "")))
 
 
@@ -200,7 +202,7 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
     if not isinstance(peaks, dict) or not peaks:
         raise BadInput("missing or empty peak_tflops mapping", where, f"{prefix}.peak_tflops")
     peak_flops = {}
-    for dtype in sorted(peaks):
+    for dtype in sorted(peaks, key=str):
         if dtype not in DTYPES:
             raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", where,
                            f"{prefix}.peak_tflops")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,36 @@ from .errors import BadInput
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a cluster, model or plan file is kilobytes; 16 MiB is generous
 MAX_YAML_NODES = 200_000  # expanded node count; stops alias ("billion laughs") bombs
+MAX_NUMBER = 1e15  # no dimension, count or rate in these files comes near; keeps float math finite
 
 
 class _LimitedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses documents whose alias-expanded size exceeds MAX_YAML_NODES."""
+    """SafeLoader that refuses documents whose alias-expanded size exceeds MAX_YAML_NODES.
+
+    Nodes are also counted while composing, so a huge flat document is refused after
+    MAX_YAML_NODES nodes instead of being composed whole (the pure-Python composer is slow).
+    """
+
+    where = "YAML"
+    composed = 0
+
+    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
+        self.composed += 1
+        if self.composed > MAX_YAML_NODES:
+            raise BadInput(f"YAML holds more than {MAX_YAML_NODES} nodes", self.where)
+        return super().compose_node(parent, index)
+
+
+# YAML 1.1 reads `1e3` (no dot) as a string; accept it as a float, as JSON and users do.
+_LimitedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
 
 
 def _expanded_size(node: yaml.Node, where: str) -> int:
@@ -58,7 +85,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
     if b"\x00" in raw:
         raise BadInput(f"{what} is binary, expected YAML or JSON text", where)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte-order mark is not content
     except UnicodeDecodeError as exc:
         raise BadInput(f"{what} is not UTF-8 text (byte {exc.start})", where) from None
     if not text.strip():
@@ -75,8 +102,11 @@ def parse_structured(text: str, where: str) -> Any:
         except json.JSONDecodeError as exc:
             if where.endswith(".json"):
                 raise BadInput(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
+        except (ValueError, RecursionError) as exc:  # a number of > 4300 digits; deep nesting
+            raise BadInput(f"invalid JSON: {_short(exc)}", where) from None
     try:
         loader = _LimitedLoader(text)
+        loader.where = where
         try:
             node = loader.get_single_node()
             if node is None:
@@ -90,6 +120,14 @@ def parse_structured(text: str, where: str) -> Any:
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise BadInput(f"invalid YAML{at}: {problem}", where) from None
+    except (ValueError, RecursionError) as exc:  # a number of > 4300 digits; deep nesting
+        raise BadInput(f"invalid YAML: {_short(exc)}", where) from None
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def load_mapping(path: str | Path, what: str = "file") -> dict:
@@ -124,6 +162,8 @@ def get_positive(data: dict, key: str, where: str, field: str, *, integer: bool 
         raise BadInput(f"must be finite, got {value!r}", where, field)
     if value <= 0:
         raise BadInput(f"must be positive, got {value!r}", where, field)
+    if value > MAX_NUMBER:
+        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", where, field)
     return value
 
 

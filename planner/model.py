@@ -16,13 +16,14 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .hardware import PROFILES_DIR
-from .io import get_positive, load_mapping
+from .io import MAX_NUMBER, get_positive, load_mapping
 
 MODELS_DIR = PROFILES_DIR / "models"
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2")
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("flash", "standard")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps the math finite
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,25 @@ def _first(data: Mapping[str, Any], keys: tuple[str, ...]) -> str:
     return keys[0]
 
 
+def _rate(data: Mapping[str, Any], key: str, where: str) -> float:
+    """A dropout probability: absent or null is 0; otherwise a number in [0, 1]."""
+    value = data.get(key)
+    if value is None:
+        return 0.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise BadInput(f"must be a probability between 0 and 1, got {value!r}", where, key)
+    return float(value)
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadInput(f"must be true or false, got {value!r}", where, key)
+    return value
+
+
 def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfig:
     """Read a Hugging Face config.json; a missing dimension is an error, never a default."""
     mtype = data.get("model_type")
@@ -276,8 +296,8 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
         positions = pos(("n_positions", "max_position_embeddings"))
         ffn = pos(("n_inner",), required=False) or 4 * hidden  # GPT-2 defines null as 4h
         kv_heads = heads
-        dropout = any((data.get(k) or 0) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
-        kwargs = dict(gated_mlp=False, tied_embeddings=bool(data.get("tie_word_embeddings", True)),
+        dropout = any(_rate(data, k, where) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
+        kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", True, where),
                       norm="layernorm", linear_bias=True, learned_positions=True, dropout=dropout)
     else:
         hidden = pos(("hidden_size",))
@@ -288,13 +308,13 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
         positions = pos(("max_position_embeddings",), required=False) or 0
         kv_heads = pos(("num_key_value_heads",), required=False) or heads  # HF: absent means MHA
         if mtype == "gpt_neox":
-            kwargs = dict(gated_mlp=False, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+            kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", False, where),
                           norm="layernorm", linear_bias=True,
-                          dropout=(data.get("hidden_dropout") or 0) > 0)
+                          dropout=_rate(data, "hidden_dropout", where) > 0)
         else:
-            kwargs = dict(gated_mlp=True, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+            kwargs = dict(gated_mlp=True, tied_embeddings=_flag(data, "tie_word_embeddings", False, where),
                           norm="rmsnorm", qkv_bias=(mtype == "qwen2"),
-                          dropout=(data.get("attention_dropout") or 0) > 0)
+                          dropout=_rate(data, "attention_dropout", where) > 0)
         if mtype == "mixtral":
             kwargs["num_experts"] = pos(("num_local_experts",))
             kwargs["experts_top_k"] = pos(("num_experts_per_tok",))
@@ -348,13 +368,13 @@ def _model_from_profile(data: Mapping[str, Any], where: str) -> Model:
         if kind not in kinds:
             raise BadInput(f"must be one of {', '.join(kinds)}", where, f"{prefix}.kind")
         params = entry.get("params")
-        if not isinstance(params, int) or isinstance(params, bool) or params < 0:
-            raise BadInput("must be an integer >= 0", where, f"{prefix}.params")
+        if not isinstance(params, int) or isinstance(params, bool) or not 0 <= params <= MAX_NUMBER:
+            raise BadInput(f"must be an integer from 0 to {MAX_NUMBER:.0e}", where, f"{prefix}.params")
         numbers = {}
         for key in ("fwd_flops_per_sample", "act_bytes_per_sample", "out_bytes_per_sample"):
             value = entry.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise BadInput("must be a number >= 0", where, f"{prefix}.{key}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_PER_SAMPLE:
+                raise BadInput(f"must be a number from 0 to {MAX_PER_SAMPLE:.0e}", where, f"{prefix}.{key}")
             numbers[key] = float(value)
         fixed = FixedCosts(seq_len=seq_len, measured=entry.get("measured"), **numbers)
         layers.append(Layer(i, str(entry.get("name", f"layer.{i}")), kind, params, params, None, fixed))

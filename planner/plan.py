@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .hardware import Cluster, cluster_from_spec
+from .io import MAX_NUMBER
 from .model import Model, model_from_dict
 
 PLAN_FORMAT = "planner.plan/v1"
@@ -161,6 +162,8 @@ def _int(data: Mapping[str, Any], key: str, where: str, path: str, minimum: int 
     value = data.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise BadInput(f"must be an integer >= {minimum}, got {value!r}", where, f"{path}.{key}")
+    if value > MAX_NUMBER:
+        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", where, f"{path}.{key}")
     return value
 
 
@@ -183,6 +186,9 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     dtype = tr.get("dtype")
     if dtype not in ("fp32", "fp16", "bf16"):
         raise BadInput(f"unknown dtype {dtype!r}", where, "training.dtype")
+    lacking = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
+    if lacking:
+        raise BadInput(f"{', '.join(lacking)} has no {dtype} support", where, "training.dtype")
     schedule = tr.get("schedule", "1f1b")
     if schedule not in SCHEDULES:
         raise BadInput(f"unknown schedule {schedule!r}", where, "training.schedule")
