@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
 from .hardware import GIB, GpuSpec, Link
 from .model import DTYPE_BYTES, Layer
 
@@ -109,7 +111,7 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
 def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
     """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
     (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model)."""
-    if ranks <= 1 or nbytes <= 0:
+    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
     bw = link.bandwidth_bytes_per_s * efficiency
     return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
@@ -117,7 +119,7 @@ def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -
 
 def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
     """Ring all-gather or reduce-scatter of a `nbytes` buffer: (n-1)/n of it, n-1 latencies."""
-    if ranks <= 1 or nbytes <= 0:
+    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
     bw = link.bandwidth_bytes_per_s * efficiency
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s

@@ -1,0 +1,546 @@
+"""Plan search: the fastest plan under the cost model, with a proof of optimality.
+
+Search space (all of it searched jointly):
+  * micro-batch size b (options), 1F1B schedule;
+  * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
+    head with the last);
+  * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit
+    on one GPU type, as in Metis, or mix types across its data-parallel replicas, as in
+    HAP), its own tensor-parallel degree (inside a node) and recompute mode; nodes may
+    stay idle;
+  * uneven batch shares between a stage's replicas, in whole micro-batches, bounded by
+    each replica's memory.
+  Sequence parallelism (whenever tp > 1) and ZeRO-1 (whenever dp > 1) are always on:
+  under the cost model each is never slower and never uses more memory, so fixing them
+  keeps the optimum. GPipe is dominated by 1F1B (same time, more memory).
+
+Algorithm. Nodes of one group are interchangeable, so the dynamic programme's state is
+(nodes used per group, stages placed, groups of the next stage) with the layers placed as
+a vector, built from the last stage backwards (a stage's in-flight micro-batches, P - k,
+is then known). The iteration time T = max_k X_k + sum_k tau_k (evaluate.pipeline_time_s)
+has a bottleneck term and a sum, so the DP minimises sum tau subject to X_k <= W and W
+descends (Alpa's t_max enumeration, Zheng et al. 2022, sec 5.2): a plan with X <= W_i
+found with sum tau = S_i rules out every W in (min(X_i, UB - S_i), W_i], and the search
+stops when no plan remains, which proves the best plan seen optimal. Decoder blocks are
+identical, so stage costs depend on the block count only. Shares inside the DP come from
+the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
+integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
+evaluate.evaluate, which must agree.
+
+Scale. On large clusters the node groups are cut into R identical bundles (R divides every
+group's node count) and each stage's replicas span all bundles; plans from bundles are a
+subset of the full space, so a bundled search reports optimal=false with the gap to a
+lower bound (the step time if every GPU computed at its best rate, with no communication).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+from itertools import product
+from typing import Iterator
+
+import numpy as np
+
+from .cost import DEFAULT_PARAMS, CostParams, hierarchical_allreduce_s, layer_time, model_state_bytes, optimizer_step_s
+from .errors import BadInput, NoFeasiblePlan
+from .evaluate import Estimate, collective_links, evaluate, p2p_s, pair_link, slowest
+from .hardware import GIB, Cluster, NodeGroup
+from .model import DTYPE_BYTES, Layer, Model
+from .plan import Plan, Replica, Stage, Training, structural_problems
+from .shares import UNCAPPED, IlpOptions, min_makespan, solve_shares_ilp
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    max_bundle_nodes: int = 8  # the largest bundle searched; clusters up to this are exact
+    max_stages: int = 16
+    time_limit_s: float | None = None
+    ilp: IlpOptions = field(default_factory=IlpOptions)
+    params: CostParams = DEFAULT_PARAMS
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    plan: Plan
+    estimate: Estimate
+    optimal: bool
+    gap: float
+    lower_bound_s: float
+    candidates: int
+    seconds: float
+    bundles: int
+    method: str = "dp+ilp"
+
+    def solver_json(self) -> dict:
+        return {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
+                "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
+                "lower_bound_step_time_s": self.lower_bound_s}
+
+
+# --- stage configurations and their cost as a function of the block count ----------------
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    nodes: tuple[int, ...]  # nodes of each bundle group (in bundle order)
+    tp: int
+    recompute: str
+
+    def groups(self) -> frozenset[int]:
+        return frozenset(i for i, n in enumerate(self.nodes) if n)
+
+
+@dataclass
+class _TypeArrays:
+    """Per replica type of a config: arrays over the decoder-block count 0..L."""
+
+    count: int  # replicas of this type (all bundles)
+    group: NodeGroup
+    time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
+    bwd: dict[tuple[bool, bool], np.ndarray]
+    params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
+    in_flight_cap: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds
+    boundary_bytes: float
+    cost_params: CostParams
+
+
+class _Problem:
+    """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
+
+    def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, bundles: int,
+                 options: SolverOptions):
+        self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
+        self.t = Training(base.global_batch, base.seq_len, base.dtype, b, "1f1b", 1, base.attention)
+        self.groups = [g for g in cluster.groups]
+        self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
+        self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
+        self.num_blocks = model.num_layers - 2
+        self.microbatches = base.global_batch // b
+        self.nb = DTYPE_BYTES[base.dtype]
+        self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
+        self.blocks = np.arange(self.num_blocks + 1, dtype=float)
+        self._types: dict[StageConfig, list[_TypeArrays] | None] = {}
+        self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.evaluations = 0
+        self.smallest_overflow: tuple[float, str] | None = None
+
+    # configurations -------------------------------------------------------------------
+
+    def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
+        ranges = [range(0, total - u + 1) for total, u in zip(self.bundle_nodes, used)]
+        heads = self.model.config.num_heads if self.model.config else 1
+        modes = [m for m in self.options.recompute_modes
+                 if not (m == "selective" and self.t.attention == "flash")]  # identical to none
+        for nodes in product(*ranges):
+            if not any(nodes):
+                continue
+            gpn = [self.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
+            for tp in self.options.tp_degrees:
+                if any(g % tp for g in gpn) or heads % tp:
+                    continue
+                for mode in modes:
+                    yield StageConfig(nodes, tp, mode)
+
+    def type_arrays(self, config: StageConfig) -> list[_TypeArrays] | None:
+        if config in self._types:
+            return self._types[config]
+        t, tp, b, s = self.t, config.tp, self.b, self.t.seq_len
+        sp = tp > 1
+        counts = {i: self.bundles * n * self.groups[i].gpus_per_node // tp
+                  for i, n in enumerate(config.nodes) if n}
+        dp = sum(counts.values())
+        zero = 1 if dp > 1 else 0
+        out = []
+        n = self.blocks
+        for i, count in counts.items():
+            group = self.groups[i]
+            gpu = group.gpu
+            p = self.options.params
+            link = group.intra_node
+
+            def lt(layer: Layer):
+                return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
+
+            dec, emb, head = lt(self.dec), lt(self.emb), lt(self.head)
+            act = {x: layer.act_bytes_per_sample(s, config.recompute, tp, sp, t.attention, self.nb) * b
+                   for x, layer in (("dec", self.dec), ("emb", self.emb), ("head", self.head))}
+            transient = 0.0
+            if config.recompute == "full":
+                transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
+            times, bwds, params, caps = {}, {}, {}, {}
+            for has_head, has_emb in product((False, True), repeat=2):
+                hh, ee = float(has_head), float(has_emb)
+                times[(has_head, has_emb)] = (n * (dec.compute_s + dec.tp_comm_s) + hh * (head.compute_s + head.tp_comm_s)
+                                              + ee * (emb.compute_s + emb.tp_comm_s))
+                bwds[(has_head, has_emb)] = (n * (dec.bwd_s + dec.recompute_s) + hh * (head.bwd_s + head.recompute_s)
+                                             + ee * (emb.bwd_s + emb.recompute_s))
+                w = (n * self.dec.weight_params + hh * self.head.weight_params + ee * self.emb.weight_params) / tp
+                params[(has_head, has_emb)] = w
+                weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
+                acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
+                free = gpu.memory_bytes - weights - grads - opt - p.reserved_memory_bytes \
+                    - np.where(n >= 1, transient, 0.0)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    cap = np.where(acts > 0, np.floor(free / np.where(acts > 0, acts, 1.0)), UNCAPPED)
+                cap = np.where(free < 0, 0, np.minimum(cap, UNCAPPED)).astype(np.int64)
+                caps[(has_head, has_emb)] = cap
+                overflow = float(np.min(np.where(cap < 1, acts - free, INF)))
+                if overflow < INF and (self.smallest_overflow is None or overflow < self.smallest_overflow[0]):
+                    if not (cap >= 1).any():
+                        self.smallest_overflow = (overflow, gpu.name)
+            boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
+            out.append(_TypeArrays(count, group, times, bwds, params, caps, boundary, p))
+        self._types[config] = out
+        return out
+
+    def stage_cost(self, config: StageConfig, stage_from_end: int, has_emb: bool,
+                   successor: frozenset[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        """(tau, X) over block counts for a stage placed `stage_from_end` (1 = last stage)."""
+        has_head = stage_from_end == 1
+        key = (config, min(stage_from_end, self.microbatches), has_head, has_emb, successor)
+        if key in self._stage:
+            return self._stage[key]
+        self.evaluations += 1
+        types = self.type_arrays(config)
+        flags = (has_head, has_emb)
+        in_flight = stage_from_end  # 1F1B: P - k micro-batches (Narayanan et al. 2021)
+        times, caps = [], []
+        for ta in types:
+            tm = ta.time[flags]
+            if successor is not None:  # evaluate.boundary_link: slowest pair between the stages
+                link = slowest([pair_link(self.cluster, self.groups[i].name, self.groups[j].name)
+                                for i in sorted(config.groups()) for j in sorted(successor)])
+                tm = tm + p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
+            times.append(tm)
+            cap = ta.in_flight_cap[flags]
+            caps.append(np.where(cap >= in_flight, UNCAPPED, cap))
+        busy = min_makespan(self.microbatches, [ta.count for ta in types], times, caps)
+        tau = reduce(np.maximum, times)
+        # exposed gradient reduction and optimizer step (evaluate.evaluate, same formulas)
+        dp = sum(ta.count for ta in types)
+        params = types[0].params[flags]
+        tail = np.zeros_like(tau)
+        if dp > 1:
+            per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
+            intra, inter = collective_links(self.cluster, per_group)
+            per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
+            slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
+            p = slow.cost_params
+            reduce_s = hierarchical_allreduce_s(params * self.grad_bytes, per_node, sum(per_group.values()),
+                                                intra, inter, p)
+            if p.overlap_grad_reduce:
+                reduce_s = np.maximum(0.0, reduce_s - reduce(np.minimum, [ta.bwd[flags] for ta in types]))
+            tail = tail + reduce_s
+        tail = tail + reduce(np.maximum, [optimizer_step_s(params / (dp if dp > 1 else 1), ta.group.gpu,
+                                                           ta.cost_params) for ta in types])
+        x = busy + tail - tau
+        x = np.where(np.isfinite(busy), x, INF)
+        if not has_head and not has_emb:
+            x = x.copy()
+            x[0] = INF  # a stage holds at least one layer
+        self._stage[key] = (tau, x)
+        return tau, x
+
+
+# --- the dynamic programme for one bound W ---------------------------------------------------
+
+
+@dataclass
+class _Cell:
+    value: np.ndarray  # min sum tau over items placed from the end (0..L+2)
+    parent: np.ndarray  # index into `moves` per item count
+    blocks: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Move:
+    prev: tuple
+    config: StageConfig
+    has_emb: bool
+
+
+def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[dict[tuple, _Cell]], list[_Move]]:
+    """All states reachable with every stage's X <= bound; value = min sum tau."""
+    items = problem.num_blocks + 2
+    start_key = (tuple(0 for _ in problem.bundle_nodes), 0, None)
+    start = _Cell(np.full(items + 1, INF), np.full(items + 1, -1), np.zeros(items + 1, dtype=np.int64))
+    start.value[0] = 0.0
+    layers: list[dict[tuple, _Cell]] = [{start_key: start}]
+    moves: list[_Move] = []
+    finals: dict[tuple, _Cell] = {}
+    max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
+    for placed in range(max_stages):
+        nxt: dict[tuple, _Cell] = {}
+        for key in sorted(layers[placed], key=_key_order):
+            cell = layers[placed][key]
+            used, _, successor = key
+            if not np.isfinite(cell.value[:items]).any():
+                continue
+            for config in problem.configs(used):
+                new_used = tuple(u + n for u, n in zip(used, config.nodes))
+                new_key = (new_used, placed + 1, config.groups())
+                head = 1 if placed == 0 else 0
+                for has_emb in (False, True):
+                    tau, x = problem.stage_cost(config, placed + 1, has_emb, successor)
+                    ok = x <= bound
+                    if not ok.any():
+                        continue
+                    cand, blocks = _relax(cell.value, tau, ok, head, has_emb, items)
+                    if cand is None:
+                        continue
+                    target = nxt.get(new_key)
+                    if target is None:
+                        target = _Cell(np.full(items + 1, INF), np.full(items + 1, -1),
+                                       np.zeros(items + 1, dtype=np.int64))
+                        nxt[new_key] = target
+                    better = cand < target.value
+                    if better.any():
+                        moves.append(_Move(key, config, has_emb))
+                        target.value = np.where(better, cand, target.value)
+                        target.parent = np.where(better, len(moves) - 1, target.parent)
+                        target.blocks = np.where(better, blocks, target.blocks)
+        for key, cell in nxt.items():
+            if np.isfinite(cell.value[items]):
+                finals[key] = cell
+        layers.append(nxt)
+        if not nxt:
+            break
+    return finals, layers, moves
+
+
+def _key_order(key: tuple) -> tuple:
+    used, placed, successor = key
+    return (used, placed, tuple(sorted(successor)) if successor is not None else ())
+
+
+def _relax(value: np.ndarray, tau: np.ndarray, ok: np.ndarray, head: int, has_emb: bool,
+           items: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """new[l + blocks + head + emb] = min over blocks of value[l] + tau[blocks]."""
+    tau_ok = np.where(ok, tau, INF)
+    n_blocks = len(tau) - 1
+    cand = np.full(items + 1, INF)
+    arg = np.zeros(items + 1, dtype=np.int64)
+    if has_emb:
+        # the stage takes every remaining item: l + blocks + head + 1 == items
+        ell = np.arange(items + 1)
+        blocks = items - 1 - head - ell
+        valid = (blocks >= 0) & (blocks <= n_blocks) & np.isfinite(value)
+        if not valid.any():
+            return None, arg
+        totals = np.where(valid, value + tau_ok[np.clip(blocks, 0, n_blocks)], INF)
+        best = int(np.argmin(totals))
+        if not np.isfinite(totals[best]):
+            return None, arg
+        cand[items] = totals[best]
+        arg[items] = blocks[best]
+        return cand, arg
+    # windows: new[j] = min_k value[j - head - k] + tau[k], j < items (embedding not placed)
+    padded = np.concatenate([np.full(n_blocks, INF), value])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)  # row i: value[i-n..i]
+    sums = windows + tau_ok[::-1]
+    best = np.argmin(sums, axis=1)
+    best_val = sums[np.arange(len(sums)), best]
+    shifted_val = np.full(items + 1, INF)
+    shifted_arg = np.zeros(items + 1, dtype=np.int64)
+    # row i corresponds to new index i + head
+    limit = items - head  # exclusive: new index must be < items
+    rows = min(len(best_val), limit)
+    shifted_val[head:head + rows] = best_val[:rows]
+    shifted_arg[head:head + rows] = n_blocks - best[:rows]
+    if not np.isfinite(shifted_val).any():
+        return None, arg
+    return shifted_val, shifted_arg
+
+
+# --- reconstruction, shares, verification ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _StageChoice:
+    config: StageConfig
+    blocks: int
+    has_head: bool
+    has_emb: bool
+    successor: frozenset[int] | None
+    from_end: int
+
+
+def _trace(problem: _Problem, key: tuple, layers: list[dict[tuple, _Cell]], moves: list[_Move]) -> list[_StageChoice]:
+    """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
+    items = problem.num_blocks + 2
+    out = []
+    ell = items
+    while key[1] > 0:
+        cell = layers[key[1]][key]
+        move = moves[int(cell.parent[ell])]
+        blocks = int(cell.blocks[ell])
+        has_head = move.prev[1] == 0
+        out.append(_StageChoice(move.config, blocks, has_head, move.has_emb, move.prev[2], key[1]))
+        ell -= blocks + int(has_head) + int(move.has_emb)
+        key = move.prev
+    assert ell == 0, "trace must consume every layer"
+    return out
+
+
+def _price(problem: _Problem, choices: list[_StageChoice]) -> tuple[float, float, float]:
+    """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
+    taus, xs = [], []
+    for c in choices:
+        tau, x = problem.stage_cost(c.config, c.from_end, c.has_emb, c.successor)
+        taus.append(float(tau[c.blocks]))
+        xs.append(float(x[c.blocks]))
+    return max(xs) + sum(taus), sum(taus), max(xs)
+
+
+def _build_plan(problem: _Problem, choices: list[_StageChoice]) -> Plan:
+    cluster, b, bundles = problem.cluster, problem.b, problem.bundles
+    next_node = [[beta * n for beta in range(bundles)] for n in problem.bundle_nodes]
+    stages = []
+    first = 0
+    for k, c in enumerate(choices):
+        end = first + c.blocks + int(c.has_emb) + int(c.has_head)
+        types = problem.type_arrays(c.config)
+        replicas_ranks: list[tuple[int, ...]] = []
+        replica_type: list[int] = []
+        for beta in range(bundles):
+            type_index = 0
+            for i, nodes in enumerate(c.config.nodes):
+                if not nodes:
+                    continue
+                group = problem.groups[i]
+                for node in range(next_node[i][beta], next_node[i][beta] + nodes):
+                    for slot in range(group.gpus_per_node // c.config.tp):
+                        base = group.first_rank + node * group.gpus_per_node + slot * c.config.tp
+                        replicas_ranks.append(tuple(range(base, base + c.config.tp)))
+                        replica_type.append(type_index)
+                next_node[i][beta] += nodes
+                type_index += 1
+        # per-replica time and memory cap at this stage's block count, as in stage_cost
+        flags = (c.has_head, c.has_emb)
+        times, caps = [], []
+        for ta in types:
+            tm = float(ta.time[flags][c.blocks])
+            if c.successor is not None:
+                link = slowest([pair_link(cluster, problem.groups[i].name, problem.groups[j].name)
+                                for i in sorted(c.config.groups()) for j in sorted(c.successor)])
+                tm += p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
+            cap = int(ta.in_flight_cap[flags][c.blocks])
+            times.append(tm)
+            caps.append(UNCAPPED if cap >= c.from_end else cap)
+        solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
+                                    [caps[t] for t in replica_type], problem.options.ilp)
+        if not solution.optimal:
+            raise NoFeasiblePlan("the share ILP did not prove optimality")
+        replicas = tuple(Replica(d, n * b, ranks) for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks)))
+        dp = len(replicas)
+        stages.append(Stage(k, (first, end), c.config.tp, 1 if dp > 1 else 0, c.config.recompute, replicas, k,
+                            c.config.tp > 1))
+        first = end
+    return Plan(problem.model, cluster, problem.t, tuple(stages))
+
+
+def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> float:
+    """T >= global batch x (per-sample work of the model, each layer on its fastest GPU type,
+    at the most efficient micro-batch, tp = 1, no recomputation or communication) / GPUs:
+    no plan does less work per sample, and no GPU is busy longer than the step."""
+    b = max(options.micro_batches)
+    s = base.seq_len
+    per_sample = 0.0
+    for layer in model.layers:
+        per_sample += min(layer_time(layer, g.gpu, base.dtype, b, s, 1, False, base.attention, "none",
+                                     g.intra_node, options.params).compute_s
+                          for g in cluster.groups) / b
+    return base.global_batch * per_sample / cluster.num_gpus
+
+
+def choose_bundles(cluster: Cluster, max_bundle_nodes: int) -> int:
+    common = reduce(math.gcd, [g.nodes for g in cluster.groups])
+    total = sum(g.nodes for g in cluster.groups)
+    for r in range(1, common + 1):
+        if common % r == 0 and total // r <= max_bundle_nodes:
+            return r
+    return common
+
+
+def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions()) -> SearchResult:
+    """The fastest plan in the search space (module docstring), proven optimal when the
+    whole cluster is one bundle and the time limit did not bite."""
+    started = time.perf_counter()
+    if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
+            or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
+        raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
+    bundles = choose_bundles(cluster, options.max_bundle_nodes)
+    lower_bound = compute_lower_bound_s(model, cluster, base, options)
+    best: tuple | None = None
+    evaluations = 0
+    complete = True
+    shortfall = None
+    deadline = None if options.time_limit_s is None else started + options.time_limit_s
+    for b in sorted(options.micro_batches):
+        if base.global_batch % b:
+            continue
+        problem = _Problem(model, cluster, base, b, bundles, options)
+        bound = INF
+        upper = best[0] if best else INF
+        while True:
+            finals, layers, moves = _run_dp(problem, bound)
+            if not finals:
+                break
+            round_best = None
+            for key in sorted(finals, key=_key_order):
+                choices = _trace(problem, key, layers, moves)
+                step, sum_tau, max_x = _price(problem, choices)
+                used = sum(sum(c.config.nodes) for c in choices)
+                rank = (step, used, b)
+                if best is None or rank < best[0:3]:
+                    best = (step, used, b, problem, choices)
+                if round_best is None or (sum_tau, max_x) < round_best:
+                    round_best = (sum_tau, max_x)
+            upper = best[0]
+            sum_tau, max_x = round_best
+            bound = min(max_x, upper - sum_tau)
+            bound = bound - abs(bound) * 1e-12 - 1e-15
+            if bound <= 0 or (deadline is not None and time.perf_counter() > deadline):
+                if bound > 0:
+                    complete = False
+                break
+        evaluations += problem.evaluations
+        if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
+            shortfall = problem.smallest_overflow
+        if deadline is not None and time.perf_counter() > deadline:
+            complete = complete and b == max(x for x in options.micro_batches if base.global_batch % x == 0)
+            if not complete:
+                break
+    if best is None:
+        raise _no_plan(shortfall)
+    step, _, _, problem, choices = best
+    plan = _build_plan(problem, choices)
+    problems = structural_problems(plan)
+    assert not problems, f"solver built an invalid plan: {problems}"
+    estimate = evaluate(plan, options.params)
+    assert estimate.fits, "solver built a plan that does not fit"
+    assert abs(estimate.step_time_s - step) <= 1e-6 * step, \
+        f"re-priced step {estimate.step_time_s} differs from the search's {step}"
+    optimal = complete and bundles == 1
+    gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
+    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations,
+                        time.perf_counter() - started, bundles)
+
+
+def _no_plan(shortfall: tuple[float, str] | None) -> NoFeasiblePlan:
+    if shortfall is None:
+        return NoFeasiblePlan("no configuration in the search space fits (the global batch may be "
+                              "smaller than the replicas need, or the layers too few for the stages)")
+    over, gpu = shortfall
+    return NoFeasiblePlan(
+        f"nothing fits: the smallest memory shortfall found is {over / GIB:.1f} GiB on {gpu}; "
+        "try more or larger GPUs, --recompute full, a smaller --micro-batch, or a shorter --seq-len",
+        shortfall_bytes=over, device=gpu)

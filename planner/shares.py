@@ -1,0 +1,155 @@
+"""Uneven batch shares: how many micro-batches each data-parallel replica of a stage takes.
+
+The stage's busy time is the makespan of M identical micro-batches on replicas of
+different speeds, each replica taking at least one and at most what its memory holds.
+`min_makespan` computes it in closed form (vectorised over layer counts, used inside
+the search); `solve_shares_ilp` solves the same problem as an integer program with
+PuLP and returns per-replica shares for the final plan; the two must agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pulp
+
+UNCAPPED = 1 << 40
+
+
+def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
+                 caps: Sequence[np.ndarray]) -> np.ndarray:
+    """Smallest C such that replicas of type g (counts[g] of them, per-micro-batch time
+    times[g], at most caps[g] each, at least one each) can take `total` micro-batches
+    with every replica finishing by C. Vectorised over the arrays' common shape; inf
+    where infeasible. C is always j * times[g] for some type g and load j, and
+    feasibility is monotone in C, so a binary search over j per type finds it.
+    """
+    shape = np.broadcast(*times, *caps).shape
+    best = np.full(shape, np.inf)
+    if total < sum(counts):
+        return best
+    times = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times]
+    caps = [np.broadcast_to(np.asarray(c, dtype=np.int64), shape) for c in caps]
+    capacity = sum(n * c.astype(float) for n, c in zip(counts, caps))
+    possible = capacity >= total
+    for c in caps:
+        possible &= c >= 1
+    for t in times:
+        possible &= np.isfinite(t)
+
+    def feasible(bound: np.ndarray) -> np.ndarray:
+        ok = np.ones(shape, dtype=bool)
+        taken = np.zeros(shape)
+        for n, t, c in zip(counts, times, caps):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                load = np.floor(bound / t * (1 + 1e-12))
+            ok &= load >= 1
+            taken += n * np.minimum(load, c)
+        return ok & (taken >= total)
+
+    for n_g, t_g, c_g in zip(counts, times, caps):
+        lo = np.ones(shape, dtype=np.int64)
+        hi = np.minimum(c_g, -(-total // n_g)).astype(np.int64)
+        hi = np.maximum(hi, 1)
+        # smallest j in [lo, hi] with feasible(j * t_g); if hi infeasible, this type never binds
+        ok_hi = possible & feasible(hi * t_g)
+        while True:
+            active = ok_hi & (lo < hi)
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            ok_mid = feasible(mid * t_g)
+            hi = np.where(active & ok_mid, mid, hi)
+            lo = np.where(active & ~ok_mid, mid + 1, lo)
+        candidate = np.where(ok_hi, lo * t_g, np.inf)
+        best = np.minimum(best, candidate)
+    return np.where(possible, best, np.inf)
+
+
+@dataclass(frozen=True)
+class ShareSolution:
+    makespan_s: float
+    shares: tuple[int, ...]  # micro-batches per replica, in the order given
+    optimal: bool
+
+
+@dataclass(frozen=True)
+class IlpOptions:
+    solver: str = "HiGHS"  # "HiGHS" (highspy) or "CBC" (bundled with PuLP)
+    time_limit_s: float | None = None
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """highspy prints a banner on stdout from C when a model is created, whatever the
+    options say; --json promises nothing but JSON on stdout, so silence fd 1 meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _solver(options: IlpOptions):
+    if options.solver.upper() == "CBC":
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s)
+    return pulp.HiGHS(msg=False, timeLimit=options.time_limit_s)
+
+
+def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: Sequence[int],
+                     options: IlpOptions = IlpOptions()) -> ShareSolution:
+    """Integer program for the shares of one stage, aggregated by replica speed class.
+
+    1. Variables: per class g, k_g (largest load of one replica, integer) and m_g (the
+       class's micro-batches, integer); C, the makespan.
+    2. Objective: minimise C.
+    3. Constraints: (a) k_g t_g <= C; (b) m_g <= n_g k_g; (c) m_g >= n_g (each replica at
+       least one); (d) k_g <= cap_g (memory); (e) sum_g m_g = total.
+    Accepts only a proven-optimal solution; shares are then spread evenly inside a class.
+    """
+    classes: dict[tuple[float, int], list[int]] = {}
+    for index, (t, cap) in enumerate(zip(replica_times, replica_caps)):
+        classes.setdefault((t, cap), []).append(index)
+    keys = sorted(classes)
+    prob = pulp.LpProblem("stage_shares", pulp.LpMinimize)
+    # 1. variables
+    makespan = pulp.LpVariable("C", lowBound=0)
+    load = {i: pulp.LpVariable(f"k_{i}", lowBound=1, upBound=min(cap, total), cat="Integer")
+            for i, (t, cap) in enumerate(keys)}
+    assigned = {i: pulp.LpVariable(f"m_{i}", lowBound=0, upBound=total, cat="Integer")
+                for i in range(len(keys))}
+    # 2. objective
+    prob += makespan
+    # 3. constraints
+    for i, (t, _cap) in enumerate(keys):
+        n = len(classes[keys[i]])
+        prob += load[i] * t <= makespan, f"a_makespan_{i}"
+        prob += assigned[i] <= n * load[i], f"b_class_capacity_{i}"
+        prob += assigned[i] >= n, f"c_at_least_one_each_{i}"
+    prob += pulp.lpSum(assigned.values()) == total, "e_all_microbatches"
+    with _quiet_stdout():
+        prob.solve(_solver(options))
+    optimal = prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal
+    if prob.status != pulp.LpStatusOptimal:
+        raise ValueError(f"share ILP not solved: {pulp.LpStatus[prob.status]}")
+    shares = [0] * len(replica_times)
+    worst = 0.0
+    for i, key in enumerate(keys):
+        members = classes[key]
+        m = int(round(assigned[i].value()))
+        base, extra = divmod(m, len(members))
+        for j, index in enumerate(members):
+            shares[index] = base + (1 if j < extra else 0)
+        if m:
+            worst = max(worst, (base + (1 if extra else 0)) * key[0])
+    return ShareSolution(worst, tuple(shares), optimal)
