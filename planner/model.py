@@ -296,7 +296,7 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
         positions = pos(("n_positions", "max_position_embeddings"))
         ffn = pos(("n_inner",), required=False) or 4 * hidden  # GPT-2 defines null as 4h
         kv_heads = heads
-        dropout = any(_rate(data, k, where) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
+        dropout = any([_rate(data, k, where) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")])
         kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", True, where),
                       norm="layernorm", linear_bias=True, learned_positions=True, dropout=dropout)
     else:

@@ -290,7 +290,7 @@ def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[d
                 head = 1 if placed == 0 else 0
                 for has_emb in (False, True):
                     tau, x = problem.stage_cost(config, placed + 1, has_emb, successor)
-                    ok = x <= bound
+                    ok = np.isfinite(x) & (x <= bound)
                     if not ok.any():
                         continue
                     cand, blocks = _relax(cell.value, tau, ok, head, has_emb, items)

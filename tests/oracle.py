@@ -1,0 +1,80 @@
+"""Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
+
+Independent of planner.search: it enumerates every plan (micro-batch, ordered stages on
+disjoint node sets, tp and recompute per stage, contiguous layer split, every share
+vector) and prices each with planner.evaluate.evaluate.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations, product
+
+from planner.evaluate import evaluate
+from planner.hardware import Cluster
+from planner.model import Model
+from planner.plan import Plan, Replica, Stage, Training
+
+
+def compositions(total: int, parts: int):
+    """Ordered ways to write `total` as `parts` positive integers."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(1, total - parts + 2):
+        for rest in compositions(total - first, parts - 1):
+            yield (first,) + rest
+
+
+def node_assignments(num_nodes: int, stages: int):
+    """Each node to a stage (0..stages-1) or idle (-1), every stage non-empty."""
+    for labels in product(range(-1, stages), repeat=num_nodes):
+        if all(k in labels for k in range(stages)):
+            yield labels
+
+
+def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
+                recompute_modes) -> tuple[float, Plan | None, int]:
+    nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
+    items = model.num_layers
+    heads = model.config.num_heads
+    best, best_plan, count = float("inf"), None, 0
+    for b in micro_batches:
+        if base.global_batch % b:
+            continue
+        m_total = base.global_batch // b
+        training = Training(base.global_batch, base.seq_len, base.dtype, b, "1f1b", 1, base.attention)
+        for stages in range(1, min(len(nodes), items) + 1):
+            for labels in node_assignments(len(nodes), stages):
+                members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
+                options = []
+                for mem in members:
+                    gpn = {g.gpus_per_node for g, _ in mem}
+                    tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
+                    options.append([(tp, rc) for tp in tps for rc in recompute_modes])
+                for choice in product(*options):
+                    replica_ranks = []
+                    for mem, (tp, _) in zip(members, choice):
+                        ranks = []
+                        for g, n in mem:
+                            for slot in range(g.gpus_per_node // tp):
+                                base_rank = g.first_rank + n * g.gpus_per_node + slot * tp
+                                ranks.append(tuple(range(base_rank, base_rank + tp)))
+                        replica_ranks.append(ranks)
+                    if any(len(r) > m_total for r in replica_ranks):
+                        continue
+                    for cuts in combinations(range(1, items), stages - 1):
+                        bounds = list(zip((0,) + cuts, cuts + (items,)))
+                        share_options = [list(compositions(m_total, len(r))) for r in replica_ranks]
+                        for shares in product(*share_options):
+                            plan_stages = []
+                            for k, ((first, end), (tp, rc), ranks, sh) in enumerate(
+                                    zip(bounds, choice, replica_ranks, shares)):
+                                replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
+                                plan_stages.append(Stage(k, (first, end), tp, 1 if len(replicas) > 1 else 0, rc,
+                                                         replicas, k, tp > 1))
+                            plan = Plan(model, cluster, training, tuple(plan_stages))
+                            est = evaluate(plan)
+                            count += 1
+                            if est.fits and est.step_time_s < best:
+                                best, best_plan = est.step_time_s, plan
+    return best, best_plan, count
