@@ -55,6 +55,10 @@ class PlannerGroup(click.Group):
         except NoFeasiblePlan as exc:
             _err(f"no feasible plan: {exc.message}")
             sys.exit(EXIT_INFEASIBLE)
+        except click.UsageError as exc:
+            hint = f" (see `{ctx.command_path} --help`)" if ctx else ""
+            _err(f"{exc.format_message()}{hint}")
+            sys.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
         except RecursionError:

@@ -217,8 +217,11 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             gpu = _gpu_of(cluster, replica.ranks)
             p = params_for(gpu)
             tp_nodes = nodes_of(cluster, replica.ranks)
+            tp_groups: dict[str, int] = {}
+            for g, _ in tp_nodes:
+                tp_groups[g] = tp_groups.get(g, 0) + 1
             tp_link = (cluster.group(next(iter(tp_nodes))[0]).intra_node if len(tp_nodes) == 1
-                       else collective_links(cluster, {g: 1 for g, _ in tp_nodes})[1])
+                       else collective_links(cluster, tp_groups)[1])
             cost = _ReplicaCost()
             weight_params = acts_per_mb = transient = 0.0
             for st in rank_chunks:
@@ -296,7 +299,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     n_btl = busy[k_star] / btl.per_microbatch_s if btl.per_microbatch_s > 0 else 0.0
     breakdown = {"compute": n_btl * btl.compute_s, "tp_comm": n_btl * btl.tp_comm_s,
                  "pp_comm": n_btl * btl.pp_comm_s, "dp_comm": exposed_dp[k_star] + n_btl * btl.zero_comm_s,
-                 "bubble": step_s - busy[k_star] - tails[k_star], "optimizer": optimizer[k_star]}
+                 "bubble": (sum(latencies) - latencies[k_star]) / v, "optimizer": optimizer[k_star]}
 
     used = plan.used_ranks()
     tokens = t.global_batch * s

@@ -274,8 +274,6 @@ def test_step_time_is_positive_and_its_parts_sum_to_it(layout, with_link):
     assert 0 < est.mfu < 1
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate.py prices a TP group spanning nodes of one node group "
-                   "at the intra-node link: collective_links gets {group: 1}, so no inter-node candidate")
 def test_tensor_parallel_group_across_nodes_pays_the_inter_node_link():
     model = load_model("llama-3-8b")
     training = Training(8, 4096, "bf16", 1)
