@@ -197,6 +197,125 @@ def _require(value: Any, flag: str) -> Any:
     return value
 
 
+# --- plan ------------------------------------------------------------------------------------
+
+DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
+
+
+@main.command("plan")
+@_common_options
+@click.option("--micro-batch", "micro_batches", type=int, multiple=True,
+              help="Micro-batch sizes to search (repeatable) [default: 1 2 4 8].")
+@click.option("--time-limit", type=float, default=None, help="Stop the search after S seconds and report the gap.")
+@click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Clusters with more nodes are searched as identical bundles of at most this many nodes.")
+@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
+              help="MILP solver for the batch shares.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
+@click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
+def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, time_limit,
+                 max_bundle_nodes, solver, as_json, output) -> None:
+    """Find the fastest plan for a model on a (mixed) cluster, and prove it.
+
+    Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
+
+    \b
+    Examples:
+      planner plan
+      planner plan --model llama-3-70b --cluster h100-a100-v100 --global-batch 1024 \\
+          --seq-len 4096 -o plan.json
+    """
+    from .search import SolverOptions, solve
+    from .shares import IlpOptions
+
+    model = load_model(model_name or DEFAULT_PLAN["model"])
+    cluster = load_cluster(cluster_name or DEFAULT_PLAN["cluster"])
+    global_batch = _require(global_batch or DEFAULT_PLAN["global_batch"], "--global-batch")
+    seq_len = _require(seq_len or DEFAULT_PLAN["seq_len"], "--seq-len")
+    if time_limit is not None and time_limit <= 0:
+        raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
+    for b in micro_batches:
+        _require(b, "--micro-batch")
+    dtype = resolve_dtype(cluster, dtype)
+    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, attention)
+    check_training_inputs(model, base)
+    options = SolverOptions(micro_batches=tuple(sorted(set(micro_batches))) or (1, 2, 4, 8),
+                            max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
+                            ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"))
+    if not any(global_batch % b == 0 for b in options.micro_batches):
+        raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
+                       f"{global_batch}", "--global-batch")
+    result = solve(model, cluster, base, options)
+    problems = structural_problems(result.plan)
+    if problems or not result.estimate.fits:  # checked in the solver too; never print a bad plan
+        raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
+    data = plan_json(result)
+    if as_json or output:
+        _emit_json(data, output, as_json)
+    if not as_json:
+        print_plan(result)
+        if output:
+            _stdout().print(f"plan written to {output}")
+
+
+def plan_json(result) -> dict:
+    from .plan import plan_to_json
+
+    est = result.estimate
+    predicted = {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
+                 "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
+                 "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
+                 "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())}}
+    return plan_to_json(result.plan, predicted, result.solver_json())
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0,1,2,3,8,9] -> '0-3,8-9'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}-{r}" if r != start else str(start))
+            start = None
+    return ",".join(parts)
+
+
+def print_plan(result) -> None:
+    console = _stdout()
+    plan, est = result.plan, result.estimate
+    t = plan.training
+    cluster = plan.cluster
+    console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
+                  f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
+                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}")
+    stages = Table(title="Stages")
+    for col in ("stage", "layers", "GPUs", "tp", "dp", "recompute", "ranks", "samples per replica", "peak GiB / cap"):
+        stages.add_column(col, justify="left" if col in ("GPUs", "ranks", "recompute", "samples per replica") else "right")
+    for s in plan.stages:
+        by_gpu: dict[str, list] = {}
+        for r in s.replicas:
+            by_gpu.setdefault(cluster.group_of_rank(r.ranks[0]).gpu.name, []).append(r)
+        gpus = ", ".join(f"{len(rs) * s.tp}x {g}" for g, rs in by_gpu.items())
+        shares = ", ".join(f"{g}: " + "/".join(str(x) for x in sorted({r.batch_share for r in rs}, reverse=True))
+                           for g, rs in by_gpu.items())
+        ranks = sorted(x for r in s.replicas for x in r.ranks)
+        mem = " ".join(f"{max(est.memory_by_rank[r.ranks[0]].total_bytes for r in rs) / GIB:.1f}/"
+                       f"{cluster.group_of_rank(rs[0].ranks[0]).gpu.memory_bytes / GIB:.0f}"
+                       for g, rs in by_gpu.items())
+        first, end = s.layers
+        names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
+        stages.add_row(str(s.index), f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), s.recompute,
+                       _ranges(ranks), shares, mem)
+    console.print(stages)
+    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
+                  f"bubble {est.bubble_fraction:.1%}   "
+                  + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
+    status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
+    console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
+                  + (f"; searched as {result.bundles} identical bundles" if result.bundles > 1 else ""))
+
+
 # --- evaluate --------------------------------------------------------------------------------
 
 
