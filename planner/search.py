@@ -47,7 +47,7 @@ import numpy as np
 from .cost import DEFAULT_PARAMS, CostParams, hierarchical_allreduce_s, layer_time, model_state_bytes, optimizer_step_s
 from .errors import BadInput, NoFeasiblePlan
 from .evaluate import Estimate, collective_links, evaluate, p2p_s, pair_link, slowest
-from .hardware import GIB, Cluster, NodeGroup
+from .hardware import GIB, Cluster, Link, NodeGroup
 from .model import DTYPE_BYTES, Layer, Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import UNCAPPED, IlpOptions, min_makespan, solve_shares_ilp
@@ -60,7 +60,8 @@ class SolverOptions:
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
-    max_bundle_nodes: int = 8  # the largest bundle searched; clusters up to this are exact
+    max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
+    max_bundle_nodes: int = 4  # larger clusters: identical bundles of at most this many nodes
     max_stages: int = 16
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
@@ -128,6 +129,11 @@ class _Problem:
         self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
         self.blocks = np.arange(self.num_blocks + 1, dtype=float)
         self._types: dict[StageConfig, list[_TypeArrays] | None] = {}
+        self.config_list: list[StageConfig] = []
+        self._config_ids: dict[StageConfig, int] = {}
+        self._fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = {}
+        self.signatures: list[tuple[Link, ...]] = []
+        self._signature_ids: dict[tuple, int] = {}
         self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.evaluations = 0
         self.smallest_overflow: tuple[float, str] | None = None
@@ -159,6 +165,7 @@ class _Problem:
         dp = sum(counts.values())
         zero = 1 if dp > 1 else 0
         out = []
+        config_worst = (-INF, "")
         n = self.blocks
         for i, count in counts.items():
             group = self.groups[i]
@@ -176,6 +183,7 @@ class _Problem:
             if config.recompute == "full":
                 transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
             times, bwds, params, caps = {}, {}, {}, {}
+            worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 hh, ee = float(has_head), float(has_emb)
                 times[(has_head, has_emb)] = (n * (dec.compute_s + dec.tp_comm_s) + hh * (head.compute_s + head.tp_comm_s)
@@ -192,22 +200,64 @@ class _Problem:
                     cap = np.where(acts > 0, np.floor(free / np.where(acts > 0, acts, 1.0)), UNCAPPED)
                 cap = np.where(free < 0, 0, np.minimum(cap, UNCAPPED)).astype(np.int64)
                 caps[(has_head, has_emb)] = cap
-                overflow = float(np.min(np.where(cap < 1, acts - free, INF)))
-                if overflow < INF and (self.smallest_overflow is None or overflow < self.smallest_overflow[0]):
-                    if not (cap >= 1).any():
-                        self.smallest_overflow = (overflow, gpu.name)
+                if (has_head, has_emb) == (False, False):
+                    # some stage must hold this many blocks; its overflow with one
+                    # micro-batch in flight is what a "does not fit" message reports
+                    need = -(-self.num_blocks // max(1, min(self.options.max_stages, sum(self.bundle_nodes))))
+                    over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
+                    worst = max(worst, (over, gpu.name))
             boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
             out.append(_TypeArrays(count, group, times, bwds, params, caps, boundary, p))
+            config_worst = max(config_worst, worst)
+        if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
+            self.smallest_overflow = config_worst
         self._types[config] = out
         return out
 
-    def stage_cost(self, config: StageConfig, stage_from_end: int, has_emb: bool,
-                   successor: frozenset[int] | None) -> tuple[np.ndarray, np.ndarray]:
-        """(tau, X) over block counts for a stage placed `stage_from_end` (1 = last stage)."""
+    def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
+        """(config id, nodes used after it, its signature id) for every config that fits."""
+        if used not in self._fitting:
+            out = []
+            for config in self.configs(used):
+                if config not in self._config_ids:
+                    self._config_ids[config] = len(self.config_list)
+                    self.config_list.append(config)
+                new_used = tuple(u + n for u, n in zip(used, config.nodes))
+                out.append((self._config_ids[config], new_used, self.signature_id(config.groups())))
+            self._fitting[used] = out
+        return self._fitting[used]
+
+    def signature_id(self, groups: frozenset[int]) -> int:
+        sig = self.signature(groups)
+        key = tuple((l.bandwidth_bytes_per_s, l.latency_s, l.kind) for l in sig)
+        if key not in self._signature_ids:
+            self._signature_ids[key] = len(self.signatures)
+            self.signatures.append(sig)
+        return self._signature_ids[key]
+
+    def signature(self, groups: frozenset[int]) -> tuple[Link, ...]:
+        """How a stage on `groups` looks to the stage before it: the boundary link from each
+        group. Successors with equal signatures are interchangeable in the DP."""
+        return tuple(slowest([pair_link(self.cluster, g.name, self.groups[j].name) for j in sorted(groups)])
+                     for g in self.groups)
+
+    def boundary(self, config: StageConfig, successor: tuple[Link, ...]) -> Link:
+        """evaluate.boundary_link: the slowest pair between this stage and its successor."""
+        return slowest([successor[i] for i in sorted(config.groups())])
+
+    def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool,
+                   successor_id: int) -> tuple[np.ndarray, np.ndarray, float | None, float]:
+        """(tau, X, slope) over block counts for a stage placed `stage_from_end` (1 = last
+        stage) before a successor with signature `successor_id` (-1: none). `slope` is set
+        when tau is affine in the block count (one replica type), else None; the last item
+        is the smallest X over block counts."""
         has_head = stage_from_end == 1
-        key = (config, min(stage_from_end, self.microbatches), has_head, has_emb, successor)
-        if key in self._stage:
-            return self._stage[key]
+        key = (cid, min(stage_from_end, self.microbatches), has_head, has_emb, successor_id)
+        cached = self._stage.get(key)
+        if cached is not None:
+            return cached
+        config = self.config_list[cid]
+        successor = self.signatures[successor_id] if successor_id >= 0 else None
         self.evaluations += 1
         types = self.type_arrays(config)
         flags = (has_head, has_emb)
@@ -215,10 +265,8 @@ class _Problem:
         times, caps = [], []
         for ta in types:
             tm = ta.time[flags]
-            if successor is not None:  # evaluate.boundary_link: slowest pair between the stages
-                link = slowest([pair_link(self.cluster, self.groups[i].name, self.groups[j].name)
-                                for i in sorted(config.groups()) for j in sorted(successor)])
-                tm = tm + p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
+            if successor is not None:
+                tm = tm + p2p_s(ta.boundary_bytes, self.boundary(config, successor), False, ta.cost_params)
             times.append(tm)
             cap = ta.in_flight_cap[flags]
             caps.append(np.where(cap >= in_flight, UNCAPPED, cap))
@@ -246,8 +294,11 @@ class _Problem:
         if not has_head and not has_emb:
             x = x.copy()
             x[0] = INF  # a stage holds at least one layer
-        self._stage[key] = (tau, x)
-        return tau, x
+        slope = None
+        if len(types) == 1 and len(tau) > 1:
+            slope = float(tau[1] - tau[0])
+        self._stage[key] = (tau, x, slope, float(x.min()))
+        return self._stage[key]
 
 
 # --- the dynamic programme for one bound W ---------------------------------------------------
@@ -256,22 +307,25 @@ class _Problem:
 @dataclass
 class _Cell:
     value: np.ndarray  # min sum tau over items placed from the end (0..L+2)
-    parent: np.ndarray  # index into `moves` per item count
-    blocks: np.ndarray
+    parent: np.ndarray  # index into `moves` per item count (-1: none)
 
 
 @dataclass(frozen=True)
 class _Move:
     prev: tuple
-    config: StageConfig
+    cid: int
     has_emb: bool
 
 
 def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[dict[tuple, _Cell]], list[_Move]]:
-    """All states reachable with every stage's X <= bound; value = min sum tau."""
+    """All states reachable with every stage's X <= bound; value = min sum tau.
+
+    A state is (nodes used per group, stages placed, signature id of the last placed
+    stage); its value is an array over the number of layer items placed from the end.
+    """
     items = problem.num_blocks + 2
-    start_key = (tuple(0 for _ in problem.bundle_nodes), 0, None)
-    start = _Cell(np.full(items + 1, INF), np.full(items + 1, -1), np.zeros(items + 1, dtype=np.int64))
+    start_key = (tuple(0 for _ in problem.bundle_nodes), 0, -1)
+    start = _Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
     start.value[0] = 0.0
     layers: list[dict[tuple, _Cell]] = [{start_key: start}]
     moves: list[_Move] = []
@@ -279,34 +333,30 @@ def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[d
     max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
     for placed in range(max_stages):
         nxt: dict[tuple, _Cell] = {}
-        for key in sorted(layers[placed], key=_key_order):
+        head = 1 if placed == 0 else 0
+        for key in sorted(layers[placed]):
             cell = layers[placed][key]
             used, _, successor = key
             if not np.isfinite(cell.value[:items]).any():
                 continue
-            for config in problem.configs(used):
-                new_used = tuple(u + n for u, n in zip(used, config.nodes))
-                new_key = (new_used, placed + 1, config.groups())
-                head = 1 if placed == 0 else 0
+            for cid, new_used, sig in problem.transitions(used):
                 for has_emb in (False, True):
-                    tau, x = problem.stage_cost(config, placed + 1, has_emb, successor)
-                    ok = np.isfinite(x) & (x <= bound)
-                    if not ok.any():
+                    tau, x, slope, x_min = problem.stage_cost(cid, placed + 1, has_emb, successor)
+                    if x_min > bound:
                         continue
-                    cand, blocks = _relax(cell.value, tau, ok, head, has_emb, items)
+                    cand = _relax(cell.value, tau, x, slope, bound, head, has_emb, items)
                     if cand is None:
                         continue
+                    new_key = (new_used, placed + 1, sig)
                     target = nxt.get(new_key)
                     if target is None:
-                        target = _Cell(np.full(items + 1, INF), np.full(items + 1, -1),
-                                       np.zeros(items + 1, dtype=np.int64))
+                        target = _Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
                         nxt[new_key] = target
                     better = cand < target.value
                     if better.any():
-                        moves.append(_Move(key, config, has_emb))
-                        target.value = np.where(better, cand, target.value)
-                        target.parent = np.where(better, len(moves) - 1, target.parent)
-                        target.blocks = np.where(better, blocks, target.blocks)
+                        moves.append(_Move(key, cid, has_emb))
+                        np.copyto(target.value, cand, where=better)
+                        target.parent[better] = len(moves) - 1
         for key, cell in nxt.items():
             if np.isfinite(cell.value[items]):
                 finals[key] = cell
@@ -316,48 +366,83 @@ def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[d
     return finals, layers, moves
 
 
-def _key_order(key: tuple) -> tuple:
-    used, placed, successor = key
-    return (used, placed, tuple(sorted(successor)) if successor is not None else ())
+def _window_min(values: np.ndarray, width: int) -> np.ndarray:
+    """out[q] = min(values[q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
+    acc = values
+    span = 1
+    while span * 2 <= width:
+        shifted = np.concatenate([np.full(span, INF), acc[:-span]]) if span < len(acc) else np.full(len(acc), INF)
+        acc = np.minimum(acc, shifted)
+        span *= 2
+    rest = width - span
+    if rest:
+        shifted = np.concatenate([np.full(rest, INF), acc[:-rest]]) if rest < len(acc) else np.full(len(acc), INF)
+        acc = np.minimum(acc, shifted)
+    return acc
 
 
-def _relax(value: np.ndarray, tau: np.ndarray, ok: np.ndarray, head: int, has_emb: bool,
-           items: int) -> tuple[np.ndarray | None, np.ndarray]:
-    """new[l + blocks + head + emb] = min over blocks of value[l] + tau[blocks]."""
-    tau_ok = np.where(ok, tau, INF)
+def _relax(value: np.ndarray, tau: np.ndarray, x: np.ndarray, slope: float | None, bound: float,
+           head: int, has_emb: bool, items: int) -> np.ndarray | None:
+    """cand[l + blocks + head + emb] = min over allowed blocks of value[l] + tau[blocks],
+    where a block count is allowed when the stage's X is finite and <= bound."""
+    ok = x <= bound  # inf <= bound is False unless bound is inf
+    if bound == INF:
+        ok &= np.isfinite(x)
+    allowed = np.flatnonzero(ok)
+    if allowed.size == 0:
+        return None
     n_blocks = len(tau) - 1
-    cand = np.full(items + 1, INF)
-    arg = np.zeros(items + 1, dtype=np.int64)
     if has_emb:
         # the stage takes every remaining item: l + blocks + head + 1 == items
-        ell = np.arange(items + 1)
+        ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
         blocks = items - 1 - head - ell
-        valid = (blocks >= 0) & (blocks <= n_blocks) & np.isfinite(value)
-        if not valid.any():
-            return None, arg
-        totals = np.where(valid, value + tau_ok[np.clip(blocks, 0, n_blocks)], INF)
-        best = int(np.argmin(totals))
-        if not np.isfinite(totals[best]):
-            return None, arg
-        cand[items] = totals[best]
-        arg[items] = blocks[best]
-        return cand, arg
-    # windows: new[j] = min_k value[j - head - k] + tau[k], j < items (embedding not placed)
-    padded = np.concatenate([np.full(n_blocks, INF), value])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)  # row i: value[i-n..i]
-    sums = windows + tau_ok[::-1]
-    best = np.argmin(sums, axis=1)
-    best_val = sums[np.arange(len(sums)), best]
-    shifted_val = np.full(items + 1, INF)
-    shifted_arg = np.zeros(items + 1, dtype=np.int64)
-    # row i corresponds to new index i + head
-    limit = items - head  # exclusive: new index must be < items
-    rows = min(len(best_val), limit)
-    shifted_val[head:head + rows] = best_val[:rows]
-    shifted_arg[head:head + rows] = n_blocks - best[:rows]
-    if not np.isfinite(shifted_val).any():
-        return None, arg
-    return shifted_val, shifted_arg
+        inside = blocks <= n_blocks
+        ell, blocks = ell[inside], blocks[inside]
+        totals = np.where(ok[blocks], value[ell] + tau[blocks], INF)
+        best = totals.min() if totals.size else INF
+        if not np.isfinite(best):
+            return None
+        cand = np.full(items + 1, INF)
+        cand[items] = best
+        return cand
+    low, high = int(allowed[0]), int(allowed[-1])
+    cand = np.full(items + 1, INF)
+    if slope is not None and high - low + 1 == allowed.size:
+        # tau affine, allowed blocks contiguous: a sliding-window minimum of
+        # value[l] - slope * l gives every target in O(items log window)
+        ell = np.arange(items + 1, dtype=float)
+        shifted = _window_min(value - slope * ell, high - low + 1)
+        intercept = float(tau[low]) - slope * low
+        targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
+        if targets.size == 0:
+            return None
+        q = targets - head - low
+        cand[targets] = intercept + slope * (targets - head) + shifted[q]
+    else:
+        tau_ok = np.where(ok, tau, INF)
+        padded = np.concatenate([np.full(n_blocks, INF), value])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)
+        sums = (windows + tau_ok[::-1]).min(axis=1)
+        rows = items - head
+        cand[head:head + rows] = sums[:rows]
+        cand[items] = INF
+    if not np.isfinite(cand).any():
+        return None
+    return cand
+
+
+def _choose_blocks(value: np.ndarray, tau: np.ndarray, x: np.ndarray, bound: float, head: int,
+                   has_emb: bool, target: int) -> int:
+    """The block count a stage took to reach item count `target` (smallest on ties)."""
+    best, best_k = INF, -1
+    for k in range(len(tau)):
+        if not (x[k] <= bound and np.isfinite(x[k])):
+            continue
+        ell = target - head - k - int(has_emb)
+        if 0 <= ell and value[ell] + tau[k] < best:
+            best, best_k = value[ell] + tau[k], k
+    assert best_k >= 0, "a traced move must have a block count"
+    return best_k
 
 
 # --- reconstruction, shares, verification ---------------------------------------------------
@@ -365,15 +450,17 @@ def _relax(value: np.ndarray, tau: np.ndarray, ok: np.ndarray, head: int, has_em
 
 @dataclass(frozen=True)
 class _StageChoice:
+    cid: int
     config: StageConfig
     blocks: int
     has_head: bool
     has_emb: bool
-    successor: frozenset[int] | None
+    successor: int  # signature id of the next stage, -1 for the last stage
     from_end: int
 
 
-def _trace(problem: _Problem, key: tuple, layers: list[dict[tuple, _Cell]], moves: list[_Move]) -> list[_StageChoice]:
+def _trace(problem: _Problem, key: tuple, layers: list[dict[tuple, _Cell]], moves: list[_Move],
+           bound: float) -> list[_StageChoice]:
     """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
     items = problem.num_blocks + 2
     out = []
@@ -381,9 +468,12 @@ def _trace(problem: _Problem, key: tuple, layers: list[dict[tuple, _Cell]], move
     while key[1] > 0:
         cell = layers[key[1]][key]
         move = moves[int(cell.parent[ell])]
-        blocks = int(cell.blocks[ell])
         has_head = move.prev[1] == 0
-        out.append(_StageChoice(move.config, blocks, has_head, move.has_emb, move.prev[2], key[1]))
+        prev_cell = layers[move.prev[1]][move.prev]
+        tau, x, _, _ = problem.stage_cost(move.cid, key[1], move.has_emb, move.prev[2])
+        blocks = _choose_blocks(prev_cell.value, tau, x, bound, int(has_head), move.has_emb, ell)
+        out.append(_StageChoice(move.cid, problem.config_list[move.cid], blocks, has_head, move.has_emb,
+                                move.prev[2], key[1]))
         ell -= blocks + int(has_head) + int(move.has_emb)
         key = move.prev
     assert ell == 0, "trace must consume every layer"
@@ -394,7 +484,7 @@ def _price(problem: _Problem, choices: list[_StageChoice]) -> tuple[float, float
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        tau, x = problem.stage_cost(c.config, c.from_end, c.has_emb, c.successor)
+        tau, x, _, _ = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor)
         taus.append(float(tau[c.blocks]))
         xs.append(float(x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)
@@ -428,10 +518,9 @@ def _build_plan(problem: _Problem, choices: list[_StageChoice]) -> Plan:
         times, caps = [], []
         for ta in types:
             tm = float(ta.time[flags][c.blocks])
-            if c.successor is not None:
-                link = slowest([pair_link(cluster, problem.groups[i].name, problem.groups[j].name)
-                                for i in sorted(c.config.groups()) for j in sorted(c.successor)])
-                tm += p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
+            if c.successor >= 0:
+                tm += p2p_s(ta.boundary_bytes, problem.boundary(c.config, problem.signatures[c.successor]), False,
+                            ta.cost_params)
             cap = int(ta.in_flight_cap[flags][c.blocks])
             times.append(tm)
             caps.append(UNCAPPED if cap >= c.from_end else cap)
@@ -461,9 +550,14 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
     return base.global_batch * per_sample / cluster.num_gpus
 
 
-def choose_bundles(cluster: Cluster, max_bundle_nodes: int) -> int:
+def choose_bundles(cluster: Cluster, max_exact_nodes: int, max_bundle_nodes: int) -> int:
+    """1 (the whole cluster, exact) when it has at most `max_exact_nodes` nodes; else the
+    fewest identical bundles of at most `max_bundle_nodes` nodes (or the smallest bundles
+    the node counts allow)."""
     common = reduce(math.gcd, [g.nodes for g in cluster.groups])
     total = sum(g.nodes for g in cluster.groups)
+    if total <= max_exact_nodes:
+        return 1
     for r in range(1, common + 1):
         if common % r == 0 and total // r <= max_bundle_nodes:
             return r
@@ -477,7 +571,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
-    bundles = choose_bundles(cluster, options.max_bundle_nodes)
+    bundles = choose_bundles(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     lower_bound = compute_lower_bound_s(model, cluster, base, options)
     best: tuple | None = None
     evaluations = 0
@@ -488,37 +582,49 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         if base.global_batch % b:
             continue
         problem = _Problem(model, cluster, base, b, bundles, options)
-        bound = INF
-        upper = best[0] if best else INF
-        while True:
+
+        def explore(bound: float) -> tuple[float, float] | None:
+            """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
+            nonlocal best
             finals, layers, moves = _run_dp(problem, bound)
             if not finals:
-                break
-            round_best = None
-            for key in sorted(finals, key=_key_order):
-                choices = _trace(problem, key, layers, moves)
+                return None
+            found = None
+            for key in sorted(finals):
+                choices = _trace(problem, key, layers, moves, bound)
                 step, sum_tau, max_x = _price(problem, choices)
                 used = sum(sum(c.config.nodes) for c in choices)
-                rank = (step, used, b)
-                if best is None or rank < best[0:3]:
+                if best is None or (step, used, b) < best[0:3]:
                     best = (step, used, b, problem, choices)
-                if round_best is None or (sum_tau, max_x) < round_best:
-                    round_best = (sum_tau, max_x)
-            upper = best[0]
-            sum_tau, max_x = round_best
-            bound = min(max_x, upper - sum_tau)
-            bound = bound - abs(bound) * 1e-12 - 1e-15
-            if bound <= 0 or (deadline is not None and time.perf_counter() > deadline):
-                if bound > 0:
-                    complete = False
-                break
-        evaluations += problem.evaluations
+                if found is None or (sum_tau, max_x) < found:
+                    found = (sum_tau, max_x)
+            return found
+
+        first = explore(INF)
         if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
             shortfall = problem.smallest_overflow
-        if deadline is not None and time.perf_counter() > deadline:
-            complete = complete and b == max(x for x in options.micro_batches if base.global_batch % x == 0)
-            if not complete:
+        if first is None:
+            evaluations += problem.evaluations
+            continue
+        # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
+        # least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
+        # with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
+        # T >= best, so the next bound is just below min(X_p, best - S); when no plan
+        # remains under the bound, the best plan seen is optimal.
+        found = first
+        while found is not None:
+            if deadline is not None and time.perf_counter() > deadline:
+                complete = False
                 break
+            sum_tau, max_x = found
+            bound = min(max_x, best[0] - sum_tau)
+            bound -= abs(bound) * 1e-12 + 1e-15
+            if bound <= 0:
+                break
+            found = explore(bound)
+        evaluations += problem.evaluations
+        if not complete:
+            break
     if best is None:
         raise _no_plan(shortfall)
     step, _, _, problem, choices = best
@@ -536,11 +642,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
 
 
 def _no_plan(shortfall: tuple[float, str] | None) -> NoFeasiblePlan:
-    if shortfall is None:
+    if shortfall is None or shortfall[0] <= 0:
         return NoFeasiblePlan("no configuration in the search space fits (the global batch may be "
                               "smaller than the replicas need, or the layers too few for the stages)")
     over, gpu = shortfall
     return NoFeasiblePlan(
         f"nothing fits: the smallest memory shortfall found is {over / GIB:.1f} GiB on {gpu}; "
-        "try more or larger GPUs, --recompute full, a smaller --micro-batch, or a shorter --seq-len",
+        "add GPUs or use larger ones, or shorten --seq-len (the search already tried full recomputation, "
+        "ZeRO-1 and the smallest micro-batch)",
         shortfall_bytes=over, device=gpu)
