@@ -1,0 +1,142 @@
+"""Plan quality: the solver's predicted throughput against three baselines, per cluster.
+
+    python benchmarks/plan_quality.py
+
+(a) uniform: the best heterogeneity-blind configuration a Megatron-LM user would launch:
+    the same tp/pp/dp everywhere over all GPUs, even layers, even batch (every tp, pp,
+    micro-batch 1/2/4/8, recompute none/full, ZeRO 0/1, 1F1B or interleaved V=2);
+(b) fastest-only: the solver's plan on the nodes of the fastest GPU type alone;
+(c) proportional: a Metis-style heuristic: one pipeline stage per node group (both
+    orders: fastest first and slowest first), layers split in proportion to each group's
+    peak FLOP/s, even batch inside a stage, every per-stage tp, micro-batch and recompute.
+Every candidate is priced by planner.evaluate and must fit in memory. Prints tokens/s and
+the solver's speed-up over each baseline; targets: >= 1.3x over (a) on the A100 + V100
+cluster and >= 1.0x over (b) and (c) everywhere.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from itertools import product
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.errors import BadInput, NoFeasiblePlan  # noqa: E402
+from planner.evaluate import evaluate  # noqa: E402
+from planner.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
+from planner.model import Model, load_model  # noqa: E402
+from planner.plan import Plan, Replica, Stage, Training, uniform_plan  # noqa: E402
+from planner.search import solve  # noqa: E402
+
+CASES = [  # cluster, model, global batch, sequence length
+    ("a100-v100-mix", "llama-3-8b", 512, 4096),
+    ("h100-a100-v100", "llama-3-8b", 512, 4096),
+    ("consumer-3090-4090", "llama-2-7b", 128, 2048),
+    ("two-region-a100", "llama-3-8b", 512, 4096),
+]
+MICRO_BATCHES = (1, 2, 4, 8)
+TP = (1, 2, 4, 8)
+RECOMPUTE = ("none", "full")
+
+
+def best_uniform(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
+    best = 0.0
+    n = cluster.num_gpus
+    blocks = model.num_layers - 2
+    for tp, b, rc, zero, v in product(TP, MICRO_BATCHES, RECOMPUTE, (0, 1), (1, 2)):
+        if n % tp or model.config.num_heads % tp or any(g.gpus_per_node % tp for g in cluster.groups):
+            continue
+        for pp in range(1, n // tp + 1):
+            if (n // tp) % pp or pp * v > blocks or (v > 1 and (pp < 2 or blocks % (pp * v))):
+                continue
+            dp = n // (tp * pp)
+            if global_batch % (dp * b):
+                continue
+            training = Training(global_batch, seq_len, dtype, b, "interleaved" if v > 1 else "1f1b", v)
+            try:
+                plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rc,
+                                    sequence_parallel=tp > 1)
+            except BadInput:
+                continue
+            est = evaluate(plan)
+            if est.fits:
+                best = max(best, est.tokens_per_s)
+    return best
+
+
+def fastest_only(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
+    fastest = max(cluster.gpu_types, key=lambda g: g.peak(dtype)).name
+    spec = dict(cluster.spec)
+    spec["node_groups"] = [g for g in cluster.spec["node_groups"]
+                           if cluster.group(g["name"]).gpu.name == fastest]
+    spec["links"] = [l for l in cluster.spec.get("links") or []
+                     if all(x in {g["name"] for g in spec["node_groups"]} for x in l["between"])]
+    sub = cluster_from_spec(spec, "fastest-only")
+    try:
+        return solve(model, sub, Training(global_batch, seq_len, dtype, 1)).estimate.tokens_per_s
+    except NoFeasiblePlan:
+        return 0.0
+
+
+def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
+    best = 0.0
+    blocks = model.num_layers - 2
+    by_speed = sorted(cluster.groups, key=lambda g: -g.gpu.peak(dtype))
+    for order in (by_speed, by_speed[::-1]):
+        power = [g.num_gpus * g.gpu.peak(dtype) for g in order]
+        counts = [max(1, round(blocks * p / sum(power))) for p in power]
+        counts[-1] = blocks - sum(counts[:-1])
+        if counts[-1] < 1:
+            continue
+        bounds, first = [], 0
+        for k, c in enumerate(counts):
+            end = first + c + (1 if k == 0 else 0) + (1 if k == len(counts) - 1 else 0)
+            bounds.append((first, end))
+            first = end
+        for tps, b, rc in product(product(TP, repeat=len(order)), MICRO_BATCHES, RECOMPUTE):
+            if any(g.gpus_per_node % tp or model.config.num_heads % tp for g, tp in zip(order, tps)):
+                continue
+            stages, ok = [], True
+            for k, (g, tp, layers) in enumerate(zip(order, tps, bounds)):
+                dp = g.num_gpus // tp
+                if global_batch % (dp * b):
+                    ok = False
+                    break
+                share = global_batch // dp
+                replicas = tuple(Replica(d, share, tuple(range(g.first_rank + d * tp, g.first_rank + (d + 1) * tp)))
+                                 for d in range(dp))
+                stages.append(Stage(k, layers, tp, 1 if dp > 1 else 0, rc, replicas, k, tp > 1))
+            if not ok:
+                continue
+            plan = Plan(model, cluster, Training(global_batch, seq_len, dtype, b), tuple(stages))
+            est = evaluate(plan)
+            if est.fits:
+                best = max(best, est.tokens_per_s)
+    return best
+
+
+def main() -> None:
+    print(f"{'cluster':20} {'model':11} {'solver tok/s':>12} {'(a) uniform':>12} {'(b) fastest':>12} "
+          f"{'(c) propor.':>12} {'vs a':>6} {'vs b':>6} {'vs c':>6} {'optimal':>7} {'solve s':>7}")
+    for cluster_name, model_name, global_batch, seq_len in CASES:
+        cluster, model = load_cluster(cluster_name), load_model(model_name)
+        dtype = cluster.common_dtype()
+        started = time.perf_counter()
+        result = solve(model, cluster, Training(global_batch, seq_len, dtype, 1))
+        seconds = time.perf_counter() - started
+        ours = result.estimate.tokens_per_s
+        a = best_uniform(model, cluster, global_batch, seq_len, dtype)
+        b = fastest_only(model, cluster, global_batch, seq_len, dtype)
+        c = proportional(model, cluster, global_batch, seq_len, dtype)
+
+        def ratio(x: float) -> str:
+            return f"{ours / x:.2f}x" if x else "n/a"
+
+        print(f"{cluster_name:20} {model_name:11} {ours:12,.0f} {a:12,.0f} {b:12,.0f} {c:12,.0f} "
+              f"{ratio(a):>6} {ratio(b):>6} {ratio(c):>6} {str(result.optimal):>7} {seconds:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
