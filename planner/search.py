@@ -537,17 +537,51 @@ def _build_plan(problem: _Problem, choices: list[_StageChoice]) -> Plan:
 
 
 def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> float:
-    """T >= global batch x (per-sample work of the model, each layer on its fastest GPU type,
-    at the most efficient micro-batch, tp = 1, no recomputation or communication) / GPUs:
-    no plan does less work per sample, and no GPU is busy longer than the step."""
+    """A lower bound on any plan's step time, as a linear program.
+
+    Each layer of each sample must run on some GPU type, costing at least its compute time
+    there at the most efficient micro-batch with tp = 1, no recomputation and no
+    communication; no type can be busy longer than (its GPU count) x T. Assigning
+    layer-samples to types fractionally and minimising T relaxes every plan:
+      1. variables: x[i, g] >= 0, samples of layer kind i run on type g; T;
+      2. objective: minimise T;
+      3. constraints: (a) sum_g x[i, g] = global batch x (layers of kind i);
+         (b) sum_i x[i, g] c[i, g] <= GPUs of type g x T.
+    """
+    import pulp
+
+    from .shares import _quiet_stdout
+
     b = max(options.micro_batches)
-    s = base.seq_len
-    per_sample = 0.0
+    kinds = {"embedding": [], "decoder": [], "head": []}
     for layer in model.layers:
-        per_sample += min(layer_time(layer, g.gpu, base.dtype, b, s, 1, False, base.attention, "none",
-                                     g.intra_node, options.params).compute_s
-                          for g in cluster.groups) / b
-    return base.global_batch * per_sample / cluster.num_gpus
+        kinds[layer.kind].append(layer)
+    gpus: dict[str, tuple] = {}
+    for g in cluster.groups:
+        count, group = gpus.get(g.gpu.name, (0, g))
+        gpus[g.gpu.name] = (count + g.num_gpus, group)
+    prob = pulp.LpProblem("step_time_lower_bound", pulp.LpMinimize)
+    step = pulp.LpVariable("T", lowBound=0)
+    share = {(kind, name): pulp.LpVariable(f"x_{kind}_{j}", lowBound=0)
+             for kind in kinds for j, name in enumerate(sorted(gpus))}
+    prob += step
+    busy = {name: [] for name in gpus}
+    for kind, layers in kinds.items():
+        if not layers:
+            continue
+        prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
+        for name, (_, group) in sorted(gpus.items()):
+            per_sample = sum(layer_time(layer, group.gpu, base.dtype, b, base.seq_len, 1, False, base.attention,
+                                        "none", group.intra_node, options.params).compute_s
+                             for layer in layers) / b / len(layers)
+            busy[name].append(share[(kind, name)] * per_sample)
+    for name, (count, _) in sorted(gpus.items()):
+        prob += pulp.lpSum(busy[name]) <= count * step, f"b_{name}"
+    with _quiet_stdout():
+        prob.solve(pulp.HiGHS(msg=False))
+    if prob.status != pulp.LpStatusOptimal:
+        return 0.0
+    return float(step.value())
 
 
 def choose_bundles(cluster: Cluster, max_exact_nodes: int, max_bundle_nodes: int) -> int:
