@@ -230,8 +230,8 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
 
     model = load_model(model_name or DEFAULT_PLAN["model"])
     cluster = load_cluster(cluster_name or DEFAULT_PLAN["cluster"])
-    global_batch = _require(global_batch or DEFAULT_PLAN["global_batch"], "--global-batch")
-    seq_len = _require(seq_len or DEFAULT_PLAN["seq_len"], "--seq-len")
+    global_batch = _require(DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch, "--global-batch")
+    seq_len = _require(DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, "--seq-len")
     if time_limit is not None and time_limit <= 0:
         raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
     for b in micro_batches:

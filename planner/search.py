@@ -561,8 +561,8 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
         count, group = gpus.get(g.gpu.name, (0, g))
         gpus[g.gpu.name] = (count + g.num_gpus, group)
     prob = pulp.LpProblem("step_time_lower_bound", pulp.LpMinimize)
-    step = pulp.LpVariable("T", lowBound=0)
-    share = {(kind, name): pulp.LpVariable(f"x_{kind}_{j}", lowBound=0)
+    step = prob.add_variable("T", lowBound=0)
+    share = {(kind, name): prob.add_variable(f"x_{kind}_{j}", lowBound=0)
              for kind in kinds for j, name in enumerate(sorted(gpus))}
     prob += step
     busy = {name: [] for name in gpus}

@@ -123,10 +123,10 @@ def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: S
     keys = sorted(classes)
     prob = pulp.LpProblem("stage_shares", pulp.LpMinimize)
     # 1. variables
-    makespan = pulp.LpVariable("C", lowBound=0)
-    load = {i: pulp.LpVariable(f"k_{i}", lowBound=1, upBound=min(cap, total), cat="Integer")
+    makespan = prob.add_variable("C", lowBound=0)
+    load = {i: prob.add_variable(f"k_{i}", lowBound=1, upBound=min(cap, total), cat="Integer")
             for i, (t, cap) in enumerate(keys)}
-    assigned = {i: pulp.LpVariable(f"m_{i}", lowBound=0, upBound=total, cat="Integer")
+    assigned = {i: prob.add_variable(f"m_{i}", lowBound=0, upBound=total, cat="Integer")
                 for i in range(len(keys))}
     # 2. objective
     prob += makespan

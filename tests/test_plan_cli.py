@@ -125,3 +125,38 @@ def test_uneven_split_gives_fast_gpus_more_samples():
             mixed += 1
             assert min(shares["A100-SXM4-80GB"]) > max(shares["V100-SXM2-32GB"])
     assert mixed >= 1
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--model", "no-such-model"], "no-such-model"),
+    (["--global-batch", "0"], "--global-batch"),
+    (["--micro-batch", "3", "--global-batch", "512"], "--global-batch"),
+    (["--time-limit", "0"], "--time-limit"),
+    (["--cluster", "no-such-cluster"], "no-such-cluster"),
+    (["--dtype", "bf16"], "--dtype"),  # the default cluster has V100s
+])
+def test_plan_bad_input_exits_2_naming_the_field(args, field):
+    result = invoke("plan", "--model", "gpt2", "--seq-len", "1024", *args)
+    assert result.exit_code == 2, result.stderr
+    assert field in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_time_limit_reports_a_valid_plan_and_its_gap():
+    cluster = load_cluster("h100-a100-v100")
+    result = solve(load_model("llama-3-8b"), cluster, Training(512, 4096, "fp16", 1),
+                   SolverOptions(time_limit_s=0.01))
+    assert not result.optimal and 0 < result.gap < 1
+    assert result.estimate.fits and not structural_problems(result.plan)
+    assert result.lower_bound_s <= result.estimate.step_time_s
+
+
+def test_bundled_search_on_a_large_cluster_is_not_called_optimal():
+    spec = {"name": "big", "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 8, "gpus_per_node": 8},
+        {"name": "v", "gpu": "V100-SXM2-32GB", "nodes": 8, "gpus_per_node": 8}]}
+    from planner.hardware import cluster_from_spec
+    result = solve(load_model("gpt2-xl"), cluster_from_spec(spec), Training(256, 1024, "fp16", 1))
+    assert result.bundles > 1 and not result.optimal
+    assert result.lower_bound_s <= result.estimate.step_time_s
+    assert result.estimate.num_gpus_used <= 128
