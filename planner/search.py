@@ -60,6 +60,7 @@ class SolverOptions:
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: identical bundles of at most this many nodes
     max_stages: int = 16
@@ -94,6 +95,7 @@ class StageConfig:
     nodes: tuple[int, ...]  # nodes of each bundle group (in bundle order)
     tp: int
     recompute: str
+    zero: int
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
@@ -152,8 +154,10 @@ class _Problem:
             for tp in self.options.tp_degrees:
                 if any(g % tp for g in gpn) or heads % tp:
                     continue
+                dp = self.bundles * sum(n * self.groups[i].gpus_per_node for i, n in enumerate(nodes)) // tp
                 for mode in modes:
-                    yield StageConfig(nodes, tp, mode)
+                    for zero in (self.options.zero_stages if dp > 1 else (0,)):
+                        yield StageConfig(nodes, tp, mode, zero)
 
     def type_arrays(self, config: StageConfig) -> list[_TypeArrays] | None:
         if config in self._types:
@@ -163,7 +167,11 @@ class _Problem:
         counts = {i: self.bundles * n * self.groups[i].gpus_per_node // tp
                   for i, n in enumerate(config.nodes) if n}
         dp = sum(counts.values())
-        zero = 1 if dp > 1 else 0
+        zero = config.zero
+        per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
+        dp_intra, dp_inter = collective_links(self.cluster, per_group)
+        dp_per_node = max(self.groups[i].gpus_per_node // tp for i in counts)
+        dp_nodes = sum(per_group.values())
         out = []
         config_worst = (-INF, "")
         n = self.blocks
@@ -192,6 +200,15 @@ class _Problem:
                                              + ee * (emb.bwd_s + emb.recompute_s))
                 w = (n * self.dec.weight_params + hh * self.head.weight_params + ee * self.emb.weight_params) / tp
                 params[(has_head, has_emb)] = w
+                if zero >= 2:
+                    # per micro-batch: reduce-scatter of gradients; ZeRO-3 also gathers the
+                    # weights before forward and backward (evaluate.evaluate, same formulas)
+                    zero_s = hierarchical_allreduce_s(w * self.grad_bytes, dp_per_node, dp_nodes, dp_intra,
+                                                      dp_inter, p) / 2
+                    if zero >= 3:
+                        zero_s = zero_s + 2 * hierarchical_allreduce_s(w * self.nb, dp_per_node, dp_nodes,
+                                                                       dp_intra, dp_inter, p) / 2
+                    times[(has_head, has_emb)] = times[(has_head, has_emb)] + zero_s
                 weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
                 acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
                 free = gpu.memory_bytes - weights - grads - opt - p.reserved_memory_bytes \
@@ -276,7 +293,7 @@ class _Problem:
         dp = sum(ta.count for ta in types)
         params = types[0].params[flags]
         tail = np.zeros_like(tau)
-        if dp > 1:
+        if dp > 1 and config.zero <= 2:
             per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
             intra, inter = collective_links(self.cluster, per_group)
             per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
@@ -284,6 +301,8 @@ class _Problem:
             p = slow.cost_params
             reduce_s = hierarchical_allreduce_s(params * self.grad_bytes, per_node, sum(per_group.values()),
                                                 intra, inter, p)
+            if config.zero == 2:
+                reduce_s = reduce_s / 2  # only the weight all-gather is left at the end
             if p.overlap_grad_reduce:
                 reduce_s = np.maximum(0.0, reduce_s - reduce(np.minimum, [ta.bwd[flags] for ta in types]))
             tail = tail + reduce_s
@@ -530,7 +549,7 @@ def _build_plan(problem: _Problem, choices: list[_StageChoice]) -> Plan:
             raise NoFeasiblePlan("the share ILP did not prove optimality")
         replicas = tuple(Replica(d, n * b, ranks) for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks)))
         dp = len(replicas)
-        stages.append(Stage(k, (first, end), c.config.tp, 1 if dp > 1 else 0, c.config.recompute, replicas, k,
+        stages.append(Stage(k, (first, end), c.config.tp, c.config.zero, c.config.recompute, replicas, k,
                             c.config.tp > 1))
         first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))

@@ -1,8 +1,8 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
 Independent of planner.search: it enumerates every plan (micro-batch, ordered stages on
-disjoint node sets, tp and recompute per stage, contiguous layer split, every share
-vector) and prices each with planner.evaluate.evaluate.
+disjoint node sets, tp, recompute and ZeRO stage per stage, contiguous layer split, every
+share vector) and prices each with planner.evaluate.evaluate.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def node_assignments(num_nodes: int, stages: int):
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3)) -> tuple[float, Plan | None, int]:
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
@@ -49,11 +49,13 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                 options = []
                 for mem in members:
                     gpn = {g.gpus_per_node for g, _ in mem}
+                    gpus = sum(g.gpus_per_node for g, _ in mem)
                     tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
-                    options.append([(tp, rc) for tp in tps for rc in recompute_modes])
+                    options.append([(tp, rc, zero) for tp in tps for rc in recompute_modes
+                                    for zero in (zero_stages if gpus // tp > 1 else (0,))])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, _) in zip(members, choice):
+                    for mem, (tp, _, _) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
                             for slot in range(g.gpus_per_node // tp):
@@ -64,14 +66,19 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                         continue
                     for cuts in combinations(range(1, items), stages - 1):
                         bounds = list(zip((0,) + cuts, cuts + (items,)))
-                        share_options = [list(compositions(m_total, len(r))) for r in replica_ranks]
+                        # replicas of one node group in one stage cost the same wherever they
+                        # sit, so only share vectors non-increasing within each group are priced
+                        share_options = [[sh for sh in compositions(m_total, len(r))
+                                          if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
+                                                 if cluster.group_of_rank(r[i][0]).name
+                                                 == cluster.group_of_rank(r[i + 1][0]).name)]
+                                         for r in replica_ranks]
                         for shares in product(*share_options):
                             plan_stages = []
-                            for k, ((first, end), (tp, rc), ranks, sh) in enumerate(
+                            for k, ((first, end), (tp, rc, zero), ranks, sh) in enumerate(
                                     zip(bounds, choice, replica_ranks, shares)):
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(k, (first, end), tp, 1 if len(replicas) > 1 else 0, rc,
-                                                         replicas, k, tp > 1))
+                                plan_stages.append(Stage(k, (first, end), tp, zero, rc, replicas, k, tp > 1))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1
