@@ -115,6 +115,17 @@ class _TypeArrays:
     cost_params: CostParams
 
 
+@dataclass(frozen=True)
+class _Variant:
+    """One merged cost curve of a family: per block count, tau, X and the config chosen."""
+
+    tau: np.ndarray
+    x: np.ndarray
+    member: np.ndarray  # config id per block count, -1 where none
+    x_min: float
+    slopes: dict  # config id -> slope of its tau (None when not affine)
+
+
 class _Problem:
     """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
 
@@ -135,6 +146,9 @@ class _Problem:
         self._config_ids: dict[StageConfig, int] = {}
         self._fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = {}
         self.signatures: list[tuple[Link, ...]] = []
+        self.family_list: list[tuple[int, ...]] = []
+        self._family_ids: dict[tuple[int, ...], int] = {}
+        self._family: dict[tuple, tuple] = {}
         self._signature_ids: dict[tuple, int] = {}
         self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.evaluations = 0
@@ -232,17 +246,64 @@ class _Problem:
         return out
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
-        """(config id, nodes used after it, its signature id) for every config that fits."""
+        """(family id, nodes used after it, its signature id) for every node vector that fits.
+        A family is every config on one node vector (tp, recompute, ZeRO stage)."""
         if used not in self._fitting:
-            out = []
+            families: dict[tuple[int, ...], list[int]] = {}
             for config in self.configs(used):
                 if config not in self._config_ids:
                     self._config_ids[config] = len(self.config_list)
                     self.config_list.append(config)
-                new_used = tuple(u + n for u, n in zip(used, config.nodes))
-                out.append((self._config_ids[config], new_used, self.signature_id(config.groups())))
+                families.setdefault(config.nodes, []).append(self._config_ids[config])
+            out = []
+            for nodes, members in families.items():
+                if nodes not in self._family_ids:
+                    self._family_ids[nodes] = len(self.family_list)
+                    self.family_list.append(tuple(members))
+                new_used = tuple(u + n for u, n in zip(used, nodes))
+                groups = frozenset(i for i, n in enumerate(nodes) if n)
+                out.append((self._family_ids[nodes], new_used, self.signature_id(groups)))
             self._fitting[used] = out
         return self._fitting[used]
+
+    def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int) -> tuple["_Variant", ...]:
+        """The family's configs merged per block count: at each count only the configs not
+        dominated in both tau and X matter (a dominated one is never better for any bound),
+        so variant j holds the j-th such config by tau. Usually one variant remains."""
+        key = (fid, min(stage_from_end, self.microbatches), stage_from_end == 1, has_emb, successor_id)
+        cached = self._family.get(key)
+        if cached is not None:
+            return cached
+        members = self.family_list[fid]
+        costs = [self.stage_cost(cid, stage_from_end, has_emb, successor_id) for cid in members]
+        taus = np.stack([c[0] for c in costs])
+        xs = np.stack([c[1] for c in costs])
+        feasible = np.isfinite(xs)
+        taus = np.where(feasible, taus, INF)
+        m = len(members)
+        order_index = np.arange(m)[:, None, None]
+        other_index = np.arange(m)[None, :, None]
+        ta, tb = taus[:, None, :], taus[None, :, :]
+        xa, xb = xs[:, None, :], xs[None, :, :]
+        # b dominates a: no worse in both, and better in one or equal and earlier
+        dominates = feasible[None, :, :] & (tb <= ta) & (xb <= xa) & \
+            ((tb < ta) | (xb < xa) | (other_index < order_index))
+        kept = feasible & ~dominates.any(axis=1)
+        sort_key = np.where(kept, taus, INF)
+        order = np.argsort(sort_key, axis=0, kind="stable")
+        count = kept.sum(axis=0)
+        variants = []
+        columns = np.arange(taus.shape[1])
+        for j in range(int(count.max()) if count.size else 0):
+            pick = order[j]
+            valid = j < count
+            member = np.where(valid, np.asarray(members)[pick], -1)
+            tau_v = np.where(valid, taus[pick, columns], INF)
+            x_v = np.where(valid, xs[pick, columns], INF)
+            slopes = {cid: c[2] for cid, c in zip(members, costs)}
+            variants.append(_Variant(tau_v, x_v, member, float(x_v.min()), slopes))
+        self._family[key] = tuple(variants)
+        return self._family[key]
 
     def signature_id(self, groups: frozenset[int]) -> int:
         sig = self.signature(groups)
@@ -332,7 +393,8 @@ class _Cell:
 @dataclass(frozen=True)
 class _Move:
     prev: tuple
-    cid: int
+    fid: int
+    variant: int
     has_emb: bool
 
 
@@ -358,24 +420,24 @@ def _run_dp(problem: _Problem, bound: float) -> tuple[dict[tuple, _Cell], list[d
             used, _, successor = key
             if not np.isfinite(cell.value[:items]).any():
                 continue
-            for cid, new_used, sig in problem.transitions(used):
+            for fid, new_used, sig in problem.transitions(used):
                 for has_emb in (False, True):
-                    tau, x, slope, x_min = problem.stage_cost(cid, placed + 1, has_emb, successor)
-                    if x_min > bound:
-                        continue
-                    cand = _relax(cell.value, tau, x, slope, bound, head, has_emb, items)
-                    if cand is None:
-                        continue
-                    new_key = (new_used, placed + 1, sig)
-                    target = nxt.get(new_key)
-                    if target is None:
-                        target = _Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
-                        nxt[new_key] = target
-                    better = cand < target.value
-                    if better.any():
-                        moves.append(_Move(key, cid, has_emb))
-                        np.copyto(target.value, cand, where=better)
-                        target.parent[better] = len(moves) - 1
+                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor)):
+                        if variant.x_min > bound:
+                            continue
+                        cand = _relax(cell.value, variant, bound, head, has_emb, items)
+                        if cand is None:
+                            continue
+                        new_key = (new_used, placed + 1, sig)
+                        target = nxt.get(new_key)
+                        if target is None:
+                            target = _Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+                            nxt[new_key] = target
+                        better = cand < target.value
+                        if better.any():
+                            moves.append(_Move(key, fid, v_index, has_emb))
+                            np.copyto(target.value, cand, where=better)
+                            target.parent[better] = len(moves) - 1
         for key, cell in nxt.items():
             if np.isfinite(cell.value[items]):
                 finals[key] = cell
@@ -400,17 +462,18 @@ def _window_min(values: np.ndarray, width: int) -> np.ndarray:
     return acc
 
 
-def _relax(value: np.ndarray, tau: np.ndarray, x: np.ndarray, slope: float | None, bound: float,
-           head: int, has_emb: bool, items: int) -> np.ndarray | None:
+def _relax(value: np.ndarray, variant: _Variant, bound: float, head: int, has_emb: bool,
+           items: int) -> np.ndarray | None:
     """cand[l + blocks + head + emb] = min over allowed blocks of value[l] + tau[blocks],
     where a block count is allowed when the stage's X is finite and <= bound."""
-    ok = x <= bound  # inf <= bound is False unless bound is inf
+    tau, x = variant.tau, variant.x
+    ok = (x <= bound) & (variant.member >= 0)
     if bound == INF:
         ok &= np.isfinite(x)
-    allowed = np.flatnonzero(ok)
-    if allowed.size == 0:
+    if not ok.any():
         return None
     n_blocks = len(tau) - 1
+    cand = np.full(items + 1, INF)
     if has_emb:
         # the stage takes every remaining item: l + blocks + head + 1 == items
         ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
@@ -421,45 +484,46 @@ def _relax(value: np.ndarray, tau: np.ndarray, x: np.ndarray, slope: float | Non
         best = totals.min() if totals.size else INF
         if not np.isfinite(best):
             return None
-        cand = np.full(items + 1, INF)
         cand[items] = best
         return cand
-    low, high = int(allowed[0]), int(allowed[-1])
-    cand = np.full(items + 1, INF)
-    if slope is not None and high - low + 1 == allowed.size:
-        # tau affine, allowed blocks contiguous: a sliding-window minimum of
-        # value[l] - slope * l gives every target in O(items log window)
-        ell = np.arange(items + 1, dtype=float)
-        shifted = _window_min(value - slope * ell, high - low + 1)
-        intercept = float(tau[low]) - slope * low
-        targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
-        if targets.size == 0:
-            return None
-        q = targets - head - low
-        cand[targets] = intercept + slope * (targets - head) + shifted[q]
-    else:
-        tau_ok = np.where(ok, tau, INF)
-        padded = np.concatenate([np.full(n_blocks, INF), value])
-        windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)
-        sums = (windows + tau_ok[::-1]).min(axis=1)
-        rows = items - head
-        cand[head:head + rows] = sums[:rows]
-        cand[items] = INF
+    members = variant.member[ok]
+    for cid in np.unique(members):
+        mask = ok & (variant.member == cid)
+        allowed = np.flatnonzero(mask)
+        low, high = int(allowed[0]), int(allowed[-1])
+        slope = variant.slopes.get(int(cid))
+        if slope is not None and high - low + 1 == allowed.size:
+            # tau affine on a contiguous run: a sliding-window minimum of value[l] - slope * l
+            ell = np.arange(items + 1, dtype=float)
+            shifted = _window_min(value - slope * ell, high - low + 1)
+            intercept = float(tau[low]) - slope * low
+            targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
+            if targets.size:
+                q = targets - head - low
+                cand[targets] = np.minimum(cand[targets], intercept + slope * (targets - head) + shifted[q])
+        else:
+            tau_ok = np.where(mask, tau, INF)
+            padded = np.concatenate([np.full(n_blocks, INF), value])
+            windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)
+            sums = (windows + tau_ok[::-1]).min(axis=1)
+            rows = items - head
+            cand[head:head + rows] = np.minimum(cand[head:head + rows], sums[:rows])
+            cand[items] = INF
     if not np.isfinite(cand).any():
         return None
     return cand
 
 
-def _choose_blocks(value: np.ndarray, tau: np.ndarray, x: np.ndarray, bound: float, head: int,
+def _choose_blocks(value: np.ndarray, variant: _Variant, bound: float, head: int,
                    has_emb: bool, target: int) -> int:
     """The block count a stage took to reach item count `target` (smallest on ties)."""
     best, best_k = INF, -1
-    for k in range(len(tau)):
-        if not (x[k] <= bound and np.isfinite(x[k])):
+    for k in range(len(variant.tau)):
+        if not (variant.member[k] >= 0 and variant.x[k] <= bound and np.isfinite(variant.x[k])):
             continue
         ell = target - head - k - int(has_emb)
-        if 0 <= ell and value[ell] + tau[k] < best:
-            best, best_k = value[ell] + tau[k], k
+        if 0 <= ell and value[ell] + variant.tau[k] < best:
+            best, best_k = value[ell] + variant.tau[k], k
     assert best_k >= 0, "a traced move must have a block count"
     return best_k
 
@@ -489,9 +553,10 @@ def _trace(problem: _Problem, key: tuple, layers: list[dict[tuple, _Cell]], move
         move = moves[int(cell.parent[ell])]
         has_head = move.prev[1] == 0
         prev_cell = layers[move.prev[1]][move.prev]
-        tau, x, _, _ = problem.stage_cost(move.cid, key[1], move.has_emb, move.prev[2])
-        blocks = _choose_blocks(prev_cell.value, tau, x, bound, int(has_head), move.has_emb, ell)
-        out.append(_StageChoice(move.cid, problem.config_list[move.cid], blocks, has_head, move.has_emb,
+        variant = problem.family_cost(move.fid, key[1], move.has_emb, move.prev[2])[move.variant]
+        blocks = _choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
+        cid = int(variant.member[blocks])
+        out.append(_StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
                                 move.prev[2], key[1]))
         ell -= blocks + int(has_head) + int(move.has_emb)
         key = move.prev
