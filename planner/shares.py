@@ -33,6 +33,12 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
     best = np.full(shape, np.inf)
     if total < sum(counts):
         return best
+    if len(counts) == 1:
+        # one speed class: the busiest replica takes ceil(total / count) micro-batches
+        load = -(-total // counts[0])
+        t = np.broadcast_to(np.asarray(times[0], dtype=float), shape)
+        ok = np.broadcast_to(np.asarray(caps[0]), shape) >= load
+        return np.where(ok & np.isfinite(t), load * t, np.inf)
     times = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times]
     caps = [np.broadcast_to(np.asarray(c, dtype=np.int64), shape) for c in caps]
     capacity = sum(n * c.astype(float) for n, c in zip(counts, caps))
@@ -52,6 +58,30 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
             taken += n * np.minimum(load, c)
         return ok & (taken >= total)
 
+    # Walk the candidates upwards from a lower bound (the continuous optimum without
+    # memory caps, and no less than the slowest single micro-batch): the first feasible
+    # candidate is the optimum. Entries still open after a few steps fall back to the
+    # binary search below.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bound = total / sum(n / t for n, t in zip(counts, times))
+        for _ in range(len(counts)):
+            # continuous relaxation with caps: a type whose cap binds at `bound` takes only
+            # its cap; the others share the rest in proportion to their speed
+            saturated = [c * t <= bound for t, c in zip(times, caps)]
+            fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
+            rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
+            bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
+        bound = np.maximum(bound, np.maximum.reduce(times))
+        result = np.full(shape, np.inf)
+        pending = possible.copy()
+        for _ in range(8):
+            step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
+            done = pending & feasible(step)
+            result = np.where(done, step, result)
+            pending &= ~done
+            if not pending.any():
+                return np.where(possible, result, np.inf)
+            bound = np.where(pending, step * (1 + 1e-12), bound)
     for n_g, t_g, c_g in zip(counts, times, caps):
         lo = np.ones(shape, dtype=np.int64)
         hi = np.minimum(c_g, -(-total // n_g)).astype(np.int64)
@@ -68,7 +98,7 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
             lo = np.where(active & ~ok_mid, mid + 1, lo)
         candidate = np.where(ok_hi, lo * t_g, np.inf)
         best = np.minimum(best, candidate)
-    return np.where(possible, best, np.inf)
+    return np.where(possible, np.where(pending, best, result), np.inf)
 
 
 @dataclass(frozen=True)
