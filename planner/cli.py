@@ -290,7 +290,8 @@ def print_plan(result) -> None:
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}")
     stages = Table(title="Stages")
-    for col in ("stage", "layers", "GPUs", "tp", "dp", "recompute", "ranks", "samples per replica", "peak GiB / cap"):
+    for col in ("stage", "layers", "GPUs", "tp", "dp", "zero", "recompute", "ranks", "samples per replica",
+                "peak GiB / cap"):
         stages.add_column(col, justify="left" if col in ("GPUs", "ranks", "recompute", "samples per replica") else "right")
     for s in plan.stages:
         by_gpu: dict[str, list] = {}
@@ -305,8 +306,8 @@ def print_plan(result) -> None:
                        for g, rs in by_gpu.items())
         first, end = s.layers
         names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
-        stages.add_row(str(s.index), f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), s.recompute,
-                       _ranges(ranks), shares, mem)
+        stages.add_row(str(s.index), f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
+                       s.recompute, _ranges(ranks), shares, mem)
     console.print(stages)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "

@@ -15,7 +15,6 @@ from planner import io
 from planner.errors import BadInput
 from planner.evaluate import evaluate
 from planner.hardware import cluster_from_spec
-from planner.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 
 from .conftest import (SMALL_CLUSTER_YAML, assert_bad_input, evaluate_args, hf_config, invoke,

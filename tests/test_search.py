@@ -7,10 +7,9 @@ import random
 import pytest
 
 from planner.errors import NoFeasiblePlan
-from planner.evaluate import evaluate
-from planner.hardware import cluster_from_spec, load_cluster
-from planner.model import load_model, model_from_dict
-from planner.plan import Plan, Replica, Stage, Training, structural_problems
+from planner.hardware import cluster_from_spec
+from planner.model import model_from_dict
+from planner.plan import Training
 from planner.search import SolverOptions, solve
 
 from .oracle import brute_force

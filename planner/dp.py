@@ -1,0 +1,205 @@
+"""The dynamic programme of the plan search for one bound W on the bottleneck term, and the
+reconstruction of a plan's stages from its states (see planner.search for the whole)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .stages import INF, Problem, StageConfig, Variant
+
+
+# --- the dynamic programme for one bound W ---------------------------------------------------
+
+
+@dataclass
+class Cell:
+    value: np.ndarray  # min sum tau over items placed from the end (0..L+2)
+    parent: np.ndarray  # index into `moves` per item count (-1: none)
+
+
+@dataclass(frozen=True)
+class Move:
+    prev: tuple
+    fid: int
+    variant: int
+    has_emb: bool
+
+
+def run_dp(problem: Problem, bound: float) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
+    """All states reachable with every stage's X <= bound; value = min sum tau.
+
+    A state is (nodes used per group, stages placed, signature id of the last placed
+    stage); its value is an array over the number of layer items placed from the end.
+    """
+    items = problem.num_blocks + 2
+    start_key = (tuple(0 for _ in problem.bundle_nodes), 0, -1)
+    start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+    start.value[0] = 0.0
+    layers: list[dict[tuple, Cell]] = [{start_key: start}]
+    moves: list[Move] = []
+    finals: dict[tuple, Cell] = {}
+    max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
+    for placed in range(max_stages):
+        nxt: dict[tuple, Cell] = {}
+        head = 1 if placed == 0 else 0
+        for key in sorted(layers[placed]):
+            cell = layers[placed][key]
+            used, _, successor = key
+            if not np.isfinite(cell.value[:items]).any():
+                continue
+            for fid, new_used, sig in problem.transitions(used):
+                for has_emb in (False, True):
+                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor)):
+                        if variant.x_min > bound:
+                            continue
+                        cand = relax(cell.value, variant, bound, head, has_emb, items)
+                        if cand is None:
+                            continue
+                        new_key = (new_used, placed + 1, sig)
+                        target = nxt.get(new_key)
+                        if target is None:
+                            target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+                            nxt[new_key] = target
+                        better = cand < target.value
+                        if better.any():
+                            moves.append(Move(key, fid, v_index, has_emb))
+                            np.copyto(target.value, cand, where=better)
+                            target.parent[better] = len(moves) - 1
+        for key, cell in nxt.items():
+            if np.isfinite(cell.value[items]):
+                finals[key] = cell
+        layers.append(nxt)
+        if not nxt:
+            break
+    return finals, layers, moves
+
+
+def window_min(values: np.ndarray, width: int) -> np.ndarray:
+    """out[q] = min(values[q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
+    acc = values
+    span = 1
+    while span * 2 <= width:
+        shifted = np.concatenate([np.full(span, INF), acc[:-span]]) if span < len(acc) else np.full(len(acc), INF)
+        acc = np.minimum(acc, shifted)
+        span *= 2
+    rest = width - span
+    if rest:
+        shifted = np.concatenate([np.full(rest, INF), acc[:-rest]]) if rest < len(acc) else np.full(len(acc), INF)
+        acc = np.minimum(acc, shifted)
+    return acc
+
+
+def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
+           items: int) -> np.ndarray | None:
+    """cand[l + blocks + head + emb] = min over allowed blocks of value[l] + tau[blocks],
+    where a block count is allowed when the stage's X is finite and <= bound."""
+    tau, x = variant.tau, variant.x
+    ok = (x <= bound) & (variant.member >= 0)
+    if bound == INF:
+        ok &= np.isfinite(x)
+    if not ok.any():
+        return None
+    n_blocks = len(tau) - 1
+    cand = np.full(items + 1, INF)
+    if has_emb:
+        # the stage takes every remaining item: l + blocks + head + 1 == items
+        ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
+        blocks = items - 1 - head - ell
+        inside = blocks <= n_blocks
+        ell, blocks = ell[inside], blocks[inside]
+        totals = np.where(ok[blocks], value[ell] + tau[blocks], INF)
+        best = totals.min() if totals.size else INF
+        if not np.isfinite(best):
+            return None
+        cand[items] = best
+        return cand
+    members = variant.member[ok]
+    for cid in np.unique(members):
+        mask = ok & (variant.member == cid)
+        allowed = np.flatnonzero(mask)
+        low, high = int(allowed[0]), int(allowed[-1])
+        slope = variant.slopes.get(int(cid))
+        if slope is not None and high - low + 1 == allowed.size:
+            # tau affine on a contiguous run: a sliding-window minimum of value[l] - slope * l
+            ell = np.arange(items + 1, dtype=float)
+            shifted = window_min(value - slope * ell, high - low + 1)
+            intercept = float(tau[low]) - slope * low
+            targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
+            if targets.size:
+                q = targets - head - low
+                cand[targets] = np.minimum(cand[targets], intercept + slope * (targets - head) + shifted[q])
+        else:
+            tau_ok = np.where(mask, tau, INF)
+            padded = np.concatenate([np.full(n_blocks, INF), value])
+            windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)
+            sums = (windows + tau_ok[::-1]).min(axis=1)
+            rows = items - head
+            cand[head:head + rows] = np.minimum(cand[head:head + rows], sums[:rows])
+            cand[items] = INF
+    if not np.isfinite(cand).any():
+        return None
+    return cand
+
+
+def choose_blocks(value: np.ndarray, variant: Variant, bound: float, head: int,
+                   has_emb: bool, target: int) -> int:
+    """The block count a stage took to reach item count `target` (smallest on ties)."""
+    best, best_k = INF, -1
+    for k in range(len(variant.tau)):
+        if not (variant.member[k] >= 0 and variant.x[k] <= bound and np.isfinite(variant.x[k])):
+            continue
+        ell = target - head - k - int(has_emb)
+        if 0 <= ell and value[ell] + variant.tau[k] < best:
+            best, best_k = value[ell] + variant.tau[k], k
+    assert best_k >= 0, "a traced move must have a block count"
+    return best_k
+
+
+# --- reconstruction, shares, verification ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    cid: int
+    config: StageConfig
+    blocks: int
+    has_head: bool
+    has_emb: bool
+    successor: int  # signature id of the next stage, -1 for the last stage
+    from_end: int
+
+
+def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: list[Move],
+           bound: float) -> list[StageChoice]:
+    """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
+    items = problem.num_blocks + 2
+    out = []
+    ell = items
+    while key[1] > 0:
+        cell = layers[key[1]][key]
+        move = moves[int(cell.parent[ell])]
+        has_head = move.prev[1] == 0
+        prev_cell = layers[move.prev[1]][move.prev]
+        variant = problem.family_cost(move.fid, key[1], move.has_emb, move.prev[2])[move.variant]
+        blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
+        cid = int(variant.member[blocks])
+        out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
+                                move.prev[2], key[1]))
+        ell -= blocks + int(has_head) + int(move.has_emb)
+        key = move.prev
+    assert ell == 0, "trace must consume every layer"
+    return out
+
+
+def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, float]:
+    """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
+    taus, xs = [], []
+    for c in choices:
+        tau, x, _, _ = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor)
+        taus.append(float(tau[c.blocks]))
+        xs.append(float(x[c.blocks]))
+    return max(xs) + sum(taus), sum(taus), max(xs)
+
+
