@@ -348,6 +348,12 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
     from .evaluate import evaluate as price
 
     if plan_file:
+        given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
+                                          ("--global-batch", global_batch), ("--seq-len", seq_len),
+                                          ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
+                                          ("--dtype", dtype)) if value is not None]
+        if given:
+            raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         plan = load_plan_file(plan_file)
     else:
         plan = plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp,

@@ -197,3 +197,14 @@ def test_hand_edited_plan_is_repriced(tmp_path):
     after = ok_json(invoke("evaluate", "--plan", str(path), "--json"))
     assert after["step_time_s"] > before["step_time_s"]
     assert after["peak_memory_GiB"]["A100-SXM4-80GB"] < before["peak_memory_GiB"]["A100-SXM4-80GB"]
+
+
+def test_evaluate_plan_refuses_configuration_flags_it_would_ignore(tmp_path):
+    from planner.hardware import load_cluster
+    from planner.model import load_model
+    from planner.plan import Training, plan_to_json, uniform_plan
+    plan = uniform_plan(load_model("gpt2"), load_cluster("dgx-a100"), Training(32, 1024, "bf16", 1), tp=1, pp=1, dp=32)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = invoke("evaluate", "--plan", path, "--tp", "2")
+    assert result.exit_code == 2 and "--tp" in result.stderr and "--plan" in result.stderr
