@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: install test plan fidelity clean
 
@@ -10,14 +11,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# the core: planning needs no torch
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# the tests also cross-check layers against PyTorch (the `profile` extra, torch 2.13.0 CPU)
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,profile]'
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+test: $(TEST_STAMP)
+	PLANNER_REQUIRE_TORCH=1 $(BIN)/python -m pytest -q
 
 plan: $(STAMP)
 	$(BIN)/planner plan

@@ -208,3 +208,12 @@ def test_evaluate_plan_refuses_configuration_flags_it_would_ignore(tmp_path):
     path.write_text(json.dumps(plan_to_json(plan)))
     result = invoke("evaluate", "--plan", path, "--tp", "2")
     assert result.exit_code == 2 and "--tp" in result.stderr and "--plan" in result.stderr
+
+
+def test_the_core_imports_without_torch():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['torch'] = None; "
+            "import planner.cli, planner.search, planner.evaluate, planner.model; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
