@@ -451,5 +451,83 @@ def print_estimate(plan: Plan, estimate) -> None:
     console.print(mem)
 
 
+# --- profile ---------------------------------------------------------------------------------
+
+
+@main.command("profile")
+@click.option("--model", "model_name", help="Catalog name or HF config.json.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--seq-len", type=int, default=None,
+              help="Tokens per sequence [default: 2048, or fewer learned positions (GPT-2)].")
+@click.option("--micro-batch", "micro_batch", default="1,2", show_default=True,
+              help="Comma-separated micro-batch sizes to time.")
+@click.option("--tp", default="1", show_default=True, help="Comma-separated tensor-parallel degrees (one rank's shard).")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="Parameter and activation dtype [default: fp32 on cpu, bf16 on cuda].")
+@click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs before timing.")
+@click.option("--repeats", type=int, default=5, show_default=True, help="Timed runs; the median is kept.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON on stdout.")
+@click.option("-o", "--output", type=str, default=None, help="Write the profile JSON to FILE.")
+def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup, repeats, as_json, output) -> None:
+    """Time each distinct layer forward and backward on this machine (needs torch).
+
+    Writes a layer-profile file that `--model` accepts (formats.md section 3).
+
+    \b
+    Example:
+      planner profile --model gpt2 --device cpu --seq-len 512 --micro-batch 1,2,4 -o gpt2.json
+    """
+    from rich.progress import Progress
+
+    from .profiler import (ProfileOptions, check_inputs, default_seq_len, normalize_device,
+                           parse_int_list, profile_model, require_torch)
+
+    require_torch()
+    device = normalize_device(device)
+    micro_batches = parse_int_list(micro_batch, "--micro-batch", (1, 2))
+    tps = parse_int_list(tp, "--tp", (1,))
+    model = load_model(_require(model_name, "--model"))
+    if seq_len is None:
+        seq_len = default_seq_len(model)
+    _require(seq_len, "--seq-len")
+    if dtype is None:
+        dtype = "fp32" if device == "cpu" else "bf16"
+    if output and not Path(output).resolve().parent.is_dir():
+        raise BadInput("cannot write: the folder does not exist", output)
+    options = ProfileOptions(device=device, seq_len=seq_len, micro_batches=micro_batches, tps=tps,
+                             dtype=dtype, warmup=warmup, repeats=repeats)
+    check_inputs(model, options)
+    err_console = Console(stderr=True)
+    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+        data = profile_model(model, options, progress)
+    if as_json or output:
+        _emit_json(data, output, as_json)
+    if not as_json:
+        print_profile(data)
+        if output:
+            _stdout().print(f"profile written to {output}")
+
+
+def print_profile(data: dict) -> None:
+    console = _stdout()
+    console.print(f"[bold]{data['model']}[/] on {data['device']}: {data['dtype']}, seq-len {data['seq_len']}")
+    table = Table(title="Measured per layer (median; ms)")
+    for col in ("layer", "kind", "tp", "micro-batch", "fwd ms", "bwd ms", "saved MiB/sample"):
+        table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
+    shown = set()
+    for layer in data["layers"]:
+        if layer["kind"] in shown:  # every decoder block carries the same measurement
+            continue
+        shown.add(layer["kind"])
+        name = "block.*" if layer["kind"] == "decoder" else layer["name"]
+        m = layer["measured"]
+        for tp_key, per in m["by_tp"].items():
+            for i, b in enumerate(m["micro_batch"]):
+                table.add_row(name, layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
+                              f"{per['bwd_s'][i] * 1e3:.3f}",
+                              f"{per['saved_bytes_per_sample'][i] / 2**20:.2f}")
+    console.print(table)
+
+
 if __name__ == "__main__":
     main()

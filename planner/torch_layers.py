@@ -5,7 +5,8 @@ head of a `ModelConfig` with its real dimensions, in plain torch (no transformer
 the analytic parameter and FLOP counts of `planner.model` can be checked against a module
 (`sum(p.numel())`, `torch.utils.flop_counter.FlopCounterMode`) or timed on a device.
 
-Nothing else in the planner imports this module; torch is the optional `profile` extra.
+Only `planner.profiler` (the `planner profile` command) imports this module; torch is the
+optional `profile` extra.
 
 Conventions, chosen so that a FLOP counter sees exactly the work the analytic model counts:
 
