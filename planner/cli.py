@@ -169,6 +169,38 @@ def check_training_inputs(model: Model, training: Training) -> None:
                        "learned positions", "--seq-len")
 
 
+def load_profiles(specs: tuple[str, ...], cluster: Cluster, model: Model, training: Training) -> dict:
+    """`--profile GPU=FILE` (repeatable) -> {GPU name: CostParams pricing it from measurements}."""
+    from .cost import DEFAULT_PARAMS
+    from .io import parse_structured, read_text
+    from .measured import measured_from_profile
+
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise BadInput(f"expected GPU=FILE, got {spec!r}", "--profile")
+        gpu = next((g for g in cluster.gpu_types if g.name.lower() == name.lower()), None)
+        if gpu is None:
+            raise BadInput(f"{name} is not a GPU type of cluster {cluster.name} "
+                           f"({', '.join(g.name for g in cluster.gpu_types)})", "--profile")
+        data = parse_structured(read_text(path, "profile file"), path)
+        measured = measured_from_profile(data, gpu.name, path)
+        if measured.seq_len != training.seq_len:
+            raise BadInput(f"measured at sequence length {measured.seq_len}, the plan uses {training.seq_len}",
+                           path, "seq_len")
+        decoder = next((l for l in data["layers"] if isinstance(l, dict) and l.get("kind") == "decoder"), {})
+        blocks = [l for l in model.layers if l.kind == "decoder"]
+        if blocks and decoder.get("params") != blocks[0].params:
+            raise BadInput(f"profiles a decoder block of {decoder.get('params')} parameters, but "
+                           f"{model.name}'s has {blocks[0].params}", path, "layers")
+        if measured.dtype != training.dtype:
+            click.echo(f"planner: warning: {path} was measured in {measured.dtype}, the plan trains in "
+                       f"{training.dtype}; its times are used as measured", err=True)
+        out[gpu.name] = DEFAULT_PARAMS.with_updates(measured=measured)
+    return out
+
+
 def _common_options(func: Callable) -> Callable:
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
@@ -211,10 +243,12 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
               help="Clusters with more nodes are searched as identical bundles of at most this many nodes.")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
+@click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
+              help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, time_limit,
-                 max_bundle_nodes, solver, as_json, output) -> None:
+                 max_bundle_nodes, solver, profiles, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -239,9 +273,11 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     dtype = resolve_dtype(cluster, dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, attention)
     check_training_inputs(model, base)
+    measured = load_profiles(profiles, cluster, model, base)
     options = SolverOptions(micro_batches=tuple(sorted(set(micro_batches))) or (1, 2, 4, 8),
                             max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
-                            ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"))
+                            ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"),
+                            gpu_params=tuple(sorted(measured.items())))
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
@@ -333,10 +369,13 @@ def print_plan(result) -> None:
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
+@click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
+              help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-             recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, as_json, output) -> None:
+             recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, profiles, as_json,
+             output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
     \b
@@ -345,6 +384,7 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
           --seq-len 4096 --tp 4 --pp 2 --dp 4 --micro-batch 1 --recompute selective
       planner evaluate --plan plan.json --json
     """
+    from .cost import DEFAULT_PARAMS
     from .evaluate import evaluate as price
 
     if plan_file:
@@ -358,7 +398,8 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
     else:
         plan = plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp,
                                dp, micro_batch, recompute, zero, sequence_parallel, schedule, virtual_stages)
-    estimate = price(plan)
+    measured = load_profiles(profiles, plan.cluster, plan.model, plan.training)
+    estimate = price(plan, {"*": DEFAULT_PARAMS, **measured})
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
     if as_json or output:

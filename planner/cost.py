@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from .hardware import GIB, GpuSpec, Link
+from .measured import MeasuredTimes
 from .model import DTYPE_BYTES, Layer
 
 # Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
@@ -40,6 +41,7 @@ class CostParams:
     reserved_memory_bytes: float = 2.0 * GIB  # CUDA context, NCCL buffers, allocator slack
     overlap_grad_reduce: bool = True  # DP reduction overlaps the last backward (Megatron, DDP)
     overlap_tp_comm: bool = True  # backward TP all-reduce overlaps the weight-gradient GEMMs
+    measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
         return replace(self, **changes)
@@ -133,6 +135,14 @@ def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len
     peak = gpu.peak(dtype)
     nb = DTYPE_BYTES[dtype]
     b = micro_batch
+    measured = params.measured.times(layer.kind) if params.measured is not None else None
+    if measured is not None:
+        # measured forward and backward of this layer kind (planner profile), interpolated;
+        # full recomputation repeats the forward; communication stays analytic below
+        fwd, bwd = measured.at(b, tp)
+        recompute_s = fwd if recompute == "full" else 0.0
+        return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, seq_len, tp, sequence_parallel, recompute,
+                             tp_link, nb, params)
     if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
         flops = layer.fwd_flops_per_sample(seq_len) * b / tp
         fwd = flops / (peak * params.gemm_efficiency)
@@ -180,12 +190,22 @@ def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len
     else:
         recompute_s = 0.0
 
-    # Tensor-parallel communication per layer (Korthikanti et al. 2022, sec 4.2.2): a block
-    # all-reduces b*s*h twice forward and twice backward; with sequence parallelism each
-    # all-reduce becomes a reduce-scatter plus an all-gather of the same total volume.
-    # The vocab-parallel embedding all-reduces its output; the head its input gradient.
+    return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
+                         tp_link, nb, params)
+
+
+def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm_fwd: float, b: int,
+                  seq_len: int, tp: int, sequence_parallel: bool, recompute: str, tp_link: Link, nb: int,
+                  params: CostParams) -> LayerTime:
+    """Add the tensor-parallel communication of one layer for one micro-batch.
+
+    Korthikanti et al. 2022, sec 4.2.2: a block all-reduces b*s*h twice forward and twice
+    backward; with sequence parallelism each all-reduce becomes a reduce-scatter plus an
+    all-gather of the same total volume. The vocab-parallel embedding all-reduces its
+    output; the head its input gradient.
+    """
     tp_fwd = tp_bwd = 0.0
-    if tp > 1:
+    if tp > 1 and layer.config is not None:
         activation = nb * b * seq_len * layer.config.hidden
         one = (2 * ring_allgather_s(activation, tp, tp_link, params.intra_link_efficiency)
                if sequence_parallel else

@@ -156,7 +156,7 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
         prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
         for name, (_, group) in sorted(gpus.items()):
             per_sample = sum(layer_time(layer, group.gpu, base.dtype, b, base.seq_len, 1, False, base.attention,
-                                        "none", group.intra_node, options.params).compute_s
+                                        "none", group.intra_node, options.params_for(group.gpu.name)).compute_s
                              for layer in layers) / b / len(layers)
             busy[name].append(share[(kind, name)] * per_sample)
     for name, (count, _) in sorted(gpus.items()):
@@ -249,7 +249,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     plan = _build_plan(problem, choices)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
-    estimate = evaluate(plan, options.params)
+    estimate = evaluate(plan, options.params_mapping())
     assert estimate.fits, "solver built a plan that does not fit"
     assert abs(estimate.step_time_s - step) <= 1e-6 * step, \
         f"re-priced step {estimate.step_time_s} differs from the search's {step}"

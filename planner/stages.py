@@ -33,6 +33,14 @@ class SolverOptions:
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
+    gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
+
+    def params_for(self, gpu_name: str) -> CostParams:
+        return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
+
+    def params_mapping(self) -> dict[str, CostParams]:
+        """The form planner.evaluate.evaluate takes: per GPU type, '*' for the rest."""
+        return {"*": self.params, **dict(self.gpu_params)}
 
 
 # --- stage configurations and their cost as a function of the block count ----------------
@@ -140,7 +148,7 @@ class Problem:
         for i, count in counts.items():
             group = self.groups[i]
             gpu = group.gpu
-            p = self.options.params
+            p = self.options.params_for(gpu.name)
             link = group.intra_node
 
             def lt(layer: Layer):
