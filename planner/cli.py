@@ -245,10 +245,12 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
               help="MILP solver for the batch shares.")
 @click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
               help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
+@click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
+              help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, time_limit,
-                 max_bundle_nodes, solver, profiles, as_json, output) -> None:
+                 max_bundle_nodes, solver, profiles, calibrations, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -273,7 +275,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     dtype = resolve_dtype(cluster, dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, attention)
     check_training_inputs(model, base)
-    measured = load_profiles(profiles, cluster, model, base)
+    measured = load_calibrations(calibrations, cluster, load_profiles(profiles, cluster, model, base))
     options = SolverOptions(micro_batches=tuple(sorted(set(micro_batches))) or (1, 2, 4, 8),
                             max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
                             ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"),
@@ -371,11 +373,13 @@ def print_plan(result) -> None:
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
 @click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
               help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
+@click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
+              help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-             recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, profiles, as_json,
-             output) -> None:
+             recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, profiles, calibrations,
+             as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
     \b
@@ -399,7 +403,8 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
         plan = plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp,
                                dp, micro_batch, recompute, zero, sequence_parallel, schedule, virtual_stages)
     measured = load_profiles(profiles, plan.cluster, plan.model, plan.training)
-    estimate = price(plan, {"*": DEFAULT_PARAMS, **measured})
+    per_gpu = load_calibrations(calibrations, plan.cluster, measured)
+    estimate = price(plan, {"*": DEFAULT_PARAMS, **per_gpu})
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
     if as_json or output:
@@ -568,6 +573,67 @@ def print_profile(data: dict) -> None:
                               f"{per['bwd_s'][i] * 1e3:.3f}",
                               f"{per['saved_bytes_per_sample'][i] / 2**20:.2f}")
     console.print(table)
+
+
+@main.command("calibrate")
+@click.argument("profile_file")
+@click.option("--gpu", "gpu_name", required=True, help="The GPU type the profile was measured on (catalog name).")
+@click.option("--model", "model_name", default=None, help="The profiled model [default: the profile's `model`].")
+@click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="standard", show_default=True,
+              help="Attention kernel of the measured layers (planner profile times explicit attention).")
+@click.option("-o", "--output", type=str, required=True, help="Calibration file to write (YAML).")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON on stdout.")
+def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_json) -> None:
+    """Fit the analytic model's efficiencies for one GPU type to a measured profile.
+
+    \b
+    Example:
+      planner profile --model llama-3-8b --device cuda --seq-len 4096 -o h100.json
+      planner calibrate h100.json --gpu H100-SXM5-80GB -o h100-calib.yaml
+      planner plan --model llama-3-8b --cluster my.yaml --calibration h100-calib.yaml
+    """
+    import yaml
+
+    from .calibrate import fit
+    from .io import parse_structured, read_text
+    from .measured import measured_from_profile
+
+    data = parse_structured(read_text(profile_file, "profile file"), profile_file)
+    catalog = {name.lower(): gpu for name, gpu in load_catalog().items()}
+    gpu = catalog.get(gpu_name.lower())
+    if gpu is None:
+        raise BadInput(f"unknown GPU {gpu_name!r} (see `planner gpus`)", "--gpu")
+    measured = measured_from_profile(data, gpu.name, profile_file)
+    model = load_model(model_name or measured.model)
+    dtype = measured.dtype if measured.dtype in ("fp32", "fp16", "bf16") else "bf16"
+    result = fit(model, gpu, measured, dtype, attention)
+    report = result.to_json(profile_file)
+    try:
+        Path(output).write_text(yaml.safe_dump(report, sort_keys=False))
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror}", output) from None
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _stdout().print(f"{gpu.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in report["params"].items())
+                        + f"; RMS log error {result.error_before:.3f} -> {result.error_after:.3f} over "
+                        f"{result.points} measurements; written to {output}")
+
+
+def load_calibrations(files: tuple[str, ...], cluster: Cluster, base: dict) -> dict:
+    """`--calibration FILE` (repeatable): per GPU type, the fitted efficiencies over `base`."""
+    from .calibrate import params_from_calibration
+    from .cost import DEFAULT_PARAMS
+    from .io import load_mapping
+
+    out = dict(base)
+    for path in files:
+        name, overrides = params_from_calibration(load_mapping(path, "calibration file"), path)
+        gpu = next((g for g in cluster.gpu_types if g.name.lower() == name.lower()), None)
+        if gpu is None:
+            raise BadInput(f"calibrates {name}, which is not a GPU type of cluster {cluster.name}", path, "gpu")
+        out[gpu.name] = out.get(gpu.name, DEFAULT_PARAMS).with_updates(**overrides)
+    return out
 
 
 if __name__ == "__main__":
