@@ -636,5 +636,11 @@ def load_calibrations(files: tuple[str, ...], cluster: Cluster, base: dict) -> d
     return out
 
 
+# commands that live in their own modules
+from .sweep import add_commands as _add_sweep  # noqa: E402
+
+_add_sweep(main)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,428 @@
+"""`planner sweep`: plan every combination of models, clusters, global batches and sequence
+lengths, in parallel, and write one row per combination (formats.md, section 4).
+
+Rows are appended to the output file as they finish (flushed, one complete line each), so
+an interrupted sweep leaves every finished row on disk for `--resume`. When the sweep ends
+the file is rewritten (atomically) with the rows sorted by combination index, so the final
+file does not depend on `--jobs` or on the order in which workers finished.
+
+Combination index: the cartesian product of the options, models outermost, then clusters,
+global batches and sequence lengths, each in the order given (repeated values are dropped).
+
+Model and cluster names travel to the worker processes as strings, not objects, and every
+worker loads them itself (cached per process).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import click
+
+from .errors import BadInput, NoFeasiblePlan
+
+COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s", "tokens_per_s",
+           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds")
+STATUSES = ("ok", "infeasible", "error")
+FORMATS = (".csv", ".jsonl")
+_MAX_NUMBER = 10**15  # planner.io.MAX_NUMBER
+
+
+@dataclass(frozen=True)
+class Combination:
+    index: int
+    model: str
+    cluster: str
+    global_batch: int
+    seq_len: int
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return row_key({"model": self.model, "cluster": self.cluster, "global_batch": self.global_batch,
+                        "seq_len": self.seq_len})
+
+
+def row_key(row: dict) -> tuple[str, str, str, str]:
+    """What matches a row to a combination; numbers as text, so CSV and JSONL rows agree."""
+    def text(value: Any) -> str:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return str(value).strip()
+
+    return tuple(text(row.get(c)) for c in ("model", "cluster", "global_batch", "seq_len"))  # type: ignore[return-value]
+
+
+def combinations(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int],
+                 seq_lens: Iterable[int]) -> list[Combination]:
+    """The cartesian product in a fixed order (models outermost), duplicates dropped."""
+    def unique(values: Iterable) -> list:
+        return list(dict.fromkeys(values))
+
+    product = itertools.product(unique(models), unique(clusters), unique(batches), unique(seq_lens))
+    return [Combination(i, *values) for i, values in enumerate(product)]
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise BadInput(f"expected i/n (e.g. 0/4), got {text!r}", "--shard")
+    i, n = int(match.group(1)), int(match.group(2))
+    if n < 1 or not 0 <= i < n:
+        raise BadInput(f"expected 0 <= i < n, got {i}/{n}", "--shard")
+    return i, n
+
+
+def plan_file_name(combo: Combination) -> str:
+    """<model>__<cluster>__<global_batch>__<seq_len>.json, with path separators and other
+    unsafe characters of the names (which may be file paths) replaced by '_'."""
+    def safe(name: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip(".") or "_"
+
+    return f"{safe(combo.model)}__{safe(combo.cluster)}__{combo.global_batch}__{combo.seq_len}.json"
+
+
+# --- one combination (runs in a worker process) -----------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _model(name: str):
+    from .model import load_model
+
+    return load_model(name)
+
+
+@lru_cache(maxsize=64)
+def _cluster(name: str):
+    from .hardware import load_cluster
+
+    return load_cluster(name)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _empty_row(combo: Combination, status: str, reason: str) -> dict:
+    row = {c: None for c in COLUMNS}
+    row.update(model=combo.model, cluster=combo.cluster, global_batch=combo.global_batch,
+               seq_len=combo.seq_len, status=status, reason=_one_line(reason))
+    return row
+
+
+def run_combination(combo: Combination, time_limit: float | None, plans_dir: str | None) -> dict:
+    """Plan one combination; never raises (every failure is a row)."""
+    started = time.perf_counter()
+    try:
+        from .cli import check_training_inputs, plan_json, resolve_dtype
+        from .plan import Training
+        from .search import SolverOptions, solve
+
+        model = _model(combo.model)
+        cluster = _cluster(combo.cluster)
+        training = Training(combo.global_batch, combo.seq_len, resolve_dtype(cluster, None), 1)
+        check_training_inputs(model, training)
+        result = solve(model, cluster, training, SolverOptions(time_limit_s=time_limit))
+        est, plan = result.estimate, result.plan
+        row = _empty_row(combo, "ok", "")
+        row.update(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=plan.pp,
+                   tp=max(s.tp for s in plan.stages), dp=max(s.dp for s in plan.stages),
+                   num_gpus_used=est.num_gpus_used, solver_seconds=result.seconds)
+        if plans_dir is not None:
+            path = Path(plans_dir) / plan_file_name(combo)
+            try:
+                path.write_text(json.dumps(plan_json(result), indent=2) + "\n")
+            except OSError as exc:
+                return _empty_row(combo, "error", f"{path}: cannot write plan: {exc.strerror}")
+        return row
+    except NoFeasiblePlan as exc:
+        row = _empty_row(combo, "infeasible", exc.message)
+        row["solver_seconds"] = time.perf_counter() - started
+        return row
+    except BadInput as exc:
+        return _empty_row(combo, "error", str(exc))
+    except RecursionError:
+        return _empty_row(combo, "error", "input too deeply nested")
+    except Exception as exc:  # noqa: BLE001 - one bad combination never stops the others
+        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}")
+
+
+def _run_indexed(combo: Combination, time_limit: float | None, plans_dir: str | None) -> tuple[int, dict]:
+    return combo.index, run_combination(combo, time_limit, plans_dir)
+
+
+# --- output files -------------------------------------------------------------------------------
+
+
+def output_format(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise BadInput(f"output must end in .csv or .jsonl, got {suffix or 'no extension'!r}", "-o")
+    return suffix
+
+
+def _csv_value(value: Any) -> Any:
+    return "" if value is None else value
+
+
+class RowWriter:
+    """Appends rows to an open file, one complete, flushed line per row."""
+
+    def __init__(self, handle, fmt: str):
+        self.handle = handle
+        self.fmt = fmt
+        self.csv = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n") \
+            if fmt == ".csv" else None
+
+    def header(self) -> None:
+        if self.csv is not None:
+            self.csv.writeheader()
+
+    def write(self, row: dict) -> None:
+        if self.csv is not None:
+            self.csv.writerow({c: _csv_value(row.get(c)) for c in COLUMNS})
+        else:
+            self.handle.write(json.dumps({c: row.get(c) for c in COLUMNS}) + "\n")
+        self.handle.flush()
+
+
+def read_rows(path: str, fmt: str) -> list[dict]:
+    """The complete rows of an existing output file (for --resume); a torn or malformed line
+    (an interrupted write) and a row without a valid status are dropped, so they rerun."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path) from None
+    rows: list[dict] = []
+    if fmt == ".csv":
+        for row in csv.DictReader(text.splitlines()):
+            if None in row or any(v is None for v in row.values()):
+                continue  # too many or too few fields
+            rows.append(row)
+    else:
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return [r for r in rows if r.get("status") in STATUSES and all(k in r for k in COLUMNS[:4])]
+
+
+def _write_all(path: str, fmt: str, rows: list[dict]) -> None:
+    """Replace `path` with exactly these rows (atomically: a temporary file, then rename)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            writer = RowWriter(handle, fmt)
+            writer.header()
+            for row in rows:
+                writer.write(row)
+        if target.exists():
+            shutil.copymode(target, tmp)  # mkstemp made it 0600
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- the sweep --------------------------------------------------------------------------------
+
+
+def _execute(todo: list[Combination], jobs: int, time_limit: float | None, plans_dir: str | None,
+             on_row: Callable[[int, dict], None]) -> None:
+    """Run every combination, calling on_row(index, row) as each finishes."""
+    if jobs <= 1 or len(todo) <= 1:
+        for combo in todo:
+            on_row(combo.index, run_combination(combo, time_limit, plans_dir))
+        return
+    by_future: dict[Future, Combination] = {}
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
+    try:
+        for combo in todo:
+            by_future[pool.submit(_run_indexed, combo, time_limit, plans_dir)] = combo
+        pending = set(by_future)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: by_future[f].index):
+                combo = by_future[future]
+                try:
+                    index, row = future.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. killed for memory)
+                    index, row = combo.index, _empty_row(combo, "error", f"worker failed: {type(exc).__name__}: {exc}")
+                on_row(index, row)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int], seq_lens: Iterable[int],
+          output: str, *, jobs: int = 1, plans_dir: str | None = None, resume: bool = False,
+          shard: tuple[int, int] | None = None, time_limit: float | None = None,
+          progress: Callable[[int, int], Any] | None = None) -> dict[str, int]:
+    """Run the sweep and write `output`; returns the count of each status in the final file.
+
+    `progress(done, total)` is called once before the first row and after every row."""
+    fmt = output_format(output)
+    if time_limit is not None and time_limit <= 0:
+        raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
+    combos = combinations(models, clusters, batches, seq_lens)
+    if shard is not None:
+        i, n = shard
+        combos = [c for c in combos if c.index % n == i]
+    if plans_dir is not None:
+        try:
+            Path(plans_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"cannot create: {exc.strerror}", plans_dir) from None
+        if not Path(plans_dir).is_dir():
+            raise BadInput("is not a directory", plans_dir)
+
+    kept = read_rows(output, fmt) if resume else []
+    kept_keys = {row_key(r) for r in kept}
+    todo = [c for c in combos if c.key not in kept_keys]
+    new_rows: dict[int, dict] = {}
+    total = len(combos)
+    done_count = total - len(todo)
+
+    try:
+        handle = open(output, "w", newline="")
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror}", output) from None
+    with handle:
+        writer = RowWriter(handle, fmt)
+        writer.header()
+        for row in kept:  # the kept rows first, so an interruption never loses them
+            writer.write(row)
+        if progress:
+            progress(done_count, total)
+
+        def on_row(index: int, row: dict) -> None:
+            nonlocal done_count
+            new_rows[index] = row
+            writer.write(row)
+            done_count += 1
+            if progress:
+                progress(done_count, total)
+
+        _execute(todo, jobs, time_limit, plans_dir, on_row)
+
+    # Deterministic final file: rows of this sweep's combinations by index; kept rows of
+    # other combinations (e.g. an earlier sweep over other values) after them, as they were.
+    by_key = {row_key(r): r for r in kept}
+    final = []
+    for combo in combos:
+        row = new_rows.get(combo.index) or by_key.pop(combo.key, None)
+        if row is not None:
+            final.append(row)
+    final.extend(r for r in kept if row_key(r) in by_key)
+    _write_all(output, fmt, final)
+    counts = {s: 0 for s in STATUSES}
+    for row in final:
+        counts[row["status"]] += 1
+    counts["kept"] = len(kept)
+    counts["rows"] = len(final)
+    return counts
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _shard_option(ctx, param, value):
+    try:
+        return parse_shard(value)
+    except BadInput as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+@click.command("sweep")
+@click.option("--model", "models", multiple=True, required=True, metavar="M",
+              help="Catalog name, HF config.json or layer-profile file; repeatable.")
+@click.option("--cluster", "clusters", multiple=True, required=True, metavar="C",
+              help="Cluster file (YAML/JSON) or built-in example name; repeatable.")
+@click.option("--global-batch", "batches", multiple=True, required=True, metavar="B",
+              type=click.IntRange(1, _MAX_NUMBER), help="Sequences per optimizer step; repeatable.")
+@click.option("--seq-len", "seq_lens", multiple=True, required=True, metavar="S",
+              type=click.IntRange(1, _MAX_NUMBER), help="Tokens per sequence; repeatable.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes [default: the number of CPUs]; 1 runs in this process.")
+@click.option("--plans-dir", type=str, default=None, metavar="DIR",
+              help="Also write each feasible plan as DIR/<model>__<cluster>__<global_batch>__<seq_len>.json.")
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in the output file and plan only the missing combinations.")
+@click.option("--shard", type=str, default=None, metavar="i/n", callback=_shard_option,
+              help="Plan only the combinations whose index % n == i (0 <= i < n).")
+@click.option("--time-limit", type=float, default=None, metavar="S",
+              help="Stop each search after S seconds and report the gap.")
+@click.option("-o", "--output", type=str, required=True, metavar="FILE",
+              help="Results file: .csv or .jsonl (one JSON object per line).")
+def sweep_command(models, clusters, batches, seq_lens, jobs, plans_dir, resume, shard, time_limit, output) -> None:
+    """Plan every combination of models, clusters, global batches and sequence lengths.
+
+    Combinations are the cartesian product of the repeated options, numbered models
+    outermost, then clusters, batches and sequence lengths, in the order given. Each gets one
+    row: model, cluster, global_batch, seq_len, status (ok, infeasible or error), reason,
+    step_time_s, tokens_per_s, mfu, pp, tp, dp, num_gpus_used, solver_seconds. One bad
+    combination never stops the others. Rows are appended as they finish; at the end the
+    file is rewritten sorted by combination index, so it does not depend on --jobs.
+
+    \b
+    Examples:
+      planner sweep --model llama-3-8b --model llama-3-70b --cluster a100-v100-mix \\
+          --global-batch 512 --global-batch 1024 --seq-len 4096 -o results.csv
+      planner sweep ... -o results.csv --resume    # after an interruption
+
+    \b
+    On a Slurm cluster, one array task per shard, each with its own output file:
+      #SBATCH --array=0-7
+      planner sweep --model ... --cluster ... --global-batch ... --seq-len ... \\
+          --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT \\
+          --jobs $SLURM_CPUS_PER_TASK -o results.$SLURM_ARRAY_TASK_ID.csv
+    then concatenate the shards (one header):
+      awk 'FNR > 1 || NR == 1' results.*.csv > results.csv    # CSV
+      cat results.*.jsonl > results.jsonl                    # JSONL
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    output_format(output)  # a bad extension is bad input before any work
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, disable=not console.is_terminal, transient=False)
+    task = bar.add_task("sweep", total=None)
+
+    def progress(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs or os.cpu_count() or 1,
+                       plans_dir=plans_dir, resume=resume, shard=shard, time_limit=time_limit,
+                       progress=progress)
+    kept = f", {counts['kept']} kept from {output}" if resume else ""
+    click.echo(f"planner sweep: {counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} error "
+               f"({counts['rows']} rows in {output}{kept})", err=True)
+
+
+def add_commands(group: click.Group) -> None:
+    """Register `sweep` on the CLI group (planner.cli.main)."""
+    group.add_command(sweep_command)
+
+
+__all__ = ["COLUMNS", "Combination", "add_commands", "combinations", "parse_shard", "plan_file_name",
+           "read_rows", "run_combination", "sweep", "sweep_command"]
