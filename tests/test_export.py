@@ -1,0 +1,228 @@
+"""`planner export`: Megatron flags, DeepSpeed config, torchtitan TOML/CLI, rank map."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import tomllib
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from planner.errors import BadInput
+from planner.export import add_commands, megatron_split
+from planner.hardware import load_cluster
+from planner.model import load_model
+from planner.plan import Training, plan_to_json, uniform_plan
+
+
+@pytest.fixture(scope="module")
+def group():
+    g = click.Group()
+    add_commands(g)
+    return g
+
+
+@pytest.fixture(scope="module")
+def homogeneous(tmp_path_factory):
+    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), Training(256, 4096, "bf16", 1),
+                        tp=4, pp=2, dp=4, zero=1, recompute="selective", sequence_parallel=True)
+    path = tmp_path_factory.mktemp("export") / "uniform.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def heterogeneous_data():
+    from planner.search import solve
+
+    result = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1))
+    return plan_to_json(result.plan)
+
+
+@pytest.fixture(scope="module")
+def heterogeneous(heterogeneous_data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("export") / "mixed.json"
+    path.write_text(json.dumps(heterogeneous_data))
+    return str(path)
+
+
+def run(group, *args):
+    result = CliRunner().invoke(group, ["export", *args])
+    return result
+
+
+def megatron_args(text: str) -> dict[str, str | None]:
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
+    argv = shlex.split(" ".join(line.rstrip("\\").strip() for line in lines))
+    out: dict[str, str | None] = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            out[token] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def test_megatron_homogeneous(group, homogeneous):
+    result = run(group, homogeneous, "--to", "megatron")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    a = megatron_args(result.stdout)
+    tp, pp, mbs, gbs = (int(a[k]) for k in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                            "--micro-batch-size", "--global-batch-size"))
+    assert (tp, pp, mbs, gbs) == (4, 2, 1, 256)
+    dp = 32 // (tp * pp)
+    assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == 64  # micro-batches per replica
+    assert int(a["--num-layers"]) == 32 and int(a["--hidden-size"]) == 4096
+    assert int(a["--num-query-groups"]) == 8 and "--group-query-attention" in a
+    assert "--sequence-parallel" in a and a["--recompute-granularity"] == "selective"
+    assert "--use-distributed-optimizer" in a and "--bf16" in a and "--swiglu" in a
+    assert "--untie-embeddings-and-output-weights" in a and a["--normalization"] == "RMSNorm"
+    assert "--decoder-first-pipeline-num-layers" not in a  # 16 + 16: even
+
+
+def test_megatron_heterogeneous_warns_what_is_lost(group, heterogeneous, heterogeneous_data):
+    result = run(group, heterogeneous, "--to", "megatron")
+    assert result.exit_code == 0, result.stderr
+    err = result.stderr
+    assert "TP degrees differ" in err and "mixed GPU types" in err and "placement" in err
+    a = megatron_args(result.stdout)
+    pp, tp = int(a["--pipeline-model-parallel-size"]), int(a["--tensor-model-parallel-size"])
+    assert tp == max(s["tp"] for s in heterogeneous_data["stages"])
+    counts = [int(a.get("--decoder-first-pipeline-num-layers") or 0),
+              int(a.get("--decoder-last-pipeline-num-layers") or 0)]
+    if pp == 2 and any(counts):
+        assert sum(counts) == int(a["--num-layers"]) == 32
+    dp = next(int(line.split("dp ")[1].split()[0]) for line in result.stdout.splitlines()
+              if line.startswith("# planner"))
+    assert int(a["--global-batch-size"]) % (int(a["--micro-batch-size"]) * dp) == 0
+
+
+def test_megatron_uneven_shares_are_equalised(group, heterogeneous_data, tmp_path):
+    data = copy.deepcopy(heterogeneous_data)
+    reps = data["stages"][0]["replicas"]
+    reps[0]["batch_share"] += 8
+    reps[1]["batch_share"] -= 8
+    path = tmp_path / "uneven.json"
+    path.write_text(json.dumps(data))
+    result = run(group, str(path), "--to", "megatron")
+    assert result.exit_code == 0 and "equalised" in result.stderr
+
+
+@pytest.mark.parametrize("chunks, pp, v", [
+    ([16, 16], 2, 1), ([15, 17], 2, 1), ([7, 8, 8, 9], 4, 1), ([6, 9, 7, 10], 4, 1),
+    ([4, 4, 4, 4, 4, 4, 4, 4], 4, 2), ([3, 4, 4, 4, 5, 4, 4, 4], 4, 2), ([2, 3, 3, 4, 3, 3], 3, 2)])
+def test_megatron_split_follows_validate_args(chunks, pp, v):
+    exported, uneven, exact = megatron_split(chunks, pp, v)
+    assert sum(exported) == sum(chunks) and len(exported) == len(chunks)
+    totals = [sum(exported[k] for k in range(r, len(exported), pp)) for r in range(pp)]
+    for r in range(pp):  # a rank's layers split evenly over its virtual stages
+        assert len({exported[k] for k in range(r, len(exported), pp)}) == 1
+    assert len(set(totals[1:-1])) <= 1 and min(totals) > 0  # only first and last may differ
+    if uneven is None:
+        assert len(set(totals)) == 1
+    else:
+        assert uneven == (totals[0], totals[-1]) and totals[0] % v == 0 and totals[-1] % v == 0
+    if chunks in ([16, 16], [15, 17], [7, 8, 8, 9], [4] * 8):
+        assert exact
+
+
+def test_megatron_split_refuses_what_has_no_form():
+    with pytest.raises(BadInput):
+        megatron_split([3, 4, 4, 4], 2, 2)  # 15 layers cannot be multiples of v=2 on both ranks
+
+
+def test_megatron_interleaved_uses_layers_per_virtual_stage(group, tmp_path):
+    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"),
+                        Training(256, 4096, "bf16", 1, "interleaved", 2), tp=4, pp=4, dp=2)
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = run(group, str(path), "--to", "megatron")
+    assert result.exit_code == 0, result.stderr
+    a = megatron_args(result.stdout)
+    assert int(a["--num-layers-per-virtual-pipeline-stage"]) == 4
+    assert "--num-virtual-stages-per-pipeline-rank" not in a
+
+
+def test_deepspeed(group, homogeneous, heterogeneous):
+    result = run(group, homogeneous, "--to", "deepspeed")
+    assert result.exit_code == 0, result.stderr
+    ds = json.loads(result.stdout)
+    dp = ds["planner_pipeline"]["data_parallel_size"]
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * dp
+    assert ds["train_batch_size"] == 256 and dp == 4
+    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"]["enabled"]
+    assert ds["planner_pipeline"]["parts"] == [0, 17, 34]
+    assert "activation_checkpointing" in ds
+    result = run(group, heterogeneous, "--to", "deepspeed")
+    assert result.exit_code == 0 and "TP degrees differ" in result.stderr
+    ds = json.loads(result.stdout)
+    dp = ds["planner_pipeline"]["data_parallel_size"]
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * dp
+
+
+def test_deepspeed_lowers_zero2_with_pipelines(group, tmp_path):
+    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), Training(256, 4096, "bf16", 1),
+                        tp=4, pp=2, dp=4, zero=2)
+    path = tmp_path / "z2.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = run(group, str(path), "--to", "deepspeed")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["zero_optimization"]["stage"] == 1 and "ZeRO-2" in result.stderr
+
+
+def test_torchtitan(group, homogeneous, heterogeneous, heterogeneous_data):
+    result = run(group, homogeneous, "--to", "torchtitan")
+    assert result.exit_code == 0, result.stderr
+    cfg = tomllib.loads(result.stdout)
+    par = cfg["parallelism"]
+    degrees = (par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"]
+               * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"])
+    assert degrees == 32
+    assert cfg["model"] == {"name": "llama3", "flavor": "8B"}
+    assert par["pipeline_parallel_schedule"] == "1F1B"
+    parts = par["module_fqns_per_model_part"]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    assert sum(1 for p in parts for n in p if n.startswith("layers.")) == 32
+    assert cfg["activation_checkpoint"]["mode"] == "selective"
+    assert cfg["training"]["global_batch_size"] == 256 and cfg["training"]["seq_len"] == 4096
+    result = run(group, heterogeneous, "--to", "torchtitan")
+    assert result.exit_code == 0 and "warning" in result.stderr
+    par = tomllib.loads(result.stdout)["parallelism"]
+    assert [len([n for n in p if n.startswith("layers.")]) for p in par["module_fqns_per_model_part"]] \
+        == [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s["layers"] for s in heterogeneous_data["stages"])]
+
+
+def test_torchtitan_cli(group, homogeneous):
+    result = run(group, homogeneous, "--to", "torchtitan-cli")
+    assert result.exit_code == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    args = dict(zip(argv[::2], argv[1::2]))
+    assert args["--parallelism.tensor_parallel_degree"] == "4"
+    assert args["--parallelism.pipeline_parallel_degree"] == "2"
+    assert json.loads(args["--parallelism.module_fqns_per_model_part"])[0][0] == "tok_embeddings"
+
+
+@pytest.mark.parametrize("which", ["homogeneous", "heterogeneous"])
+def test_rankmap_lists_every_used_rank_once(group, which, request, tmp_path):
+    path = request.getfixturevalue(which)
+    out = tmp_path / "rankmap.json"
+    result = run(group, path, "--to", "rankmap", "-o", str(out))
+    assert result.exit_code == 0 and result.stderr == ""
+    data = json.loads(out.read_text())
+    plan = json.loads(open(path).read())
+    used = sorted({r for s in plan["stages"] for rep in s["replicas"] for r in rep["ranks"]})
+    assert [e["rank"] for e in data["ranks"]] == used
+    for e in data["ranks"]:
+        assert e["rank"] in e["tp_group"] and e["rank"] in e["dp_group"]
+    assert sum(len(g["nodes"]) * g["nproc_per_node"] for g in data["launch"]) == len(used)
+
+
+def test_bad_plan_exits_2(group, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{}")
+    result = run(group, str(path), "--to", "megatron")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
