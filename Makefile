@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # the tests also cross-check layers against PyTorch (the `profile` extra, torch 2.13.0 CPU)
+# and draw SVG timelines (the `viz` extra, matplotlib)
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,profile]'
+	$(BIN)/pip install --quiet -e '.[dev,profile,viz]'
 	touch $(TEST_STAMP)
 
 install: $(STAMP)

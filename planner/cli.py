@@ -639,11 +639,13 @@ def load_calibrations(files: tuple[str, ...], cluster: Cluster, base: dict) -> d
 # commands that live in their own modules
 from .sweep import add_commands as _add_sweep  # noqa: E402
 from .export import add_commands as _add_export  # noqa: E402
+from .show import add_commands as _add_show  # noqa: E402
 from .validate import add_commands as _add_validate  # noqa: E402
 
 _add_sweep(main)
 _add_validate(main)
 _add_export(main)
+_add_show(main)
 
 
 if __name__ == "__main__":

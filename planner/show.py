@@ -1,0 +1,501 @@
+"""`planner show`: a plan file in the terminal, and its pipeline timeline as an SVG.
+
+The terminal view prices the plan with evaluate.evaluate (default cost parameters) and
+prints its stages on their devices, memory per device against capacity, the step-time
+breakdown and the headline figures.
+
+The timeline (`--svg FILE`, needs matplotlib) draws one step of the pipeline, one row per
+pipeline rank. Per-micro-batch forward and backward times are recomputed here from
+cost.layer_time over the rank's layers, exactly as evaluate prices them, for the replica
+that sets the rank's busy time (micro-batches x time per micro-batch, the same replica
+evaluate picks); the rank's per-micro-batch communication is split between the boxes:
+TP all-reduces where layer_time puts them, the pipeline send/receive half to the forward
+and half to the backward, ZeRO-2 reduce-scatters to the backward, ZeRO-3 gathers one to
+each. So forward + backward of a box pair equals evaluate's per-micro-batch time.
+
+A rank's replicas may run different numbers of micro-batches from another rank's (uneven
+data-parallel widths and shares). Micro-batch j of a rank that runs n_dst micro-batches
+waits for micro-batch floor(j * n_src / n_dst) of its neighbour (forward: the rank
+before; backward: the rank after): samples dealt round-robin over the neighbour's
+replicas. For equal counts this is the usual one-to-one dependency. Gradient reduction
+and the optimizer step after the last backward are not drawn; a dashed line marks the
+predicted step time, which includes them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown, layer_time
+from .errors import BadInput
+from .evaluate import Estimate, boundary_link, collective_links, evaluate, group_collective_s, nodes_of, p2p_s
+from .hardware import GIB, Cluster, GpuSpec
+from .model import DTYPE_BYTES
+from .plan import Plan, Replica, Stage
+
+MAX_DRAWN_MICROBATCHES = 64
+BAR_WIDTH = 18
+INSTALL_HINT = "pip install 'planner[viz]' (matplotlib)"
+
+# memory parts in bar order: (MemoryBreakdown attribute, label, glyph, colour)
+MEMORY_PARTS = (("weights_bytes", "weights", "█", "blue"),
+                ("gradients_bytes", "grads", "▓", "magenta"),
+                ("optimizer_bytes", "optimizer", "▒", "yellow"),
+                ("activations_bytes", "activations", "░", "cyan"),
+                ("reserved_bytes", "reserved", "▪", "bright_black"))
+FREE_GLYPH = "·"
+
+
+# --- per-micro-batch times -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankTiming:
+    """One pipeline rank's replica that sets its busy time, per micro-batch."""
+
+    pipeline_rank: int
+    stages: tuple[int, ...]  # stage indices on this rank (several when interleaved)
+    gpu: str
+    dp_rank: int
+    num_microbatches: int
+    fwd_s: float
+    bwd_s: float
+
+    @property
+    def per_microbatch_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+    @property
+    def busy_s(self) -> float:
+        return self.num_microbatches * self.per_microbatch_s
+
+
+def _slowest_gpu(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
+    """The GPU a TP group runs at: its slowest type (as evaluate prices it)."""
+    gpus = {cluster.group_of_rank(r).gpu.name: cluster.group_of_rank(r).gpu for r in ranks}
+    return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
+
+
+def _params_for(params: CostParams | Mapping[str, CostParams] | None, gpu: GpuSpec) -> CostParams:
+    if params is None:
+        return DEFAULT_PARAMS
+    if isinstance(params, CostParams):
+        return params
+    return params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
+
+
+def _replica_times(plan: Plan, chunks: list[Stage], replica: Replica, params) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch through `chunks` on `replica`'s devices,
+    communication included (module docstring)."""
+    cluster, t = plan.cluster, plan.training
+    layers = plan.model.layers
+    stage_by_index = {st.index: st for st in plan.stages}
+    gpu = _slowest_gpu(cluster, replica.ranks)
+    p = _params_for(params, gpu)
+    tp_nodes = nodes_of(cluster, replica.ranks)
+    tp_groups: dict[str, int] = {}
+    for g, _ in tp_nodes:
+        tp_groups[g] = tp_groups.get(g, 0) + 1
+    tp_link = (cluster.group(next(iter(tp_nodes))[0]).intra_node if len(tp_nodes) == 1
+               else collective_links(cluster, tp_groups)[1])
+    nb = DTYPE_BYTES[t.dtype]
+    grad_bytes = 4 if t.dtype == "fp32" else nb
+    fwd = bwd = 0.0
+    for st in chunks:
+        stage_layers = layers[st.layers[0]:st.layers[1]]
+        for layer in stage_layers:
+            lt = layer_time(layer, gpu, t.dtype, t.micro_batch, t.seq_len, st.tp, st.sequence_parallel,
+                            t.attention, st.recompute, tp_link, p)
+            fwd += lt.fwd_s + lt.tp_comm_fwd_s
+            bwd += lt.bwd_s + lt.recompute_s + lt.tp_comm_bwd_s
+        successor = stage_by_index.get(st.index + 1)
+        if successor is not None:
+            nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(t.seq_len, nb) * t.micro_batch / st.tp
+            link, intra = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
+                                        [r.ranks[0] for r in successor.replicas])
+            send = p2p_s(nbytes, link, intra, p)  # activation forward + its gradient backward
+            fwd += send / 2
+            bwd += send / 2
+        if st.zero >= 2 and st.dp > 1:
+            shard = sum(l.weight_params for l in stage_layers) / st.tp
+            dp_ranks = [r.ranks[0] for r in st.replicas]
+            bwd += group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2  # reduce-scatter
+            if st.zero >= 3:
+                gather = group_collective_s(cluster, dp_ranks, shard * nb, p) / 2
+                fwd += gather
+                bwd += gather
+    return fwd, bwd
+
+
+def rank_timings(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> list[RankTiming]:
+    """Per pipeline rank, the busiest replica's micro-batch count and its forward and backward
+    time per micro-batch (module docstring)."""
+    chunks: dict[int, list[Stage]] = {}
+    for st in plan.stages:
+        chunks.setdefault(st.pipeline_rank, []).append(st)
+    out = []
+    for k in range(plan.pp):
+        rank_chunks = chunks[k]
+        best: RankTiming | None = None
+        for replica in rank_chunks[0].replicas:
+            fwd, bwd = _replica_times(plan, rank_chunks, replica, params)
+            timing = RankTiming(k, tuple(st.index for st in rank_chunks),
+                                _slowest_gpu(plan.cluster, replica.ranks).name, replica.dp_rank,
+                                replica.batch_share // plan.training.micro_batch, fwd, bwd)
+            if best is None or timing.busy_s > best.busy_s:
+                best = timing
+        out.append(best)
+    return out
+
+
+# --- the schedule --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    pipeline_rank: int
+    kind: str  # "F" or "B"
+    microbatch: int
+    start_s: float
+    end_s: float
+
+
+def _order(schedule: str, k: int, pp: int, n: int) -> list[tuple[str, int]]:
+    """The order one pipeline rank runs its forwards and backwards in."""
+    if schedule == "gpipe":
+        return [("F", j) for j in range(n)] + [("B", j) for j in range(n)]
+    warmup = min(pp - k - 1, n)  # 1F1B (Narayanan et al. 2021, sec 2.2.1)
+    order = [("F", j) for j in range(warmup)]
+    for j in range(n - warmup):
+        order += [("F", warmup + j), ("B", j)]
+    order += [("B", j) for j in range(n - warmup, n)]
+    return order
+
+
+def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
+    """Start and end of every forward and backward of one step, ranks following `schedule`
+    (interleaved runs as 1F1B over each rank's chunks together) and waiting for their
+    neighbours (module docstring)."""
+    pp = len(timings)
+    counts = [t.num_microbatches for t in timings]
+    queues = [_order(schedule, k, pp, counts[k]) for k in range(pp)]
+    heads = [0] * pp
+    free = [0.0] * pp
+    done: dict[tuple[int, str, int], float] = {}
+    ops: list[Op] = []
+
+    def dependency(k: int, kind: str, j: int) -> tuple[int, str, int] | None:
+        if kind == "F":
+            if k == 0:
+                return None
+            return (k - 1, "F", j * counts[k - 1] // counts[k])
+        if k == pp - 1:
+            return (k, "F", j)
+        return (k + 1, "B", j * counts[k + 1] // counts[k])
+
+    def ready(k: int, position: int) -> bool:
+        kind, j = queues[k][position]
+        dep = dependency(k, kind, j)
+        return dep is None or dep in done
+
+    remaining = sum(len(q) for q in queues)
+    while remaining:
+        progressed = False
+        for k in range(pp):
+            while heads[k] < len(queues[k]) and ready(k, heads[k]):
+                kind, j = queues[k][heads[k]]
+                dep = dependency(k, kind, j)
+                start = max(free[k], done[dep] if dep is not None else 0.0)
+                end = start + (timings[k].fwd_s if kind == "F" else timings[k].bwd_s)
+                done[(k, kind, j)] = end
+                free[k] = end
+                ops.append(Op(k, kind, j, start, end))
+                heads[k] += 1
+                remaining -= 1
+                progressed = True
+        if progressed or not remaining:
+            continue
+        # uneven micro-batch counts can leave every rank waiting: let one run a later
+        # forward that is ready ahead of its blocked backward
+        for k in range(pp):
+            later = next((i for i in range(heads[k] + 1, len(queues[k]))
+                          if queues[k][i][0] == "F" and ready(k, i)), None)
+            if later is not None:
+                queues[k].insert(heads[k], queues[k].pop(later))
+                break
+        else:  # pragma: no cover - every backward follows its own forward
+            raise RuntimeError("pipeline schedule deadlocked")
+    return ops
+
+
+# --- terminal view -------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    return Console(highlight=False, no_color="NO_COLOR" in os.environ)
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(out)
+
+
+def memory_bar(mem: MemoryBreakdown, capacity: float, width: int = BAR_WIDTH) -> str:
+    """Rich markup of a bar of `width` cells: one glyph (and colour) per memory part, in
+    proportion to capacity, then free cells; over capacity the bar is scaled to the total."""
+    parts = [getattr(mem, attr) for attr, *_ in MEMORY_PARTS]
+    scale = max(capacity, mem.total_bytes)
+    filled = min(width, round(mem.total_bytes / scale * width)) if scale > 0 else 0
+    exact = [x / scale * width for x in parts] if scale > 0 else [0.0] * len(parts)
+    cells = [int(x) for x in exact]
+    # largest remainders get the cells left to fill
+    for i in sorted(range(len(parts)), key=lambda i: exact[i] - cells[i], reverse=True):
+        if sum(cells) >= filled:
+            break
+        cells[i] += 1
+    while sum(cells) > filled:
+        i = max(range(len(cells)), key=lambda i: cells[i])
+        cells[i] -= 1
+    text = "".join(f"[{colour}]{glyph * n}[/]" for n, (_, _, glyph, colour) in zip(cells, MEMORY_PARTS) if n)
+    if mem.total_bytes > capacity:
+        return f"[red]{text}[/][red bold]![/]"
+    return text + f"[dim]{FREE_GLYPH * (width - filled)}[/]"
+
+
+def _by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[str, list[Replica]]:
+    groups: dict[str, list[Replica]] = {}
+    for r in replicas:
+        groups.setdefault(_slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
+    return groups
+
+
+def _shares(replicas: list[Replica]) -> str:
+    """'16 × 4 samples': how many replicas take each batch share (samples per step)."""
+    counts: dict[int, int] = {}
+    for r in replicas:
+        counts[r.batch_share] = counts.get(r.batch_share, 0) + 1
+    return ", ".join(f"{n} × {share}" for share, n in sorted(counts.items(), reverse=True)) + " samples"
+
+
+def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Console) -> None:
+    t = plan.training
+    cluster = plan.cluster
+    console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
+                  f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len} tokens, {t.dtype}, "
+                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
+                  + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else "")
+                  + f", pp {plan.pp}")
+
+    stages = Table(title="Stages on devices", box=box.SIMPLE_HEAD, pad_edge=False)
+    stages.add_column("stage", justify="right")
+    stages.add_column("layers", no_wrap=True)
+    stages.add_column("GPUs, ranks,\nsamples per replica", no_wrap=True)
+    stages.add_column("tp/dp\nzero", justify="right")
+    stages.add_column("recomp.")
+    stages.add_column("ms per mb\nfwd+bwd", justify="right", no_wrap=True)
+    for s in plan.stages:
+        first, end = s.layers
+        names = plan.model.layers[first].name
+        if end - first > 1:
+            names += f"..{plan.model.layers[end - 1].name}"
+        timing = timings[s.pipeline_rank]
+        per_mb = f"{timing.fwd_s * 1e3:.1f}+{timing.bwd_s * 1e3:.1f}"
+        if len(timing.stages) > 1:
+            per_mb += "\n(all chunks)"
+        recompute = s.recompute + ("\n+seq-par" if s.sequence_parallel else "")
+        label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if len(plan.stages) != plan.pp else "")
+        for i, (gpu, replicas) in enumerate(_by_gpu(plan, s.replicas).items()):
+            ranks = sorted(x for r in replicas for x in r.ranks)
+            head = i == 0
+            stages.add_row(label if head else "", f"[{first}, {end})\n{names}" if head else "",
+                           f"{len(ranks)}× {gpu}\nranks {_ranges(ranks)}\n{_shares(replicas)}",
+                           f"{s.tp}/{s.dp}\n{s.zero}" if head else "", recompute if head else "",
+                           per_mb if head else "")
+    console.print(stages)
+
+    memory = Table(title="Memory per device (the fullest rank of each GPU type on each pipeline rank)",
+                   box=box.SIMPLE_HEAD, pad_edge=False)
+    memory.add_column("pp", justify="right", no_wrap=True, min_width=2)
+    memory.add_column("GPU", no_wrap=True)
+    memory.add_column("memory", no_wrap=True)
+    memory.add_column("GiB (use)", justify="right", no_wrap=True)
+    memory.add_column("W/G/O/A/R GiB", justify="right", no_wrap=True)
+    chunks: dict[int, Stage] = {}
+    for s in plan.stages:
+        chunks.setdefault(s.pipeline_rank, s)
+    for k in range(plan.pp):
+        for i, (gpu, replicas) in enumerate(_by_gpu(plan, chunks[k].replicas).items()):
+            rank = max((x for r in replicas for x in r.ranks), key=lambda x: est.memory_by_rank[x].total_bytes)
+            mem, cap = est.memory_by_rank[rank], est.capacity_by_rank[rank]
+            use = mem.total_bytes / cap
+            split = "/".join(f"{getattr(mem, attr) / GIB:.1f}" for attr, *_ in MEMORY_PARTS)
+            memory.add_row(str(k) if i == 0 else "", gpu, memory_bar(mem, cap),
+                           f"{mem.total_bytes / GIB:.1f}/{cap / GIB:.0f} "
+                           f"([{'red' if use > 1 else 'green'}]{use:.0%}[/])", split)
+    console.print(memory)
+    console.print("  " + "  ".join(f"[{colour}]{glyph}[/] {label[0].upper()} {label}" for _, label, glyph, colour in MEMORY_PARTS)
+                  + f"  [dim]{FREE_GLYPH}[/] free")
+
+    times = Table(title="Step time", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, justify in (("part", "left"), ("seconds", "right"), ("share", "right"), ("", "left")):
+        times.add_column(col, justify=justify)
+    for key, value in est.breakdown_s.items():
+        share = value / est.step_time_s if est.step_time_s > 0 else 0.0
+        times.add_row(key, f"{value:.4f}", f"{share:.1%}", "█" * round(share * 20))
+    times.add_row("[bold]step[/]", f"[bold]{est.step_time_s:.4f}[/]", "100%", "")
+    console.print(times)
+    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   "
+                  f"samples/s {est.samples_per_s:,.1f}   model TFLOP/s per GPU {est.model_tflops_per_gpu:.1f}   "
+                  f"MFU {est.mfu:.1%}   bubble {est.bubble_fraction:.1%}")
+    if not est.fits:
+        worst = max(est.overflows, key=lambda o: o.over_bytes)
+        console.print(f"[red bold]does not fit[/]: {len(est.overflows)} ranks overflow; rank {worst.rank} "
+                      f"({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of {worst.capacity_bytes / GIB:.1f} GiB")
+
+
+# --- SVG timeline --------------------------------------------------------------------------
+
+
+def require_matplotlib() -> Any:
+    """The matplotlib package, or BadInput naming the install command."""
+    try:
+        import matplotlib
+        import matplotlib.figure  # fail here, not halfway through drawing
+    except ImportError:
+        raise BadInput(f"needs matplotlib ({INSTALL_HINT})", "--svg") from None
+    return matplotlib
+
+
+def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], path: str,
+                       max_microbatches: int = MAX_DRAWN_MICROBATCHES) -> int:
+    """Draw one step's pipeline timeline to `path` as SVG; returns the number of boxes drawn."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    t = plan.training
+    ops = simulate(timings, t.schedule)
+    longest = max(x.num_microbatches for x in timings)
+    truncated = longest > max_microbatches
+    # the first `max_microbatches` of the longest rank, and the same fraction of the others
+    limits = [math.ceil(x.num_microbatches * min(1.0, max_microbatches / longest)) for x in timings]
+    drawn = [op for op in ops if op.microbatch < limits[op.pipeline_rank]]
+    pp = len(timings)
+    end_s = max(op.end_s for op in drawn)
+    scale, unit = (1e3, "ms") if end_s < 10 else (1.0, "s")
+
+    width_in = min(24.0, 8.0 + 0.25 * max(limits))
+    fig = Figure(figsize=(width_in, 1.8 + 0.55 * pp))
+    ax = fig.add_subplot()
+    x_end = max(end_s, 0.0 if truncated else est.step_time_s) * scale * 1.01
+    points_per_unit = 0.8 * width_in * 72 / x_end  # the axes span about 80% of the figure
+    colours = {"F": "#4C72B0", "B": "#55A868"}
+    for k in range(pp):
+        for kind in ("F", "B"):  # one collection per row and kind keeps long pipelines quick
+            spans = [(op.start_s * scale, (op.end_s - op.start_s) * scale)
+                     for op in drawn if op.pipeline_rank == k and op.kind == kind]
+            ax.broken_barh(spans, (k - 0.4, 0.8), facecolors=colours[kind], edgecolor="white", linewidth=0.5)
+    for op in drawn:
+        label = str(op.microbatch + 1)
+        if (op.end_s - op.start_s) * scale * points_per_unit >= 5 * len(label) + 4:  # boxes with room
+            ax.text((op.start_s + op.end_s) / 2 * scale, op.pipeline_rank, label, ha="center", va="center",
+                    fontsize=6, color="white")
+    if not truncated:
+        ax.axvline(est.step_time_s * scale, color="#C44E52", linestyle="--", linewidth=1)
+    ax.set_yticks(range(pp))
+    ax.set_yticklabels([f"rank {x.pipeline_rank}: {x.gpu}\n({x.num_microbatches} mb)" for x in timings],
+                       fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlim(0, x_end)
+    schedule = {"1f1b": "1F1B", "gpipe": "GPipe",
+                "interleaved": f"interleaved (V={t.virtual_stages})"}[t.schedule]
+    title = (f"{plan.model.name} on {plan.cluster.name}: one step, {schedule}, micro-batch {t.micro_batch}; "
+             f"predicted step {est.step_time_s * scale:.1f} {unit}, bubble {est.bubble_fraction:.1%}")
+    if t.schedule == "interleaved":
+        title += "\napproximation: drawn as 1F1B over each rank's chunks together"
+    if truncated:
+        title += f"\nfirst {max_microbatches} of {longest} micro-batches drawn"
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="x", linewidth=0.3, alpha=0.5)
+    ax.set_axisbelow(True)
+    handles = [Patch(color=colours["F"], label="forward"), Patch(color=colours["B"], label="backward")]
+    if not truncated:
+        handles.append(Patch(facecolor="white", edgecolor="#C44E52", linestyle="--",
+                             label="predicted step (with gradient reduction and optimizer)"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
+    try:
+        fig.savefig(path, format="svg", metadata={"Date": None})
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror}", path) from None
+    return len(drawn)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def load_plan(path: str) -> Plan:
+    """Read and check a plan file (BadInput on any problem)."""
+    from .io import parse_structured, read_text
+    from .plan import plan_from_json, structural_problems
+
+    data = parse_structured(read_text(path, "plan file"), path)
+    plan = plan_from_json(data, path)
+    problems = structural_problems(plan)
+    if problems:
+        raise BadInput("invalid plan: " + "; ".join(f"{p}: {m}" for p, m in problems), path)
+    return plan
+
+
+def add_commands(group: click.Group) -> None:
+    """Register `show` on `group` (the CLI's main group)."""
+
+    @group.command("show")
+    @click.argument("plan_file", metavar="PLAN")
+    @click.option("--svg", "svg_file", type=str, default=None, metavar="FILE",
+                  help=f"Also draw one step's pipeline timeline to FILE (needs matplotlib: {INSTALL_HINT}).")
+    def show_command(plan_file: str, svg_file: str | None) -> None:
+        """Show a plan file: stages on devices, memory, step time; optionally its timeline.
+
+        Prices the plan with the default cost model. With --svg, draws the forward and
+        backward of every micro-batch on every pipeline rank over one step (at most 64
+        micro-batches; the first 64 of longer pipelines).
+
+        \b
+        Example:
+          planner plan --model gpt2-xl --cluster a100-v100-mix --global-batch 64 \\
+              --seq-len 1024 -o plan.json
+          planner show plan.json --svg timeline.svg
+        """
+        try:
+            plan = load_plan(plan_file)
+            if svg_file is not None:
+                require_matplotlib()
+                if not Path(svg_file).resolve().parent.is_dir():
+                    raise BadInput("cannot write: the folder does not exist", svg_file)
+            est = evaluate(plan)
+            timings = rank_timings(plan)
+            print_show(plan, est, timings, _console())
+            if svg_file is not None:
+                write_timeline_svg(plan, est, timings, svg_file)
+                click.echo(f"timeline written to {svg_file}")
+        except BadInput as exc:
+            click.echo(f"planner: {exc}", err=True)
+            raise SystemExit(2) from None
