@@ -19,7 +19,7 @@ from rich.table import Table
 from .errors import BadInput, NoFeasiblePlan
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
-from .plan import SCHEDULES, Plan, Training, plan_from_json, structural_problems, uniform_plan
+from .plan import SCHEDULES, Plan, Training, load_plan_file, structural_problems, uniform_plan
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -417,17 +417,6 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
              f"{worst.capacity_bytes / GIB:.1f} GiB (over by {worst.over_bytes / GIB:.1f} GiB; "
              f"{len(estimate.overflows)} ranks overflow)")
         sys.exit(EXIT_INFEASIBLE)
-
-
-def load_plan_file(path: str) -> Plan:
-    from .io import parse_structured, read_text
-
-    data = parse_structured(read_text(path, "plan file"), path)
-    plan = plan_from_json(data, path)
-    problems = structural_problems(plan)
-    if problems:
-        raise BadInput("invalid plan: " + "; ".join(f"{p}: {m}" for p, m in problems), path)
-    return plan
 
 
 def plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp,

@@ -80,7 +80,7 @@ class Estimate:
 ParamsFor = Callable[[GpuSpec], CostParams]
 
 
-def _params_getter(params: CostParams | Mapping[str, CostParams] | None) -> ParamsFor:
+def params_getter(params: CostParams | Mapping[str, CostParams] | None) -> ParamsFor:
     if params is None:
         return lambda gpu: DEFAULT_PARAMS
     if isinstance(params, CostParams):
@@ -88,7 +88,7 @@ def _params_getter(params: CostParams | Mapping[str, CostParams] | None) -> Para
     return lambda gpu: params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
 
 
-def _gpu_of(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
+def slowest_gpu(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
     """The GPU a TP group runs at: the slowest type among its ranks."""
     gpus = {cluster.group_of_rank(r).gpu.name: cluster.group_of_rank(r).gpu for r in ranks}
     return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
@@ -128,6 +128,18 @@ def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
         key = (g.name, (r - g.first_rank) // g.gpus_per_node)
         nodes[key] = nodes.get(key, 0) + 1
     return nodes
+
+
+def tp_group_link(cluster: Cluster, ranks) -> Link:
+    """The link a tensor-parallel group's ring runs over: its node's intra-node link, or the
+    slowest per-GPU inter-node share when the group spans nodes."""
+    nodes = nodes_of(cluster, ranks)
+    if len(nodes) == 1:
+        return cluster.group(next(iter(nodes))[0]).intra_node
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    return collective_links(cluster, per_group)[1]
 
 
 def group_collective_s(cluster: Cluster, ranks, nbytes: float, params: CostParams) -> float:
@@ -189,7 +201,7 @@ def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float
 
 def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
     """Price `plan`; never raises for a plan that does not fit (see `fits`, `overflows`)."""
-    params_for = _params_getter(params)
+    params_for = params_getter(params)
     model, cluster, t = plan.model, plan.cluster, plan.training
     b, s = t.micro_batch, t.seq_len
     nb = DTYPE_BYTES[t.dtype]
@@ -214,14 +226,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         stage_busy, stage_tau, stage_btl, stage_opt = -1.0, 0.0, None, 0.0
         min_bwd = float("inf")
         for r_index, replica in enumerate(head.replicas):
-            gpu = _gpu_of(cluster, replica.ranks)
+            gpu = slowest_gpu(cluster, replica.ranks)
             p = params_for(gpu)
-            tp_nodes = nodes_of(cluster, replica.ranks)
-            tp_groups: dict[str, int] = {}
-            for g, _ in tp_nodes:
-                tp_groups[g] = tp_groups.get(g, 0) + 1
-            tp_link = (cluster.group(next(iter(tp_nodes))[0]).intra_node if len(tp_nodes) == 1
-                       else collective_links(cluster, tp_groups)[1])
+            tp_link = tp_group_link(cluster, replica.ranks)
             cost = _ReplicaCost()
             weight_params = acts_per_mb = transient = 0.0
             for st in rank_chunks:
@@ -280,7 +287,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         dp_s = 0.0
         if dp > 1 and zero <= 2:
             dp_ranks = [rep.ranks[0] for rep in head.replicas]
-            p = params_for(_gpu_of(cluster, tuple(dp_ranks)))
+            p = params_for(slowest_gpu(cluster, tuple(dp_ranks)))
             stage_params = sum(layers[i].weight_params / st.tp for st in rank_chunks for i in range(*st.layers))
             dp_s = group_collective_s(cluster, dp_ranks, stage_params * grad_bytes, p)
             if zero == 2:

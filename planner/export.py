@@ -62,7 +62,7 @@ from typing import Any, Callable
 import click
 
 from .errors import BadInput
-from .plan import Plan, plan_from_json, structural_problems
+from .plan import Plan, load_plan_file
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
@@ -74,20 +74,6 @@ Warn = Callable[[str], None]
 
 
 # --- loading -------------------------------------------------------------------------------
-
-
-def load_plan(path: str) -> Plan:
-    """Read and check a plan file (the structural checks of `planner validate`)."""
-    from .io import parse_structured, read_text
-
-    data = parse_structured(read_text(path, "plan file"), path)
-    plan = plan_from_json(data, path)
-    problems = structural_problems(plan)
-    if problems:
-        where, message = problems[0]
-        more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""
-        raise BadInput(message + more, path, where)
-    return plan
 
 
 # --- shared analysis -----------------------------------------------------------------------
@@ -550,7 +536,7 @@ def add_commands(group: click.Group) -> None:
             click.echo(f"planner: warning: {target}: {message}", err=True)
 
         try:
-            text = export_plan(load_plan(plan_file), target, warn)
+            text = export_plan(load_plan_file(plan_file), target, warn)
             if output:
                 try:
                     Path(output).write_text(text)

@@ -307,3 +307,16 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     if t.schedule != "interleaved" and v != 1:
         problems.append(("training.virtual_stages", f"{v} virtual stages need the interleaved schedule"))
     return problems
+
+
+def load_plan_file(path: str) -> Plan:
+    """Read a plan file and check its structure (BadInput naming the first problem)."""
+    from .io import parse_structured, read_text
+
+    plan = plan_from_json(parse_structured(read_text(path, "plan file"), path), path)
+    problems = structural_problems(plan)
+    if problems:
+        where, message = problems[0]
+        more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""
+        raise BadInput(f"invalid plan: {message}{more}", path, where)
+    return plan

@@ -35,12 +35,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown, layer_time
+from .cost import CostParams, MemoryBreakdown, layer_time
 from .errors import BadInput
-from .evaluate import Estimate, boundary_link, collective_links, evaluate, group_collective_s, nodes_of, p2p_s
-from .hardware import GIB, Cluster, GpuSpec
+from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2p_s, params_getter, slowest_gpu,
+                       tp_group_link)
+from .hardware import GIB
 from .model import DTYPE_BYTES
-from .plan import Plan, Replica, Stage
+from .plan import Plan, Replica, Stage, load_plan_file
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -79,34 +80,15 @@ class RankTiming:
         return self.num_microbatches * self.per_microbatch_s
 
 
-def _slowest_gpu(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
-    """The GPU a TP group runs at: its slowest type (as evaluate prices it)."""
-    gpus = {cluster.group_of_rank(r).gpu.name: cluster.group_of_rank(r).gpu for r in ranks}
-    return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
-
-
-def _params_for(params: CostParams | Mapping[str, CostParams] | None, gpu: GpuSpec) -> CostParams:
-    if params is None:
-        return DEFAULT_PARAMS
-    if isinstance(params, CostParams):
-        return params
-    return params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
-
-
 def _replica_times(plan: Plan, chunks: list[Stage], replica: Replica, params) -> tuple[float, float]:
     """(forward, backward) seconds of one micro-batch through `chunks` on `replica`'s devices,
     communication included (module docstring)."""
     cluster, t = plan.cluster, plan.training
     layers = plan.model.layers
     stage_by_index = {st.index: st for st in plan.stages}
-    gpu = _slowest_gpu(cluster, replica.ranks)
-    p = _params_for(params, gpu)
-    tp_nodes = nodes_of(cluster, replica.ranks)
-    tp_groups: dict[str, int] = {}
-    for g, _ in tp_nodes:
-        tp_groups[g] = tp_groups.get(g, 0) + 1
-    tp_link = (cluster.group(next(iter(tp_nodes))[0]).intra_node if len(tp_nodes) == 1
-               else collective_links(cluster, tp_groups)[1])
+    gpu = slowest_gpu(cluster, replica.ranks)
+    p = params_getter(params)(gpu)
+    tp_link = tp_group_link(cluster, replica.ranks)
     nb = DTYPE_BYTES[t.dtype]
     grad_bytes = 4 if t.dtype == "fp32" else nb
     fwd = bwd = 0.0
@@ -149,7 +131,7 @@ def rank_timings(plan: Plan, params: CostParams | Mapping[str, CostParams] | Non
         for replica in rank_chunks[0].replicas:
             fwd, bwd = _replica_times(plan, rank_chunks, replica, params)
             timing = RankTiming(k, tuple(st.index for st in rank_chunks),
-                                _slowest_gpu(plan.cluster, replica.ranks).name, replica.dp_rank,
+                                slowest_gpu(plan.cluster, replica.ranks).name, replica.dp_rank,
                                 replica.batch_share // plan.training.micro_batch, fwd, bwd)
             if best is None or timing.busy_s > best.busy_s:
                 best = timing
@@ -281,7 +263,7 @@ def memory_bar(mem: MemoryBreakdown, capacity: float, width: int = BAR_WIDTH) ->
 def _by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[str, list[Replica]]:
     groups: dict[str, list[Replica]] = {}
     for r in replicas:
-        groups.setdefault(_slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
+        groups.setdefault(slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
     return groups
 
 
@@ -451,19 +433,6 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
 # --- the command ---------------------------------------------------------------------------
 
 
-def load_plan(path: str) -> Plan:
-    """Read and check a plan file (BadInput on any problem)."""
-    from .io import parse_structured, read_text
-    from .plan import plan_from_json, structural_problems
-
-    data = parse_structured(read_text(path, "plan file"), path)
-    plan = plan_from_json(data, path)
-    problems = structural_problems(plan)
-    if problems:
-        raise BadInput("invalid plan: " + "; ".join(f"{p}: {m}" for p, m in problems), path)
-    return plan
-
-
 def add_commands(group: click.Group) -> None:
     """Register `show` on `group` (the CLI's main group)."""
 
@@ -485,7 +454,7 @@ def add_commands(group: click.Group) -> None:
           planner show plan.json --svg timeline.svg
         """
         try:
-            plan = load_plan(plan_file)
+            plan = load_plan_file(plan_file)
             if svg_file is not None:
                 require_matplotlib()
                 if not Path(svg_file).resolve().parent.is_dir():

@@ -20,7 +20,8 @@ from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 from planner.search import solve
-from planner.show import add_commands, load_plan, rank_timings, simulate
+from planner.plan import load_plan_file as load_plan
+from planner.show import add_commands, rank_timings, simulate
 
 SPEC = {"name": "four", "node_groups": [{
     "name": "g", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 4,
