@@ -201,6 +201,21 @@ def load_profiles(specs: tuple[str, ...], cluster: Cluster, model: Model, traini
     return out
 
 
+def _measurement_options(func: Callable) -> Callable:
+    """`--profile GPU=FILE` and `--calibration FILE`, shared by plan and evaluate."""
+    func = click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
+                        help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")(func)
+    return click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
+                        help="Price this GPU type from a measured layer profile (planner profile); "
+                             "repeatable.")(func)
+
+
+def per_gpu_params(profiles: tuple[str, ...], calibrations: tuple[str, ...], cluster: Cluster, model: Model,
+                   training: Training) -> dict:
+    """Cost parameters per GPU type from `--profile` and `--calibration` (types not named: defaults)."""
+    return load_calibrations(calibrations, cluster, load_profiles(profiles, cluster, model, training))
+
+
 def _common_options(func: Callable) -> Callable:
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
@@ -239,14 +254,12 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
 @click.option("--micro-batch", "micro_batches", type=int, multiple=True,
               help="Micro-batch sizes to search (repeatable) [default: 1 2 4 8].")
 @click.option("--time-limit", type=float, default=None, help="Stop the search after S seconds and report the gap.")
-@click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Clusters with more nodes are searched as identical bundles of at most this many nodes.")
+@click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Clusters of more than 8 nodes are searched as identical bundles of at most this many "
+                   "nodes (and not proven optimal).")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
-@click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
-              help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
-@click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
-              help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")
+@_measurement_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, time_limit,
@@ -275,7 +288,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     dtype = resolve_dtype(cluster, dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, attention)
     check_training_inputs(model, base)
-    measured = load_calibrations(calibrations, cluster, load_profiles(profiles, cluster, model, base))
+    measured = per_gpu_params(profiles, calibrations, cluster, model, base)
     options = SolverOptions(micro_batches=tuple(sorted(set(micro_batches))) or (1, 2, 4, 8),
                             max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
                             ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"),
@@ -371,10 +384,7 @@ def print_plan(result) -> None:
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
-@click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
-              help="Price this GPU type from a measured layer profile (planner profile); repeatable.")
-@click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
-              help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")
+@_measurement_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
@@ -402,8 +412,7 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
     else:
         plan = plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp,
                                dp, micro_batch, recompute, zero, sequence_parallel, schedule, virtual_stages)
-    measured = load_profiles(profiles, plan.cluster, plan.model, plan.training)
-    per_gpu = load_calibrations(calibrations, plan.cluster, measured)
+    per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training)
     estimate = price(plan, {"*": DEFAULT_PARAMS, **per_gpu})
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
