@@ -27,37 +27,59 @@ class Move:
     has_emb: bool
 
 
-def run_dp(problem: Problem, bound: float) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
+def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF
+           ) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
     """All states reachable with every stage's X <= bound; value = min sum tau.
 
     A state is (nodes used per group, stages placed, signature id of the last placed
-    stage); its value is an array over the number of layer items placed from the end.
+    stage, signature id of the first stage); its value is an array over the number of
+    layer items placed from the end. 1F1B (`ranks` None): any number of stages, the first
+    stage's signature is unused (-1). Interleaved: exactly `ranks` pipeline ranks, and the
+    last rank sends around to the first, so the search starts once per possible signature
+    of the first rank and keeps only plans whose first rank has it.
+
+    `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
+    newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
     """
-    items = problem.num_blocks + 2
-    start_key = (tuple(0 for _ in problem.bundle_nodes), 0, -1)
-    start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
-    start.value[0] = 0.0
-    layers: list[dict[tuple, Cell]] = [{start_key: start}]
+    items = problem.units + 2
+    zeros = tuple(0 for _ in problem.bundle_nodes)
+    if ranks is None:
+        firsts = [-1]
+        max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
+    else:
+        firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
+        max_stages = ranks
+    layers: list[dict[tuple, Cell]] = [{}]
+    for first in firsts:
+        start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+        start.value[0] = 0.0
+        layers[0][(zeros, 0, first, first)] = start
     moves: list[Move] = []
     finals: dict[tuple, Cell] = {}
-    max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
     for placed in range(max_stages):
         nxt: dict[tuple, Cell] = {}
         head = 1 if placed == 0 else 0
+        front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
         for key in sorted(layers[placed]):
             cell = layers[placed][key]
-            used, _, successor = key
+            used, _, successor, first = key
             if not np.isfinite(cell.value[:items]).any():
                 continue
             for fid, new_used, sig in problem.transitions(used):
-                for has_emb in (False, True):
-                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor)):
+                for has_emb in front_choices:
+                    if ranks is not None and has_emb and sig != first:
+                        continue
+                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:
                             continue
                         cand = relax(cell.value, variant, bound, head, has_emb, items)
                         if cand is None:
                             continue
-                        new_key = (new_used, placed + 1, sig)
+                        if cutoff < INF:
+                            cand[cand + variant.x_min >= cutoff] = INF
+                            if not np.isfinite(cand).any():
+                                continue
+                        new_key = (new_used, placed + 1, sig, first)
                         target = nxt.get(new_key)
                         if target is None:
                             target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
@@ -167,14 +189,16 @@ class StageChoice:
     blocks: int
     has_head: bool
     has_emb: bool
-    successor: int  # signature id of the next stage, -1 for the last stage
+    successor: int  # signature id of the next stage (interleaved: rank 0's for the last), -1 none
     from_end: int
+    ranks: int | None = None  # pipeline ranks of an interleaved plan, None for 1F1B
 
 
 def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: list[Move],
-           bound: float) -> list[StageChoice]:
-    """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
-    items = problem.num_blocks + 2
+          bound: float, ranks: int | None = None) -> list[StageChoice]:
+    """Stages of the plan ending in state `key`, front (embedding) to back (head); `blocks`
+    counts DP units (V blocks each)."""
+    items = problem.units + 2
     out = []
     ell = items
     while key[1] > 0:
@@ -182,11 +206,11 @@ def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: 
         move = moves[int(cell.parent[ell])]
         has_head = move.prev[1] == 0
         prev_cell = layers[move.prev[1]][move.prev]
-        variant = problem.family_cost(move.fid, key[1], move.has_emb, move.prev[2])[move.variant]
+        variant = problem.family_cost(move.fid, key[1], move.has_emb, move.prev[2], ranks)[move.variant]
         blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
         cid = int(variant.member[blocks])
         out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
-                                move.prev[2], key[1]))
+                               move.prev[2], key[1], ranks))
         ell -= blocks + int(has_head) + int(move.has_emb)
         key = move.prev
     assert ell == 0, "trace must consume every layer"
@@ -197,7 +221,7 @@ def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, f
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        tau, x, _, _ = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor)
+        tau, x, _, _ = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)
         taus.append(float(tau[c.blocks]))
         xs.append(float(x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)

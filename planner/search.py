@@ -52,7 +52,7 @@ from .hardware import GIB, Cluster
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import UNCAPPED, solve_shares_ilp
-from .stages import INF, Problem, SolverOptions
+from .stages import INF, Problem, SolverOptions, share_cap
 
 __all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s", "choose_bundles"]
 
@@ -76,12 +76,12 @@ class SearchResult:
 
 
 def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
-    cluster, b, bundles = problem.cluster, problem.b, problem.bundles
+    """The Plan of traced choices: ranks on whole nodes, shares by the ILP; an interleaved
+    plan cycles V chunks over the pipeline ranks, each rank taking the same blocks per chunk."""
+    cluster, b, bundles, v = problem.cluster, problem.b, problem.bundles, problem.v
     next_node = [[beta * n for beta in range(bundles)] for n in problem.bundle_nodes]
-    stages = []
-    first = 0
-    for k, c in enumerate(choices):
-        end = first + c.blocks + int(c.has_emb) + int(c.has_head)
+    rank_replicas = []
+    for c in choices:
         types = problem.type_arrays(c.config)
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
@@ -98,25 +98,33 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
                         replica_type.append(type_index)
                 next_node[i][beta] += nodes
                 type_index += 1
-        # per-replica time and memory cap at this stage's block count, as in stage_cost
+        # per-replica time and memory cap at this rank's block count, as in stage_cost
         flags = (c.has_head, c.has_emb)
+        in_flight = problem.in_flight(c.from_end, c.ranks)
+        sends = 1 if v == 1 else (v - 1 if c.has_head else v)
         times, caps = [], []
         for ta in types:
             tm = float(ta.time[flags][c.blocks])
             if c.successor >= 0:
-                tm += p2p_s(ta.boundary_bytes, problem.boundary(c.config, problem.signatures[c.successor]), False,
-                            ta.cost_params)
-            cap = int(ta.in_flight_cap[flags][c.blocks])
+                tm += sends * p2p_s(ta.boundary_bytes, problem.boundary(c.config, problem.signatures[c.successor]),
+                                    False, ta.cost_params)
             times.append(tm)
-            caps.append(UNCAPPED if cap >= c.from_end else cap)
+            caps.append(int(share_cap(ta.room[flags][c.blocks], in_flight)))
         solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
                                     [caps[t] for t in replica_type], problem.options.ilp)
         if not solution.optimal:
             raise RuntimeError("the share ILP did not prove optimality")
-        replicas = tuple(Replica(d, n * b, ranks) for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks)))
-        stages.append(Stage(k, (first, end), c.config.tp, c.config.zero, c.config.recompute, replicas, k,
-                            c.config.tp > 1))
-        first = end
+        rank_replicas.append(tuple(Replica(d, n * b, ranks)
+                                   for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks))))
+    stages = []
+    first = 0
+    pp = len(choices)
+    for chunk in range(v):
+        for k, c in enumerate(choices):
+            end = first + c.blocks + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
+            stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
+                                rank_replicas[k], k, c.config.tp > 1))
+            first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
 
@@ -196,40 +204,39 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     complete = True
     shortfall = None
     deadline = None if options.time_limit_s is None else started + options.time_limit_s
-    for b in sorted(options.micro_batches):
-        if base.global_batch % b:
-            continue
-        problem = Problem(model, cluster, base, b, bundles, options)
+    problem = None
+    for b, v, ranks in _subproblems(model, cluster, base, bundles, options):
+        if problem is None or (problem.b, problem.v) != (b, v):
+            problem = Problem(model, cluster, base, b, bundles, options, v)
 
         def explore(bound: float) -> tuple[float, float] | None:
             """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
             nonlocal best
-            finals, layers, moves = run_dp(problem, bound)
+            finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0])
             if not finals:
                 return None
             found = None
             for key in sorted(finals):
-                choices = trace(problem, key, layers, moves, bound)
+                choices = trace(problem, key, layers, moves, bound, ranks)
                 step, sum_tau, max_x = price(problem, choices)
                 used = sum(sum(c.config.nodes) for c in choices)
-                if best is None or (step, used, b) < best[0:3]:
-                    best = (step, used, b, problem, choices)
+                # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                if best is None or (step, used, b, v) < best[0:4]:
+                    best = (step, used, b, v, problem, choices)
                 if found is None or (sum_tau, max_x) < found:
                     found = (sum_tau, max_x)
             return found
 
-        first = explore(INF)
+        # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
+        evaluations_before = problem.evaluations
+        found = explore(INF if best is None else best[0])
         if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
             shortfall = problem.smallest_overflow
-        if first is None:
-            evaluations += problem.evaluations
-            continue
         # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
         # least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
         # with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
         # T >= best, so the next bound is just below min(X_p, best - S); when no plan
         # remains under the bound, the best plan seen is optimal.
-        found = first
         while found is not None:
             if deadline is not None and time.perf_counter() > deadline:
                 complete = False
@@ -240,12 +247,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             if bound <= 0:
                 break
             found = explore(bound)
-        evaluations += problem.evaluations
+        evaluations += problem.evaluations - evaluations_before
         if not complete:
             break
     if best is None:
         raise _no_plan(shortfall)
-    step, _, _, problem, choices = best
+    step, _, _, _, problem, choices = best
     plan = _build_plan(problem, choices)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
@@ -257,6 +264,24 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations,
                         time.perf_counter() - started, bundles)
+
+
+def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, options: SolverOptions):
+    """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
+    any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
+    since a rank's in-flight micro-batches depend on P (cost.in_flight_microbatches)."""
+    blocks = model.num_layers - 2
+    nodes = sum(g.nodes // bundles for g in cluster.groups)
+    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
+    # 1F1B first: its best plan bounds the interleaved searches, which cost more
+    for b in sizes:
+        if 1 in options.virtual_stages:
+            yield b, 1, None
+    for b in sizes:
+        for v in sorted(set(options.virtual_stages)):
+            if v > 1 and blocks % v == 0:
+                for ranks in range(2, min(options.max_stages, nodes, blocks // v) + 1):
+                    yield b, v, ranks
 
 
 def _no_plan(shortfall: tuple[float, str] | None) -> NoFeasiblePlan:

@@ -11,7 +11,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .cost import DEFAULT_PARAMS, CostParams, hierarchical_allreduce_s, layer_time, model_state_bytes, optimizer_step_s
+from .cost import (DEFAULT_PARAMS, CostParams, hierarchical_allreduce_s, in_flight_microbatches, layer_time,
+                   model_state_bytes, optimizer_step_s)
 from .evaluate import collective_links, p2p_s, pair_link, slowest
 from .hardware import Cluster, Link, NodeGroup
 from .model import DTYPE_BYTES, Layer, Model
@@ -30,6 +31,9 @@ class SolverOptions:
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: identical bundles of at most this many nodes
     max_stages: int = 16
+    # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
+    # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
+    virtual_stages: tuple[int, ...] = (1, 2)
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
@@ -66,7 +70,7 @@ class TypeArrays:
     time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
     bwd: dict[tuple[bool, bool], np.ndarray]
     params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
-    in_flight_cap: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds
+    room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
     boundary_bytes: float
     cost_params: CostParams
 
@@ -82,21 +86,33 @@ class Variant:
     slopes: dict  # config id -> slope of its tau (None when not affine)
 
 
+def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
+    """The most micro-batches a replica may take: unbounded when its memory holds the
+    in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
+    return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+
+
 class Problem:
     """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, bundles: int,
-                 options: SolverOptions):
+                 options: SolverOptions, virtual_stages: int = 1):
         self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
-        self.t = Training(base.global_batch, base.seq_len, base.dtype, b, "1f1b", 1, base.attention)
+        self.v = virtual_stages
+        schedule = "interleaved" if virtual_stages > 1 else "1f1b"
+        self.t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule, virtual_stages, base.attention)
         self.groups = [g for g in cluster.groups]
         self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
         self.num_blocks = model.num_layers - 2
+        assert self.num_blocks % virtual_stages == 0, "V must divide the decoder blocks"
+        # the DP places blocks per chunk: a pipeline rank takes the same number of blocks in
+        # each of its V chunks, so unit u of the DP is V * u blocks of the rank
+        self.units = self.num_blocks // virtual_stages
         self.microbatches = base.global_batch // b
         self.nb = DTYPE_BYTES[base.dtype]
         self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
-        self.blocks = np.arange(self.num_blocks + 1, dtype=float)
+        self.blocks = np.arange(self.units + 1, dtype=float) * virtual_stages
         self._types: dict[StageConfig, list[TypeArrays] | None] = {}
         self.config_list: list[StageConfig] = []
         self._config_ids: dict[StageConfig, int] = {}
@@ -107,6 +123,10 @@ class Problem:
         self._family: dict[tuple, tuple] = {}
         self._signature_ids: dict[tuple, int] = {}
         self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._stage_by_caps: dict[tuple, tuple] = {}
+        self._types_by_id: list[list[TypeArrays]] = []
+        self._tails: dict[tuple, np.ndarray] = {}
+        self._family_by_costs: dict[tuple, tuple] = {}
         self.evaluations = 0
         self.smallest_overflow: tuple[float, str] | None = None
 
@@ -160,7 +180,7 @@ class Problem:
             transient = 0.0
             if config.recompute == "full":
                 transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
-            times, bwds, params, caps = {}, {}, {}, {}
+            times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 hh, ee = float(has_head), float(has_emb)
@@ -171,30 +191,36 @@ class Problem:
                 w = (n * self.dec.weight_params + hh * self.head.weight_params + ee * self.emb.weight_params) / tp
                 params[(has_head, has_emb)] = w
                 if zero >= 2:
-                    # per micro-batch: reduce-scatter of gradients; ZeRO-3 also gathers the
-                    # weights before forward and backward (evaluate.evaluate, same formulas)
-                    zero_s = hierarchical_allreduce_s(w * self.grad_bytes, dp_per_node, dp_nodes, dp_intra,
-                                                      dp_inter, p) / 2
-                    if zero >= 3:
-                        zero_s = zero_s + 2 * hierarchical_allreduce_s(w * self.nb, dp_per_node, dp_nodes,
-                                                                       dp_intra, dp_inter, p) / 2
+                    # per micro-batch and chunk: reduce-scatter of gradients; ZeRO-3 also
+                    # gathers the weights before forward and backward (evaluate.evaluate,
+                    # same formulas); chunk 0 holds the embedding, chunk V-1 the head
+                    v = self.v
+                    zero_s = 0.0
+                    for chunk in range(v):
+                        wc = (n / v * self.dec.weight_params + (chunk == v - 1) * hh * self.head.weight_params
+                              + (chunk == 0) * ee * self.emb.weight_params) / tp
+                        zero_s = zero_s + hierarchical_allreduce_s(wc * self.grad_bytes, dp_per_node, dp_nodes,
+                                                                   dp_intra, dp_inter, p) / 2
+                        if zero >= 3:
+                            zero_s = zero_s + 2 * hierarchical_allreduce_s(wc * self.nb, dp_per_node, dp_nodes,
+                                                                           dp_intra, dp_inter, p) / 2
                     times[(has_head, has_emb)] = times[(has_head, has_emb)] + zero_s
                 weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
                 acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
                 free = gpu.memory_bytes - weights - grads - opt - p.reserved_memory_bytes \
                     - np.where(n >= 1, transient, 0.0)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    cap = np.where(acts > 0, np.floor(free / np.where(acts > 0, acts, 1.0)), UNCAPPED)
-                cap = np.where(free < 0, 0, np.minimum(cap, UNCAPPED)).astype(np.int64)
-                caps[(has_head, has_emb)] = cap
+                    room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
+                rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
                 if (has_head, has_emb) == (False, False):
                     # some stage must hold this many blocks; its overflow with one
                     # micro-batch in flight is what a "does not fit" message reports
                     need = -(-self.num_blocks // max(1, min(self.options.max_stages, sum(self.bundle_nodes))))
+                    need = -(-need // self.v)  # in DP units of V blocks
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
             boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
-            out.append(TypeArrays(count, group, times, bwds, params, caps, boundary, p))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p))
             config_worst = max(config_worst, worst)
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
@@ -222,16 +248,22 @@ class Problem:
             self._fitting[used] = out
         return self._fitting[used]
 
-    def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int) -> tuple["Variant", ...]:
+    def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
+                    ranks: int | None = None) -> tuple["Variant", ...]:
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
         so variant j holds the j-th such config by tau. Usually one variant remains."""
-        key = (fid, min(stage_from_end, self.microbatches), stage_from_end == 1, has_emb, successor_id)
+        key = (fid, self.in_flight(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
         cached = self._family.get(key)
         if cached is not None:
             return cached
         members = self.family_list[fid]
-        costs = [self.stage_cost(cid, stage_from_end, has_emb, successor_id) for cid in members]
+        costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
+        merged = self._family_by_costs.get(costs_key)
+        if merged is not None:
+            self._family[key] = merged
+            return merged
         taus = np.stack([c[0] for c in costs])
         xs = np.stack([c[1] for c in costs])
         feasible = np.isfinite(xs)
@@ -258,7 +290,7 @@ class Problem:
             x_v = np.where(valid, xs[pick, columns], INF)
             slopes = {cid: c[2] for cid, c in zip(members, costs)}
             variants.append(Variant(tau_v, x_v, member, float(x_v.min()), slopes))
-        self._family[key] = tuple(variants)
+        self._family[key] = self._family_by_costs[costs_key] = tuple(variants)
         return self._family[key]
 
     def signature_id(self, groups: frozenset[int]) -> int:
@@ -279,37 +311,105 @@ class Problem:
         """evaluate.boundary_link: the slowest pair between this stage and its successor."""
         return slowest([successor[i] for i in sorted(config.groups())])
 
-    def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool,
-                   successor_id: int) -> tuple[np.ndarray, np.ndarray, float | None, float]:
-        """(tau, X, slope) over block counts for a stage placed `stage_from_end` (1 = last
-        stage) before a successor with signature `successor_id` (-1: none). `slope` is set
-        when tau is affine in the block count (one replica type), else None; the last item
-        is the smallest X over block counts."""
+    def in_flight(self, stage_from_end: int, ranks: int | None) -> float:
+        """Micro-batches of activations a rank holds at its peak (cost.in_flight_microbatches):
+        1F1B holds P - k = stage_from_end; interleaved needs the pipeline depth P = `ranks`."""
+        if self.v == 1:
+            return float(min(stage_from_end, self.microbatches))
+        assert ranks is not None, "the interleaved search fixes the number of pipeline ranks"
+        return in_flight_microbatches("interleaved", ranks - stage_from_end, ranks, self.v, self.microbatches)
+
+    def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
+                   ranks: int | None = None) -> tuple[np.ndarray, np.ndarray, float | None, float]:
+        """(tau, X, slope) over DP units for a pipeline rank placed `stage_from_end` (1 = last)
+        before a successor with signature `successor_id` (-1: none), in a pipeline of `ranks`
+        ranks (interleaved only). tau is the rank's per-micro-batch time divided by V, and
+        X = B + E - tau, so that T = max X + sum tau (evaluate.pipeline_time_s). `slope` is
+        set when tau is affine in the block count (one replica type), else None; the last
+        item is the smallest X over block counts.
+
+        Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
+        or for the last rank's first V - 1 chunks around to rank 0, whose signature the
+        search passes as the last rank's successor."""
+        return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
+
+    def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
+                    ranks: int | None = None) -> list[tuple]:
+        """stage_cost for several configurations at one position, the makespans of those
+        with the same replica counts computed in one vectorised call."""
         has_head = stage_from_end == 1
-        key = (cid, min(stage_from_end, self.microbatches), has_head, has_emb, successor_id)
-        cached = self._stage.get(key)
-        if cached is not None:
-            return cached
-        config = self.config_list[cid]
-        successor = self.signatures[successor_id] if successor_id >= 0 else None
-        self.evaluations += 1
-        types = self.type_arrays(config)
+        in_flight = self.in_flight(stage_from_end, ranks)
         flags = (has_head, has_emb)
-        in_flight = stage_from_end  # 1F1B: P - k micro-batches (Narayanan et al. 2021)
-        times, caps = [], []
-        for ta in types:
-            tm = ta.time[flags]
-            if successor is not None:
-                tm = tm + p2p_s(ta.boundary_bytes, self.boundary(config, successor), False, ta.cost_params)
-            times.append(tm)
-            cap = ta.in_flight_cap[flags]
-            caps.append(np.where(cap >= in_flight, UNCAPPED, cap))
-        busy = min_makespan(self.microbatches, [ta.count for ta in types], times, caps)
-        tau = reduce(np.maximum, times)
-        # exposed gradient reduction and optimizer step (evaluate.evaluate, same formulas)
+        out: list = [None] * len(cids)
+        pending: dict[tuple[int, ...], list] = {}
+        for index, cid in enumerate(cids):
+            key = (cid, in_flight, has_head, has_emb, successor_id)
+            cached = self._stage.get(key)
+            if cached is not None:
+                out[index] = cached
+                continue
+            types = self._types_by_id[cid] if cid < len(self._types_by_id) else self._types_for(cid)
+            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+            # the in-flight count matters only through the caps, which are mostly the same for
+            # every position in the pipeline (memory to spare): price each distinct caps once
+            caps_key = (cid, has_head, has_emb, successor_id, b"".join(c.tobytes() for c in caps))
+            cached = self._stage_by_caps.get(caps_key)
+            if cached is not None:
+                self._stage[key] = out[index] = cached
+                continue
+            counts = tuple(ta.count for ta in types)
+            pending.setdefault(counts, []).append((index, cid, key, caps_key, types, caps))
+        successor = self.signatures[successor_id] if successor_id >= 0 else None
+        sends = 1 if self.v == 1 else (self.v - 1 if has_head else self.v)
+        for counts, items in pending.items():
+            all_times = []
+            for _, cid, _, _, types, _ in items:
+                config = self.config_list[cid]
+                times = []
+                for ta in types:
+                    tm = ta.time[flags]
+                    if successor is not None:
+                        tm = tm + sends * p2p_s(ta.boundary_bytes, self.boundary(config, successor), False,
+                                                ta.cost_params)
+                    times.append(tm)
+                all_times.append(times)
+            self.evaluations += len(items)
+            busy_all = min_makespan(self.microbatches, list(counts),
+                                    [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
+                                    [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
+            for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
+                result = self._finish(self.config_list[cid], types, times, busy_all[row], flags)
+                self._stage[key] = self._stage_by_caps[caps_key] = out[index] = result
+        return out
+
+    def _types_for(self, cid: int) -> list[TypeArrays]:
+        while len(self._types_by_id) <= cid:
+            self._types_by_id.append(self.type_arrays(self.config_list[len(self._types_by_id)]))
+        return self._types_by_id[cid]
+
+    def _finish(self, config: StageConfig, types: list[TypeArrays], times: list[np.ndarray], busy: np.ndarray,
+                flags: tuple[bool, bool]) -> tuple:
+        has_head, has_emb = flags
+        tau = reduce(np.maximum, times) / self.v
+        tail_key = (config, flags)
+        tail = self._tails.get(tail_key)
+        if tail is None:
+            tail = self._tails[tail_key] = self._tail(config, types, flags)
+        x = busy + tail - tau
+        x = np.where(np.isfinite(busy), x, INF)
+        if self.v > 1 or (not has_head and not has_emb):
+            x[0] = INF  # a stage holds at least one layer; an interleaved chunk one block
+        slope = None
+        if len(types) == 1 and len(tau) > 1:
+            slope = float(tau[1] - tau[0])
+        return (tau, x, slope, float(x.min()))
+
+    def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+        """Exposed gradient reduction and optimizer step after the last micro-batch
+        (evaluate.evaluate, same formulas); independent of the stage's position."""
         dp = sum(ta.count for ta in types)
         params = types[0].params[flags]
-        tail = np.zeros_like(tau)
+        tail = np.zeros(self.units + 1)
         if dp > 1 and config.zero <= 2:
             per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
             intra, inter = collective_links(self.cluster, per_group)
@@ -325,15 +425,4 @@ class Problem:
             tail = tail + reduce_s
         tail = tail + reduce(np.maximum, [optimizer_step_s(params / (dp if dp > 1 else 1), ta.group.gpu,
                                                            ta.cost_params) for ta in types])
-        x = busy + tail - tau
-        x = np.where(np.isfinite(busy), x, INF)
-        if not has_head and not has_emb:
-            x = x.copy()
-            x[0] = INF  # a stage holds at least one layer
-        slope = None
-        if len(types) == 1 and len(tau) > 1:
-            slope = float(tau[1] - tau[0])
-        self._stage[key] = (tau, x, slope, float(x.min()))
-        return self._stage[key]
-
-
+        return tail

@@ -1,8 +1,9 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
-Independent of planner.search: it enumerates every plan (micro-batch, ordered stages on
-disjoint node sets, tp, recompute and ZeRO stage per stage, contiguous layer split, every
-share vector) and prices each with planner.evaluate.evaluate.
+Independent of planner.search: it enumerates every plan (micro-batch, schedule (1F1B or
+interleaved with V chunks per rank), ordered stages on disjoint node sets, tp, recompute
+and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
+planner.evaluate.evaluate.
 """
 
 from __future__ import annotations
@@ -32,17 +33,40 @@ def node_assignments(num_nodes: int, stages: int):
             yield labels
 
 
+def layer_splits(items: int, stages: int, v: int):
+    """(schedule, V, per-stage (first, end) bounds, pipeline rank per stage): 1F1B cuts the
+    layers anywhere; interleaved gives rank k the same c_k >= 1 decoder blocks in each of
+    its V chunks, chunk j of rank k being stage j * P + k, the embedding in the first and
+    the head in the last."""
+    if v == 1:
+        for cuts in combinations(range(1, items), stages - 1):
+            yield list(zip((0,) + cuts, cuts + (items,))), list(range(stages))
+        return
+    blocks = items - 2
+    if stages < 2 or blocks % v:
+        return
+    for sizes in compositions(blocks // v, stages) if blocks // v >= stages else ():
+        bounds, first = [], 0
+        for chunk in range(v):
+            for k, size in enumerate(sizes):
+                end = first + size + (chunk == 0 and k == 0) + (chunk == v - 1 and k == stages - 1)
+                bounds.append((first, end))
+                first = end
+        yield bounds, [i % stages for i in range(stages * v)]
+
+
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes, zero_stages=(1, 2, 3)) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,)) -> tuple[float, Plan | None, int]:
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
     best, best_plan, count = float("inf"), None, 0
-    for b in micro_batches:
+    for b, v in product(micro_batches, virtual_stages):
         if base.global_batch % b:
             continue
         m_total = base.global_batch // b
-        training = Training(base.global_batch, base.seq_len, base.dtype, b, "1f1b", 1, base.attention)
+        training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
+                            v, base.attention)
         for stages in range(1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
@@ -64,8 +88,7 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                         replica_ranks.append(ranks)
                     if any(len(r) > m_total for r in replica_ranks):
                         continue
-                    for cuts in combinations(range(1, items), stages - 1):
-                        bounds = list(zip((0,) + cuts, cuts + (items,)))
+                    for bounds, prank in layer_splits(items, stages, v):
                         # replicas of one node group in one stage cost the same wherever they
                         # sit, so only share vectors non-increasing within each group are priced
                         share_options = [[sh for sh in compositions(m_total, len(r))
@@ -75,10 +98,11 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                          for r in replica_ranks]
                         for shares in product(*share_options):
                             plan_stages = []
-                            for k, ((first, end), (tp, rc, zero), ranks, sh) in enumerate(
-                                    zip(bounds, choice, replica_ranks, shares)):
+                            for index, (first, end) in enumerate(bounds):
+                                k = prank[index]
+                                (tp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(k, (first, end), tp, zero, rc, replicas, k, tp > 1))
+                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1

@@ -15,7 +15,8 @@ from planner.search import SolverOptions, solve
 from .oracle import brute_force
 
 GPU_CHOICES = ["A100-SXM4-80GB", "V100-SXM2-32GB", "T4", "RTX-4090", "H100-SXM5-80GB"]
-TINY_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"))
+TINY_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"),
+                    virtual_stages=(1, 2))
 
 
 def tiny_instance(seed: int):
@@ -49,7 +50,7 @@ def test_solver_equals_brute_force_optimum(seed):
     model, cluster, base = tiny_instance(seed)
     assert cluster.num_gpus <= 8 and model.num_layers <= 10
     expected, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
-                                 TINY_OPTIONS["recompute_modes"])
+                                 TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"])
     try:
         result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
     except NoFeasiblePlan:
@@ -57,6 +58,60 @@ def test_solver_equals_brute_force_optimum(seed):
         return
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def pipeline_instance(seed: int):
+    """Two GPU types, 2-3 one-GPU nodes with fast links, memory for about half the model and
+    few micro-batches: pipelines are forced and the interleaved schedule's smaller bubble
+    competes with 1F1B's fewer sends."""
+    rng = random.Random(1000 + seed)
+    blocks = rng.choice([4, 6])
+    hidden = rng.choice([1024, 2048])
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": hidden * 4,
+              "vocab_size": 4096}
+    model = model_from_dict(config, f"pipe-{seed}")
+    seq_len = rng.choice([1024, 2048])
+    need = model.params * 16 + blocks * seq_len * hidden * 160
+    types = rng.sample(GPU_CHOICES, 2)
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.45, 0.7) * need / 2**30} for g in types}
+    nodes = rng.choice([(1, 1), (2, 1), (1, 2)])
+    groups = [{"name": f"g{i}", "gpu": g, "nodes": n, "gpus_per_node": 1,
+               "inter_node": {"bandwidth_GBps": 400, "latency_us": 5}} for i, (g, n) in enumerate(zip(types, nodes))]
+    cluster = cluster_from_spec({"name": f"pipe-{seed}", "gpus": gpus, "node_groups": groups})
+    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_solver_equals_brute_force_on_forced_pipelines_with_interleaving(seed):
+    model, cluster, base = pipeline_instance(seed)
+    expected, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+                                 TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"])
+    result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_interleaved_schedule_is_chosen_where_its_smaller_bubble_wins():
+    results = [solve(*pipeline_instance(seed), SolverOptions(**TINY_OPTIONS)) for seed in range(12)]
+    interleaved = [r for r in results if r.plan.training.schedule == "interleaved"]
+    assert len(interleaved) >= 3
+    for result in interleaved:
+        plan = result.plan
+        assert plan.training.virtual_stages == 2 and len(plan.stages) == 2 * plan.pp
+        # each rank takes the same decoder blocks in both of its chunks
+        for k in range(plan.pp):
+            blocks = [sum(plan.model.layers[i].kind == "decoder" for i in range(*s.layers))
+                      for s in plan.stages if s.pipeline_rank == k]
+            assert len(set(blocks)) == 1
+    # 1F1B alone is strictly slower exactly where the interleaved plan was chosen
+    for seed, result in enumerate(results):
+        plain = solve(*pipeline_instance(seed), SolverOptions(**{**TINY_OPTIONS, "virtual_stages": (1,)}))
+        assert plain.plan.training.schedule == "1f1b"
+        if result.plan.training.schedule == "interleaved":
+            assert plain.estimate.step_time_s > result.estimate.step_time_s
+        else:
+            assert plain.estimate.step_time_s == pytest.approx(result.estimate.step_time_s, rel=1e-12)
 
 
 def test_oracle_instances_cover_pipelines_uneven_shares_and_mixed_stages():
