@@ -60,35 +60,46 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         nxt: dict[tuple, Cell] = {}
         head = 1 if placed == 0 else 0
         front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
+        # states with the same successor (and first rank) see the same stage costs: relax
+        # each family from all of them at once, one row per state
+        batches: dict[tuple, dict[int, list]] = {}
         for key in sorted(layers[placed]):
             cell = layers[placed][key]
             used, _, successor, first = key
             if not np.isfinite(cell.value[:items]).any():
                 continue
+            by_family = batches.setdefault((successor, first), {})
             for fid, new_used, sig in problem.transitions(used):
+                by_family.setdefault(fid, []).append((key, new_used, sig))
+        for (successor, first), by_family in sorted(batches.items()):
+            for fid, sources in sorted(by_family.items()):
+                values = np.stack([layers[placed][key].value for key, _, _ in sources])
+                sig = sources[0][2]
                 for has_emb in front_choices:
                     if ranks is not None and has_emb and sig != first:
                         continue
                     for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:
                             continue
-                        cand = relax(cell.value, variant, bound, head, has_emb, items)
-                        if cand is None:
+                        cands = relax(values, variant, bound, head, has_emb, items)
+                        if cands is None:
                             continue
                         if cutoff < INF:
-                            cand[cand + variant.x_min >= cutoff] = INF
+                            cands[cands + variant.x_min >= cutoff] = INF
+                        for row, (key, new_used, _) in enumerate(sources):
+                            cand = cands[row]
                             if not np.isfinite(cand).any():
                                 continue
-                        new_key = (new_used, placed + 1, sig, first)
-                        target = nxt.get(new_key)
-                        if target is None:
-                            target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
-                            nxt[new_key] = target
-                        better = cand < target.value
-                        if better.any():
-                            moves.append(Move(key, fid, v_index, has_emb))
-                            np.copyto(target.value, cand, where=better)
-                            target.parent[better] = len(moves) - 1
+                            new_key = (new_used, placed + 1, sig, first)
+                            target = nxt.get(new_key)
+                            if target is None:
+                                target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+                                nxt[new_key] = target
+                            better = cand < target.value
+                            if better.any():
+                                moves.append(Move(key, fid, v_index, has_emb))
+                                np.copyto(target.value, cand, where=better)
+                                target.parent[better] = len(moves) - 1
         for key, cell in nxt.items():
             if np.isfinite(cell.value[items]):
                 finals[key] = cell
@@ -99,24 +110,31 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
 
 
 def window_min(values: np.ndarray, width: int) -> np.ndarray:
-    """out[q] = min(values[q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
+    """out[..., q] = min(values[..., q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
     acc = values
     span = 1
+    length = values.shape[-1]
+    pad_shape = values.shape[:-1]
+
+    def shift(array: np.ndarray, by: int) -> np.ndarray:
+        if by >= length:
+            return np.full(array.shape, INF)
+        return np.concatenate([np.full(pad_shape + (by,), INF), array[..., :-by]], axis=-1)
+
     while span * 2 <= width:
-        shifted = np.concatenate([np.full(span, INF), acc[:-span]]) if span < len(acc) else np.full(len(acc), INF)
-        acc = np.minimum(acc, shifted)
+        acc = np.minimum(acc, shift(acc, span))
         span *= 2
     rest = width - span
     if rest:
-        shifted = np.concatenate([np.full(rest, INF), acc[:-rest]]) if rest < len(acc) else np.full(len(acc), INF)
-        acc = np.minimum(acc, shifted)
+        acc = np.minimum(acc, shift(acc, rest))
     return acc
 
 
 def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
-           items: int) -> np.ndarray | None:
-    """cand[l + blocks + head + emb] = min over allowed blocks of value[l] + tau[blocks],
-    where a block count is allowed when the stage's X is finite and <= bound."""
+          items: int) -> np.ndarray | None:
+    """cand[..., l + blocks + head + emb] = min over allowed blocks of value[..., l] + tau[blocks],
+    where a block count is allowed when the stage's X is finite and <= bound. `value` is
+    one state's array or a stack of states' (one row each)."""
     tau, x = variant.tau, variant.x
     ok = (x <= bound) & (variant.member >= 0)
     if bound == INF:
@@ -124,44 +142,47 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
     if not ok.any():
         return None
     n_blocks = len(tau) - 1
-    cand = np.full(items + 1, INF)
+    lead = value.shape[:-1]
+    cand = np.full(lead + (items + 1,), INF)
     if has_emb:
         # the stage takes every remaining item: l + blocks + head + 1 == items
         ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
         blocks = items - 1 - head - ell
-        inside = blocks <= n_blocks
+        inside = (blocks <= n_blocks) & (blocks >= 0)
         ell, blocks = ell[inside], blocks[inside]
-        totals = np.where(ok[blocks], value[ell] + tau[blocks], INF)
-        best = totals.min() if totals.size else INF
-        if not np.isfinite(best):
+        if not ell.size:
             return None
-        cand[items] = best
+        totals = np.where(ok[blocks], value[..., ell] + tau[blocks], INF)
+        cand[..., items] = totals.min(axis=-1)
         return cand
-    members = variant.member[ok]
-    for cid in np.unique(members):
-        mask = ok & (variant.member == cid)
+    # configs whose tau is affine on a contiguous run of block counts: a sliding-window
+    # minimum of value[l] - slope * l; the rest together: a window over every block count
+    general = np.zeros(n_blocks + 1, dtype=bool)
+    for cid, run_mask, slope in variant.runs:
+        mask = ok & run_mask
         allowed = np.flatnonzero(mask)
+        if not allowed.size:
+            continue
         low, high = int(allowed[0]), int(allowed[-1])
-        slope = variant.slopes.get(int(cid))
-        if slope is not None and high - low + 1 == allowed.size:
-            # tau affine on a contiguous run: a sliding-window minimum of value[l] - slope * l
-            ell = np.arange(items + 1, dtype=float)
-            shifted = window_min(value - slope * ell, high - low + 1)
-            intercept = float(tau[low]) - slope * low
-            targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
-            if targets.size:
-                q = targets - head - low
-                cand[targets] = np.minimum(cand[targets], intercept + slope * (targets - head) + shifted[q])
-        else:
-            tau_ok = np.where(mask, tau, INF)
-            padded = np.concatenate([np.full(n_blocks, INF), value])
-            windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1)
-            sums = (windows + tau_ok[::-1]).min(axis=1)
-            rows = items - head
-            cand[head:head + rows] = np.minimum(cand[head:head + rows], sums[:rows])
-            cand[items] = INF
-    if not np.isfinite(cand).any():
-        return None
+        if slope is None or high - low + 1 != allowed.size:
+            general |= mask
+            continue
+        ell = np.arange(items + 1, dtype=float)
+        shifted = window_min(value - slope * ell, high - low + 1)
+        intercept = float(tau[low]) - slope * low
+        targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
+        if targets.size:
+            q = targets - head - low
+            cand[..., targets] = np.minimum(cand[..., targets],
+                                            intercept + slope * (targets - head) + shifted[..., q])
+    if general.any():
+        tau_ok = np.where(general, tau, INF)
+        padded = np.concatenate([np.full(lead + (n_blocks,), INF), value], axis=-1)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1, axis=-1)
+        sums = (windows + tau_ok[::-1]).min(axis=-1)
+        rows = items - head
+        cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums[..., :rows])
+        cand[..., items] = INF
     return cand
 
 

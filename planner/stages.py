@@ -84,6 +84,7 @@ class Variant:
     member: np.ndarray  # config id per block count, -1 where none
     x_min: float
     slopes: dict  # config id -> slope of its tau (None when not affine)
+    runs: tuple = ()  # (config id, where the variant uses it, its slope), by config id
 
 
 def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
@@ -289,7 +290,8 @@ class Problem:
             tau_v = np.where(valid, taus[pick, columns], INF)
             x_v = np.where(valid, xs[pick, columns], INF)
             slopes = {cid: c[2] for cid, c in zip(members, costs)}
-            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), slopes))
+            runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
+            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), slopes, runs))
         self._family[key] = self._family_by_costs[costs_key] = tuple(variants)
         return self._family[key]
 
