@@ -127,6 +127,8 @@ class Problem:
         self._stage_by_caps: dict[tuple, tuple] = {}
         self._types_by_id: list[list[TypeArrays]] = []
         self._tails: dict[tuple, np.ndarray] = {}
+        self._caps: dict[tuple, tuple] = {}
+        self._links: dict[tuple, Link] = {}
         self._family_by_costs: dict[tuple, tuple] = {}
         self.evaluations = 0
         self.smallest_overflow: tuple[float, str] | None = None
@@ -351,28 +353,32 @@ class Problem:
                 out[index] = cached
                 continue
             types = self._types_by_id[cid] if cid < len(self._types_by_id) else self._types_for(cid)
-            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+            caps_entry = self._caps.get((cid, flags, in_flight))
+            if caps_entry is None:
+                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+                caps_entry = self._caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps))
+            caps, caps_bytes = caps_entry
             # the in-flight count matters only through the caps, which are mostly the same for
-            # every position in the pipeline (memory to spare): price each distinct caps once
-            caps_key = (cid, has_head, has_emb, successor_id, b"".join(c.tobytes() for c in caps))
+            # every position in the pipeline (memory to spare), and the successor only through
+            # the boundary link: price each distinct (caps, link) once
+            link = self._link(cid, successor_id)
+            caps_key = (cid, has_head, has_emb, link, caps_bytes)
             cached = self._stage_by_caps.get(caps_key)
             if cached is not None:
                 self._stage[key] = out[index] = cached
                 continue
             counts = tuple(ta.count for ta in types)
             pending.setdefault(counts, []).append((index, cid, key, caps_key, types, caps))
-        successor = self.signatures[successor_id] if successor_id >= 0 else None
         sends = 1 if self.v == 1 else (self.v - 1 if has_head else self.v)
         for counts, items in pending.items():
             all_times = []
-            for _, cid, _, _, types, _ in items:
-                config = self.config_list[cid]
+            for _, cid, _, caps_key, types, _ in items:
+                link = caps_key[3]
                 times = []
                 for ta in types:
                     tm = ta.time[flags]
-                    if successor is not None:
-                        tm = tm + sends * p2p_s(ta.boundary_bytes, self.boundary(config, successor), False,
-                                                ta.cost_params)
+                    if link is not None:
+                        tm = tm + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
                     times.append(tm)
                 all_times.append(times)
             self.evaluations += len(items)
@@ -383,6 +389,16 @@ class Problem:
                 result = self._finish(self.config_list[cid], types, times, busy_all[row], flags)
                 self._stage[key] = self._stage_by_caps[caps_key] = out[index] = result
         return out
+
+    def _link(self, cid: int, successor_id: int) -> Link | None:
+        """The boundary link from config `cid` to a successor (None: no successor)."""
+        if successor_id < 0:
+            return None
+        key = (cid, successor_id)
+        link = self._links.get(key)
+        if link is None:
+            link = self._links[key] = self.boundary(self.config_list[cid], self.signatures[successor_id])
+        return link
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
         while len(self._types_by_id) <= cid:
