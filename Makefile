@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+INTEGRATION_STAMP := $(VENV)/.installed-integration
 
-.PHONY: install test plan fidelity clean
+.PHONY: install test integration plan fidelity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +23,20 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,profile,viz]'
 	touch $(TEST_STAMP)
 
+# and load the exports with the trainers themselves (the `integration` extra: DeepSpeed,
+# torchtitan 0.2.2, triton), and run sweeps on a local Ray (the `ray` extra). DeepSpeed is an sdist whose setup imports torch: build it against
+# the torch above (no build isolation; an isolated build sees no torch), with no ops compiled.
+$(INTEGRATION_STAMP): $(TEST_STAMP)
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation -e '.[dev,profile,viz,integration,ray]'
+	touch $(INTEGRATION_STAMP)
+
 install: $(STAMP)
 
-test: $(TEST_STAMP)
-	PLANNER_REQUIRE_TORCH=1 $(BIN)/python -m pytest -q
+test: $(INTEGRATION_STAMP)
+	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
+
+integration: $(INTEGRATION_STAMP)
+	PLANNER_REQUIRE_INTEGRATION=1 $(BIN)/python -m pytest -q -m integration
 
 plan: $(STAMP)
 	$(BIN)/planner plan

@@ -20,7 +20,10 @@ Targets and output formats (stdout, or FILE with -o):
   ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``), with
   ``module_fqns_per_model_part`` whenever pp > 1 (exactly the plan's split).
 * ``torchtitan-cli``: the same settings as torchtitan command-line overrides on one line
-  (``--parallelism.tensor_parallel_degree 2 ...``); the FQN lists are passed JSON-encoded.
+  (``--parallelism.tensor_parallel_degree 2 ...``), in the form its ``ConfigManager`` (tyro)
+  parses: ``module_fqns_per_model_part`` as one comma-separated word per model part
+  (``tok_embeddings,layers.0 layers.1,norm,output``), booleans as ``--s.key`` /
+  ``--s.no_key``.
 * ``rankmap``: JSON, one entry per used rank (stage, layers, TP group, DP group, batch
   share, placement) and a ``torchrun`` line per run of alike nodes; carries the whole
   heterogeneous plan, so it always exports.
@@ -41,14 +44,16 @@ reported on stderr as ``planner: warning: <target>: ...``:
   the legal split nearest to the plan's (least layers moved);
 * DeepSpeed: ZeRO >= 2 with pp > 1 -> ZeRO-1; selective recompute -> full layer
   checkpointing; interleaving -> contiguous 1F1B stages of the same per-rank layer totals;
-* torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate),
-  fp16 -> bfloat16 (float32 where a GPU has no bf16), non-llama-3 models are named by their
-  model_type and need a registered TrainSpec.
+* torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
+  when DP is the only parallelism, else FSDP without reshard after forward (torchtitan's
+  DDP refuses to combine with TP or PP), fp16 -> bfloat16 (float32 where a GPU has no
+  bf16), non-llama-3 models are named by their model_type and need a registered TrainSpec.
 
 Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
 Megatron has no legal layer split for the plan's pipeline (e.g. a decoder count that does
-not divide over the virtual stages), or Megatron/torchtitan get a model without a config
-(a layer profile) for which no architecture flags can be written.
+not divide over the virtual stages), Megatron/torchtitan get a model without a config
+(a layer profile) for which no architecture flags can be written, or torchtitan gets a
+sequence length that does not divide by 2 x TP (its sequence-parallel rule).
 """
 
 from __future__ import annotations
@@ -361,6 +366,11 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
                        "model name and flavor", "--to torchtitan")
     u = uniform_form(plan, "torchtitan", warn)
+    seq_len = plan.training.seq_len
+    if seq_len % (2 * u.tp):
+        # torchtitan's parallelize_llama asserts seq_len % ParallelDims.seq_len_divisor == 0
+        raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP = {2 * u.tp} "
+                       f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
     comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
                 f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs"]
     key = plan.model.name.lower()
@@ -380,10 +390,13 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     else:
         precision = "bfloat16" if u.dtype == "bf16" else "float32"
     training = {"local_batch_size": u.global_batch // u.dp if u.pp > 1 else u.micro,
-                "global_batch_size": u.global_batch, "seq_len": plan.training.seq_len,
+                "global_batch_size": u.global_batch, "seq_len": seq_len,
                 "mixed_precision_param": precision}
     par: dict[str, Any] = {}
-    if u.zero == 0:
+    # torchtitan's DDP (replicate only) refuses any other parallelism ("DDP has not supported
+    # > 1D parallelism"): with TP or PP, ZeRO-0 can only be FSDP
+    ddp = u.zero == 0 and (u.dp == 1 or (u.tp == 1 and u.pp == 1))
+    if ddp:
         par["data_parallel_replicate_degree"] = u.dp
         par["data_parallel_shard_degree"] = 1
     else:
@@ -391,7 +404,11 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         par["data_parallel_shard_degree"] = u.dp
         if u.zero < 3:
             par["fsdp_reshard_after_forward"] = "never"
-            if u.dp > 1:
+            if u.zero == 0:
+                warn(f"torchtitan's DDP does not combine with TP or PP: ZeRO-0 exported as FSDP "
+                     f"(shard degree {u.dp}) without resharding after forward, which shards parameters, "
+                     "gradients and optimizer states")
+            elif u.dp > 1:
                 warn(f"torchtitan has no ZeRO-{u.zero}: exported FSDP (shard degree {u.dp}) without "
                      "resharding after forward, which also shards parameters between steps")
         else:
@@ -432,14 +449,26 @@ def export_torchtitan(plan: Plan, warn: Warn) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
+    """One setting as torchtitan's ConfigManager (tyro) parses it on the command line."""
+    if isinstance(value, bool):  # tyro flags: --s.key / --s.no_key, no value
+        return [f"--{name}.{key}" if value else f"--{name}.no_{key}"]
+    if isinstance(value, list):
+        # list[str] is one comma-separated word (torchtitan's registered rule); list[list[str]]
+        # is one such word per inner list
+        if value and all(isinstance(x, list) for x in value):
+            return [f"--{name}.{key}", *(",".join(map(str, x)) for x in value)]
+        return [f"--{name}.{key}", ",".join(map(str, value))]
+    return [f"--{name}.{key}", str(value)]
+
+
 def export_torchtitan_cli(plan: Plan, warn: Warn) -> str:
     sections, _ = titan_settings(plan, warn)
     args = []
     for name, values in sections.items():
         for k, v in values.items():
-            text = json.dumps(v) if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else str(v)
-            args += [f"--{name}.{k}", shlex.quote(text)]
-    return " ".join(args) + "\n"
+            args += _titan_cli_args(name, k, v)
+    return " ".join(map(shlex.quote, args)) + "\n"
 
 
 # --- rank map ------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ file does not depend on `--jobs` or on the order in which workers finished.
 Combination index: the cartesian product of the options, models outermost, then clusters,
 global batches and sequence lengths, each in the order given (repeated values are dropped).
 
-Model and cluster names travel to the worker processes as strings, not objects, and every
-worker loads them itself (cached per process).
+Model and cluster names travel to local worker processes as strings, not objects, and every
+worker loads them itself (cached per process). How rows are run: planner.executors (`local`
+processes or `ray` tasks); every executor plans each row with plan_combination.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import re
 import shutil
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +37,7 @@ COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "s
            "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds")
 STATUSES = ("ok", "infeasible", "error")
 FORMATS = (".csv", ".jsonl")
+EXECUTORS = ("local", "ray")  # planner.executors
 _MAX_NUMBER = 10**15  # planner.io.MAX_NUMBER
 
 
@@ -123,16 +124,19 @@ def _empty_row(combo: Combination, status: str, reason: str) -> dict:
     return row
 
 
-def run_combination(combo: Combination, time_limit: float | None, plans_dir: str | None) -> dict:
-    """Plan one combination; never raises (every failure is a row)."""
+def plan_combination(combo: Combination, time_limit: float | None, want_plan: bool = False,
+                     model=None, cluster=None) -> tuple[dict, dict | None]:
+    """Plan one combination: its row, and its plan JSON when `want_plan` and feasible. Never
+    raises (every failure is a row). Every executor runs this for every row; `model` and
+    `cluster`, when given, are the loaded forms of combo.model and combo.cluster."""
     started = time.perf_counter()
     try:
         from .cli import check_training_inputs, plan_json, resolve_dtype
         from .plan import Training
         from .search import SolverOptions, solve
 
-        model = _model(combo.model)
-        cluster = _cluster(combo.cluster)
+        model = model if model is not None else _model(combo.model)
+        cluster = cluster if cluster is not None else _cluster(combo.cluster)
         training = Training(combo.global_batch, combo.seq_len, resolve_dtype(cluster, None), 1)
         check_training_inputs(model, training)
         result = solve(model, cluster, training, SolverOptions(time_limit_s=time_limit))
@@ -141,27 +145,35 @@ def run_combination(combo: Combination, time_limit: float | None, plans_dir: str
         row.update(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=plan.pp,
                    tp=max(s.tp for s in plan.stages), dp=max(s.dp for s in plan.stages),
                    num_gpus_used=est.num_gpus_used, solver_seconds=result.seconds)
-        if plans_dir is not None:
-            path = Path(plans_dir) / plan_file_name(combo)
-            try:
-                path.write_text(json.dumps(plan_json(result), indent=2) + "\n")
-            except OSError as exc:
-                return _empty_row(combo, "error", f"{path}: cannot write plan: {exc.strerror}")
-        return row
+        return row, plan_json(result) if want_plan else None
     except NoFeasiblePlan as exc:
         row = _empty_row(combo, "infeasible", exc.message)
         row["solver_seconds"] = time.perf_counter() - started
-        return row
+        return row, None
     except BadInput as exc:
-        return _empty_row(combo, "error", str(exc))
+        return _empty_row(combo, "error", str(exc)), None
     except RecursionError:
-        return _empty_row(combo, "error", "input too deeply nested")
+        return _empty_row(combo, "error", "input too deeply nested"), None
     except Exception as exc:  # noqa: BLE001 - one bad combination never stops the others
-        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}")
+        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}"), None
 
 
-def _run_indexed(combo: Combination, time_limit: float | None, plans_dir: str | None) -> tuple[int, dict]:
-    return combo.index, run_combination(combo, time_limit, plans_dir)
+def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str | None) -> dict:
+    """Write `plan` to plans_dir (if both are given); the row, or an error row if that fails."""
+    if plan is None or plans_dir is None:
+        return row
+    path = Path(plans_dir) / plan_file_name(combo)
+    try:
+        path.write_text(json.dumps(plan, indent=2) + "\n")
+    except OSError as exc:
+        return _empty_row(combo, "error", f"{path}: cannot write plan: {exc.strerror}")
+    return row
+
+
+def run_combination(combo: Combination, time_limit: float | None, plans_dir: str | None) -> dict:
+    """Plan one combination and save its plan into plans_dir; never raises."""
+    row, plan = plan_combination(combo, time_limit, plans_dir is not None)
+    return save_plan(combo, row, plan, plans_dir)
 
 
 # --- output files -------------------------------------------------------------------------------
@@ -246,39 +258,17 @@ def _write_all(path: str, fmt: str, rows: list[dict]) -> None:
 # --- the sweep --------------------------------------------------------------------------------
 
 
-def _execute(todo: list[Combination], jobs: int, time_limit: float | None, plans_dir: str | None,
-             on_row: Callable[[int, dict], None]) -> None:
-    """Run every combination, calling on_row(index, row) as each finishes."""
-    if jobs <= 1 or len(todo) <= 1:
-        for combo in todo:
-            on_row(combo.index, run_combination(combo, time_limit, plans_dir))
-        return
-    by_future: dict[Future, Combination] = {}
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
-    try:
-        for combo in todo:
-            by_future[pool.submit(_run_indexed, combo, time_limit, plans_dir)] = combo
-        pending = set(by_future)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: by_future[f].index):
-                combo = by_future[future]
-                try:
-                    index, row = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. killed for memory)
-                    index, row = combo.index, _empty_row(combo, "error", f"worker failed: {type(exc).__name__}: {exc}")
-                on_row(index, row)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
 def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int], seq_lens: Iterable[int],
-          output: str, *, jobs: int = 1, plans_dir: str | None = None, resume: bool = False,
+          output: str, *, jobs: int | None = 1, plans_dir: str | None = None, resume: bool = False,
           shard: tuple[int, int] | None = None, time_limit: float | None = None,
-          progress: Callable[[int, int], Any] | None = None) -> dict[str, int]:
+          progress: Callable[[int, int], Any] | None = None, executor: str = "local") -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.
 
+    `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
+    tasks at a time; None: the cluster's CPUs), see planner.executors.
     `progress(done, total)` is called once before the first row and after every row."""
+    from .executors import start_executor
+
     fmt = output_format(output)
     if time_limit is not None and time_limit <= 0:
         raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
@@ -301,27 +291,28 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
     total = len(combos)
     done_count = total - len(todo)
 
-    try:
-        handle = open(output, "w", newline="")
-    except OSError as exc:
-        raise BadInput(f"cannot write: {exc.strerror}", output) from None
-    with handle:
-        writer = RowWriter(handle, fmt)
-        writer.header()
-        for row in kept:  # the kept rows first, so an interruption never loses them
-            writer.write(row)
-        if progress:
-            progress(done_count, total)
-
-        def on_row(index: int, row: dict) -> None:
-            nonlocal done_count
-            new_rows[index] = row
-            writer.write(row)
-            done_count += 1
+    with start_executor(executor, jobs, todo) as execute:  # fails (e.g. no Ray) before touching output
+        try:
+            handle = open(output, "w", newline="")
+        except OSError as exc:
+            raise BadInput(f"cannot write: {exc.strerror}", output) from None
+        with handle:
+            writer = RowWriter(handle, fmt)
+            writer.header()
+            for row in kept:  # the kept rows first, so an interruption never loses them
+                writer.write(row)
             if progress:
                 progress(done_count, total)
 
-        _execute(todo, jobs, time_limit, plans_dir, on_row)
+            def on_row(index: int, row: dict) -> None:
+                nonlocal done_count
+                new_rows[index] = row
+                writer.write(row)
+                done_count += 1
+                if progress:
+                    progress(done_count, total)
+
+            execute(todo, time_limit, plans_dir, on_row)
 
     # Deterministic final file: rows of this sweep's combinations by index; kept rows of
     # other combinations (e.g. an earlier sweep over other values) after them, as they were.
@@ -361,7 +352,11 @@ def _shard_option(ctx, param, value):
 @click.option("--seq-len", "seq_lens", multiple=True, required=True, metavar="S",
               type=click.IntRange(1, _MAX_NUMBER), help="Tokens per sequence; repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Worker processes [default: the number of CPUs]; 1 runs in this process.")
+              help="Worker processes, or Ray tasks at a time [default: the number of CPUs, of this machine "
+                   "or of the Ray cluster]; 1 (local) runs in this process.")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="local: processes on this machine; ray: Ray tasks on the cluster RAY_ADDRESS names, "
+                   "else on a local Ray started for the run (needs the ray extra).")
 @click.option("--plans-dir", type=str, default=None, metavar="DIR",
               help="Also write each feasible plan as DIR/<model>__<cluster>__<global_batch>__<seq_len>.json.")
 @click.option("--resume", is_flag=True,
@@ -372,7 +367,8 @@ def _shard_option(ctx, param, value):
               help="Stop each search after S seconds and report the gap.")
 @click.option("-o", "--output", type=str, required=True, metavar="FILE",
               help="Results file: .csv or .jsonl (one JSON object per line).")
-def sweep_command(models, clusters, batches, seq_lens, jobs, plans_dir, resume, shard, time_limit, output) -> None:
+def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir, resume, shard, time_limit,
+                  output) -> None:
     """Plan every combination of models, clusters, global batches and sequence lengths.
 
     Combinations are the cartesian product of the repeated options, numbered models
@@ -380,7 +376,8 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, plans_dir, resume, 
     row: model, cluster, global_batch, seq_len, status (ok, infeasible or error), reason,
     step_time_s, tokens_per_s, mfu, pp, tp, dp, num_gpus_used, solver_seconds. One bad
     combination never stops the others. Rows are appended as they finish; at the end the
-    file is rewritten sorted by combination index, so it does not depend on --jobs.
+    file is rewritten sorted by combination index, so it does not depend on --jobs or
+    --executor.
 
     \b
     Examples:
@@ -397,6 +394,12 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, plans_dir, resume, 
     then concatenate the shards (one header):
       awk 'FNR > 1 || NR == 1' results.*.csv > results.csv    # CSV
       cat results.*.jsonl > results.jsonl                    # JSONL
+
+    \b
+    On a Ray cluster (every node: pip install 'planner[ray]'), one task per
+    combination; the rows and --plans-dir files are written on this machine:
+      RAY_ADDRESS=ray-head:6379 planner sweep ... --executor ray -o results.csv
+    Without RAY_ADDRESS, --executor ray starts a local Ray for the run.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -411,9 +414,8 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, plans_dir, resume, 
         bar.update(task, completed=done, total=total)
 
     with bar:
-        counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs or os.cpu_count() or 1,
-                       plans_dir=plans_dir, resume=resume, shard=shard, time_limit=time_limit,
-                       progress=progress)
+        counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
+                       resume=resume, shard=shard, time_limit=time_limit, progress=progress, executor=executor)
     kept = f", {counts['kept']} kept from {output}" if resume else ""
     click.echo(f"planner sweep: {counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} error "
                f"({counts['rows']} rows in {output}{kept})", err=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,14 @@ def small_cluster_spec(nodes: int = 1, gpus_per_node: int = 4, gpu: str = "A100-
 def hf_config(name: str) -> dict:
     """A catalog model's Hugging Face config as a fresh dict (safe to mutate)."""
     return json.loads((MODELS_DIR / f"{name}.json").read_text())
+
+
+def require(module: str, env: str):
+    """Import an optional package for a test: skip the test when it is missing, unless `env` is
+    set (as `make test` sets it for the extras it installs), where a missing one is a failure."""
+    if os.environ.get(env):
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
 
 
 def runner(**kwargs) -> CliRunner:

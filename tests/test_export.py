@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.errors import BadInput
-from planner.export import add_commands, megatron_split
+from planner.export import _titan_cli_args, add_commands, megatron_split
 from planner.hardware import load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
@@ -196,14 +196,64 @@ def test_torchtitan(group, homogeneous, heterogeneous, heterogeneous_data):
         == [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s["layers"] for s in heterogeneous_data["stages"])]
 
 
+def cli_args(text: str) -> dict[str, list[str]]:
+    """`--section.key value...` words -> {flag: [values]} (a flag may take several words)."""
+    out: dict[str, list[str]] = {}
+    for word in shlex.split(text):
+        if word.startswith("--"):
+            out[word] = values = []
+        else:
+            values.append(word)
+    return out
+
+
 def test_torchtitan_cli(group, homogeneous):
     result = run(group, homogeneous, "--to", "torchtitan-cli")
     assert result.exit_code == 0, result.stderr
-    argv = shlex.split(result.stdout)
-    args = dict(zip(argv[::2], argv[1::2]))
-    assert args["--parallelism.tensor_parallel_degree"] == "4"
-    assert args["--parallelism.pipeline_parallel_degree"] == "2"
-    assert json.loads(args["--parallelism.module_fqns_per_model_part"])[0][0] == "tok_embeddings"
+    args = cli_args(result.stdout)
+    assert args["--parallelism.tensor_parallel_degree"] == ["4"]
+    assert args["--parallelism.pipeline_parallel_degree"] == ["2"]
+    assert args["--job.description"] == ["llama-3-8b on dgx-a100 (planner)"]
+    # tyro's form of list[list[str]]: one comma-separated word per model part, as in the TOML
+    parts = [word.split(",") for word in args["--parallelism.module_fqns_per_model_part"]]
+    toml_parts = tomllib.loads(run(group, homogeneous, "--to", "torchtitan").stdout)["parallelism"][
+        "module_fqns_per_model_part"]
+    assert parts == toml_parts and parts[0][0] == "tok_embeddings" and len(parts) == 2
+
+
+def test_torchtitan_cli_values_in_tyro_form():
+    assert _titan_cli_args("checkpoint", "enable", True) == ["--checkpoint.enable"]
+    assert _titan_cli_args("checkpoint", "enable", False) == ["--checkpoint.no_enable"]
+    assert _titan_cli_args("model", "converters", ["a", "b"]) == ["--model.converters", "a,b"]
+    assert _titan_cli_args("p", "m", [["x", "y"], ["z"]]) == ["--p.m", "x,y", "z"]
+    assert _titan_cli_args("training", "seq_len", 4096) == ["--training.seq_len", "4096"]
+
+
+def _export_uniform(group, tmp_path, target, training, **layout):
+    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), training, **layout)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    return run(group, str(path), "--to", target)
+
+
+def test_torchtitan_zero0_is_ddp_only_without_tp_and_pp(group, tmp_path):
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), tp=1, pp=1, dp=32)
+    assert result.exit_code == 0 and result.stderr == ""
+    par = tomllib.loads(result.stdout)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (32, 1)
+    # torchtitan raises "DDP has not supported > 1D parallelism" for DDP with TP or PP
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), tp=2, pp=2, dp=8)
+    assert result.exit_code == 0 and "DDP does not combine with TP or PP" in result.stderr
+    par = tomllib.loads(result.stdout)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 8)
+    assert par["fsdp_reshard_after_forward"] == "never"
+
+
+def test_torchtitan_refuses_seq_len_not_divisible_by_2tp(group, tmp_path):
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(64, 1000, "bf16", 1), tp=8, pp=1, dp=4)
+    assert result.exit_code == 2 and "2 x TP = 16" in result.stderr and result.stdout == ""
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(64, 1000, "bf16", 1), tp=4, pp=1, dp=8)
+    assert result.exit_code == 0, result.stderr
 
 
 @pytest.mark.parametrize("which", ["homogeneous", "heterogeneous"])

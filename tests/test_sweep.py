@@ -1,9 +1,14 @@
-"""`planner sweep`: rows and statuses, CSV/JSONL, --jobs determinism, --resume, --shard, --plans-dir."""
+"""`planner sweep`: rows and statuses, CSV/JSONL, --jobs determinism, --resume, --shard, --plans-dir,
+and --executor ray (the same rows as the local executor)."""
 
 from __future__ import annotations
 
 import csv
+import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -12,9 +17,10 @@ import pytest
 from planner.cli import PlannerGroup
 from planner.errors import BadInput
 from planner.plan import plan_from_json
-from planner.sweep import COLUMNS, add_commands, combinations, parse_shard
+from planner import executors
+from planner.sweep import COLUMNS, add_commands, combinations, parse_shard, plan_combination
 
-from .conftest import runner
+from .conftest import SMALL_CLUSTER_YAML, assert_bad_input, runner
 
 CLUSTER = "consumer-3090-4090"
 MODELS = ("gpt2", "nope", "llama-3.1-405b")  # ok, error (no such model), infeasible (fits nowhere)
@@ -30,15 +36,18 @@ def group(cls=click.Group) -> click.Group:
     return g
 
 
-def run_sweep(*extra, models=MODELS, grp=None):
+def sweep_args(*extra, models=MODELS, cluster=CLUSTER, batches=BATCHES) -> list[str]:
     args = ["sweep"]
     for m in models:
         args += ["--model", m]
-    args += ["--cluster", CLUSTER]
-    for b in BATCHES:
+    args += ["--cluster", str(cluster)]
+    for b in batches:
         args += ["--global-batch", str(b)]
-    args += ["--seq-len", str(SEQ_LEN), *map(str, extra)]
-    return runner().invoke(grp or group(), args)
+    return args + ["--seq-len", str(SEQ_LEN), *map(str, extra)]
+
+
+def run_sweep(*extra, models=MODELS, grp=None, **kwargs):
+    return runner().invoke(grp or group(), sweep_args(*extra, models=models, **kwargs))
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict]]:
@@ -198,3 +207,204 @@ def test_help_documents_slurm_sharding():
     result = runner().invoke(group(), ["sweep", "--help"])
     assert result.exit_code == 0
     assert "--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT" in result.output
+    assert "--executor [local|ray]" in result.output and "RAY_ADDRESS=" in result.output
+
+
+# --- --executor ray ------------------------------------------------------------------------------
+# Small and fast: a one-node cluster file, one batch, three models (ok, error, infeasible).
+
+RAY_MODELS = ("gpt2", "nope", "llama-3.1-405b")
+RAY_STATUSES = ["ok", "error", "infeasible"]
+
+
+@pytest.fixture(scope="module")
+def ray():
+    """`make test` installs the ray extra and sets PLANNER_REQUIRE_RAY=1: a missing ray fails there."""
+    if os.environ.get("PLANNER_REQUIRE_RAY"):
+        return importlib.import_module("ray")
+    return pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_inputs(tmp_path_factory):
+    """The cluster file, and the local executor's rows and plans to compare with."""
+    tmp = tmp_path_factory.mktemp("ray")
+    cluster = tmp / "small.yaml"
+    cluster.write_text(SMALL_CLUSTER_YAML)
+    out, plans = tmp / "local.csv", tmp / "local-plans"
+    result = run_sweep("--executor", "local", "--jobs", 1, "--plans-dir", plans, "-o", out, models=RAY_MODELS,
+                       cluster=cluster, batches=(8,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    rows = read_csv(out)[1]
+    assert [r["status"] for r in rows] == RAY_STATUSES
+    return cluster, rows, plans
+
+
+def plan_files(folder: Path) -> dict[str, dict]:
+    """The plans in a folder, by file name, without the solver's wall time."""
+    plans = {}
+    for path in sorted(folder.iterdir()):
+        data = json.loads(path.read_text())
+        data["solver"].pop("seconds")
+        plans[path.name] = data
+    return plans
+
+
+def test_ray_rows_equal_local_rows(ray, ray_inputs, tmp_path, monkeypatch):
+    """No RAY_ADDRESS: a local Ray is started for the run (--jobs 2), then shut down."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not ray.is_initialized(), "this test starts its own Ray: run it before the ray_cluster fixture"
+    cluster, local_rows, local_plans = ray_inputs
+    out, plans = tmp_path / "ray.jsonl", tmp_path / "plans"
+    result = run_sweep("--executor", "ray", "--jobs", 2, "--plans-dir", plans, "-o", out, models=RAY_MODELS,
+                       cluster=cluster, batches=(8,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    rows = read_jsonl(out)
+    assert all(list(r) == list(COLUMNS) for r in rows)
+    assert comparable(rows) == comparable(local_rows)
+    assert plan_files(plans) == plan_files(local_plans) and len(plan_files(plans)) == 1
+    assert result.stderr.strip().splitlines() == ["planner sweep: 1 ok, 1 infeasible, 1 error "
+                                                  f"(3 rows in {out})"]
+    assert not ray.is_initialized()  # the Ray it started is shut down
+
+
+def test_ray_address_unreachable_is_bad_input(ray, ray_inputs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nobody listens: fails at once, not after minutes
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    out = tmp_path / "r.csv"
+    result = run_sweep("--executor", "ray", "-o", out, models=("gpt2",), cluster=ray_inputs[0], batches=(8,),
+                       grp=group(PlannerGroup))
+    assert_bad_input(result, "RAY_ADDRESS=127.0.0.1:1", "cannot connect to Ray")
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray):
+    """A Ray started by this process (2 CPUs), shared by the tests below; its address."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def test_ray_resume_and_shard(ray, ray_cluster, ray_inputs, tmp_path):
+    """A Ray the caller initialized is used and left running; --resume and --shard work."""
+    cluster, local_rows, _ = ray_inputs
+    out = tmp_path / "ray.csv"
+    marker = dict(local_rows[1], reason="MARKER")  # nope: kept, not recomputed
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerow(marker)
+    result = run_sweep("--executor", "ray", "--resume", "-o", out, models=RAY_MODELS, cluster=cluster,
+                       batches=(8,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    rows = read_csv(out)[1]
+    assert comparable(rows) == comparable([local_rows[0], marker, local_rows[2]])
+    assert "1 kept" in result.stderr
+    for i in range(2):
+        out = tmp_path / f"shard{i}.csv"
+        result = run_sweep("--executor", "ray", "--shard", f"{i}/2", "-o", out, models=RAY_MODELS, cluster=cluster,
+                           batches=(8,))
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert comparable(read_csv(out)[1]) == comparable(local_rows[i::2])
+    assert ray.is_initialized()
+
+
+def test_ray_failed_task_is_an_error_row(ray, ray_cluster, ray_inputs, tmp_path, monkeypatch):
+    cluster, local_rows, _ = ray_inputs
+
+    def task(combo, time_limit, want_plan, model, cluster):  # pickled by value: runs on the workers
+        if combo.model == "gpt2":
+            raise ValueError("boom")
+        return plan_combination(combo, time_limit, want_plan, model, cluster)
+
+    monkeypatch.setattr(executors, "_ray_task", task)
+    out = tmp_path / "ray.csv"
+    result = run_sweep("--executor", "ray", "--jobs", 1, "-o", out, models=RAY_MODELS, cluster=cluster,
+                       batches=(8,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    rows = read_csv(out)[1]
+    assert [r["status"] for r in rows] == ["error", "error", "infeasible"]
+    assert rows[0]["reason"] == "worker failed: ValueError: boom"
+    assert comparable(rows[1:]) == comparable(local_rows[1:])
+
+
+def test_ray_address_connects_and_leaves_the_cluster_running(ray, ray_cluster, ray_inputs, tmp_path):
+    """RAY_ADDRESS names a running cluster: the sweep connects to it and does not stop it."""
+    cluster, local_rows, _ = ray_inputs
+    out = tmp_path / "ray.csv"
+    code = "import sys; from planner.cli import main; main(sys.argv[1:])"
+    args = sweep_args("--executor", "ray", "-o", out, models=RAY_MODELS, cluster=cluster, batches=(8,))
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_ADDRESS": ray_cluster})
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert comparable(read_csv(out)[1]) == comparable(local_rows)
+    assert ray.get(ray.remote(lambda: 42).remote()) == 42  # still running
+
+
+def test_ray_missing_exit_2_with_an_install_hint(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    out = tmp_path / "r.csv"
+    result = run_sweep("--executor", "ray", "-o", out, models=("gpt2",), grp=group(PlannerGroup))
+    line = assert_bad_input(result, "--executor ray", "pip install 'planner[ray]'")
+    assert "Traceback" not in result.stderr, line
+    assert not out.exists()
+
+
+def test_core_imports_without_ray():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "import planner.cli, planner.sweep, planner.executors\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+class FakeRay:
+    """Just enough of ray for run_ray: tasks run at once, and finish newest first, one per wait."""
+
+    def __init__(self):
+        self.results, self.most, self.cancelled = {}, 0, []
+
+    def put(self, value):
+        return value
+
+    def remote(self, **options):
+        def wrap(fn):
+            def submit(*args):
+                ref = object()
+                self.results[ref] = fn(*args)
+                self.most = max(self.most, len(self.results))
+                return ref
+            return type("Task", (), {"remote": staticmethod(submit)})
+        return wrap
+
+    def wait(self, refs, num_returns):
+        return [refs[-1]], refs[:-1]
+
+    def get(self, ref):
+        return self.results.pop(ref)
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
+
+
+def test_run_ray_keeps_at_most_jobs_tasks_in_flight(monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setattr(executors, "_ray_task", lambda combo, *args: ({"i": combo.index}, None))
+    todo = combinations(["nope"], ["nope"], [1, 2, 3, 4, 5], [7])
+    rows = []
+    executors.run_ray(fake, 2, todo, None, None, lambda index, row: rows.append((index, row["i"])))
+    assert fake.most == 2 and not fake.results and not fake.cancelled
+    assert sorted(rows) == [(i, i) for i in range(5)]
+
+
+def test_run_ray_interrupted_cancels_what_is_in_flight(monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setattr(executors, "_ray_task", lambda combo, *args: ({}, None))
+
+    def on_row(index, row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        executors.run_ray(fake, 3, combinations(["nope"], ["nope"], [1, 2, 3, 4, 5], [7]), None, None, on_row)
+    assert len(fake.cancelled) == 2 and set(fake.cancelled) == set(fake.results)
