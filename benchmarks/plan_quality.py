@@ -119,7 +119,7 @@ def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int
 
 def main() -> None:
     print(f"{'cluster':20} {'model':11} {'solver tok/s':>12} {'(a) uniform':>12} {'(b) fastest':>12} "
-          f"{'(c) propor.':>12} {'vs a':>6} {'vs b':>6} {'vs c':>6} {'optimal':>7} {'solve s':>7}")
+          f"{'(c) propor.':>12} {'vs a':>6} {'vs b':>6} {'vs c':>6} {'pp':>3} {'V':>2} {'optimal':>7} {'solve s':>7}")
     for cluster_name, model_name, global_batch, seq_len in CASES:
         cluster, model = load_cluster(cluster_name), load_model(model_name)
         dtype = cluster.common_dtype()
@@ -135,7 +135,8 @@ def main() -> None:
             return f"{ours / x:.2f}x" if x else "n/a"
 
         print(f"{cluster_name:20} {model_name:11} {ours:12,.0f} {a:12,.0f} {b:12,.0f} {c:12,.0f} "
-              f"{ratio(a):>6} {ratio(b):>6} {ratio(c):>6} {str(result.optimal):>7} {seconds:7.1f}")
+              f"{ratio(a):>6} {ratio(b):>6} {ratio(c):>6} {result.plan.pp:>3} {result.plan.training.virtual_stages:>2} "
+              f"{str(result.optimal):>7} {seconds:7.1f}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Each cluster has H100, A100 and V100 nodes in the ratio 1:1:2 (8 GPUs a node, one IB
 fabric: 400, 200 and 50 GB/s per node). The global batch is one sequence per GPU
 (4096 tokens each). Prints the median wall time of `search.solve` over the repeats, the
-growth factor from the previous size, the predicted step time, whether the plan is proven
+growth factor from the previous size, the predicted step time, the pipeline ranks and
+virtual stages per rank (V = 2: interleaved), whether the plan is proven
 optimal and the gap to the lower bound otherwise.
 """
 
@@ -42,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     model = load_model("llama-3-70b")
     print(f"{'GPUs':>6} {'median s':>9} {'growth':>7} {'step s':>8} {'MFU':>6} {'stages':>6} "
-          f"{'bundles':>7} {'optimal':>7} {'gap':>6}")
+          f"{'V':>2} {'bundles':>7} {'optimal':>7} {'gap':>6}")
     previous = None
     for size in args.sizes:
         cluster = cluster_from_spec(three_tier(size), "benchmark")
@@ -57,7 +58,7 @@ def main() -> None:
         previous = median
         est = result.estimate
         print(f"{size:>6} {median:>9.2f} {growth:>7} {est.step_time_s:>8.2f} {est.mfu:>6.1%} "
-              f"{len(result.plan.stages):>6} {result.bundles:>7} {str(result.optimal):>7} {result.gap:>6.1%}")
+              f"{result.plan.pp:>6} {result.plan.training.virtual_stages:>2} {result.bundles:>7} {str(result.optimal):>7} {result.gap:>6.1%}")
 
 
 if __name__ == "__main__":

@@ -253,6 +253,9 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
 @_common_options
 @click.option("--micro-batch", "micro_batches", type=int, multiple=True,
               help="Micro-batch sizes to search (repeatable) [default: 1 2 4 8].")
+@click.option("--virtual-stages", "virtual_stages", type=int, multiple=True,
+              help="Pipeline chunks per rank to search (repeatable): 1 is 1F1B, V > 1 the interleaved "
+                   "schedule with V chunks per rank [default: 1 2].")
 @click.option("--time-limit", type=float, default=None, help="Stop the search after S seconds and report the gap.")
 @click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Clusters of more than 8 nodes are searched as identical bundles of at most this many "
@@ -262,8 +265,8 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
 @_measurement_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
-def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, time_limit,
-                 max_bundle_nodes, solver, profiles, calibrations, as_json, output) -> None:
+def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, virtual_stages,
+                 time_limit, max_bundle_nodes, solver, profiles, calibrations, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -273,6 +276,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
       planner plan
       planner plan --model llama-3-70b --cluster h100-a100-v100 --global-batch 1024 \\
           --seq-len 4096 -o plan.json
+      planner plan --virtual-stages 1          # 1F1B only, no interleaving
     """
     from .search import SolverOptions, solve
     from .shares import IlpOptions
@@ -285,14 +289,21 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
         raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
     for b in micro_batches:
         _require(b, "--micro-batch")
+    for v in virtual_stages:
+        _require(v, "--virtual-stages")
     dtype = resolve_dtype(cluster, dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, attention)
     check_training_inputs(model, base)
     measured = per_gpu_params(profiles, calibrations, cluster, model, base)
     options = SolverOptions(micro_batches=tuple(sorted(set(micro_batches))) or (1, 2, 4, 8),
+                            virtual_stages=tuple(sorted(set(virtual_stages))) or (1, 2),
                             max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
                             ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())))
+    blocks = sum(layer.kind == "decoder" for layer in model.layers)
+    if not any(v == 1 or blocks % v == 0 for v in options.virtual_stages):
+        raise BadInput(f"no value in {list(options.virtual_stages)} divides the model's {blocks} decoder blocks "
+                       "(interleaving gives each rank's chunks the same blocks)", "--virtual-stages")
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
@@ -339,7 +350,8 @@ def print_plan(result) -> None:
     cluster = plan.cluster
     console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
-                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}")
+                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
+                  + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
     stages = Table(title="Stages")
     for col in ("stage", "layers", "GPUs", "tp", "dp", "zero", "recompute", "ranks", "samples per replica",
                 "peak GiB / cap"):
@@ -357,7 +369,8 @@ def print_plan(result) -> None:
                        for g, rs in by_gpu.items())
         first, end = s.layers
         names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
-        stages.add_row(str(s.index), f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
+        label = f"{s.index} (rank {s.pipeline_rank})" if t.virtual_stages > 1 else str(s.index)
+        stages.add_row(label, f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
                        s.recompute, _ranges(ranks), shares, mem)
     console.print(stages)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "

@@ -1,7 +1,8 @@
 """Plan search: the fastest plan under the cost model, with a proof of optimality.
 
 Search space (all of it searched jointly):
-  * micro-batch size b (options), 1F1B schedule;
+  * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
+    per rank (options.virtual_stages), rank k taking the same c_k blocks in each chunk;
   * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
     head with the last);
   * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit
@@ -12,8 +13,7 @@ Search space (all of it searched jointly):
     each replica's memory.
   Sequence parallelism (whenever tp > 1) is always on and ZeRO-0 is left out: under the
   cost model SP and ZeRO-1 are never slower and never use more memory, so fixing them
-  keeps the optimum. GPipe is dominated by 1F1B (same time, more memory). The interleaved
-  schedule is not searched yet (evaluate prices it).
+  keeps the optimum. GPipe is dominated by 1F1B (same time, more memory).
 
 Algorithm. Nodes of one group are interchangeable, so the dynamic programme's state
 (planner.dp) is (nodes used per group, stages placed, how the next stage's links look),
@@ -26,10 +26,14 @@ subject to X_k <= W and W descends (Alpa's t_max enumeration, Zheng et al. 2022,
 a plan with X <= W_i found with sum tau = S_i rules out every W in
 (min(X_i, UB - S_i), W_i], and the search stops when no plan remains, which proves the
 best plan seen optimal. Decoder blocks are identical, so stage costs depend on the block
-count only. Shares inside the DP come from the closed-form makespan
-(shares.min_makespan); the final plan's shares are solved as an integer program
-(shares.solve_shares_ilp) and the whole plan is re-priced by evaluate.evaluate, which must
-agree.
+count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
+the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
+depend on rank 0's links, so the state carries rank 0's signature from the start; the
+DP's unit is V blocks and tau is divided by V (planner.stages.Problem.stage_costs). The
+1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
+the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
+integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
+evaluate.evaluate, which must agree.
 
 Scale. Clusters of more than `max_exact_nodes` nodes are cut into R identical bundles (R
 divides every group's node count) and each stage's replicas span all bundles; plans from
