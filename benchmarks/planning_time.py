@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024, 4096])
     args = parser.parse_args()
     model = load_model("llama-3-70b")
-    print(f"{'GPUs':>6} {'median s':>9} {'growth':>7} {'step s':>8} {'MFU':>6} {'stages':>6} "
+    print(f"{'GPUs':>6} {'median s':>9} {'growth':>7} {'step s':>8} {'MFU':>6} {'pp':>6} "
           f"{'V':>2} {'bundles':>7} {'optimal':>7} {'gap':>6}")
     previous = None
     for size in args.sizes:
