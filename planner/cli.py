@@ -300,10 +300,6 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
                             max_bundle_nodes=max_bundle_nodes, time_limit_s=time_limit,
                             ilp=IlpOptions("CBC" if solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())))
-    blocks = sum(layer.kind == "decoder" for layer in model.layers)
-    if not any(v == 1 or blocks % v == 0 for v in options.virtual_stages):
-        raise BadInput(f"no value in {list(options.virtual_stages)} divides the model's {blocks} decoder blocks "
-                       "(interleaving gives each rank's chunks the same blocks)", "--virtual-stages")
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")

@@ -217,8 +217,7 @@ class StageChoice:
 
 def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: list[Move],
           bound: float, ranks: int | None = None) -> list[StageChoice]:
-    """Stages of the plan ending in state `key`, front (embedding) to back (head); `blocks`
-    counts DP units (V blocks each)."""
+    """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
     items = problem.units + 2
     out = []
     ell = items
@@ -242,7 +241,7 @@ def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, f
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        tau, x, _, _ = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)
+        tau, x = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)[:2]
         taus.append(float(tau[c.blocks]))
         xs.append(float(x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)

@@ -3,10 +3,11 @@
 The pipeline's iteration time generalises 1F1B (Narayanan et al. 2021, sec 2.2) to
 heterogeneous stages with uneven data-parallel shares: each stage is busy for
 B_k = max over its replicas of (micro-batches x time per micro-batch); the step takes
-the busiest stage's B_k plus the fill and drain of the others, divided by V when
-interleaved: T = max_k B_k + (sum_k tau_k - tau_k*) / V, with tau_k a stage's slowest
-per-micro-batch time. For uniform stages this is the familiar (m - 1 + p) t (1F1B) and
-m t + (p - 1) t / V (interleaved).
+the busiest stage's B_k plus the fill and drain of the others, one chunk latency c_k
+each: T = max_k B_k + (sum_k c_k - c_k*), with c_k a stage's slowest per-micro-batch
+time, or interleaved its slowest chunk's. For uniform stages this is the familiar
+(m - 1 + p) t (1F1B) and m t + (p - 1) t / V (interleaved, equal chunks of t / V); a
+rank whose chunks differ (one also holding the embedding or the head) pays its slowest.
 """
 
 from __future__ import annotations
@@ -186,17 +187,17 @@ class _ReplicaCost:
         return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero_comm_s
 
 
-def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float], v: int) -> tuple[float, int]:
+def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float]) -> tuple[float, int]:
     """Iteration time of a pipeline and its bottleneck rank.
 
-    T = max_k (B_k + E_k - tau_k / V) + sum_k tau_k / V, with B_k the busy time of rank k
-    over the step, E_k its exposed gradient reduction and optimizer step, tau_k its
-    per-micro-batch latency. Uniform stages give (m - 1) t + p t for 1F1B and
-    m t + (p - 1) t / V interleaved (Narayanan et al. 2021, sec 2.2).
+    T = max_k (B_k + E_k - c_k) + sum_k c_k, with B_k the busy time of rank k over the step,
+    E_k its exposed gradient reduction and optimizer step, c_k the latency of one micro-batch
+    through it (interleaved: through its slowest chunk). Uniform stages give (m - 1) t + p t
+    for 1F1B and m t + (p - 1) t / V interleaved (Narayanan et al. 2021, sec 2.2).
     """
-    scores = [busy[k] + tails[k] - latencies[k] / v for k in range(len(busy))]
+    scores = [busy[k] + tails[k] - latencies[k] for k in range(len(busy))]
     k_star = max(range(len(busy)), key=lambda k: (scores[k], -k))
-    return scores[k_star] + sum(latencies) / v, k_star
+    return scores[k_star] + sum(latencies), k_star
 
 
 def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
@@ -231,7 +232,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             tp_link = tp_group_link(cluster, replica.ranks)
             cost = _ReplicaCost()
             weight_params = acts_per_mb = transient = 0.0
+            slowest_chunk = 0.0
             for st in rank_chunks:
+                before = cost.per_microbatch_s
                 stage_layers = layers[st.layers[0]:st.layers[1]]
                 for layer in stage_layers:
                     lt: LayerTime = layer_time(layer, gpu, t.dtype, b, s, st.tp, st.sequence_parallel,
@@ -262,11 +265,12 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                     cost.zero_comm_s += half
                     if st.zero >= 3:
                         cost.zero_comm_s += 2 * group_collective_s(cluster, dp_ranks, shard * nb, p) / 2
+                slowest_chunk = max(slowest_chunk, cost.per_microbatch_s - before)
             n_micro = replica.batch_share // b
             replica_busy = n_micro * cost.per_microbatch_s
             if replica_busy > stage_busy:
                 stage_busy, stage_btl = replica_busy, cost
-            stage_tau = max(stage_tau, cost.per_microbatch_s)
+            stage_tau = max(stage_tau, slowest_chunk if v > 1 else cost.per_microbatch_s)
             min_bwd = min(min_bwd, cost.bwd_s)
 
             weights, grads, opt = model_state_bytes(weight_params, t.dtype, zero, dp)
@@ -301,12 +305,12 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         optimizer.append(stage_opt)
         tails.append(dp_s + stage_opt)
 
-    step_s, k_star = pipeline_time_s(busy, tails, latencies, v)
+    step_s, k_star = pipeline_time_s(busy, tails, latencies)
     btl = bottleneck_costs[k_star]
     n_btl = busy[k_star] / btl.per_microbatch_s if btl.per_microbatch_s > 0 else 0.0
     breakdown = {"compute": n_btl * btl.compute_s, "tp_comm": n_btl * btl.tp_comm_s,
                  "pp_comm": n_btl * btl.pp_comm_s, "dp_comm": exposed_dp[k_star] + n_btl * btl.zero_comm_s,
-                 "bubble": (sum(latencies) - latencies[k_star]) / v, "optimizer": optimizer[k_star]}
+                 "bubble": sum(latencies) - latencies[k_star], "optimizer": optimizer[k_star]}
 
     used = plan.used_ranks()
     tokens = t.global_batch * s

@@ -2,7 +2,8 @@
 
 Search space (all of it searched jointly):
   * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
-    per rank (options.virtual_stages), rank k taking the same c_k blocks in each chunk;
+    per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
+    possible but for the embedding's or head's chunk, which takes what is fastest;
   * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
     head with the last);
   * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit
@@ -28,8 +29,8 @@ a plan with X <= W_i found with sum tau = S_i rules out every W in
 best plan seen optimal. Decoder blocks are identical, so stage costs depend on the block
 count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
 the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
-depend on rank 0's links, so the state carries rank 0's signature from the start; the
-DP's unit is V blocks and tau is divided by V (planner.stages.Problem.stage_costs). The
+depend on rank 0's links, so the state carries rank 0's signature from the start; a
+rank's tau is its slowest chunk's latency (planner.stages.Problem._chunk_latency). The
 1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
@@ -123,13 +124,30 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     stages = []
     first = 0
     pp = len(choices)
+    sizes = [chunk_sizes(problem, c) for c in choices]
     for chunk in range(v):
         for k, c in enumerate(choices):
-            end = first + c.blocks + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
+            end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
                                 rank_replicas[k], k, c.config.tp > 1))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
+
+
+def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
+    """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
+    the count the stage cost chose, the others share the rest as evenly as possible, the
+    earlier ones taking the larger parts (stages.Problem._chunk_latency)."""
+    v, n = problem.v, choice.blocks
+    if v == 1:
+        return [n]
+    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks)[4]
+    special = None if split is None else int(split[n])
+    rest, others = (n, v) if special is None else (n - special, v - 1)
+    even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]
+    if special is None:
+        return even
+    return even + [special] if choice.has_head else [special] + even
 
 
 def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> float:
@@ -283,7 +301,7 @@ def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, o
             yield b, 1, None
     for b in sizes:
         for v in sorted(set(options.virtual_stages)):
-            if v > 1 and blocks % v == 0:
+            if v > 1:
                 for ranks in range(2, min(options.max_stages, nodes, blocks // v) + 1):
                     yield b, v, ranks
 

@@ -73,6 +73,9 @@ class TypeArrays:
     room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
     boundary_bytes: float
     cost_params: CostParams
+    # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
+    # chunk, the chunk with the embedding, the chunk with the head
+    chunk: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,14 +109,11 @@ class Problem:
         self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
         self.num_blocks = model.num_layers - 2
-        assert self.num_blocks % virtual_stages == 0, "V must divide the decoder blocks"
-        # the DP places blocks per chunk: a pipeline rank takes the same number of blocks in
-        # each of its V chunks, so unit u of the DP is V * u blocks of the rank
-        self.units = self.num_blocks // virtual_stages
+        self.units = self.num_blocks  # the DP counts a rank's decoder blocks (all its chunks)
         self.microbatches = base.global_batch // b
         self.nb = DTYPE_BYTES[base.dtype]
         self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
-        self.blocks = np.arange(self.units + 1, dtype=float) * virtual_stages
+        self.blocks = np.arange(self.units + 1, dtype=float)
         self._types: dict[StageConfig, list[TypeArrays] | None] = {}
         self.config_list: list[StageConfig] = []
         self._config_ids: dict[StageConfig, int] = {}
@@ -183,6 +183,23 @@ class Problem:
             transient = 0.0
             if config.recompute == "full":
                 transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
+            def zero_chunk_s(weights_per_gpu):
+                if zero < 2:
+                    return 0.0
+                out_s = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, dp_per_node, dp_nodes,
+                                                 dp_intra, dp_inter, p) / 2
+                if zero >= 3:
+                    out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, dp_per_node, dp_nodes,
+                                                                 dp_intra, dp_inter, p) / 2
+                return out_s
+
+            chunk_times = {}
+            if self.v > 1:
+                dec_t = dec.compute_s + dec.tp_comm_s
+                for kind, extra, extra_w in (("plain", 0.0, 0.0),
+                                             ("emb", emb.compute_s + emb.tp_comm_s, self.emb.weight_params),
+                                             ("head", head.compute_s + head.tp_comm_s, self.head.weight_params)):
+                    chunk_times[kind] = n * dec_t + extra + zero_chunk_s((n * self.dec.weight_params + extra_w) / tp)
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
@@ -195,18 +212,15 @@ class Problem:
                 params[(has_head, has_emb)] = w
                 if zero >= 2:
                     # per micro-batch and chunk: reduce-scatter of gradients; ZeRO-3 also
-                    # gathers the weights before forward and backward (evaluate.evaluate,
-                    # same formulas); chunk 0 holds the embedding, chunk V-1 the head
+                    # gathers the weights before forward and backward (evaluate.evaluate, same
+                    # formulas). The collectives are affine in their bytes, so V chunks cost
+                    # V latencies and the rank's bytes, however the blocks are spread over them
                     v = self.v
                     zero_s = 0.0
                     for chunk in range(v):
                         wc = (n / v * self.dec.weight_params + (chunk == v - 1) * hh * self.head.weight_params
                               + (chunk == 0) * ee * self.emb.weight_params) / tp
-                        zero_s = zero_s + hierarchical_allreduce_s(wc * self.grad_bytes, dp_per_node, dp_nodes,
-                                                                   dp_intra, dp_inter, p) / 2
-                        if zero >= 3:
-                            zero_s = zero_s + 2 * hierarchical_allreduce_s(wc * self.nb, dp_per_node, dp_nodes,
-                                                                           dp_intra, dp_inter, p) / 2
+                        zero_s = zero_s + zero_chunk_s(wc)
                     times[(has_head, has_emb)] = times[(has_head, has_emb)] + zero_s
                 weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
                 acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
@@ -219,11 +233,10 @@ class Problem:
                     # some stage must hold this many blocks; its overflow with one
                     # micro-batch in flight is what a "does not fit" message reports
                     need = -(-self.num_blocks // max(1, min(self.options.max_stages, sum(self.bundle_nodes))))
-                    need = -(-need // self.v)  # in DP units of V blocks
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
             boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p, chunk_times))
             config_worst = max(config_worst, worst)
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
@@ -324,17 +337,18 @@ class Problem:
         return in_flight_microbatches("interleaved", ranks - stage_from_end, ranks, self.v, self.microbatches)
 
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                   ranks: int | None = None) -> tuple[np.ndarray, np.ndarray, float | None, float]:
-        """(tau, X, slope) over DP units for a pipeline rank placed `stage_from_end` (1 = last)
-        before a successor with signature `successor_id` (-1: none), in a pipeline of `ranks`
-        ranks (interleaved only). tau is the rank's per-micro-batch time divided by V, and
+                   ranks: int | None = None) -> tuple:
+        """(tau, X, slope, min X, split) over block counts for a pipeline rank placed
+        `stage_from_end` (1 = last) before a successor with signature `successor_id` (-1:
+        none), in a pipeline of `ranks` ranks (interleaved only). tau is the latency of one
+        micro-batch through the rank, interleaved through its slowest chunk, and
         X = B + E - tau, so that T = max X + sum tau (evaluate.pipeline_time_s). `slope` is
-        set when tau is affine in the block count (one replica type), else None; the last
-        item is the smallest X over block counts.
+        set when tau is affine in the block count (1F1B, one replica type), else None;
+        `split` is the blocks of the embedding's or head's chunk (interleaved, else None).
 
         Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
         or for the last rank's first V - 1 chunks around to rank 0, whose signature the
-        search passes as the last rank's successor."""
+        search passes as the last rank's successor (_chunk_latency)."""
         return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
@@ -386,7 +400,11 @@ class Problem:
                                     [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
                                     [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
             for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
-                result = self._finish(self.config_list[cid], types, times, busy_all[row], flags)
+                if self.v > 1:
+                    latency, split = self._chunk_latency(types, flags, caps_key[3])
+                else:
+                    latency, split = reduce(np.maximum, times), None
+                result = self._finish(self.config_list[cid], types, latency, split, busy_all[row], flags)
                 self._stage[key] = self._stage_by_caps[caps_key] = out[index] = result
         return out
 
@@ -405,22 +423,56 @@ class Problem:
             self._types_by_id.append(self.type_arrays(self.config_list[len(self._types_by_id)]))
         return self._types_by_id[cid]
 
-    def _finish(self, config: StageConfig, types: list[TypeArrays], times: list[np.ndarray], busy: np.ndarray,
-                flags: tuple[bool, bool]) -> tuple:
+    def _chunk_latency(self, types: list[TypeArrays], flags: tuple[bool, bool],
+                       link: Link | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
+        the blocks of its embedding or head chunk (None for a middle rank). The other chunks
+        share their blocks as evenly as possible; the embedding's or head's chunk takes the
+        count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
+        fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
         has_head, has_emb = flags
-        tau = reduce(np.maximum, times) / self.v
+        v, n = self.v, self.units
+        sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+        counts = np.arange(n + 1)
+        if not has_head and not has_emb:
+            per_chunk = np.minimum(-(-counts // v), n)
+            latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
+            latency = np.where(counts >= v, latency, INF)
+            return latency, None
+        extra = "head" if has_head else "emb"
+        # grid over (n, a): the special chunk holds a blocks, the other V - 1 share n - a
+        total, special = np.meshgrid(counts, counts, indexing="ij")
+        rest = total - special
+        valid = (special >= 1) & (rest >= v - 1)
+        others = np.clip(-(-rest // (v - 1)), 0, n)
+        grid = np.full(total.shape, -INF)
+        for ta, send in zip(types, sends):
+            own = ta.chunk[extra][special] + (0.0 if has_head else send)
+            grid = np.maximum(grid, np.maximum(own, ta.chunk["plain"][others] + send))
+        grid = np.where(valid, grid, INF)
+        best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a
+        latency = grid[counts, best_a]
+        return latency, np.where(np.isfinite(latency), best_a, 0)
+
+    def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
+                busy: np.ndarray, flags: tuple[bool, bool]) -> tuple:
+        has_head, has_emb = flags
+        tau = latency
         tail_key = (config, flags)
         tail = self._tails.get(tail_key)
         if tail is None:
             tail = self._tails[tail_key] = self._tail(config, types, flags)
-        x = busy + tail - tau
-        x = np.where(np.isfinite(busy), x, INF)
-        if self.v > 1 or (not has_head and not has_emb):
-            x[0] = INF  # a stage holds at least one layer; an interleaved chunk one block
+        with np.errstate(invalid="ignore"):
+            x = busy + tail - tau
+        x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
+        if self.v > 1:
+            x[:self.v] = INF  # every chunk holds at least one block
+        elif not has_head and not has_emb:
+            x[0] = INF  # a stage holds at least one layer
         slope = None
-        if len(types) == 1 and len(tau) > 1:
+        if self.v == 1 and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
-        return (tau, x, slope, float(x.min()))
+        return (tau, x, slope, float(x.min()), split)
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch

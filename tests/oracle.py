@@ -1,7 +1,7 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
 Independent of planner.search: it enumerates every plan (micro-batch, schedule (1F1B or
-interleaved with V chunks per rank), ordered stages on disjoint node sets, tp, recompute
+interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
 and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
 planner.evaluate.evaluate.
 """
@@ -34,25 +34,25 @@ def node_assignments(num_nodes: int, stages: int):
 
 
 def layer_splits(items: int, stages: int, v: int):
-    """(schedule, V, per-stage (first, end) bounds, pipeline rank per stage): 1F1B cuts the
-    layers anywhere; interleaved gives rank k the same c_k >= 1 decoder blocks in each of
-    its V chunks, chunk j of rank k being stage j * P + k, the embedding in the first and
-    the head in the last."""
+    """(per-stage (first, end) bounds, pipeline rank per stage): 1F1B cuts the layers
+    anywhere; interleaved cuts them into P x V chunks of at least one decoder block each,
+    chunk j of rank k being stage j * P + k, the embedding in the first and the head in
+    the last."""
     if v == 1:
         for cuts in combinations(range(1, items), stages - 1):
             yield list(zip((0,) + cuts, cuts + (items,))), list(range(stages))
         return
     blocks = items - 2
-    if stages < 2 or blocks % v:
+    chunks = stages * v
+    if stages < 2 or blocks < chunks:
         return
-    for sizes in compositions(blocks // v, stages) if blocks // v >= stages else ():
+    for sizes in compositions(blocks, chunks):
         bounds, first = [], 0
-        for chunk in range(v):
-            for k, size in enumerate(sizes):
-                end = first + size + (chunk == 0 and k == 0) + (chunk == v - 1 and k == stages - 1)
-                bounds.append((first, end))
-                first = end
-        yield bounds, [i % stages for i in range(stages * v)]
+        for index, size in enumerate(sizes):
+            end = first + size + (index == 0) + (index == chunks - 1)
+            bounds.append((first, end))
+            first = end
+        yield bounds, [i % stages for i in range(chunks)]
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,

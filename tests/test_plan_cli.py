@@ -63,58 +63,16 @@ def test_no_one_step_change_beats_a_tiny_optimum(seed):
     assert_locally_optimal(result.plan, result.estimate.step_time_s)
 
 
-def interleaved_neighbours(plan: Plan):
-    """One-step changes inside the interleaved search space, where each rank's chunks hold the
-    same blocks: one block moved between adjacent ranks in every chunk at once, or one
-    micro-batch moved between two replicas of a rank (in all of its chunks)."""
-    pp, v = plan.pp, plan.training.virtual_stages
-    decoder = [layer.kind == "decoder" for layer in plan.model.layers]
-    blocks = [sum(decoder[i] for i in range(*s.layers)) for s in plan.stages[:pp]]
-    for k in range(pp - 1):
-        for give, take in ((k, k + 1), (k + 1, k)):
-            if blocks[give] <= 1:
-                continue
-            sizes = blocks.copy()
-            sizes[give] -= 1
-            sizes[take] += 1
-            stages, first = [], 0
-            for s in plan.stages:
-                chunk, rank = divmod(s.index, pp)
-                end = first + sizes[rank] + (chunk == 0 and rank == 0) + (chunk == v - 1 and rank == pp - 1)
-                stages.append(replace(s, layers=(first, end)))
-                first = end
-            yield replace(plan, stages=tuple(stages))
-    b = plan.training.micro_batch
-    for rank in range(pp):
-        replicas = plan.stages[rank].replicas
-        for i, giver in enumerate(replicas):
-            for j, taker in enumerate(replicas):
-                if i == j or giver.batch_share <= b:
-                    continue
-                moved = list(replicas)
-                moved[i] = replace(giver, batch_share=giver.batch_share - b)
-                moved[j] = replace(taker, batch_share=taker.batch_share + b)
-                yield replace(plan, stages=tuple(replace(s, replicas=tuple(moved)) if s.pipeline_rank == rank else s
-                                                 for s in plan.stages))
-
-
-def test_no_in_space_step_beats_an_interleaved_optimum():
-    """Interleaved optima are locally optimal among plans whose ranks keep equal chunks. A
-    one-layer move inside one chunk leaves that space: evaluate's pipeline formula takes a
-    chunk's latency as 1/V of its rank's, which such plans break (README, the solver)."""
-    checked = 0
+def test_no_one_step_change_beats_an_interleaved_optimum():
+    """Interleaved optima too: a layer moved across any chunk boundary (which unbalances two
+    ranks' chunks) or a micro-batch moved between replicas is never faster."""
+    checked = interleaved = 0
     for seed in range(12):
         result = solve(*pipeline_instance(seed), SolverOptions(**TINY_OPTIONS))
-        plan = result.plan
-        if plan.training.schedule != "interleaved":
-            continue
-        for other in interleaved_neighbours(plan):
-            assert not structural_problems(other)
-            est = evaluate(other)
-            if est.fits:
-                checked += 1
-                assert est.step_time_s >= result.estimate.step_time_s * (1 - 1e-9), "an in-space step is faster"
-    assert checked > 0
+        if result.plan.training.schedule == "interleaved":
+            interleaved += 1
+            checked += assert_locally_optimal(result.plan, result.estimate.step_time_s)
+    assert interleaved >= 3 and checked > 0
 
 
 @pytest.mark.parametrize("model_name, cluster_name, batch", [

