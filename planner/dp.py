@@ -56,6 +56,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         layers[0][(zeros, 0, first, first)] = start
     moves: list[Move] = []
     finals: dict[tuple, Cell] = {}
+    recipes: dict[int, tuple] = {}  # id(variant) -> (variant, its recipe under `bound`)
     for placed in range(max_stages):
         nxt: dict[tuple, Cell] = {}
         head = 1 if placed == 0 else 0
@@ -81,7 +82,12 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                     for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:
                             continue
-                        cands = relax(values, variant, bound, head, has_emb, items)
+                        prepared = recipes.get(id(variant), False)
+                        if prepared is False:
+                            prepared = recipes[id(variant)] = (variant, recipe(variant, bound))
+                        if prepared[1] is None:
+                            continue
+                        cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
                         if cands is None:
                             continue
                         if cutoff < INF:
@@ -130,17 +136,53 @@ def window_min(values: np.ndarray, width: int) -> np.ndarray:
     return acc
 
 
-def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
-          items: int) -> np.ndarray | None:
-    """cand[..., l + blocks + head + emb] = min over allowed blocks of value[..., l] + tau[blocks],
-    where a block count is allowed when the stage's X is finite and <= bound. `value` is
-    one state's array or a stack of states' (one row each)."""
+@dataclass(frozen=True)
+class Recipe:
+    """What `relax` needs of a variant under one bound: the allowed block counts, split into
+    affine runs (low, high, slope, intercept) and the rest (lo, hi, reversed tau on lo..hi)."""
+
+    ok: np.ndarray
+    affine: tuple
+    general: tuple | None
+
+
+def recipe(variant: Variant, bound: float) -> Recipe | None:
     tau, x = variant.tau, variant.x
     ok = (x <= bound) & (variant.member >= 0)
     if bound == INF:
         ok &= np.isfinite(x)
     if not ok.any():
         return None
+    general = np.zeros(len(tau), dtype=bool)
+    affine = []
+    for _, run_mask, slope in variant.runs:
+        mask = ok & run_mask
+        allowed = np.flatnonzero(mask)
+        if not allowed.size:
+            continue
+        low, high = int(allowed[0]), int(allowed[-1])
+        if slope is None or high - low + 1 != allowed.size:
+            general |= mask
+            continue
+        affine.append((low, high, slope, float(tau[low]) - slope * low))
+    rest = None
+    if general.any():
+        allowed = np.flatnonzero(general)
+        lo, hi = int(allowed[0]), int(allowed[-1])
+        rest = (lo, hi, np.where(general, tau, INF)[lo:hi + 1][::-1].copy())
+    return Recipe(ok, tuple(affine), rest)
+
+
+def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
+          items: int, prepared: Recipe | None = None) -> np.ndarray | None:
+    """cand[..., l + blocks + head + emb] = min over allowed blocks of value[..., l] + tau[blocks],
+    where a block count is allowed when the stage's X is finite and <= bound. `value` is
+    one state's array or a stack of states' (one row each); `prepared` is recipe(variant,
+    bound) when the caller has it."""
+    prepared = prepared or recipe(variant, bound)
+    if prepared is None:
+        return None
+    tau = variant.tau
     n_blocks = len(tau) - 1
     lead = value.shape[:-1]
     cand = np.full(lead + (items + 1,), INF)
@@ -152,36 +194,27 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
         ell, blocks = ell[inside], blocks[inside]
         if not ell.size:
             return None
-        totals = np.where(ok[blocks], value[..., ell] + tau[blocks], INF)
+        totals = np.where(prepared.ok[blocks], value[..., ell] + tau[blocks], INF)
         cand[..., items] = totals.min(axis=-1)
         return cand
     # configs whose tau is affine on a contiguous run of block counts: a sliding-window
-    # minimum of value[l] - slope * l; the rest together: a window over every block count
-    general = np.zeros(n_blocks + 1, dtype=bool)
-    for cid, run_mask, slope in variant.runs:
-        mask = ok & run_mask
-        allowed = np.flatnonzero(mask)
-        if not allowed.size:
-            continue
-        low, high = int(allowed[0]), int(allowed[-1])
-        if slope is None or high - low + 1 != allowed.size:
-            general |= mask
-            continue
+    # minimum of value[l] - slope * l
+    for low, high, slope, intercept in prepared.affine:
         ell = np.arange(items + 1, dtype=float)
         shifted = window_min(value - slope * ell, high - low + 1)
-        intercept = float(tau[low]) - slope * low
         targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
         if targets.size:
             q = targets - head - low
             cand[..., targets] = np.minimum(cand[..., targets],
                                             intercept + slope * (targets - head) + shifted[..., q])
-    if general.any():
-        tau_ok = np.where(general, tau, INF)
-        padded = np.concatenate([np.full(lead + (n_blocks,), INF), value], axis=-1)
-        windows = np.lib.stride_tricks.sliding_window_view(padded, n_blocks + 1, axis=-1)
-        sums = (windows + tau_ok[::-1]).min(axis=-1)
+    # the rest together: for q = j - head, min over k in lo..hi of value[q - k] + tau[k]
+    if prepared.general is not None:
+        lo, hi, tau_reversed = prepared.general
+        padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, hi - lo + 1, axis=-1)
         rows = items - head
-        cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums[..., :rows])
+        sums = (windows[..., :rows, :] + tau_reversed).min(axis=-1)
+        cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums)
         cand[..., items] = INF
     return cand
 

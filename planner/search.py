@@ -227,9 +227,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     shortfall = None
     deadline = None if options.time_limit_s is None else started + options.time_limit_s
     problem = None
+    plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
     for b, v, ranks in _subproblems(model, cluster, base, bundles, options):
         if problem is None or (problem.b, problem.v) != (b, v):
-            problem = Problem(model, cluster, base, b, bundles, options, v)
+            problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b))
+            if v == 1:
+                plain[b] = problem
 
         def explore(bound: float) -> tuple[float, float] | None:
             """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""

@@ -100,9 +100,11 @@ class Problem:
     """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, bundles: int,
-                 options: SolverOptions, virtual_stages: int = 1):
+                 options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None):
         self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
         self.v = virtual_stages
+        # an interleaved problem derives its per-config arrays from the 1F1B one of the same b
+        self.base = base_problem if virtual_stages > 1 else None
         schedule = "interleaved" if virtual_stages > 1 else "1f1b"
         self.t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule, virtual_stages, base.attention)
         self.groups = [g for g in cluster.groups]
@@ -129,6 +131,7 @@ class Problem:
         self._tails: dict[tuple, np.ndarray] = {}
         self._caps: dict[tuple, tuple] = {}
         self._links: dict[tuple, Link] = {}
+        self._latencies: dict[tuple, tuple] = {}
         self._family_by_costs: dict[tuple, tuple] = {}
         self.evaluations = 0
         self.smallest_overflow: tuple[float, str] | None = None
@@ -154,6 +157,9 @@ class Problem:
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         if config in self._types:
+            return self._types[config]
+        if self.base is not None:
+            self._types[config] = self._from_base(config)
             return self._types[config]
         t, tp, b, s = self.t, config.tp, self.b, self.t.seq_len
         sp = tp > 1
@@ -241,6 +247,56 @@ class Problem:
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
         self._types[config] = out
+        return out
+
+    def _from_base(self, config: StageConfig) -> list[TypeArrays]:
+        """Interleaved type arrays from the 1F1B problem of the same micro-batch: the same but
+        for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times."""
+        base_types = self.base.type_arrays(config)
+        t, tp, b, s, v = self.t, config.tp, self.b, self.t.seq_len, self.v
+        sp = tp > 1
+        zero = config.zero
+        per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
+        dp_intra, dp_inter = collective_links(self.cluster, per_group)
+        dp_per_node = max(self.groups[i].gpus_per_node // tp for i, n in enumerate(config.nodes) if n)
+        dp_nodes = sum(per_group.values())
+        n = self.blocks
+        out = []
+        for ta in base_types:
+            p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
+
+            def zero_chunk_s(weights_per_gpu: float) -> float:
+                # ZeRO-2/3 collectives of one chunk per micro-batch (as in type_arrays)
+                if zero < 2:
+                    return 0.0
+                out_s = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, dp_per_node, dp_nodes,
+                                                 dp_intra, dp_inter, p) / 2
+                if zero >= 3:
+                    out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, dp_per_node, dp_nodes,
+                                                                 dp_intra, dp_inter, p) / 2
+                return out_s
+
+            # the collectives are affine in their bytes: zero_chunk_s(w) = fixed + per_weight * w
+            per_weight = zero_chunk_s(2.0) - zero_chunk_s(1.0)
+            fixed = zero_chunk_s(1.0) - per_weight
+
+            def lt(layer: Layer):
+                return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
+
+            dec, emb, head = lt(self.dec), lt(self.emb), lt(self.head)
+            dec_t = dec.compute_s + dec.tp_comm_s
+            chunk_times = {}
+            for kind, extra, extra_w in (("plain", 0.0, 0.0),
+                                         ("emb", emb.compute_s + emb.tp_comm_s, self.emb.weight_params),
+                                         ("head", head.compute_s + head.tp_comm_s, self.head.weight_params)):
+                chunk_times[kind] = n * dec_t + extra + fixed + per_weight * (n * self.dec.weight_params + extra_w) / tp
+            # V chunks pay V fixed costs where the rank's one collective paid one
+            times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
+            out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
+                                  chunk_times))
+        if self.smallest_overflow is None or (self.base.smallest_overflow is not None
+                                              and self.base.smallest_overflow[0] < self.smallest_overflow[0]):
+            self.smallest_overflow = self.base.smallest_overflow
         return out
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
@@ -401,7 +457,11 @@ class Problem:
                                     [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
             for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
                 if self.v > 1:
-                    latency, split = self._chunk_latency(types, flags, caps_key[3])
+                    latency_key = (cid, flags, caps_key[3])
+                    cached = self._latencies.get(latency_key)
+                    if cached is None:
+                        cached = self._latencies[latency_key] = self._chunk_latency(types, flags, caps_key[3])
+                    latency, split = cached
                 else:
                     latency, split = reduce(np.maximum, times), None
                 result = self._finish(self.config_list[cid], types, latency, split, busy_all[row], flags)
