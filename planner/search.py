@@ -56,7 +56,7 @@ from .evaluate import Estimate, evaluate, p2p_s
 from .hardware import GIB, Cluster
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
-from .shares import UNCAPPED, solve_shares_ilp
+from .shares import solve_shares_ilp
 from .stages import INF, Problem, SolverOptions, share_cap
 
 __all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s", "choose_bundles"]

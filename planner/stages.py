@@ -4,96 +4,22 @@ dynamic programme (planner.dp) can price a stage for every layer split at once."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import reduce
 from itertools import product
 from typing import Iterator
 
 import numpy as np
 
-from .cost import (DEFAULT_PARAMS, CostParams, hierarchical_allreduce_s, in_flight_microbatches, layer_time,
-                   model_state_bytes, optimizer_step_s)
+from .cost import hierarchical_allreduce_s, in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s
 from .evaluate import collective_links, p2p_s, pair_link, slowest
-from .hardware import Cluster, Link, NodeGroup
+from .hardware import Cluster, Link
+from .interleave import chunk_latency, interleaved_type_arrays
 from .model import DTYPE_BYTES, Layer, Model
 from .plan import Training
-from .shares import UNCAPPED, IlpOptions, min_makespan
+from .shares import UNCAPPED, min_makespan
+from .stage_types import INF, SolverOptions, StageConfig, TypeArrays, Variant, share_cap
 
-INF = float("inf")
-
-
-@dataclass(frozen=True)
-class SolverOptions:
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
-    tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
-    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
-    zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
-    max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
-    max_bundle_nodes: int = 4  # larger clusters: identical bundles of at most this many nodes
-    max_stages: int = 16
-    # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
-    # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
-    virtual_stages: tuple[int, ...] = (1, 2)
-    time_limit_s: float | None = None
-    ilp: IlpOptions = field(default_factory=IlpOptions)
-    params: CostParams = DEFAULT_PARAMS
-    gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
-
-    def params_for(self, gpu_name: str) -> CostParams:
-        return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
-
-    def params_mapping(self) -> dict[str, CostParams]:
-        """The form planner.evaluate.evaluate takes: per GPU type, '*' for the rest."""
-        return {"*": self.params, **dict(self.gpu_params)}
-
-
-# --- stage configurations and their cost as a function of the block count ----------------
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    nodes: tuple[int, ...]  # nodes of each bundle group (in bundle order)
-    tp: int
-    recompute: str
-    zero: int
-
-    def groups(self) -> frozenset[int]:
-        return frozenset(i for i, n in enumerate(self.nodes) if n)
-
-
-@dataclass
-class TypeArrays:
-    """Per replica type of a config: arrays over the decoder-block count 0..L."""
-
-    count: int  # replicas of this type (all bundles)
-    group: NodeGroup
-    time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
-    bwd: dict[tuple[bool, bool], np.ndarray]
-    params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
-    room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
-    boundary_bytes: float
-    cost_params: CostParams
-    # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
-    # chunk, the chunk with the embedding, the chunk with the head
-    chunk: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One merged cost curve of a family: per block count, tau, X and the config chosen."""
-
-    tau: np.ndarray
-    x: np.ndarray
-    member: np.ndarray  # config id per block count, -1 where none
-    x_min: float
-    slopes: dict  # config id -> slope of its tau (None when not affine)
-    runs: tuple = ()  # (config id, where the variant uses it, its slope), by config id
-
-
-def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
-    """The most micro-batches a replica may take: unbounded when its memory holds the
-    in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
-    return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+__all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "TypeArrays", "Variant", "share_cap"]
 
 
 class Problem:
@@ -159,7 +85,7 @@ class Problem:
         if config in self._types:
             return self._types[config]
         if self.base is not None:
-            self._types[config] = self._from_base(config)
+            self._types[config] = interleaved_type_arrays(self, config)
             return self._types[config]
         t, tp, b, s = self.t, config.tp, self.b, self.t.seq_len
         sp = tp > 1
@@ -247,56 +173,6 @@ class Problem:
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
         self._types[config] = out
-        return out
-
-    def _from_base(self, config: StageConfig) -> list[TypeArrays]:
-        """Interleaved type arrays from the 1F1B problem of the same micro-batch: the same but
-        for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times."""
-        base_types = self.base.type_arrays(config)
-        t, tp, b, s, v = self.t, config.tp, self.b, self.t.seq_len, self.v
-        sp = tp > 1
-        zero = config.zero
-        per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
-        dp_intra, dp_inter = collective_links(self.cluster, per_group)
-        dp_per_node = max(self.groups[i].gpus_per_node // tp for i, n in enumerate(config.nodes) if n)
-        dp_nodes = sum(per_group.values())
-        n = self.blocks
-        out = []
-        for ta in base_types:
-            p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-
-            def zero_chunk_s(weights_per_gpu: float) -> float:
-                # ZeRO-2/3 collectives of one chunk per micro-batch (as in type_arrays)
-                if zero < 2:
-                    return 0.0
-                out_s = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, dp_per_node, dp_nodes,
-                                                 dp_intra, dp_inter, p) / 2
-                if zero >= 3:
-                    out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, dp_per_node, dp_nodes,
-                                                                 dp_intra, dp_inter, p) / 2
-                return out_s
-
-            # the collectives are affine in their bytes: zero_chunk_s(w) = fixed + per_weight * w
-            per_weight = zero_chunk_s(2.0) - zero_chunk_s(1.0)
-            fixed = zero_chunk_s(1.0) - per_weight
-
-            def lt(layer: Layer):
-                return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
-
-            dec, emb, head = lt(self.dec), lt(self.emb), lt(self.head)
-            dec_t = dec.compute_s + dec.tp_comm_s
-            chunk_times = {}
-            for kind, extra, extra_w in (("plain", 0.0, 0.0),
-                                         ("emb", emb.compute_s + emb.tp_comm_s, self.emb.weight_params),
-                                         ("head", head.compute_s + head.tp_comm_s, self.head.weight_params)):
-                chunk_times[kind] = n * dec_t + extra + fixed + per_weight * (n * self.dec.weight_params + extra_w) / tp
-            # V chunks pay V fixed costs where the rank's one collective paid one
-            times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
-            out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
-                                  chunk_times))
-        if self.smallest_overflow is None or (self.base.smallest_overflow is not None
-                                              and self.base.smallest_overflow[0] < self.smallest_overflow[0]):
-            self.smallest_overflow = self.base.smallest_overflow
         return out
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
@@ -404,7 +280,7 @@ class Problem:
 
         Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
         or for the last rank's first V - 1 chunks around to rank 0, whose signature the
-        search passes as the last rank's successor (_chunk_latency)."""
+        search passes as the last rank's successor (interleave.chunk_latency)."""
         return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
@@ -460,7 +336,8 @@ class Problem:
                     latency_key = (cid, flags, caps_key[3])
                     cached = self._latencies.get(latency_key)
                     if cached is None:
-                        cached = self._latencies[latency_key] = self._chunk_latency(types, flags, caps_key[3])
+                        cached = self._latencies[latency_key] = chunk_latency(types, flags, caps_key[3], self.v,
+                                                                              self.units)
                     latency, split = cached
                 else:
                     latency, split = reduce(np.maximum, times), None
@@ -482,37 +359,6 @@ class Problem:
         while len(self._types_by_id) <= cid:
             self._types_by_id.append(self.type_arrays(self.config_list[len(self._types_by_id)]))
         return self._types_by_id[cid]
-
-    def _chunk_latency(self, types: list[TypeArrays], flags: tuple[bool, bool],
-                       link: Link | None) -> tuple[np.ndarray, np.ndarray | None]:
-        """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
-        the blocks of its embedding or head chunk (None for a middle rank). The other chunks
-        share their blocks as evenly as possible; the embedding's or head's chunk takes the
-        count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
-        fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
-        has_head, has_emb = flags
-        v, n = self.v, self.units
-        sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
-        counts = np.arange(n + 1)
-        if not has_head and not has_emb:
-            per_chunk = np.minimum(-(-counts // v), n)
-            latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
-            latency = np.where(counts >= v, latency, INF)
-            return latency, None
-        extra = "head" if has_head else "emb"
-        # grid over (n, a): the special chunk holds a blocks, the other V - 1 share n - a
-        total, special = np.meshgrid(counts, counts, indexing="ij")
-        rest = total - special
-        valid = (special >= 1) & (rest >= v - 1)
-        others = np.clip(-(-rest // (v - 1)), 0, n)
-        grid = np.full(total.shape, -INF)
-        for ta, send in zip(types, sends):
-            own = ta.chunk[extra][special] + (0.0 if has_head else send)
-            grid = np.maximum(grid, np.maximum(own, ta.chunk["plain"][others] + send))
-        grid = np.where(valid, grid, INF)
-        best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a
-        latency = grid[counts, best_a]
-        return latency, np.where(np.isfinite(latency), best_a, 0)
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
                 busy: np.ndarray, flags: tuple[bool, bool]) -> tuple:

@@ -1,0 +1,105 @@
+"""The interleaved schedule's stage pricing (planner.stages.Problem with V > 1): per-chunk
+times and a rank's slowest-chunk latency. A rank's V chunks hold its blocks; the embedding's
+chunk (rank 0) or the head's (the last rank) takes the count that makes the slowest chunk
+fastest, the others share the rest as evenly as possible (Narayanan et al. 2021, sec 2.2:
+the bubble is one chunk's latency per rank)."""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .cost import hierarchical_allreduce_s, layer_time
+from .evaluate import collective_links, p2p_s
+from .hardware import Link
+from .model import Layer
+
+from .stage_types import INF, StageConfig, TypeArrays
+
+if TYPE_CHECKING:
+    from .stages import Problem
+
+
+def interleaved_type_arrays(problem: "Problem", config: StageConfig) -> list[TypeArrays]:
+    """Interleaved type arrays from the 1F1B problem of the same micro-batch: the same but
+    for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times."""
+
+    base_types = problem.base.type_arrays(config)
+    t, tp, b, s, v = problem.t, config.tp, problem.b, problem.t.seq_len, problem.v
+    sp = tp > 1
+    zero = config.zero
+    per_group = {problem.groups[i].name: problem.bundles * n for i, n in enumerate(config.nodes) if n}
+    dp_intra, dp_inter = collective_links(problem.cluster, per_group)
+    dp_per_node = max(problem.groups[i].gpus_per_node // tp for i, n in enumerate(config.nodes) if n)
+    dp_nodes = sum(per_group.values())
+    n = problem.blocks
+    out = []
+    for ta in base_types:
+        p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
+
+        def zero_chunk_s(weights_per_gpu: float) -> float:
+            # ZeRO-2/3 collectives of one chunk per micro-batch (as in type_arrays)
+            if zero < 2:
+                return 0.0
+            out_s = hierarchical_allreduce_s(weights_per_gpu * problem.grad_bytes, dp_per_node, dp_nodes,
+                                             dp_intra, dp_inter, p) / 2
+            if zero >= 3:
+                out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * problem.nb, dp_per_node, dp_nodes,
+                                                             dp_intra, dp_inter, p) / 2
+            return out_s
+
+        # the collectives are affine in their bytes: zero_chunk_s(w) = fixed + per_weight * w
+        per_weight = zero_chunk_s(2.0) - zero_chunk_s(1.0)
+        fixed = zero_chunk_s(1.0) - per_weight
+
+        def lt(layer: Layer):
+            return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
+
+        dec, emb, head = lt(problem.dec), lt(problem.emb), lt(problem.head)
+        dec_t = dec.compute_s + dec.tp_comm_s
+        chunk_times = {}
+        for kind, extra, extra_w in (("plain", 0.0, 0.0),
+                                     ("emb", emb.compute_s + emb.tp_comm_s, problem.emb.weight_params),
+                                     ("head", head.compute_s + head.tp_comm_s, problem.head.weight_params)):
+            chunk_times[kind] = n * dec_t + extra + fixed + per_weight * (n * problem.dec.weight_params + extra_w) / tp
+        # V chunks pay V fixed costs where the rank's one collective paid one
+        times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
+        out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
+                              chunk_times))
+    if problem.smallest_overflow is None or (problem.base.smallest_overflow is not None
+                                          and problem.base.smallest_overflow[0] < problem.smallest_overflow[0]):
+        problem.smallest_overflow = problem.base.smallest_overflow
+    return out
+
+
+def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, v: int,
+                  n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
+    the blocks of its embedding or head chunk (None for a middle rank). The other chunks
+    share their blocks as evenly as possible; the embedding's or head's chunk takes the
+    count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
+    fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
+    has_head, has_emb = flags
+    sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+    counts = np.arange(n + 1)
+    if not has_head and not has_emb:
+        per_chunk = np.minimum(-(-counts // v), n)
+        latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
+        latency = np.where(counts >= v, latency, INF)
+        return latency, None
+    extra = "head" if has_head else "emb"
+    # grid over (n, a): the special chunk holds a blocks, the other V - 1 share n - a
+    total, special = np.meshgrid(counts, counts, indexing="ij")
+    rest = total - special
+    valid = (special >= 1) & (rest >= v - 1)
+    others = np.clip(-(-rest // (v - 1)), 0, n)
+    grid = np.full(total.shape, -INF)
+    for ta, send in zip(types, sends):
+        own = ta.chunk[extra][special] + (0.0 if has_head else send)
+        grid = np.maximum(grid, np.maximum(own, ta.chunk["plain"][others] + send))
+    grid = np.where(valid, grid, INF)
+    best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a
+    latency = grid[counts, best_a]
+    return latency, np.where(np.isfinite(latency), best_a, 0)
