@@ -148,15 +148,14 @@ class Recipe:
 
 def recipe(variant: Variant, bound: float) -> Recipe | None:
     tau, x = variant.tau, variant.x
-    ok = (x <= bound) & (variant.member >= 0)
-    if bound == INF:
-        ok &= np.isfinite(x)
+    # x is infinite where the variant has no config (Problem.family_cost)
+    ok = np.isfinite(x) if bound == INF else x <= bound
     if not ok.any():
         return None
     general = np.zeros(len(tau), dtype=bool)
     affine = []
     for _, run_mask, slope in variant.runs:
-        mask = ok & run_mask
+        mask = ok if len(variant.runs) == 1 else ok & run_mask
         allowed = np.flatnonzero(mask)
         if not allowed.size:
             continue
