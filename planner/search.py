@@ -222,50 +222,46 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     bundles = choose_bundles(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     lower_bound = compute_lower_bound_s(model, cluster, base, options)
     best: tuple | None = None
+    evaluations = 0
     complete = True
     shortfall = None
     deadline = None if options.time_limit_s is None else started + options.time_limit_s
-    problems: dict[tuple[int, int], Problem] = {}  # per (micro-batch, V); interleaved reuse 1F1B's
-
-    def explore(problem: Problem, ranks: int | None, bound: float) -> tuple[float, float] | None:
-        """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
-        nonlocal best
-        finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0])
-        if not finals:
-            return None
-        found = None
-        for key in sorted(finals):
-            choices = trace(problem, key, layers, moves, bound, ranks)
-            step, sum_tau, max_x = price(problem, choices)
-            used = sum(sum(c.config.nodes) for c in choices)
-            # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
-            if best is None or (step, used, problem.b, problem.v) < best[0:4]:
-                best = (step, used, problem.b, problem.v, problem, choices)
-            if found is None or (sum_tau, max_x) < found:
-                found = (sum_tau, max_x)
-        return found
-
-    # 1. every subproblem's first DP, bounded by the best plan so far (a plan with X >= the
-    #    best step cannot beat it: T = max X + sum tau > max X); they find good plans early
-    pending = []
+    problem = None
+    plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
     for b, v, ranks in _subproblems(model, cluster, base, bundles, options):
-        if (b, v) not in problems:
-            problems[(b, v)] = Problem(model, cluster, base, b, bundles, options, v, problems.get((b, 1)))
-        problem = problems[(b, v)]
-        found = explore(problem, ranks, INF if best is None else best[0])
+        if problem is None or (problem.b, problem.v) != (b, v):
+            problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b))
+            if v == 1:
+                plain[b] = problem
+
+        def explore(bound: float) -> tuple[float, float] | None:
+            """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
+            nonlocal best
+            finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0])
+            if not finals:
+                return None
+            found = None
+            for key in sorted(finals):
+                choices = trace(problem, key, layers, moves, bound, ranks)
+                step, sum_tau, max_x = price(problem, choices)
+                used = sum(sum(c.config.nodes) for c in choices)
+                # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                if best is None or (step, used, b, v) < best[0:4]:
+                    best = (step, used, b, v, problem, choices)
+                if found is None or (sum_tau, max_x) < found:
+                    found = (sum_tau, max_x)
+            return found
+
+        # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
+        evaluations_before = problem.evaluations
+        found = explore(INF if best is None else best[0])
         if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
             shortfall = problem.smallest_overflow
-        pending.append((problem, ranks, found))
-        if deadline is not None and time.perf_counter() > deadline:
-            complete = False
-            break
-    # 2. Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
-    #    least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
-    #    with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
-    #    T >= best, so the next bound is just below min(X_p, best - S); when no plan
-    #    remains under the bound, the best plan seen is optimal. (Plans the first DP left
-    #    out had X or T at least the best of that time, so the best now beats them.)
-    for problem, ranks, found in pending if complete else ():
+        # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
+        # least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
+        # with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
+        # T >= best, so the next bound is just below min(X_p, best - S); when no plan
+        # remains under the bound, the best plan seen is optimal.
         while found is not None:
             if deadline is not None and time.perf_counter() > deadline:
                 complete = False
@@ -275,10 +271,10 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             bound -= abs(bound) * 1e-12 + 1e-15
             if bound <= 0:
                 break
-            found = explore(problem, ranks, bound)
+            found = explore(bound)
+        evaluations += problem.evaluations - evaluations_before
         if not complete:
             break
-    evaluations = sum(problem.evaluations for problem in problems.values())
     if best is None:
         raise _no_plan(shortfall)
     step, _, _, _, problem, choices = best
