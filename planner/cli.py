@@ -19,7 +19,7 @@ from rich.table import Table
 from .errors import BadInput, NoFeasiblePlan
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
-from .plan import SCHEDULES, Plan, Training, load_plan_file, structural_problems, uniform_plan
+from .plan import SCHEDULES, Plan, Training, load_plan_file, rank_ranges, structural_problems, uniform_plan
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -32,15 +32,22 @@ def _err(message: str) -> None:
     click.echo(f"planner: {message}", err=True)
 
 
-def _emit_json(data: Any, output: str | None, as_json: bool) -> None:
-    text = json.dumps(data, indent=2, sort_keys=False)
-    if output:
-        try:
-            Path(output).write_text(text + "\n")
-        except OSError as exc:
-            raise BadInput(f"cannot write: {exc.strerror}", output) from None
-    if as_json:
-        click.echo(text)
+def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None], written: str | None = None) -> None:
+    """The JSON to `-o FILE` and/or stdout (`--json`); without --json the human view via
+    `show`, then, when `written` names the thing, where the file went."""
+    if as_json or output:
+        text = json.dumps(data, indent=2, sort_keys=False)
+        if output:
+            try:
+                Path(output).write_text(text + "\n")
+            except OSError as exc:
+                raise BadInput(f"cannot write: {exc.strerror}", output) from None
+        if as_json:
+            click.echo(text)
+    if not as_json:
+        show()
+        if output and written:
+            _stdout().print(f"{written} written to {output}")
 
 
 class PlannerGroup(click.Group):
@@ -307,13 +314,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never print a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
-    data = plan_json(result)
-    if as_json or output:
-        _emit_json(data, output, as_json)
-    if not as_json:
-        print_plan(result)
-        if output:
-            _stdout().print(f"plan written to {output}")
+    _emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan")
 
 
 def plan_json(result) -> dict:
@@ -325,18 +326,6 @@ def plan_json(result) -> dict:
                  "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
                  "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())}}
     return plan_to_json(result.plan, predicted, result.solver_json())
-
-
-def _ranges(ranks: list[int]) -> str:
-    """[0,1,2,3,8,9] -> '0-3,8-9'."""
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(f"{start}-{r}" if r != start else str(start))
-            start = None
-    return ",".join(parts)
 
 
 def print_plan(result) -> None:
@@ -367,7 +356,7 @@ def print_plan(result) -> None:
         names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
         label = f"{s.index} (rank {s.pipeline_rank})" if t.virtual_stages > 1 else str(s.index)
         stages.add_row(label, f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
-                       s.recompute, _ranges(ranks), shares, mem)
+                       s.recompute, rank_ranges(ranks), shares, mem)
     console.print(stages)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "
@@ -425,10 +414,7 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
     estimate = price(plan, {"*": DEFAULT_PARAMS, **per_gpu})
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
-    if as_json or output:
-        _emit_json(report, output, as_json)
-    if not as_json:
-        print_estimate(plan, estimate)
+    _emit(report, output, as_json, lambda: print_estimate(plan, estimate))
     if not estimate.fits:
         worst = max(estimate.overflows, key=lambda o: o.over_bytes)
         _err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "
@@ -553,12 +539,7 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
     err_console = Console(stderr=True)
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         data = profile_model(model, options, progress)
-    if as_json or output:
-        _emit_json(data, output, as_json)
-    if not as_json:
-        print_profile(data)
-        if output:
-            _stdout().print(f"profile written to {output}")
+    _emit(data, output, as_json, lambda: print_profile(data), "profile")
 
 
 def print_profile(data: dict) -> None:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cost import hierarchical_allreduce_s, layer_time
-from .evaluate import collective_links, p2p_s
+from .cost import layer_time
+from .evaluate import p2p_s
 from .hardware import Link
 from .model import Layer
 
@@ -29,30 +29,13 @@ def interleaved_type_arrays(problem: "Problem", config: StageConfig) -> list[Typ
     base_types = problem.base.type_arrays(config)
     t, tp, b, s, v = problem.t, config.tp, problem.b, problem.t.seq_len, problem.v
     sp = tp > 1
-    zero = config.zero
-    per_group = {problem.groups[i].name: problem.bundles * n for i, n in enumerate(config.nodes) if n}
-    dp_intra, dp_inter = collective_links(problem.cluster, per_group)
-    dp_per_node = max(problem.groups[i].gpus_per_node // tp for i, n in enumerate(config.nodes) if n)
-    dp_nodes = sum(per_group.values())
     n = problem.blocks
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-
-        def zero_chunk_s(weights_per_gpu: float) -> float:
-            # ZeRO-2/3 collectives of one chunk per micro-batch (as in type_arrays)
-            if zero < 2:
-                return 0.0
-            out_s = hierarchical_allreduce_s(weights_per_gpu * problem.grad_bytes, dp_per_node, dp_nodes,
-                                             dp_intra, dp_inter, p) / 2
-            if zero >= 3:
-                out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * problem.nb, dp_per_node, dp_nodes,
-                                                             dp_intra, dp_inter, p) / 2
-            return out_s
-
-        # the collectives are affine in their bytes: zero_chunk_s(w) = fixed + per_weight * w
-        per_weight = zero_chunk_s(2.0) - zero_chunk_s(1.0)
-        fixed = zero_chunk_s(1.0) - per_weight
+        # ZeRO-2/3's per-micro-batch collectives are affine in their bytes: fixed + per_weight * w
+        per_weight = problem.zero_per_microbatch_s(config, 2.0, p) - problem.zero_per_microbatch_s(config, 1.0, p)
+        fixed = problem.zero_per_microbatch_s(config, 1.0, p) - per_weight
 
         def lt(layer: Layer):
             return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)

@@ -309,6 +309,18 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     return problems
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """Sorted ranks as ranges for people: [0, 1, 2, 3, 8, 9] -> '0-3,8-9'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}-{r}" if r != start else str(start))
+            start = None
+    return ",".join(parts)
+
+
 def load_plan_file(path: str) -> Plan:
     """Read a plan file and check its structure (BadInput naming the first problem)."""
     from .io import parse_structured, read_text

@@ -52,7 +52,7 @@ from functools import reduce
 from .cost import layer_time
 from .dp import StageChoice, price, run_dp, trace
 from .errors import BadInput, NoFeasiblePlan
-from .evaluate import Estimate, evaluate, p2p_s
+from .evaluate import Estimate, evaluate
 from .hardware import GIB, Cluster
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
@@ -106,15 +106,8 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         # per-replica time and memory cap at this rank's block count, as in stage_cost
         flags = (c.has_head, c.has_emb)
         in_flight = problem.in_flight(c.from_end, c.ranks)
-        sends = 1 if v == 1 else (v - 1 if c.has_head else v)
-        times, caps = [], []
-        for ta in types:
-            tm = float(ta.time[flags][c.blocks])
-            if c.successor >= 0:
-                tm += sends * p2p_s(ta.boundary_bytes, problem.boundary(c.config, problem.signatures[c.successor]),
-                                    False, ta.cost_params)
-            times.append(tm)
-            caps.append(int(share_cap(ta.room[flags][c.blocks], in_flight)))
+        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
+        caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
         solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
                                     [caps[t] for t in replica_type], problem.options.ilp)
         if not solution.optimal:

@@ -41,7 +41,7 @@ from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2
                        tp_group_link)
 from .hardware import GIB
 from .model import DTYPE_BYTES
-from .plan import Plan, Replica, Stage, load_plan_file
+from .plan import Plan, Replica, Stage, load_plan_file, rank_ranges
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -226,18 +226,6 @@ def _console() -> Console:
     return Console(highlight=False, no_color="NO_COLOR" in os.environ)
 
 
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(out)
-
-
 def memory_bar(mem: MemoryBreakdown, capacity: float, width: int = BAR_WIDTH) -> str:
     """Rich markup of a bar of `width` cells: one glyph (and colour) per memory part, in
     proportion to capacity, then free cells; over capacity the bar is scaled to the total."""
@@ -306,7 +294,7 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
             ranks = sorted(x for r in replicas for x in r.ranks)
             head = i == 0
             stages.add_row(label if head else "", f"[{first}, {end})\n{names}" if head else "",
-                           f"{len(ranks)}× {gpu}\nranks {_ranges(ranks)}\n{_shares(replicas)}",
+                           f"{len(ranks)}× {gpu}\nranks {rank_ranges(ranks)}\n{_shares(replicas)}",
                            f"{s.tp}/{s.dp}\n{s.zero}" if head else "", recompute if head else "",
                            per_mb if head else "")
     console.print(stages)

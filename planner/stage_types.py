@@ -78,8 +78,7 @@ class Variant:
     x: np.ndarray
     member: np.ndarray  # config id per block count, -1 where none
     x_min: float
-    slopes: dict  # config id -> slope of its tau (None when not affine)
-    runs: tuple = ()  # (config id, where the variant uses it, its slope), by config id
+    runs: tuple  # (config id, where the variant uses it, slope of its tau or None), by config id
 
 
 def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:

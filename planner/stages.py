@@ -10,7 +10,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .cost import hierarchical_allreduce_s, in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s
+from .cost import CostParams, hierarchical_allreduce_s, in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s
 from .evaluate import collective_links, p2p_s, pair_link, slowest
 from .hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
@@ -30,7 +30,9 @@ class Problem:
         self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
         self.v = virtual_stages
         # an interleaved problem derives its per-config arrays from the 1F1B one of the same b
-        self.base = base_problem if virtual_stages > 1 else None
+        self.base = None
+        if virtual_stages > 1:
+            self.base = base_problem or Problem(model, cluster, base, b, bundles, options)
         schedule = "interleaved" if virtual_stages > 1 else "1f1b"
         self.t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule, virtual_stages, base.attention)
         self.groups = [g for g in cluster.groups]
@@ -54,6 +56,7 @@ class Problem:
         self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._stage_by_caps: dict[tuple, tuple] = {}
         self._types_by_id: list[list[TypeArrays]] = []
+        self._dp_layouts: dict[StageConfig, tuple] = {}
         self._tails: dict[tuple, np.ndarray] = {}
         self._caps: dict[tuple, tuple] = {}
         self._links: dict[tuple, Link] = {}
@@ -93,10 +96,6 @@ class Problem:
                   for i, n in enumerate(config.nodes) if n}
         dp = sum(counts.values())
         zero = config.zero
-        per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
-        dp_intra, dp_inter = collective_links(self.cluster, per_group)
-        dp_per_node = max(self.groups[i].gpus_per_node // tp for i in counts)
-        dp_nodes = sum(per_group.values())
         out = []
         config_worst = (-INF, "")
         n = self.blocks
@@ -115,45 +114,17 @@ class Problem:
             transient = 0.0
             if config.recompute == "full":
                 transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
-            def zero_chunk_s(weights_per_gpu):
-                if zero < 2:
-                    return 0.0
-                out_s = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, dp_per_node, dp_nodes,
-                                                 dp_intra, dp_inter, p) / 2
-                if zero >= 3:
-                    out_s = out_s + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, dp_per_node, dp_nodes,
-                                                                 dp_intra, dp_inter, p) / 2
-                return out_s
-
-            chunk_times = {}
-            if self.v > 1:
-                dec_t = dec.compute_s + dec.tp_comm_s
-                for kind, extra, extra_w in (("plain", 0.0, 0.0),
-                                             ("emb", emb.compute_s + emb.tp_comm_s, self.emb.weight_params),
-                                             ("head", head.compute_s + head.tp_comm_s, self.head.weight_params)):
-                    chunk_times[kind] = n * dec_t + extra + zero_chunk_s((n * self.dec.weight_params + extra_w) / tp)
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 hh, ee = float(has_head), float(has_emb)
-                times[(has_head, has_emb)] = (n * (dec.compute_s + dec.tp_comm_s) + hh * (head.compute_s + head.tp_comm_s)
-                                              + ee * (emb.compute_s + emb.tp_comm_s))
-                bwds[(has_head, has_emb)] = (n * (dec.bwd_s + dec.recompute_s) + hh * (head.bwd_s + head.recompute_s)
-                                             + ee * (emb.bwd_s + emb.recompute_s))
                 w = (n * self.dec.weight_params + hh * self.head.weight_params + ee * self.emb.weight_params) / tp
                 params[(has_head, has_emb)] = w
-                if zero >= 2:
-                    # per micro-batch and chunk: reduce-scatter of gradients; ZeRO-3 also
-                    # gathers the weights before forward and backward (evaluate.evaluate, same
-                    # formulas). The collectives are affine in their bytes, so V chunks cost
-                    # V latencies and the rank's bytes, however the blocks are spread over them
-                    v = self.v
-                    zero_s = 0.0
-                    for chunk in range(v):
-                        wc = (n / v * self.dec.weight_params + (chunk == v - 1) * hh * self.head.weight_params
-                              + (chunk == 0) * ee * self.emb.weight_params) / tp
-                        zero_s = zero_s + zero_chunk_s(wc)
-                    times[(has_head, has_emb)] = times[(has_head, has_emb)] + zero_s
+                times[(has_head, has_emb)] = (n * (dec.compute_s + dec.tp_comm_s) + hh * (head.compute_s + head.tp_comm_s)
+                                              + ee * (emb.compute_s + emb.tp_comm_s)
+                                              + self.zero_per_microbatch_s(config, w, p))
+                bwds[(has_head, has_emb)] = (n * (dec.bwd_s + dec.recompute_s) + hh * (head.bwd_s + head.recompute_s)
+                                             + ee * (emb.bwd_s + emb.recompute_s))
                 weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
                 acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
                 free = gpu.memory_bytes - weights - grads - opt - p.reserved_memory_bytes \
@@ -168,11 +139,36 @@ class Problem:
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
             boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p, chunk_times))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p))
             config_worst = max(config_worst, worst)
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
         self._types[config] = out
+        return out
+
+    def dp_layout(self, config: StageConfig) -> tuple[dict[str, int], Link, Link, int]:
+        """How a stage's data-parallel collectives run: nodes per group, the intra- and
+        per-GPU inter-node links (evaluate.collective_links), replicas per node."""
+        layout = self._dp_layouts.get(config)
+        if layout is None:
+            per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
+            intra, inter = collective_links(self.cluster, per_group)
+            per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
+            layout = self._dp_layouts[config] = (per_group, intra, inter, per_node)
+        return layout
+
+    def zero_per_microbatch_s(self, config: StageConfig, weights_per_gpu, params: CostParams):
+        """ZeRO-2/3 collectives of one stage (or chunk) per micro-batch: reduce-scatter of the
+        gradients; ZeRO-3 also gathers the weights before forward and backward (Rajbhandari et
+        al. 2020, sec 5.2 and 7.2; evaluate.evaluate, same formulas)."""
+        if config.zero < 2:
+            return 0.0
+        per_group, intra, inter, per_node = self.dp_layout(config)
+        nodes = sum(per_group.values())
+        out = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, per_node, nodes, intra, inter, params) / 2
+        if config.zero >= 3:
+            out = out + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, per_node, nodes, intra, inter,
+                                                     params) / 2
         return out
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
@@ -238,7 +234,7 @@ class Problem:
             x_v = np.where(valid, xs[pick, columns], INF)
             slopes = {cid: c[2] for cid, c in zip(members, costs)}
             runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
-            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), slopes, runs))
+            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
         self._family[key] = self._family_by_costs[costs_key] = tuple(variants)
         return self._family[key]
 
@@ -307,7 +303,7 @@ class Problem:
             # the in-flight count matters only through the caps, which are mostly the same for
             # every position in the pipeline (memory to spare), and the successor only through
             # the boundary link: price each distinct (caps, link) once
-            link = self._link(cid, successor_id)
+            link = self.link(cid, successor_id)
             caps_key = (cid, has_head, has_emb, link, caps_bytes)
             cached = self._stage_by_caps.get(caps_key)
             if cached is not None:
@@ -315,18 +311,8 @@ class Problem:
                 continue
             counts = tuple(ta.count for ta in types)
             pending.setdefault(counts, []).append((index, cid, key, caps_key, types, caps))
-        sends = 1 if self.v == 1 else (self.v - 1 if has_head else self.v)
         for counts, items in pending.items():
-            all_times = []
-            for _, cid, _, caps_key, types, _ in items:
-                link = caps_key[3]
-                times = []
-                for ta in types:
-                    tm = ta.time[flags]
-                    if link is not None:
-                        tm = tm + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params)
-                    times.append(tm)
-                all_times.append(times)
+            all_times = [self.replica_times(types, flags, caps_key[3]) for _, _, _, caps_key, types, _ in items]
             self.evaluations += len(items)
             busy_all = min_makespan(self.microbatches, list(counts),
                                     [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
@@ -345,7 +331,16 @@ class Problem:
                 self._stage[key] = self._stage_by_caps[caps_key] = out[index] = result
         return out
 
-    def _link(self, cid: int, successor_id: int) -> Link | None:
+    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
+        """Per-micro-batch time of each replica type with its sends over `link` (None: the last
+        stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
+        head chunk sends nothing."""
+        if link is None:
+            return [ta.time[flags] for ta in types]
+        sends = 1 if self.v == 1 else (self.v - 1 if flags[0] else self.v)
+        return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+
+    def link(self, cid: int, successor_id: int) -> Link | None:
         """The boundary link from config `cid` to a successor (None: no successor)."""
         if successor_id < 0:
             return None
@@ -387,9 +382,7 @@ class Problem:
         params = types[0].params[flags]
         tail = np.zeros(self.units + 1)
         if dp > 1 and config.zero <= 2:
-            per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
-            intra, inter = collective_links(self.cluster, per_group)
-            per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
+            per_group, intra, inter, per_node = self.dp_layout(config)
             slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
             p = slow.cost_params
             reduce_s = hierarchical_allreduce_s(params * self.grad_bytes, per_node, sum(per_group.values()),
