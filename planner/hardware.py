@@ -15,6 +15,7 @@ import networkx as nx
 
 from .errors import BadInput
 from .io import MAX_NUMBER, get_positive, get_str, load_mapping
+from .names import check_name
 
 GIB = 2**30
 GB = 1e9
@@ -222,7 +223,7 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
 
 def load_catalog_data(path: Path = CATALOG_PATH) -> dict[str, dict]:
     data = load_mapping(path, "GPU catalog")
-    return {str(k): v for k, v in data.items()}
+    return {check_name(k, str(path), "(a GPU name)"): v for k, v in data.items()}
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict[str, GpuSpec]:
@@ -258,6 +259,8 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     extra = spec.get("gpus") or {}
     if not isinstance(extra, dict):
         raise BadInput("must be a mapping of GPU name to figures", where, "gpus")
+    for key in extra:
+        check_name(key, where, "gpus (a GPU name)")
 
     def gpu_for(name: str, field_name: str) -> GpuSpec:
         base_key = by_lower.get(name.lower())
@@ -284,11 +287,12 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         prefix = f"node_groups[{i}]"
         if not isinstance(g, dict):
             raise BadInput("must be a mapping", where, prefix)
-        name = get_str(g, "name", where, f"{prefix}.name")
+        name = check_name(get_str(g, "name", where, f"{prefix}.name"), where, f"{prefix}.name")
         if name in names:
             raise BadInput(f"duplicate node group name {name!r}", where, f"{prefix}.name")
         names.add(name)
-        gpu = gpu_for(get_str(g, "gpu", where, f"{prefix}.gpu"), f"{prefix}.gpu")
+        gpu = gpu_for(check_name(get_str(g, "gpu", where, f"{prefix}.gpu"), where, f"{prefix}.gpu"),
+                      f"{prefix}.gpu")
         nodes = get_positive(g, "nodes", where, f"{prefix}.nodes", integer=True)
         per_node = get_positive(g, "gpus_per_node", where, f"{prefix}.gpus_per_node", integer=True)
         if nodes * per_node > MAX_CLUSTER_GPUS or first_rank + nodes * per_node > MAX_CLUSTER_GPUS:
@@ -323,7 +327,9 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             raise BadInput("a link joins two different groups", where, f"{prefix}.between")
         a, b = sorted(between)
         links[(a, b)] = _link(entry, where, prefix, {"latency_us": 0.0})
-    name = spec.get("name")
-    cluster_name = str(name) if name else Path(where).stem
+    if spec.get("name"):
+        cluster_name = check_name(spec["name"], where, "name")
+    else:
+        cluster_name = check_name(Path(where).stem, where, "(the name taken from the file name)")
     return Cluster(cluster_name, tuple(groups),
                    tuple((a, b, links[(a, b)]) for a, b in sorted(links)), spec=dict(spec))

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from .errors import BadInput
 from .hardware import PROFILES_DIR
 from .io import MAX_NUMBER, get_positive, load_mapping
+from .names import check_name
 
 MODELS_DIR = PROFILES_DIR / "models"
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2")
@@ -238,13 +239,21 @@ def resolve_model_path(name_or_path: str) -> Path:
 def load_model(name_or_path: str) -> Model:
     path = resolve_model_path(name_or_path)
     data = load_mapping(path, "model file")
-    name = path.stem if path.parent == MODELS_DIR else str(data.get("_name_or_path") or path.stem)
-    return model_from_dict(data, name, str(path))
+    if path.parent != MODELS_DIR and data.get("_name_or_path"):
+        return model_from_dict(data, data["_name_or_path"], str(path), "_name_or_path")
+    return model_from_dict(data, path.stem, str(path), "(the name taken from the file name)")
 
 
-def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model") -> Model:
-    if data.get("format") == "planner.profile/v1":
-        return _model_from_profile(data, where)
+def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model",
+                    name_field: str = "name") -> Model:
+    """A model from a parsed HF config named `name`, or from a layer profile, which is named
+    by its `model` key (else `name`). The name must pass `check_name`."""
+    profile = data.get("format") == "planner.profile/v1"
+    if profile and data.get("model"):
+        name, name_field = data["model"], "model"
+    check_name(name, where, name_field)
+    if profile:
+        return _model_from_profile(data, name, where)
     config = config_from_hf(data, name, where)
     return Model(name, config, build_layers(config), raw=dict(data))
 
@@ -353,7 +362,7 @@ def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
-def _model_from_profile(data: Mapping[str, Any], where: str) -> Model:
+def _model_from_profile(data: Mapping[str, Any], name: str, where: str) -> Model:
     seq_len = get_positive(data, "seq_len", where, "seq_len", integer=True)
     entries = data.get("layers")
     if not isinstance(entries, list) or not entries:
@@ -377,6 +386,6 @@ def _model_from_profile(data: Mapping[str, Any], where: str) -> Model:
                 raise BadInput(f"must be a number from 0 to {MAX_PER_SAMPLE:.0e}", where, f"{prefix}.{key}")
             numbers[key] = float(value)
         fixed = FixedCosts(seq_len=seq_len, measured=entry.get("measured"), **numbers)
-        layers.append(Layer(i, str(entry.get("name", f"layer.{i}")), kind, params, params, None, fixed))
-    return Model(str(data.get("model", Path(where).stem)), None, tuple(layers), raw=dict(data),
-                 source="profile")
+        layer_name = check_name(entry.get("name", f"layer.{i}"), where, f"{prefix}.name")
+        layers.append(Layer(i, layer_name, kind, params, params, None, fixed))
+    return Model(name, None, tuple(layers), raw=dict(data), source="profile")

@@ -9,6 +9,7 @@ from .errors import BadInput
 from .hardware import Cluster, cluster_from_spec
 from .io import MAX_NUMBER
 from .model import Model, model_from_dict
+from .names import check_name
 
 PLAN_FORMAT = "planner.plan/v1"
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
@@ -177,10 +178,15 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     config = data["model"].get("config")
     if not isinstance(config, dict) or not config:
         raise BadInput("missing the model's config", where, "model.config")
-    model = model_from_dict(config, str(data["model"].get("name", "model")), f"{where}: model.config")
+    model = model_from_dict(config, check_name(data["model"].get("name", "model"), where, "model.name"),
+                            f"{where}: model.config")
     spec = data["cluster"].get("spec")
     if not isinstance(spec, dict) or not spec:
         raise BadInput("missing the cluster spec", where, "cluster.spec")
+    if "name" in data["cluster"]:
+        cluster_name = check_name(data["cluster"]["name"], where, "cluster.name")
+        if not spec.get("name"):  # the spec of a cluster file without `name:` (named by its file)
+            spec = {**spec, "name": cluster_name}
     cluster = cluster_from_spec(spec, f"{where}: cluster.spec")
     tr = data["training"]
     dtype = tr.get("dtype")
