@@ -28,6 +28,11 @@ Targets and output formats (stdout, or FILE with -o):
   share, placement) and a ``torchrun`` line per run of alike nodes; carries the whole
   heterogeneous plan, so it always exports.
 
+Every string goes through the format's own writer: ``tomli_w`` for TOML, ``json.dumps`` for
+JSON, ``shlex.quote`` for shell words (a torchtitan-cli value that starts with ``-`` is written
+``--s.key=VALUE``), and ``comment_line`` for ``#`` lines, which escapes every character that is
+not printable, so no name (model, cluster, group, GPU) can end a line or add a flag or a section.
+
 What a runtime cannot express is reduced to the closest uniform form and each loss is
 reported on stderr as ``planner: warning: <target>: ...``:
 
@@ -65,6 +70,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+import tomli_w
 
 from .errors import BadInput
 from .plan import Plan, load_plan_file
@@ -78,7 +84,13 @@ TITAN_LLAMA3 = {"llama-3-8b": "8B", "llama-3-70b": "70B", "llama-3.1-405b": "405
 Warn = Callable[[str], None]
 
 
-# --- loading -------------------------------------------------------------------------------
+# --- writing -------------------------------------------------------------------------------
+
+
+def comment_line(text: str) -> str:
+    """`# text` on one line: every character that is not printable (new lines, carriage
+    returns, other control and separator characters) written as its Python escape."""
+    return "# " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 # --- shared analysis -----------------------------------------------------------------------
@@ -280,13 +292,14 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     elif u.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
-    header = [f"# planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
-              f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
-              f"{u.grad_accum} micro-batches of {u.micro} per replica per step",
-              f"# decoder layers per pipeline stage: {exported}",
-              f"# vocabulary {c.vocab} ({c.model_type}): set by the tokenizer flags you add "
-              "(--tokenizer-type ...), with --data-path etc.",
-              "# usage: ARGS=$(grep -v '^#' FILE | tr -d '\\\\\\n'); torchrun ... pretrain_gpt.py $ARGS ..."]
+    header = [comment_line(text) for text in (
+        f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
+        f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
+        f"{u.grad_accum} micro-batches of {u.micro} per replica per step",
+        f"decoder layers per pipeline stage: {exported}",
+        f"vocabulary {c.vocab} ({c.model_type}): set by the tokenizer flags you add "
+        "(--tokenizer-type ...), with --data-path etc.",
+        "usage: ARGS=$(grep -v '^#' FILE | tr -d '\\\\\\n'); torchrun ... pretrain_gpt.py $ARGS ...")]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
 
 
@@ -429,24 +442,9 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
             "activation_checkpoint": ac}, comments
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(x) for x in value) + "]"
-    raise TypeError(f"no TOML form for {value!r}")
-
-
 def export_torchtitan(plan: Plan, warn: Warn) -> str:
     sections, comments = titan_settings(plan, warn)
-    lines = [f"# {c}" for c in comments]
-    for name, values in sections.items():
-        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
+    return "".join(comment_line(c) + "\n" for c in comments) + "\n" + tomli_w.dumps(sections)
 
 
 def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
@@ -459,7 +457,9 @@ def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
         if value and all(isinstance(x, list) for x in value):
             return [f"--{name}.{key}", *(",".join(map(str, x)) for x in value)]
         return [f"--{name}.{key}", ",".join(map(str, value))]
-    return [f"--{name}.{key}", str(value)]
+    text = str(value)
+    # a value word that starts with "-" would read as a flag; "--s.key=-x" cannot
+    return [f"--{name}.{key}={text}"] if text.startswith("-") else [f"--{name}.{key}", text]
 
 
 def export_torchtitan_cli(plan: Plan, warn: Warn) -> str:
