@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from planner.errors import BadInput
 from planner.export import _titan_cli_args, add_commands, megatron_split
-from planner.hardware import load_cluster
+from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
@@ -106,6 +106,8 @@ def test_megatron_uneven_shares_are_equalised(group, heterogeneous_data, tmp_pat
     reps = data["stages"][0]["replicas"]
     reps[0]["batch_share"] += 8
     reps[1]["batch_share"] -= 8
+    busiest = max(r["batch_share"] for s in data["stages"] for r in s["replicas"])
+    data["training"]["num_microbatches"] = busiest // data["training"]["micro_batch"]  # keep it consistent
     path = tmp_path / "uneven.json"
     path.write_text(json.dumps(data))
     result = run(group, str(path), "--to", "megatron")
@@ -229,15 +231,23 @@ def test_torchtitan_cli_values_in_tyro_form():
     assert _titan_cli_args("training", "seq_len", 4096) == ["--training.seq_len", "4096"]
 
 
-def _export_uniform(group, tmp_path, target, training, **layout):
-    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), training, **layout)
+# 32 B200s (180 GiB): room for llama-3-8b's unsharded states (about 128 GiB) under plain DDP
+B200_SPEC = {"name": "b200-x4", "node_groups": [{
+    "name": "b200", "gpu": "B200", "nodes": 4, "gpus_per_node": 8,
+    "intra_node": {"bandwidth_GBps": 900, "latency_us": 3}, "inter_node": {"bandwidth_GBps": 50, "latency_us": 5}}]}
+
+
+def _export_uniform(group, tmp_path, target, training, cluster=None, **layout):
+    cluster = cluster_from_spec(cluster) if cluster else load_cluster("dgx-a100")
+    plan = uniform_plan(load_model("llama-3-8b"), cluster, training, **layout)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_to_json(plan)))
     return run(group, str(path), "--to", target)
 
 
 def test_torchtitan_zero0_is_ddp_only_without_tp_and_pp(group, tmp_path):
-    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), tp=1, pp=1, dp=32)
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), B200_SPEC,
+                             tp=1, pp=1, dp=32)
     assert result.exit_code == 0 and result.stderr == ""
     par = tomllib.loads(result.stdout)["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (32, 1)
