@@ -406,7 +406,8 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
                                           ("--dtype", dtype)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
-        plan = load_plan_file(plan_file)
+        # every check `validate` runs, except memory: an overflow is this command's exit 1, with the JSON
+        plan = load_plan_file(plan_file, memory=False)
     else:
         plan = plan_from_flags(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp,
                                dp, micro_batch, recompute, zero, sequence_parallel, schedule, virtual_stages)

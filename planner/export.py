@@ -52,13 +52,15 @@ reported on stderr as ``planner: warning: <target>: ...``:
 * torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
   when DP is the only parallelism, else FSDP without reshard after forward (torchtitan's
   DDP refuses to combine with TP or PP), fp16 -> bfloat16 (float32 where a GPU has no
-  bf16), non-llama-3 models are named by their model_type and need a registered TrainSpec.
+  bf16).
 
 Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
 Megatron has no legal layer split for the plan's pipeline (e.g. a decoder count that does
 not divide over the virtual stages), Megatron/torchtitan get a model without a config
 (a layer profile) for which no architecture flags can be written, or torchtitan gets a
-sequence length that does not divide by 2 x TP (its sequence-parallel rule).
+sequence length that does not divide by 2 x TP (its sequence-parallel rule) or a model whose
+dimensions are none of its llama3 flavours (the flavour is chosen by hidden size, layers,
+heads, KV heads, FFN width and vocabulary, never by the model's name; planner.titan_flavors).
 """
 
 from __future__ import annotations
@@ -74,12 +76,11 @@ import tomli_w
 
 from .errors import BadInput
 from .plan import Plan, load_plan_file
+from .titan_flavors import titan_llama3_flavor
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
-TITAN_LLAMA3 = {"llama-3-8b": "8B", "llama-3-70b": "70B", "llama-3.1-405b": "405B",
-                "llama-3.1-8b": "8B", "llama-3.1-70b": "70B"}
 
 Warn = Callable[[str], None]
 
@@ -378,6 +379,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     if c is None:
         raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
                        "model name and flavor", "--to torchtitan")
+    model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
     u = uniform_form(plan, "torchtitan", warn)
     seq_len = plan.training.seq_len
     if seq_len % (2 * u.tp):
@@ -386,14 +388,6 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
                        f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
     comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
                 f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs"]
-    key = plan.model.name.lower()
-    if key in TITAN_LLAMA3:
-        model = {"name": "llama3", "flavor": TITAN_LLAMA3[key]}
-    else:
-        model = {"name": c.model_type, "flavor": plan.model.name}
-        warn(f"{plan.model.name} is not a torchtitan llama3 flavor: [model] names its model_type "
-             f"{c.model_type!r}, which needs a registered TrainSpec")
-        comments.append(f"model: {c.model_type!r} / {plan.model.name!r} is not built into torchtitan")
     if u.dtype == "fp16":
         gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
         bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)

@@ -168,6 +168,13 @@ def _int(data: Mapping[str, Any], key: str, where: str, path: str, minimum: int 
     return value
 
 
+def _bool(data: Mapping[str, Any], key: str, where: str, path: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):  # "false" is not false
+        raise BadInput(f"must be true or false, got {value!r}", where, f"{path}.{key}")
+    return value
+
+
 def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     """Rebuild a Plan from its JSON form (self-contained: model config and cluster spec inside)."""
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
@@ -241,7 +248,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             tp=_int(st, "tp", where, path), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=bool(st.get("sequence_parallel", False))))
+            sequence_parallel=_bool(st, "sequence_parallel", where, path)))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))
@@ -260,6 +267,7 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     n_gpus = plan.cluster.num_gpus
     expected_first = 0
     seen_by_prank: dict[int, set[int]] = {}
+    first_stage: dict[int, int] = {}  # pipeline rank -> its first stage
     owner: dict[int, int] = {}
     for i, s in enumerate(plan.stages):
         path = f"stages[{i}]"
@@ -273,8 +281,15 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
             problems.append((f"{path}.index", f"is {s.index}, expected {i} (stages in layer order)"))
         total = 0
         ranks_here: set[int] = set()
+        dp_ranks: set[int] = set()
         for j, r in enumerate(s.replicas):
             rpath = f"{path}.replicas[{j}]"
+            if r.dp_rank in dp_ranks:
+                problems.append((f"{rpath}.dp_rank", f"dp_rank {r.dp_rank} appears twice in one stage"))
+            elif r.dp_rank >= s.dp:
+                problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{s.dp - 1} "
+                                                     f"(the stage has {s.dp} replicas)"))
+            dp_ranks.add(r.dp_rank)
             if len(r.ranks) != s.tp:
                 problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}"))
             if r.batch_share % t.micro_batch:
@@ -289,12 +304,22 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
                 ranks_here.add(rank)
         if total != t.global_batch:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
+        # without interleaving, stage i is pipeline rank i (trainers place stages by position)
+        if t.virtual_stages == 1 and s.pipeline_rank in seen_by_prank:
+            problems.append((f"{path}.pipeline_rank", f"pipeline rank {s.pipeline_rank} already runs stage "
+                                                      f"{first_stage[s.pipeline_rank]}; stages share a pipeline "
+                                                      "rank only when interleaved (virtual_stages > 1)"))
+            continue
+        if t.virtual_stages == 1 and s.pipeline_rank != i:
+            problems.append((f"{path}.pipeline_rank", f"is {s.pipeline_rank}, expected {i}: without "
+                                                      "interleaving, stage i runs on pipeline rank i"))
         # stages of one pipeline rank (virtual stages) share devices; different ranks may not
         if s.pipeline_rank in seen_by_prank:
             if seen_by_prank[s.pipeline_rank] != ranks_here:
                 problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
         else:
             seen_by_prank[s.pipeline_rank] = ranks_here
+            first_stage[s.pipeline_rank] = i
             for rank in ranks_here:
                 if rank in owner:
                     problems.append((f"{path}.replicas",
@@ -327,14 +352,24 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-def load_plan_file(path: str) -> Plan:
-    """Read a plan file and check its structure (BadInput naming the first problem)."""
+def load_plan_file(path: str, *, memory: bool = True) -> Plan:
+    """Read a plan file and run every check `planner validate` runs (plan_checks.check_plan_data:
+    schema, invariants, consistency, memory); BadInput naming the file and the JSON path of the
+    first problem. The one way a command reads a plan. `memory=False` is for `evaluate`, which
+    reports an overflow itself (exit 1, with its JSON)."""
     from .io import parse_structured, read_text
+    from .plan_checks import SchemaUnavailable, check_plan_data  # they import this module
 
-    plan = plan_from_json(parse_structured(read_text(path, "plan file"), path), path)
-    problems = structural_problems(plan)
+    data = parse_structured(read_text(path, "plan file"), path)
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise BadInput(f"not a plan file (format must be {PLAN_FORMAT!r})", path, "format")
+    try:
+        plan, problems = check_plan_data(data, path, memory=memory)
+    except SchemaUnavailable:  # `planner validate` warns about this; the own checks still run
+        plan, problems = check_plan_data(data, path, schema=False, memory=memory)
     if problems:
         where, message = problems[0]
         more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""
-        raise BadInput(f"invalid plan: {message}{more}", path, where)
+        raise BadInput(f"invalid plan: {message}{more}", path, where or None)
+    assert plan is not None
     return plan

@@ -1,13 +1,7 @@
 """`planner validate`: check a plan or layer-profile file and list every problem.
 
-A plan is checked in three passes, each only when the one before passed (a later pass needs
-the earlier one's guarantees):
-
-1. the JSON Schema (planner/data/plan.schema.json, draft 2020-12): keys, types, ranges;
-2. the plan's invariants (plan.structural_problems) and its self-consistency (the counts it
-   repeats match what it describes; `devices` lists exactly the ranks used, as the cluster
-   places them);
-3. memory: the plan is re-priced with the cost model and every rank that overflows is listed.
+A plan gets the checks of planner.plan_checks (schema, invariants and consistency, memory),
+the same that every command reading a plan runs through plan.load_plan_file.
 
 A layer profile is checked against profile.schema.json, then read as a model and, where it
 carries measured times, as measurements (their lengths must agree).
@@ -19,179 +13,19 @@ Problems are (json_path, message) pairs; paths read like `stages[1].replicas[0].
 from __future__ import annotations
 
 import json
-from functools import lru_cache
-from importlib.resources import files
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import click
 
 from .errors import BadInput
 from .plan import PLAN_FORMAT
+# the plan checks live in plan_checks (no click there: every command's loader runs them);
+# their names stay importable from here
+from .plan_checks import (Problem, SchemaUnavailable, bad_input_problem,  # noqa: F401
+                          consistency_problems, json_path, load_schema, memory_problems, schema_problems,
+                          validate_plan_data)
 
 PROFILE_FORMAT = "planner.profile/v1"
-SCHEMAS = {"plan": "plan.schema.json", "profile": "profile.schema.json"}
-Problem = tuple[str, str]
-
-
-class SchemaUnavailable(Exception):
-    """jsonschema is not installed: only the planner's own checks can run."""
-
-
-# --- schemas -----------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=None)
-def load_schema(kind: str) -> dict:
-    """The shipped JSON Schema of `kind` ("plan" or "profile")."""
-    return json.loads((files("planner") / "data" / SCHEMAS[kind]).read_text(encoding="utf-8"))
-
-
-def _validator(kind: str) -> Any:
-    try:
-        from jsonschema import Draft202012Validator
-    except ImportError:
-        raise SchemaUnavailable("jsonschema is not installed") from None
-    return Draft202012Validator(load_schema(kind))
-
-
-def json_path(parts: Iterable[Any]) -> str:
-    """['stages', 1, 'replicas', 0, 'ranks'] -> 'stages[1].replicas[0].ranks'."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _path_key(parts: Iterable[Any]) -> tuple:
-    return tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in parts)
-
-
-def schema_problems(data: Any, kind: str) -> list[Problem]:
-    """Every JSON-Schema violation, sorted by path. Raises SchemaUnavailable without jsonschema."""
-    validator = _validator(kind)
-    found = []
-    for error in validator.iter_errors(data):
-        parts = list(error.absolute_path)
-        message = error.message
-        if error.validator == "required":  # name the missing key in the path, like the other checks
-            missing = next((k for k in error.validator_value
-                            if isinstance(error.instance, dict) and k not in error.instance), None)
-            if missing is not None:
-                parts.append(missing)
-                message = "missing required key"
-        found.append((_path_key(parts), json_path(parts), message))
-    found.sort(key=lambda item: (item[0], item[2]))
-    return [(path, message) for _, path, message in found]
-
-
-# --- plan --------------------------------------------------------------------------------------
-
-
-def _bad_input_problem(exc: BadInput, where: str) -> Problem:
-    """A BadInput from the plan reader as a problem; `where` may carry a path prefix
-    (`FILE: model.config`) that belongs in front of the field."""
-    prefix = ""
-    if exc.where and exc.where.startswith(f"{where}: "):
-        prefix = exc.where[len(where) + 2:]
-    path = ".".join(p for p in (prefix, exc.field or "") if p)
-    return path, exc.message
-
-
-def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
-    """What the plan file repeats must match what it describes (trainers read these keys), and
-    what a trainer needs of the model: whole attention heads per TP rank, positions to spare."""
-    problems: list[Problem] = []
-    if data["model"].get("num_layers") != plan.model.num_layers:
-        problems.append(("model.num_layers", f"is {data['model'].get('num_layers')}, the model in "
-                                             f"model.config has {plan.model.num_layers} layers"))
-    if data["cluster"].get("num_gpus") != plan.cluster.num_gpus:
-        problems.append(("cluster.num_gpus", f"is {data['cluster'].get('num_gpus')}, cluster.spec has "
-                                             f"{plan.cluster.num_gpus} GPUs"))
-    given = data["training"].get("num_microbatches")
-    if given is not None and given != plan.num_microbatches:
-        problems.append(("training.num_microbatches",
-                         f"is {given}, the busiest replica runs {plan.num_microbatches} micro-batches"))
-    config = plan.model.config
-    if config is not None and config.learned_positions and plan.training.seq_len > config.max_positions:
-        problems.append(("training.seq_len", f"{plan.training.seq_len} exceeds the model's "
-                                             f"{config.max_positions} learned positions"))
-    for i, (raw, stage) in enumerate(zip(data["stages"], plan.stages)):
-        if raw.get("dp") is not None and raw["dp"] != stage.dp:
-            problems.append((f"stages[{i}].dp", f"is {raw['dp']}, the stage has {stage.dp} replicas"))
-        if config is not None and config.num_heads % stage.tp:
-            problems.append((f"stages[{i}].tp", f"{config.num_heads} attention heads do not split over "
-                                                f"tp={stage.tp}"))
-    devices = data.get("devices")
-    if isinstance(devices, list):
-        used = set(plan.used_ranks())
-        listed: set[int] = set()
-        for j, entry in enumerate(devices):
-            rank = entry.get("rank") if isinstance(entry, dict) else None
-            if not isinstance(rank, int) or isinstance(rank, bool):
-                continue
-            if rank in listed:
-                problems.append((f"devices[{j}].rank", f"rank {rank} is listed twice"))
-            listed.add(rank)
-            if rank not in used:
-                problems.append((f"devices[{j}].rank", f"rank {rank} is not used by any stage"))
-                continue
-            expected = plan.cluster.device(rank).to_json()
-            for key, value in expected.items():
-                if key in entry and entry[key] != value:
-                    problems.append((f"devices[{j}].{key}",
-                                     f"is {entry[key]!r}, cluster.spec places rank {rank} at {value!r}"))
-        missing = sorted(used - listed)
-        if missing:
-            problems.append(("devices", f"ranks {_short_list(missing)} are used by stages but not listed"))
-    return problems
-
-
-def _short_list(items: list[int], limit: int = 8) -> str:
-    shown = ", ".join(str(x) for x in items[:limit])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
-
-
-def memory_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
-    """Re-price the plan; one problem per rank that does not fit, at its `devices` entry."""
-    from .evaluate import evaluate
-    from .hardware import GIB
-
-    estimate = evaluate(plan)
-    index = {}
-    for j, entry in enumerate(data.get("devices") or []):
-        if isinstance(entry, dict) and isinstance(entry.get("rank"), int):
-            index.setdefault(entry["rank"], j)
-    problems = []
-    for o in sorted(estimate.overflows, key=lambda o: o.rank):
-        path = f"devices[{index[o.rank]}]" if o.rank in index else "devices"
-        problems.append((path, f"rank {o.rank} ({o.gpu}) needs {o.need_bytes / GIB:.2f} GiB of "
-                               f"{o.capacity_bytes / GIB:.2f} GiB (over by {o.over_bytes / GIB:.2f} GiB)"))
-    return problems
-
-
-def validate_plan_data(data: Any, where: str = "plan", *, schema: bool = True) -> list[Problem]:
-    """Every problem of a parsed plan file, as (json_path, message) pairs; [] when valid.
-
-    `schema=False` skips the JSON Schema pass; without jsonschema installed it raises
-    SchemaUnavailable (call again with schema=False to run the planner's own checks).
-    """
-    from .plan import plan_from_json, structural_problems
-
-    if schema:
-        problems = schema_problems(data, "plan")
-        if problems:
-            return problems
-    try:
-        plan = plan_from_json(data, where)
-    except BadInput as exc:
-        return [_bad_input_problem(exc, where)]
-    problems = structural_problems(plan) + consistency_problems(data, plan)
-    if problems:
-        return problems
-    return memory_problems(data, plan)
 
 
 # --- profile -----------------------------------------------------------------------------------
@@ -214,7 +48,7 @@ def validate_profile_data(data: Any, where: str = "profile", *, schema: bool = T
         if isinstance(layers, list) and any(isinstance(l, dict) and "measured" in l for l in layers):
             measured_from_profile(data, "validate", where)
     except BadInput as exc:
-        return [_bad_input_problem(exc, where)]
+        return [bad_input_problem(exc, where)]
     return []
 
 

@@ -13,9 +13,11 @@ from click.testing import CliRunner
 
 from planner.errors import BadInput
 from planner.export import _titan_cli_args, add_commands, megatron_split
-from planner.hardware import load_cluster
+from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
+
+from .conftest import hf_config
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +108,8 @@ def test_megatron_uneven_shares_are_equalised(group, heterogeneous_data, tmp_pat
     reps = data["stages"][0]["replicas"]
     reps[0]["batch_share"] += 8
     reps[1]["batch_share"] -= 8
+    busiest = max(r["batch_share"] for s in data["stages"] for r in s["replicas"])
+    data["training"]["num_microbatches"] = busiest // data["training"]["micro_batch"]  # keep it consistent
     path = tmp_path / "uneven.json"
     path.write_text(json.dumps(data))
     result = run(group, str(path), "--to", "megatron")
@@ -229,15 +233,23 @@ def test_torchtitan_cli_values_in_tyro_form():
     assert _titan_cli_args("training", "seq_len", 4096) == ["--training.seq_len", "4096"]
 
 
-def _export_uniform(group, tmp_path, target, training, **layout):
-    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), training, **layout)
+# 32 B200s (180 GiB): room for llama-3-8b's unsharded states (about 128 GiB) under plain DDP
+B200_SPEC = {"name": "b200-x4", "node_groups": [{
+    "name": "b200", "gpu": "B200", "nodes": 4, "gpus_per_node": 8,
+    "intra_node": {"bandwidth_GBps": 900, "latency_us": 3}, "inter_node": {"bandwidth_GBps": 50, "latency_us": 5}}]}
+
+
+def _export_uniform(group, tmp_path, target, training, cluster=None, **layout):
+    cluster = cluster_from_spec(cluster) if cluster else load_cluster("dgx-a100")
+    plan = uniform_plan(load_model("llama-3-8b"), cluster, training, **layout)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_to_json(plan)))
     return run(group, str(path), "--to", target)
 
 
 def test_torchtitan_zero0_is_ddp_only_without_tp_and_pp(group, tmp_path):
-    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), tp=1, pp=1, dp=32)
+    result = _export_uniform(group, tmp_path, "torchtitan", Training(256, 4096, "bf16", 1), B200_SPEC,
+                             tp=1, pp=1, dp=32)
     assert result.exit_code == 0 and result.stderr == ""
     par = tomllib.loads(result.stdout)["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (32, 1)
@@ -254,6 +266,65 @@ def test_torchtitan_refuses_seq_len_not_divisible_by_2tp(group, tmp_path):
     assert result.exit_code == 2 and "2 x TP = 16" in result.stderr and result.stdout == ""
     result = _export_uniform(group, tmp_path, "torchtitan", Training(64, 1000, "bf16", 1), tp=4, pp=1, dp=8)
     assert result.exit_code == 0, result.stderr
+
+
+def _export_model(group, tmp_path, model, target="torchtitan"):
+    plan = uniform_plan(model, load_cluster("dgx-a100"), Training(256, 4096, "bf16", 1), tp=8, pp=4, dp=1,
+                        zero=1, recompute="full", sequence_parallel=True)  # room for 70B too
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    return run(group, str(path), "--to", target)
+
+
+@pytest.mark.parametrize("config, named", [("llama-3-8b", "llama-3-70b"), ("llama-3-70b", "llama-3-8b")])
+def test_torchtitan_flavour_comes_from_the_dimensions_not_the_name(group, tmp_path, config, named):
+    renamed = tmp_path / f"{named}.json"  # one model's config under the other's file name
+    data = hf_config(config)
+    data.pop("_name_or_path", None)  # the model is named by its file
+    renamed.write_text(json.dumps(data))
+    model = load_model(str(renamed))
+    assert model.name == named
+    expected = {"llama-3-8b": "8B", "llama-3-70b": "70B"}[config]
+    result = _export_model(group, tmp_path, model)
+    assert result.exit_code == 0, result.stderr
+    assert tomllib.loads(result.stdout)["model"] == {"name": "llama3", "flavor": expected}
+    cli = cli_args(_export_model(group, tmp_path, model, "torchtitan-cli").stdout)
+    assert cli["--model.flavor"] == [expected]
+
+
+@pytest.mark.parametrize("config, edit", [
+    ("llama-2-7b", {}),  # a llama, but no torchtitan flavour
+    ("mistral-7b", {}),  # llama-3-8b's shape with another vocabulary
+    ("llama-3-8b", {"num_hidden_layers": 30}),  # named like a flavour, one of its dimensions differs
+])
+def test_torchtitan_refuses_a_model_that_is_no_flavour(group, tmp_path, config, edit):
+    path = tmp_path / f"{config}.json"
+    path.write_text(json.dumps({**hf_config(config), **edit, "_name_or_path": config}))
+    result = _export_model(group, tmp_path, load_model(str(path)))
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is none of its llama3 flavours (debugmodel, 8B, 70B, 405B)" in lines[0]
+    assert f"'{config}'" in lines[0] and "--to torchtitan" in lines[0]
+    assert _export_model(group, tmp_path, load_model(str(path)), "rankmap").exit_code == 0
+
+
+def test_titan_flavour_table_is_torchtitans():
+    titan = pytest.importorskip("torchtitan.models.llama3")
+    import torch
+    from torchtitan.models.llama3.model.model import FeedForward
+
+    from planner.titan_flavors import TITAN_LLAMA3_FLAVORS
+
+    plain = {k: a for k, a in titan.llama3_args.items() if not k.endswith(("_flex_attn", "_varlen_attn",
+                                                                            "_flex", "_varlen"))}
+    assert set(plain) == set(TITAN_LLAMA3_FLAVORS)
+    for name, a in plain.items():
+        with torch.device("meta"):
+            ffn = FeedForward(a.dim, 4 * a.dim, a.multiple_of, a.ffn_dim_multiplier).w1.out_features
+        mine = TITAN_LLAMA3_FLAVORS[name]
+        assert (mine.hidden, mine.num_layers, mine.num_heads, mine.num_kv_heads or mine.num_heads,
+                mine.ffn_hidden, mine.vocab) == \
+            (a.dim, a.n_layers, a.n_heads, a.n_kv_heads or a.n_heads, ffn, a.vocab_size), name
 
 
 @pytest.mark.parametrize("which", ["homogeneous", "heterogeneous"])

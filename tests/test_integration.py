@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from planner.hardware import load_cluster
+from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
@@ -62,8 +62,12 @@ UNIFORM = {
                           dict(tp=4, pp=4, dp=2, sequence_parallel=True)),
     "gpipe-zero0": (Training(128, 2048, "bf16", 2, "gpipe", 1),
                     dict(tp=2, pp=2, dp=8, zero=0, sequence_parallel=True)),
-    "ddp": (Training(64, 2048, "bf16", 1), dict(tp=1, pp=1, dp=32, zero=0)),
+    "ddp": (Training(64, 2048, "bf16", 1), dict(tp=1, pp=1, dp=32, zero=0), "b200"),
 }
+# unsharded llama-3-8b states (about 128 GiB) need bigger GPUs than dgx-a100's
+CLUSTERS = {"b200": {"name": "b200-x4", "node_groups": [{
+    "name": "b200", "gpu": "B200", "nodes": 4, "gpus_per_node": 8,
+    "intra_node": {"bandwidth_GBps": 900, "latency_us": 3}, "inter_node": {"bandwidth_GBps": 50, "latency_us": 5}}]}}
 CASES = [*SOLVED, *UNIFORM]
 BF16_CASES = [c for c in CASES if c != "mixed-a100-v100"]
 
@@ -89,8 +93,9 @@ def plan_file(tmp_path_factory):
                                 "--seq-len", seq_len, "-o", path)
                 assert result.exit_code == 0, result.stderr
             else:
-                training, layout = UNIFORM[name]
-                plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-a100"), training, **layout)
+                training, layout, *other = UNIFORM[name]
+                cluster = cluster_from_spec(CLUSTERS[other[0]]) if other else load_cluster("dgx-a100")
+                plan = uniform_plan(load_model("llama-3-8b"), cluster, training, **layout)
                 path.write_text(json.dumps(plan_to_json(plan)))
             made[name] = path
         return made[name]

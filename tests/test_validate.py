@@ -141,6 +141,53 @@ def test_rank_used_by_two_pipeline_ranks(pipeline_plan):
     assert "already used by pipeline rank 0" in message_at(validate_plan_data(data), "stages[1].replicas")
 
 
+def test_permuted_pipeline_ranks_are_refused_without_interleaving(pipeline_plan):
+    data = copy.deepcopy(pipeline_plan)
+    s0, s1 = data["stages"]
+    s0["pipeline_rank"], s1["pipeline_rank"] = 1, 0  # DeepSpeed's `parts` would follow the ranks
+    problems = validate_plan_data(data)
+    assert message_at(problems, "stages[0].pipeline_rank") == \
+        "is 1, expected 0: without interleaving, stage i runs on pipeline rank i"
+    assert "expected 1" in message_at(problems, "stages[1].pipeline_rank")
+
+
+def test_two_1f1b_stages_on_one_pipeline_rank_are_refused(pipeline_plan):
+    data = copy.deepcopy(pipeline_plan)
+    s0, s1 = data["stages"]
+    s1["pipeline_rank"] = 0  # on stage 0's devices, as an interleaved chunk would be
+    for r0, r1 in zip(s0["replicas"], s1["replicas"]):
+        r1["ranks"] = list(r0["ranks"])
+    used = {r for rep in s0["replicas"] for r in rep["ranks"]}
+    data["devices"] = [d for d in data["devices"] if d["rank"] in used]
+    assert data["training"]["virtual_stages"] == 1
+    problems = validate_plan_data(data)
+    assert problems == [("stages[1].pipeline_rank", "pipeline rank 0 already runs stage 0; stages share a "
+                                                    "pipeline rank only when interleaved (virtual_stages > 1)")]
+
+
+def test_interleaved_stages_may_share_a_pipeline_rank():
+    plan = uniform_plan(load_model("gpt2"), load_cluster("consumer-3090-4090"),
+                        Training(64, 1024, "fp16", 4, "interleaved", 2), tp=1, pp=2, dp=8)
+    result = SimpleNamespace(plan=plan, estimate=evaluate(plan), solver_json=lambda: None)
+    data = plan_json(result)
+    assert [s["pipeline_rank"] for s in data["stages"]] == [0, 1, 0, 1]
+    assert validate_plan_data(data) == []
+
+
+def test_duplicate_dp_rank_in_a_stage(plan):
+    plan["stages"][0]["replicas"][2]["dp_rank"] = 1
+    problems = validate_plan_data(plan)
+    assert problems == [("stages[0].replicas[2].dp_rank", "dp_rank 1 appears twice in one stage")]
+
+
+def test_dp_rank_outside_the_stage_dp(plan):
+    dp = len(plan["stages"][0]["replicas"])
+    plan["stages"][0]["replicas"][-1]["dp_rank"] = dp
+    problems = validate_plan_data(plan)
+    assert problems == [(f"stages[0].replicas[{dp - 1}].dp_rank",
+                         f"is {dp}, outside 0..{dp - 1} (the stage has {dp} replicas)")]
+
+
 def test_share_sum_broken(plan):
     plan["stages"][0]["replicas"][0]["batch_share"] += 4
     problems = validate_plan_data(plan)
