@@ -23,12 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.errors import BadInput, NoFeasiblePlan  # noqa: E402
+from planner.errors import NoFeasiblePlan  # noqa: E402
 from planner.evaluate import evaluate  # noqa: E402
 from planner.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
 from planner.model import Model, load_model  # noqa: E402
-from planner.plan import Plan, Replica, Stage, Training, uniform_plan  # noqa: E402
+from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
 from planner.search import solve  # noqa: E402
+from planner.uniform import UniformSpace, best_uniform  # noqa: E402
 
 CASES = [  # cluster, model, global batch, sequence length
     ("a100-v100-mix", "llama-3-8b", 512, 4096),
@@ -41,29 +42,10 @@ TP = (1, 2, 4, 8)
 RECOMPUTE = ("none", "full")
 
 
-def best_uniform(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
-    best = 0.0
-    n = cluster.num_gpus
-    blocks = model.num_layers - 2
-    for tp, b, rc, zero, v in product(TP, MICRO_BATCHES, RECOMPUTE, (0, 1), (1, 2)):
-        if n % tp or model.config.num_heads % tp or any(g.gpus_per_node % tp for g in cluster.groups):
-            continue
-        for pp in range(1, n // tp + 1):
-            if (n // tp) % pp or pp * v > blocks or (v > 1 and (pp < 2 or blocks % (pp * v))):
-                continue
-            dp = n // (tp * pp)
-            if global_batch % (dp * b):
-                continue
-            training = Training(global_batch, seq_len, dtype, b, "interleaved" if v > 1 else "1f1b", v)
-            try:
-                plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rc,
-                                    sequence_parallel=tp > 1)
-            except BadInput:
-                continue
-            est = evaluate(plan)
-            if est.fits:
-                best = max(best, est.tokens_per_s)
-    return best
+def best_uniform_tokens_per_s(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
+    best = best_uniform(model, cluster, Training(global_batch, seq_len, dtype, 1),
+                        UniformSpace(tp_degrees=TP, micro_batches=MICRO_BATCHES, recompute_modes=RECOMPUTE))
+    return 0.0 if best is None else best[1].tokens_per_s
 
 
 def fastest_only(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
@@ -127,7 +109,7 @@ def main() -> None:
         result = solve(model, cluster, Training(global_batch, seq_len, dtype, 1))
         seconds = time.perf_counter() - started
         ours = result.estimate.tokens_per_s
-        a = best_uniform(model, cluster, global_batch, seq_len, dtype)
+        a = best_uniform_tokens_per_s(model, cluster, global_batch, seq_len, dtype)
         b = fastest_only(model, cluster, global_batch, seq_len, dtype)
         c = proportional(model, cluster, global_batch, seq_len, dtype)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 from rich.console import Console
@@ -254,6 +255,9 @@ def _require(value: Any, flag: str) -> Any:
 # --- plan ------------------------------------------------------------------------------------
 
 DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
+# `plan` always returns: after 5 minutes with the best plan found so far (the exact search of
+# the built-in examples takes 1-15 s here; an 8-node three-type cluster about a minute)
+DEFAULT_TIME_LIMIT_S = 300.0
 
 
 @main.command("plan")
@@ -263,7 +267,8 @@ DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch
 @click.option("--virtual-stages", "virtual_stages", type=int, multiple=True,
               help="Pipeline chunks per rank to search (repeatable): 1 is 1F1B, V > 1 the interleaved "
                    "schedule with V chunks per rank [default: 1 2].")
-@click.option("--time-limit", type=float, default=None, help="Stop the search after S seconds and report the gap.")
+@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True,
+              help="Return within S seconds with the best plan found so far and its gap (exit 1 if none).")
 @click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Clusters of more than 8 nodes are searched as identical bundles of at most this many "
                    "nodes (and not proven optimal).")
@@ -310,11 +315,26 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
-    result = solve(model, cluster, base, options)
+    with search_progress(sys.stderr.isatty()) as on_progress:
+        result = solve(model, cluster, base, options, on_progress)
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never print a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
     _emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan")
+
+
+@contextmanager
+def search_progress(enabled: bool) -> Iterator[Callable | None]:
+    """On a terminal, a one-line status on stderr while the search runs (gone when it ends)."""
+    if not enabled:
+        yield None
+        return
+    with Console(stderr=True).status("searching") as status:
+        def report(p) -> None:
+            best = "none yet" if p.best_step_s is None else f"{p.best_step_s:.3f} s"
+            status.update(f"searching: {p.elapsed_s:.0f} s, subproblems {p.subproblems_done}/{p.subproblems_total}, "
+                          f"best step {best}, lower bound {p.lower_bound_s:.3f} s")
+        yield report
 
 
 def plan_json(result) -> dict:

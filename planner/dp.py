@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .clock import SearchClock
 from .stages import INF, Problem, StageConfig, Variant
 
 
@@ -27,8 +28,8 @@ class Move:
     has_emb: bool
 
 
-def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF
-           ) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
+def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF,
+           clock: SearchClock | None = None) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
     """All states reachable with every stage's X <= bound; value = min sum tau.
 
     A state is (nodes used per group, stages placed, signature id of the last placed
@@ -40,6 +41,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
 
     `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
     newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
+    `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
     items = problem.units + 2
     zeros = tuple(0 for _ in problem.bundle_nodes)
@@ -74,6 +76,8 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                 by_family.setdefault(fid, []).append((key, new_used, sig))
         for (successor, first), by_family in sorted(batches.items()):
             for fid, sources in sorted(by_family.items()):
+                if clock is not None:
+                    clock.check()
                 values = np.stack([layers[placed][key].value for key, _, _ in sources])
                 sig = sources[0][2]
                 for has_emb in front_choices:

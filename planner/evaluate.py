@@ -219,6 +219,8 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
+    boundaries: dict[int, tuple] = {}  # stage index -> (link, intra-node) to its successor
+    zero_comm: dict[tuple, tuple] = {}  # (stage index, params) -> ZeRO-2/3 seconds per micro-batch (RS, AG)
 
     for k in range(pp):
         rank_chunks = chunks[k]
@@ -226,46 +228,57 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         zero, dp = head.zero, head.dp
         stage_busy, stage_tau, stage_btl, stage_opt = -1.0, 0.0, None, 0.0
         min_bwd = float("inf")
+        replica_costs: dict[tuple, tuple] = {}
         for r_index, replica in enumerate(head.replicas):
             gpu = slowest_gpu(cluster, replica.ranks)
             p = params_for(gpu)
             tp_link = tp_group_link(cluster, replica.ranks)
-            cost = _ReplicaCost()
-            weight_params = acts_per_mb = transient = 0.0
-            slowest_chunk = 0.0
-            for st in rank_chunks:
-                before = cost.per_microbatch_s
-                stage_layers = layers[st.layers[0]:st.layers[1]]
-                for layer in stage_layers:
-                    lt: LayerTime = layer_time(layer, gpu, t.dtype, b, s, st.tp, st.sequence_parallel,
-                                               t.attention, st.recompute, tp_link, p)
-                    cost.compute_s += lt.compute_s
-                    cost.fwd_s += lt.fwd_s
-                    cost.bwd_s += lt.bwd_s + lt.recompute_s
-                    cost.tp_comm_s += lt.tp_comm_s
-                    weight_params += layer.weight_params / st.tp
-                    acts_per_mb += layer.act_bytes_per_sample(s, st.recompute, st.tp, st.sequence_parallel,
-                                                              t.attention, nb) * b
-                    if st.recompute == "full" and layer.kind == "decoder":
-                        transient = max(transient, layer.act_bytes_per_sample(
-                            s, "none", st.tp, st.sequence_parallel, t.attention, nb) * b)
-                successor = stage_by_index.get(st.index + 1)
-                if successor is not None:
-                    nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(s, nb) * b / st.tp
-                    link, intra = boundary_link(cluster, [rr.ranks[0] for rr in st.replicas],
-                                                [rr.ranks[0] for rr in successor.replicas])
-                    cost.pp_comm_s += p2p_s(nbytes, link, intra, p)
-                if st.zero >= 2 and st.dp > 1:
-                    # ZeRO-2/3 reduce-scatter gradients after every micro-batch's backward;
-                    # ZeRO-3 also gathers the weights before its forward and its backward
-                    # (Rajbhandari et al. 2020, sec 5.2 and 7.2)
-                    shard = sum(l.weight_params for l in stage_layers) / st.tp
-                    dp_ranks = [rr.ranks[0] for rr in st.replicas]
-                    half = group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2
-                    cost.zero_comm_s += half
-                    if st.zero >= 3:
-                        cost.zero_comm_s += 2 * group_collective_s(cluster, dp_ranks, shard * nb, p) / 2
-                slowest_chunk = max(slowest_chunk, cost.per_microbatch_s - before)
+            replica_key = (gpu.name, tp_link, p)  # replicas alike in these cost the same
+            if replica_key not in replica_costs:
+                cost = _ReplicaCost()
+                weight_params = acts_per_mb = transient = 0.0
+                slowest_chunk = 0.0
+                for st in rank_chunks:
+                    before = cost.per_microbatch_s
+                    stage_layers = layers[st.layers[0]:st.layers[1]]
+                    for layer in stage_layers:
+                        lt: LayerTime = layer_time(layer, gpu, t.dtype, b, s, st.tp, st.sequence_parallel,
+                                                   t.attention, st.recompute, tp_link, p)
+                        cost.compute_s += lt.compute_s
+                        cost.fwd_s += lt.fwd_s
+                        cost.bwd_s += lt.bwd_s + lt.recompute_s
+                        cost.tp_comm_s += lt.tp_comm_s
+                        weight_params += layer.weight_params / st.tp
+                        acts_per_mb += layer.act_bytes_per_sample(s, st.recompute, st.tp, st.sequence_parallel,
+                                                                  t.attention, nb) * b
+                        if st.recompute == "full" and layer.kind == "decoder":
+                            transient = max(transient, layer.act_bytes_per_sample(
+                                s, "none", st.tp, st.sequence_parallel, t.attention, nb) * b)
+                    successor = stage_by_index.get(st.index + 1)
+                    if successor is not None:
+                        nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(s, nb) * b / st.tp
+                        if st.index not in boundaries:  # the same for every replica of the stage
+                            boundaries[st.index] = boundary_link(cluster, [rr.ranks[0] for rr in st.replicas],
+                                                                 [rr.ranks[0] for rr in successor.replicas])
+                        link, intra = boundaries[st.index]
+                        cost.pp_comm_s += p2p_s(nbytes, link, intra, p)
+                    if st.zero >= 2 and st.dp > 1:
+                        # ZeRO-2/3 reduce-scatter gradients after every micro-batch's backward;
+                        # ZeRO-3 also gathers the weights before its forward and its backward
+                        # (Rajbhandari et al. 2020, sec 5.2 and 7.2)
+                        if (st.index, p) not in zero_comm:  # the same for every replica of one GPU type
+                            shard = sum(l.weight_params for l in stage_layers) / st.tp
+                            dp_ranks = [rr.ranks[0] for rr in st.replicas]
+                            half = group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2
+                            gather = 2 * group_collective_s(cluster, dp_ranks, shard * nb, p) / 2 if st.zero >= 3 else 0.0
+                            zero_comm[(st.index, p)] = (half, gather)
+                        half, gather = zero_comm[(st.index, p)]
+                        cost.zero_comm_s += half
+                        if st.zero >= 3:
+                            cost.zero_comm_s += gather
+                    slowest_chunk = max(slowest_chunk, cost.per_microbatch_s - before)
+                replica_costs[replica_key] = (cost, weight_params, acts_per_mb, transient, slowest_chunk)
+            cost, weight_params, acts_per_mb, transient, slowest_chunk = replica_costs[replica_key]
             n_micro = replica.batch_share // b
             replica_busy = n_micro * cost.per_microbatch_s
             if replica_busy > stage_busy:

@@ -6,6 +6,7 @@ the units in their key names (GiB, GBps, us, tflops) and are converted here, onc
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -121,10 +122,11 @@ class Cluster:
         raise KeyError(name)
 
     def group_of_rank(self, rank: int) -> NodeGroup:
-        for g in self.groups:
-            if g.first_rank <= rank < g.first_rank + g.num_gpus:
-                return g
-        raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
+        # groups hold consecutive rank ranges in order: the last group starting at or before rank
+        index = bisect_right([g.first_rank for g in self.groups], rank) - 1
+        if index < 0 or rank >= self.num_gpus:
+            raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
+        return self.groups[index]
 
     def device(self, rank: int) -> Device:
         g = self.group_of_rank(rank)

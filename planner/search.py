@@ -45,10 +45,11 @@ gap to a lower bound (compute_lower_bound_s).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import reduce
+from typing import Callable
 
+from .clock import Progress, SearchClock, SearchTimeout
 from .cost import layer_time
 from .dp import StageChoice, price, run_dp, trace
 from .errors import BadInput, NoFeasiblePlan
@@ -58,6 +59,7 @@ from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
 from .stages import INF, Problem, SolverOptions, share_cap
+from .uniform import UniformSpace, improving_uniform
 
 __all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s", "choose_bundles"]
 
@@ -205,83 +207,130 @@ def choose_bundles(cluster: Cluster, max_exact_nodes: int, max_bundle_nodes: int
     return common
 
 
-def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions()) -> SearchResult:
+def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions(),
+          on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """The fastest plan in the search space (module docstring), proven optimal when the
-    whole cluster is one bundle and the time limit did not bite."""
-    started = time.perf_counter()
+    whole cluster is one bundle and the time limit did not bite.
+
+    With `options.time_limit_s` it returns within the limit (plus the final share ILP and
+    re-pricing of one plan) with the best plan found so far, or raises NoFeasiblePlan saying
+    that none was found in time: the exact search stops at 3/4 of the limit, and the rest
+    goes to uniform configurations of the space (planner.uniform), the better plan winning.
+    `on_progress` is called about every quarter second."""
+    clock = SearchClock(options.time_limit_s, on_progress)
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
     bundles = choose_bundles(cluster, options.max_exact_nodes, options.max_bundle_nodes)
-    lower_bound = compute_lower_bound_s(model, cluster, base, options)
+    clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
+    subproblems = list(_subproblems(model, cluster, base, bundles, options))
+    clock.subproblems_total = len(subproblems)
     best: tuple | None = None
+    seed: tuple[Plan, Estimate] | None = None
     evaluations = 0
     complete = True
     shortfall = None
-    deadline = None if options.time_limit_s is None else started + options.time_limit_s
     problem = None
     plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
-    for b, v, ranks in _subproblems(model, cluster, base, bundles, options):
-        if problem is None or (problem.b, problem.v) != (b, v):
-            problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b))
-            if v == 1:
-                plain[b] = problem
 
-        def explore(bound: float) -> tuple[float, float] | None:
-            """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
-            nonlocal best
-            finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0])
-            if not finals:
-                return None
-            found = None
-            for key in sorted(finals):
-                choices = trace(problem, key, layers, moves, bound, ranks)
-                step, sum_tau, max_x = price(problem, choices)
-                used = sum(sum(c.config.nodes) for c in choices)
-                # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
-                if best is None or (step, used, b, v) < best[0:4]:
-                    best = (step, used, b, v, problem, choices)
-                if found is None or (sum_tau, max_x) < found:
-                    found = (sum_tau, max_x)
-            return found
+    def incumbent() -> float:
+        return INF if best is None else best[0]
 
-        # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
-        evaluations_before = problem.evaluations
-        found = explore(INF if best is None else best[0])
-        if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
-            shortfall = problem.smallest_overflow
-        # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
-        # least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
-        # with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
-        # T >= best, so the next bound is just below min(X_p, best - S); when no plan
-        # remains under the bound, the best plan seen is optimal.
-        while found is not None:
-            if deadline is not None and time.perf_counter() > deadline:
-                complete = False
-                break
-            sum_tau, max_x = found
-            bound = min(max_x, best[0] - sum_tau)
-            bound -= abs(bound) * 1e-12 + 1e-15
-            if bound <= 0:
-                break
-            found = explore(bound)
-        evaluations += problem.evaluations - evaluations_before
-        if not complete:
-            break
-    if best is None:
+    try:
+        # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
+        clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
+        for b, v, ranks in subproblems:
+            if problem is None or (problem.b, problem.v) != (b, v):
+                problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b), clock)
+                if v == 1:
+                    plain[b] = problem
+
+            def explore(bound: float) -> tuple[float, float] | None:
+                """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
+                nonlocal best
+                finals, layers, moves = run_dp(problem, bound, ranks, incumbent(), clock)
+                if not finals:
+                    return None
+                found = None
+                for key in sorted(finals):
+                    choices = trace(problem, key, layers, moves, bound, ranks)
+                    step, sum_tau, max_x = price(problem, choices)
+                    used = sum(sum(c.config.nodes) for c in choices)
+                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                    if best is None or (step, used, b, v) < best[0:4]:
+                        best = (step, used, b, v, problem, choices)
+                        clock.best_step_s = min(step, clock.best_step_s or INF)
+                    if found is None or (sum_tau, max_x) < found:
+                        found = (sum_tau, max_x)
+                return found
+
+            # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
+            evaluations_before = problem.evaluations
+            try:
+                found = explore(incumbent())
+                # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found
+                # the least sum of latencies S for plans with X <= bound, and a plan p with that S.
+                # A plan with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S
+                # has T >= best, so the next bound is just below min(X_p, best - S); when no plan
+                # remains under the bound, the best plan seen is optimal.
+                while found is not None:
+                    clock.check()
+                    sum_tau, max_x = found
+                    bound = min(max_x, incumbent() - sum_tau)
+                    bound -= abs(bound) * 1e-12 + 1e-15
+                    if bound <= 0:
+                        break
+                    found = explore(bound)
+            finally:
+                evaluations += problem.evaluations - evaluations_before
+                if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
+                    shortfall = problem.smallest_overflow
+            clock.subproblems_done += 1
+            clock.report()
+    except SearchTimeout:
+        complete = False
+    clock.phase_limit_s = None
+    if not complete and 1 in options.virtual_stages:
+        # cut short: the best uniform configuration of the space (1F1B, stages on whole nodes)
+        # in the time left may beat what the exact search found so far, or be the only plan
+        try:
+            for seed in improving_uniform(model, cluster, base, _uniform_space(options),
+                                          options.params_mapping(), clock):
+                clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
+        except SearchTimeout:
+            pass
+    # ties (within 1e-6) go to the exact search's plan
+    if best is not None and (seed is None or best[0] <= seed[1].step_time_s * (1 + 1e-6)):
+        step, _, _, _, problem, choices = best
+        plan = _build_plan(problem, choices)
+        estimate = evaluate(plan, options.params_mapping())
+        assert abs(estimate.step_time_s - step) <= 1e-6 * step, \
+            f"re-priced step {estimate.step_time_s} differs from the search's {step}"
+    elif seed is not None:
+        plan, estimate = seed
+    elif not complete:
+        raise NoFeasiblePlan(f"no plan found within the time limit of {options.time_limit_s:g} s "
+                             f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
+                             "raise --time-limit")
+    else:
         raise _no_plan(shortfall)
-    step, _, _, _, problem, choices = best
-    plan = _build_plan(problem, choices)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
-    estimate = evaluate(plan, options.params_mapping())
     assert estimate.fits, "solver built a plan that does not fit"
-    assert abs(estimate.step_time_s - step) <= 1e-6 * step, \
-        f"re-priced step {estimate.step_time_s} differs from the search's {step}"
     optimal = complete and bundles == 1
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
-    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations,
-                        time.perf_counter() - started, bundles)
+    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(), bundles)
+
+
+def _uniform_space(options: SolverOptions) -> UniformSpace:
+    """The uniform configurations inside the search space (module docstring): 1F1B, stages on
+    whole nodes, the options' degrees and modes, the most memory-frugal first (highest tp,
+    smallest micro-batch, full recompute, highest ZeRO stage), so a short time finds one that fits."""
+    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
+                        micro_batches=tuple(sorted(options.micro_batches)),
+                        recompute_modes=tuple(reversed(options.recompute_modes)),
+                        zero_stages=tuple(sorted(options.zero_stages, reverse=True)),
+                        virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
 
 
 def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, options: SolverOptions):

@@ -10,6 +10,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .clock import SearchClock
 from .cost import CostParams, hierarchical_allreduce_s, in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s
 from .evaluate import collective_links, p2p_s, pair_link, slowest
 from .hardware import Cluster, Link
@@ -26,13 +27,15 @@ class Problem:
     """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, bundles: int,
-                 options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None):
+                 options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
+                 clock: SearchClock | None = None):
         self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
+        self.clock = clock  # checked while enumerating configurations (clock.SearchTimeout)
         self.v = virtual_stages
         # an interleaved problem derives its per-config arrays from the 1F1B one of the same b
         self.base = None
         if virtual_stages > 1:
-            self.base = base_problem or Problem(model, cluster, base, b, bundles, options)
+            self.base = base_problem or Problem(model, cluster, base, b, bundles, options, clock=clock)
         schedule = "interleaved" if virtual_stages > 1 else "1f1b"
         self.t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule, virtual_stages, base.attention)
         self.groups = [g for g in cluster.groups]
@@ -75,6 +78,8 @@ class Problem:
         for nodes in product(*ranges):
             if not any(nodes):
                 continue
+            if self.clock is not None:
+                self.clock.check()
             gpn = [self.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
             for tp in self.options.tp_degrees:
                 if any(g % tp for g in gpn) or heads % tp:

@@ -1,0 +1,101 @@
+"""The time limit holds on shapes the exact search cannot finish, and returns the best plan
+found so far (a uniform configuration at first), or exit 1 saying none was found in time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from planner.clock import Progress
+from planner.errors import NoFeasiblePlan
+from planner.evaluate import evaluate
+from planner.hardware import cluster_from_spec
+from planner.model import load_model
+from planner.plan import Training, structural_problems
+from planner.search import SolverOptions, solve
+from planner.uniform import UniformSpace, best_uniform
+
+from .conftest import invoke as run_cli
+
+
+def three_types(h100: int, a100: int, v100: int) -> dict:
+    def group(name, gpu, nodes, nic):
+        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
+                "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
+    return {"name": f"odd-{h100}-{a100}-{v100}", "node_groups": [
+        group("h100", "H100-SXM5-80GB", h100, 400), group("a100", "A100-SXM4-80GB", a100, 200),
+        group("v100", "V100-SXM2-32GB", v100, 50)]}
+
+
+def timed_solve(nodes: tuple[int, int, int], limit_s: float):
+    cluster = cluster_from_spec(three_types(*nodes), "test")
+    training = Training(8 * sum(nodes), 4096, "fp16", 1)
+    started = time.perf_counter()
+    try:
+        result = solve(load_model("llama-3-70b"), cluster, training, SolverOptions(time_limit_s=limit_s))
+    except NoFeasiblePlan as exc:
+        return exc, time.perf_counter() - started
+    return result, time.perf_counter() - started
+
+
+def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
+    # 3 + 3 + 4 nodes have no common divisor, so the exact search runs on all 10 nodes (about
+    # two minutes here); with 2 s it must stop in time and still return a valid plan
+    result, seconds = timed_solve((3, 3, 4), 2.0)
+    assert seconds <= 2.0 * 1.1 + 0.5, seconds  # the limit + 10 %, plus the final ILP and re-pricing
+    assert not isinstance(result, NoFeasiblePlan), result
+    assert not result.optimal and 0 < result.gap < 1
+    assert not structural_problems(result.plan) and result.estimate.fits
+    assert evaluate(result.plan).step_time_s == pytest.approx(result.estimate.step_time_s)
+
+
+def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
+    # 31 + 47 + 50 nodes (1,024 GPUs) searched whole: the first DP pass alone takes minutes
+    result, seconds = timed_solve((31, 47, 50), 3.0)
+    assert seconds <= 3.0 * 1.1 + 0.5, seconds
+    if isinstance(result, NoFeasiblePlan):
+        assert "time limit" in str(result)
+    else:
+        assert result.estimate.fits and not result.optimal
+
+
+def test_no_plan_in_time_exits_1_saying_so():
+    result = run_cli("plan", "--model", "llama-3-70b", "--cluster", "h100-a100-v100", "--global-batch", "64",
+                     "--seq-len", "4096", "--time-limit", "0.001")
+    assert result.exit_code == 1, result.stderr
+    assert "no plan found within the time limit" in result.stderr and "--time-limit" in result.stderr
+    assert result.stdout == ""
+
+
+def test_the_uniform_seed_is_never_better_than_the_proven_optimum():
+    # the seed lies inside the search space, so the exact search can only match or beat it
+    cluster = cluster_from_spec(three_types(1, 1, 2), "test")
+    model, training = load_model("llama-3-8b"), Training(128, 4096, "fp16", 1)
+    options = SolverOptions(virtual_stages=(1,))
+    result = solve(model, cluster, training, options)
+    space = UniformSpace(tp_degrees=options.tp_degrees, micro_batches=options.micro_batches,
+                         recompute_modes=options.recompute_modes, zero_stages=options.zero_stages,
+                         virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
+    seed = best_uniform(model, cluster, training, space)
+    assert result.optimal and seed is not None
+    assert result.estimate.step_time_s <= seed[1].step_time_s * (1 + 1e-6)
+
+
+def test_progress_reports_subproblems_best_step_and_bound():
+    reports: list[Progress] = []
+    cluster = cluster_from_spec(three_types(1, 1, 2), "test")
+    solve(load_model("llama-3-8b"), cluster, Training(128, 4096, "fp16", 1), SolverOptions(virtual_stages=(1,)),
+          reports.append)
+    assert reports, "no progress reported"
+    last = reports[-1]
+    assert last.subproblems_done == last.subproblems_total > 0
+    assert last.best_step_s is not None and last.best_step_s >= last.lower_bound_s > 0
+    assert all(a.elapsed_s <= b.elapsed_s for a, b in zip(reports, reports[1:]))
+
+
+def test_plan_json_stdout_has_nothing_but_the_plan():
+    result = run_cli("plan", "--model", "gpt2", "--cluster", "a100-v100-mix", "--global-batch", "64",
+                     "--seq-len", "1024", "--json", "--time-limit", "60")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.lstrip().startswith("{") and result.stdout.rstrip().endswith("}")
