@@ -6,7 +6,6 @@ Exit codes: 0 success; 1 no feasible plan (or the evaluated configuration does n
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,7 +15,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from . import ranges
 from .errors import BadInput, NoFeasiblePlan
+from .io import json_text
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
 from .plan import SCHEDULES, Plan, Training, load_plan_file, rank_ranges, structural_problems, uniform_plan
@@ -36,7 +37,7 @@ def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None]
     """The JSON to `-o FILE` and/or stdout (`--json`); without --json the human view via
     `show`, then, when `written` names the thing, where the file went."""
     if as_json or output:
-        text = json.dumps(data, indent=2, sort_keys=False)
+        text = json_text(data)
         if output:
             try:
                 Path(output).write_text(text + "\n")
@@ -114,7 +115,7 @@ def gpus(as_json: bool) -> None:
                            "latency_us": g.inter_node.latency_s / US},
             "source": g.source})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json_text(rows))
         return
     table = Table(title="GPU catalog (dense peaks)")
     for col in ("name", "GiB", "bf16 TF", "fp16 TF", "fp32 TF", "HBM GB/s", "intra-node GB/s"):
@@ -145,7 +146,7 @@ def models(as_json: bool) -> None:
                      "kv_heads": c.num_kv_heads, "ffn_hidden": c.ffn_hidden, "vocab": c.vocab,
                      "experts": c.num_experts})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json_text(rows))
         return
     table = Table(title="Model catalog")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "ffn", "vocab"):
@@ -239,16 +240,17 @@ def _common_options(func: Callable) -> Callable:
     return func
 
 
-def _require(value: Any, flag: str) -> Any:
-    from .io import MAX_NUMBER
+# The documented range (planner.ranges) of each numeric flag.
+FLAG_FIGURES = {"--global-batch": "global_batch", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
+                "--virtual-stages": "virtual_stages", "--tp": "degree", "--pp": "degree", "--dp": "degree",
+                "--time-limit": "time_limit_s"}
 
+
+def _require(value: Any, flag: str) -> Any:
+    """A given flag's value, checked against its documented range."""
     if value is None:
         raise BadInput("is required", flag)
-    if isinstance(value, int) and value <= 0:
-        raise BadInput(f"must be positive, got {value}", flag)
-    if isinstance(value, int) and value > MAX_NUMBER:
-        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", flag)
-    return value
+    return ranges.check(value, FLAG_FIGURES[flag], flag) if flag in FLAG_FIGURES else value
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -292,8 +294,8 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     cluster = load_cluster(cluster_name or DEFAULT_PLAN["cluster"])
     global_batch = _require(DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch, "--global-batch")
     seq_len = _require(DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, "--seq-len")
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
+    if time_limit is not None:
+        _require(time_limit, "--time-limit")
     for b in micro_batches:
         _require(b, "--micro-batch")
     for v in virtual_stages:
@@ -601,7 +603,7 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     except OSError as exc:
         raise BadInput(f"cannot write: {exc.strerror}", output) from None
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json_text(report))
     else:
         _stdout().print(f"{gpu.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in report["params"].items())
                         + f"; RMS log error {result.error_before:.3f} -> {result.error_after:.3f} over "

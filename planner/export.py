@@ -58,7 +58,6 @@ sequence length that does not divide by 2 x TP (its sequence-parallel rule).
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +66,7 @@ from typing import Any, Callable
 import click
 
 from .errors import BadInput
+from .io import json_text
 from .plan import Plan, load_plan_file
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
@@ -335,7 +335,7 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
         "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,
         "sequence_parallel": u.sequence_parallel}
-    return json.dumps(config, indent=2) + "\n"
+    return json_text(config) + "\n"
 
 
 # --- torchtitan ----------------------------------------------------------------------------
@@ -435,7 +435,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return json_text(value, indent=None)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(x) for x in value) + "]"
     raise TypeError(f"no TOML form for {value!r}")
@@ -523,7 +523,7 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
            "virtual_stages": t.virtual_stages, "pp": plan.pp,
            "note": "rank = the plan's cluster rank; world_rank = torchrun's rank when launched as below",
            "ranks": ranks, "launch": launch}
-    return json.dumps(out, indent=2) + "\n"
+    return json_text(out) + "\n"
 
 
 EXPORTERS: dict[str, Callable[[Plan, Warn], str]] = {

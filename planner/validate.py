@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 import click
 
 from .errors import BadInput
+from .io import json_text
 from .plan import PLAN_FORMAT
 
 PROFILE_FORMAT = "planner.profile/v1"
@@ -300,8 +301,8 @@ def add_commands(group: click.Group) -> None:
             click.echo("planner: warning: jsonschema is not installed, so the JSON Schema was not "
                        "checked (pip install jsonschema); ran the planner's own checks", err=True)
         if as_json:
-            click.echo(json.dumps({"valid": not problems, "kind": kind,
-                                   "problems": [{"path": p, "message": m} for p, m in problems]}, indent=2))
+            click.echo(json_text({"valid": not problems, "kind": kind,
+                                   "problems": [{"path": p, "message": m} for p, m in problems]}))
         if problems:
             for path, message in problems:
                 click.echo(": ".join(x for x in (file, path, message) if x), err=True)
