@@ -18,6 +18,7 @@ from rich.table import Table
 from . import ranges
 from .errors import BadInput, NoFeasiblePlan
 from .io import json_text
+from .markup import esc
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
 from .plan import SCHEDULES, Plan, Training, load_plan_file, rank_ranges, structural_problems, uniform_plan
@@ -48,7 +49,7 @@ def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None]
     if not as_json:
         show()
         if output and written:
-            _stdout().print(f"{written} written to {output}")
+            _stdout().print(f"{written} written to {esc(output)}")
 
 
 class PlannerGroup(click.Group):
@@ -335,7 +336,7 @@ def print_plan(result) -> None:
     plan, est = result.plan, result.estimate
     t = plan.training
     cluster = plan.cluster
-    console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
                   + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
@@ -357,8 +358,8 @@ def print_plan(result) -> None:
         first, end = s.layers
         names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
         label = f"{s.index} (rank {s.pipeline_rank})" if t.virtual_stages > 1 else str(s.index)
-        stages.add_row(label, f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
-                       s.recompute, rank_ranges(ranks), shares, mem)
+        stages.add_row(label, f"[{first}, {end}) {esc(names)}", esc(gpus), str(s.tp), str(s.dp), str(s.zero),
+                       s.recompute, rank_ranges(ranks), esc(shares), esc(mem))
     console.print(stages)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "
@@ -466,7 +467,7 @@ def describe_plan(plan: Plan) -> dict:
 def print_estimate(plan: Plan, estimate) -> None:
     console = _stdout()
     t = plan.training
-    console.print(f"[bold]{plan.model.name}[/] on [bold]{plan.cluster.name}[/] "
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
                   f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
                   f"x {t.seq_len} tokens, {t.dtype}, micro-batch {t.micro_batch}, {t.schedule}"
                   + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else ""))
@@ -488,7 +489,7 @@ def print_estimate(plan: Plan, estimate) -> None:
     for gpu, peak in estimate.peak_memory_by_gpu().items():
         share = peak / capacity[gpu]
         style = "red" if share > 1 else "green"
-        mem.add_row(gpu, f"{peak / GIB:.1f}", f"{capacity[gpu] / GIB:.0f}", f"[{style}]{share:.0%}[/]")
+        mem.add_row(esc(gpu), f"{peak / GIB:.1f}", f"{capacity[gpu] / GIB:.0f}", f"[{style}]{share:.0%}[/]")
     console.print(mem)
 
 
@@ -546,7 +547,8 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
 
 def print_profile(data: dict) -> None:
     console = _stdout()
-    console.print(f"[bold]{data['model']}[/] on {data['device']}: {data['dtype']}, seq-len {data['seq_len']}")
+    console.print(f"[bold]{esc(data['model'])}[/] on {esc(data['device'])}: {data['dtype']}, "
+                  f"seq-len {data['seq_len']}")
     table = Table(title="Measured per layer (median; ms)")
     for col in ("layer", "kind", "tp", "micro-batch", "fwd ms", "bwd ms", "saved MiB/sample"):
         table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
@@ -559,7 +561,7 @@ def print_profile(data: dict) -> None:
         m = layer["measured"]
         for tp_key, per in m["by_tp"].items():
             for i, b in enumerate(m["micro_batch"]):
-                table.add_row(name, layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
+                table.add_row(esc(name), layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
                               f"{per['bwd_s'][i] * 1e3:.3f}",
                               f"{per['saved_bytes_per_sample'][i] / 2**20:.2f}")
     console.print(table)
@@ -607,7 +609,7 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     else:
         _stdout().print(f"{gpu.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in report["params"].items())
                         + f"; RMS log error {result.error_before:.3f} -> {result.error_after:.3f} over "
-                        f"{result.points} measurements; written to {output}")
+                        f"{result.points} measurements; written to {esc(output)}")
 
 
 def load_calibrations(files: tuple[str, ...], cluster: Cluster, base: dict) -> dict:
