@@ -42,9 +42,9 @@ def _bound(x: float) -> str:
 
 RANGES: dict[str, Range] = {
     # --- cluster file and GPU catalog ---
-    # 1 MB/s (a congested WAN) to 100 TB/s (50x NVLink 5's 1.8 TB/s per GPU); below 1 MB/s the
-    # step times reach 1e12 s and the share ILP loses precision (1e-16 GB/s broke PuLP).
-    "bandwidth_GBps": Range(1e-3, 1e5, "GB/s"),
+    # 1 MB/s (a congested WAN) to 1 PB/s (500x NVLink 5's 1.8 TB/s per GPU, room for what-ifs);
+    # below 1 MB/s step times reach 1e12 s and the share ILP loses precision (1e-16 broke PuLP).
+    "bandwidth_GBps": Range(1e-3, 1e6, "GB/s"),
     # 0 (same chip) to 10 s (a satellite hop is 0.6 s).
     "latency_us": Range(0, 1e7, "us"),
     # 1 MiB to 4 TiB per GPU (B200 has 180 GiB; 4 TiB covers CPU-memory "GPUs").

@@ -163,7 +163,7 @@ def test_every_json_writer_goes_through_json_text():
 
 @pytest.mark.parametrize("old,new,field", [
     ("inter_node: {bandwidth_GBps: 200", "inter_node: {bandwidth_GBps: 1e-16", "inter_node.bandwidth_GBps"),
-    ("intra_node: {bandwidth_GBps: 300", "intra_node: {bandwidth_GBps: 1e6", "intra_node.bandwidth_GBps"),
+    ("intra_node: {bandwidth_GBps: 300", "intra_node: {bandwidth_GBps: 2e6", "intra_node.bandwidth_GBps"),
     ("latency_us: 5}", "latency_us: 1e8}", "inter_node.latency_us"),
     ("latency_us: 3}", "latency_us: -1}", "intra_node.latency_us"),
     ("gpus_per_node: 4", "gpus_per_node: 2048", "gpus_per_node"),
