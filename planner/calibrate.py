@@ -15,6 +15,7 @@ from itertools import product
 from typing import Any, Mapping
 
 from .cost import DEFAULT_PARAMS, CostParams, layer_time
+from . import ranges
 from .errors import BadInput
 from .hardware import GpuSpec
 from .measured import MeasuredTimes
@@ -93,8 +94,5 @@ def params_from_calibration(data: Mapping[str, Any], where: str) -> tuple[str, d
         raise BadInput("must be a mapping", where, "params")
     out = {}
     for name in FITTED:
-        value = params.get(name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-            raise BadInput("must be a number in (0, 1]", where, f"params.{name}")
-        out[name] = float(value)
+        out[name] = float(ranges.get(params, name, "efficiency", where, f"params.{name}"))
     return gpu, out

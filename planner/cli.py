@@ -6,7 +6,6 @@ Exit codes: 0 success; 1 no feasible plan (or the evaluated configuration does n
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -17,7 +16,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from . import ranges
 from .errors import BadInput, NoFeasiblePlan
+from .io import json_text
+from .markup import esc
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
 from .plan import SCHEDULES, Plan, Training, load_plan_file, rank_ranges, structural_problems, uniform_plan
@@ -37,7 +39,7 @@ def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None]
     """The JSON to `-o FILE` and/or stdout (`--json`); without --json the human view via
     `show`, then, when `written` names the thing, where the file went."""
     if as_json or output:
-        text = json.dumps(data, indent=2, sort_keys=False)
+        text = json_text(data)
         if output:
             try:
                 Path(output).write_text(text + "\n")
@@ -48,7 +50,7 @@ def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None]
     if not as_json:
         show()
         if output and written:
-            _stdout().print(f"{written} written to {output}")
+            _stdout().print(f"{written} written to {esc(output)}")
 
 
 class PlannerGroup(click.Group):
@@ -115,7 +117,7 @@ def gpus(as_json: bool) -> None:
                            "latency_us": g.inter_node.latency_s / US},
             "source": g.source})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json_text(rows))
         return
     table = Table(title="GPU catalog (dense peaks)")
     for col in ("name", "GiB", "bf16 TF", "fp16 TF", "fp32 TF", "HBM GB/s", "intra-node GB/s"):
@@ -146,7 +148,7 @@ def models(as_json: bool) -> None:
                      "kv_heads": c.num_kv_heads, "ffn_hidden": c.ffn_hidden, "vocab": c.vocab,
                      "experts": c.num_experts})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json_text(rows))
         return
     table = Table(title="Model catalog")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "ffn", "vocab"):
@@ -240,16 +242,17 @@ def _common_options(func: Callable) -> Callable:
     return func
 
 
-def _require(value: Any, flag: str) -> Any:
-    from .io import MAX_NUMBER
+# The documented range (planner.ranges) of each numeric flag.
+FLAG_FIGURES = {"--global-batch": "global_batch", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
+                "--virtual-stages": "virtual_stages", "--tp": "degree", "--pp": "degree", "--dp": "degree",
+                "--time-limit": "time_limit_s"}
 
+
+def _require(value: Any, flag: str) -> Any:
+    """A given flag's value, checked against its documented range."""
     if value is None:
         raise BadInput("is required", flag)
-    if isinstance(value, int) and value <= 0:
-        raise BadInput(f"must be positive, got {value}", flag)
-    if isinstance(value, int) and value > MAX_NUMBER:
-        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", flag)
-    return value
+    return ranges.check(value, FLAG_FIGURES[flag], flag) if flag in FLAG_FIGURES else value
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -297,8 +300,8 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     cluster = load_cluster(cluster_name or DEFAULT_PLAN["cluster"])
     global_batch = _require(DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch, "--global-batch")
     seq_len = _require(DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, "--seq-len")
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
+    if time_limit is not None:
+        _require(time_limit, "--time-limit")
     for b in micro_batches:
         _require(b, "--micro-batch")
     for v in virtual_stages:
@@ -353,7 +356,7 @@ def print_plan(result) -> None:
     plan, est = result.plan, result.estimate
     t = plan.training
     cluster = plan.cluster
-    console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
                   + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
@@ -375,8 +378,8 @@ def print_plan(result) -> None:
         first, end = s.layers
         names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
         label = f"{s.index} (rank {s.pipeline_rank})" if t.virtual_stages > 1 else str(s.index)
-        stages.add_row(label, f"[{first}, {end}) {names}", gpus, str(s.tp), str(s.dp), str(s.zero),
-                       s.recompute, rank_ranges(ranks), shares, mem)
+        stages.add_row(label, f"[{first}, {end}) {esc(names)}", esc(gpus), str(s.tp), str(s.dp), str(s.zero),
+                       s.recompute, rank_ranges(ranks), esc(shares), esc(mem))
     console.print(stages)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "
@@ -485,7 +488,7 @@ def describe_plan(plan: Plan) -> dict:
 def print_estimate(plan: Plan, estimate) -> None:
     console = _stdout()
     t = plan.training
-    console.print(f"[bold]{plan.model.name}[/] on [bold]{plan.cluster.name}[/] "
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
                   f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
                   f"x {t.seq_len} tokens, {t.dtype}, micro-batch {t.micro_batch}, {t.schedule}"
                   + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else ""))
@@ -507,7 +510,7 @@ def print_estimate(plan: Plan, estimate) -> None:
     for gpu, peak in estimate.peak_memory_by_gpu().items():
         share = peak / capacity[gpu]
         style = "red" if share > 1 else "green"
-        mem.add_row(gpu, f"{peak / GIB:.1f}", f"{capacity[gpu] / GIB:.0f}", f"[{style}]{share:.0%}[/]")
+        mem.add_row(esc(gpu), f"{peak / GIB:.1f}", f"{capacity[gpu] / GIB:.0f}", f"[{style}]{share:.0%}[/]")
     console.print(mem)
 
 
@@ -565,7 +568,8 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
 
 def print_profile(data: dict) -> None:
     console = _stdout()
-    console.print(f"[bold]{data['model']}[/] on {data['device']}: {data['dtype']}, seq-len {data['seq_len']}")
+    console.print(f"[bold]{esc(data['model'])}[/] on {esc(data['device'])}: {data['dtype']}, "
+                  f"seq-len {data['seq_len']}")
     table = Table(title="Measured per layer (median; ms)")
     for col in ("layer", "kind", "tp", "micro-batch", "fwd ms", "bwd ms", "saved MiB/sample"):
         table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
@@ -578,7 +582,7 @@ def print_profile(data: dict) -> None:
         m = layer["measured"]
         for tp_key, per in m["by_tp"].items():
             for i, b in enumerate(m["micro_batch"]):
-                table.add_row(name, layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
+                table.add_row(esc(name), layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
                               f"{per['bwd_s'][i] * 1e3:.3f}",
                               f"{per['saved_bytes_per_sample'][i] / 2**20:.2f}")
     console.print(table)
@@ -622,11 +626,11 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     except OSError as exc:
         raise BadInput(f"cannot write: {exc.strerror}", output) from None
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json_text(report))
     else:
         _stdout().print(f"{gpu.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in report["params"].items())
                         + f"; RMS log error {result.error_before:.3f} -> {result.error_after:.3f} over "
-                        f"{result.points} measurements; written to {output}")
+                        f"{result.points} measurements; written to {esc(output)}")
 
 
 def load_calibrations(files: tuple[str, ...], cluster: Cluster, base: dict) -> dict:

@@ -65,7 +65,6 @@ heads, KV heads, FFN width and vocabulary, never by the model's name; planner.ti
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +74,7 @@ import click
 import tomli_w
 
 from .errors import BadInput
+from .io import json_text
 from .plan import Plan, load_plan_file
 from .titan_flavors import titan_llama3_flavor
 
@@ -349,7 +349,7 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
         "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,
         "sequence_parallel": u.sequence_parallel}
-    return json.dumps(config, indent=2) + "\n"
+    return json_text(config) + "\n"
 
 
 # --- torchtitan ----------------------------------------------------------------------------
@@ -517,7 +517,7 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
            "virtual_stages": t.virtual_stages, "pp": plan.pp,
            "note": "rank = the plan's cluster rank; world_rank = torchrun's rank when launched as below",
            "ranks": ranks, "launch": launch}
-    return json.dumps(out, indent=2) + "\n"
+    return json_text(out) + "\n"
 
 
 EXPORTERS: dict[str, Callable[[Plan, Warn], str]] = {

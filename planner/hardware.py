@@ -15,15 +15,16 @@ from typing import Any, Iterator, Mapping
 import networkx as nx
 
 from .errors import BadInput
-from .io import MAX_NUMBER, get_positive, get_str, load_mapping
+from . import ranges
+from .io import get_str, load_mapping
 from .names import check_name
+from .ranges import MAX_CLUSTER_GPUS
 
 GIB = 2**30
 GB = 1e9
 US = 1e-6
 TFLOPS = 1e12
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
-MAX_CLUSTER_GPUS = 1_048_576
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 CATALOG_PATH = PROFILES_DIR / "hardware" / "gpus.yaml"
@@ -188,19 +189,16 @@ def _link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) ->
     if not isinstance(data, dict):
         raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
     merged = {**default, **data}
-    bw = get_positive(merged, "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
-    lat = merged.get("latency_us", 0.0)
-    if (not isinstance(lat, (int, float)) or isinstance(lat, bool) or lat < 0 or lat != lat
-            or lat > MAX_NUMBER):
-        raise BadInput(f"must be a number >= 0 and <= {MAX_NUMBER:.0e}, got {lat!r}", where,
-                       f"{field_name}.latency_us")
+    bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
+    lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",
+                     required=False, default=0.0)
     return Link(bw * GB, lat * US, str(merged.get("kind", "")))
 
 
 def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
     if not isinstance(entry, dict):
         raise BadInput("must be a mapping", where, prefix)
-    memory = get_positive(entry, "memory_GiB", where, f"{prefix}.memory_GiB")
+    memory = ranges.get(entry, "memory_GiB", "memory_GiB", where, f"{prefix}.memory_GiB")
     peaks = entry.get("peak_tflops")
     if not isinstance(peaks, dict) or not peaks:
         raise BadInput("missing or empty peak_tflops mapping", where, f"{prefix}.peak_tflops")
@@ -209,8 +207,8 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
         if dtype not in DTYPES:
             raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", where,
                            f"{prefix}.peak_tflops")
-        peak_flops[dtype] = get_positive(peaks, dtype, where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
-    hbm = get_positive(entry, "hbm_GBps", where, f"{prefix}.hbm_GBps")
+        peak_flops[dtype] = ranges.get(peaks, dtype, "peak_tflops", where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
+    hbm = ranges.get(entry, "hbm_GBps", "hbm_GBps", where, f"{prefix}.hbm_GBps")
     return GpuSpec(
         name=name,
         memory_bytes=memory * GIB,
@@ -295,8 +293,8 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         names.add(name)
         gpu = gpu_for(check_name(get_str(g, "gpu", where, f"{prefix}.gpu"), where, f"{prefix}.gpu"),
                       f"{prefix}.gpu")
-        nodes = get_positive(g, "nodes", where, f"{prefix}.nodes", integer=True)
-        per_node = get_positive(g, "gpus_per_node", where, f"{prefix}.gpus_per_node", integer=True)
+        nodes = ranges.get(g, "nodes", "nodes", where, f"{prefix}.nodes")
+        per_node = ranges.get(g, "gpus_per_node", "gpus_per_node", where, f"{prefix}.gpus_per_node")
         if nodes * per_node > MAX_CLUSTER_GPUS or first_rank + nodes * per_node > MAX_CLUSTER_GPUS:
             raise BadInput(f"cluster exceeds {MAX_CLUSTER_GPUS} GPUs", where, f"{prefix}.nodes")
         intra_default = {"bandwidth_GBps": gpu.intra_node.bandwidth_bytes_per_s / GB,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,51 @@ _LimitedLoader.add_implicit_resolver(
                    |[-+]?\.(?:inf|Inf|INF)
                    |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
+
+# Only JSON's types: no YAML 1.1 timestamps (`2024-01-01` stays the string it reads as) and no
+# `=` value key. Explicit tags for other types (!!set, !!binary, !!timestamp, !!omap, !!pairs)
+# and unknown tags are refused with their line.
+_JSON_LIKE_REFUSED = ("timestamp", "value")
+_LimitedLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag.rsplit(":", 1)[-1] not in _JSON_LIKE_REFUSED]
+    for first, resolvers in _LimitedLoader.yaml_implicit_resolvers.items()}
+
+
+def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node):
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise yaml.constructor.ConstructorError(
+        None, None, f"{tag} values are not supported (only strings, numbers, true/false, null, lists "
+        "and mappings)", node.start_mark)
+
+
+for _tag in ("binary", "timestamp", "omap", "pairs", "set"):
+    _LimitedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
+_LimitedLoader.add_constructor(None, _refuse_tag)
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    """A mapping whose explicit keys are unique (merged `<<` keys may be overridden)."""
+    seen: set = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # a list or mapping as a key
+            raise yaml.constructor.ConstructorError(None, None, "a key must be a string or number",
+                                                    key_node.start_mark) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                    key_node.start_mark)
+        seen.add(key)
+    data: dict = {}
+    yield data
+    data.update(loader.construct_mapping(node))
+
+
+_LimitedLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 
 def _expanded_size(node: yaml.Node, where: str) -> int:
@@ -98,7 +144,7 @@ def parse_structured(text: str, where: str) -> Any:
     stripped = text.lstrip()
     if where.endswith(".json") or stripped.startswith(("{", "[")):
         try:
-            return json.loads(text)
+            return _finite(json.loads(text, object_pairs_hook=lambda pairs: _unique(pairs, where)), where)
         except json.JSONDecodeError as exc:
             if where.endswith(".json"):
                 raise BadInput(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
@@ -112,7 +158,7 @@ def parse_structured(text: str, where: str) -> Any:
             if node is None:
                 raise BadInput("file holds no document", where)
             _expanded_size(node, where)
-            return loader.construct_document(node)
+            data = loader.construct_document(node)
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
@@ -122,6 +168,43 @@ def parse_structured(text: str, where: str) -> Any:
         raise BadInput(f"invalid YAML{at}: {problem}", where) from None
     except (ValueError, RecursionError) as exc:  # a number of > 4300 digits; deep nesting
         raise BadInput(f"invalid YAML: {_short(exc)}", where) from None
+    return _finite(data, where)
+
+
+def _unique(pairs: list[tuple[str, Any]], where: str) -> dict:
+    """A JSON object whose keys are unique (json.loads keeps the last of duplicates silently)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise BadInput(f"duplicate key {key!r}", where)
+    return data
+
+
+def _finite(data: Any, where: str) -> Any:
+    """`data` if it holds no NaN or infinity (JSON's NaN/Infinity, YAML's .nan/.inf, 1e999)."""
+    todo: list[tuple[Any, str]] = [(data, "")]
+    seen: set[int] = set()  # YAML aliases share containers
+    while todo:
+        value, path = todo.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"must be a finite number, got {value!r}", where, path or None)
+        if isinstance(value, (dict, list)) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                todo.append((child, f"{path}[{key}]" if isinstance(value, list)
+                             else f"{path}.{key}" if path else str(key)))
+    return data
+
+
+def json_text(data: Any, indent: int | None = 2) -> str:
+    """The one way planner writes JSON: strict (NaN or infinity is an internal error, since every
+    input figure is range-checked and no output may carry one), keys in insertion order."""
+    try:
+        return json.dumps(data, indent=indent, allow_nan=False)
+    except ValueError as exc:
+        raise AssertionError(f"a non-finite number reached the JSON output: {exc}") from None
 
 
 def _short(exc: BaseException) -> str:
@@ -139,32 +222,6 @@ def load_mapping(path: str | Path, what: str = "file") -> dict:
 
 
 # --- typed field access with errors that name the field -------------------------------------
-
-
-def _num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def get_positive(data: dict, key: str, where: str, field: str, *, integer: bool = False,
-                 required: bool = True, default: Any = None) -> Any:
-    """Read data[key] as a positive number (int if `integer`), naming `field` on error."""
-    if key not in data or data[key] is None:
-        if required:
-            raise BadInput("missing required field", where, field)
-        return default
-    value = data[key]
-    if integer:
-        if not (isinstance(value, int) and not isinstance(value, bool)):
-            raise BadInput(f"must be a positive integer, got {value!r}", where, field)
-    elif not _num(value):
-        raise BadInput(f"must be a positive number, got {value!r}", where, field)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise BadInput(f"must be finite, got {value!r}", where, field)
-    if value <= 0:
-        raise BadInput(f"must be positive, got {value!r}", where, field)
-    if value > MAX_NUMBER:
-        raise BadInput(f"must be at most {MAX_NUMBER:.0e}", where, field)
-    return value
 
 
 def get_str(data: dict, key: str, where: str, field: str, *, required: bool = True,

@@ -12,6 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from . import ranges
 from .errors import BadInput
 
 KINDS = ("embedding", "decoder", "head")
@@ -63,12 +64,11 @@ class MeasuredTimes:
         return None
 
 
-def _numbers(value: Any, where: str, field: str, positive: bool = True) -> tuple[float, ...]:
-    if not isinstance(value, list) or not value or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and (x > 0 or not positive)
-            for x in value):
-        raise BadInput("must be a non-empty list of positive numbers", where, field)
-    return tuple(float(x) for x in value)
+def _numbers(value: Any, where: str, field: str, figure: str) -> tuple[float, ...]:
+    """A non-empty list of numbers, each in RANGES[figure]."""
+    if not isinstance(value, list) or not value:
+        raise BadInput("must be a non-empty list of numbers", where, field)
+    return tuple(float(ranges.check(x, figure, where, f"{field}[{i}]")) for i, x in enumerate(value))
 
 
 def measured_from_profile(data: Mapping[str, Any], gpu: str, where: str) -> MeasuredTimes:
@@ -89,15 +89,15 @@ def measured_from_profile(data: Mapping[str, Any], gpu: str, where: str) -> Meas
             raise BadInput("has no measured times (profile it with `planner profile`)", where,
                            f"layers[{i}].measured")
         path = f"layers[{i}].measured"
-        micro = _numbers(measured.get("micro_batch"), where, f"{path}.micro_batch")
-        tps = _numbers(measured.get("tp", [1]), where, f"{path}.tp")
+        micro = _numbers(measured.get("micro_batch"), where, f"{path}.micro_batch", "micro_batch")
+        tps = _numbers(measured.get("tp", [1]), where, f"{path}.tp", "degree")
         fwd, bwd = measured.get("fwd_s"), measured.get("bwd_s")
         if len(tps) == 1 and isinstance(fwd, list) and fwd and not isinstance(fwd[0], list):
             fwd, bwd = [fwd], [bwd]
         if not isinstance(fwd, list) or not isinstance(bwd, list) or len(fwd) != len(tps) or len(bwd) != len(tps):
             raise BadInput("needs one row of times per TP degree", where, f"{path}.fwd_s")
-        fwd_rows = tuple(_numbers(row, where, f"{path}.fwd_s") for row in fwd)
-        bwd_rows = tuple(_numbers(row, where, f"{path}.bwd_s") for row in bwd)
+        fwd_rows = tuple(_numbers(row, where, f"{path}.fwd_s", "layer_time_s") for row in fwd)
+        bwd_rows = tuple(_numbers(row, where, f"{path}.bwd_s", "layer_time_s") for row in bwd)
         if any(len(row) != len(micro) for row in fwd_rows + bwd_rows):
             raise BadInput("needs one time per micro-batch size", where, f"{path}.fwd_s")
         if list(micro) != sorted(set(micro)) or list(tps) != sorted(set(tps)):
@@ -105,8 +105,6 @@ def measured_from_profile(data: Mapping[str, Any], gpu: str, where: str) -> Meas
         kinds[kind] = KindTimes(tuple(int(x) for x in micro), tuple(int(x) for x in tps), fwd_rows, bwd_rows)
     if "decoder" not in kinds:
         raise BadInput("has no measured decoder block", where, "layers")
-    seq_len = data.get("seq_len")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
-        raise BadInput("must be a positive integer", where, "seq_len")
+    seq_len = ranges.get(data, "seq_len", "seq_len", where, "seq_len")
     return MeasuredTimes(gpu, where, str(data.get("model", "")), seq_len, str(data.get("dtype", "")),
                          tuple(sorted(kinds.items())))

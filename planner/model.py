@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .hardware import PROFILES_DIR
-from .io import MAX_NUMBER, get_positive, load_mapping
+from . import ranges
+from .io import MAX_NUMBER, load_mapping
 from .names import check_name
 
 MODELS_DIR = PROFILES_DIR / "models"
@@ -293,29 +294,29 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
         raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
                        where, "model_type")
 
-    def pos(keys: tuple[str, ...], required: bool = True) -> int | None:
+    def pos(keys: tuple[str, ...], figure: str, required: bool = True) -> int | None:
         key = _first(data, keys)
-        return get_positive(data, key, where, key, integer=True, required=required)
+        return ranges.get(data, key, figure, where, key, required=required)
 
     if mtype == "gpt2":
-        hidden = pos(("n_embd", "hidden_size"))
-        layers = pos(("n_layer", "num_hidden_layers"))
-        heads = pos(("n_head", "num_attention_heads"))
-        vocab = pos(("vocab_size",))
-        positions = pos(("n_positions", "max_position_embeddings"))
-        ffn = pos(("n_inner",), required=False) or 4 * hidden  # GPT-2 defines null as 4h
+        hidden = pos(("n_embd", "hidden_size"), "hidden")
+        layers = pos(("n_layer", "num_hidden_layers"), "num_layers")
+        heads = pos(("n_head", "num_attention_heads"), "num_heads")
+        vocab = pos(("vocab_size",), "vocab")
+        positions = pos(("n_positions", "max_position_embeddings"), "max_positions")
+        ffn = pos(("n_inner",), "ffn_hidden", required=False) or 4 * hidden  # GPT-2 defines null as 4h
         kv_heads = heads
         dropout = any([_rate(data, k, where) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")])
         kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", True, where),
                       norm="layernorm", linear_bias=True, learned_positions=True, dropout=dropout)
     else:
-        hidden = pos(("hidden_size",))
-        layers = pos(("num_hidden_layers",))
-        heads = pos(("num_attention_heads",))
-        vocab = pos(("vocab_size",))
-        ffn = pos(("intermediate_size",))
-        positions = pos(("max_position_embeddings",), required=False) or 0
-        kv_heads = pos(("num_key_value_heads",), required=False) or heads  # HF: absent means MHA
+        hidden = pos(("hidden_size",), "hidden")
+        layers = pos(("num_hidden_layers",), "num_layers")
+        heads = pos(("num_attention_heads",), "num_heads")
+        vocab = pos(("vocab_size",), "vocab")
+        ffn = pos(("intermediate_size",), "ffn_hidden")
+        positions = pos(("max_position_embeddings",), "max_positions", required=False) or 0
+        kv_heads = pos(("num_key_value_heads",), "num_heads", required=False) or heads  # HF: absent means MHA
         if mtype == "gpt_neox":
             kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", False, where),
                           norm="layernorm", linear_bias=True,
@@ -325,8 +326,8 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
                           norm="rmsnorm", qkv_bias=(mtype == "qwen2"),
                           dropout=_rate(data, "attention_dropout", where) > 0)
         if mtype == "mixtral":
-            kwargs["num_experts"] = pos(("num_local_experts",))
-            kwargs["experts_top_k"] = pos(("num_experts_per_tok",))
+            kwargs["num_experts"] = pos(("num_local_experts",), "num_experts")
+            kwargs["experts_top_k"] = pos(("num_experts_per_tok",), "num_experts")
             if kwargs["experts_top_k"] > kwargs["num_experts"]:
                 raise BadInput("num_experts_per_tok exceeds num_local_experts", where, "num_experts_per_tok")
     if hidden % heads:
@@ -363,7 +364,7 @@ def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
 
 
 def _model_from_profile(data: Mapping[str, Any], name: str, where: str) -> Model:
-    seq_len = get_positive(data, "seq_len", where, "seq_len", integer=True)
+    seq_len = ranges.get(data, "seq_len", "seq_len", where, "seq_len")
     entries = data.get("layers")
     if not isinstance(entries, list) or not entries:
         raise BadInput("must be a non-empty list", where, "layers")

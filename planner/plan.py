@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .hardware import Cluster, cluster_from_spec
+from . import ranges
 from .io import MAX_NUMBER
 from .model import Model, model_from_dict
 from .names import check_name
@@ -209,10 +210,11 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     if attention not in ("flash", "standard"):
         raise BadInput(f"unknown attention {attention!r}", where, "training.attention")
     training = Training(
-        global_batch=_int(tr, "global_batch", where, "training"),
-        seq_len=_int(tr, "seq_len", where, "training"),
-        dtype=dtype, micro_batch=_int(tr, "micro_batch", where, "training"),
-        schedule=schedule, virtual_stages=_int(tr, "virtual_stages", where, "training") if "virtual_stages" in tr else 1,
+        global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
+        seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
+        dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
+        schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
+                                                     "training.virtual_stages", required=False, default=1),
         attention=attention)
     stages = []
     for i, st in enumerate(data["stages"]):
@@ -245,7 +247,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
                                     _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
         stages.append(Stage(
             index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
-            tp=_int(st, "tp", where, path), zero=zero, recompute=recompute,
+            tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
             sequence_parallel=_bool(st, "sequence_parallel", where, path)))

@@ -132,8 +132,8 @@ def _quiet_stdout() -> Iterator[None]:
 
 def _solver(options: IlpOptions):
     if options.solver.upper() == "CBC":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s)
-    return pulp.HiGHS(msg=False, timeLimit=options.time_limit_s)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, gapRel=0)
+    return pulp.HiGHS(msg=False, timeLimit=options.time_limit_s, gapRel=0)
 
 
 def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: Sequence[int],

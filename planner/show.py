@@ -40,6 +40,7 @@ from .errors import BadInput
 from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2p_s, params_getter, slowest_gpu,
                        tp_group_link)
 from .hardware import GIB
+from .markup import esc
 from .model import DTYPE_BYTES
 from .plan import Plan, Replica, Stage, load_plan_file, rank_ranges
 
@@ -266,7 +267,7 @@ def _shares(replicas: list[Replica]) -> str:
 def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Console) -> None:
     t = plan.training
     cluster = plan.cluster
-    console.print(f"[bold]{plan.model.name}[/] on [bold]{cluster.name}[/]: {est.num_gpus_used} of "
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len} tokens, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
                   + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else "")
@@ -293,8 +294,8 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
         for i, (gpu, replicas) in enumerate(_by_gpu(plan, s.replicas).items()):
             ranks = sorted(x for r in replicas for x in r.ranks)
             head = i == 0
-            stages.add_row(label if head else "", f"[{first}, {end})\n{names}" if head else "",
-                           f"{len(ranks)}× {gpu}\nranks {rank_ranges(ranks)}\n{_shares(replicas)}",
+            stages.add_row(label if head else "", f"[{first}, {end})\n{esc(names)}" if head else "",
+                           f"{len(ranks)}× {esc(gpu)}\nranks {rank_ranges(ranks)}\n{_shares(replicas)}",
                            f"{s.tp}/{s.dp}\n{s.zero}" if head else "", recompute if head else "",
                            per_mb if head else "")
     console.print(stages)
@@ -315,7 +316,7 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
             mem, cap = est.memory_by_rank[rank], est.capacity_by_rank[rank]
             use = mem.total_bytes / cap
             split = "/".join(f"{getattr(mem, attr) / GIB:.1f}" for attr, *_ in MEMORY_PARTS)
-            memory.add_row(str(k) if i == 0 else "", gpu, memory_bar(mem, cap),
+            memory.add_row(str(k) if i == 0 else "", esc(gpu), memory_bar(mem, cap),
                            f"{mem.total_bytes / GIB:.1f}/{cap / GIB:.0f} "
                            f"([{'red' if use > 1 else 'green'}]{use:.0%}[/])", split)
     console.print(memory)
@@ -336,7 +337,7 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
     if not est.fits:
         worst = max(est.overflows, key=lambda o: o.over_bytes)
         console.print(f"[red bold]does not fit[/]: {len(est.overflows)} ranks overflow; rank {worst.rank} "
-                      f"({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of {worst.capacity_bytes / GIB:.1f} GiB")
+                      f"({esc(worst.gpu)}) needs {worst.need_bytes / GIB:.1f} GiB of {worst.capacity_bytes / GIB:.1f} GiB")
 
 
 # --- SVG timeline --------------------------------------------------------------------------
@@ -402,7 +403,7 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
         title += "\napproximation: drawn as 1F1B over each rank's chunks together"
     if truncated:
         title += f"\nfirst {max_microbatches} of {longest} micro-batches drawn"
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9, parse_math=False)  # a `$` in a name is not TeX
     ax.grid(axis="x", linewidth=0.3, alpha=0.5)
     ax.set_axisbelow(True)
     handles = [Patch(color=colours["F"], label="forward"), Patch(color=colours["B"], label="backward")]

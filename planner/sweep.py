@@ -32,13 +32,14 @@ from typing import Any, Callable, Iterable
 import click
 
 from .errors import BadInput, NoFeasiblePlan
+from .io import json_text
+from .ranges import RANGES, check
 
 COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s", "tokens_per_s",
            "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds")
 STATUSES = ("ok", "infeasible", "error")
 FORMATS = (".csv", ".jsonl")
 EXECUTORS = ("local", "ray")  # planner.executors
-_MAX_NUMBER = 10**15  # planner.io.MAX_NUMBER
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str |
         return row
     path = Path(plans_dir) / plan_file_name(combo)
     try:
-        path.write_text(json.dumps(plan, indent=2) + "\n")
+        path.write_text(json_text(plan) + "\n")
     except OSError as exc:
         return _empty_row(combo, "error", f"{path}: cannot write plan: {exc.strerror}")
     return row
@@ -207,7 +208,7 @@ class RowWriter:
         if self.csv is not None:
             self.csv.writerow({c: _csv_value(row.get(c)) for c in COLUMNS})
         else:
-            self.handle.write(json.dumps({c: row.get(c) for c in COLUMNS}) + "\n")
+            self.handle.write(json_text({c: row.get(c) for c in COLUMNS}, indent=None) + "\n")
         self.handle.flush()
 
 
@@ -270,8 +271,8 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
     from .executors import start_executor
 
     fmt = output_format(output)
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput(f"must be positive, got {time_limit}", "--time-limit")
+    if time_limit is not None:
+        check(time_limit, "time_limit_s", "--time-limit")
     combos = combinations(models, clusters, batches, seq_lens)
     if shard is not None:
         i, n = shard
@@ -348,9 +349,9 @@ def _shard_option(ctx, param, value):
 @click.option("--cluster", "clusters", multiple=True, required=True, metavar="C",
               help="Cluster file (YAML/JSON) or built-in example name; repeatable.")
 @click.option("--global-batch", "batches", multiple=True, required=True, metavar="B",
-              type=click.IntRange(1, _MAX_NUMBER), help="Sequences per optimizer step; repeatable.")
+              type=click.IntRange(1, int(RANGES["global_batch"].high)), help="Sequences per optimizer step; repeatable.")
 @click.option("--seq-len", "seq_lens", multiple=True, required=True, metavar="S",
-              type=click.IntRange(1, _MAX_NUMBER), help="Tokens per sequence; repeatable.")
+              type=click.IntRange(1, int(RANGES["seq_len"].high)), help="Tokens per sequence; repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes, or Ray tasks at a time [default: the number of CPUs, of this machine "
                    "or of the Ray cluster]; 1 (local) runs in this process.")

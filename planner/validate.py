@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import click
 
 from .errors import BadInput
+from .io import json_text
 from .plan import PLAN_FORMAT
 # the plan checks live in plan_checks (no click there: every command's loader runs them);
 # their names stay importable from here
@@ -134,8 +135,8 @@ def add_commands(group: click.Group) -> None:
             click.echo("planner: warning: jsonschema is not installed, so the JSON Schema was not "
                        "checked (pip install jsonschema); ran the planner's own checks", err=True)
         if as_json:
-            click.echo(json.dumps({"valid": not problems, "kind": kind,
-                                   "problems": [{"path": p, "message": m} for p, m in problems]}, indent=2))
+            click.echo(json_text({"valid": not problems, "kind": kind,
+                                   "problems": [{"path": p, "message": m} for p, m in problems]}))
         if problems:
             for path, message in problems:
                 click.echo(": ".join(x for x in (file, path, message) if x), err=True)
