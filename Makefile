@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 INTEGRATION_STAMP := $(VENV)/.installed-integration
 
-.PHONY: install test integration plan fidelity clean
+.PHONY: install test integration plan fidelity clean wheel-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,19 @@ $(INTEGRATION_STAMP): $(TEST_STAMP)
 
 install: $(STAMP)
 
-test: $(INTEGRATION_STAMP)
+# The wheel as a user gets it: built from a copy of the sources (no stale build/ folder), installed
+# in a fresh venv outside the checkout, run from there (the catalog and examples are package data).
+wheel-check: $(STAMP)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && set -e && \
+	mkdir "$$tmp/src" && cp -R pyproject.toml README.md planner profiles "$$tmp/src/" && \
+	$(BIN)/pip wheel --quiet --no-deps -w "$$tmp/dist" "$$tmp/src" && \
+	$(BIN)/python -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/pip" install --quiet "$$tmp"/dist/planner-*.whl && \
+	cd "$$tmp" && \
+	./venv/bin/planner gpus > gpus.txt && ./venv/bin/planner plan > plan.txt && \
+	echo "wheel-check: $$(ls dist) installed outside the checkout; planner gpus and planner plan ran"
+
+test: wheel-check $(INTEGRATION_STAMP)
 	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
 
 integration: $(INTEGRATION_STAMP)

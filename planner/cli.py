@@ -22,7 +22,8 @@ from .io import json_text
 from .markup import esc
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
-from .plan import SCHEDULES, Plan, Training, load_plan_file, rank_ranges, structural_problems, uniform_plan
+from .plan import SCHEDULES, Plan, Training, load_plan_file, structural_problems, uniform_plan
+from .tables import gpu_labels, gpu_legend, stages_table
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -351,36 +352,19 @@ def plan_json(result) -> dict:
     return plan_to_json(result.plan, predicted, result.solver_json())
 
 
-def print_plan(result) -> None:
-    console = _stdout()
+def print_plan(result, console: Console | None = None) -> None:
+    console = console or _stdout()
     plan, est = result.plan, result.estimate
     t = plan.training
     cluster = plan.cluster
+    labels = gpu_labels(cluster)
     console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
                   + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
-    stages = Table(title="Stages")
-    for col in ("stage", "layers", "GPUs", "tp", "dp", "zero", "recompute", "ranks", "samples per replica",
-                "peak GiB / cap"):
-        stages.add_column(col, justify="left" if col in ("GPUs", "ranks", "recompute", "samples per replica") else "right")
-    for s in plan.stages:
-        by_gpu: dict[str, list] = {}
-        for r in s.replicas:
-            by_gpu.setdefault(cluster.group_of_rank(r.ranks[0]).gpu.name, []).append(r)
-        gpus = ", ".join(f"{len(rs) * s.tp}x {g}" for g, rs in by_gpu.items())
-        shares = ", ".join(f"{g}: " + "/".join(str(x) for x in sorted({r.batch_share for r in rs}, reverse=True))
-                           for g, rs in by_gpu.items())
-        ranks = sorted(x for r in s.replicas for x in r.ranks)
-        mem = " ".join(f"{max(est.memory_by_rank[r.ranks[0]].total_bytes for r in rs) / GIB:.1f}/"
-                       f"{cluster.group_of_rank(rs[0].ranks[0]).gpu.memory_bytes / GIB:.0f}"
-                       for g, rs in by_gpu.items())
-        first, end = s.layers
-        names = f"{plan.model.layers[first].name}..{plan.model.layers[end - 1].name}"
-        label = f"{s.index} (rank {s.pipeline_rank})" if t.virtual_stages > 1 else str(s.index)
-        stages.add_row(label, f"[{first}, {end}) {esc(names)}", esc(gpus), str(s.tp), str(s.dp), str(s.zero),
-                       s.recompute, rank_ranges(ranks), esc(shares), esc(mem))
-    console.print(stages)
+    console.print(stages_table(plan, est, labels, "Stages"))
+    if gpu_legend(labels):
+        console.print(gpu_legend(labels))
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
@@ -485,8 +469,8 @@ def describe_plan(plan: Plan) -> dict:
                        for s in plan.stages]}
 
 
-def print_estimate(plan: Plan, estimate) -> None:
-    console = _stdout()
+def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:
+    console = console or _stdout()
     t = plan.training
     console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
                   f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
@@ -505,7 +489,7 @@ def print_estimate(plan: Plan, estimate) -> None:
                   f"bubble {estimate.bubble_fraction:.1%}")
     mem = Table(title="Peak memory per GPU type")
     for col in ("GPU", "peak GiB", "capacity GiB", "use"):
-        mem.add_column(col, justify="left" if col == "GPU" else "right")
+        mem.add_column(col, justify="left" if col == "GPU" else "right", overflow="fold")
     capacity = {estimate.gpu_by_rank[r]: c for r, c in estimate.capacity_by_rank.items()}
     for gpu, peak in estimate.peak_memory_by_gpu().items():
         share = peak / capacity[gpu]

@@ -26,7 +26,19 @@ US = 1e-6
 TFLOPS = 1e12
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+
+def profiles_dir() -> Path:
+    """The data folder: `planner/profiles` in an installed wheel, else the checkout's `profiles/`.
+
+    The installed copy is looked for first: next to an installed package the folder above
+    (site-packages) is not ours. In a checkout (or an editable install) only `profiles/` exists.
+    """
+    package = Path(__file__).resolve().parent
+    installed = package / "profiles"
+    return installed if installed.is_dir() else package.parent / "profiles"
+
+
+PROFILES_DIR = profiles_dir()
 CATALOG_PATH = PROFILES_DIR / "hardware" / "gpus.yaml"
 CLUSTERS_DIR = PROFILES_DIR / "clusters"
 

@@ -55,6 +55,7 @@ from .dp import StageChoice, price, run_dp, trace
 from .errors import BadInput, NoFeasiblePlan
 from .evaluate import Estimate, evaluate
 from .hardware import GIB, Cluster
+from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_layer
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
@@ -221,6 +222,9 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
+    floor = unplaceable_layer(model, cluster, base, options)
+    if floor is not None:
+        raise _layer_too_big(floor, base)
     bundles = choose_bundles(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
     subproblems = list(_subproblems(model, cluster, base, bundles, options))
@@ -313,7 +317,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                              f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
                              "raise --time-limit")
     else:
-        raise _no_plan(shortfall)
+        raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
     assert estimate.fits, "solver built a plan that does not fit"
@@ -351,8 +355,42 @@ def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, o
                     yield b, v, ranks
 
 
-def _no_plan(shortfall: tuple[float, str] | None) -> NoFeasiblePlan:
+def _floor_text(floor: LayerFloor, base: Training) -> str:
+    """'the activations of one 1,048,576-token sample in the output head need 129.2 GiB on
+    A100-SXM4-80GB even at tp 8 with sequence parallelism, more than the 77.8 GiB left there'."""
+    sample = (f"one {base.seq_len:,}-token sample" if floor.micro_batch == 1
+              else f"one micro-batch ({floor.micro_batch} samples of {base.seq_len:,} tokens)")
+    sharding = f"tp {floor.tp}" + (" with sequence parallelism" if floor.tp > 1 else "")
+    if floor.layer == "decoder":
+        sharding += f", recompute {floor.recompute}"
+    return (f"the activations of {sample} in {LAYER_WORDS[floor.layer]} need {floor.activation_bytes / GIB:.1f} GiB "
+            f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
+
+
+def _layer_too_big(floor: LayerFloor, base: Training) -> NoFeasiblePlan:
+    """The real cause when one layer alone fits no GPU: one sample's activations at this length."""
+    smaller = " or allow --micro-batch 1" if floor.micro_batch > 1 else ""
+    return NoFeasiblePlan(
+        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); "
+        f"shorten --seq-len{smaller}",
+        shortfall_bytes=floor.over_bytes, device=floor.gpu)
+
+
+def _no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
+             base: Training) -> NoFeasiblePlan:
     if shortfall is None or shortfall[0] <= 0:
+        blocks = floors.get("decoder", [])
+        left_out = sorted((f for f in blocks if f.over_bytes > 0), key=lambda f: f.gpu)
+        if left_out and len(left_out) < len(blocks):
+            able = ", ".join(sorted(f.gpu for f in blocks if f.over_bytes <= 0))
+            worst = min(left_out, key=lambda f: f.over_bytes)
+            others = [f.gpu for f in left_out if f is not worst]
+            return NoFeasiblePlan(
+                f"no configuration in the search space fits: {_floor_text(worst, base)}"
+                + (f" ({', '.join(others)} cannot hold one either)" if others else "")
+                + f", and the {able} GPUs are too few for the model's layers with their micro-batches in "
+                "flight; shorten --seq-len or add GPUs with more memory",
+                shortfall_bytes=worst.over_bytes, device=worst.gpu)
         return NoFeasiblePlan("no configuration in the search space fits (the global batch may be "
                               "smaller than the replicas need, or the layers too few for the stages)")
     over, gpu = shortfall

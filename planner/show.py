@@ -42,7 +42,8 @@ from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2
 from .hardware import GIB
 from .markup import esc
 from .model import DTYPE_BYTES
-from .plan import Plan, Replica, Stage, load_plan_file, rank_ranges
+from .plan import Plan, Replica, Stage, load_plan_file
+from .tables import gpu_labels, gpu_legend, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -249,79 +250,43 @@ def memory_bar(mem: MemoryBreakdown, capacity: float, width: int = BAR_WIDTH) ->
     return text + f"[dim]{FREE_GLYPH * (width - filled)}[/]"
 
 
-def _by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[str, list[Replica]]:
-    groups: dict[str, list[Replica]] = {}
-    for r in replicas:
-        groups.setdefault(slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
-    return groups
-
-
-def _shares(replicas: list[Replica]) -> str:
-    """'16 × 4 samples': how many replicas take each batch share (samples per step)."""
-    counts: dict[int, int] = {}
-    for r in replicas:
-        counts[r.batch_share] = counts.get(r.batch_share, 0) + 1
-    return ", ".join(f"{n} × {share}" for share, n in sorted(counts.items(), reverse=True)) + " samples"
-
-
 def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Console) -> None:
     t = plan.training
     cluster = plan.cluster
+    labels = gpu_labels(cluster)
     console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
                   f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len} tokens, {t.dtype}, "
                   f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
                   + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else "")
                   + f", pp {plan.pp}")
-
-    stages = Table(title="Stages on devices", box=box.SIMPLE_HEAD, pad_edge=False)
-    stages.add_column("stage", justify="right")
-    stages.add_column("layers", no_wrap=True)
-    stages.add_column("GPUs, ranks,\nsamples per replica", no_wrap=True)
-    stages.add_column("tp/dp\nzero", justify="right")
-    stages.add_column("recomp.")
-    stages.add_column("ms per mb\nfwd+bwd", justify="right", no_wrap=True)
-    for s in plan.stages:
-        first, end = s.layers
-        names = plan.model.layers[first].name
-        if end - first > 1:
-            names += f"..{plan.model.layers[end - 1].name}"
-        timing = timings[s.pipeline_rank]
-        per_mb = f"{timing.fwd_s * 1e3:.1f}+{timing.bwd_s * 1e3:.1f}"
-        if len(timing.stages) > 1:
-            per_mb += "\n(all chunks)"
-        recompute = s.recompute + ("\n+seq-par" if s.sequence_parallel else "")
-        label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if len(plan.stages) != plan.pp else "")
-        for i, (gpu, replicas) in enumerate(_by_gpu(plan, s.replicas).items()):
-            ranks = sorted(x for r in replicas for x in r.ranks)
-            head = i == 0
-            stages.add_row(label if head else "", f"[{first}, {end})\n{esc(names)}" if head else "",
-                           f"{len(ranks)}× {esc(gpu)}\nranks {rank_ranges(ranks)}\n{_shares(replicas)}",
-                           f"{s.tp}/{s.dp}\n{s.zero}" if head else "", recompute if head else "",
-                           per_mb if head else "")
-    console.print(stages)
+    per_mb = {k: f"{timing.fwd_s * 1e3:.1f}+{timing.bwd_s * 1e3:.1f}" + ("\n(all chunks)" if len(timing.stages) > 1 else "")
+              for k, timing in enumerate(timings)}
+    console.print(stages_table(plan, est, labels, "Stages on devices", per_mb))
 
     memory = Table(title="Memory per device (the fullest rank of each GPU type on each pipeline rank)",
                    box=box.SIMPLE_HEAD, pad_edge=False)
-    memory.add_column("pp", justify="right", no_wrap=True, min_width=2)
-    memory.add_column("GPU", no_wrap=True)
-    memory.add_column("memory", no_wrap=True)
-    memory.add_column("GiB (use)", justify="right", no_wrap=True)
-    memory.add_column("W/G/O/A/R GiB", justify="right", no_wrap=True)
+    memory.add_column("pp", justify="right", min_width=2, overflow="fold")
+    memory.add_column("GPU", overflow="fold")
+    memory.add_column("memory", min_width=BAR_WIDTH + 1, overflow="fold")
+    memory.add_column("GiB (use)", justify="right", overflow="fold")
+    memory.add_column("W/G/O/A/R GiB", justify="right", overflow="fold")
     chunks: dict[int, Stage] = {}
     for s in plan.stages:
         chunks.setdefault(s.pipeline_rank, s)
     for k in range(plan.pp):
-        for i, (gpu, replicas) in enumerate(_by_gpu(plan, chunks[k].replicas).items()):
+        for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, chunks[k].replicas).items()):
             rank = max((x for r in replicas for x in r.ranks), key=lambda x: est.memory_by_rank[x].total_bytes)
             mem, cap = est.memory_by_rank[rank], est.capacity_by_rank[rank]
             use = mem.total_bytes / cap
             split = "/".join(f"{getattr(mem, attr) / GIB:.1f}" for attr, *_ in MEMORY_PARTS)
-            memory.add_row(str(k) if i == 0 else "", esc(gpu), memory_bar(mem, cap),
+            memory.add_row(str(k) if i == 0 else "", esc(labels[gpu]), memory_bar(mem, cap),
                            f"{mem.total_bytes / GIB:.1f}/{cap / GIB:.0f} "
                            f"([{'red' if use > 1 else 'green'}]{use:.0%}[/])", split)
     console.print(memory)
     console.print("  " + "  ".join(f"[{colour}]{glyph}[/] {label[0].upper()} {label}" for _, label, glyph, colour in MEMORY_PARTS)
                   + f"  [dim]{FREE_GLYPH}[/] free")
+    if gpu_legend(labels):
+        console.print("  " + gpu_legend(labels))
 
     times = Table(title="Step time", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, justify in (("part", "left"), ("seconds", "right"), ("share", "right"), ("", "left")):

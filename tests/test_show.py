@@ -82,7 +82,7 @@ def test_show_uniform_plan_prints_stages_memory_and_time(uniform_file):
     out = result.stdout
     assert "gpt2 on four" in out
     assert "Stages on devices" in out and "embed..block.5" in out and "block.6..head" in out
-    assert "2× A100-SXM4-80GB" in out and "2 × 8 samples" in out
+    assert "2× A100-80G" in out and "2 × 8 samples" in out and "A100-80G = A100-SXM4-80GB" in out
     assert "Memory per device" in out and "/80 (" in out and "·" in out
     for part in ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
         assert part in out
