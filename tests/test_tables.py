@@ -157,11 +157,16 @@ def test_colliding_short_names_stay_in_full():
 
 
 def test_names_from_files_print_literally():
-    spec = big_mix_spec(1, 1) | {"name": "lab[bold]x", "gpus": {
-        "evil[/]": {"memory_GiB": 32, "peak_tflops": {"fp16": 100, "fp32": 20}, "hbm_GBps": 900}}}
-    spec["node_groups"][1]["gpu"] = "evil[/]"
-    plan = uniform_plan(load_model("gpt2"), cluster_from_spec(spec), Training(16, 1024, "fp16", 1),
-                        tp=1, pp=2, dp=8)
+    # the name rule refuses such names at load (planner/names.py); the tables escape them
+    # anyway, so build the cluster past the loader
+    spec = big_mix_spec(1, 1) | {"gpus": {
+        "custom-v": {"memory_GiB": 32, "peak_tflops": {"fp16": 100, "fp32": 20}, "hbm_GBps": 900}}}
+    spec["node_groups"][1]["gpu"] = "custom-v"
+    cluster = cluster_from_spec(spec)
+    groups = tuple(dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, name="evil[/]")) if g.gpu.name == "custom-v"
+                   else g for g in cluster.groups)
+    cluster = dataclasses.replace(cluster, name="lab[bold]x", groups=groups)
+    plan = uniform_plan(load_model("gpt2"), cluster, Training(16, 1024, "fp16", 1), tp=1, pp=2, dp=8)
     result = result_of(plan)
     for draw in (lambda c: print_plan(result, c), lambda c: print_show(plan, result.estimate, rank_timings(plan), c),
                  lambda c: print_estimate(plan, result.estimate, c)):
