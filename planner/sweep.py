@@ -403,5 +403,6 @@ def add_commands(group: click.Group) -> None:
     group.add_command(sweep_command)
 
 
-__all__ = ["COLUMNS", "FORMATS", "STATUSES", "Combination", "SweepInterrupted", "add_commands", "combinations", "parse_shard",
-           "plan_file_name", "plan_file_names", "read_rows", "run_combination", "sweep", "sweep_command"]
+__all__ = ["COLUMNS", "FORMATS", "STATUSES", "Combination", "SweepInterrupted", "add_commands", "combinations",
+           "parse_shard", "plan_file_name", "plan_file_names", "read_rows", "run_combination", "sweep",
+           "sweep_command"]
