@@ -1,7 +1,7 @@
 """Command-line interface: the only module that prints or exits.
 
 Exit codes: 0 success; 1 no feasible plan (or the evaluated configuration does not fit);
-2 bad input or usage.
+2 bad input or usage; 130 interrupted (Ctrl-C; a sweep stopped by SIGTERM: 143).
 """
 
 from __future__ import annotations
@@ -17,15 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from . import ranges
+from .clock import DEFAULT_TIME_LIMIT_S
 from .errors import BadInput, NoFeasiblePlan
 from .io import json_text
 from .markup import esc
+from .outfile import check_output
 from .hardware import GIB, GB, TFLOPS, US, Cluster, load_catalog, load_cluster
 from .model import ATTENTION_KINDS, RECOMPUTE_MODES, Model, catalog_names, load_model
 from .plan import SCHEDULES, Plan, Training, load_plan_file, structural_problems, uniform_plan
 from .tables import gpu_labels, gpu_legend, stages_table
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
 def _stdout() -> Console:
@@ -36,16 +39,17 @@ def _err(message: str) -> None:
     click.echo(f"planner: {message}", err=True)
 
 
-def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None], written: str | None = None) -> None:
+def _emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None], written: str | None = None,
+          inputs: tuple = ()) -> None:
     """The JSON to `-o FILE` and/or stdout (`--json`); without --json the human view via
-    `show`, then, when `written` names the thing, where the file went."""
+    `show`, then, when `written` names the thing, where the file went. The file is written
+    by planner.outfile (atomically; never onto a link or onto one of the `inputs`)."""
+    from .outfile import write_output
+
     if as_json or output:
         text = json_text(data)
         if output:
-            try:
-                Path(output).write_text(text + "\n")
-            except OSError as exc:
-                raise BadInput(f"cannot write: {exc.strerror}", output) from None
+            write_output(output, text + "\n", inputs=inputs)
         if as_json:
             click.echo(text)
     if not as_json:
@@ -70,6 +74,9 @@ class PlannerGroup(click.Group):
             hint = f" (see `{ctx.command_path} --help`)" if ctx else ""
             _err(f"{exc.format_message()}{hint}")
             sys.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:  # Ctrl-C: 130, not click's "Aborted!" and 1 (no feasible plan)
+            _err("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
         except RecursionError:
@@ -161,6 +168,14 @@ def models(as_json: bool) -> None:
 
 
 # --- shared inputs ---------------------------------------------------------------------------
+
+
+def _input_files(*names: str | tuple[str, ...] | None) -> list[str]:
+    """A command's input names (files or catalog names) that an output must not overwrite;
+    `--profile GPU=FILE` specs count as FILE."""
+    from .outfile import input_paths
+
+    return [n.partition("=")[2] if "=" in n and not os.path.exists(n) else n for n in input_paths(*names)]
 
 
 def resolve_dtype(cluster: Cluster, dtype: str | None) -> str:
@@ -259,9 +274,6 @@ def _require(value: Any, flag: str) -> Any:
 # --- plan ------------------------------------------------------------------------------------
 
 DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
-# `plan` always returns: after 5 minutes with the best plan found so far (the exact search of
-# the built-in examples takes 1-15 s here; an 8-node three-type cluster about a minute)
-DEFAULT_TIME_LIMIT_S = 300.0
 
 
 @main.command("plan")
@@ -297,6 +309,9 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     from .search import SolverOptions, solve
     from .shares import IlpOptions
 
+    inputs = _input_files(model_name, cluster_name, profiles, calibrations)
+    if output:
+        check_output(output, inputs)  # before the search, which can take minutes
     model = load_model(model_name or DEFAULT_PLAN["model"])
     cluster = load_cluster(cluster_name or DEFAULT_PLAN["cluster"])
     global_batch = _require(DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch, "--global-batch")
@@ -324,7 +339,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never print a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
-    _emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan")
+    _emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan", inputs)
 
 
 @contextmanager
@@ -422,7 +437,8 @@ def evaluate(model_name, cluster_name, global_batch, seq_len, dtype, attention, 
     estimate = price(plan, {"*": DEFAULT_PARAMS, **per_gpu})
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
-    _emit(report, output, as_json, lambda: print_estimate(plan, estimate))
+    _emit(report, output, as_json, lambda: print_estimate(plan, estimate), None,
+          _input_files(model_name, cluster_name, profiles, calibrations, plan_file))
     if not estimate.fits:
         worst = max(estimate.overflows, key=lambda o: o.over_bytes)
         _err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "
@@ -541,13 +557,15 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
         dtype = "fp32" if device == "cpu" else "bf16"
     if output and not Path(output).resolve().parent.is_dir():
         raise BadInput("cannot write: the folder does not exist", output)
+    if output:
+        check_output(output, _input_files(model_name))
     options = ProfileOptions(device=device, seq_len=seq_len, micro_batches=micro_batches, tps=tps,
                              dtype=dtype, warmup=warmup, repeats=repeats)
     check_inputs(model, options)
     err_console = Console(stderr=True)
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         data = profile_model(model, options, progress)
-    _emit(data, output, as_json, lambda: print_profile(data), "profile")
+    _emit(data, output, as_json, lambda: print_profile(data), "profile", _input_files(model_name))
 
 
 def print_profile(data: dict) -> None:
@@ -594,7 +612,10 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     from .calibrate import fit
     from .io import parse_structured, read_text
     from .measured import measured_from_profile
+    from .outfile import write_output
 
+    inputs = _input_files(profile_file, model_name)
+    check_output(output, inputs)
     data = parse_structured(read_text(profile_file, "profile file"), profile_file)
     catalog = {name.lower(): gpu for name, gpu in load_catalog().items()}
     gpu = catalog.get(gpu_name.lower())
@@ -605,10 +626,7 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     dtype = measured.dtype if measured.dtype in ("fp32", "fp16", "bf16") else "bf16"
     result = fit(model, gpu, measured, dtype, attention)
     report = result.to_json(profile_file)
-    try:
-        Path(output).write_text(yaml.safe_dump(report, sort_keys=False))
-    except OSError as exc:
-        raise BadInput(f"cannot write: {exc.strerror}", output) from None
+    write_output(output, yaml.safe_dump(report, sort_keys=False), inputs=inputs)
     if as_json:
         click.echo(json_text(report))
     else:

@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 
+# the CLI's default limit, so that `plan` and every sweep row always return: after 5 minutes
+# with the best plan found so far (the exact search of the built-in examples takes 1-15 s here;
+# an 8-node three-type cluster about a minute)
+DEFAULT_TIME_LIMIT_S = 300.0
+
+
 class SearchTimeout(Exception):
     """Raised inside the search when the time limit is up; `solve` catches it and returns the
     best plan found so far (never seen outside planner.search)."""

@@ -13,14 +13,23 @@ machines), and the plans of --plans-dir come back to be written here. The nodes 
 installed, at the same version.
 
 Ray is optional (`pip install 'planner[ray]'`) and imported only when `--executor ray` runs.
+
+Local workers never outlive the sweep: they ignore SIGINT (the sweep's process handles Ctrl-C
+and kills them), and die with their parent even when it is killed with SIGKILL (Linux:
+prctl(PR_SET_PDEATHSIG); elsewhere a thread polls the parent's pid once a second).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
+import signal
 import socket
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from functools import partial
@@ -61,6 +70,65 @@ def failed_row(combo: Combination, exc: BaseException) -> dict:
 # --- local --------------------------------------------------------------------------------------
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch_parent(parent: int, sweep_pid: int) -> None:
+    while os.getppid() == parent and _pid_alive(sweep_pid):
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def die_with_parent(sweep_pid: int) -> str:
+    """Make this process die when its parent does; returns how ("prctl" or "poll")."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if not _pid_alive(sweep_pid):  # the parent died before prctl
+                    os._exit(1)
+                return "prctl"
+        except (OSError, AttributeError):
+            pass
+    threading.Thread(target=_watch_parent, args=(os.getppid(), sweep_pid), daemon=True,
+                     name="planner-watch-parent").start()
+    return "poll"
+
+
+def _worker_init(sweep_pid: int) -> None:
+    """Every local worker: Ctrl-C is the sweep's to handle; SIGTERM kills (a forked worker
+    inherits the sweep's SIGTERM handler); death with the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(sweep_pid)
+
+
+def _kill_workers(pool: ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
+    """Kill the pool's processes now (a search can run for minutes) and reap them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        try:
+            process.join(max(0.0, deadline - time.monotonic()))
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
 def _run_indexed(combo: Combination, time_limit: float | None, plans_dir: str | None) -> tuple[int, dict]:
     return combo.index, run_combination(combo, time_limit, plans_dir)
 
@@ -73,7 +141,8 @@ def run_local(jobs: int, todo: list[Combination], time_limit: float | None, plan
             on_row(combo.index, run_combination(combo, time_limit, plans_dir))
         return
     by_future: dict[Future, Combination] = {}
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=_worker_init,
+                               initargs=(os.getpid(),))
     try:
         for combo in todo:
             by_future[pool.submit(_run_indexed, combo, time_limit, plans_dir)] = combo
@@ -87,6 +156,9 @@ def run_local(jobs: int, todo: list[Combination], time_limit: float | None, plan
                 except Exception as exc:  # noqa: BLE001 - a worker died (e.g. killed for memory)
                     index, row = combo.index, failed_row(combo, exc)
                 on_row(index, row)
+    except BaseException:  # Ctrl-C, SIGTERM, a failing on_row: no worker outlives the sweep
+        _kill_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -75,6 +74,7 @@ import tomli_w
 
 from .errors import BadInput
 from .io import json_text
+from .outfile import check_output, write_output
 from .plan import Plan, load_plan_file
 from .titan_flavors import titan_llama3_flavor
 
@@ -559,12 +559,11 @@ def add_commands(group: click.Group) -> None:
             click.echo(f"planner: warning: {target}: {message}", err=True)
 
         try:
+            if output:
+                check_output(output, [plan_file])  # `export p.json -o p.json` would lose the plan
             text = export_plan(load_plan_file(plan_file), target, warn)
             if output:
-                try:
-                    Path(output).write_text(text)
-                except OSError as exc:
-                    raise BadInput(f"cannot write: {exc.strerror}", output) from None
+                write_output(output, text, inputs=[plan_file])
             else:
                 click.echo(text, nl=False)
         except BadInput as exc:  # also when registered on a plain click.Group

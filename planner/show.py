@@ -24,6 +24,7 @@ predicted step time, which includes them.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2
 from .hardware import GIB
 from .markup import esc
 from .model import DTYPE_BYTES
+from .outfile import check_output, write_output
 from .plan import Plan, Replica, Stage, load_plan_file
 from .tables import gpu_labels, gpu_legend, replicas_by_gpu, stages_table
 
@@ -319,8 +321,9 @@ def require_matplotlib() -> Any:
 
 
 def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], path: str,
-                       max_microbatches: int = MAX_DRAWN_MICROBATCHES) -> int:
-    """Draw one step's pipeline timeline to `path` as SVG; returns the number of boxes drawn."""
+                       max_microbatches: int = MAX_DRAWN_MICROBATCHES, inputs: tuple[str, ...] = ()) -> int:
+    """Draw one step's pipeline timeline to `path` as SVG (planner.outfile.write_output: never
+    onto a link or one of `inputs`); returns the number of boxes drawn."""
     require_matplotlib()
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -377,10 +380,9 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
                              label="predicted step (with gradient reduction and optimizer)"))
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
-    try:
-        fig.savefig(path, format="svg", metadata={"Date": None})
-    except OSError as exc:
-        raise BadInput(f"cannot write: {exc.strerror}", path) from None
+    svg = io.BytesIO()
+    fig.savefig(svg, format="svg", metadata={"Date": None})
+    write_output(path, svg.getvalue(), inputs=inputs)
     return len(drawn)
 
 
@@ -413,11 +415,12 @@ def add_commands(group: click.Group) -> None:
                 require_matplotlib()
                 if not Path(svg_file).resolve().parent.is_dir():
                     raise BadInput("cannot write: the folder does not exist", svg_file)
+                check_output(svg_file, [plan_file])
             est = evaluate(plan)
             timings = rank_timings(plan)
             print_show(plan, est, timings, _console())
             if svg_file is not None:
-                write_timeline_svg(plan, est, timings, svg_file)
+                write_timeline_svg(plan, est, timings, svg_file, inputs=(plan_file,))
                 click.echo(f"timeline written to {svg_file}")
         except BadInput as exc:
             click.echo(f"planner: {exc}", err=True)

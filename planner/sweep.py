@@ -1,10 +1,14 @@
 """`planner sweep`: plan every combination of models, clusters, global batches and sequence
 lengths, in parallel, and write one row per combination (formats.md, section 4).
 
-Rows are appended to the output file as they finish (flushed, one complete line each), so
-an interrupted sweep leaves every finished row on disk for `--resume`. When the sweep ends
-the file is rewritten (atomically) with the rows sorted by combination index, so the final
-file does not depend on `--jobs` or on the order in which workers finished.
+Rows are appended to the output file as they finish (flushed, one complete line each; fsynced
+at least once a second), so an interrupted sweep leaves every finished row on disk for
+`--resume`. The output is never truncated in place: the file a sweep starts from (the header,
+and with --resume the rows kept) and the final file, sorted by combination index so that it
+does not depend on `--jobs` or on the order in which workers finished, are each written to a
+temporary file that replaces the output (planner.outfile). A sweep holds an exclusive lock
+(`<output>.lock`) while it runs; a second sweep on the same output is refused. Ctrl-C or
+SIGTERM stop the workers, keep every row written and raise SweepInterrupted.
 
 Combination index: the cartesian product of the options, models outermost, then clusters,
 global batches and sequence lengths, each in the order given (repeated values are dropped).
@@ -16,29 +20,29 @@ processes or `ray` tasks); every executor plans each row with plan_combination.
 
 from __future__ import annotations
 
-import csv
+import hashlib
 import itertools
 import json
 import os
 import re
-import shutil
-import tempfile
+import signal
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import click
 
+from .clock import DEFAULT_TIME_LIMIT_S
 from .errors import BadInput, NoFeasiblePlan
 from .io import json_text
 from .ranges import RANGES, check
+from .outfile import check_output, exclusive_lock, input_paths, write_output
+from .sweep_output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, rows_on_disk, sigterm_interrupts, \
+    write_all, output_format, read_rows, start_output
 
-COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s", "tokens_per_s",
-           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds")
-STATUSES = ("ok", "infeasible", "error")
-FORMATS = (".csv", ".jsonl")
 EXECUTORS = ("local", "ray")  # planner.executors
 
 
@@ -49,6 +53,7 @@ class Combination:
     cluster: str
     global_batch: int
     seq_len: int
+    plan_name: str = ""  # its --plans-dir file name, when plan_file_names set it
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -89,12 +94,39 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 
 def plan_file_name(combo: Combination) -> str:
-    """<model>__<cluster>__<global_batch>__<seq_len>.json, with path separators and other
-    unsafe characters of the names (which may be file paths) replaced by '_'."""
+    """The name plan_file_names gave the combination, else the plain one:
+    <model>__<cluster>__<global_batch>__<seq_len>.json, with path separators and other unsafe
+    characters of the names (which may be file paths) replaced by '_'."""
+    if combo.plan_name:
+        return combo.plan_name
     def safe(name: str) -> str:
         return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip(".") or "_"
 
     return f"{safe(combo.model)}__{safe(combo.cluster)}__{combo.global_batch}__{combo.seq_len}.json"
+
+
+def _identity(name: str) -> str:
+    """What a model or cluster name denotes: the resolved path of a file, else the name."""
+    return os.path.realpath(name) if os.path.exists(name) else name
+
+
+def plan_file_names(combos: list[Combination]) -> list[Combination]:
+    """The combinations with unique plan file names: the plain name, and where distinct inputs
+    share one (`../cfg.json` and `./cfg.json` are both `_cfg.json`), a `-<10 hex>` hash of the
+    resolved inputs before `.json` on each of them. Deterministic for the same inputs."""
+    plain = {c.index: plan_file_name(c) for c in combos}
+    owners: dict[str, set[tuple]] = {}
+    for c in combos:
+        owners.setdefault(plain[c.index], set()).add(
+            (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len))
+    named = []
+    for c in combos:
+        name = plain[c.index]
+        if len(owners[name]) > 1:
+            ident = "\0".join(map(str, (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len)))
+            name = f"{name[:-len('.json')]}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}.json"
+        named.append(replace(c, plan_name=name))
+    return named
 
 
 # --- one combination (runs in a worker process) -----------------------------------------------
@@ -160,14 +192,15 @@ def plan_combination(combo: Combination, time_limit: float | None, want_plan: bo
 
 
 def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str | None) -> dict:
-    """Write `plan` to plans_dir (if both are given); the row, or an error row if that fails."""
+    """Write `plan` to plans_dir (if both are given); the row, or an error row if that fails.
+    Written like every output (planner.outfile): a symbolic link there is refused, not followed."""
     if plan is None or plans_dir is None:
         return row
-    path = Path(plans_dir) / plan_file_name(combo)
+    path = str(Path(plans_dir) / plan_file_name(combo))
     try:
-        path.write_text(json_text(plan) + "\n")
-    except OSError as exc:
-        return _empty_row(combo, "error", f"{path}: cannot write plan: {exc.strerror}")
+        write_output(path, json_text(plan) + "\n", inputs=(combo.model, combo.cluster))
+    except BadInput as exc:
+        return _empty_row(combo, "error", f"plan not written: {exc}")
     return row
 
 
@@ -175,85 +208,6 @@ def run_combination(combo: Combination, time_limit: float | None, plans_dir: str
     """Plan one combination and save its plan into plans_dir; never raises."""
     row, plan = plan_combination(combo, time_limit, plans_dir is not None)
     return save_plan(combo, row, plan, plans_dir)
-
-
-# --- output files -------------------------------------------------------------------------------
-
-
-def output_format(path: str) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise BadInput(f"output must end in .csv or .jsonl, got {suffix or 'no extension'!r}", "-o")
-    return suffix
-
-
-def _csv_value(value: Any) -> Any:
-    return "" if value is None else value
-
-
-class RowWriter:
-    """Appends rows to an open file, one complete, flushed line per row."""
-
-    def __init__(self, handle, fmt: str):
-        self.handle = handle
-        self.fmt = fmt
-        self.csv = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n") \
-            if fmt == ".csv" else None
-
-    def header(self) -> None:
-        if self.csv is not None:
-            self.csv.writeheader()
-
-    def write(self, row: dict) -> None:
-        if self.csv is not None:
-            self.csv.writerow({c: _csv_value(row.get(c)) for c in COLUMNS})
-        else:
-            self.handle.write(json_text({c: row.get(c) for c in COLUMNS}, indent=None) + "\n")
-        self.handle.flush()
-
-
-def read_rows(path: str, fmt: str) -> list[dict]:
-    """The complete rows of an existing output file (for --resume); a torn or malformed line
-    (an interrupted write) and a row without a valid status are dropped, so they rerun."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise BadInput(f"cannot read: {exc.strerror}", path) from None
-    rows: list[dict] = []
-    if fmt == ".csv":
-        for row in csv.DictReader(text.splitlines()):
-            if None in row or any(v is None for v in row.values()):
-                continue  # too many or too few fields
-            rows.append(row)
-    else:
-        for line in text.splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return [r for r in rows if r.get("status") in STATUSES and all(k in r for k in COLUMNS[:4])]
-
-
-def _write_all(path: str, fmt: str, rows: list[dict]) -> None:
-    """Replace `path` with exactly these rows (atomically: a temporary file, then rename)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            writer = RowWriter(handle, fmt)
-            writer.header()
-            for row in rows:
-                writer.write(row)
-        if target.exists():
-            shutil.copymode(target, tmp)  # mkstemp made it 0600
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --- the sweep --------------------------------------------------------------------------------
@@ -267,16 +221,20 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
 
     `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
     tasks at a time; None: the cluster's CPUs), see planner.executors.
-    `progress(done, total)` is called once before the first row and after every row."""
-    from .executors import start_executor
-
+    `progress(done, total)` is called once before the first row and after every row.
+    Ctrl-C or SIGTERM: the workers stop, every row written stays, SweepInterrupted is raised.
+    A second sweep on the same output while one runs is BadInput (see exclusive_lock)."""
     fmt = output_format(output)
     if time_limit is not None:
         check(time_limit, "time_limit_s", "--time-limit")
+    models, clusters = list(models), list(clusters)
     combos = combinations(models, clusters, batches, seq_lens)
+    if plans_dir is not None:
+        combos = plan_file_names(combos)  # over every combination, so shards agree
     if shard is not None:
         i, n = shard
         combos = [c for c in combos if c.index % n == i]
+    check_output(output, input_paths(models, clusters))
     if plans_dir is not None:
         try:
             Path(plans_dir).mkdir(parents=True, exist_ok=True)
@@ -284,6 +242,20 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
             raise BadInput(f"cannot create: {exc.strerror}", plans_dir) from None
         if not Path(plans_dir).is_dir():
             raise BadInput("is not a directory", plans_dir)
+
+    with exclusive_lock(output, "another planner sweep"), sigterm_interrupts():
+        try:
+            return _sweep_locked(combos, output, fmt, jobs=jobs, plans_dir=plans_dir, resume=resume,
+                                 time_limit=time_limit, progress=progress, executor=executor)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (_Terminated)
+            raise SweepInterrupted(rows_on_disk(output, fmt), getattr(exc, "signum", signal.SIGINT)) from None
+
+
+def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int | None, plans_dir: str | None,
+                  resume: bool, time_limit: float | None, progress: Callable[[int, int], Any] | None,
+                  executor: str) -> dict[str, int]:
+    """The sweep, with the output locked."""
+    from .executors import start_executor
 
     kept = read_rows(output, fmt) if resume else []
     kept_keys = {row_key(r) for r in kept}
@@ -293,27 +265,24 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
     done_count = total - len(todo)
 
     with start_executor(executor, jobs, todo) as execute:  # fails (e.g. no Ray) before touching output
-        try:
-            handle = open(output, "w", newline="")
-        except OSError as exc:
-            raise BadInput(f"cannot write: {exc.strerror}", output) from None
-        with handle:
-            writer = RowWriter(handle, fmt)
-            writer.header()
-            for row in kept:  # the kept rows first, so an interruption never loses them
-                writer.write(row)
+        writer = start_output(output, fmt, kept)  # the kept rows first, so an interruption never loses them
+        with writer.handle:
             if progress:
                 progress(done_count, total)
 
             def on_row(index: int, row: dict) -> None:
                 nonlocal done_count
-                new_rows[index] = row
                 writer.write(row)
+                writer.sync()
+                new_rows[index] = row
                 done_count += 1
                 if progress:
                     progress(done_count, total)
 
-            execute(todo, time_limit, plans_dir, on_row)
+            try:
+                execute(todo, time_limit, plans_dir, on_row)
+            finally:
+                writer.sync(force=True)
 
     # Deterministic final file: rows of this sweep's combinations by index; kept rows of
     # other combinations (e.g. an earlier sweep over other values) after them, as they were.
@@ -324,7 +293,7 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
         if row is not None:
             final.append(row)
     final.extend(r for r in kept if row_key(r) in by_key)
-    _write_all(output, fmt, final)
+    write_all(output, fmt, final)
     counts = {s: 0 for s in STATUSES}
     for row in final:
         counts[row["status"]] += 1
@@ -359,13 +328,14 @@ def _shard_option(ctx, param, value):
               help="local: processes on this machine; ray: Ray tasks on the cluster RAY_ADDRESS names, "
                    "else on a local Ray started for the run (needs the ray extra).")
 @click.option("--plans-dir", type=str, default=None, metavar="DIR",
-              help="Also write each feasible plan as DIR/<model>__<cluster>__<global_batch>__<seq_len>.json.")
+              help="Also write each feasible plan as DIR/<model>__<cluster>__<global_batch>__<seq_len>.json "
+                   "(-<hash>.json where distinct inputs would share a name).")
 @click.option("--resume", is_flag=True,
               help="Keep the rows already in the output file and plan only the missing combinations.")
 @click.option("--shard", type=str, default=None, metavar="i/n", callback=_shard_option,
               help="Plan only the combinations whose index % n == i (0 <= i < n).")
-@click.option("--time-limit", type=float, default=None, metavar="S",
-              help="Stop each search after S seconds and report the gap.")
+@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, metavar="S",
+              help="Stop each search after S seconds with its best plan so far and the gap.")
 @click.option("-o", "--output", type=str, required=True, metavar="FILE",
               help="Results file: .csv or .jsonl (one JSON object per line).")
 def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir, resume, shard, time_limit,
@@ -378,7 +348,10 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir
     step_time_s, tokens_per_s, mfu, pp, tp, dp, num_gpus_used, solver_seconds. One bad
     combination never stops the others. Rows are appended as they finish; at the end the
     file is rewritten sorted by combination index, so it does not depend on --jobs or
-    --executor.
+    --executor. The file is never truncated in place (a temporary file replaces it), a
+    symbolic link as -o or in --plans-dir is refused, and a second sweep on the same -o
+    while one runs exits 2. Ctrl-C stops the workers, keeps every row written and exits
+    130 (SIGTERM: 143); --resume continues.
 
     \b
     Examples:
@@ -414,9 +387,14 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir
     def progress(done: int, total: int) -> None:
         bar.update(task, completed=done, total=total)
 
-    with bar:
-        counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
-                       resume=resume, shard=shard, time_limit=time_limit, progress=progress, executor=executor)
+    try:
+        with bar:
+            counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
+                           resume=resume, shard=shard, time_limit=time_limit, progress=progress,
+                           executor=executor)
+    except SweepInterrupted as exc:
+        click.echo(f"planner: {exc}", err=True)
+        sys.exit(exc.exit_code)
     kept = f", {counts['kept']} kept from {output}" if resume else ""
     click.echo(f"planner sweep: {counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} error "
                f"({counts['rows']} rows in {output}{kept})", err=True)
@@ -427,5 +405,6 @@ def add_commands(group: click.Group) -> None:
     group.add_command(sweep_command)
 
 
-__all__ = ["COLUMNS", "Combination", "add_commands", "combinations", "parse_shard", "plan_file_name",
-           "read_rows", "run_combination", "sweep", "sweep_command"]
+__all__ = ["COLUMNS", "FORMATS", "STATUSES", "Combination", "SweepInterrupted", "add_commands", "combinations",
+           "parse_shard", "plan_file_name", "plan_file_names", "read_rows", "run_combination", "sweep",
+           "sweep_command"]
