@@ -43,7 +43,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
     `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
-    items = problem.units + 2
+    items = problem.num_blocks + 2
     zeros = tuple(0 for _ in problem.bundle_nodes)
     if ranks is None:
         firsts = [-1]
@@ -254,7 +254,7 @@ class StageChoice:
 def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: list[Move],
           bound: float, ranks: int | None = None) -> list[StageChoice]:
     """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
-    items = problem.units + 2
+    items = problem.num_blocks + 2
     out = []
     ell = items
     while key[1] > 0:

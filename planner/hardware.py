@@ -1,4 +1,4 @@
-"""Cluster description -> typed `Cluster` (GPU catalog, node groups, devices, link graph).
+"""Cluster description -> typed `Cluster` (GPU catalog, node groups, devices, topology).
 
 All quantities are SI inside: bytes, bytes/s (one direction), seconds, FLOP/s. Files use
 the units in their key names (GiB, GBps, us, tflops) and are converted here, once.
@@ -10,15 +10,16 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .errors import BadInput
 from . import ranges
 from .io import get_str, load_mapping
 from .names import check_name
 from .ranges import MAX_CLUSTER_GPUS
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 GIB = 2**30
 GB = 1e9
@@ -114,7 +115,7 @@ class Device:
 class Cluster:
     name: str
     groups: tuple[NodeGroup, ...]
-    links: tuple[tuple[str, str, Link], ...]  # explicit inter-group links, names sorted
+    topology: Topology  # the network between the groups, every pair's link resolved
     spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
 
     @property
@@ -150,21 +151,12 @@ class Cluster:
         for rank in range(self.num_gpus):
             yield self.device(rank)
 
-    def node_key(self, rank: int) -> tuple[str, int]:
-        d = self.device(rank)
-        return (d.group, d.node)
-
     def group_link(self, name_a: str, name_b: str) -> Link:
-        """Link between two groups: explicit `links` entry, else the smaller inter_node."""
+        """Link between nodes of two groups: the group's own inter_node, else the widest path
+        between them in the cluster's topology (planner.topology), resolved at load."""
         if name_a == name_b:
             return self.group(name_a).inter_node
-        a, b = sorted((name_a, name_b))
-        for x, y, link in self.links:
-            if (x, y) == (a, b):
-                return link
-        la, lb = self.group(a).inter_node, self.group(b).inter_node
-        return Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
-                    max(la.latency_s, lb.latency_s), "default (slower inter_node)")
+        return self.topology.route(name_a, name_b)
 
     def link(self, rank_a: int, rank_b: int) -> Link:
         """Same node -> intra_node; same group -> inter_node; else the group link."""
@@ -174,19 +166,6 @@ class Cluster:
             return g.intra_node if da.node == db.node else g.inter_node
         return self.group_link(da.group, db.group)
 
-    @cached_property
-    def graph(self) -> nx.Graph:
-        """Node groups as vertices, links between them as edges (bandwidth, latency)."""
-        graph = nx.Graph()
-        for g in self.groups:
-            graph.add_node(g.name, gpu=g.gpu.name, nodes=g.nodes, gpus_per_node=g.gpus_per_node)
-        for i, ga in enumerate(self.groups):
-            for gb in self.groups[i + 1:]:
-                link = self.group_link(ga.name, gb.name)
-                graph.add_edge(ga.name, gb.name, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
-                               latency_s=link.latency_s)
-        return graph
-
     def common_dtype(self) -> str:
         """bf16 where every GPU supports it, else fp16 (formats.md section 4)."""
         return "bf16" if all(g.supports("bf16") for g in self.gpu_types) else "fp16"
@@ -195,7 +174,7 @@ class Cluster:
 # --- loading -------------------------------------------------------------------------------
 
 
-def _link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
+def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
     if data is None:
         data = default
     if not isinstance(data, dict):
@@ -226,8 +205,8 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
         memory_bytes=memory * GIB,
         peak_flops=tuple(sorted(peak_flops.items())),
         hbm_bandwidth_bytes_per_s=hbm * GB,
-        intra_node=_link(entry.get("intra_node"), where, f"{prefix}.intra_node", DEFAULT_INTRA),
-        inter_node=_link(entry.get("inter_node"), where, f"{prefix}.inter_node", DEFAULT_INTER),
+        intra_node=read_link(entry.get("intra_node"), where, f"{prefix}.intra_node", DEFAULT_INTRA),
+        inter_node=read_link(entry.get("inter_node"), where, f"{prefix}.inter_node", DEFAULT_INTER),
         vendor=str(entry.get("vendor", "")),
         source=str(entry.get("source", "")),
     )
@@ -315,33 +294,16 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
                          "latency_us": gpu.inter_node.latency_s / US, "kind": gpu.inter_node.kind}
         groups.append(NodeGroup(
             name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
-            intra_node=_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
-            inter_node=_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
+            intra_node=read_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
+            inter_node=read_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
             first_rank=first_rank))
         first_rank += nodes * per_node
 
-    links_raw = spec.get("links") or []
-    if not isinstance(links_raw, list):
-        raise BadInput("must be a list", where, "links")
-    links: dict[tuple[str, str], Link] = {}
-    for i, entry in enumerate(links_raw):
-        prefix = f"links[{i}]"
-        if not isinstance(entry, dict):
-            raise BadInput("must be a mapping", where, prefix)
-        between = entry.get("between")
-        if (not isinstance(between, list) or len(between) != 2
-                or not all(isinstance(x, str) for x in between)):
-            raise BadInput("must be a list of two node group names", where, f"{prefix}.between")
-        for x in between:
-            if x not in names:
-                raise BadInput(f"unknown node group {x!r}", where, f"{prefix}.between")
-        if between[0] == between[1]:
-            raise BadInput("a link joins two different groups", where, f"{prefix}.between")
-        a, b = sorted(between)
-        links[(a, b)] = _link(entry, where, prefix, {"latency_us": 0.0})
+    from .topology import topology_from_spec  # it imports this module
+
+    topology = topology_from_spec(spec, groups, where)
     if spec.get("name"):
         cluster_name = check_name(spec["name"], where, "name")
     else:
         cluster_name = check_name(Path(where).stem, where, "(the name taken from the file name)")
-    return Cluster(cluster_name, tuple(groups),
-                   tuple((a, b, links[(a, b)]) for a, b in sorted(links)), spec=dict(spec))
+    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec))

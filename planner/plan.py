@@ -360,15 +360,12 @@ def load_plan_file(path: str, *, memory: bool = True) -> Plan:
     first problem. The one way a command reads a plan. `memory=False` is for `evaluate`, which
     reports an overflow itself (exit 1, with its JSON)."""
     from .io import parse_structured, read_text
-    from .plan_checks import SchemaUnavailable, check_plan_data  # they import this module
+    from .plan_checks import check_plan_data  # it imports this module
 
     data = parse_structured(read_text(path, "plan file"), path)
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise BadInput(f"not a plan file (format must be {PLAN_FORMAT!r})", path, "format")
-    try:
-        plan, problems = check_plan_data(data, path, memory=memory)
-    except SchemaUnavailable:  # `planner validate` warns about this; the own checks still run
-        plan, problems = check_plan_data(data, path, schema=False, memory=memory)
+    plan, problems = check_plan_data(data, path, memory=memory)
     if problems:
         where, message = problems[0]
         more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""

@@ -32,10 +32,6 @@ SCHEMAS = {"plan": "plan.schema.json", "profile": "profile.schema.json"}
 Problem = tuple[str, str]
 
 
-class SchemaUnavailable(Exception):
-    """jsonschema is not installed: only the planner's own checks can run."""
-
-
 # --- schemas -----------------------------------------------------------------------------------
 
 
@@ -46,10 +42,8 @@ def load_schema(kind: str) -> dict:
 
 
 def _validator(kind: str) -> Any:
-    try:
-        from jsonschema import Draft202012Validator
-    except ImportError:
-        raise SchemaUnavailable("jsonschema is not installed") from None
+    from jsonschema import Draft202012Validator  # a core dependency, imported when first needed
+
     return Draft202012Validator(load_schema(kind))
 
 
@@ -69,7 +63,7 @@ def _path_key(parts: Iterable[Any]) -> tuple:
 
 
 def schema_problems(data: Any, kind: str) -> list[Problem]:
-    """Every JSON-Schema violation, sorted by path. Raises SchemaUnavailable without jsonschema."""
+    """Every JSON-Schema violation, sorted by path."""
     validator = _validator(kind)
     found = []
     for error in validator.iter_errors(data):
@@ -171,20 +165,17 @@ def memory_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
     return problems
 
 
-def check_plan_data(data: Any, where: str = "plan", *, schema: bool = True,
+def check_plan_data(data: Any, where: str = "plan", *,
                     memory: bool = True) -> tuple[Plan | None, list[Problem]]:
     """The plan a parsed plan file describes and every problem of it, as (json_path, message)
     pairs: `planner validate`'s checks, and the loader's. The plan is None when it cannot be
     read; with problems, it is not safe to use.
 
-    `schema=False` skips the JSON Schema pass; without jsonschema installed it raises
-    SchemaUnavailable (call again with schema=False to run the planner's own checks).
     `memory=False` skips the re-pricing pass (for `evaluate`, whose job it is).
     """
-    if schema:
-        problems = schema_problems(data, "plan")
-        if problems:
-            return None, problems
+    problems = schema_problems(data, "plan")
+    if problems:
+        return None, problems
     try:
         plan = plan_from_json(data, where)
     except BadInput as exc:
@@ -195,6 +186,6 @@ def check_plan_data(data: Any, where: str = "plan", *, schema: bool = True,
     return plan, memory_problems(data, plan)
 
 
-def validate_plan_data(data: Any, where: str = "plan", *, schema: bool = True) -> list[Problem]:
+def validate_plan_data(data: Any, where: str = "plan") -> list[Problem]:
     """Every problem of a parsed plan file, as (json_path, message) pairs; [] when valid."""
-    return check_plan_data(data, where, schema=schema)[1]
+    return check_plan_data(data, where)[1]

@@ -30,7 +30,7 @@ best plan seen optimal. Decoder blocks are identical, so stage costs depend on t
 count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
 the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
 depend on rank 0's links, so the state carries rank 0's signature from the start; a
-rank's tau is its slowest chunk's latency (planner.stages.Problem._chunk_latency). The
+rank's tau is its slowest chunk's latency (planner.interleave.chunk_latency). The
 1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
@@ -133,7 +133,7 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
 def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
     the count the stage cost chose, the others share the rest as evenly as possible, the
-    earlier ones taking the larger parts (stages.Problem._chunk_latency)."""
+    earlier ones taking the larger parts (interleave.chunk_latency)."""
     v, n = problem.v, choice.blocks
     if v == 1:
         return [n]

@@ -103,7 +103,6 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
 
 @dataclass(frozen=True)
 class ShareSolution:
-    makespan_s: float
     shares: tuple[int, ...]  # micro-batches per replica, in the order given
     optimal: bool
 
@@ -173,13 +172,10 @@ def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: S
     if prob.status != pulp.LpStatusOptimal:
         raise ValueError(f"share ILP not solved: {pulp.LpStatus[prob.status]}")
     shares = [0] * len(replica_times)
-    worst = 0.0
     for i, key in enumerate(keys):
         members = classes[key]
         m = int(round(assigned[i].value()))
         base, extra = divmod(m, len(members))
         for j, index in enumerate(members):
             shares[index] = base + (1 if j < extra else 0)
-        if m:
-            worst = max(worst, (base + (1 if extra else 0)) * key[0])
-    return ShareSolution(worst, tuple(shares), optimal)
+    return ShareSolution(tuple(shares), optimal)

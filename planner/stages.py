@@ -42,11 +42,10 @@ class Problem:
         self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
         self.num_blocks = model.num_layers - 2
-        self.units = self.num_blocks  # the DP counts a rank's decoder blocks (all its chunks)
         self.microbatches = base.global_batch // b
         self.nb = DTYPE_BYTES[base.dtype]
         self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
-        self.blocks = np.arange(self.units + 1, dtype=float)
+        self.blocks = np.arange(self.num_blocks + 1, dtype=float)
         self._types: dict[StageConfig, list[TypeArrays] | None] = {}
         self.config_list: list[StageConfig] = []
         self._config_ids: dict[StageConfig, int] = {}
@@ -328,7 +327,7 @@ class Problem:
                     cached = self._latencies.get(latency_key)
                     if cached is None:
                         cached = self._latencies[latency_key] = chunk_latency(types, flags, caps_key[3], self.v,
-                                                                              self.units)
+                                                                              self.num_blocks)
                     latency, split = cached
                 else:
                     latency, split = reduce(np.maximum, times), None
@@ -385,7 +384,7 @@ class Problem:
         (evaluate.evaluate, same formulas); independent of the stage's position."""
         dp = sum(ta.count for ta in types)
         params = types[0].params[flags]
-        tail = np.zeros(self.units + 1)
+        tail = np.zeros(self.num_blocks + 1)
         if dp > 1 and config.zero <= 2:
             per_group, intra, inter, per_node = self.dp_layout(config)
             slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))

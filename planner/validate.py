@@ -22,7 +22,7 @@ from .io import json_text
 from .plan import PLAN_FORMAT
 # the plan checks live in plan_checks (no click there: every command's loader runs them);
 # their names stay importable from here
-from .plan_checks import (Problem, SchemaUnavailable, bad_input_problem,  # noqa: F401
+from .plan_checks import (Problem, bad_input_problem,  # noqa: F401
                           consistency_problems, json_path, load_schema, memory_problems, schema_problems,
                           validate_plan_data)
 
@@ -32,15 +32,14 @@ PROFILE_FORMAT = "planner.profile/v1"
 # --- profile -----------------------------------------------------------------------------------
 
 
-def validate_profile_data(data: Any, where: str = "profile", *, schema: bool = True) -> list[Problem]:
+def validate_profile_data(data: Any, where: str = "profile") -> list[Problem]:
     """Every problem of a parsed layer-profile file, as (json_path, message) pairs; [] when valid."""
     from .measured import measured_from_profile
     from .model import model_from_dict
 
-    if schema:
-        problems = schema_problems(data, "profile")
-        if problems:
-            return problems
+    problems = schema_problems(data, "profile")
+    if problems:
+        return problems
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         return [("format", f"not a layer profile (format must be {PROFILE_FORMAT!r})")]
     try:
@@ -73,7 +72,7 @@ def detect_kind(data: Any) -> str | None:
 
 
 def summarize(kind: str, data: Mapping[str, Any]) -> str:
-    """One line about a valid file (defensive: without jsonschema, optional keys may be absent)."""
+    """One line about a valid file."""
     if kind == "plan":
         t, model, cluster, stages = data["training"], data.get("model", {}), data.get("cluster", {}), data["stages"]
         ranks = {r for s in stages for rep in s["replicas"] for r in rep["ranks"]}
@@ -88,21 +87,18 @@ def summarize(kind: str, data: Mapping[str, Any]) -> str:
             f"seq-len {data.get('seq_len')}, {len(layers)} layers{', with measured times' if measured else ''})")
 
 
-def validate_file(path: str) -> tuple[str | None, Any, list[Problem], bool]:
-    """Read and check FILE: (kind, data, problems, schema_checked). Raises BadInput when the
-    file cannot be read or parsed."""
+def validate_file(path: str) -> tuple[str | None, Any, list[Problem]]:
+    """Read and check FILE: (kind, data, problems). Raises BadInput when the file cannot be
+    read or parsed."""
     from .io import parse_structured, read_text
 
     data = parse_structured(read_text(path, "file"), path)
     kind = detect_kind(data)
     if kind is None:
         what = "a mapping" if isinstance(data, dict) else f"{type(data).__name__}, not a mapping"
-        return None, data, [("format", f"neither {PLAN_FORMAT!r} nor {PROFILE_FORMAT!r} ({what})")], True
+        return None, data, [("format", f"neither {PLAN_FORMAT!r} nor {PROFILE_FORMAT!r} ({what})")]
     check = validate_plan_data if kind == "plan" else validate_profile_data
-    try:
-        return kind, data, check(data, path), True
-    except SchemaUnavailable:
-        return kind, data, check(data, path, schema=False), False
+    return kind, data, check(data, path)
 
 
 def add_commands(group: click.Group) -> None:
@@ -127,13 +123,10 @@ def add_commands(group: click.Group) -> None:
           planner validate plan.json
         """
         try:
-            kind, data, problems, schema_checked = validate_file(file)
+            kind, data, problems = validate_file(file)
         except BadInput as exc:
             click.echo(f"planner: {exc}", err=True)
             raise SystemExit(2) from None
-        if not schema_checked:
-            click.echo("planner: warning: jsonschema is not installed, so the JSON Schema was not "
-                       "checked (pip install jsonschema); ran the planner's own checks", err=True)
         if as_json:
             click.echo(json_text({"valid": not problems, "kind": kind,
                                    "problems": [{"path": p, "message": m} for p, m in problems]}))

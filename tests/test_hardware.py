@@ -71,7 +71,7 @@ def test_a100_80gb_data_sheet_figures():
 
 
 EXAMPLE_SIZES = {"a100-v100-mix": 48, "consumer-3090-4090": 16, "dgx-a100": 32, "h100-a100-v100": 48,
-                 "two-region-a100": 32}
+                 "two-rack-a100-spine": 32, "two-region-a100": 32}
 
 
 def test_every_example_cluster_is_listed():
@@ -180,10 +180,11 @@ def test_two_groups_without_a_links_entry_use_the_smaller_inter_node():
     assert link.latency_s == pytest.approx(7 * US)
 
 
-def test_group_graph_carries_the_resolved_links():
+def test_topology_graph_carries_the_links_entry_as_its_edge():
     cluster = cluster_from_spec(two_groups(True))
-    edge = cluster.graph.edges["fast", "slow"]
+    edge = cluster.topology.graph.edges["fast", "slow"]
     assert edge["bandwidth_bytes_per_s"] == 1.25 * GB
+    assert sorted(cluster.topology.graph.nodes) == ["fast", "slow"]
 
 
 def test_link_between_a_group_and_itself_is_bad_input():
