@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from planner import api  # noqa: E402
 from planner.errors import NoFeasiblePlan  # noqa: E402
 from planner.evaluate import evaluate  # noqa: E402
 from planner.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
 from planner.model import Model, load_model  # noqa: E402
 from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
-from planner.search import solve  # noqa: E402
 from planner.uniform import UniformSpace, best_uniform  # noqa: E402
 
 CASES = [  # cluster, model, global batch, sequence length
@@ -40,6 +40,12 @@ CASES = [  # cluster, model, global batch, sequence length
 MICRO_BATCHES = (1, 2, 4, 8)
 TP = (1, 2, 4, 8)
 RECOMPUTE = ("none", "full")
+
+
+def _request(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> api.PlanRequest:
+    """What `planner plan` searches for these inputs, without a time limit."""
+    return api.PlanRequest(model=model, cluster=cluster, global_batch=global_batch, seq_len=seq_len, dtype=dtype,
+                       time_limit_s=None)
 
 
 def best_uniform_tokens_per_s(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
@@ -57,7 +63,7 @@ def fastest_only(model: Model, cluster: Cluster, global_batch: int, seq_len: int
                      if all(x in {g["name"] for g in spec["node_groups"]} for x in l["between"])]
     sub = cluster_from_spec(spec, "fastest-only")
     try:
-        return solve(model, sub, Training(global_batch, seq_len, dtype, 1)).estimate.tokens_per_s
+        return api.plan(_request(model, sub, global_batch, seq_len, dtype)).estimate.tokens_per_s
     except NoFeasiblePlan:
         return 0.0
 
@@ -106,7 +112,7 @@ def main() -> None:
         cluster, model = load_cluster(cluster_name), load_model(model_name)
         dtype = cluster.common_dtype()
         started = time.perf_counter()
-        result = solve(model, cluster, Training(global_batch, seq_len, dtype, 1))
+        result = api.plan(_request(model, cluster, global_batch, seq_len, dtype))
         seconds = time.perf_counter() - started
         ours = result.estimate.tokens_per_s
         a = best_uniform_tokens_per_s(model, cluster, global_batch, seq_len, dtype)

@@ -4,7 +4,8 @@
 
 Each cluster has H100, A100 and V100 nodes in the ratio 1:1:2 (8 GPUs a node, one IB
 fabric: 400, 200 and 50 GB/s per node). The global batch is one sequence per GPU
-(4096 tokens each). Prints the median wall time of `search.solve` over the repeats, the
+(4096 tokens each). Prints the median wall time of `planner.api.plan` (what `planner plan`
+runs, without a time limit) over the repeats, the
 growth factor from the previous size, the predicted step time, the pipeline ranks and
 virtual stages per rank (V = 2: interleaved), whether the plan is proven
 optimal and the gap to the lower bound otherwise.
@@ -20,10 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from planner.api import PlanRequest, plan  # noqa: E402
 from planner.hardware import cluster_from_spec  # noqa: E402
 from planner.model import load_model  # noqa: E402
-from planner.plan import Training  # noqa: E402
-from planner.search import SolverOptions, solve  # noqa: E402
 
 
 def three_tier(num_gpus: int) -> dict:
@@ -47,11 +47,12 @@ def main() -> None:
     previous = None
     for size in args.sizes:
         cluster = cluster_from_spec(three_tier(size), "benchmark")
-        base = Training(size, 4096, "fp16", 1)
+        request = PlanRequest(model=model, cluster=cluster, global_batch=size, seq_len=4096, dtype="fp16",
+                              time_limit_s=None)
         times, result = [], None
         for _ in range(args.repeats):
             started = time.perf_counter()
-            result = solve(model, cluster, base, SolverOptions())
+            result = plan(request)
             times.append(time.perf_counter() - started)
         median = statistics.median(times)
         growth = f"{median / previous:.2f}x" if previous else "-"

@@ -96,3 +96,25 @@ def params_from_calibration(data: Mapping[str, Any], where: str) -> tuple[str, d
     for name in FITTED:
         out[name] = float(ranges.get(params, name, "efficiency", where, f"params.{name}"))
     return gpu, out
+
+
+def calibrate_file(profile_file: str, gpu_name: str, model_name: str | None = None,
+                   attention: str = "standard") -> tuple[dict, Calibration]:
+    """`planner calibrate`: fit `gpu_name` (a catalog name, any case) to the layer profile in
+    `profile_file` of `model_name` (default: the profile's own `model`); the calibration file's
+    content and the fit."""
+    from .hardware import load_catalog
+    from .io import parse_structured, read_text
+    from .measured import measured_from_profile
+    from .model import load_model
+
+    data = parse_structured(read_text(profile_file, "profile file"), profile_file)
+    catalog = {name.lower(): gpu for name, gpu in load_catalog().items()}
+    gpu = catalog.get(gpu_name.lower())
+    if gpu is None:
+        raise BadInput(f"unknown GPU {gpu_name!r} (see `planner gpus`)", "--gpu")
+    measured = measured_from_profile(data, gpu.name, profile_file)
+    model = load_model(model_name or measured.model)
+    dtype = measured.dtype if measured.dtype in ("fp32", "fp16", "bf16") else "bf16"
+    result = fit(model, gpu, measured, dtype, attention)
+    return result.to_json(profile_file), result

@@ -5,7 +5,7 @@
   on the cluster that RAY_ADDRESS names, or on a local Ray started for the run (`--jobs` CPUs)
   and shut down after it. A Ray this process had already initialized is used and left running.
 
-Both run the same per-row function, sweep.plan_combination, and call on_row(index, row) in the
+Both run the same per-row function, sweep_rows.plan_combination, and call on_row(index, row) in the
 sweep's own process as rows finish; the sweep sorts the rows at the end, so the file depends on
 neither the executor nor the order in which rows finished. With Ray, the models and clusters are
 loaded here and shipped to the workers (so cluster and model files need not exist on the other
@@ -33,21 +33,25 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import BadInput
-from .sweep import EXECUTORS, Combination, _cluster, _empty_row, _model, _one_line, plan_combination, \
+from .sweep_rows import EXECUTORS, Combination, _cluster, _empty_row, _model, _one_line, plan_combination, \
     run_combination, save_plan
+
+if TYPE_CHECKING:
+    from .api import PlanRequest
 
 INSTALL_HINT = "needs Ray, which is not installed: pip install 'planner[ray]'"
 
 OnRow = Callable[[int, dict], None]
-Execute = Callable[[list[Combination], "float | None", "str | None", OnRow], None]
+Execute = Callable[[list[Combination], "PlanRequest | None", "str | None", OnRow], None]
 
 
 @contextmanager
 def start_executor(name: str, jobs: int | None, todo: list[Combination]) -> Iterator[Execute]:
-    """An execute(todo, time_limit, plans_dir, on_row) for executor `name`. Everything that can
+    """An execute(todo, request, plans_dir, on_row) for executor `name` (`request`: the
+    sweep's PlanRequest, see sweep_rows.plan_combination). Everything that can
     fail for the executor itself (Ray missing or unreachable) fails here, before any row."""
     if name == "local":
         yield partial(run_local, jobs or os.cpu_count() or 1)
@@ -129,23 +133,23 @@ def _kill_workers(pool: ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
             pass
 
 
-def _run_indexed(combo: Combination, time_limit: float | None, plans_dir: str | None) -> tuple[int, dict]:
-    return combo.index, run_combination(combo, time_limit, plans_dir)
+def _run_indexed(combo: Combination, request: PlanRequest | None, plans_dir: str | None) -> tuple[int, dict]:
+    return combo.index, run_combination(combo, request, plans_dir)
 
 
-def run_local(jobs: int, todo: list[Combination], time_limit: float | None, plans_dir: str | None,
+def run_local(jobs: int, todo: list[Combination], request: PlanRequest | None, plans_dir: str | None,
               on_row: OnRow) -> None:
     """Run every combination in `jobs` processes, calling on_row(index, row) as each finishes."""
     if jobs <= 1 or len(todo) <= 1:
         for combo in todo:
-            on_row(combo.index, run_combination(combo, time_limit, plans_dir))
+            on_row(combo.index, run_combination(combo, request, plans_dir))
         return
     by_future: dict[Future, Combination] = {}
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=_worker_init,
                                initargs=(os.getpid(),))
     try:
         for combo in todo:
-            by_future[pool.submit(_run_indexed, combo, time_limit, plans_dir)] = combo
+            by_future[pool.submit(_run_indexed, combo, request, plans_dir)] = combo
         pending = set(by_future)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -213,10 +217,10 @@ def _cluster_cpus(ray: Any) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def _ray_task(combo: Combination, time_limit: float | None, want_plan: bool, model: Any,
+def _ray_task(combo: Combination, request: PlanRequest | None, want_plan: bool, model: Any,
               cluster: Any) -> tuple[dict, dict | None]:
     """One combination on a Ray worker: its row and (for --plans-dir) its plan JSON."""
-    return plan_combination(combo, time_limit, want_plan, model, cluster)
+    return plan_combination(combo, request, want_plan, model, cluster)
 
 
 def _put_loaded(ray: Any, load: Callable[[str], Any], names: set[str]) -> dict[str, Any]:
@@ -231,7 +235,7 @@ def _put_loaded(ray: Any, load: Callable[[str], Any], names: set[str]) -> dict[s
     return refs
 
 
-def run_ray(ray: Any, in_flight: int, todo: list[Combination], time_limit: float | None,
+def run_ray(ray: Any, in_flight: int, todo: list[Combination], request: PlanRequest | None,
             plans_dir: str | None, on_row: OnRow) -> None:
     """Run every combination as a Ray task, at most `in_flight` at a time, calling
     on_row(index, row) as each finishes; a task that fails becomes an `error` row."""
@@ -245,7 +249,7 @@ def run_ray(ray: Any, in_flight: int, todo: list[Combination], time_limit: float
     try:
         while True:
             while len(running) < in_flight and (combo := next(queue, None)) is not None:
-                ref = task.remote(combo, time_limit, plans_dir is not None, models.get(combo.model),
+                ref = task.remote(combo, request, plans_dir is not None, models.get(combo.model),
                                   clusters.get(combo.cluster))
                 running[ref] = combo
             if not running:

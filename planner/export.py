@@ -69,13 +69,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import click
 import tomli_w
 
 from .errors import BadInput
 from .io import json_text
-from .outfile import check_output, write_output
-from .plan import Plan, load_plan_file
+from .plan import Plan
 from .titan_flavors import titan_llama3_flavor
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
@@ -529,43 +527,3 @@ def export_plan(plan: Plan, target: str, warn: Warn) -> str:
     if target not in EXPORTERS:
         raise BadInput(f"unknown target {target!r} (one of {', '.join(TARGETS)})", "--to")
     return EXPORTERS[target](plan, warn)
-
-
-# --- the command ---------------------------------------------------------------------------
-
-
-def add_commands(group: click.Group) -> None:
-    """Register `export` on `group` (the CLI's main group)."""
-
-    @group.command("export")
-    @click.argument("plan_file", metavar="PLAN")
-    @click.option("--to", "target", type=click.Choice(TARGETS), required=True, help="Runtime to export for.")
-    @click.option("-o", "--output", type=str, default=None, help="Write to FILE instead of stdout.")
-    def export_command(plan_file: str, target: str, output: str | None) -> None:
-        """Write a plan as a runtime's launch configuration.
-
-        megatron: launch flags (one per line); deepspeed: ds_config.json with a
-        `planner_pipeline` key for PipelineModule; torchtitan: job-config TOML;
-        torchtitan-cli: the same as command-line overrides; rankmap: JSON per rank plus
-        torchrun lines (always exact). What a runtime cannot express is reduced to the
-        closest uniform form and reported on stderr; exit 2 when there is none.
-
-        \b
-        Example:
-          planner plan --model llama-3-8b --cluster dgx-a100 --global-batch 256 -o plan.json
-          planner export plan.json --to megatron -o megatron.args
-        """
-        def warn(message: str) -> None:
-            click.echo(f"planner: warning: {target}: {message}", err=True)
-
-        try:
-            if output:
-                check_output(output, [plan_file])  # `export p.json -o p.json` would lose the plan
-            text = export_plan(load_plan_file(plan_file), target, warn)
-            if output:
-                write_output(output, text, inputs=[plan_file])
-            else:
-                click.echo(text, nl=False)
-        except BadInput as exc:  # also when registered on a plain click.Group
-            click.echo(f"planner: {exc}", err=True)
-            raise SystemExit(2) from None

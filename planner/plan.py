@@ -352,23 +352,3 @@ def rank_ranges(ranks: list[int]) -> str:
             parts.append(f"{start}-{r}" if r != start else str(start))
             start = None
     return ",".join(parts)
-
-
-def load_plan_file(path: str, *, memory: bool = True) -> Plan:
-    """Read a plan file and run every check `planner validate` runs (plan_checks.check_plan_data:
-    schema, invariants, consistency, memory); BadInput naming the file and the JSON path of the
-    first problem. The one way a command reads a plan. `memory=False` is for `evaluate`, which
-    reports an overflow itself (exit 1, with its JSON)."""
-    from .io import parse_structured, read_text
-    from .plan_checks import check_plan_data  # it imports this module
-
-    data = parse_structured(read_text(path, "plan file"), path)
-    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-        raise BadInput(f"not a plan file (format must be {PLAN_FORMAT!r})", path, "format")
-    plan, problems = check_plan_data(data, path, memory=memory)
-    if problems:
-        where, message = problems[0]
-        more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""
-        raise BadInput(f"invalid plan: {message}{more}", path, where or None)
-    assert plan is not None
-    return plan

@@ -1,5 +1,5 @@
 """Every check of a plan file, in the order `planner validate` runs them, and the one loader
-every command uses (plan.load_plan_file calls `check_plan_data`). No click here.
+every command uses (load_plan_file, at the end, runs them). No click here.
 
 A plan is checked in three passes, each only when the one before passed (a later pass needs
 the earlier one's guarantees):
@@ -26,7 +26,7 @@ from importlib.resources import files
 from typing import Any, Iterable, Mapping
 
 from .errors import BadInput
-from .plan import Plan, plan_from_json, structural_problems
+from .plan import PLAN_FORMAT, Plan, plan_from_json, structural_problems
 
 SCHEMAS = {"plan": "plan.schema.json", "profile": "profile.schema.json"}
 Problem = tuple[str, str]
@@ -189,3 +189,22 @@ def check_plan_data(data: Any, where: str = "plan", *,
 def validate_plan_data(data: Any, where: str = "plan") -> list[Problem]:
     """Every problem of a parsed plan file, as (json_path, message) pairs; [] when valid."""
     return check_plan_data(data, where)[1]
+
+
+def load_plan_file(path: str, *, memory: bool = True) -> Plan:
+    """Read a plan file and run every check `planner validate` runs (check_plan_data:
+    schema, invariants, consistency, memory); BadInput naming the file and the JSON path of the
+    first problem. The one way a command reads a plan. `memory=False` is for `evaluate`, which
+    reports an overflow itself (exit 1, with its JSON)."""
+    from .io import parse_structured, read_text
+
+    data = parse_structured(read_text(path, "plan file"), path)
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise BadInput(f"not a plan file (format must be {PLAN_FORMAT!r})", path, "format")
+    plan, problems = check_plan_data(data, path, memory=memory)
+    if problems:
+        where, message = problems[0]
+        more = f" (and {len(problems) - 1} more; see `planner validate`)" if len(problems) > 1 else ""
+        raise BadInput(f"invalid plan: {message}{more}", path, where or None)
+    assert plan is not None
+    return plan

@@ -28,10 +28,8 @@ import io
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
-import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -43,8 +41,8 @@ from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2
 from .hardware import GIB
 from .markup import esc
 from .model import DTYPE_BYTES
-from .outfile import check_output, write_output
-from .plan import Plan, Replica, Stage, load_plan_file
+from .outfile import write_output
+from .plan import Plan, Replica, Stage
 from .tables import gpu_labels, gpu_legend, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
@@ -384,44 +382,3 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
     fig.savefig(svg, format="svg", metadata={"Date": None})
     write_output(path, svg.getvalue(), inputs=inputs)
     return len(drawn)
-
-
-# --- the command ---------------------------------------------------------------------------
-
-
-def add_commands(group: click.Group) -> None:
-    """Register `show` on `group` (the CLI's main group)."""
-
-    @group.command("show")
-    @click.argument("plan_file", metavar="PLAN")
-    @click.option("--svg", "svg_file", type=str, default=None, metavar="FILE",
-                  help=f"Also draw one step's pipeline timeline to FILE (needs matplotlib: {INSTALL_HINT}).")
-    def show_command(plan_file: str, svg_file: str | None) -> None:
-        """Show a plan file: stages on devices, memory, step time; optionally its timeline.
-
-        Prices the plan with the default cost model. With --svg, draws the forward and
-        backward of every micro-batch on every pipeline rank over one step (at most 64
-        micro-batches; the first 64 of longer pipelines).
-
-        \b
-        Example:
-          planner plan --model gpt2-xl --cluster a100-v100-mix --global-batch 64 \\
-              --seq-len 1024 -o plan.json
-          planner show plan.json --svg timeline.svg
-        """
-        try:
-            plan = load_plan_file(plan_file)
-            if svg_file is not None:
-                require_matplotlib()
-                if not Path(svg_file).resolve().parent.is_dir():
-                    raise BadInput("cannot write: the folder does not exist", svg_file)
-                check_output(svg_file, [plan_file])
-            est = evaluate(plan)
-            timings = rank_timings(plan)
-            print_show(plan, est, timings, _console())
-            if svg_file is not None:
-                write_timeline_svg(plan, est, timings, svg_file, inputs=(plan_file,))
-                click.echo(f"timeline written to {svg_file}")
-        except BadInput as exc:
-            click.echo(f"planner: {exc}", err=True)
-            raise SystemExit(2) from None

@@ -1,7 +1,7 @@
 """`planner validate`: check a plan or layer-profile file and list every problem.
 
 A plan gets the checks of planner.plan_checks (schema, invariants and consistency, memory),
-the same that every command reading a plan runs through plan.load_plan_file.
+the same that every command reading a plan runs through plan_checks.load_plan_file.
 
 A layer profile is checked against profile.schema.json, then read as a model and, where it
 carries measured times, as measurements (their lengths must agree).
@@ -15,10 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-import click
-
 from .errors import BadInput
-from .io import json_text
 from .plan import PLAN_FORMAT
 # the plan checks live in plan_checks (no click there: every command's loader runs them);
 # their names stay importable from here
@@ -52,7 +49,7 @@ def validate_profile_data(data: Any, where: str = "profile") -> list[Problem]:
     return []
 
 
-# --- the command -------------------------------------------------------------------------------
+# --- a file of either kind --------------------------------------------------------------------
 
 
 def detect_kind(data: Any) -> str | None:
@@ -99,40 +96,3 @@ def validate_file(path: str) -> tuple[str | None, Any, list[Problem]]:
         return None, data, [("format", f"neither {PLAN_FORMAT!r} nor {PROFILE_FORMAT!r} ({what})")]
     check = validate_plan_data if kind == "plan" else validate_profile_data
     return kind, data, check(data, path)
-
-
-def add_commands(group: click.Group) -> None:
-    """Register `validate` on `group` (the CLI's main group)."""
-
-    @group.command("validate")
-    @click.argument("file", metavar="FILE")
-    @click.option("--json", "as_json", is_flag=True,
-                  help='Print {"valid": ..., "problems": [{"path", "message"}]} on stdout.')
-    def validate_command(file: str, as_json: bool) -> None:
-        """Check a plan (or layer-profile) file and list every problem.
-
-        A plan is checked against its JSON Schema (shipped in the package), then for the
-        invariants a trainer relies on (every rank once, layers covered once in order,
-        shares summing to the global batch in whole micro-batches) and, re-priced, for
-        memory. Exit 0 when valid, 2 with one `FILE: path: message` line per problem.
-
-        \b
-        Example:
-          planner plan --model gpt2 --cluster consumer-3090-4090 --global-batch 64 \\
-              --seq-len 1024 -o plan.json
-          planner validate plan.json
-        """
-        try:
-            kind, data, problems = validate_file(file)
-        except BadInput as exc:
-            click.echo(f"planner: {exc}", err=True)
-            raise SystemExit(2) from None
-        if as_json:
-            click.echo(json_text({"valid": not problems, "kind": kind,
-                                   "problems": [{"path": p, "message": m} for p, m in problems]}))
-        if problems:
-            for path, message in problems:
-                click.echo(": ".join(x for x in (file, path, message) if x), err=True)
-            raise SystemExit(2)
-        if not as_json:
-            click.echo(f"valid: {summarize(kind, data)}")

@@ -170,7 +170,7 @@ def test_evaluate_plan_round_trip_reprices_the_same_step_time(tmp_path, layout):
     path = tmp_path / "plan.json"
     from types import SimpleNamespace
 
-    from planner.cli import plan_json
+    from planner.api import plan_json
     path.write_text(json.dumps(plan_json(SimpleNamespace(plan=plan, estimate=direct, solver_json=lambda: None))))
     report = ok_json(invoke("evaluate", "--plan", str(path), "--json"))
     assert report["step_time_s"] == pytest.approx(direct.step_time_s, rel=1e-12)

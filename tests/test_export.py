@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from planner.errors import BadInput
-from planner.export import _titan_cli_args, add_commands, megatron_split
+from planner.cli.export import add_commands
+from planner.export import _titan_cli_args, megatron_split
 from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan

@@ -20,8 +20,9 @@ from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 from planner.search import SolverOptions, solve
-from planner.plan import load_plan_file as load_plan
-from planner.show import add_commands, rank_timings, simulate
+from planner.plan_checks import load_plan_file as load_plan
+from planner.cli.show import add_commands
+from planner.show import rank_timings, simulate
 
 SPEC = {"name": "four", "node_groups": [{
     "name": "g", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 4,
@@ -183,7 +184,7 @@ def test_svg_without_matplotlib_exits_2_with_install_hint(uniform_file, tmp_path
         import sys
         sys.modules["matplotlib"] = None
         import click
-        from planner.show import add_commands
+        from planner.cli.show import add_commands
         group = click.Group()
         add_commands(group)
         group(["show", {str(uniform_file)!r}, "--svg", {str(svg)!r}])

@@ -18,7 +18,8 @@ from planner.cli import PlannerGroup
 from planner.errors import BadInput
 from planner.plan import plan_from_json
 from planner import executors
-from planner.sweep import COLUMNS, add_commands, combinations, parse_shard, plan_combination
+from planner.cli.sweep import add_commands
+from planner.sweep import COLUMNS, combinations, parse_shard, plan_combination
 
 from .conftest import SMALL_CLUSTER_YAML, assert_bad_input, runner
 

@@ -19,7 +19,8 @@ import pytest
 from planner import executors, sweep_output
 from planner.cli import PlannerGroup
 from planner.outfile import exclusive_lock
-from planner.sweep import COLUMNS, Combination, SweepInterrupted, add_commands, plan_file_names, sweep
+from planner.cli.sweep import add_commands
+from planner.sweep import COLUMNS, Combination, SweepInterrupted, plan_file_names, sweep
 
 from .conftest import hf_config, runner
 

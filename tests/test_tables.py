@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from planner.cli import print_estimate, print_plan
+from planner.report import print_estimate, print_plan
 from planner.evaluate import evaluate
 from planner.hardware import GIB, cluster_from_spec, load_cluster
 from planner.model import load_model

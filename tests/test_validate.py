@@ -11,14 +11,14 @@ import click
 import jsonschema
 import pytest
 
-from planner.cli import plan_json
+from planner.api import plan_json
 from planner.evaluate import evaluate
 from planner.hardware import load_cluster
 from planner.model import load_model
 from planner.plan import Training, uniform_plan
 from planner.search import solve
-from planner.validate import (add_commands, json_path, load_schema, validate_plan_data,
-                              validate_profile_data)
+from planner.cli.validate import add_commands
+from planner.validate import json_path, load_schema, validate_plan_data, validate_profile_data
 from tests.conftest import runner
 
 

@@ -1,0 +1,268 @@
+"""The library API: what `planner plan`, `planner evaluate`, `planner sweep` and the benchmarks
+run, as functions of typed requests.
+
+    from planner.api import PlanRequest, plan, plan_json
+    result = plan(PlanRequest(model="llama-3-8b", cluster="a100-v100-mix", global_batch=512))
+    print(plan_json(result)["predicted"]["step_time_s"])
+
+Requests are frozen dataclasses; a model or cluster is a catalog name or file (loaded here) or
+an already loaded Model or Cluster. Bad input raises BadInput, no plan raises NoFeasiblePlan;
+nothing here prints or exits (warnings go to the `warn` callback, progress to `on_progress`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from .clock import DEFAULT_TIME_LIMIT_S, Progress
+from .errors import BadInput
+from .hardware import GIB, Cluster, load_cluster
+from .inputs import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
+                     load_profiles, per_gpu_params, require, resolve_dtype)
+from .model import Model, load_model
+from .plan import Plan, Training, structural_problems, uniform_plan
+from .plan_checks import load_plan_file
+
+if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
+    from .evaluate import Estimate
+    from .search import SearchResult
+
+# What `planner plan` plans without options.
+DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_VIRTUAL_STAGES = (1, 2)
+SOLVERS = ("highs", "cbc")
+
+
+def _model(model: str | Model) -> Model:
+    return model if isinstance(model, Model) else load_model(model)
+
+
+def _cluster(cluster: str | Cluster) -> Cluster:
+    return cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+
+
+# --- plan --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One search: the inputs of `planner plan` (formats.md section 5), flag by flag.
+
+    `dtype` None: bf16 where every GPU has it, else fp16. Empty `micro_batches` or
+    `virtual_stages`: the defaults (1 2 4 8 and 1 2). `time_limit_s` None: no limit.
+    `profiles` are `GPU=FILE` specs, `calibrations` calibration files."""
+    model: str | Model = DEFAULT_PLAN["model"]
+    cluster: str | Cluster = DEFAULT_PLAN["cluster"]
+    global_batch: int = DEFAULT_PLAN["global_batch"]
+    seq_len: int = DEFAULT_PLAN["seq_len"]
+    dtype: str | None = None
+    attention: str = "flash"
+    micro_batches: tuple[int, ...] = ()
+    virtual_stages: tuple[int, ...] = ()
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    max_bundle_nodes: int = 4
+    solver: str = "highs"
+    profiles: tuple[str, ...] = ()
+    calibrations: tuple[str, ...] = ()
+
+
+def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
+         warn: Warn | None = None) -> SearchResult:
+    """The fastest plan for `request` (planner.search.solve), its estimate and the solver's
+    account. `on_progress` is called about every quarter second while the search runs."""
+    from .search import SolverOptions, solve
+    from .shares import IlpOptions
+
+    model = _model(request.model)
+    cluster = _cluster(request.cluster)
+    global_batch = require(request.global_batch, "--global-batch")
+    seq_len = require(request.seq_len, "--seq-len")
+    if request.time_limit_s is not None:
+        require(request.time_limit_s, "--time-limit")
+    for b in request.micro_batches:
+        require(b, "--micro-batch")
+    for v in request.virtual_stages:
+        require(v, "--virtual-stages")
+    if request.solver not in SOLVERS:
+        raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
+    dtype = resolve_dtype(cluster, request.dtype)
+    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention)
+    check_training_inputs(model, base)
+    measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn)
+    options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
+                            virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
+                            max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
+                            ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
+                            gpu_params=tuple(sorted(measured.items())))
+    if not any(global_batch % b == 0 for b in options.micro_batches):
+        raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
+                       f"{global_batch}", "--global-batch")
+    result = solve(model, cluster, base, options, on_progress)
+    problems = structural_problems(result.plan)
+    if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
+        raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
+    return result
+
+
+def plan_json(result: SearchResult) -> dict:
+    """The plan file of a search result (formats.md section 5)."""
+    from .plan import plan_to_json
+
+    est = result.estimate
+    predicted = {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
+                 "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
+                 "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
+                 "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())}}
+    return plan_to_json(result.plan, predicted, result.solver_json())
+
+
+# --- evaluate ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvaluateRequest:
+    """One uniform configuration: the flags of `planner evaluate`. Required: model, cluster,
+    global_batch, seq_len, tp, pp, dp, micro_batch. `schedule` None: interleaved when
+    virtual_stages > 1, else 1f1b."""
+    model: str | Model | None = None
+    cluster: str | Cluster | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    micro_batch: int | None = None
+    dtype: str | None = None
+    attention: str = "flash"
+    recompute: str = "none"
+    zero: int = 0
+    sequence_parallel: bool = False
+    schedule: str | None = None
+    virtual_stages: int = 1
+    profiles: tuple[str, ...] = ()
+    calibrations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A priced plan: its estimate, and the JSON `planner evaluate` prints."""
+    plan: Plan
+    estimate: Estimate
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.fits
+
+    def to_json(self) -> dict:
+        return estimate_json(self.plan, self.estimate)
+
+
+def plan_from_flags(request: EvaluateRequest) -> Plan:
+    """The uniform plan an EvaluateRequest describes, every input checked."""
+    r = request
+    for value, flag in ((r.model, "--model"), (r.cluster, "--cluster"), (r.global_batch, "--global-batch"),
+                        (r.seq_len, "--seq-len"), (r.tp, "--tp"), (r.pp, "--pp"), (r.dp, "--dp"),
+                        (r.micro_batch, "--micro-batch"), (r.virtual_stages, "--virtual-stages")):
+        require(value, flag)
+    schedule = r.schedule
+    if schedule is None:
+        schedule = "interleaved" if r.virtual_stages > 1 else "1f1b"
+    if schedule == "interleaved" and r.virtual_stages < 2:
+        raise BadInput("the interleaved schedule needs --virtual-stages >= 2", "--schedule")
+    if schedule != "interleaved" and r.virtual_stages > 1:
+        raise BadInput(f"--virtual-stages {r.virtual_stages} needs --schedule interleaved", "--virtual-stages")
+    if schedule == "interleaved" and r.pp < 2:
+        raise BadInput("the interleaved schedule needs --pp >= 2", "--schedule")
+    model = _model(r.model)
+    cluster = _cluster(r.cluster)
+    dtype = resolve_dtype(cluster, r.dtype)
+    if model.config is not None and model.config.num_heads % r.tp:
+        raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
+    if r.sequence_parallel and r.tp == 1:
+        raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
+    training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule, r.virtual_stages, r.attention)
+    check_training_inputs(model, training)
+    return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
+                        sequence_parallel=r.sequence_parallel)
+
+
+def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
+                  warn: Warn | None = None) -> Evaluation:
+    """Price `plan` with the default cost model, measured profiles and calibrations over it."""
+    from .cost import DEFAULT_PARAMS
+    from .evaluate import evaluate as price
+
+    per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn)
+    return Evaluation(plan, price(plan, {"*": DEFAULT_PARAMS, **per_gpu}))
+
+
+def evaluate(request: EvaluateRequest, warn: Warn | None = None) -> Evaluation:
+    """Price the uniform configuration of `request`. A configuration that does not fit is
+    priced all the same (Evaluation.fits is False), not an error."""
+    return evaluate_plan(plan_from_flags(request), request.profiles, request.calibrations, warn)
+
+
+def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
+                       warn: Warn | None = None) -> Evaluation:
+    """Re-price a plan file. Every check `validate` runs, except memory: an overflow is
+    reported in the Evaluation (fits False), with the rest of the estimate."""
+    return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn)
+
+
+def describe_plan(plan: Plan) -> dict:
+    """The configuration of a plan, as `planner evaluate` reports it (`config`)."""
+    t = plan.training
+    return {"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
+            "global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
+            "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
+            "attention": t.attention, "pp": plan.pp,
+            "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
+                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel}
+                       for s in plan.stages]}
+
+
+def estimate_json(plan: Plan, estimate: Estimate) -> dict:
+    """What `planner evaluate --json` prints: the estimate and the configuration priced."""
+    report = estimate.to_json()
+    report["config"] = describe_plan(plan)
+    return report
+
+
+# --- catalogs ----------------------------------------------------------------------------------
+
+
+def gpu_catalog() -> list[dict]:
+    """`planner gpus --json`: the GPU catalog with data-sheet figures and sources."""
+    from .hardware import GB, TFLOPS, US, load_catalog
+
+    return [{"name": name, "vendor": g.vendor, "memory_GiB": g.memory_bytes / GIB,
+             "peak_tflops": {d: f / TFLOPS for d, f in g.peak_flops},
+             "hbm_GBps": g.hbm_bandwidth_bytes_per_s / GB,
+             "intra_node": {"kind": g.intra_node.kind, "bandwidth_GBps": g.intra_node.bandwidth_bytes_per_s / GB,
+                            "latency_us": g.intra_node.latency_s / US},
+             "inter_node": {"kind": g.inter_node.kind, "bandwidth_GBps": g.inter_node.bandwidth_bytes_per_s / GB,
+                            "latency_us": g.inter_node.latency_s / US},
+             "source": g.source} for name, g in load_catalog().items()]
+
+
+def model_catalog() -> list[dict]:
+    """`planner models --json`: the built-in models with parameter counts and shapes."""
+    from .model import catalog_names
+
+    rows = []
+    for name in catalog_names():
+        m = load_model(name)
+        c = m.config
+        rows.append({"name": name, "model_type": c.model_type, "params": m.params,
+                     "layers": c.num_layers, "hidden": c.hidden, "heads": c.num_heads,
+                     "kv_heads": c.num_kv_heads, "ffn_hidden": c.ffn_hidden, "vocab": c.vocab,
+                     "experts": c.num_experts})
+    return rows
+
+
+__all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
+           "describe_plan", "estimate_json", "evaluate", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
+           "load_calibrations", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
+           "require", "resolve_dtype"]

@@ -1,0 +1,69 @@
+"""`planner evaluate`: flags or a plan file -> planner.api.evaluate -> the estimate; exit 1
+when the configuration does not fit."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import BadInput
+from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files
+from ..hardware import GIB
+from ..model import RECOMPUTE_MODES
+from ..plan import SCHEDULES
+from ..report import print_estimate
+from .options import common_options, measurement_options
+from .output import EXIT_INFEASIBLE, emit, err, warn
+
+
+@click.command("evaluate")
+@common_options
+@click.option("--tp", type=int, help="Tensor-parallel degree.")
+@click.option("--pp", type=int, help="Pipeline-parallel degree.")
+@click.option("--dp", type=int, help="Data-parallel degree.")
+@click.option("--micro-batch", type=int, help="Sequences per micro-batch.")
+@click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
+@click.option("--schedule", type=click.Choice(SCHEDULES), default=None,
+              help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
+@click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
+@click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
+@measurement_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
+def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
+                     recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, profiles,
+                     calibrations, as_json, output) -> None:
+    """Price one configuration: step time, its breakdown, memory per GPU type.
+
+    \b
+    Examples:
+      planner evaluate --model llama-3-8b --cluster dgx-a100 --global-batch 256 \\
+          --seq-len 4096 --tp 4 --pp 2 --dp 4 --micro-batch 1 --recompute selective
+      planner evaluate --plan plan.json --json
+    """
+    if plan_file:
+        given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
+                                          ("--global-batch", global_batch), ("--seq-len", seq_len),
+                                          ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
+                                          ("--dtype", dtype)) if value is not None]
+        if given:
+            raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
+        result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn)
+    else:
+        result = evaluate(EvaluateRequest(
+            model=model_name, cluster=cluster_name, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
+            micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
+            sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
+            profiles=tuple(profiles), calibrations=tuple(calibrations)), warn)
+    plan, estimate = result.plan, result.estimate
+    emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
+         input_files(model_name, cluster_name, profiles, calibrations, plan_file))
+    if not estimate.fits:
+        worst = max(estimate.overflows, key=lambda o: o.over_bytes)
+        err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "
+            f"{worst.capacity_bytes / GIB:.1f} GiB (over by {worst.over_bytes / GIB:.1f} GiB; "
+            f"{len(estimate.overflows)} ranks overflow)")
+        sys.exit(EXIT_INFEASIBLE)

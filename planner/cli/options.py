@@ -1,0 +1,35 @@
+"""Flags shared by several commands."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from ..model import ATTENTION_KINDS
+
+
+def common_options(func: Callable) -> Callable:
+    """--model, --cluster, --global-batch, --seq-len, --dtype, --attention (plan, evaluate)."""
+    options = [
+        click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
+        click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
+        click.option("--global-batch", type=int, help="Sequences per optimizer step."),
+        click.option("--seq-len", type=int, help="Tokens per sequence."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
+                     help="Training dtype [default: bf16 if every GPU has it, else fp16]."),
+        click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
+                     help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def measurement_options(func: Callable) -> Callable:
+    """`--profile GPU=FILE` and `--calibration FILE`, shared by plan and evaluate."""
+    func = click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
+                        help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")(func)
+    return click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
+                        help="Price this GPU type from a measured layer profile (planner profile); "
+                             "repeatable.")(func)

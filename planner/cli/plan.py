@@ -1,0 +1,59 @@
+"""`planner plan`: flags -> planner.api.plan -> the plan (human view, --json, -o FILE)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan, plan_json
+from ..clock import DEFAULT_TIME_LIMIT_S
+from ..outfile import check_output
+from ..report import print_plan
+from .options import common_options, measurement_options
+from .output import emit, search_progress, warn
+
+
+@click.command("plan")
+@common_options
+@click.option("--micro-batch", "micro_batches", type=int, multiple=True,
+              help="Micro-batch sizes to search (repeatable) [default: 1 2 4 8].")
+@click.option("--virtual-stages", "virtual_stages", type=int, multiple=True,
+              help="Pipeline chunks per rank to search (repeatable): 1 is 1F1B, V > 1 the interleaved "
+                   "schedule with V chunks per rank [default: 1 2].")
+@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True,
+              help="Return within S seconds with the best plan found so far and its gap (exit 1 if none).")
+@click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Clusters of more than 8 nodes are searched as identical bundles of at most this many "
+                   "nodes (and not proven optimal).")
+@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
+              help="MILP solver for the batch shares.")
+@measurement_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
+@click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
+def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, virtual_stages,
+                 time_limit, max_bundle_nodes, solver, profiles, calibrations, as_json, output) -> None:
+    """Find the fastest plan for a model on a (mixed) cluster, and prove it.
+
+    Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
+
+    \b
+    Examples:
+      planner plan
+      planner plan --model llama-3-70b --cluster h100-a100-v100 --global-batch 1024 \\
+          --seq-len 4096 -o plan.json
+      planner plan --virtual-stages 1          # 1F1B only, no interleaving
+    """
+    inputs = input_files(model_name, cluster_name, profiles, calibrations)
+    if output:
+        check_output(output, inputs)  # before the search, which can take minutes
+    request = PlanRequest(
+        model=model_name or DEFAULT_PLAN["model"], cluster=cluster_name or DEFAULT_PLAN["cluster"],
+        global_batch=DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch,
+        seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
+        micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), time_limit_s=time_limit,
+        max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),
+        calibrations=tuple(calibrations))
+    with search_progress(sys.stderr.isatty()) as on_progress:
+        result = plan(request, on_progress, warn)
+    emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan", inputs)
