@@ -10,22 +10,16 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
-from .errors import BadInput
 from . import ranges
+from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, Link, NodeGroup, read_link  # noqa: F401
+from .errors import BadInput
 from .io import get_str, load_mapping
 from .names import check_name
 from .ranges import MAX_CLUSTER_GPUS
+from .topology import Topology, topology_from_spec
 
-if TYPE_CHECKING:
-    from .topology import Topology
-
-GIB = 2**30
-GB = 1e9
-US = 1e-6
-TFLOPS = 1e12
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
 
 
 def profiles_dir() -> Path:
@@ -47,68 +41,6 @@ CLUSTERS_DIR = PROFILES_DIR / "clusters"
 # node and 100 Gb/s Ethernet between nodes: the common case for a workstation-class card.
 DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "latency_us": 5.0}
 DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
-
-
-@dataclass(frozen=True)
-class Link:
-    """A point-to-point link: bandwidth one direction, and one-message latency."""
-
-    bandwidth_bytes_per_s: float
-    latency_s: float
-    kind: str = ""
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    memory_bytes: float
-    peak_flops: tuple[tuple[str, float], ...]  # (dtype, dense FLOP/s), hashable
-    hbm_bandwidth_bytes_per_s: float
-    intra_node: Link
-    inter_node: Link
-    vendor: str = ""
-    source: str = ""
-
-    def supports(self, dtype: str) -> bool:
-        return any(d == dtype for d, _ in self.peak_flops)
-
-    def peak(self, dtype: str) -> float:
-        for d, flops in self.peak_flops:
-            if d == dtype:
-                return flops
-        raise BadInput(f"GPU {self.name} has no {dtype} support", field="--dtype")
-
-
-@dataclass(frozen=True)
-class NodeGroup:
-    name: str
-    gpu: GpuSpec
-    nodes: int
-    gpus_per_node: int
-    intra_node: Link
-    inter_node: Link  # whole node NIC, one direction
-    first_rank: int
-
-    @property
-    def num_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def ranks(self) -> range:
-        return range(self.first_rank, self.first_rank + self.num_gpus)
-
-
-@dataclass(frozen=True)
-class Device:
-    rank: int
-    group: str
-    node: int  # node index within its group
-    local_rank: int
-    gpu: str
-
-    def to_json(self) -> dict:
-        return {"rank": self.rank, "group": self.group, "node": self.node,
-                "local_rank": self.local_rank, "gpu": self.gpu}
 
 
 @dataclass(frozen=True)
@@ -172,18 +104,6 @@ class Cluster:
 
 
 # --- loading -------------------------------------------------------------------------------
-
-
-def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
-    if data is None:
-        data = default
-    if not isinstance(data, dict):
-        raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
-    merged = {**default, **data}
-    bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
-    lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",
-                     required=False, default=0.0)
-    return Link(bw * GB, lat * US, str(merged.get("kind", "")))
 
 
 def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
@@ -299,7 +219,6 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             first_rank=first_rank))
         first_rank += nodes * per_node
 
-    from .topology import topology_from_spec  # it imports this module
 
     topology = topology_from_spec(spec, groups, where)
     if spec.get("name"):

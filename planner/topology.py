@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from .errors import BadInput
-from .hardware import Link, NodeGroup, read_link
+from .devices import Link, NodeGroup, read_link
 from .names import check_name
 
 DEFAULT_KIND = "default (slower inter_node)"

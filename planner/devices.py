@@ -1,0 +1,94 @@
+"""The hardware's typed pieces: units, links, GPU types, node groups and devices (SI inside),
+and the reader of one link's figures. planner.hardware builds clusters from them;
+planner.topology routes between node groups with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import ranges
+from .errors import BadInput
+
+GIB = 2**30
+GB = 1e9
+US = 1e-6
+TFLOPS = 1e12
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link: bandwidth one direction, and one-message latency."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: float
+    peak_flops: tuple[tuple[str, float], ...]  # (dtype, dense FLOP/s), hashable
+    hbm_bandwidth_bytes_per_s: float
+    intra_node: Link
+    inter_node: Link
+    vendor: str = ""
+    source: str = ""
+
+    def supports(self, dtype: str) -> bool:
+        return any(d == dtype for d, _ in self.peak_flops)
+
+    def peak(self, dtype: str) -> float:
+        for d, flops in self.peak_flops:
+            if d == dtype:
+                return flops
+        raise BadInput(f"GPU {self.name} has no {dtype} support", field="--dtype")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link
+    inter_node: Link  # whole node NIC, one direction
+    first_rank: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.num_gpus)
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    group: str
+    node: int  # node index within its group
+    local_rank: int
+    gpu: str
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "group": self.group, "node": self.node,
+                "local_rank": self.local_rank, "gpu": self.gpu}
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
+    if data is None:
+        data = default
+    if not isinstance(data, dict):
+        raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
+    merged = {**default, **data}
+    bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
+    lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",
+                     required=False, default=0.0)
+    return Link(bw * GB, lat * US, str(merged.get("kind", "")))
