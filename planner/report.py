@@ -11,7 +11,7 @@ from rich.table import Table
 from .hardware import GIB
 from .markup import esc
 from .plan import Plan
-from .tables import gpu_labels, gpu_legend, stages_table
+from .tables import gpu_labels, gpu_legend, headline, stages_table
 
 
 def stdout_console() -> Console:
@@ -25,10 +25,7 @@ def print_plan(result, console: Console | None = None) -> None:
     t = plan.training
     cluster = plan.cluster
     labels = gpu_labels(cluster)
-    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
-                  f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
-                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
-                  + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
+    console.print(headline(plan, est))
     console.print(stages_table(plan, est, labels, "Stages"))
     if gpu_legend(labels):
         console.print(gpu_legend(labels))

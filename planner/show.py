@@ -43,7 +43,7 @@ from .markup import esc
 from .model import DTYPE_BYTES
 from .outfile import write_output
 from .plan import Plan, Replica, Stage
-from .tables import gpu_labels, gpu_legend, replicas_by_gpu, stages_table
+from .tables import gpu_labels, gpu_legend, headline, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -254,11 +254,7 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
     t = plan.training
     cluster = plan.cluster
     labels = gpu_labels(cluster)
-    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(cluster.name)}[/]: {est.num_gpus_used} of "
-                  f"{cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len} tokens, {t.dtype}, "
-                  f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
-                  + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else "")
-                  + f", pp {plan.pp}")
+    console.print(headline(plan, est) + f", pp {plan.pp}")
     per_mb = {k: f"{timing.fwd_s * 1e3:.1f}+{timing.bwd_s * 1e3:.1f}" + ("\n(all chunks)" if len(timing.stages) > 1 else "")
               for k, timing in enumerate(timings)}
     console.print(stages_table(plan, est, labels, "Stages on devices", per_mb))

@@ -34,6 +34,15 @@ _DROPPED_TOKEN = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
 MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fixed step is summarised
 
 
+def headline(plan: Plan, est: Estimate) -> str:
+    """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""
+    t = plan.training
+    return (f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/]: {est.num_gpus_used} of "
+            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
+            f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
+            + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
+
+
 def short_gpu_name(name: str, memory_bytes: float) -> str:
     """`A100-SXM4-80GB` -> `A100-80G`: the name less its form-factor and memory tokens, plus
     the memory in GiB; a name with no such token is returned as it is."""

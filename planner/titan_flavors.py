@@ -10,20 +10,15 @@ torchtitan when it can be imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 from .errors import BadInput
 from .model import ModelConfig
 
 
-@dataclass(frozen=True)
-class Flavor:
-    hidden: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    ffn_hidden: int
-    vocab: int
+# the ModelConfig dimensions a torchtitan llama3 flavour fixes (its TransformerModelArgs)
+FLAVOR_DIMENSIONS = ("hidden", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden", "vocab")
+Flavor = namedtuple("Flavor", FLAVOR_DIMENSIONS)
 
 
 # torchtitan 0.2.2, models/llama3/__init__.py (the *_flex / *_varlen variants differ only in
@@ -38,7 +33,7 @@ TITAN_LLAMA3_FLAVORS = {
 
 
 def dims_of(c: ModelConfig) -> Flavor:
-    return Flavor(c.hidden, c.num_layers, c.num_heads, c.num_kv_heads, c.ffn_hidden, c.vocab)
+    return Flavor(*(getattr(c, name) for name in FLAVOR_DIMENSIONS))
 
 
 def llama3_architecture(c: ModelConfig) -> bool:
