@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cost import layer_time
-from .evaluate import p2p_s
 from .hardware import Link
-from .model import Layer
+from .pricing import ChunkTime, Sharding, layer_price, p2p_s, span_price, zero_comm
 
 from .stage_types import INF, StageConfig, TypeArrays
 
@@ -27,27 +25,22 @@ def interleaved_type_arrays(problem: "Problem", config: StageConfig) -> list[Typ
     for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times."""
 
     base_types = problem.base.type_arrays(config)
-    t, tp, b, s, v = problem.t, config.tp, problem.b, problem.t.seq_len, problem.v
-    sp = tp > 1
+    t, v = problem.t, problem.v
+    sh = Sharding(t.dtype, problem.b, t.seq_len, t.attention, config.tp, config.tp > 1, config.recompute)
+    layout = problem.dp_layout(config)
     n = problem.blocks
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-        # ZeRO-2/3's per-micro-batch collectives are affine in their bytes: fixed + per_weight * w
-        per_weight = problem.zero_per_microbatch_s(config, 2.0, p) - problem.zero_per_microbatch_s(config, 1.0, p)
-        fixed = problem.zero_per_microbatch_s(config, 1.0, p) - per_weight
-
-        def lt(layer: Layer):
-            return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
-
-        dec, emb, head = lt(problem.dec), lt(problem.emb), lt(problem.head)
-        dec_t = dec.compute_s + dec.tp_comm_s
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in (problem.dec, problem.emb, problem.head))
         chunk_times = {}
-        for kind, extra, extra_w in (("plain", 0.0, 0.0),
-                                     ("emb", emb.compute_s + emb.tp_comm_s, problem.emb.weight_params),
-                                     ("head", head.compute_s + head.tp_comm_s, problem.head.weight_params)):
-            chunk_times[kind] = n * dec_t + extra + fixed + per_weight * (n * problem.dec.weight_params + extra_w) / tp
-        # V chunks pay V fixed costs where the rank's one collective paid one
+        for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
+            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), config.tp)
+            chunk_times[kind] = ChunkTime(span, zero_comm(span.weight_params, config.zero, t.dtype, layout, p)).time_s
+        # V chunks pay V collectives where the rank's one paid one: the ZeRO-2/3 collectives
+        # are affine in their bytes, fixed + per_weight * w, and the rank pays V - 1 more fixed
+        one, two = (zero_comm(w, config.zero, t.dtype, layout, p).total_s for w in (1.0, 2.0))
+        fixed = one - (two - one)
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
                               chunk_times))
