@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .hardware import Link
-from .pricing import ChunkTime, Sharding, layer_price, p2p_s, span_price, zero_comm
+from .pricing import Sharding, layer_price, p2p_s, span_price, zero_comm
 
 from .stage_types import INF, StageConfig, TypeArrays
 
@@ -27,20 +27,22 @@ def interleaved_type_arrays(problem: "Problem", config: StageConfig) -> list[Typ
     base_types = problem.base.type_arrays(config)
     t, v = problem.t, problem.v
     sh = Sharding(t.dtype, problem.b, t.seq_len, t.attention, config.tp, config.tp > 1, config.recompute)
-    layout = problem.dp_layout(config)
+    layout = problem.dp_layout(config) if config.zero >= 2 else None
     n = problem.blocks
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
         dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in (problem.dec, problem.emb, problem.head))
+        # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
+        # fixed + per_weight * w: each chunk pays its own, so V chunks pay V - 1 more fixed
+        # parts than the rank's span as one (ta.time)
+        one, two = (zero_comm(w, config.zero, t.dtype, layout, p).total_s for w in (1.0, 2.0))
+        per_weight = two - one
+        fixed = one - per_weight
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
             span = span_price(((n, dec), (has_head, head), (has_emb, emb)), config.tp)
-            chunk_times[kind] = ChunkTime(span, zero_comm(span.weight_params, config.zero, t.dtype, layout, p)).time_s
-        # V chunks pay V collectives where the rank's one paid one: the ZeRO-2/3 collectives
-        # are affine in their bytes, fixed + per_weight * w, and the rank pays V - 1 more fixed
-        one, two = (zero_comm(w, config.zero, t.dtype, layout, p).total_s for w in (1.0, 2.0))
-        fixed = one - (two - one)
+            chunk_times[kind] = span.time_s + fixed + per_weight * span.weight_params
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
                               chunk_times))

@@ -20,12 +20,12 @@ reduction and the optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache, reduce
+from functools import lru_cache, reduce
 from typing import Iterable
 
 import numpy as np
 
-from .cost import (CostParams, LayerTime, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
+from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
                    model_state_bytes, optimizer_step_s)
 from .hardware import GpuSpec, Link
 from .model import DTYPE_BYTES, Layer
@@ -89,9 +89,15 @@ def boundary_bytes(layer: Layer, sh: Sharding) -> float:
 
 @dataclass(frozen=True)
 class LayerPrice:
-    """One layer per micro-batch on one TP rank of one GPU type."""
+    """One layer per micro-batch on one TP rank of one GPU type (cost.layer_time)."""
 
-    time: LayerTime
+    fwd_s: float
+    bwd_s: float  # with the forward recomputed in the backward
+    compute_s: float
+    tp_comm_fwd_s: float
+    tp_comm_bwd_s: float
+    tp_comm_s: float
+    time_s: float  # compute and TP communication
     act_bytes: float  # saved for the backward
     transient_bytes: float  # full recomputation's working set while this layer's backward runs
     weight_params: int  # of the whole layer (not divided by tp)
@@ -99,71 +105,62 @@ class LayerPrice:
 
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
-    time = layer_time(layer, gpu, sh.dtype, sh.micro_batch, sh.seq_len, sh.tp, sh.sequence_parallel,
-                      sh.attention, sh.recompute, tp_link, p)
-    return LayerPrice(time, saved_activation_bytes(layer, sh), transient_activation_bytes(layer, sh),
-                      layer.weight_params)
+    t = layer_time(layer, gpu, sh.dtype, sh.micro_batch, sh.seq_len, sh.tp, sh.sequence_parallel, sh.attention,
+                   sh.recompute, tp_link, p)
+    return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
+                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh),
+                      transient_activation_bytes(layer, sh), layer.weight_params)
 
 
 # --- a span of layers -----------------------------------------------------------------------
 
 
+class _Total:
+    """A span's figure: the sum over its parts of count x the layer's figure `of`, computed
+    on first use and then kept."""
+
+    def __init__(self, of: str, doc: str = "", per_gpu: bool = False):
+        self.of, self.__doc__, self.per_gpu = of, doc, per_gpu
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, span, owner=None):
+        if span is None:
+            return self
+        total = 0
+        for count, lp in span.parts:
+            total = total + count * getattr(lp, self.of)
+        if self.per_gpu:
+            total = total / span.tp
+        span.__dict__[self.name] = total
+        return total
+
+
 @dataclass(frozen=True, eq=False)
 class SpanPrice:
     """A span of layers per micro-batch on one replica: `parts` are (count, LayerPrice), the
-    count a number or an array over block counts (then every figure is such an array). Each
-    figure is the sum over the parts of count x the layer's figure."""
+    count a number or an array over block counts (then every figure is such an array)."""
 
     parts: tuple[tuple[object, LayerPrice], ...]
     tp: int
 
-    def _sum(self, figure):
-        return sum(count * figure(lp) for count, lp in self.parts)
+    fwd_s = _Total("fwd_s")
+    bwd_s = _Total("bwd_s", "Backward with the recomputed forward.")
+    compute_s = _Total("compute_s")
+    tp_comm_fwd_s = _Total("tp_comm_fwd_s")
+    tp_comm_bwd_s = _Total("tp_comm_bwd_s")
+    tp_comm_s = _Total("tp_comm_s")
+    time_s = _Total("time_s", "Compute and TP communication (no ZeRO collectives, no pipeline send).")
+    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group (Shoeybi et al. 2019: "
+                           "1/tp of each layer's).", per_gpu=True)
+    act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
 
-    @cached_property
-    def fwd_s(self):
-        return self._sum(lambda lp: lp.time.fwd_s)
-
-    @cached_property
-    def bwd_s(self):
-        """Backward including the recomputed forward."""
-        return self._sum(lambda lp: lp.time.bwd_s + lp.time.recompute_s)
-
-    @cached_property
-    def compute_s(self):
-        return self._sum(lambda lp: lp.time.compute_s)
-
-    @cached_property
-    def tp_comm_fwd_s(self):
-        return self._sum(lambda lp: lp.time.tp_comm_fwd_s)
-
-    @cached_property
-    def tp_comm_bwd_s(self):
-        return self._sum(lambda lp: lp.time.tp_comm_bwd_s)
-
-    @cached_property
-    def tp_comm_s(self):
-        return self._sum(lambda lp: lp.time.tp_comm_s)
-
-    @cached_property
-    def time_s(self):
-        """Compute and TP communication (no ZeRO collectives, no pipeline send)."""
-        return self._sum(lambda lp: lp.time.compute_s + lp.time.tp_comm_s)
-
-    @cached_property
-    def weight_params(self):
-        """Weight parameters on one GPU of the TP group (Shoeybi et al. 2019: 1/tp each)."""
-        return self._sum(lambda lp: lp.weight_params) / self.tp
-
-    @cached_property
-    def act_bytes(self):
-        """Activations one micro-batch through the span leaves for its backward."""
-        return self._sum(lambda lp: lp.act_bytes)
-
-    @cached_property
+    @property
     def transient_bytes(self):
         """The largest recomputation working set of a layer the span holds (one runs at a time)."""
-        return reduce(_maximum, (_where(count >= 1, lp.transient_bytes, 0.0) for count, lp in self.parts), 0.0)
+        return reduce(_maximum, (_where(count >= 1, lp.transient_bytes, 0.0) for count, lp in self.parts
+                                 if lp.transient_bytes), 0.0)
 
 
 def span_price(parts: Iterable[tuple[object, LayerPrice]], tp: int) -> SpanPrice:
@@ -204,10 +201,11 @@ class ZeroComm:
         return self.reduce_scatter_s + 2 * self.gather_s
 
 
-def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout, p: CostParams) -> ZeroComm:
+def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
     """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
     also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
-    sec 5.2 and 7.2); each moves half an all-reduce's traffic."""
+    sec 5.2 and 7.2); each moves half an all-reduce's traffic. (`layout` may be None below
+    ZeRO-2.)"""
     if zero < 2 or layout.replicas <= 1:
         return ZeroComm()
     reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2

@@ -101,7 +101,7 @@ class Problem:
                   for i, n in enumerate(config.nodes) if n}
         dp = sum(counts.values())
         zero = config.zero
-        layout = self.dp_layout(config)
+        layout = self.dp_layout(config) if zero >= 2 else None  # for the ZeRO-2/3 collectives only
         out = []
         config_worst = (-INF, "")
         n = self.blocks
@@ -109,7 +109,8 @@ class Problem:
             group = self.groups[i]
             gpu = group.gpu
             p = self.options.params_for(gpu.name)
-            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p) for layer in (self.dec, self.emb, self.head))
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
+                              for layer in (self.dec, self.emb, self.head))
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
