@@ -128,9 +128,14 @@ class _Total:
     def __get__(self, span, owner=None):
         if span is None:
             return self
-        total = 0
+        total = None
         for count, lp in span.parts:
-            total = total + count * getattr(lp, self.of)
+            if type(count) is not np.ndarray and not count:
+                continue  # a part the span leaves out (adding 0 x its figure changes nothing)
+            term = count * getattr(lp, self.of)
+            total = term if total is None else total + term
+        if total is None:
+            total = 0.0
         if self.per_gpu:
             total = total / span.tp
         span.__dict__[self.name] = total
@@ -201,13 +206,16 @@ class ZeroComm:
         return self.reduce_scatter_s + 2 * self.gather_s
 
 
+NO_ZERO_COMM = ZeroComm()
+
+
 def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
     """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
     also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
     sec 5.2 and 7.2); each moves half an all-reduce's traffic. (`layout` may be None below
     ZeRO-2.)"""
     if zero < 2 or layout.replicas <= 1:
-        return ZeroComm()
+        return NO_ZERO_COMM
     reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2
     gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if zero >= 3 else 0.0
     return ZeroComm(reduce_scatter, gather)
@@ -231,7 +239,8 @@ class ChunkTime:
 
     @property
     def time_s(self):
-        return self.span.time_s + self.zero.total_s + self.send_s
+        time = self.span.time_s + self.zero.total_s
+        return time + self.send_s if self.send_s else time  # (the search adds its sends later)
 
     @property
     def forward_s(self):
