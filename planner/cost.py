@@ -249,14 +249,21 @@ class MemoryBreakdown:
                 + self.activations_bytes + self.reserved_bytes)
 
 
+def gradient_bytes(dtype: str) -> int:
+    """Bytes of one gradient element: fp32 training keeps fp32 gradients, mixed precision
+    16-bit ones (Rajbhandari et al. 2020, sec 3.1)."""
+    return WEIGHT_BYTES_FP32_TRAINING if dtype == "fp32" else DTYPE_BYTES[dtype]
+
+
 def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
     Figure 1): stage 1 shards the optimizer over the dp replicas, stage 2 also gradients,
     stage 3 also the weights. `weight_params` is already divided by the TP degree."""
+    grad_b = gradient_bytes(dtype)
     if dtype == "fp32":
-        weight_b, grad_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, WEIGHT_BYTES_FP32_TRAINING, OPTIMIZER_BYTES_FP32
+        weight_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, OPTIMIZER_BYTES_FP32
     else:
-        weight_b, grad_b, opt_b = DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], OPTIMIZER_BYTES_MIXED
+        weight_b, opt_b = DTYPE_BYTES[dtype], OPTIMIZER_BYTES_MIXED
     weights = weight_params * weight_b / (dp if zero >= 3 else 1)
     grads = weight_params * grad_b / (dp if zero >= 2 else 1)
     optimizer = weight_params * opt_b / (dp if zero >= 1 else 1)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .cost import (DEFAULT_PARAMS, CostParams, LayerTime, MemoryBreakdown, hierarchical_allreduce_s,
-                   in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s)
+from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown, in_flight_microbatches
 from .hardware import GIB, Cluster, GpuSpec, Link
-from .model import DTYPE_BYTES
-from .plan import Plan, Stage
+from .plan import Plan, Replica, Stage
+from .pricing import (ChunkTime, DpLayout, Sharding, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
+                      span_price, stage_tail, zero_comm)
 
 
 @dataclass(frozen=True)
@@ -143,14 +143,15 @@ def tp_group_link(cluster: Cluster, ranks) -> Link:
     return collective_links(cluster, per_group)[1]
 
 
-def group_collective_s(cluster: Cluster, ranks, nbytes: float, params: CostParams) -> float:
-    """Hierarchical all-reduce of `nbytes` over `ranks` (one rank per TP position)."""
+def dp_layout(cluster: Cluster, ranks) -> DpLayout:
+    """How a collective over `ranks` (one rank per TP position) runs: nodes, ranks per node,
+    the intra- and per-GPU inter-node links (collective_links)."""
     nodes = nodes_of(cluster, ranks)
     per_group: dict[str, int] = {}
     for g, _ in nodes:
         per_group[g] = per_group.get(g, 0) + 1
     intra, inter = collective_links(cluster, per_group)
-    return hierarchical_allreduce_s(nbytes, max(nodes.values()), len(nodes), intra, inter, params)
+    return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
 
 
 def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
@@ -165,26 +166,71 @@ def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
     return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
 
 
-def p2p_s(nbytes: float, link: Link, intra: bool, params: CostParams) -> float:
-    """Pipeline point-to-point across one boundary for one micro-batch: the activation
-    forward and its gradient backward (Narayanan et al. 2021, sec 4.1: with scatter/gather
-    each TP rank sends 1/tp of it). Charged to the sending-forward stage."""
-    eff = params.intra_link_efficiency if intra else params.inter_link_efficiency
-    return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
+@dataclass(frozen=True)
+class ReplicaPrice:
+    """One replica of a pipeline rank, per micro-batch: each of the rank's chunks, and the
+    span of all its layers (memory, backward)."""
 
-
-@dataclass
-class _ReplicaCost:
-    compute_s: float = 0.0
-    fwd_s: float = 0.0
-    bwd_s: float = 0.0
-    tp_comm_s: float = 0.0
-    pp_comm_s: float = 0.0
-    zero_comm_s: float = 0.0
+    gpu: GpuSpec
+    params: CostParams
+    chunks: tuple[ChunkTime, ...]
+    span: SpanPrice
 
     @property
     def per_microbatch_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero_comm_s
+        return sum(c.time_s for c in self.chunks)
+
+    @property
+    def slowest_chunk_s(self) -> float:
+        return max(c.time_s for c in self.chunks)
+
+
+class PlanPricer:
+    """Prices a plan's pipeline ranks on their replicas (planner.pricing), once for the
+    replicas alike in GPU type, TP link and cost parameters."""
+
+    def __init__(self, plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None):
+        self.plan, self.params_for = plan, params_getter(params)
+        self.stage_by_index = {st.index: st for st in plan.stages}
+        self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor
+        self._layouts: dict[int, DpLayout] = {}
+        self._replicas: dict[tuple, ReplicaPrice] = {}
+
+    def sharding(self, st: Stage) -> Sharding:
+        t = self.plan.training
+        return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.tp, st.sequence_parallel, st.recompute)
+
+    def layout(self, st: Stage) -> DpLayout:
+        """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas."""
+        if st.index not in self._layouts:
+            self._layouts[st.index] = dp_layout(self.plan.cluster, [r.ranks[0] for r in st.replicas])
+        return self._layouts[st.index]
+
+    def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
+        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU)."""
+        cluster, layers = self.plan.cluster, self.plan.model.layers
+        gpu = slowest_gpu(cluster, replica.ranks)
+        p = self.params_for(gpu)
+        tp_link = tp_group_link(cluster, replica.ranks)
+        key = (chunks[0].index, gpu.name, tp_link, p)
+        if key in self._replicas:
+            return self._replicas[key]
+        times = []
+        for st in chunks:
+            sh = self.sharding(st)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p)
+            send = 0.0
+            successor = self.stage_by_index.get(st.index + 1)
+            if successor is not None:
+                if st.index not in self._links:
+                    self._links[st.index] = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
+                                                          [r.ranks[0] for r in successor.replicas])
+                link, intra = self._links[st.index]
+                send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
+            times.append(ChunkTime(span, zero_comm(span.weight_params, st.zero, sh.dtype, self.layout(st), p), send))
+        whole = span_price((part for c in times for part in c.span.parts), chunks[0].tp)  # chunks share tp
+        self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
+        return self._replicas[key]
 
 
 def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float]) -> tuple[float, int]:
@@ -202,128 +248,59 @@ def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float
 
 def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
     """Price `plan`; never raises for a plan that does not fit (see `fits`, `overflows`)."""
-    params_for = params_getter(params)
+    pricer = PlanPricer(plan, params)
     model, cluster, t = plan.model, plan.cluster, plan.training
     b, s = t.micro_batch, t.seq_len
-    nb = DTYPE_BYTES[t.dtype]
     v = t.virtual_stages if t.schedule == "interleaved" else 1
     pp = plan.pp
     chunks: dict[int, list[Stage]] = {}
     for st in plan.stages:
         chunks.setdefault(st.pipeline_rank, []).append(st)
-    stage_by_index = {st.index: st for st in plan.stages}
-    layers = model.layers
-    grad_bytes = 4 if t.dtype == "fp32" else nb
 
-    busy, tails, latencies, bottleneck_costs, exposed_dp, optimizer = [], [], [], [], [], []
+    busy, latencies, bottlenecks, tails = [], [], [], []
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
-    boundaries: dict[int, tuple] = {}  # stage index -> (link, intra-node) to its successor
-    zero_comm: dict[tuple, tuple] = {}  # (stage index, params) -> ZeRO-2/3 seconds per micro-batch (RS, AG)
 
     for k in range(pp):
         rank_chunks = chunks[k]
         head = rank_chunks[0]
         zero, dp = head.zero, head.dp
-        stage_busy, stage_tau, stage_btl, stage_opt = -1.0, 0.0, None, 0.0
+        stage_busy, stage_tau, stage_btl = -1.0, 0.0, None
         min_bwd = float("inf")
-        replica_costs: dict[tuple, tuple] = {}
-        for r_index, replica in enumerate(head.replicas):
-            gpu = slowest_gpu(cluster, replica.ranks)
-            p = params_for(gpu)
-            tp_link = tp_group_link(cluster, replica.ranks)
-            replica_key = (gpu.name, tp_link, p)  # replicas alike in these cost the same
-            if replica_key not in replica_costs:
-                cost = _ReplicaCost()
-                weight_params = acts_per_mb = transient = 0.0
-                slowest_chunk = 0.0
-                for st in rank_chunks:
-                    before = cost.per_microbatch_s
-                    stage_layers = layers[st.layers[0]:st.layers[1]]
-                    for layer in stage_layers:
-                        lt: LayerTime = layer_time(layer, gpu, t.dtype, b, s, st.tp, st.sequence_parallel,
-                                                   t.attention, st.recompute, tp_link, p)
-                        cost.compute_s += lt.compute_s
-                        cost.fwd_s += lt.fwd_s
-                        cost.bwd_s += lt.bwd_s + lt.recompute_s
-                        cost.tp_comm_s += lt.tp_comm_s
-                        weight_params += layer.weight_params / st.tp
-                        acts_per_mb += layer.act_bytes_per_sample(s, st.recompute, st.tp, st.sequence_parallel,
-                                                                  t.attention, nb) * b
-                        if st.recompute == "full" and layer.kind == "decoder":
-                            transient = max(transient, layer.act_bytes_per_sample(
-                                s, "none", st.tp, st.sequence_parallel, t.attention, nb) * b)
-                    successor = stage_by_index.get(st.index + 1)
-                    if successor is not None:
-                        nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(s, nb) * b / st.tp
-                        if st.index not in boundaries:  # the same for every replica of the stage
-                            boundaries[st.index] = boundary_link(cluster, [rr.ranks[0] for rr in st.replicas],
-                                                                 [rr.ranks[0] for rr in successor.replicas])
-                        link, intra = boundaries[st.index]
-                        cost.pp_comm_s += p2p_s(nbytes, link, intra, p)
-                    if st.zero >= 2 and st.dp > 1:
-                        # ZeRO-2/3 reduce-scatter gradients after every micro-batch's backward;
-                        # ZeRO-3 also gathers the weights before its forward and its backward
-                        # (Rajbhandari et al. 2020, sec 5.2 and 7.2)
-                        if (st.index, p) not in zero_comm:  # the same for every replica of one GPU type
-                            shard = sum(l.weight_params for l in stage_layers) / st.tp
-                            dp_ranks = [rr.ranks[0] for rr in st.replicas]
-                            half = group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2
-                            gather = 2 * group_collective_s(cluster, dp_ranks, shard * nb, p) / 2 if st.zero >= 3 else 0.0
-                            zero_comm[(st.index, p)] = (half, gather)
-                        half, gather = zero_comm[(st.index, p)]
-                        cost.zero_comm_s += half
-                        if st.zero >= 3:
-                            cost.zero_comm_s += gather
-                    slowest_chunk = max(slowest_chunk, cost.per_microbatch_s - before)
-                replica_costs[replica_key] = (cost, weight_params, acts_per_mb, transient, slowest_chunk)
-            cost, weight_params, acts_per_mb, transient, slowest_chunk = replica_costs[replica_key]
+        steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+        for replica in head.replicas:
+            price = pricer.replica(rank_chunks, replica)
             n_micro = replica.batch_share // b
-            replica_busy = n_micro * cost.per_microbatch_s
+            replica_busy = n_micro * price.per_microbatch_s
             if replica_busy > stage_busy:
-                stage_busy, stage_btl = replica_busy, cost
-            stage_tau = max(stage_tau, slowest_chunk if v > 1 else cost.per_microbatch_s)
-            min_bwd = min(min_bwd, cost.bwd_s)
-
-            weights, grads, opt = model_state_bytes(weight_params, t.dtype, zero, dp)
+                stage_busy, stage_btl = replica_busy, price
+            stage_tau = max(stage_tau, price.slowest_chunk_s if v > 1 else price.per_microbatch_s)
+            min_bwd = min(min_bwd, price.span.bwd_s)
+            steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = in_flight_microbatches(t.schedule, k, pp, v, n_micro)
-            mem = MemoryBreakdown(weights, grads, opt, acts_per_mb * in_flight + transient,
-                                  p.reserved_memory_bytes)
+            mem = replica_memory(price.span, in_flight, t.dtype, zero, dp, price.params)
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
                 gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
-            stage_opt = max(stage_opt, optimizer_step_s(weight_params / (dp if zero >= 1 else 1), gpu, p))
-
-        # data-parallel gradient reduction after the last backward, over the TP-position-0
-        # ranks of the replicas (each TP position reduces its own shard at the same time);
-        # ZeRO-1 reduce-scatters gradients and all-gathers weights, the volume of an
-        # all-reduce; ZeRO-2 only all-gathers weights here (its reduce-scatters ran per
-        # micro-batch); ZeRO-3 needs nothing more
-        dp_s = 0.0
-        if dp > 1 and zero <= 2:
-            dp_ranks = [rep.ranks[0] for rep in head.replicas]
-            p = params_for(slowest_gpu(cluster, tuple(dp_ranks)))
-            stage_params = sum(layers[i].weight_params / st.tp for st in rank_chunks for i in range(*st.layers))
-            dp_s = group_collective_s(cluster, dp_ranks, stage_params * grad_bytes, p)
-            if zero == 2:
-                dp_s /= 2
-            if p.overlap_grad_reduce:
-                dp_s = max(0.0, dp_s - min_bwd)  # hides behind the last micro-batch's backward
+        # the gradient reduction runs at the parameters of the replicas' slowest GPU
+        reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
+        tails.append(stage_tail(stage_btl.span.weight_params, zero, t.dtype, pricer.layout(head), reduce_params,
+                                min_bwd, steppers.values()))
         busy.append(stage_busy)
         latencies.append(stage_tau)
-        bottleneck_costs.append(stage_btl)
-        exposed_dp.append(dp_s)
-        optimizer.append(stage_opt)
-        tails.append(dp_s + stage_opt)
+        bottlenecks.append(stage_btl)
 
-    step_s, k_star = pipeline_time_s(busy, tails, latencies)
-    btl = bottleneck_costs[k_star]
-    n_btl = busy[k_star] / btl.per_microbatch_s if btl.per_microbatch_s > 0 else 0.0
-    breakdown = {"compute": n_btl * btl.compute_s, "tp_comm": n_btl * btl.tp_comm_s,
-                 "pp_comm": n_btl * btl.pp_comm_s, "dp_comm": exposed_dp[k_star] + n_btl * btl.zero_comm_s,
-                 "bubble": sum(latencies) - latencies[k_star], "optimizer": optimizer[k_star]}
+    step_s, k_star = pipeline_time_s(busy, [tail.total_s for tail in tails], latencies)
+    btl, tail = bottlenecks[k_star], tails[k_star]
+    per_mb = btl.per_microbatch_s
+    n_btl = busy[k_star] / per_mb if per_mb > 0 else 0.0
+    pp_comm = sum(c.send_s for c in btl.chunks)
+    zero_comm_s = sum(c.zero.total_s for c in btl.chunks)
+    breakdown = {"compute": n_btl * btl.span.compute_s, "tp_comm": n_btl * btl.span.tp_comm_s,
+                 "pp_comm": n_btl * pp_comm, "dp_comm": tail.grad_reduce_s + n_btl * zero_comm_s,
+                 "bubble": sum(latencies) - latencies[k_star], "optimizer": tail.optimizer_s}
 
     used = plan.used_ranks()
     tokens = t.global_batch * s

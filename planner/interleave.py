@@ -7,53 +7,38 @@ the bubble is one chunk's latency per rank)."""
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cost import layer_time
-from .evaluate import p2p_s
 from .hardware import Link
 from .model import Layer
-
+from .pricing import DpLayout, Sharding, layer_price, p2p_s, span_price, zero_comm
 from .stage_types import INF, StageConfig, TypeArrays
 
-if TYPE_CHECKING:
-    from .stages import Problem
 
-
-def interleaved_type_arrays(problem: "Problem", config: StageConfig) -> list[TypeArrays]:
-    """Interleaved type arrays from the 1F1B problem of the same micro-batch: the same but
-    for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times."""
-
-    base_types = problem.base.type_arrays(config)
-    t, tp, b, s, v = problem.t, config.tp, problem.b, problem.t.seq_len, problem.v
-    sp = tp > 1
-    n = problem.blocks
+def interleaved_type_arrays(base_types: list[TypeArrays], config: StageConfig, sh: Sharding,
+                            layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], n: np.ndarray,
+                            v: int) -> list[TypeArrays]:
+    """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
+    same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
+    `layers` (decoder block, embedding, head) over the block counts `n`."""
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-        # ZeRO-2/3's per-micro-batch collectives are affine in their bytes: fixed + per_weight * w
-        per_weight = problem.zero_per_microbatch_s(config, 2.0, p) - problem.zero_per_microbatch_s(config, 1.0, p)
-        fixed = problem.zero_per_microbatch_s(config, 1.0, p) - per_weight
-
-        def lt(layer: Layer):
-            return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
-
-        dec, emb, head = lt(problem.dec), lt(problem.emb), lt(problem.head)
-        dec_t = dec.compute_s + dec.tp_comm_s
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in layers)
+        # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
+        # fixed + per_weight * w: each chunk pays its own, so V chunks pay V - 1 more fixed
+        # parts than the rank's span as one (ta.time)
+        one, two = (zero_comm(w, config.zero, sh.dtype, layout, p).total_s for w in (1.0, 2.0))
+        per_weight = two - one
+        fixed = one - per_weight
         chunk_times = {}
-        for kind, extra, extra_w in (("plain", 0.0, 0.0),
-                                     ("emb", emb.compute_s + emb.tp_comm_s, problem.emb.weight_params),
-                                     ("head", head.compute_s + head.tp_comm_s, problem.head.weight_params)):
-            chunk_times[kind] = n * dec_t + extra + fixed + per_weight * (n * problem.dec.weight_params + extra_w) / tp
-        # V chunks pay V fixed costs where the rank's one collective paid one
+        for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
+            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), config.tp)
+            chunk_times[kind] = span.time_s + fixed + per_weight * span.weight_params
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
                               chunk_times))
-    if problem.smallest_overflow is None or (problem.base.smallest_overflow is not None
-                                          and problem.base.smallest_overflow[0] < problem.smallest_overflow[0]):
-        problem.smallest_overflow = problem.base.smallest_overflow
     return out
 
 

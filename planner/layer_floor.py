@@ -9,7 +9,7 @@ heads allow (with sequence parallelism, as the search always uses for tp > 1), t
 recomputation mode that keeps least, and the highest ZeRO stage over every GPU of the
 cluster. When even that exceeds every GPU type's memory for some layer, no plan exists, and
 this is the reason to give (planner.search raises it before searching). Same formulas as
-planner.evaluate: Layer.act_bytes_per_sample and cost.model_state_bytes.
+planner.evaluate: planner.pricing's activations and cost.model_state_bytes.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from .cost import model_state_bytes
 from .hardware import Cluster
-from .model import DTYPE_BYTES, Layer, Model
+from .model import Layer, Model
 from .plan import Training
+from .pricing import Sharding, saved_activation_bytes, transient_activation_bytes
 from .stage_types import SolverOptions
 
 LAYER_WORDS = {"embedding": "embedding", "decoder": "a decoder block", "head": "the output head"}
@@ -42,22 +43,17 @@ class LayerFloor:
         return self.activation_bytes - self.free_bytes
 
 
-def _floor(layer: Layer, decoder: Layer, model: Model, group, base: Training, options: SolverOptions,
+def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOptions,
            micro_batch: int, num_gpus: int) -> LayerFloor | None:
     heads = model.config.num_heads if model.config else 1
     tps = [tp for tp in options.tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
     if not tps:
         return None
     tp = max(tps)
-    sp = tp > 1
-    nb = DTYPE_BYTES[base.dtype]
-    s = base.seq_len
 
     def need(mode: str) -> float:
-        acts = layer.act_bytes_per_sample(s, mode, tp, sp, base.attention, nb) * micro_batch
-        if mode == "full" and layer.kind == "decoder":  # evaluate: the block recomputed in backward
-            acts += decoder.act_bytes_per_sample(s, "none", tp, sp, base.attention, nb) * micro_batch
-        return acts
+        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, tp, tp > 1, mode)
+        return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)
     dp = max(1, num_gpus // tp)
@@ -77,12 +73,11 @@ def layer_floors(model: Model, cluster: Cluster, base: Training, options: Solver
     kinds: dict[str, Layer] = {}
     for layer in model.layers:
         kinds.setdefault(layer.kind, layer)
-    decoder = kinds.get("decoder")
     out: dict[str, list[LayerFloor]] = {}
     for kind, layer in kinds.items():
         best: dict[str, LayerFloor] = {}  # per GPU type, its best group (node sizes bound tp)
         for g in cluster.groups:
-            f = _floor(layer, decoder or layer, model, g, base, options, min(sizes), cluster.num_gpus)
+            f = _floor(layer, model, g, base, options, min(sizes), cluster.num_gpus)
             if f is not None and (f.gpu not in best or f.over_bytes < best[f.gpu].over_bytes):
                 best[f.gpu] = f
         out[kind] = list(best.values())

@@ -22,7 +22,6 @@ def stdout_console() -> Console:
 def print_plan(result, console: Console | None = None) -> None:
     console = console or stdout_console()
     plan, est = result.plan, result.estimate
-    t = plan.training
     cluster = plan.cluster
     labels = gpu_labels(cluster)
     console.print(headline(plan, est))

@@ -5,13 +5,13 @@ prints its stages on their devices, memory per device against capacity, the step
 breakdown and the headline figures.
 
 The timeline (`--svg FILE`, needs matplotlib) draws one step of the pipeline, one row per
-pipeline rank. Per-micro-batch forward and backward times are recomputed here from
-cost.layer_time over the rank's layers, exactly as evaluate prices them, for the replica
-that sets the rank's busy time (micro-batches x time per micro-batch, the same replica
-evaluate picks); the rank's per-micro-batch communication is split between the boxes:
-TP all-reduces where layer_time puts them, the pipeline send/receive half to the forward
-and half to the backward, ZeRO-2 reduce-scatters to the backward, ZeRO-3 gathers one to
-each. So forward + backward of a box pair equals evaluate's per-micro-batch time.
+pipeline rank. Per-micro-batch forward and backward times come from the same prices as
+evaluate's (evaluate.PlanPricer, planner.pricing.ChunkTime), for the replica that sets the
+rank's busy time (micro-batches x time per micro-batch, the same replica evaluate picks);
+the rank's per-micro-batch communication is split between the boxes: TP all-reduces where
+cost.layer_time puts them, the pipeline send/receive half to the forward and half to the
+backward, ZeRO-2 reduce-scatters to the backward, ZeRO-3 gathers one to each. So forward
++ backward of a box pair equals evaluate's per-micro-batch time.
 
 A rank's replicas may run different numbers of micro-batches from another rank's (uneven
 data-parallel widths and shares). Micro-batch j of a rank that runs n_dst micro-batches
@@ -34,15 +34,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .cost import CostParams, MemoryBreakdown, layer_time
+from .cost import CostParams, MemoryBreakdown
 from .errors import BadInput
-from .evaluate import (Estimate, boundary_link, evaluate, group_collective_s, p2p_s, params_getter, slowest_gpu,
-                       tp_group_link)
+from .evaluate import Estimate, PlanPricer
 from .hardware import GIB
 from .markup import esc
-from .model import DTYPE_BYTES
 from .outfile import write_output
-from .plan import Plan, Replica, Stage
+from .plan import Plan, Stage
 from .tables import gpu_labels, gpu_legend, headline, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
@@ -82,58 +80,22 @@ class RankTiming:
         return self.num_microbatches * self.per_microbatch_s
 
 
-def _replica_times(plan: Plan, chunks: list[Stage], replica: Replica, params) -> tuple[float, float]:
-    """(forward, backward) seconds of one micro-batch through `chunks` on `replica`'s devices,
-    communication included (module docstring)."""
-    cluster, t = plan.cluster, plan.training
-    layers = plan.model.layers
-    stage_by_index = {st.index: st for st in plan.stages}
-    gpu = slowest_gpu(cluster, replica.ranks)
-    p = params_getter(params)(gpu)
-    tp_link = tp_group_link(cluster, replica.ranks)
-    nb = DTYPE_BYTES[t.dtype]
-    grad_bytes = 4 if t.dtype == "fp32" else nb
-    fwd = bwd = 0.0
-    for st in chunks:
-        stage_layers = layers[st.layers[0]:st.layers[1]]
-        for layer in stage_layers:
-            lt = layer_time(layer, gpu, t.dtype, t.micro_batch, t.seq_len, st.tp, st.sequence_parallel,
-                            t.attention, st.recompute, tp_link, p)
-            fwd += lt.fwd_s + lt.tp_comm_fwd_s
-            bwd += lt.bwd_s + lt.recompute_s + lt.tp_comm_bwd_s
-        successor = stage_by_index.get(st.index + 1)
-        if successor is not None:
-            nbytes = layers[st.layers[1] - 1].out_bytes_per_sample(t.seq_len, nb) * t.micro_batch / st.tp
-            link, intra = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
-                                        [r.ranks[0] for r in successor.replicas])
-            send = p2p_s(nbytes, link, intra, p)  # activation forward + its gradient backward
-            fwd += send / 2
-            bwd += send / 2
-        if st.zero >= 2 and st.dp > 1:
-            shard = sum(l.weight_params for l in stage_layers) / st.tp
-            dp_ranks = [r.ranks[0] for r in st.replicas]
-            bwd += group_collective_s(cluster, dp_ranks, shard * grad_bytes, p) / 2  # reduce-scatter
-            if st.zero >= 3:
-                gather = group_collective_s(cluster, dp_ranks, shard * nb, p) / 2
-                fwd += gather
-                bwd += gather
-    return fwd, bwd
-
-
 def rank_timings(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> list[RankTiming]:
     """Per pipeline rank, the busiest replica's micro-batch count and its forward and backward
     time per micro-batch (module docstring)."""
     chunks: dict[int, list[Stage]] = {}
     for st in plan.stages:
         chunks.setdefault(st.pipeline_rank, []).append(st)
+    pricer = PlanPricer(plan, params)
     out = []
     for k in range(plan.pp):
         rank_chunks = chunks[k]
         best: RankTiming | None = None
         for replica in rank_chunks[0].replicas:
-            fwd, bwd = _replica_times(plan, rank_chunks, replica, params)
-            timing = RankTiming(k, tuple(st.index for st in rank_chunks),
-                                slowest_gpu(plan.cluster, replica.ranks).name, replica.dp_rank,
+            price = pricer.replica(rank_chunks, replica)
+            fwd = sum(c.forward_s for c in price.chunks)
+            bwd = sum(c.backward_s for c in price.chunks)
+            timing = RankTiming(k, tuple(st.index for st in rank_chunks), price.gpu.name, replica.dp_rank,
                                 replica.batch_share // plan.training.micro_batch, fwd, bwd)
             if best is None or timing.busy_s > best.busy_s:
                 best = timing
@@ -251,7 +213,6 @@ def memory_bar(mem: MemoryBreakdown, capacity: float, width: int = BAR_WIDTH) ->
 
 
 def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Console) -> None:
-    t = plan.training
     cluster = plan.cluster
     labels = gpu_labels(cluster)
     console.print(headline(plan, est) + f", pp {plan.pp}")

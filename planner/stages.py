@@ -11,12 +11,14 @@ from typing import Iterator
 import numpy as np
 
 from .clock import SearchClock
-from .cost import CostParams, hierarchical_allreduce_s, in_flight_microbatches, layer_time, model_state_bytes, optimizer_step_s
-from .evaluate import collective_links, p2p_s, pair_link, slowest
+from .cost import in_flight_microbatches
+from .evaluate import collective_links, pair_link, slowest
 from .hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
-from .model import DTYPE_BYTES, Layer, Model
+from .model import Model
 from .plan import Training
+from .pricing import (ChunkTime, DpLayout, Sharding, boundary_bytes, layer_price, p2p_s, replica_memory, span_price,
+                      stage_tail, zero_comm)
 from .shares import UNCAPPED, min_makespan
 from .stage_types import INF, SolverOptions, StageConfig, TypeArrays, Variant, share_cap
 
@@ -43,8 +45,6 @@ class Problem:
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
         self.num_blocks = model.num_layers - 2
         self.microbatches = base.global_batch // b
-        self.nb = DTYPE_BYTES[base.dtype]
-        self.grad_bytes = 4 if base.dtype == "fp32" else self.nb
         self.blocks = np.arange(self.num_blocks + 1, dtype=float)
         self._types: dict[StageConfig, list[TypeArrays] | None] = {}
         self.config_list: list[StageConfig] = []
@@ -58,7 +58,7 @@ class Problem:
         self._stage: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._stage_by_caps: dict[tuple, tuple] = {}
         self._types_by_id: list[list[TypeArrays]] = []
-        self._dp_layouts: dict[StageConfig, tuple] = {}
+        self._dp_layouts: dict[StageConfig, DpLayout] = {}
         self._tails: dict[tuple, np.ndarray] = {}
         self._caps: dict[tuple, tuple] = {}
         self._links: dict[tuple, Link] = {}
@@ -92,14 +92,23 @@ class Problem:
         if config in self._types:
             return self._types[config]
         if self.base is not None:
-            self._types[config] = interleaved_type_arrays(self, config)
+            t = self.t
+            sharding = Sharding(t.dtype, self.b, t.seq_len, t.attention, config.tp, config.tp > 1, config.recompute)
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            self._types[config] = interleaved_type_arrays(self.base.type_arrays(config), config, sharding, layout,
+                                                          (self.dec, self.emb, self.head), self.blocks, self.v)
+            base_overflow = self.base.smallest_overflow
+            if self.smallest_overflow is None or (base_overflow is not None
+                                                  and base_overflow[0] < self.smallest_overflow[0]):
+                self.smallest_overflow = base_overflow
             return self._types[config]
         t, tp, b, s = self.t, config.tp, self.b, self.t.seq_len
-        sp = tp > 1
+        sh = Sharding(t.dtype, b, s, t.attention, tp, tp > 1, config.recompute)
         counts = {i: self.bundles * n * self.groups[i].gpus_per_node // tp
                   for i, n in enumerate(config.nodes) if n}
         dp = sum(counts.values())
         zero = config.zero
+        layout = self.dp_layout(config) if zero >= 2 else None  # for the ZeRO-2/3 collectives only
         out = []
         config_worst = (-INF, "")
         n = self.blocks
@@ -107,32 +116,17 @@ class Problem:
             group = self.groups[i]
             gpu = group.gpu
             p = self.options.params_for(gpu.name)
-            link = group.intra_node
-
-            def lt(layer: Layer):
-                return layer_time(layer, gpu, t.dtype, b, s, tp, sp, t.attention, config.recompute, link, p)
-
-            dec, emb, head = lt(self.dec), lt(self.emb), lt(self.head)
-            act = {x: layer.act_bytes_per_sample(s, config.recompute, tp, sp, t.attention, self.nb) * b
-                   for x, layer in (("dec", self.dec), ("emb", self.emb), ("head", self.head))}
-            transient = 0.0
-            if config.recompute == "full":
-                transient = self.dec.act_bytes_per_sample(s, "none", tp, sp, t.attention, self.nb) * b
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
+                              for layer in (self.dec, self.emb, self.head))
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
-                hh, ee = float(has_head), float(has_emb)
-                w = (n * self.dec.weight_params + hh * self.head.weight_params + ee * self.emb.weight_params) / tp
-                params[(has_head, has_emb)] = w
-                times[(has_head, has_emb)] = (n * (dec.compute_s + dec.tp_comm_s) + hh * (head.compute_s + head.tp_comm_s)
-                                              + ee * (emb.compute_s + emb.tp_comm_s)
-                                              + self.zero_per_microbatch_s(config, w, p))
-                bwds[(has_head, has_emb)] = (n * (dec.bwd_s + dec.recompute_s) + hh * (head.bwd_s + head.recompute_s)
-                                             + ee * (emb.bwd_s + emb.recompute_s))
-                weights, grads, opt = model_state_bytes(w, t.dtype, zero, dp)
-                acts = n * act["dec"] + hh * act["head"] + ee * act["emb"]
-                free = gpu.memory_bytes - weights - grads - opt - p.reserved_memory_bytes \
-                    - np.where(n >= 1, transient, 0.0)
+                span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), tp)
+                w = params[(has_head, has_emb)] = span.weight_params
+                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, zero, t.dtype, layout, p)).time_s
+                bwds[(has_head, has_emb)] = span.bwd_s
+                acts = span.act_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, zero, dp, p).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
                 rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
@@ -142,38 +136,25 @@ class Problem:
                     need = -(-self.num_blocks // max(1, min(self.options.max_stages, sum(self.bundle_nodes))))
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
-            boundary = self.dec.out_bytes_per_sample(s, self.nb) * b / tp
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary, p))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(self.dec, sh), p))
             config_worst = max(config_worst, worst)
         if self.smallest_overflow is None or config_worst[0] < self.smallest_overflow[0]:
             self.smallest_overflow = config_worst
         self._types[config] = out
         return out
 
-    def dp_layout(self, config: StageConfig) -> tuple[dict[str, int], Link, Link, int]:
-        """How a stage's data-parallel collectives run: nodes per group, the intra- and
-        per-GPU inter-node links (evaluate.collective_links), replicas per node."""
+    def dp_layout(self, config: StageConfig) -> DpLayout:
+        """How a stage's data-parallel collectives run (evaluate.dp_layout): its nodes (all
+        bundles), replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
         layout = self._dp_layouts.get(config)
         if layout is None:
             per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
             intra, inter = collective_links(self.cluster, per_group)
             per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
-            layout = self._dp_layouts[config] = (per_group, intra, inter, per_node)
+            replicas = sum(self.bundles * n * self.groups[i].gpus_per_node // config.tp
+                           for i, n in enumerate(config.nodes) if n)
+            layout = self._dp_layouts[config] = DpLayout(replicas, per_node, sum(per_group.values()), intra, inter)
         return layout
-
-    def zero_per_microbatch_s(self, config: StageConfig, weights_per_gpu, params: CostParams):
-        """ZeRO-2/3 collectives of one stage (or chunk) per micro-batch: reduce-scatter of the
-        gradients; ZeRO-3 also gathers the weights before forward and backward (Rajbhandari et
-        al. 2020, sec 5.2 and 7.2; evaluate.evaluate, same formulas)."""
-        if config.zero < 2:
-            return 0.0
-        per_group, intra, inter, per_node = self.dp_layout(config)
-        nodes = sum(per_group.values())
-        out = hierarchical_allreduce_s(weights_per_gpu * self.grad_bytes, per_node, nodes, intra, inter, params) / 2
-        if config.zero >= 3:
-            out = out + 2 * hierarchical_allreduce_s(weights_per_gpu * self.nb, per_node, nodes, intra, inter,
-                                                     params) / 2
-        return out
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
         """(family id, nodes used after it, its signature id) for every node vector that fits.
@@ -381,21 +362,9 @@ class Problem:
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
-        (evaluate.evaluate, same formulas); independent of the stage's position."""
-        dp = sum(ta.count for ta in types)
-        params = types[0].params[flags]
-        tail = np.zeros(self.num_blocks + 1)
-        if dp > 1 and config.zero <= 2:
-            per_group, intra, inter, per_node = self.dp_layout(config)
-            slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
-            p = slow.cost_params
-            reduce_s = hierarchical_allreduce_s(params * self.grad_bytes, per_node, sum(per_group.values()),
-                                                intra, inter, p)
-            if config.zero == 2:
-                reduce_s = reduce_s / 2  # only the weight all-gather is left at the end
-            if p.overlap_grad_reduce:
-                reduce_s = np.maximum(0.0, reduce_s - reduce(np.minimum, [ta.bwd[flags] for ta in types]))
-            tail = tail + reduce_s
-        tail = tail + reduce(np.maximum, [optimizer_step_s(params / (dp if dp > 1 else 1), ta.group.gpu,
-                                                           ta.cost_params) for ta in types])
-        return tail
+        (pricing.stage_tail, as evaluate.evaluate); independent of the stage's position."""
+        slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
+        tail = stage_tail(types[0].params[flags], config.zero, self.t.dtype, self.dp_layout(config), slow.cost_params,
+                          reduce(np.minimum, [ta.bwd[flags] for ta in types]),
+                          [(ta.group.gpu, ta.cost_params) for ta in types])
+        return tail.total_s

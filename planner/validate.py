@@ -12,16 +12,11 @@ Problems are (json_path, message) pairs; paths read like `stages[1].replicas[0].
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from .errors import BadInput
 from .plan import PLAN_FORMAT
-# the plan checks live in plan_checks (no click there: every command's loader runs them);
-# their names stay importable from here
-from .plan_checks import (Problem, bad_input_problem,  # noqa: F401
-                          consistency_problems, json_path, load_schema, memory_problems, schema_problems,
-                          validate_plan_data)
+from .plan_checks import Problem, bad_input_problem, schema_problems, validate_plan_data
 
 PROFILE_FORMAT = "planner.profile/v1"
 

@@ -18,7 +18,8 @@ from planner.model import load_model
 from planner.plan import Training, uniform_plan
 from planner.search import solve
 from planner.cli.validate import add_commands
-from planner.validate import json_path, load_schema, validate_plan_data, validate_profile_data
+from planner.plan_checks import json_path, load_schema, validate_plan_data
+from planner.validate import validate_profile_data
 from tests.conftest import runner
 
 

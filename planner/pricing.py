@@ -1,0 +1,311 @@
+"""The price of one stage replica, each formula written once (one source named per formula).
+
+Every function here is plain arithmetic that takes Python numbers or numpy arrays over a
+decoder-block count n, and gives the same figures either way: planner.evaluate and
+planner.show price a plan's replicas with scalars (each layer of a chunk counted once),
+planner.stages and planner.interleave price a stage configuration for every block count
+at once (`n = np.arange(L + 1)` decoder blocks, plus 0 or 1 embedding and head).
+
+Per micro-batch on one replica (one tensor-parallel group):
+  span_price   forward, backward (with recomputation) and TP communication of a span of
+               layers, with its weights and saved activations: count x layer, summed;
+  zero_comm    the ZeRO-2/3 collectives after every micro-batch;
+  p2p_s        the send across a stage boundary (boundary_bytes of activations);
+  ChunkTime    one chunk's (stage's) micro-batch: the three above together.
+Per replica:   replica_memory, the peak memory with some micro-batches in flight.
+Per stage, after its last micro-batch: stage_tail, the exposed data-parallel gradient
+reduction and the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache, reduce
+from typing import Iterable
+
+import numpy as np
+
+from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
+                   model_state_bytes, optimizer_step_s)
+from .hardware import GpuSpec, Link
+from .model import DTYPE_BYTES, Layer
+
+
+def _where(cond, a, b):
+    """np.where that keeps scalars scalar."""
+    if np.ndim(cond) == 0:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _maximum(a, b):
+    """np.maximum that keeps scalars scalar."""
+    if np.ndim(a) == 0 and np.ndim(b) == 0:
+        return max(a, b)
+    return np.maximum(a, b)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How a stage runs its layers: the training's shape and the stage's choices."""
+
+    dtype: str
+    micro_batch: int
+    seq_len: int
+    attention: str
+    tp: int
+    sequence_parallel: bool
+    recompute: str
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+# --- one layer ------------------------------------------------------------------------------
+
+
+def saved_activation_bytes(layer: Layer, sh: Sharding) -> float:
+    """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
+    2022, Table 2; model.Layer.act_bytes_per_sample)."""
+    return layer.act_bytes_per_sample(sh.seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+                                      sh.dtype_bytes) * sh.micro_batch
+
+
+def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
+    """Full recomputation re-materialises one block's activations during its backward
+    (Korthikanti et al. 2022, sec 5): that block's activations without recomputation."""
+    if sh.recompute != "full" or layer.kind != "decoder":
+        return 0.0
+    return layer.act_bytes_per_sample(sh.seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
+                                      sh.dtype_bytes) * sh.micro_batch
+
+
+def boundary_bytes(layer: Layer, sh: Sharding) -> float:
+    """What one TP rank sends on after `layer` for one micro-batch: 1/tp of its output with
+    scatter/gather (Narayanan et al. 2021, sec 4.1)."""
+    return layer.out_bytes_per_sample(sh.seq_len, sh.dtype_bytes) * sh.micro_batch / sh.tp
+
+
+@dataclass(frozen=True)
+class LayerPrice:
+    """One layer per micro-batch on one TP rank of one GPU type (cost.layer_time)."""
+
+    fwd_s: float
+    bwd_s: float  # with the forward recomputed in the backward
+    compute_s: float
+    tp_comm_fwd_s: float
+    tp_comm_bwd_s: float
+    tp_comm_s: float
+    time_s: float  # compute and TP communication
+    act_bytes: float  # saved for the backward
+    transient_bytes: float  # full recomputation's working set while this layer's backward runs
+    weight_params: int  # of the whole layer (not divided by tp)
+
+
+@lru_cache(maxsize=65536)
+def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
+    t = layer_time(layer, gpu, sh.dtype, sh.micro_batch, sh.seq_len, sh.tp, sh.sequence_parallel, sh.attention,
+                   sh.recompute, tp_link, p)
+    return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
+                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh),
+                      transient_activation_bytes(layer, sh), layer.weight_params)
+
+
+# --- a span of layers -----------------------------------------------------------------------
+
+
+class _Total:
+    """A span's figure: the sum over its parts of count x the layer's figure `of`, computed
+    on first use and then kept."""
+
+    def __init__(self, of: str, doc: str = "", per_gpu: bool = False):
+        self.of, self.__doc__, self.per_gpu = of, doc, per_gpu
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, span, owner=None):
+        if span is None:
+            return self
+        total = None
+        for count, lp in span.parts:
+            if type(count) is not np.ndarray and not count:
+                continue  # a part the span leaves out (adding 0 x its figure changes nothing)
+            term = count * getattr(lp, self.of)
+            total = term if total is None else total + term
+        if total is None:
+            total = 0.0
+        if self.per_gpu:
+            total = total / span.tp
+        span.__dict__[self.name] = total
+        return total
+
+
+@dataclass(frozen=True, eq=False)
+class SpanPrice:
+    """A span of layers per micro-batch on one replica: `parts` are (count, LayerPrice), the
+    count a number or an array over block counts (then every figure is such an array)."""
+
+    parts: tuple[tuple[object, LayerPrice], ...]
+    tp: int
+
+    fwd_s = _Total("fwd_s")
+    bwd_s = _Total("bwd_s", "Backward with the recomputed forward.")
+    compute_s = _Total("compute_s")
+    tp_comm_fwd_s = _Total("tp_comm_fwd_s")
+    tp_comm_bwd_s = _Total("tp_comm_bwd_s")
+    tp_comm_s = _Total("tp_comm_s")
+    time_s = _Total("time_s", "Compute and TP communication (no ZeRO collectives, no pipeline send).")
+    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group (Shoeybi et al. 2019: "
+                           "1/tp of each layer's).", per_gpu=True)
+    act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
+
+    @property
+    def transient_bytes(self):
+        """The largest recomputation working set of a layer the span holds (one runs at a time)."""
+        return reduce(_maximum, (_where(count >= 1, lp.transient_bytes, 0.0) for count, lp in self.parts
+                                 if lp.transient_bytes), 0.0)
+
+
+def span_price(parts: Iterable[tuple[object, LayerPrice]], tp: int) -> SpanPrice:
+    return SpanPrice(tuple(parts), tp)
+
+
+def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> SpanPrice:
+    """The span of these layers, each counted once (a plan's stage)."""
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.tp)
+
+
+# --- communication --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DpLayout:
+    """Where a stage's data-parallel collectives run: `replicas` replicas (one rank per TP
+    position, each position reducing its own shard at once) on `nodes` nodes, at most
+    `ranks_per_node` in one node; `intra` inside a node, `inter` one GPU's share between."""
+
+    replicas: int
+    ranks_per_node: int
+    nodes: int
+    intra: Link
+    inter: Link
+
+    def allreduce_s(self, nbytes, p: CostParams):
+        return hierarchical_allreduce_s(nbytes, self.ranks_per_node, self.nodes, self.intra, self.inter, p)
+
+
+@dataclass(frozen=True)
+class ZeroComm:
+    reduce_scatter_s: float = 0.0  # the gradients, after every micro-batch's backward
+    gather_s: float = 0.0  # ZeRO-3: one all-gather of the weights (before forward, again before backward)
+
+    @property
+    def total_s(self):
+        return self.reduce_scatter_s + 2 * self.gather_s
+
+
+NO_ZERO_COMM = ZeroComm()
+
+
+def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
+    """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
+    also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
+    sec 5.2 and 7.2); each moves half an all-reduce's traffic. (`layout` may be None below
+    ZeRO-2.)"""
+    if zero < 2 or layout.replicas <= 1:
+        return NO_ZERO_COMM
+    reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2
+    gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if zero >= 3 else 0.0
+    return ZeroComm(reduce_scatter, gather)
+
+
+def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
+    """Pipeline point-to-point across one boundary for one micro-batch: the activation
+    forward and its gradient backward (Narayanan et al. 2021, sec 4.1). Charged to the
+    sending-forward stage."""
+    eff = params.intra_link_efficiency if intra else params.inter_link_efficiency
+    return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
+
+
+@dataclass(frozen=True)
+class ChunkTime:
+    """One micro-batch through one chunk (a stage) on one replica."""
+
+    span: SpanPrice
+    zero: ZeroComm
+    send_s: float = 0.0  # to the next stage (none after the last)
+
+    @property
+    def time_s(self):
+        time = self.span.time_s + self.zero.total_s
+        return time + self.send_s if self.send_s else time  # (the search adds its sends later)
+
+    @property
+    def forward_s(self):
+        """The forward's part (planner.show): its TP collectives, half the send, one ZeRO-3 gather."""
+        return self.span.fwd_s + self.span.tp_comm_fwd_s + self.send_s / 2 + self.zero.gather_s
+
+    @property
+    def backward_s(self):
+        """The rest: backward, recomputation, its TP collectives, half the send, the reduce-scatter, a gather."""
+        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.send_s / 2 + self.zero.reduce_scatter_s
+                + self.zero.gather_s)
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def replica_memory(span: SpanPrice, in_flight, dtype: str, zero: int, dp: int, p: CostParams) -> MemoryBreakdown:
+    """A replica's peak memory holding `span`: its model states (ZeRO-sharded over dp,
+    cost.model_state_bytes), the saved activations of `in_flight` micro-batches
+    (cost.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
+    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, zero, dp)
+    return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
+                           p.reserved_memory_bytes)
+
+
+# --- after the last micro-batch -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageTail:
+    grad_reduce_s: float  # the data-parallel gradient reduction not hidden by the last backward
+    optimizer_s: float
+
+    @property
+    def total_s(self):
+        return self.grad_reduce_s + self.optimizer_s
+
+
+def optimizer_s(weight_params, zero: int, dp: int, gpu: GpuSpec, p: CostParams):
+    """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
+    above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
+    al. 2020, sec 5.1)."""
+    return optimizer_step_s(weight_params / (dp if zero >= 1 else 1), gpu, p)
+
+
+def grad_reduce_s(weight_params, zero: int, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
+    """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
+    volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
+    all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
+    With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP)."""
+    if layout.replicas <= 1 or zero >= 3:
+        return 0.0
+    seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
+    if zero == 2:
+        seconds = seconds / 2
+    if p.overlap_grad_reduce:
+        seconds = _maximum(0.0, seconds - min_bwd_s)
+    return seconds
+
+
+def stage_tail(weight_params, zero: int, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
+               steppers: Iterable[tuple[GpuSpec, CostParams]]) -> StageTail:
+    """What a stage adds after its last micro-batch: the gradient reduction (at the
+    parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
+    backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
+    reduce_s = grad_reduce_s(weight_params, zero, dtype, layout, reduce_params, min_bwd_s)
+    step = reduce(_maximum, (optimizer_s(weight_params, zero, layout.replicas, gpu, p) for gpu, p in steppers))
+    return StageTail(reduce_s, step)
