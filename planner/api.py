@@ -23,7 +23,7 @@ from .inputs import (FLAG_FIGURES, Warn, check_training_inputs, input_files, loa
 from .model import Model, load_model
 from .plan import Plan, Training, structural_problems, uniform_plan
 from .plan_checks import load_plan_file
-from .schedules import get_schedule, search_schedule
+from .schedules import SCHEDULES, get_schedule, search_schedule
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
     from .evaluate import Estimate
@@ -167,6 +167,8 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         (r.seq_len, "--seq-len"), (r.tp, "--tp"), (r.pp, "--pp"), (r.dp, "--dp"),
                         (r.micro_batch, "--micro-batch"), (r.virtual_stages, "--virtual-stages")):
         require(value, flag)
+    if r.schedule is not None and r.schedule not in SCHEDULES:
+        raise BadInput(f"unknown schedule {r.schedule!r}, expected one of {', '.join(SCHEDULES)}", "--schedule")
     schedule = search_schedule(r.virtual_stages) if r.schedule is None else get_schedule(r.schedule)
     if r.virtual_stages < schedule.min_virtual_stages:
         raise BadInput(f"the {schedule.name} schedule needs --virtual-stages >= {schedule.min_virtual_stages}",

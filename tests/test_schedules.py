@@ -120,3 +120,15 @@ def test_a_registered_toy_schedule_is_drawn_in_an_svg(toy, tmp_path):
     plan = _plan(toy.name)
     path = tmp_path / "toy.svg"
     assert write_timeline_svg(plan, evaluate(plan), rank_timings(plan), str(path)) == 2 * 8 * 2  # 2 ranks x 8 micro-batches x (F, B)
+
+
+def test_api_refuses_an_unregistered_schedule_as_bad_input_and_accepts_a_registered_toy(toy):
+    from planner import api
+    from planner.errors import BadInput
+    flags = dict(model="gpt2", cluster=cluster_from_spec(SPEC), global_batch=32, seq_len=512, tp=1, pp=2, dp=2,
+                 micro_batch=2)
+    with pytest.raises(BadInput, match="unknown schedule 'nope'"):
+        api.plan_from_flags(api.EvaluateRequest(schedule="nope", **flags))
+    assert api.plan_from_flags(api.EvaluateRequest(schedule=toy.name, **flags)).training.schedule == toy.name
+    with pytest.raises(BadInput, match="--virtual-stages 2 needs --schedule interleaved"):
+        api.plan_from_flags(api.EvaluateRequest(schedule=toy.name, virtual_stages=2, **flags))

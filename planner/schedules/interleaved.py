@@ -32,7 +32,8 @@ class Interleaved(Schedule):
         return slowest_chunk_s if virtual_stages > 1 else rank_s
 
     def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
-        return one_f_one_b_order(pipeline_rank, pp, num_microbatches)  # drawn_as
+        # drawn as 1F1B over the rank's chunks together (drawn_as): one F and one B per micro-batch
+        return one_f_one_b_order(pipeline_rank, pp, num_microbatches)
 
     def title(self, virtual_stages: int) -> str:
         return f"interleaved (V={virtual_stages})"
