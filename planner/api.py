@@ -23,6 +23,7 @@ from .inputs import (FLAG_FIGURES, Warn, check_training_inputs, input_files, loa
 from .model import Model, load_model
 from .plan import Plan, Training, structural_problems, uniform_plan
 from .plan_checks import load_plan_file
+from .schedules import SCHEDULES, get_schedule, search_schedule
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
     from .evaluate import Estimate
@@ -166,15 +167,17 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         (r.seq_len, "--seq-len"), (r.tp, "--tp"), (r.pp, "--pp"), (r.dp, "--dp"),
                         (r.micro_batch, "--micro-batch"), (r.virtual_stages, "--virtual-stages")):
         require(value, flag)
-    schedule = r.schedule
-    if schedule is None:
-        schedule = "interleaved" if r.virtual_stages > 1 else "1f1b"
-    if schedule == "interleaved" and r.virtual_stages < 2:
-        raise BadInput("the interleaved schedule needs --virtual-stages >= 2", "--schedule")
-    if schedule != "interleaved" and r.virtual_stages > 1:
-        raise BadInput(f"--virtual-stages {r.virtual_stages} needs --schedule interleaved", "--virtual-stages")
-    if schedule == "interleaved" and r.pp < 2:
-        raise BadInput("the interleaved schedule needs --pp >= 2", "--schedule")
+    if r.schedule is not None and r.schedule not in SCHEDULES:
+        raise BadInput(f"unknown schedule {r.schedule!r}, expected one of {', '.join(SCHEDULES)}", "--schedule")
+    schedule = search_schedule(r.virtual_stages) if r.schedule is None else get_schedule(r.schedule)
+    if r.virtual_stages < schedule.min_virtual_stages:
+        raise BadInput(f"the {schedule.name} schedule needs --virtual-stages >= {schedule.min_virtual_stages}",
+                       "--schedule")
+    if not schedule.accepts_virtual_stages(r.virtual_stages):
+        raise BadInput(f"--virtual-stages {r.virtual_stages} needs --schedule "
+                       f"{search_schedule(r.virtual_stages).name}", "--virtual-stages")
+    if r.pp < schedule.min_pp:
+        raise BadInput(f"the {schedule.name} schedule needs --pp >= {schedule.min_pp}", "--schedule")
     model = _model(r.model)
     cluster = _cluster(r.cluster)
     dtype = resolve_dtype(cluster, r.dtype)
@@ -182,7 +185,8 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
     if r.sequence_parallel and r.tp == 1:
         raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
-    training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule, r.virtual_stages, r.attention)
+    training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
+                        r.attention)
     check_training_inputs(model, training)
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel)

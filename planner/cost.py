@@ -270,25 +270,6 @@ def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int) -> t
     return weights, grads, optimizer
 
 
-def in_flight_microbatches(schedule: str, pipeline_rank: int, pp: int, virtual_stages: int,
-                           num_microbatches: int) -> float:
-    """Micro-batches whose activations a pipeline rank holds at its peak, in units of one
-    micro-batch through all of that rank's layers.
-
-    GPipe keeps every micro-batch (Huang et al. 2019); 1F1B keeps pp - rank
-    (Narayanan et al. 2021, sec 2.2.1); interleaved 1F1B warms up
-    (pp - rank - 1) * 2 + (v - 1) * pp chunk forwards before its first backward
-    (Megatron-LM, schedules.py), each chunk 1/v of the rank's layers.
-    """
-    m = num_microbatches
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "interleaved" and virtual_stages > 1:
-        chunks = min(m * virtual_stages, (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * pp + 1)
-        return chunks / virtual_stages
-    return float(min(pp - pipeline_rank, m))
-
-
 def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, intra: Link,
                              inter: Link, params: CostParams) -> float:
     """All-reduce over `nodes` x `ranks_per_node` GPUs: reduce-scatter inside each node,

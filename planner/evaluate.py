@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown, in_flight_microbatches
+from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown
 from .hardware import GIB, Cluster, GpuSpec, Link
 from .plan import Plan, Replica, Stage
 from .pricing import (ChunkTime, DpLayout, Sharding, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
+from .schedules import get_schedule
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float
 
     T = max_k (B_k + E_k - c_k) + sum_k c_k, with B_k the busy time of rank k over the step,
     E_k its exposed gradient reduction and optimizer step, c_k the latency of one micro-batch
-    through it (interleaved: through its slowest chunk). Uniform stages give (m - 1) t + p t
+    through it (Schedule.latency_s; interleaved: through its slowest chunk). Uniform stages give (m - 1) t + p t
     for 1F1B and m t + (p - 1) t / V interleaved (Narayanan et al. 2021, sec 2.2).
     """
     scores = [busy[k] + tails[k] - latencies[k] for k in range(len(busy))]
@@ -251,7 +252,8 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     pricer = PlanPricer(plan, params)
     model, cluster, t = plan.model, plan.cluster, plan.training
     b, s = t.micro_batch, t.seq_len
-    v = t.virtual_stages if t.schedule == "interleaved" else 1
+    schedule = get_schedule(t.schedule)
+    v = schedule.chunks_per_rank(t.virtual_stages)
     pp = plan.pp
     chunks: dict[int, list[Stage]] = {}
     for st in plan.stages:
@@ -275,10 +277,10 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             replica_busy = n_micro * price.per_microbatch_s
             if replica_busy > stage_busy:
                 stage_busy, stage_btl = replica_busy, price
-            stage_tau = max(stage_tau, price.slowest_chunk_s if v > 1 else price.per_microbatch_s)
+            stage_tau = max(stage_tau, schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v))
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
-            in_flight = in_flight_microbatches(t.schedule, k, pp, v, n_micro)
+            in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
             mem = replica_memory(price.span, in_flight, t.dtype, zero, dp, price.params)
             for rank in replica.ranks:
                 memory[rank] = mem

@@ -74,11 +74,11 @@ import tomli_w
 from .errors import BadInput
 from .io import json_text
 from .plan import Plan
+from .schedules import get_schedule
 from .titan_flavors import titan_llama3_flavor
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
-TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 
 Warn = Callable[[str], None]
 
@@ -423,7 +423,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         warn("torchtitan's tensor parallelism always shards the sequence (sequence parallel on)")
     par["pipeline_parallel_degree"] = u.pp
     if u.pp > 1:
-        par["pipeline_parallel_schedule"] = TITAN_SCHEDULES[u.schedule]
+        par["pipeline_parallel_schedule"] = get_schedule(u.schedule).runtime_names["torchtitan"]
         par["pipeline_parallel_microbatch_size"] = u.micro
         par["module_fqns_per_model_part"] = titan_fqns(plan)
     ac: dict[str, Any] = {"mode": u.recompute}

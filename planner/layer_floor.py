@@ -1,7 +1,7 @@
 """The least memory each kind of layer needs on a GPU, whatever stage it is in.
 
 A stage that holds a layer holds at least that layer's activations for one micro-batch (a
-pipeline rank keeps one or more micro-batches in flight, cost.in_flight_microbatches),
+pipeline rank keeps one or more micro-batches in flight, Schedule.in_flight_microbatches),
 its recomputation working set, its weights, gradients and optimizer state, and the
 reserved memory. Each is least at the most sharding the search may choose: the smallest
 micro-batch it tries, the largest tensor-parallel degree the GPU's node and the attention

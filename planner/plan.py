@@ -7,13 +7,13 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .hardware import Cluster, cluster_from_spec
-from . import ranges
+from . import ranges, schedules
 from .io import MAX_NUMBER
 from .model import Model, model_from_dict
 from .names import check_name
 
 PLAN_FORMAT = "planner.plan/v1"
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
 @dataclass(frozen=True)
@@ -337,8 +337,10 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
         problems.append(("stages", f"{len(plan.stages)} stages, expected pp x v = {len(pranks)} x {v}"))
     if v > 1 and any(s.pipeline_rank != s.index % len(pranks) for s in plan.stages):
         problems.append(("stages", "interleaved stages must cycle over pipeline ranks in order"))
-    if t.schedule != "interleaved" and v != 1:
-        problems.append(("training.virtual_stages", f"{v} virtual stages need the interleaved schedule"))
+    schedule = SCHEDULES.get(t.schedule)
+    if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
+        problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
+                         "schedule"))
     return problems
 
 

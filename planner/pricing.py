@@ -260,7 +260,7 @@ class ChunkTime:
 def replica_memory(span: SpanPrice, in_flight, dtype: str, zero: int, dp: int, p: CostParams) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over dp,
     cost.model_state_bytes), the saved activations of `in_flight` micro-batches
-    (cost.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
+    (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
     weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, zero, dp)
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)

@@ -59,6 +59,7 @@ from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_laye
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
+from .schedules import search_schedule
 from .stages import INF, Problem, SolverOptions, share_cap
 from .uniform import UniformSpace, improving_uniform
 
@@ -135,7 +136,7 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     the count the stage cost chose, the others share the rest as evenly as possible, the
     earlier ones taking the larger parts (interleave.chunk_latency)."""
     v, n = problem.v, choice.blocks
-    if v == 1:
+    if not problem.chunked:
         return [n]
     split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks)[4]
     special = None if split is None else int(split[n])
@@ -246,7 +247,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         for b, v, ranks in subproblems:
             if problem is None or (problem.b, problem.v) != (b, v):
                 problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b), clock)
-                if v == 1:
+                if not problem.chunked:
                     plain[b] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:
@@ -340,18 +341,20 @@ def _uniform_space(options: SolverOptions) -> UniformSpace:
 def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, options: SolverOptions):
     """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
     any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
-    since a rank's in-flight micro-batches depend on P (cost.in_flight_microbatches)."""
+    since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
     blocks = model.num_layers - 2
     nodes = sum(g.nodes // bundles for g in cluster.groups)
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
+    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
     # 1F1B first: its best plan bounds the interleaved searches, which cost more
     for b in sizes:
-        if 1 in options.virtual_stages:
-            yield b, 1, None
+        for v, schedule in schedules:
+            if not schedule.depth_dependent():
+                yield b, v, None
     for b in sizes:
-        for v in sorted(set(options.virtual_stages)):
-            if v > 1:
-                for ranks in range(2, min(options.max_stages, nodes, blocks // v) + 1):
+        for v, schedule in schedules:
+            if schedule.depth_dependent():
+                for ranks in range(schedule.min_pp, min(options.max_stages, nodes, blocks // v) + 1):
                     yield b, v, ranks
 
 

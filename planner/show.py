@@ -41,6 +41,7 @@ from .hardware import GIB
 from .markup import esc
 from .outfile import write_output
 from .plan import Plan, Stage
+from .schedules import get_schedule
 from .tables import gpu_labels, gpu_legend, headline, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
@@ -115,25 +116,14 @@ class Op:
     end_s: float
 
 
-def _order(schedule: str, k: int, pp: int, n: int) -> list[tuple[str, int]]:
-    """The order one pipeline rank runs its forwards and backwards in."""
-    if schedule == "gpipe":
-        return [("F", j) for j in range(n)] + [("B", j) for j in range(n)]
-    warmup = min(pp - k - 1, n)  # 1F1B (Narayanan et al. 2021, sec 2.2.1)
-    order = [("F", j) for j in range(warmup)]
-    for j in range(n - warmup):
-        order += [("F", warmup + j), ("B", j)]
-    order += [("B", j) for j in range(n - warmup, n)]
-    return order
-
-
 def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
-    """Start and end of every forward and backward of one step, ranks following `schedule`
-    (interleaved runs as 1F1B over each rank's chunks together) and waiting for their
-    neighbours (module docstring)."""
+    """Start and end of every forward and backward of one step, ranks following `schedule`'s
+    order (Schedule.order; interleaved runs as 1F1B over each rank's chunks together) and
+    waiting for their neighbours (module docstring)."""
     pp = len(timings)
     counts = [t.num_microbatches for t in timings]
-    queues = [_order(schedule, k, pp, counts[k]) for k in range(pp)]
+    order = get_schedule(schedule).order
+    queues = [order(k, pp, counts[k]) for k in range(pp)]
     heads = [0] * pp
     free = [0.0] * pp
     done: dict[tuple[int, str, int], float] = {}
@@ -318,12 +308,12 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     ax.set_xlim(0, x_end)
-    schedule = {"1f1b": "1F1B", "gpipe": "GPipe",
-                "interleaved": f"interleaved (V={t.virtual_stages})"}[t.schedule]
+    pipeline_schedule = get_schedule(t.schedule)
+    schedule = pipeline_schedule.title(t.virtual_stages)
     title = (f"{plan.model.name} on {plan.cluster.name}: one step, {schedule}, micro-batch {t.micro_batch}; "
              f"predicted step {est.step_time_s * scale:.1f} {unit}, bubble {est.bubble_fraction:.1%}")
-    if t.schedule == "interleaved":
-        title += "\napproximation: drawn as 1F1B over each rank's chunks together"
+    if pipeline_schedule.drawn_as is not None:
+        title += f"\napproximation: drawn as {pipeline_schedule.drawn_as}"
     if truncated:
         title += f"\nfirst {max_microbatches} of {longest} micro-batches drawn"
     ax.set_title(title, fontsize=9, parse_math=False)  # a `$` in a name is not TeX

@@ -11,12 +11,12 @@ from typing import Iterator
 import numpy as np
 
 from .clock import SearchClock
-from .cost import in_flight_microbatches
 from .evaluate import collective_links, pair_link, slowest
 from .hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
 from .model import Model
 from .plan import Training
+from .schedules import search_schedule
 from .pricing import (ChunkTime, DpLayout, Sharding, boundary_bytes, layer_price, p2p_s, replica_memory, span_price,
                       stage_tail, zero_comm)
 from .shares import UNCAPPED, min_makespan
@@ -34,12 +34,15 @@ class Problem:
         self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
         self.clock = clock  # checked while enumerating configurations (clock.SearchTimeout)
         self.v = virtual_stages
-        # an interleaved problem derives its per-config arrays from the 1F1B one of the same b
+        self.schedule = search_schedule(virtual_stages)
+        # ranks run several chunks each: the interleaved machinery (planner.interleave) prices them
+        self.chunked = self.schedule.chunks_per_rank(virtual_stages) > 1
+        # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base = None
-        if virtual_stages > 1:
+        if self.chunked:
             self.base = base_problem or Problem(model, cluster, base, b, bundles, options, clock=clock)
-        schedule = "interleaved" if virtual_stages > 1 else "1f1b"
-        self.t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule, virtual_stages, base.attention)
+        self.t = Training(base.global_batch, base.seq_len, base.dtype, b, self.schedule.name, virtual_stages,
+                          base.attention)
         self.groups = [g for g in cluster.groups]
         self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
@@ -242,12 +245,13 @@ class Problem:
         return slowest([successor[i] for i in sorted(config.groups())])
 
     def in_flight(self, stage_from_end: int, ranks: int | None) -> float:
-        """Micro-batches of activations a rank holds at its peak (cost.in_flight_microbatches):
-        1F1B holds P - k = stage_from_end; interleaved needs the pipeline depth P = `ranks`."""
-        if self.v == 1:
-            return float(min(stage_from_end, self.microbatches))
-        assert ranks is not None, "the interleaved search fixes the number of pipeline ranks"
-        return in_flight_microbatches("interleaved", ranks - stage_from_end, ranks, self.v, self.microbatches)
+        """Micro-batches of activations a rank holds at its peak (Schedule.in_flight_microbatches):
+        1F1B holds P - k = stage_from_end for any depth P; a depth-dependent schedule
+        (interleaved) needs the pipeline depth P = `ranks`."""
+        if ranks is None:
+            assert not self.schedule.depth_dependent(), "the search fixes the number of pipeline ranks"
+            ranks = stage_from_end
+        return self.schedule.in_flight_microbatches(ranks - stage_from_end, ranks, self.v, self.microbatches)
 
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
                    ranks: int | None = None) -> tuple:
@@ -303,7 +307,7 @@ class Problem:
                                     [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
                                     [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
             for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
-                if self.v > 1:
+                if self.chunked:
                     latency_key = (cid, flags, caps_key[3])
                     cached = self._latencies.get(latency_key)
                     if cached is None:
@@ -322,7 +326,7 @@ class Problem:
         head chunk sends nothing."""
         if link is None:
             return [ta.time[flags] for ta in types]
-        sends = 1 if self.v == 1 else (self.v - 1 if flags[0] else self.v)
+        sends = 1 if not self.chunked else (self.v - 1 if flags[0] else self.v)
         return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
 
     def link(self, cid: int, successor_id: int) -> Link | None:
@@ -351,12 +355,12 @@ class Problem:
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
         x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
-        if self.v > 1:
+        if self.chunked:
             x[:self.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
             x[0] = INF  # a stage holds at least one layer
         slope = None
-        if self.v == 1 and len(types) == 1 and len(tau) > 1:
+        if not self.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
         return (tau, x, slope, float(x.min()), split)
 

@@ -23,6 +23,7 @@ from .evaluate import Estimate, evaluate
 from .hardware import Cluster
 from .model import Model
 from .plan import Plan, Training, uniform_plan
+from .schedules import search_schedule
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,10 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
             continue
         if base.global_batch % b or (recompute == "selective" and base.attention == "flash"):
             continue
+        schedule = search_schedule(v)
+        chunked = schedule.chunks_per_rank(v) > 1
         for pp in range(1, n // tp + 1):
-            if (n // tp) % pp or pp * v > blocks or (v > 1 and (pp < 2 or blocks % (pp * v))):
+            if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp or (chunked and blocks % (pp * v)):
                 continue
             if space.max_stages is not None and pp > space.max_stages:
                 break
@@ -68,7 +71,7 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
             if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                 continue
             training = Training(base.global_batch, base.seq_len, base.dtype, b,
-                                "interleaved" if v > 1 else "1f1b", v, base.attention)
+                                schedule.name, v, base.attention)
             try:
                 yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
                                    recompute=recompute, sequence_parallel=space.sequence_parallel and tp > 1)

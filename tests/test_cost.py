@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import cost
-from planner.cost import (hierarchical_allreduce_s, in_flight_microbatches, model_state_bytes,
+from planner.cost import (hierarchical_allreduce_s, model_state_bytes,
                           ring_allgather_s, ring_allreduce_s)
 from planner.evaluate import evaluate
 from planner.hardware import GIB, Link, cluster_from_spec
 from planner.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
+from planner.schedules import get_schedule
 
 from .conftest import small_cluster_spec
 
@@ -109,19 +110,19 @@ def test_hierarchical_allreduce_hand_check():
 
 @pytest.mark.parametrize("pp,m", [(4, 8), (4, 4), (8, 32), (2, 1)])
 def test_1f1b_holds_pp_minus_rank_micro_batches(pp, m):
-    held = [in_flight_microbatches("1f1b", rank, pp, 1, m) for rank in range(pp)]
+    held = [get_schedule("1f1b").in_flight_microbatches(rank, pp, 1, m) for rank in range(pp)]
     assert held == [min(pp - rank, m) for rank in range(pp)]
 
 
 @pytest.mark.parametrize("pp,m", [(4, 8), (8, 32), (2, 1)])
 def test_gpipe_holds_every_micro_batch(pp, m):
-    assert all(in_flight_microbatches("gpipe", rank, pp, 1, m) == m for rank in range(pp))
+    assert all(get_schedule("gpipe").in_flight_microbatches(rank, pp, 1, m) == m for rank in range(pp))
 
 
 def test_interleaved_holds_megatron_warmup_chunks():
     # rank 0 of pp=4, v=2: (4-0-1)*2 + (2-1)*4 warm-up chunk forwards, plus the one in flight
-    assert in_flight_microbatches("interleaved", 0, 4, 2, 16) == pytest.approx(11 / 2)
-    assert in_flight_microbatches("interleaved", 3, 4, 2, 16) == pytest.approx(5 / 2)
+    assert get_schedule("interleaved").in_flight_microbatches(0, 4, 2, 16) == pytest.approx(11 / 2)
+    assert get_schedule("interleaved").in_flight_microbatches(3, 4, 2, 16) == pytest.approx(5 / 2)
 
 
 # --- evaluate: hand checks on a single GPU ---------------------------------------------------------

@@ -26,7 +26,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
-@click.option("--schedule", type=click.Choice(SCHEDULES), default=None,
+@click.option("--schedule", type=click.Choice(tuple(SCHEDULES)), default=None,
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")

@@ -1,0 +1,35 @@
+"""The pipeline schedules, by name. A schedule is one module here defining SCHEDULE (a
+planner.schedules.base.Schedule) and one line below; evaluate, the search, show, export, the
+plan loader and `--schedule` ask the registry, never a schedule's name."""
+
+from __future__ import annotations
+
+from . import gpipe, interleaved, one_f_one_b
+from .base import Order, Schedule
+
+__all__ = ["SCHEDULES", "Order", "Schedule", "get_schedule", "register", "search_schedule"]
+
+SCHEDULES: dict[str, Schedule] = {}
+
+
+def register(schedule: Schedule) -> Schedule:
+    SCHEDULES[schedule.name] = schedule
+    return schedule
+
+
+for _module in (one_f_one_b, interleaved, gpipe):
+    register(_module.SCHEDULE)
+
+
+def get_schedule(name: str) -> Schedule:
+    """The registered schedule `name` (KeyError for another: plan loading checks names)."""
+    return SCHEDULES[name]
+
+
+def search_schedule(virtual_stages: int) -> Schedule:
+    """The searched schedule that runs `virtual_stages` chunks per rank (also the default of
+    `planner evaluate --schedule`)."""
+    for schedule in SCHEDULES.values():
+        if schedule.searched and schedule.accepts_virtual_stages(virtual_stages):
+            return schedule
+    raise KeyError(f"no searched schedule takes {virtual_stages} virtual stages")

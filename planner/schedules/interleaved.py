@@ -1,0 +1,45 @@
+"""Interleaved 1F1B (Narayanan et al. 2021, sec 2.2): each rank runs V chunks of the model, a
+micro-batch passing every rank V times; the bubble shrinks V-fold for more activations held
+and V times the point-to-point sends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Order, Schedule
+from .one_f_one_b import one_f_one_b_in_flight, one_f_one_b_order
+
+
+@dataclass(frozen=True)
+class Interleaved(Schedule):
+    def chunks_per_rank(self, virtual_stages: int) -> int:
+        return virtual_stages
+
+    def in_flight_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                               num_microbatches: int) -> float:
+        """Megatron-LM's warm-up (schedules.py): (pp - rank - 1) * 2 + (v - 1) * pp chunk
+        forwards before the first backward, each chunk 1/v of the rank's layers; one chunk
+        is 1F1B."""
+        v, m = virtual_stages, num_microbatches
+        if v == 1:
+            return one_f_one_b_in_flight(pipeline_rank, pp, m)
+        return min(m * v, (pp - pipeline_rank - 1) * 2 + (v - 1) * pp + 1) / v
+
+    def depth_dependent(self) -> bool:
+        return True
+
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int) -> float:
+        return slowest_chunk_s if virtual_stages > 1 else rank_s
+
+    def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
+        # drawn as 1F1B over the rank's chunks together (drawn_as): one F and one B per micro-batch
+        return one_f_one_b_order(pipeline_rank, pp, num_microbatches)
+
+    def title(self, virtual_stages: int) -> str:
+        return f"interleaved (V={virtual_stages})"
+
+
+SCHEDULE = Interleaved("interleaved", searched=True, min_virtual_stages=2, max_virtual_stages=None, min_pp=2,
+                       runtime_names={"megatron": "forward_backward_pipelining_with_interleaving",
+                                      "deepspeed": None, "torchtitan": "Interleaved1F1B"},
+                       drawn_as="1F1B over each rank's chunks together")
