@@ -47,15 +47,8 @@ class SearchClock:
     phase_limit_s: float | None = None  # a shorter limit for the current phase of the search
     _last_report: float = 0.0
 
-    @property
-    def deadline(self) -> float | None:
-        return None if self.limit_s is None else self.started + self.limit_s
-
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started
-
-    def expired(self) -> bool:
-        return self.limit_s is not None and self.elapsed_s() > self.limit_s
 
     def check(self) -> None:
         now = time.perf_counter()

@@ -238,9 +238,6 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     problem = None
     plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
 
-    def incumbent() -> float:
-        return INF if best is None else best[0]
-
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
@@ -253,7 +250,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             def explore(bound: float) -> tuple[float, float] | None:
                 """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
                 nonlocal best
-                finals, layers, moves = run_dp(problem, bound, ranks, incumbent(), clock)
+                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock)
                 if not finals:
                     return None
                 found = None
@@ -272,7 +269,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
             evaluations_before = problem.evaluations
             try:
-                found = explore(incumbent())
+                found = explore(INF if best is None else best[0])
                 # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found
                 # the least sum of latencies S for plans with X <= bound, and a plan p with that S.
                 # A plan with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S
@@ -281,7 +278,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                 while found is not None:
                     clock.check()
                     sum_tau, max_x = found
-                    bound = min(max_x, incumbent() - sum_tau)
+                    bound = min(max_x, best[0] - sum_tau)
                     bound -= abs(bound) * 1e-12 + 1e-15
                     if bound <= 0:
                         break
