@@ -41,6 +41,12 @@ class CostParams:
     reserved_memory_bytes: float = 2.0 * GIB  # CUDA context, NCCL buffers, allocator slack
     overlap_grad_reduce: bool = True  # DP reduction overlaps the last backward (Megatron, DDP)
     overlap_tp_comm: bool = True  # backward TP all-reduce overlaps the weight-gradient GEMMs
+    # the software stack's (planner.runtimes): fp32 GEMMs on TF32 tensor cores where the GPU has
+    # them, HBM traffic of its elementwise kernels relative to fully fused ones, and a fixed
+    # host-side time per layer per micro-batch (kernel launches, Python), forward plus backward
+    tf32_matmul: bool = False
+    elementwise_traffic_factor: float = 1.0
+    layer_overhead_s: float = 0.0
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -58,6 +64,15 @@ def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> floa
     (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables)."""
     smallest = min(rows, n, k)
     return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
+
+
+def matmul_peak(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
+    """Peak FLOP/s of the GEMMs: fp32 training runs them on TF32 tensor cores where the
+    software allows it (NGC PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;
+    upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them."""
+    if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32"):
+        return gpu.peak("tf32")
+    return gpu.peak(dtype)
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,7 @@ def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len
                sequence_parallel: bool, attention: str, recompute: str, tp_link: Link,
                params: CostParams) -> LayerTime:
     """Time of one layer for one micro-batch on one rank of a TP group of `tp` GPUs."""
-    peak = gpu.peak(dtype)
+    peak = matmul_peak(gpu, dtype, params)
     nb = DTYPE_BYTES[dtype]
     b = micro_batch
     measured = params.measured.times(layer.kind) if params.measured is not None else None
@@ -174,12 +189,13 @@ def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len
             attn_bwd = 2.0 * attn_fwd
 
     other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
-    elem_fwd = other_bytes * b / hbm
+    elem_fwd = other_bytes * b / hbm * params.elementwise_traffic_factor
     score_fwd = score_bytes * b / hbm
     # Backward elementwise kernels read the saved tensor and the incoming gradient and write
     # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
-    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd
-    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd)
+    # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + params.layer_overhead_s / 3
+    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + 2 * params.layer_overhead_s / 3
 
     # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
     # repeats only the attention-score part (softmax, dropout, QK^T, PV).

@@ -36,6 +36,8 @@ class GpuSpec:
     inter_node: Link
     vendor: str = ""
     source: str = ""
+    architecture: str = ""  # volta, turing, ampere, ada, hopper, blackwell, cdna2, cdna3 ("": unknown)
+    segment: str = ""  # datacenter or consumer ("": unknown)
 
     def supports(self, dtype: str) -> bool:
         return any(d == dtype for d, _ in self.peak_flops)

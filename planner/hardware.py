@@ -129,7 +129,23 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
         inter_node=read_link(entry.get("inter_node"), where, f"{prefix}.inter_node", DEFAULT_INTER),
         vendor=str(entry.get("vendor", "")),
         source=str(entry.get("source", "")),
+        architecture=_choice(entry, "architecture", ARCHITECTURES, where, prefix),
+        segment=_choice(entry, "segment", SEGMENTS, where, prefix),
     )
+
+
+ARCHITECTURES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
+SEGMENTS = ("datacenter", "consumer")
+
+
+def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: str, prefix: str) -> str:
+    """An optional catalog word (architecture, segment): one of `allowed`, or "" when absent."""
+    value = entry.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise BadInput(f"must be one of {', '.join(allowed)}", where, f"{prefix}.{key}")
+    return value.lower()
 
 
 def load_catalog_data(path: Path = CATALOG_PATH) -> dict[str, dict]:

@@ -1,0 +1,264 @@
+"""The public measured runs (profiles/reference/measured-runs.yaml) as plans the planner can
+price, or the reason one cannot be.
+
+Each source's unstated facts get ONE stated assumption for the whole source (never a per-run
+knob); `ASSUMPTIONS` lists them and fidelity.py prints them with --assumptions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from planner import hardware
+from planner.hardware import Cluster
+from planner.hardware import cluster_from_spec as _cluster_from_spec
+from planner.model import Model, build_layers, config_from_hf, load_model
+from planner.plan import Plan, Replica, Stage, Training, uniform_plan
+
+MEASURED = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "measured-runs.yaml"
+
+# source key -> (runtime, the assumptions made for every run of the source)
+ASSUMPTIONS = {
+    "amp-t4": ("deepspeed", "AMP (Li et al. 2022) on 4 AWS g4dn.12xlarge: Megatron-LM v1.1.5 + DeepSpeed pipeline "
+               "engine, fp16, standard (unfused) attention, no activation checkpointing and ZeRO-0 (the runtime's "
+               "defaults; the ds_config has no zero section), 4 T4 per node on the 50 Gb/s intra- and inter-node "
+               "links the source states, dropout 0.1 (Megatron default)."),
+    "sailor-mit": ("deepspeed", "Sailor (Strati et al. 2025), MIT Titan-RTX + RTX-2080 VMs of 4 GPUs: Megatron-DeepSpeed "
+                   "fork, fp32 (precision not stated; Megatron's default, as in Sailor's Clariden scripts), no "
+                   "recompute, ZeRO-0, the stages and replicas of the plan file, the batch split equally over a "
+                   "stage's replicas, PCIe 3.0 inside a VM and 25 Gb/s Ethernet between (the catalog default: "
+                   "link speeds not stated)."),
+    "sailor-gh200": ("deepspeed", "Sailor on CSCS Clariden (4 GH200 per node): Megatron-DeepSpeed fork, fp32 (no "
+                     "--fp16/--bf16 in run_opt.slurm; PyTorch keeps TF32 off for matmuls), no recompute, ZeRO-0, "
+                     "the plan file's stages, batch split equally over replicas, the catalog's Alps node links; "
+                     "GPT-Neo-2.7B as a dense GPT (its local attention is ignored)."),
+    "llm-foundry": ("fsdp1", "MosaicML llm-foundry MPT benchmarks (A100-40GB, 1600 Gb/s RoCE per node): FSDP1 "
+                    "FULL_SHARD (ZeRO-3), bf16, flash attention, 8 GPUs per node (not stated; DGX-style nodes), "
+                    "MPT as a GPT without dropout (ALiBi: no position parameters beyond a 2048 table), "
+                    "'activation checkpointing' = full recompute."),
+    "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 (ZeRO-3) over dp_shard, "
+                   "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
+                   "(the train_configs default), global batch = local batch x dp_shard (no gradient "
+                   "accumulation, the default); per-op selective checkpointing priced as 'selective'."),
+    "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
+              "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
+              "100 Gb/s links per node, no dropout, ALiBi (a GPT with a 2048 position table)."),
+    "nemo": ("megatron", "NeMo 24.07 H100 tables: every run is fp8."),
+    "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
+}
+
+CATALOG = {"t4": "T4", "titan-rtx": "TITAN-RTX", "rtx-2080": "RTX-2080", "gh-96": "GH200-96GB",
+           "a100_40gb": "A100-SXM4-40GB", "a100 80gb": "A100-SXM4-80GB", "h200": "H200-SXM-141GB",
+           "h100 sxm hbm2e 96gb (500w power limit)": "H100-SXM5-96GB",
+           "h100 (94gb, hbm2e lower-tdp sxm per footnote)": "H100-SXM5-96GB", "h100 (dgx-h100)": "H100-SXM5-80GB"}
+
+LLAMA = {"llama 3.1 8b": "llama-3-8b", "llama 3.1 70b": "llama-3-70b", "llama 3.1 405b": "llama-3.1-405b",
+         "llama 2 13b": "llama-2-13b", "llama 2 70b": "llama-2-70b"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run: its plan and how to read the prediction in the run's metric, or why it is skipped."""
+
+    id: str
+    source: str
+    runtime: str
+    metric: str
+    published: float
+    plan: Plan | None = None
+    skip: str = ""
+    read: Callable | None = None  # Estimate -> the metric
+
+
+def source_of(run: dict) -> str:
+    repo, rid = str(run["source"].get("repo", run["source"])), run["id"]
+    if "AMP" in repo:
+        return "amp-t4"
+    if "sailor" in repo:
+        return "sailor-mit" if rid.startswith("sailor-mit") else "sailor-gh200"
+    if "llm-foundry" in repo:
+        return "llm-foundry"
+    if "torchtitan" in repo:
+        return "torchtitan"
+    if "bigscience" in repo:
+        return "bloom"
+    if rid.startswith("nemo"):
+        return "nemo"
+    return "opt"
+
+
+@lru_cache(maxsize=None)
+def _cached_cluster(spec_json: str, where: str) -> Cluster:
+    catalog = hardware.load_catalog_data()
+    real, hardware.load_catalog_data = hardware.load_catalog_data, lambda: catalog
+    try:  # one parse of the catalog for all the replay's clusters
+        return _cluster_from_spec(json.loads(spec_json), where)
+    finally:
+        hardware.load_catalog_data = real
+
+
+def cluster_from_spec(spec: dict, where: str) -> Cluster:
+    """planner.hardware.cluster_from_spec, once per distinct spec (it reads the catalog each time)."""
+    return _cached_cluster(json.dumps(spec, sort_keys=True), where)
+
+
+@lru_cache(maxsize=None)
+def gpt(name: str, hidden: int, heads: int, layers: int, vocab: int, positions: int, dropout: bool) -> Model:
+    rate = 0.1 if dropout else 0.0
+    config = {"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers, "vocab_size": vocab,
+              "n_positions": positions, "resid_pdrop": rate, "attn_pdrop": rate, "embd_pdrop": rate}
+    c = config_from_hf(config, name, "measured-runs")
+    return Model(c.name, c, build_layers(c), raw=config)
+
+
+def _cluster(gpu: str, gpus: int, per_node: int, intra: dict | None = None, inter: dict | None = None) -> dict:
+    per_node = min(per_node, gpus)
+    group = {"name": "g", "gpu": gpu, "nodes": gpus // per_node, "gpus_per_node": per_node}
+    if intra:
+        group["intra_node"] = intra
+    if inter:
+        group["inter_node"] = inter
+    return {"name": "run", "node_groups": [group]}
+
+
+def skip_reason(run: dict, source: str) -> str:
+    p, precision = run["parallel"], str(run["precision"]).lower()
+    if "fp8" in precision or "float8" in precision:
+        return "fp8 (not modelled yet)"
+    if (p.get("cp") or 1) > 1:
+        return "context parallelism"
+    if (p.get("ep") or 1) > 1:
+        return "expert parallelism"
+    if not isinstance(p.get("tp"), int):
+        return "parallel degrees not stated"
+    if "do not use" in " ".join(run.get("notes") or []) or "suspect" in " ".join(run.get("notes") or []):
+        return "source flags the value as suspect"
+    if "torchcompile" in run["id"]:
+        return "torch.compile (not modelled)"
+    if p.get("async_tp"):
+        return "async TP (not modelled)"
+    if "selective layer" in str(run["recompute"]) or run["id"].endswith("selectivelayer"):
+        return "every-other-layer checkpointing"
+    return ""
+
+
+def _read(metric: str, tokens_per_step: float, gpus: int) -> Callable:
+    if metric == "iteration_time":
+        return lambda est: est.step_time_s
+    if metric == "tokens_per_s_per_gpu":
+        return lambda est: tokens_per_step / est.step_time_s / gpus
+    raise ValueError(metric)
+
+
+def case(run: dict) -> Case:
+    source = source_of(run)
+    runtime = ASSUMPTIONS[source][0]
+    m = run["measured"]
+    metric, published = m["metric"], float(m["value"])
+    if m.get("unit") == "ms/iteration":
+        published /= 1e3
+    reason = skip_reason(run, source)
+    if reason:
+        return Case(run["id"], source, runtime, metric, published, skip=reason)
+    plan = BUILDERS[source](run)
+    t = plan.training
+    gpus = len(plan.used_ranks())
+    return Case(run["id"], source, runtime, metric, published, plan,
+                read=_read(metric, t.global_batch * t.seq_len, gpus))
+
+
+def _gpu(run: dict, index: int = 0) -> str:
+    return CATALOG[run["hardware"]["gpus"][index]["type"].lower()]
+
+
+def _amp(run: dict) -> Plan:
+    md, p = run["model"], run["parallel"]
+    model = gpt("gpt2-amp", md["hidden"], md["heads"], md["layers"], md["vocab"], run["seq_len"], True)
+    link = {"kind": "50 Gb/s (AMP's cluster_info)", "bandwidth_GBps": 6.25, "latency_us": 10}
+    cluster = cluster_from_spec(_cluster("T4", 16, 4, intra=link, inter=link), "amp")
+    training = Training(run["global_batch"], run["seq_len"], "fp16", run["micro_batch"], "1f1b", 1, "standard")
+    # uniform_plan lays ranks out TP-innermost, then DP, then PP: DeepSpeed's default order
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=p["dp"])
+
+
+def _sailor(run: dict) -> Plan:
+    md, p = run["model"], run["parallel"]
+    model = gpt(md["name"], md["hidden"], md["heads"], md["layers"], md["vocab"], run["seq_len"], True)
+    counts = {CATALOG[g["type"].lower()]: g["count"] for g in run["hardware"]["gpus"]}
+    per_node = 4
+    groups = [{"name": f"g{i}", "gpu": gpu, "nodes": n // per_node, "gpus_per_node": per_node}
+              for i, (gpu, n) in enumerate(counts.items())]
+    cluster = cluster_from_spec({"name": "sailor", "node_groups": groups}, "sailor")
+    next_rank = {g.gpu.name: g.first_rank for g in cluster.groups}
+    stages = []
+    tp = p["tp"]
+    for k, st in enumerate(p["stages"]):
+        first, last = (int(x) for x in st["layer_ids"].split("-"))
+        reps = st["replicas"]
+        share = run["global_batch"] // len(reps)
+        replicas = []
+        for d, rep in enumerate(reps):
+            gpu = CATALOG[rep["gpu_type"].lower()]
+            ranks = tuple(range(next_rank[gpu], next_rank[gpu] + tp))
+            next_rank[gpu] += tp
+            replicas.append(Replica(d, share, ranks))
+        stages.append(Stage(k, (first, last + 1), tp, 0, "none", tuple(replicas), k))
+    mb = min(run["micro_batch"], run["global_batch"])
+    training = Training(run["global_batch"], run["seq_len"], "fp32", mb, "1f1b", 1, "standard")
+    return Plan(model, cluster, training, tuple(stages))
+
+
+def _foundry(run: dict) -> Plan:
+    md = run["model"]
+    model = gpt(md["name"], md["hidden"], md["heads"], md["layers"], md["vocab"], max(2048, run["seq_len"]), False)
+    gpus = run["hardware"]["total_gpus"]
+    cluster = cluster_from_spec(_cluster("A100-SXM4-40GB", gpus, 8), "llm-foundry")
+    recompute = "full" if "checkpoint" in str(run["recompute"]) else "none"
+    mb = run["micro_batch"]
+    global_batch = mb * (run["grad_accum"] or 1) * gpus
+    training = Training(global_batch, run["seq_len"], "bf16", mb, "1f1b", 1, "flash")
+    return uniform_plan(model, cluster, training, tp=1, pp=1, dp=gpus, zero=3, recompute=recompute)
+
+
+def _titan(run: dict) -> Plan:
+    p = run["parallel"]
+    model = _load_model(LLAMA[run["model"]["name"].lower()])
+    gpus = run["hardware"]["total_gpus"]
+    cluster = cluster_from_spec(_cluster(_gpu(run), gpus, 8), "torchtitan")
+    rc = str(run["recompute"]).lower()
+    recompute = "full" if rc.startswith("full") else "selective" if rc.startswith("selective") else "none"
+    dp = p["dp_shard"]
+    mb = run["micro_batch"]
+    training = Training(mb * dp, run["seq_len"] or 8192, "bf16", mb, "1f1b", 1, "flash")
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
+                        sequence_parallel=p["tp"] > 1)
+
+
+def _bloom(run: dict) -> Plan:
+    md, p = run["model"], run["parallel"]
+    model = gpt("bloom-176b", md["hidden"], md["heads"], md["layers"], md["vocab"], run["seq_len"], False)
+    opa = {"kind": "4x Omni-Path 100 Gb/s", "bandwidth_GBps": 50, "latency_us": 5}
+    cluster = cluster_from_spec(_cluster("A100-SXM4-80GB", run["hardware"]["total_gpus"], 8, inter=opa), "bloom")
+    training = Training(run["global_batch"], run["seq_len"], "bf16", run["micro_batch"], "1f1b", 1, "standard")
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=p["dp"], zero=1, recompute="full")
+
+
+_load_model = lru_cache(maxsize=None)(load_model)
+
+BUILDERS = {"amp-t4": _amp, "sailor-mit": _sailor, "sailor-gh200": _sailor, "llm-foundry": _foundry,
+            "torchtitan": _titan, "bloom": _bloom}
+
+
+def load_runs(path: Path = MEASURED) -> list[dict]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(), Loader=loader)["runs"]
+
+
+def measured_cases(path: Path = MEASURED) -> list[Case]:
+    return [case(run) for run in load_runs(path)]

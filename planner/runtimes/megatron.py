@@ -1,0 +1,16 @@
+"""Megatron-LM with megatron-core (2023-): the planner's default runtime.
+
+Overlaps the DP gradient reduce-scatter with the backward (--overlap-grad-reduce) and the TP
+input-gradient all-reduce with the weight-gradient GEMMs (Korthikanti et al. 2022, sec 4.2.2);
+flash attention via Transformer Engine; fused bias-GeLU/SwiGLU, bias-dropout-add, layer norm
+and softmax kernels (the cost model's elementwise traffic counts fused kernels: factor 1);
+CUDA-graph-free host overhead is hidden behind the GPU for large layers (0 s).
+"""
+
+from .base import Runtime
+
+RUNTIME = Runtime(
+    name="megatron", title="Megatron-LM (megatron-core)",
+    overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
+    elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+    source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")
