@@ -128,6 +128,11 @@ def replay_source_b(ref: dict, params: CostParams) -> list[dict]:
 
 # --- the cost parameters of a run: architecture, then runtime, with fitted overrides -----------
 
+# runtimes that run PyTorch modules eagerly (no fused kernels, no torch.compile): the fitter
+# gives them one elementwise-traffic factor and one per-layer overhead, key "eager.FIELD"
+EAGER_RUNTIMES = ("torchtitan", "fsdp1")
+
+
 def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
     """The parameters `gpu` runs at under `runtime`. `overrides` (the fitter's trial values)
     are keyed "ARCH.field" (an architecture key of planner.architectures) or "RUNTIME.field"."""
@@ -139,7 +144,8 @@ def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
         if owner in (gpu.architecture, f"{gpu.architecture}-{gpu.segment}"):
             arch[name] = value
     rt = RUNTIMES[runtime]
-    rt = replace(rt, **{k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] == runtime})
+    owners = (runtime, "eager") if runtime in EAGER_RUNTIMES else (runtime,)
+    rt = replace(rt, **{k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] in owners})
     return rt.params(DEFAULT_PARAMS.with_updates(**arch))
 
 

@@ -30,8 +30,8 @@ ASSUMPTIONS = {
                "defaults; the ds_config has no zero section), 4 T4 per node on the 50 Gb/s intra- and inter-node "
                "links the source states, dropout 0.1 (Megatron default)."),
     "sailor-mit": ("deepspeed", "Sailor (Strati et al. 2025), MIT Titan-RTX + RTX-2080 VMs of 4 GPUs: Megatron-DeepSpeed "
-                   "fork, fp32 (precision not stated; Megatron's default, as in Sailor's Clariden scripts), no "
-                   "recompute, ZeRO-0, the stages and replicas of the plan file, the batch split equally over a "
+                   "fork, fp32 (precision not stated; Megatron's default, as in Sailor's Clariden scripts), full "
+                   "recompute (not stated; the one setting under which the 8 GB RTX-2080 stages fit), ZeRO-0, the stages and replicas of the plan file, the batch split equally over a "
                    "stage's replicas, PCIe 3.0 inside a VM and 25 Gb/s Ethernet between (the catalog default: "
                    "link speeds not stated)."),
     "sailor-gh200": ("deepspeed", "Sailor on CSCS Clariden (4 GH200 per node): Megatron-DeepSpeed fork, fp32 (no "
@@ -198,6 +198,9 @@ def _sailor(run: dict) -> Plan:
     next_rank = {g.gpu.name: g.first_rank for g in cluster.groups}
     stages = []
     tp = p["tp"]
+    # MIT runs: recompute not stated; full recomputation is the one setting under which their
+    # RTX-2080 stages fit in 8 GB (as they ran). Clariden: run_opt.slurm has none.
+    recompute = "full" if run["id"].startswith("sailor-mit") else "none"
     for k, st in enumerate(p["stages"]):
         first, last = (int(x) for x in st["layer_ids"].split("-"))
         reps = st["replicas"]
@@ -208,7 +211,7 @@ def _sailor(run: dict) -> Plan:
             ranks = tuple(range(next_rank[gpu], next_rank[gpu] + tp))
             next_rank[gpu] += tp
             replicas.append(Replica(d, share, ranks))
-        stages.append(Stage(k, (first, last + 1), tp, 0, "none", tuple(replicas), k))
+        stages.append(Stage(k, (first, last + 1), tp, 0, recompute, tuple(replicas), k))
     mb = min(run["micro_batch"], run["global_batch"])
     training = Training(run["global_batch"], run["seq_len"], "fp32", mb, "1f1b", 1, "standard")
     return Plan(model, cluster, training, tuple(stages))

@@ -67,6 +67,7 @@ class PlanRequest:
     solver: str = "highs"
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
+    runtime: str = "megatron"  # planner.runtimes
 
 
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
@@ -91,7 +92,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     dtype = resolve_dtype(cluster, request.dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention)
     check_training_inputs(model, base)
-    measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn)
+    measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
@@ -144,6 +145,7 @@ class EvaluateRequest:
     virtual_stages: int = 1
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
+    runtime: str = "megatron"  # planner.runtimes
 
 
 @dataclass(frozen=True)
@@ -193,26 +195,27 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
-                  warn: Warn | None = None) -> Evaluation:
-    """Price `plan` with the default cost model, measured profiles and calibrations over it."""
+                  warn: Warn | None = None, runtime: str = "megatron") -> Evaluation:
+    """Price `plan` with the cost model of `runtime` on each GPU architecture, measured
+    profiles and calibrations over it."""
     from .cost import DEFAULT_PARAMS
     from .evaluate import evaluate as price
 
-    per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn)
+    per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn, runtime)
     return Evaluation(plan, price(plan, {"*": DEFAULT_PARAMS, **per_gpu}))
 
 
 def evaluate(request: EvaluateRequest, warn: Warn | None = None) -> Evaluation:
     """Price the uniform configuration of `request`. A configuration that does not fit is
     priced all the same (Evaluation.fits is False), not an error."""
-    return evaluate_plan(plan_from_flags(request), request.profiles, request.calibrations, warn)
+    return evaluate_plan(plan_from_flags(request), request.profiles, request.calibrations, warn, request.runtime)
 
 
 def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
-                       warn: Warn | None = None) -> Evaluation:
+                       warn: Warn | None = None, runtime: str = "megatron") -> Evaluation:
     """Re-price a plan file. Every check `validate` runs, except memory: an overflow is
     reported in the Evaluation (fits False), with the rest of the estimate."""
-    return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn)
+    return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 
 
 def describe_plan(plan: Plan) -> dict:

@@ -58,7 +58,7 @@ def check_training_inputs(model: Model, training: Training) -> None:
 
 
 def load_profiles(specs: Iterable[str], cluster: Cluster, model: Model, training: Training,
-                  warn: Warn | None = None) -> dict:
+                  warn: Warn | None = None, base: dict | None = None) -> dict:
     """`--profile GPU=FILE` (repeatable) -> {GPU name: CostParams pricing it from measurements}."""
     from .cost import DEFAULT_PARAMS
     from .io import parse_structured, read_text
@@ -86,7 +86,7 @@ def load_profiles(specs: Iterable[str], cluster: Cluster, model: Model, training
         if measured.dtype != training.dtype and warn is not None:
             warn(f"{path} was measured in {measured.dtype}, the plan trains in {training.dtype}; "
                  "its times are used as measured")
-        out[gpu.name] = DEFAULT_PARAMS.with_updates(measured=measured)
+        out[gpu.name] = (base or {}).get(gpu.name, DEFAULT_PARAMS).with_updates(measured=measured)
     return out
 
 
@@ -107,9 +107,14 @@ def load_calibrations(files: Iterable[str], cluster: Cluster, base: dict) -> dic
 
 
 def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster: Cluster, model: Model,
-                   training: Training, warn: Warn | None = None) -> dict:
-    """Cost parameters per GPU type from `--profile` and `--calibration` (types not named: defaults)."""
-    return load_calibrations(calibrations, cluster, load_profiles(profiles, cluster, model, training, warn))
+                   training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
+    """Cost parameters per GPU type: its architecture's under `runtime` (planner.runtimes), with
+    `--profile` measurements and `--calibration` efficiencies over them."""
+    from .runtimes import stack_params
+
+    base = {gpu.name: stack_params(gpu, runtime) for gpu in cluster.gpu_types}
+    return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
+                                                                              base)})
 
 
 __all__ = ["FLAG_FIGURES", "Warn", "check_training_inputs", "input_files", "load_calibrations", "load_profiles",

@@ -12,6 +12,7 @@ from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files
 from ..hardware import GIB
 from ..model import RECOMPUTE_MODES
 from ..plan import SCHEDULES
+from ..runtimes import get_runtime
 from ..report import print_estimate
 from .options import common_options, measurement_options
 from .output import EXIT_INFEASIBLE, emit, err, warn
@@ -34,7 +35,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-                     recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, profiles,
+                     recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
                      calibrations, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
@@ -44,6 +45,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
           --seq-len 4096 --tp 4 --pp 2 --dp 4 --micro-batch 1 --recompute selective
       planner evaluate --plan plan.json --json
     """
+    get_runtime(runtime)  # an unknown name is a bad input before anything is read
     if plan_file:
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
@@ -51,13 +53,13 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
                                           ("--dtype", dtype)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
-        result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn)
+        result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
     else:
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster_name, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
-            profiles=tuple(profiles), calibrations=tuple(calibrations)), warn)
+            profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime), warn)
     plan, estimate = result.plan, result.estimate
     emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
          input_files(model_name, cluster_name, profiles, calibrations, plan_file))

@@ -26,8 +26,14 @@ def common_options(func: Callable) -> Callable:
     return func
 
 
+RUNTIME_HELP = ("Software stack the cost model prices: megatron (Megatron-LM, megatron-core), megatron-2021, "
+                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry).")
+
+
 def measurement_options(func: Callable) -> Callable:
-    """`--profile GPU=FILE` and `--calibration FILE`, shared by plan and evaluate."""
+    """`--runtime NAME`, `--profile GPU=FILE` and `--calibration FILE`, shared by plan and evaluate."""
+    func = click.option("--runtime", "runtime", type=str, default="megatron", show_default=True, metavar="NAME",
+                        help=RUNTIME_HELP)(func)
     func = click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
                         help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")(func)
     return click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",

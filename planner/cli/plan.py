@@ -10,6 +10,7 @@ from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan, plan_json
 from ..clock import DEFAULT_TIME_LIMIT_S
 from ..outfile import check_output
 from ..report import print_plan
+from ..runtimes import get_runtime
 from .options import common_options, measurement_options
 from .output import emit, search_progress, warn
 
@@ -32,7 +33,7 @@ from .output import emit, search_progress, warn
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, virtual_stages,
-                 time_limit, max_bundle_nodes, solver, profiles, calibrations, as_json, output) -> None:
+                 time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -44,6 +45,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
           --seq-len 4096 -o plan.json
       planner plan --virtual-stages 1          # 1F1B only, no interleaving
     """
+    get_runtime(runtime)  # an unknown name is a bad input before anything is read
     inputs = input_files(model_name, cluster_name, profiles, calibrations)
     if output:
         check_output(output, inputs)  # before the search, which can take minutes
@@ -53,7 +55,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
         seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
         micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), time_limit_s=time_limit,
         max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),
-        calibrations=tuple(calibrations))
+        calibrations=tuple(calibrations), runtime=runtime)
     with search_progress(sys.stderr.isatty()) as on_progress:
         result = plan(request, on_progress, warn)
     emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan", inputs)

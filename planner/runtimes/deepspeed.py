@@ -13,5 +13,5 @@ from .base import Runtime
 RUNTIME = Runtime(
     name="deepspeed", title="DeepSpeed pipeline engine (Megatron-DeepSpeed)",
     overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
-    elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+    elementwise_traffic_factor=1.0, layer_overhead_s=2.0e-3,  # fitted: AMP, Sailor (MIT, GH200), BLOOM
     source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead")

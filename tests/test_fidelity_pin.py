@@ -1,0 +1,58 @@
+"""The cost model's parameter set is pinned: every public measured run's prediction is in
+benchmarks/fidelity-expected.json (written by `python benchmarks/fidelity.py --write-expected`),
+and a change that moves any of them by more than 1 % must regenerate that table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import evaluate_args, invoke
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import fidelity
+    finally:
+        sys.path.remove(str(BENCH))
+    rows, skipped = fidelity.replay()
+    return rows, skipped, json.loads((BENCH / "fidelity-expected.json").read_text())
+
+
+def test_no_public_run_moves_more_than_one_percent_without_regenerating_the_table(replayed):
+    rows, _, expected = replayed
+    moved = [(r["run"], expected.get(r["run"]), r["predicted"]) for r in rows
+             if r["run"] not in expected or abs(r["predicted"] / expected[r["run"]] - 1) > 0.01]
+    assert not moved, f"run `python benchmarks/fidelity.py --write-expected` after checking: {moved[:5]}"
+
+
+def test_the_pinned_table_names_exactly_the_priced_runs(replayed):
+    rows, _, expected = replayed
+    assert sorted(expected) == sorted(r["run"] for r in rows)
+
+
+def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
+    rows, _, _ = replayed
+    old = sorted(abs(r["error"]) for r in rows if r["source"] in ("megatron-sc21", "korthikanti-22"))
+    assert len(old) == 20 and old[len(old) // 2] <= 0.03
+
+
+@pytest.mark.parametrize("command", ["evaluate", "plan"])
+def test_unknown_runtime_is_one_line_exit_2(command):
+    result = invoke(command, "--model", "gpt2", "--cluster", "dgx-a100", "--runtime", "nope")
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "unknown runtime 'nope'" in result.stderr
+
+
+def test_runtime_changes_the_price():
+    args = evaluate_args(cluster="dgx-a100", dp=32, global_batch=64, extra=("--json",))
+    megatron = json.loads(invoke(*args).stdout)["step_time_s"]
+    deepspeed = json.loads(invoke(*args, "--runtime", "deepspeed").stdout)["step_time_s"]
+    assert deepspeed > megatron  # no DP overlap and a host time per layer
