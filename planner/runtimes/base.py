@@ -26,9 +26,12 @@ class Runtime:
     elementwise_traffic_factor: float  # HBM traffic of its elementwise kernels / fully fused
     layer_overhead_s: float  # host time per layer per micro-batch, forward + backward
     source: str = ""
+    attention_efficiency: float | None = None  # its attention kernel's fraction of peak; None: the architecture's
 
     def params(self, base: CostParams) -> CostParams:
         """`base` (already carrying the GPU architecture's figures) under this software."""
+        if self.attention_efficiency is not None:
+            base = base.with_updates(attention_efficiency=self.attention_efficiency)
         return base.with_updates(overlap_grad_reduce=self.overlap_grad_reduce, overlap_tp_comm=self.overlap_tp_comm,
                                  tf32_matmul=self.tf32_matmul,
                                  elementwise_traffic_factor=self.elementwise_traffic_factor,
