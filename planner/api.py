@@ -113,10 +113,12 @@ def plan_json(result: SearchResult) -> dict:
     from .plan import plan_to_json
 
     est = result.estimate
+    est.check_credible()
     predicted = {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
                  "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
                  "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
-                 "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())}}
+                 "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())},
+                 **est.explanation_json()}
     return plan_to_json(result.plan, predicted, result.solver_json())
 
 
@@ -232,6 +234,7 @@ def describe_plan(plan: Plan) -> dict:
 
 def estimate_json(plan: Plan, estimate: Estimate) -> dict:
     """What `planner evaluate --json` prints: the estimate and the configuration priced."""
+    estimate.check_credible()
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
     return report

@@ -18,6 +18,9 @@ from typing import Callable, Mapping
 from .cost import DEFAULT_PARAMS, CostParams, MemoryBreakdown
 from .hardware import GIB, Cluster, GpuSpec, Link
 from .plan import Plan, Replica, Stage
+from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
+                      latency_shares, link_use)
+from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
 from .pricing import (ChunkTime, DpLayout, Sharding, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from .schedules import get_schedule
@@ -51,6 +54,17 @@ class Estimate:
     capacity_by_rank: Mapping[int, float] = field(compare=False)
     gpu_by_rank: Mapping[int, str] = field(compare=False)
     overflows: tuple[Overflow, ...] = ()
+    critical: CriticalPath | None = field(default=None, compare=False)  # what sets the step (planner.explain)
+    pipeline_links: tuple[BoundaryComm, ...] = field(default=(), compare=False)
+    model_flops_per_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    peak_flops_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    measured: bool = False  # some GPU type priced from a measured profile (--profile)
+
+    def check_credible(self) -> None:
+        """flops.check_credible: raises NotCredible (an internal error) when the analytic
+        model credits a GPU with more than its peak; measured times are taken as given."""
+        if not self.measured:
+            check_credible(self.mfu, self.model_flops_per_s_by_rank, self.peak_flops_by_rank, self.gpu_by_rank)
 
     def peak_memory_by_gpu(self) -> dict[str, float]:
         peaks: dict[str, float] = {}
@@ -73,10 +87,18 @@ class Estimate:
             "peak_memory_GiB": {g: b / GIB for g, b in self.peak_memory_by_gpu().items()},
             "capacity_GiB": {self.gpu_by_rank[r]: c / GIB for r, c in sorted(self.capacity_by_rank.items())},
             "breakdown_s": dict(self.breakdown_s),
+            **self.explanation_json(),
             "overflows": [{"rank": o.rank, "gpu": o.gpu, "need_GiB": o.need_bytes / GIB,
                            "capacity_GiB": o.capacity_bytes / GIB, "over_GiB": o.over_bytes / GIB}
                           for o in self.overflows],
         }
+
+
+    def explanation_json(self) -> dict:
+        """The keys `evaluate --json` and a plan's `predicted` add for the explanations."""
+        return {"mfu_attention": "causal", "critical": self.critical.to_json() if self.critical else None,
+                "pp_comm_overlapped_s": sum(b.overlapped_s for b in self.pipeline_links),
+                "pipeline_links": [b.to_json() for b in self.pipeline_links]}
 
 
 ParamsFor = Callable[[GpuSpec], CostParams]
@@ -106,10 +128,32 @@ def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
     return Link(link.bandwidth_bytes_per_s / sharers, link.latency_s, link.kind)
 
 
+def _slowness(link: Link) -> tuple:
+    return (link.bandwidth_bytes_per_s, -link.latency_s, link.kind)
+
+
 def slowest(links: list[Link]) -> Link:
     """The bottleneck of a path: lowest bandwidth, highest latency."""
-    worst = min(links, key=lambda l: (l.bandwidth_bytes_per_s, -l.latency_s, l.kind))
+    worst = min(links, key=_slowness)
     return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind)
+
+
+def route_name(cluster: Cluster, ranks_a, ranks_b=()) -> str:
+    """Where the slowest link of a collective over `ranks_a` (or of a pipeline boundary
+    between `ranks_a` and `ranks_b`) runs, as boundary_link and collective_links choose it:
+    'intra-node a100', 'inter-node a100' (two nodes of one group), 'a100<->v100'."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        return f"intra-node {next(iter(nodes))[0]}"
+    if ranks_b:
+        pairs = [(a, b) for a in sorted({cluster.group_of_rank(r).name for r in ranks_a})
+                 for b in sorted({cluster.group_of_rank(r).name for r in ranks_b})]
+    else:
+        groups = sorted({g for g, _ in nodes})
+        pairs = [(g, g) for g in groups if sum(1 for h, _ in nodes if h == g) >= 2]
+        pairs += [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    a, b = min(pairs, key=lambda pair: _slowness(pair_link(cluster, *pair)))
+    return f"inter-node {a}" if a == b else f"{a}<->{b}"
 
 
 def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tuple[Link, Link]:
@@ -260,6 +304,11 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         chunks.setdefault(st.pipeline_rank, []).append(st)
 
     busy, latencies, bottlenecks, tails = [], [], [], []
+    critical_replicas: list[Replica] = []
+    fills: list[Parts] = []  # c_k of each rank, split by kind (explain.latency_parts)
+    fill_prices: list[ReplicaPrice | None] = []  # the replica whose latency is c_k
+    flops_by_rank: dict[int, float] = {}  # model FLOPs per step
+    measured = False
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
@@ -268,16 +317,22 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         rank_chunks = chunks[k]
         head = rank_chunks[0]
         zero, dp = head.zero, head.dp
-        stage_busy, stage_tau, stage_btl = -1.0, 0.0, None
+        stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
+        stage_tau_price = None
         min_bwd = float("inf")
         steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+        rank_flops = layers_model_flops_per_sample((layer for st in rank_chunks
+                                                    for layer in model.layers[st.layers[0]:st.layers[1]]), s)
         for replica in head.replicas:
             price = pricer.replica(rank_chunks, replica)
+            measured = measured or price.params.measured is not None
             n_micro = replica.batch_share // b
             replica_busy = n_micro * price.per_microbatch_s
             if replica_busy > stage_busy:
-                stage_busy, stage_btl = replica_busy, price
-            stage_tau = max(stage_tau, schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v))
+                stage_busy, stage_btl, stage_replica = replica_busy, price, replica
+            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v)
+            if tau > stage_tau:
+                stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
@@ -286,6 +341,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
                 gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
+                flops_by_rank[rank] = rank_flops * replica.batch_share / head.tp
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
         tails.append(stage_tail(stage_btl.span.weight_params, zero, t.dtype, pricer.layout(head), reduce_params,
@@ -293,25 +349,36 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)
+        critical_replicas.append(stage_replica)
+        fills.append(stage_fill)
+        fill_prices.append(stage_tau_price)
 
     step_s, k_star = pipeline_time_s(busy, [tail.total_s for tail in tails], latencies)
     btl, tail = bottlenecks[k_star], tails[k_star]
     per_mb = btl.per_microbatch_s
     n_btl = busy[k_star] / per_mb if per_mb > 0 else 0.0
-    pp_comm = sum(c.send_s for c in btl.chunks)
-    zero_comm_s = sum(c.zero.total_s for c in btl.chunks)
-    breakdown = {"compute": n_btl * btl.span.compute_s, "tp_comm": n_btl * btl.span.tp_comm_s,
-                 "pp_comm": n_btl * pp_comm, "dp_comm": tail.grad_reduce_s + n_btl * zero_comm_s,
-                 "bubble": sum(latencies) - latencies[k_star], "optimizer": tail.optimizer_s}
+    own = Parts()
+    for chunk in btl.chunks:
+        own = own.plus(chunk_parts(chunk))
+    fill = Parts()
+    for k in range(pp):
+        if k != k_star:
+            fill = fill.plus(fills[k])
+    breakdown = explain_breakdown(own.times(n_btl), fill, tail.grad_reduce_s, tail.optimizer_s)
 
     used = plan.used_ranks()
     tokens = t.global_batch * s
-    model_flops = 3 * model.fwd_flops_per_sample(s) * t.global_batch  # fwd + 2x bwd
+    model_flops = model_flops_per_sample(model, s) * t.global_batch
     recompute_full = all(st.recompute == "full" for st in plan.stages)
     hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
-    peak_sum = sum(cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used)
+    peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
+    peak_sum = sum(peak_by_rank.values())
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
                       for r in sorted(memory) if memory[r].total_bytes > capacity[r])
+    flops_per_s = {r: f / step_s for r, f in flops_by_rank.items()}
+    critical = _critical_path(pricer, chunks, k_star, critical_replicas[k_star], btl, round(n_btl), own, fills,
+                              tail, breakdown, flops_per_s, peak_by_rank)
+    links = _pipeline_links(pricer, chunks, k_star, busy, bottlenecks, fill_prices, schedule, v)
     return Estimate(
         fits=not overflows, step_time_s=step_s, breakdown_s=breakdown,
         tokens_per_s=tokens / step_s, samples_per_s=t.global_batch / step_s,
@@ -319,4 +386,67 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         hardware_tflops_per_gpu=hardware_flops / step_s / len(used) / 1e12,
         mfu=model_flops / step_s / peak_sum, bubble_fraction=breakdown["bubble"] / step_s,
         num_gpus_used=len(used), memory_by_rank=memory, capacity_by_rank=capacity,
-        gpu_by_rank=gpu_by_rank, overflows=overflows)
+        gpu_by_rank=gpu_by_rank, overflows=overflows, critical=critical, pipeline_links=links,
+        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank, measured=measured)
+
+
+def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, replica: Replica,
+                   price: ReplicaPrice, n_micro: int, own: Parts, fills: list[Parts], tail, breakdown: dict,
+                   flops_per_s: Mapping[int, float], peak_by_rank: Mapping[int, float]) -> CriticalPath:
+    """explain.CriticalPath of rank k_star: its busiest replica and the links on its path."""
+    cluster = pricer.plan.cluster
+    rank_chunks = chunks[k_star]
+    head = rank_chunks[0]
+    links = []
+    if head.tp > 1:
+        links.append(link_use("tp", route_name(cluster, replica.ranks), tp_group_link(cluster, replica.ranks),
+                              n_micro * own.tp_comm_s))
+    senders = [st for st in rank_chunks if st.index in pricer._links]
+    if senders:  # the boundary it sends over (interleaved: its slowest)
+        st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))
+        successor = pricer.stage_by_index[st.index + 1]
+        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in st.replicas],
+                                               [r.ranks[0] for r in successor.replicas]),
+                              pricer._links[st.index][0], n_micro * own.pp_comm_s))
+    elif head.index > 0:  # the last rank: the boundary it receives over, exposed in the fill
+        before = pricer.stage_by_index[head.index - 1]
+        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in before.replicas],
+                                               [r.ranks[0] for r in head.replicas]),
+                              pricer._links[before.index][0], fills[before.pipeline_rank].pp_comm_s))
+    if head.dp > 1:
+        layout = pricer.layout(head)
+        links.append(link_use("dp", route_name(cluster, [r.ranks[0] for r in head.replicas]),
+                              layout.inter if layout.nodes > 1 else layout.intra,
+                              tail.grad_reduce_s + n_micro * own.zero_comm_s))
+    bound_by = max(breakdown, key=lambda key: (breakdown[key], key))
+    rank = replica.ranks[0]
+    return CriticalPath(k_star, tuple(st.index for st in rank_chunks), price.gpu.name, tuple(replica.ranks), n_micro,
+                        price.per_microbatch_s, min(flops_per_s[r] for r in replica.ranks), peak_by_rank[rank],
+                        tuple(links), bound_by)
+
+
+def _pipeline_links(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, busy: list[float],
+                    bottlenecks: list[ReplicaPrice], fill_prices: list[ReplicaPrice], schedule,
+                    v: int) -> tuple[BoundaryComm, ...]:
+    """explain.BoundaryComm of every boundary: the sender's busiest replica's sends, exposed
+    in full on the critical rank, else only their share of the rank's fill/drain latency."""
+    plan = pricer.plan
+    out = []
+    for st in plan.stages:
+        if st.index not in pricer._links:
+            continue
+        k = st.pipeline_rank
+        i = [c.index for c in chunks[k]].index(st.index)
+        btl = bottlenecks[k]
+        n = round(busy[k] / btl.per_microbatch_s) if btl.per_microbatch_s > 0 else 0
+        total = n * btl.chunks[i].send_s
+        exposed = total if k == k_star else latency_shares(fill_prices[k].chunks, schedule, v)[i].pp_comm_s
+        successor = pricer.stage_by_index[st.index + 1]
+        link = pricer._links[st.index][0]
+        out.append(BoundaryComm(
+            st.index, route_name(plan.cluster, [r.ranks[0] for r in st.replicas],
+                                 [r.ranks[0] for r in successor.replicas]),
+            link.bandwidth_bytes_per_s, link.latency_s,
+            boundary_bytes(plan.model.layers[st.layers[1] - 1], pricer.sharding(st)), btl.chunks[i].send_s, n,
+            exposed, max(0.0, total - exposed)))
+    return tuple(out)

@@ -11,7 +11,7 @@ from rich.table import Table
 from .hardware import GIB
 from .markup import esc
 from .plan import Plan
-from .tables import gpu_labels, gpu_legend, headline, stages_table
+from .tables import gpu_labels, gpu_legend, headline, rank_text, stages_table
 
 
 def stdout_console() -> Console:
@@ -19,9 +19,34 @@ def stdout_console() -> Console:
     return Console(highlight=False, no_color="NO_COLOR" in os.environ)
 
 
+def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
+    """What sets the step (planner.explain): the critical rank and replica, the part and the
+    link that weigh most on it, and MFU's convention."""
+    c = est.critical
+    if c is None:
+        return []
+    stages = ", ".join(str(i) for i in c.stages)
+    lines = [f"critical: pipeline rank {c.pipeline_rank} (stage{'s' if len(c.stages) > 1 else ''} {stages}), "
+             f"{len(c.ranks)}× {esc(labels.get(c.gpu, c.gpu))} ranks {rank_text(c.ranks)}: {c.micro_batches} "
+             f"micro-batches × {c.per_microbatch_s * 1e3:.1f} ms; bound by {c.bound_by} "
+             f"({est.breakdown_s[c.bound_by]:.3f} s of {est.step_time_s:.3f} s); "
+             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"]
+    for link in c.links:
+        lines.append(f"  {link.role} link {esc(link.name)}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU, "
+                     f"{link.latency_s * 1e6:.0f} us; {link.exposed_s:.3f} s exposed"
+                     + ("  <- most exposed" if link is c.link else ""))
+    for b in est.pipeline_links:
+        lines.append(f"  pipeline {b.stage}->{b.stage + 1} over {esc(b.name)}: {b.micro_batches} × "
+                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way); "
+                     f"{b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s overlapped")
+    lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.flops)")
+    return lines
+
+
 def print_plan(result, console: Console | None = None) -> None:
     console = console or stdout_console()
     plan, est = result.plan, result.estimate
+    est.check_credible()
     cluster = plan.cluster
     labels = gpu_labels(cluster)
     console.print(headline(plan, est))
@@ -31,6 +56,8 @@ def print_plan(result, console: Console | None = None) -> None:
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
                   f"bubble {est.bubble_fraction:.1%}   "
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
+    for line in critical_lines(plan, est, labels):
+        console.print(line)
     status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
     console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
                   + (f"; searched as {result.bundles} identical bundles" if result.bundles > 1 else ""))
@@ -38,6 +65,7 @@ def print_plan(result, console: Console | None = None) -> None:
 
 def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:
     console = console or stdout_console()
+    estimate.check_credible()
     t = plan.training
     console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
                   f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
@@ -54,6 +82,8 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None
     console.print(f"tokens/s {estimate.tokens_per_s:,.0f}   model TFLOP/s per GPU "
                   f"{estimate.model_tflops_per_gpu:.1f}   MFU {estimate.mfu:.1%}   "
                   f"bubble {estimate.bubble_fraction:.1%}")
+    for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
+        console.print(line)
     mem = Table(title="Peak memory per GPU type")
     for col in ("GPU", "peak GiB", "capacity GiB", "use"):
         mem.add_column(col, justify="left" if col == "GPU" else "right", overflow="fold")

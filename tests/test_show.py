@@ -117,7 +117,7 @@ def test_rank_times_match_evaluate():
     plan = _uniform()
     estimate = evaluate(plan)
     timings = rank_timings(plan)
-    busy = estimate.breakdown_s["compute"] + estimate.breakdown_s["tp_comm"] + estimate.breakdown_s["pp_comm"]
+    busy = estimate.critical.micro_batches * estimate.critical.per_microbatch_s
     assert any(t.busy_s == pytest.approx(busy, rel=1e-9) for t in timings)
 
 
