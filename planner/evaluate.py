@@ -103,13 +103,13 @@ def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
     ga, gb = cluster.group(group_a), cluster.group(group_b)
     link = cluster.group_link(group_a, group_b)
     sharers = max(ga.gpus_per_node, gb.gpus_per_node)
-    return Link(link.bandwidth_bytes_per_s / sharers, link.latency_s, link.kind)
+    return link.shared_by(sharers)
 
 
 def slowest(links: list[Link]) -> Link:
     """The bottleneck of a path: lowest bandwidth, highest latency."""
     worst = min(links, key=lambda l: (l.bandwidth_bytes_per_s, -l.latency_s, l.kind))
-    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind)
+    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind, worst.curves)
 
 
 def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tuple[Link, Link]:

@@ -80,6 +80,8 @@ RANGES: dict[str, Range] = {
     # --- measured profiles and calibrations ---
     # One layer's forward or backward on one micro-batch: 1 ns to about 11 days.
     "layer_time_s": Range(1e-9, 1e6, "s"),
+    # A measured message size (planner profile-links): 1 byte to 1 PiB.
+    "message_bytes": Range(1, 2**50, "bytes", integer=True),
     # Fitted efficiencies: a share of the data-sheet peak.
     "efficiency": Range(0, 1, low_open=True),
 }
