@@ -13,7 +13,8 @@ its latency); beyond the ends, the fitted line: factor x S / bandwidth + hops x 
 being the ring's sequential steps (2(n-1) all-reduce, n-1 all-gather and reduce-scatter and
 all-to-all, 1 send/recv). The fit is least squares of t = alpha + factor S / B on the
 relative error (each point weighted 1/t, so the small sizes set alpha and the large ones B),
-alpha >= 0 (refitted through the origin when the free fit is negative); latency = alpha / hops.
+alpha >= 0 (refitted through the origin when the free fit is negative); latency = alpha / hops
+(written within the ranges of bandwidth_GBps and latency_us, planner.ranges).
 Measured figures are achieved bandwidths: the cost model's link efficiency does not apply.
 """
 
@@ -124,7 +125,9 @@ def curve_json(op: str, ranks: int, sizes_bytes: Sequence[int], times_s: Sequenc
     bandwidth, latency = fit_line(op, ranks, sizes_bytes, times_s)
     factor = bus_factor(op, ranks)
     algbw = [s / t / GB for s, t in zip(sizes_bytes, times_s)]
-    return {"ranks": ranks, "bandwidth_GBps": _round(bandwidth * share / GB), "latency_us": _round(latency / US),
+    low, high = ranges.RANGES["bandwidth_GBps"].low, ranges.RANGES["latency_us"].high
+    return {"ranks": ranks, "bandwidth_GBps": max(low, _round(bandwidth * share / GB)),
+            "latency_us": min(high, _round(latency / US)),
             "size_bytes": [int(s) for s in sizes_bytes],
             "busbw_GBps": [_round(a * factor * share) for a in algbw],
             "time_us": [_round(t / US) for t in times_s],
@@ -175,8 +178,8 @@ def read_curves(data: Any, where: str, field_name: str, bandwidth_bytes_per_s: f
             if sizes[i] <= sizes[i - 1]:
                 raise BadInput(f"sizes must increase strictly: {sizes[i]} follows {sizes[i - 1]}", where,
                                f"{prefix}.size_bytes[{i}]")
-        busbw = _numbers(entry, "busbw_GBps", "bandwidth_GBps", where, prefix, len(sizes))
-        for key, figure in (("time_us", "latency_us"), ("algbw_GBps", "bandwidth_GBps")):
+        busbw = _numbers(entry, "busbw_GBps", "curve_GBps", where, prefix, len(sizes))
+        for key, figure in (("time_us", "curve_time_us"), ("algbw_GBps", "curve_GBps")):
             if key in entry:
                 _numbers(entry, key, figure, where, prefix, len(sizes))
         bw = ranges.get(entry, "bandwidth_GBps", "bandwidth_GBps", where, f"{prefix}.bandwidth_GBps",

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import BadInput
 from .linkcurve import OPS
-from .links import assemble_fragment, measured_link
+from .links import assemble_fragment, check_fragment, measured_link
 from .names import check_name
 
 GPU_SIZES = tuple(4096 * 4**i for i in range(9))  # 4 KiB .. 256 MiB
@@ -257,4 +257,5 @@ def profile_links(options: LinkProfileOptions) -> dict | None:
     measured = {"backend": backend, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 "world_size": len(keys), "nodes": len(nodes), "ranks_per_node": [len(n) for n in nodes],
                 "warmup": options.warmup, "iters": options.iters, "torch": str(torch.__version__)}
-    return assemble_fragment(measured, links, bool(options.node_groups))
+    fragment = assemble_fragment(measured, links, bool(options.node_groups))
+    return check_fragment(fragment, "the measured links")  # never write what --links would refuse
