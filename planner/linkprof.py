@@ -236,7 +236,7 @@ def profile_links(options: LinkProfileOptions) -> dict | None:
             for comm, group in zip(comms, handles):
                 if dist.get_rank() in comm:
                     mine[index] = _measure(torch, dist, comm, group, sizes, options, device)
-            dist.barrier()
+            dist.barrier(**({"device_ids": [device.index]} if device.type == "cuda" else {}))
         gathered: list = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, mine)
     finally:
