@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from .hardware import GIB, GpuSpec, Link
+from .linkcurve import collective_s
 from .measured import MeasuredTimes
 from .model import DTYPE_BYTES, Layer
 
@@ -127,17 +128,23 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
 
 def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
     """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
-    (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model)."""
+    (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model). A measured link prices it by its
+    size curve instead (planner.linkcurve)."""
     if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
+    if link.curves:
+        return collective_s("all_reduce", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
     bw = link.bandwidth_bytes_per_s * efficiency
     return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
 
 
-def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
-    """Ring all-gather or reduce-scatter of a `nbytes` buffer: (n-1)/n of it, n-1 latencies."""
+def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, op: str = "all_gather") -> float:
+    """Ring all-gather or reduce-scatter (`op`) of a `nbytes` buffer: (n-1)/n of it, n-1
+    latencies; a measured link prices it by its size curve for `op` (planner.linkcurve)."""
     if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
+    if link.curves:
+        return collective_s(op, nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
     bw = link.bandwidth_bytes_per_s * efficiency
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
@@ -294,6 +301,6 @@ def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, int
     if nodes <= 1:
         return ring_allreduce_s(nbytes, ranks_per_node, intra, params.intra_link_efficiency)
     k = ranks_per_node
-    return (ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency)
+    return (ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency, "reduce_scatter")
             + ring_allreduce_s(nbytes / k, nodes, inter, params.inter_link_efficiency)
             + ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency))

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from . import ranges
 from .errors import BadInput
+from .linkcurve import LinkCurve, read_curves
 
 GIB = 2**30
 GB = 1e9
@@ -19,11 +20,18 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16")
 
 @dataclass(frozen=True)
 class Link:
-    """A point-to-point link: bandwidth one direction, and one-message latency."""
+    """A point-to-point link: bandwidth one direction, and one-message latency; `curves`, when
+    measured (planner profile-links), price each collective by message size (planner.linkcurve)."""
 
     bandwidth_bytes_per_s: float
     latency_s: float
     kind: str = ""
+    curves: tuple[LinkCurve, ...] = ()
+
+    def shared_by(self, sharers: int) -> "Link":
+        """One GPU's share when `sharers` GPUs use the link at once (curves scaled alike)."""
+        return Link(self.bandwidth_bytes_per_s / sharers, self.latency_s, self.kind,
+                    tuple(c.scaled(1 / sharers) for c in self.curves))
 
 
 @dataclass(frozen=True)
@@ -93,4 +101,5 @@ def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]
     bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
     lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",
                      required=False, default=0.0)
-    return Link(bw * GB, lat * US, str(merged.get("kind", "")))
+    curves = read_curves(merged.get("curve"), where, f"{field_name}.curve", bw * GB, lat * US)
+    return Link(bw * GB, lat * US, str(merged.get("kind", "")), curves)

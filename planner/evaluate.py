@@ -125,7 +125,7 @@ def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
     ga, gb = cluster.group(group_a), cluster.group(group_b)
     link = cluster.group_link(group_a, group_b)
     sharers = max(ga.gpus_per_node, gb.gpus_per_node)
-    return Link(link.bandwidth_bytes_per_s / sharers, link.latency_s, link.kind)
+    return link.shared_by(sharers)
 
 
 def _slowness(link: Link) -> tuple:
@@ -135,7 +135,7 @@ def _slowness(link: Link) -> tuple:
 def slowest(links: list[Link]) -> Link:
     """The bottleneck of a path: lowest bandwidth, highest latency."""
     worst = min(links, key=_slowness)
-    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind)
+    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind, worst.curves)
 
 
 def route_name(cluster: Cluster, ranks_a, ranks_b=()) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
                    model_state_bytes, optimizer_step_s)
 from .hardware import GpuSpec, Link
+from .linkcurve import collective_s
 from .model import DTYPE_BYTES, Layer
 
 
@@ -224,7 +225,9 @@ def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout | None, p: 
 def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
     """Pipeline point-to-point across one boundary for one micro-batch: the activation
     forward and its gradient backward (Narayanan et al. 2021, sec 4.1). Charged to the
-    sending-forward stage."""
+    sending-forward stage. A measured link prices each by its send/recv curve."""
+    if link.curves:
+        return 2 * collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
     eff = params.intra_link_efficiency if intra else params.inter_link_efficiency
     return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
 

@@ -80,6 +80,13 @@ RANGES: dict[str, Range] = {
     # --- measured profiles and calibrations ---
     # One layer's forward or backward on one micro-batch: 1 ns to about 11 days.
     "layer_time_s": Range(1e-9, 1e6, "s"),
+    # A measured message size (planner profile-links): 1 byte to 1 PiB.
+    "message_bytes": Range(1, 2**50, "bytes", integer=True),
+    # Bus bandwidth measured at one size: a small message is mostly latency (4 KiB in 4 ms is
+    # 0.001 GB/s), so down to 1 kB/s; the link's own (fitted) figure keeps bandwidth_GBps.
+    "curve_GBps": Range(1e-6, 1e6, "GB/s"),
+    # The time measured for one message: above 0 to about 11 days.
+    "curve_time_us": Range(0, 1e12, "us", low_open=True),
     # Fitted efficiencies: a share of the data-sheet peak.
     "efficiency": Range(0, 1, low_open=True),
 }

@@ -228,7 +228,7 @@ class Problem:
 
     def signature_id(self, groups: frozenset[int]) -> int:
         sig = self.signature(groups)
-        key = tuple((l.bandwidth_bytes_per_s, l.latency_s, l.kind) for l in sig)
+        key = tuple((l.bandwidth_bytes_per_s, l.latency_s, l.kind, l.curves) for l in sig)
         if key not in self._signature_ids:
             self._signature_ids[key] = len(self.signatures)
             self.signatures.append(sig)

@@ -12,6 +12,7 @@ import click
 from .catalog import gpus, models
 from .evaluate import evaluate_command
 from .export import export_command
+from .links import profile_links_command
 from .output import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, PlannerGroup
 from .plan import plan_command
 from .profile import calibrate_command, profile_command
@@ -31,8 +32,8 @@ def main() -> None:
     """
 
 
-for _command in (gpus, models, plan_command, evaluate_command, profile_command, calibrate_command, sweep_command,
-                 validate_command, export_command, show_command):
+for _command in (gpus, models, plan_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
+                 sweep_command, validate_command, export_command, show_command):
     main.add_command(_command)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_INTERRUPTED", "EXIT_OK", "PlannerGroup", "main"]

@@ -8,13 +8,14 @@ import sys
 import click
 
 from ..errors import BadInput
-from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files
+from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files, require
+from ..links import cluster_with_links
 from ..hardware import GIB
 from ..model import RECOMPUTE_MODES
 from ..plan import SCHEDULES
 from ..runtimes import get_runtime
 from ..report import print_estimate
-from .options import common_options, measurement_options
+from .options import common_options, links_option, measurement_options
 from .output import EXIT_INFEASIBLE, emit, err, warn
 
 
@@ -32,11 +33,12 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
 @measurement_options
+@links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
                      recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
-                     calibrations, as_json, output) -> None:
+                     calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
     \b
@@ -50,19 +52,20 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
-                                          ("--dtype", dtype)) if value is not None]
+                                          ("--dtype", dtype), ("--links", links)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
     else:
+        cluster = cluster_with_links(require(cluster_name, "--cluster"), links) if links else cluster_name
         result = evaluate(EvaluateRequest(
-            model=model_name, cluster=cluster_name, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
+            model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime), warn)
     plan, estimate = result.plan, result.estimate
     emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
-         input_files(model_name, cluster_name, profiles, calibrations, plan_file))
+         input_files(model_name, cluster_name, profiles, calibrations, plan_file, links))
     if not estimate.fits:
         worst = max(estimate.overflows, key=lambda o: o.over_bytes)
         err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "

@@ -39,3 +39,10 @@ def measurement_options(func: Callable) -> Callable:
     return click.option("--profile", "profiles", multiple=True, metavar="GPU=FILE",
                         help="Price this GPU type from a measured layer profile (planner profile); "
                              "repeatable.")(func)
+
+
+def links_option(func: Callable) -> Callable:
+    """`--links FILE`: a link fragment (planner profile-links) merged into the cluster (plan, evaluate)."""
+    return click.option("--links", "links", default=None, metavar="FILE",
+                        help="Measured links (planner profile-links) in place of the cluster file's "
+                             "intra_node / inter_node / links.")(func)

@@ -8,10 +8,11 @@ import click
 
 from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan, plan_json
 from ..clock import DEFAULT_TIME_LIMIT_S
+from ..links import cluster_with_links
 from ..outfile import check_output
 from ..report import print_plan
 from ..runtimes import get_runtime
-from .options import common_options, measurement_options
+from .options import common_options, links_option, measurement_options
 from .output import emit, search_progress, warn
 
 
@@ -30,10 +31,11 @@ from .output import emit, search_progress, warn
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
 @measurement_options
+@links_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, virtual_stages,
-                 time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, as_json, output) -> None:
+                 time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -46,11 +48,12 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
       planner plan --virtual-stages 1          # 1F1B only, no interleaving
     """
     get_runtime(runtime)  # an unknown name is a bad input before anything is read
-    inputs = input_files(model_name, cluster_name, profiles, calibrations)
+    inputs = input_files(model_name, cluster_name, profiles, calibrations, links)
     if output:
         check_output(output, inputs)  # before the search, which can take minutes
+    cluster = cluster_name or DEFAULT_PLAN["cluster"]
     request = PlanRequest(
-        model=model_name or DEFAULT_PLAN["model"], cluster=cluster_name or DEFAULT_PLAN["cluster"],
+        model=model_name or DEFAULT_PLAN["model"], cluster=cluster_with_links(cluster, links) if links else cluster,
         global_batch=DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch,
         seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
         micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), time_limit_s=time_limit,
