@@ -92,6 +92,8 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
     config = plan.model.config
     t = plan.training
     batches = Batches(options.data, t.global_batch, t.seq_len, config.vocab, options.seed)
+    if options.device == "cuda" and not torch.cuda.is_available():
+        raise BadInput("no CUDA device here (torch.cuda.is_available() is false)", "--device")
     cuda = options.device == "cuda" or (options.device == "auto" and torch.cuda.is_available())
     device = torch.device(f"cuda:{launch.local_rank}" if cuda else "cpu")
     if cuda:
@@ -122,3 +124,13 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
     finally:
         if distributed:
             dist.destroy_process_group()
+
+
+def load_run_plan(path: str) -> tuple[Plan, float]:
+    """The plan file at `path`, checked as every command checks it, and its predicted step time."""
+    from ..io import parse_structured, read_text
+    from ..plan_checks import load_plan_file
+
+    plan = load_plan_file(path)
+    Layout(plan)  # what the runtime cannot run: bad input before any process group exists
+    return plan, predicted_step_time_s(plan, parse_structured(read_text(path, "plan file"), path))
