@@ -61,22 +61,29 @@ class Layout:
     def replicas(self, stage: int) -> tuple[Replica, ...]:
         return tuple(sorted(self.plan.stages[stage].replicas, key=lambda r: r.dp_rank))
 
+    @cached_property
+    def _runs(self) -> list[dict[int, range]]:
+        """Per stage: dp_rank -> the global micro-batches that replica runs."""
+        out = []
+        for s in range(len(self.plan.stages)):
+            first, runs = 0, {}
+            for r in self.replicas(s):
+                runs[r.dp_rank] = range(first, first + r.batch_share // self.micro_batch)
+                first = runs[r.dp_rank].stop
+            out.append(runs)
+        return out
+
+    @cached_property
+    def _owners(self) -> list[list[Replica]]:
+        return [[r for r in self.replicas(s) for _ in self._runs[s][r.dp_rank]] for s in range(len(self.plan.stages))]
+
     def microbatches(self, stage: int, replica: Replica) -> range:
         """The global micro-batches `replica` of `stage` runs."""
-        first = 0
-        for r in self.replicas(stage):
-            count = r.batch_share // self.micro_batch
-            if r.dp_rank == replica.dp_rank:
-                return range(first, first + count)
-            first += count
-        raise AssertionError(f"replica {replica} is not in stage {stage}")
+        return self._runs[stage][replica.dp_rank]
 
     def owner(self, stage: int, microbatch: int) -> Replica:
         """The replica of `stage` that runs global micro-batch `microbatch`."""
-        for r in self.replicas(stage):
-            if microbatch in self.microbatches(stage, r):
-                return r
-        raise AssertionError(f"micro-batch {microbatch} has no owner in stage {stage}")
+        return self._owners[stage][microbatch]
 
     # --- one rank -----------------------------------------------------------------------------
 
@@ -157,6 +164,21 @@ def check_runnable(plan: Plan, chunks: int) -> None:
             raise BadInput(f"tp={s.tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "
                            f"heads and an FFN of {config.ffn_hidden} evenly", "plan", where)
     if chunks > 1:
+        split = [r.batch_share for r in sorted(plan.stages[0].replicas, key=lambda r: r.dp_rank)]
+        for s in plan.stages:
+            other = [r.batch_share for r in sorted(s.replicas, key=lambda r: r.dp_rank)]
+            if other != split:
+                # Megatron's interleaved order, run over different runs of micro-batches per rank,
+                # can deadlock (tests/test_runtime_layout.py simulates it); 1F1B cannot
+                raise BadInput(f"the runtime interleaves only plans whose stages split the batch alike (stage 0: "
+                               f"shares {split}, stage {s.index}: {other}); use 1f1b", "plan",
+                               f"stages[{s.index}].replicas")
+        pp, b = plan.pp, plan.training.micro_batch
+        for r in plan.stages[0].replicas:
+            if (r.batch_share // b) % pp:
+                raise BadInput(f"interleaving needs each replica's micro-batches to be a multiple of pp={pp} "
+                               f"(Megatron-LM's rule), dp_rank {r.dp_rank} runs {r.batch_share // b}; use 1f1b",
+                               "plan", f"stages[0].replicas[{plan.stages[0].replicas.index(r)}].batch_share")
         by_rank: dict[int, list[Stage]] = {}
         for s in plan.stages:
             by_rank.setdefault(s.pipeline_rank, []).append(s)
