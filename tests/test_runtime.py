@@ -142,6 +142,8 @@ CASES = {
     # TP 2 then TP 1 (GPT-2's fused QKV cut per head group)
     "per_stage_tp_2_1": lambda: hand_plan("gpt2", stage(0, (0, 3), [(8, [0, 1])], tp=2),
                                           stage(1, (3, 6), [(8, [2])])),
+    "gpipe_stage_dp_2_1": lambda: Plan(MODELS["llama"], CLUSTER, Training(8, 16, "fp32", 2, schedule="gpipe"), (
+        stage(0, (0, 3), [(2, [0]), (6, [1])]), stage(1, (3, 6), [(8, [2])]))),
     "recompute_full_and_selective": lambda: hand_plan("gpt2", stage(0, (0, 3), [(8, [0])], recompute="full"),
                                                       stage(1, (3, 6), [(8, [1])], recompute="selective")),
     # ZeRO-1 over unequal replicas (the flat vector does not divide evenly: padding)

@@ -209,3 +209,17 @@ def test_the_simulation_sees_a_deadlock():
     real = layout.order
     layout.order = lambda w: sorted(real(w), key=lambda op: op[0] != "B") if w in (1, 2) else real(w)
     assert not finishes(layout)
+
+
+def test_run_without_torch_is_bad_input_with_the_install_hint(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    from planner.plan import plan_to_json
+
+    from .conftest import assert_bad_input, invoke
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan_of(stage(0, (0, 6), [(8, [0])])))))
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert_bad_input(invoke("run", path), "planner run", "needs PyTorch")
