@@ -30,7 +30,7 @@ torch = require("torch", "PLANNER_REQUIRE_TORCH")
 pytestmark = pytest.mark.torch
 
 import torch._dynamo  # noqa: E402,F401  torch.utils.checkpoint's first call imports it: once here, not per rank
-from planner.runtime import engine  # noqa: E402  (forked ranks inherit it)
+from planner.runtime import engine  # noqa: E402  (imported before the forks: every rank inherits it)
 from planner.runtime import layers  # noqa: E402
 from planner.runtime.launch import Launch, RunOptions, run_plan  # noqa: E402
 

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .layers import Chunk, TPGroup
+from .layers import Chunk, TPGroup, full_state
 from .layout import Layout, Seat
 
 
@@ -184,8 +184,6 @@ def train_step(state: RankState, tokens: torch.Tensor) -> float:
 def gather_parameters(state: RankState, groups: dict) -> dict[int, dict[str, torch.Tensor]]:
     """The rank's layers, whole (its TP group's shards put together), on the CPU: {layer index:
     state dict}. Collective over each of the rank's TP groups."""
-    from .layers import full_state
-
     config = state.layout.plan.model.config
     out = {}
     for st in state.stages.values():
