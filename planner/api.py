@@ -112,14 +112,17 @@ def plan_json(result: SearchResult) -> dict:
     """The plan file of a search result (formats.md section 5)."""
     from .plan import plan_to_json
 
-    est = result.estimate
-    est.check_credible()
-    predicted = {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
-                 "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
-                 "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
-                 "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())},
-                 **est.explanation_json()}
-    return plan_to_json(result.plan, predicted, result.solver_json())
+    result.estimate.check_credible()
+    return plan_to_json(result.plan, predicted_json(result.estimate), result.solver_json())
+
+
+def predicted_json(est: Estimate) -> dict:
+    """A plan file's `predicted` (formats.md section 5) from an estimate."""
+    return {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
+            "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
+            "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
+            "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())},
+            **est.explanation_json()}
 
 
 # --- evaluate ----------------------------------------------------------------------------------
@@ -275,4 +278,5 @@ def model_catalog() -> list[dict]:
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
            "describe_plan", "estimate_json", "evaluate", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
            "load_calibrations", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
+           "predicted_json",
            "require", "resolve_dtype"]

@@ -25,7 +25,8 @@ Targets and output formats (stdout, or FILE with -o):
   (``tok_embeddings,layers.0 layers.1,norm,output``), booleans as ``--s.key`` /
   ``--s.no_key``.
 * ``rankmap``: JSON, one entry per used rank (stage, layers, TP group, DP group, batch
-  share, placement) and a ``torchrun`` line per run of alike nodes; carries the whole
+  share, placement) and a ``torchrun`` line per run of alike nodes that starts ``planner
+  run plan.json`` (the reference runtime, planner.runtime) on each; carries the whole
   heterogeneous plan, so it always exports.
 
 Every string goes through the format's own writer: ``tomli_w`` for TOML, ``json.dumps`` for
@@ -507,7 +508,7 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
             "nnodes": len(nodes), "nproc_per_node": len(locals_), "node_rank_range": [i, j],
             "torchrun": f"{visible}torchrun --nnodes={len(nodes)} --nproc_per_node={len(locals_)} "
                         f"--node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
-                        f"TRAIN_SCRIPT --rankmap rankmap.json  # NODE_RANK in {i}..{j}"})
+                        f"-m planner.cli run plan.json  # NODE_RANK in {i}..{j}"})
         i = j + 1
     out = {"format": "planner.rankmap/v1", "model": plan.model.name, "cluster": plan.cluster.name,
            "world_size": len(ranks), "global_batch": t.global_batch, "micro_batch": t.micro_batch,

@@ -16,6 +16,7 @@ from .links import profile_links_command
 from .output import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, PlannerGroup
 from .plan import plan_command
 from .profile import calibrate_command, profile_command
+from .run import run_command
 from .show import show_command
 from .sweep import sweep_command
 from .validate import validate_command
@@ -33,7 +34,7 @@ def main() -> None:
 
 
 for _command in (gpus, models, plan_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
-                 sweep_command, validate_command, export_command, show_command):
+                 sweep_command, validate_command, export_command, show_command, run_command):
     main.add_command(_command)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_INTERRUPTED", "EXIT_OK", "PlannerGroup", "main"]

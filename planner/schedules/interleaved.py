@@ -10,6 +10,32 @@ from .base import Order, Schedule
 from .one_f_one_b import one_f_one_b_in_flight, one_f_one_b_order
 
 
+def interleaved_warmup(pipeline_rank: int, pp: int, virtual_stages: int) -> int:
+    """Chunk forwards a rank runs before its first backward (Megatron-LM's schedules.py)."""
+    return (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * pp
+
+
+def interleaved_order(pipeline_rank: int, pp: int, virtual_stages: int,
+                      num_microbatches: int) -> list[tuple[str, int, int]]:
+    """The order one rank runs its chunk passes in, as (op, chunk, micro-batch): micro-batches
+    go in groups of pp (the last group may be shorter); in a group, forwards run chunk
+    0..v-1 and backwards chunk v-1..0; after the warm-up, one forward then one backward
+    (Megatron-LM's forward_backward_pipelining_with_interleaving; planner run executes it)."""
+    v, n = virtual_stages, num_microbatches
+    forwards: list[tuple[str, int, int]] = []
+    backwards: list[tuple[str, int, int]] = []
+    for start in range(0, n, pp):
+        group = range(start, min(start + pp, n))
+        forwards += [("F", c, j) for c in range(v) for j in group]
+        backwards += [("B", c, j) for c in reversed(range(v)) for j in group]
+    total = n * v
+    warmup = min(interleaved_warmup(pipeline_rank, pp, v), total)
+    order = forwards[:warmup]
+    for i in range(total - warmup):
+        order += [forwards[warmup + i], backwards[i]]
+    return order + backwards[total - warmup:]
+
+
 @dataclass(frozen=True)
 class Interleaved(Schedule):
     def chunks_per_rank(self, virtual_stages: int) -> int:
@@ -23,7 +49,7 @@ class Interleaved(Schedule):
         v, m = virtual_stages, num_microbatches
         if v == 1:
             return one_f_one_b_in_flight(pipeline_rank, pp, m)
-        return min(m * v, (pp - pipeline_rank - 1) * 2 + (v - 1) * pp + 1) / v
+        return min(m * v, interleaved_warmup(pipeline_rank, pp, v) + 1) / v
 
     def depth_dependent(self) -> bool:
         return True

@@ -1,0 +1,66 @@
+"""`planner run`: train a plan with the reference runtime (planner.runtime; needs torch), one
+process per rank under torchrun; world rank 0 prints one JSON line per step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import BadInput
+from ..outfile import check_output
+from .output import bad_input_exit
+
+
+@click.command("run")
+@click.argument("plan_file", metavar="PLAN")
+@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Training steps.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seeds the initial weights and the synthetic data.")
+@click.option("--data", default="synthetic", show_default=True,
+              help="synthetic, or a token file (a flat array of uint16 ids, nanoGPT's .bin).")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True,
+              help="AdamW learning rate.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: CUDA (NCCL) when available, else CPU (gloo).")
+@click.option("--log", "--log-file", "log_file", default=None,
+              help="Also write the JSON lines to FILE (under torchrun spell it --log-file: torchrun "
+                   "reads --log as its own --log-dir).")
+@click.option("--save-params", "save_dir", default=None,
+              help="Write each rank's final layers (whole, TP shards joined) to DIR/rank<R>.pt.")
+def run_command(plan_file, steps, seed, data, lr, device, log_file, save_dir) -> None:
+    """Train a plan exactly as planned: its stages, TP and DP degrees, batch shares,
+    schedule, ZeRO and recompute (CPU with gloo, or CUDA with NCCL).
+
+    Launch one process per rank of the plan with torchrun (the lines of `planner export
+    PLAN --to rankmap`); a one-rank plan also runs without torchrun. World rank 0 prints
+    per step {"step", "loss", "step_time_s", "predicted_step_time_s"}.
+
+    \b
+    Example:
+      torchrun --nproc_per_node=3 -m planner.cli run plan.json --steps 5
+    """
+    from ..runtime.launch import RunOptions, load_run_plan, run_plan
+
+    try:
+        if log_file:
+            check_output(log_file, [plan_file])
+        if save_dir is not None and not Path(save_dir).is_dir():
+            raise BadInput("no such folder", save_dir, "--save-params")
+        plan, predicted = load_run_plan(plan_file)
+        options = RunOptions(steps=steps, seed=seed, data=data, lr=lr, device=device, save_dir=save_dir)
+        log = None
+        try:
+            for record in run_plan(plan, options, predicted):
+                line = json.dumps(record)
+                click.echo(line)
+                if log_file:
+                    log = log or open(log_file, "w", encoding="utf-8")
+                    log.write(line + "\n")
+                    log.flush()
+        finally:
+            if log is not None:
+                log.close()
+    except BadInput as exc:
+        bad_input_exit(exc)
