@@ -16,8 +16,8 @@ of which groups a stage gets and prices it with its real node counts. Three case
   * near-equal parts (no common divisor needed): `max_parts` parts in all (at least one per
     lane), shared between lanes in proportion to their nodes (largest remainder, ties to
     the earlier lane), each lane cut into parts of floor or ceil of its nodes / its parts.
-    31 + 47 + 50 nodes become 31 | 47 | 25 + 25; the same cluster minus one node
-    31 | 47 | 25 + 24. Bundles that differ by a node need no remainder: every node is in a part.
+    31 + 47 + 50 nodes become 31 / 47 / 25+25; the same cluster minus one node
+    31 / 47 / 25+24. Bundles that differ by a node need no remainder: every node is in a part.
 
 Idle nodes are a choice of the search, part by part: it may leave any parts unused (a
 slow group that would only stretch the pipeline). Planning time then depends on the
@@ -95,12 +95,12 @@ class Decomposition:
         return tuple(out)
 
     def describe(self) -> str:
-        """'exact', '32 identical bundles' or 'parts h100 31 | a100 47 | v100 25+25'."""
+        """'exact', '32 identical bundles' or 'parts 31 / 47 / 25+25' (nodes per part, lane by lane)."""
         if self.kind == "exact":
             return "exact"
         if self.kind == "bundles":
             return f"{self.largest_part} identical bundles"
-        return "parts " + " | ".join(
+        return "parts " + " / ".join(
             "+".join(str(b - a) for a, b in zip(lane.bounds, lane.bounds[1:])) for lane in self.lanes)
 
 
