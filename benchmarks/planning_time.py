@@ -16,7 +16,7 @@ search used (planner.decompose), the predicted step time, pipeline ranks and vir
 whether the plan is proven optimal, its gap to the lower bound (planner.bound) and, with
 `--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
 whole cluster node by node given S seconds (a lower figure than the exact optimum's when
-that search is cut short: then marked '<=').
+that search is cut short: the true loss is then at least that, marked '>=').
 Prints a markdown table.
 """
 
@@ -119,7 +119,7 @@ def main() -> None:
         loss = "-"
         if args.loss_limit > 0 and name in LOSS_ROWS and not row["optimal"]:
             exact = in_child(name, args.loss_limit, max_parts=16)
-            mark = "" if exact["optimal"] else "<="
+            mark = "" if exact["optimal"] else ">="  # the optimum may lie lower still
             loss = f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)"
         print(f"| {name} | {row['gpus']:,} | {row['nodes']} | {row['decomposition']} | {row['wall_s']:.1f} "
               f"| {row['cpu_s']:.1f} | {row['peak_mib']:.0f} | {row['step_s']:.3f} | {row['pp']} | {row['v']} "
