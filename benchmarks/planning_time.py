@@ -1,20 +1,31 @@
-"""Planning time of `planner plan` for llama-3-70b on H100 + A100 + V100 clusters.
+"""Planning time, peak memory and plan quality of `planner plan` for llama-3-70b on H100 + A100
++ V100 clusters of many shapes.
 
-    python benchmarks/planning_time.py [--repeats 3] [--sizes 64 256 1024 4096]
+    python benchmarks/planning_time.py [--rows NAME ...] [--time-limit 300] [--loss-limit 0]
 
-Each cluster has H100, A100 and V100 nodes in the ratio 1:1:2 (8 GPUs a node, one IB
-fabric: 400, 200 and 50 GB/s per node). The global batch is one sequence per GPU
-(4096 tokens each). Prints the median wall time of `planner.api.plan` (what `planner plan`
-runs, without a time limit) over the repeats, the
-growth factor from the previous size, the predicted step time, the pipeline ranks and
-virtual stages per rank (V = 2: interleaved), whether the plan is proven
-optimal and the gap to the lower bound otherwise.
+Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global batch is one
+4096-token sequence per GPU):
+  * 1:1:2 at 64, 256, 1,024 and 4,096 GPUs (node counts with a common divisor);
+  * odd node counts: 3+3+4, 4+4+5, 5+6+6, 31+47+50 (1,024 GPUs), 124+188+200 (4,096 GPUs);
+  * a node failure: 31+47+49 and 32+32+63 (a V100 node lost);
+  * 16 one-node groups (6 H100, 5 A100, 5 V100, each its own group).
+Each row runs in its own child process (`--row NAME`), which reports its wall and CPU
+seconds and its peak resident memory (resource.getrusage ru_maxrss). `plan` runs as the CLI
+does, with the time limit (default: the CLI's, 300 s). Columns: the decomposition the
+search used (planner.decompose), the predicted step time, pipeline ranks and virtual stages,
+whether the plan is proven optimal, its gap to the lower bound (planner.bound) and, with
+`--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
+whole cluster node by node given S seconds (a lower figure than the exact optimum's when
+that search is cut short: the true loss is then at least that, marked '>=').
+Prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,44 +33,97 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.api import PlanRequest, plan  # noqa: E402
+from planner.clock import DEFAULT_TIME_LIMIT_S  # noqa: E402
 from planner.hardware import cluster_from_spec  # noqa: E402
 from planner.model import load_model  # noqa: E402
 
+GPUS = {"h100": ("H100-SXM5-80GB", 400), "a100": ("A100-SXM4-80GB", 200), "v100": ("V100-SXM2-32GB", 50)}
 
-def three_tier(num_gpus: int) -> dict:
-    unit = num_gpus // 32  # nodes of H100 (and of A100); V100 has twice as many
-    def group(name, gpu, nodes, nic):
-        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
-                "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
-    return {"name": f"h100-a100-v100-{num_gpus}", "node_groups": [
-        group("h100", "H100-SXM5-80GB", unit, 400), group("a100", "A100-SXM4-80GB", unit, 200),
-        group("v100", "V100-SXM2-32GB", 2 * unit, 50)]}
+
+def _group(name: str, kind: str, nodes: int) -> dict:
+    gpu, nic = GPUS[kind]
+    return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
+            "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
+
+
+def three_types(h100: int, a100: int, v100: int) -> dict:
+    return {"name": f"h100-a100-v100-{h100}-{a100}-{v100}", "node_groups": [
+        _group("h100", "h100", h100), _group("a100", "a100", a100), _group("v100", "v100", v100)]}
+
+
+def one_node_groups(h100: int, a100: int, v100: int) -> dict:
+    kinds = ["h100"] * h100 + ["a100"] * a100 + ["v100"] * v100
+    return {"name": f"one-node-groups-{len(kinds)}",
+            "node_groups": [_group(f"{kind}-{i}", kind, 1) for i, kind in enumerate(kinds)]}
+
+
+ROWS = {  # name: cluster spec
+    "1:1:2 64": three_types(2, 2, 4),
+    "1:1:2 256": three_types(8, 8, 16),
+    "1:1:2 1024": three_types(32, 32, 64),
+    "1:1:2 4096": three_types(128, 128, 256),
+    "3+3+4": three_types(3, 3, 4),
+    "4+4+5": three_types(4, 4, 5),
+    "5+6+6": three_types(5, 6, 6),
+    "31+47+50": three_types(31, 47, 50),
+    "124+188+200": three_types(124, 188, 200),
+    "31+47+49 (failed node)": three_types(31, 47, 49),
+    "32+32+63 (failed node)": three_types(32, 32, 63),
+    "16 one-node groups": one_node_groups(6, 5, 5),
+}
+
+
+LOSS_ROWS = ("3+3+4", "4+4+5")  # 10-16 nodes: the exact search of the whole cluster is within reach
+
+
+def run_row(name: str, time_limit_s: float | None, max_parts: int) -> dict:
+    """One row, in this process: what the parent prints."""
+    cluster = cluster_from_spec(ROWS[name], "benchmark")
+    request = PlanRequest(model=load_model("llama-3-70b"), cluster=cluster, global_batch=cluster.num_gpus,
+                          seq_len=4096, dtype="fp16", time_limit_s=time_limit_s, max_bundle_nodes=max_parts)
+    started, cpu = time.perf_counter(), time.process_time()
+    result = plan(request)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"gpus": cluster.num_gpus, "nodes": sum(g.nodes for g in cluster.groups),
+            "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu,
+            "peak_mib": usage.ru_maxrss / 1024, "step_s": result.estimate.step_time_s,
+            "pp": result.plan.pp, "v": result.plan.training.virtual_stages, "optimal": result.optimal,
+            "gap": result.gap, "decomposition": result.decomposition}
+
+
+def in_child(name: str, time_limit_s: float | None, max_parts: int = 4) -> dict:
+    args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts)]
+    args += ["--time-limit", "none" if time_limit_s is None else str(time_limit_s)]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024, 4096])
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="NAME")
+    parser.add_argument("--time-limit", default=str(DEFAULT_TIME_LIMIT_S), help="seconds, or 'none'")
+    parser.add_argument("--loss-limit", type=float, default=0.0,
+                        help="seconds for the exact search of the LOSS_ROWS (0: skip)")
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    parser.add_argument("--max-parts", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    model = load_model("llama-3-70b")
-    print(f"{'GPUs':>6} {'median s':>9} {'growth':>7} {'step s':>8} {'MFU':>6} {'pp':>6} "
-          f"{'V':>2} {'bundles':>7} {'optimal':>7} {'gap':>6}")
-    previous = None
-    for size in args.sizes:
-        cluster = cluster_from_spec(three_tier(size), "benchmark")
-        request = PlanRequest(model=model, cluster=cluster, global_batch=size, seq_len=4096, dtype="fp16",
-                              time_limit_s=None)
-        times, result = [], None
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            result = plan(request)
-            times.append(time.perf_counter() - started)
-        median = statistics.median(times)
-        growth = f"{median / previous:.2f}x" if previous else "-"
-        previous = median
-        est = result.estimate
-        print(f"{size:>6} {median:>9.2f} {growth:>7} {est.step_time_s:>8.2f} {est.mfu:>6.1%} "
-              f"{result.plan.pp:>6} {result.plan.training.virtual_stages:>2} {result.bundles:>7} {str(result.optimal):>7} {result.gap:>6.1%}")
+    limit = None if args.time_limit == "none" else float(args.time_limit)
+    if args.row:
+        print(json.dumps(run_row(args.row, limit, args.max_parts)))
+        return
+    print("| cluster | GPUs | nodes | searched as | wall s | CPU s | peak MiB | step s | pp | V | optimal "
+          "| gap vs bound | loss vs exact |")
+    print("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|--:|--:|")
+    for name in args.rows:
+        row = in_child(name, limit)
+        loss = "-"
+        if args.loss_limit > 0 and name in LOSS_ROWS and not row["optimal"]:
+            exact = in_child(name, args.loss_limit, max_parts=16)
+            mark = "" if exact["optimal"] else ">="  # the optimum may lie lower still
+            loss = f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)"
+        print(f"| {name} | {row['gpus']:,} | {row['nodes']} | {row['decomposition']} | {row['wall_s']:.1f} "
+              f"| {row['cpu_s']:.1f} | {row['peak_mib']:.0f} | {row['step_s']:.3f} | {row['pp']} | {row['v']} "
+              f"| {row['optimal']} | {row['gap']:.1%} | {loss} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def print_plan(result, console: Console | None = None) -> None:
         console.print(line)
     status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
     console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
-                  + (f"; searched as {result.bundles} identical bundles" if result.bundles > 1 else ""))
+                  + (f"; searched on {result.decomposition}" if result.decomposition != "exact" else ""))
 
 
 def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:

@@ -36,21 +36,21 @@ the closed-form makespan (shares.min_makespan); the final plan's shares are solv
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
 
-Scale. Clusters of more than `max_exact_nodes` nodes are cut into R identical bundles (R
-divides every group's node count) and each stage's replicas span all bundles; plans from
-bundles are a subset of the full space, so a bundled search reports optimal=false with the
-gap to a lower bound (compute_lower_bound_s).
+Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
+(planner.decompose: identical bundles when the node counts allow, else near-equal parts
+that need no common divisor; idle parts are a choice); the plans on parts are a subset of
+the full space, so such a search reports optimal=false with the gap to a lower bound
+(planner.bound).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from functools import reduce
 from typing import Callable
 
+from .bound import compute_lower_bound_s
 from .clock import Progress, SearchClock, SearchTimeout
-from .cost import layer_time
+from .decompose import decompose
 from .dp import StageChoice, price, run_dp, trace
 from .errors import BadInput, NoFeasiblePlan
 from .evaluate import Estimate, evaluate
@@ -63,7 +63,7 @@ from .schedules import search_schedule
 from .stages import INF, Problem, SolverOptions, share_cap
 from .uniform import UniformSpace, improving_uniform
 
-__all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s", "choose_bundles"]
+__all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
 
 
 @dataclass(frozen=True)
@@ -75,38 +75,39 @@ class SearchResult:
     lower_bound_s: float
     candidates: int
     seconds: float
-    bundles: int
+    bundles: int  # 1: the whole cluster searched node by node; else nodes in its largest part
     method: str = "dp+ilp"
+    decomposition: str = "exact"  # planner.decompose.Decomposition.describe
 
     def solver_json(self) -> dict:
         return {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
                 "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
+                "decomposition": self.decomposition,
                 "lower_bound_step_time_s": self.lower_bound_s}
 
 
 def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     """The Plan of traced choices: ranks on whole nodes, shares by the ILP; an interleaved
     plan cycles V chunks over the pipeline ranks, each rank taking the same blocks per chunk."""
-    cluster, b, bundles, v = problem.cluster, problem.b, problem.bundles, problem.v
-    next_node = [[beta * n for beta in range(bundles)] for n in problem.bundle_nodes]
+    cluster, b, v = problem.cluster, problem.b, problem.v
+    next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.decompose)
     rank_replicas = []
     for c in choices:
         types = problem.type_arrays(c.config)
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
-        for beta in range(bundles):
-            type_index = 0
-            for i, nodes in enumerate(c.config.nodes):
-                if not nodes:
-                    continue
-                group = problem.groups[i]
-                for node in range(next_node[i][beta], next_node[i][beta] + nodes):
-                    for slot in range(group.gpus_per_node // c.config.tp):
-                        base = group.first_rank + node * group.gpus_per_node + slot * c.config.tp
-                        replicas_ranks.append(tuple(range(base, base + c.config.tp)))
-                        replica_type.append(type_index)
-                next_node[i][beta] += nodes
-                type_index += 1
+        type_index = 0
+        for i, nodes in enumerate(c.config.nodes):
+            if not nodes:
+                continue
+            group = problem.groups[i]
+            for node in range(next_node[i], next_node[i] + nodes):
+                for slot in range(group.gpus_per_node // c.config.tp):
+                    base = group.first_rank + node * group.gpus_per_node + slot * c.config.tp
+                    replicas_ranks.append(tuple(range(base, base + c.config.tp)))
+                    replica_type.append(type_index)
+            next_node[i] += nodes
+            type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
         flags = (c.has_head, c.has_emb)
         in_flight = problem.in_flight(c.from_end, c.ranks)
@@ -147,68 +148,6 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     return even + [special] if choice.has_head else [special] + even
 
 
-def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> float:
-    """A lower bound on any plan's step time, as a linear program.
-
-    Each layer of each sample must run on some GPU type, costing at least its compute time
-    there at the most efficient micro-batch with tp = 1, no recomputation and no
-    communication; no type can be busy longer than (its GPU count) x T. Assigning
-    layer-samples to types fractionally and minimising T relaxes every plan:
-      1. variables: x[i, g] >= 0, samples of layer kind i run on type g; T;
-      2. objective: minimise T;
-      3. constraints: (a) sum_g x[i, g] = global batch x (layers of kind i);
-         (b) sum_i x[i, g] c[i, g] <= GPUs of type g x T.
-    """
-    import pulp
-
-    from .shares import _quiet_stdout
-
-    b = max(options.micro_batches)
-    kinds = {"embedding": [], "decoder": [], "head": []}
-    for layer in model.layers:
-        kinds[layer.kind].append(layer)
-    gpus: dict[str, tuple] = {}
-    for g in cluster.groups:
-        count, group = gpus.get(g.gpu.name, (0, g))
-        gpus[g.gpu.name] = (count + g.num_gpus, group)
-    prob = pulp.LpProblem("step_time_lower_bound", pulp.LpMinimize)
-    step = prob.add_variable("T", lowBound=0)
-    share = {(kind, name): prob.add_variable(f"x_{kind}_{j}", lowBound=0)
-             for kind in kinds for j, name in enumerate(sorted(gpus))}
-    prob += step
-    busy = {name: [] for name in gpus}
-    for kind, layers in kinds.items():
-        if not layers:
-            continue
-        prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
-        for name, (_, group) in sorted(gpus.items()):
-            per_sample = sum(layer_time(layer, group.gpu, base.dtype, b, base.seq_len, 1, False, base.attention,
-                                        "none", group.intra_node, options.params_for(group.gpu.name)).compute_s
-                             for layer in layers) / b / len(layers)
-            busy[name].append(share[(kind, name)] * per_sample)
-    for name, (count, _) in sorted(gpus.items()):
-        prob += pulp.lpSum(busy[name]) <= count * step, f"b_{name}"
-    with _quiet_stdout():
-        prob.solve(pulp.HiGHS(msg=False))
-    if prob.status != pulp.LpStatusOptimal:
-        return 0.0
-    return float(step.value())
-
-
-def choose_bundles(cluster: Cluster, max_exact_nodes: int, max_bundle_nodes: int) -> int:
-    """1 (the whole cluster, exact) when it has at most `max_exact_nodes` nodes; else the
-    fewest identical bundles of at most `max_bundle_nodes` nodes (or the smallest bundles
-    the node counts allow)."""
-    common = reduce(math.gcd, [g.nodes for g in cluster.groups])
-    total = sum(g.nodes for g in cluster.groups)
-    if total <= max_exact_nodes:
-        return 1
-    for r in range(1, common + 1):
-        if common % r == 0 and total // r <= max_bundle_nodes:
-            return r
-    return common
-
-
 def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions(),
           on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """The fastest plan in the search space (module docstring), proven optimal when the
@@ -226,9 +165,9 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     floor = unplaceable_layer(model, cluster, base, options)
     if floor is not None:
         raise _layer_too_big(floor, base)
-    bundles = choose_bundles(cluster, options.max_exact_nodes, options.max_bundle_nodes)
+    parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(_subproblems(model, cluster, base, bundles, options))
+    subproblems = list(_subproblems(model, base, sum(parts.counts), options))
     clock.subproblems_total = len(subproblems)
     best: tuple | None = None
     seed: tuple[Plan, Estimate] | None = None
@@ -243,7 +182,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
         for b, v, ranks in subproblems:
             if problem is None or (problem.b, problem.v) != (b, v):
-                problem = Problem(model, cluster, base, b, bundles, options, v, plain.get(b), clock)
+                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock)
                 if not problem.chunked:
                     plain[b] = problem
 
@@ -319,9 +258,10 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
     assert estimate.fits, "solver built a plan that does not fit"
-    optimal = complete and bundles == 1
+    optimal = complete and parts.exact
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
-    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(), bundles)
+    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
+                        1 if parts.exact else parts.largest_part, decomposition=parts.describe())
 
 
 def _uniform_space(options: SolverOptions) -> UniformSpace:
@@ -335,12 +275,11 @@ def _uniform_space(options: SolverOptions) -> UniformSpace:
                         virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
 
 
-def _subproblems(model: Model, cluster: Cluster, base: Training, bundles: int, options: SolverOptions):
+def _subproblems(model: Model, base: Training, nodes: int, options: SolverOptions):
     """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
     any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
     since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
     blocks = model.num_layers - 2
-    nodes = sum(g.nodes // bundles for g in cluster.groups)
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
     schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
     # 1F1B first: its best plan bounds the interleaved searches, which cost more

@@ -21,7 +21,7 @@ class SolverOptions:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
-    max_bundle_nodes: int = 4  # larger clusters: identical bundles of at most this many nodes
+    max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.decompose)
     max_stages: int = 16
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
     # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
@@ -44,7 +44,7 @@ class SolverOptions:
 
 @dataclass(frozen=True)
 class StageConfig:
-    nodes: tuple[int, ...]  # nodes of each bundle group (in bundle order)
+    nodes: tuple[int, ...]  # nodes of each node group of the cluster
     tp: int
     recompute: str
     zero: int
@@ -57,7 +57,7 @@ class StageConfig:
 class TypeArrays:
     """Per replica type of a config: arrays over the decoder-block count 0..L."""
 
-    count: int  # replicas of this type (all bundles)
+    count: int  # replicas of this type
     group: NodeGroup
     time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
     bwd: dict[tuple[bool, bool], np.ndarray]

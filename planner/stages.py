@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from .clock import SearchClock
+from .decompose import Decomposition
 from .evaluate import collective_links, pair_link, slowest
 from .hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
@@ -26,12 +27,12 @@ __all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "TypeArrays", "Vari
 
 
 class Problem:
-    """Everything fixed for one (micro-batch, bundles) pair; prices stage configurations."""
+    """Everything fixed for one (micro-batch, decomposition) pair; prices stage configurations."""
 
-    def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, bundles: int,
+    def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
                  clock: SearchClock | None = None):
-        self.model, self.cluster, self.b, self.bundles, self.options = model, cluster, b, bundles, options
+        self.model, self.cluster, self.b, self.parts, self.options = model, cluster, b, parts, options
         self.clock = clock  # checked while enumerating configurations (clock.SearchTimeout)
         self.v = virtual_stages
         self.schedule = search_schedule(virtual_stages)
@@ -40,11 +41,11 @@ class Problem:
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base = None
         if self.chunked:
-            self.base = base_problem or Problem(model, cluster, base, b, bundles, options, clock=clock)
+            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock)
         self.t = Training(base.global_batch, base.seq_len, base.dtype, b, self.schedule.name, virtual_stages,
                           base.attention)
         self.groups = [g for g in cluster.groups]
-        self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
+        self.bundle_nodes = parts.counts  # the DP's state limits: parts per lane (planner.decompose)
         self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
         self.num_blocks = model.num_layers - 2
         self.microbatches = base.global_batch // b
@@ -77,16 +78,17 @@ class Problem:
         heads = self.model.config.num_heads if self.model.config else 1
         modes = [m for m in self.options.recompute_modes
                  if not (m == "selective" and self.t.attention == "flash")]  # identical to none
-        for nodes in product(*ranges):
-            if not any(nodes):
+        for take in product(*ranges):
+            if not any(take):
                 continue
+            nodes = self.parts.nodes(used, take)
             if self.clock is not None:
                 self.clock.check()
             gpn = [self.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
             for tp in self.options.tp_degrees:
                 if any(g % tp for g in gpn) or heads % tp:
                     continue
-                dp = self.bundles * sum(n * self.groups[i].gpus_per_node for i, n in enumerate(nodes)) // tp
+                dp = sum(n * self.groups[i].gpus_per_node for i, n in enumerate(nodes)) // tp
                 for mode in modes:
                     for zero in (self.options.zero_stages if dp > 1 else (0,)):
                         yield StageConfig(nodes, tp, mode, zero)
@@ -107,7 +109,7 @@ class Problem:
             return self._types[config]
         t, tp, b, s = self.t, config.tp, self.b, self.t.seq_len
         sh = Sharding(t.dtype, b, s, t.attention, tp, tp > 1, config.recompute)
-        counts = {i: self.bundles * n * self.groups[i].gpus_per_node // tp
+        counts = {i: n * self.groups[i].gpus_per_node // tp
                   for i, n in enumerate(config.nodes) if n}
         dp = sum(counts.values())
         zero = config.zero
@@ -147,14 +149,14 @@ class Problem:
         return out
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
-        """How a stage's data-parallel collectives run (evaluate.dp_layout): its nodes (all
-        bundles), replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
+        """How a stage's data-parallel collectives run (evaluate.dp_layout): its nodes,
+        replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
         layout = self._dp_layouts.get(config)
         if layout is None:
-            per_group = {self.groups[i].name: self.bundles * n for i, n in enumerate(config.nodes) if n}
+            per_group = {self.groups[i].name: n for i, n in enumerate(config.nodes) if n}
             intra, inter = collective_links(self.cluster, per_group)
             per_node = max(self.groups[i].gpus_per_node // config.tp for i, n in enumerate(config.nodes) if n)
-            replicas = sum(self.bundles * n * self.groups[i].gpus_per_node // config.tp
+            replicas = sum(n * self.groups[i].gpus_per_node // config.tp
                            for i, n in enumerate(config.nodes) if n)
             layout = self._dp_layouts[config] = DpLayout(replicas, per_node, sum(per_group.values()), intra, inter)
         return layout
@@ -174,7 +176,7 @@ class Problem:
                 if nodes not in self._family_ids:
                     self._family_ids[nodes] = len(self.family_list)
                     self.family_list.append(tuple(members))
-                new_used = tuple(u + n for u, n in zip(used, nodes))
+                new_used = self.parts.after(used, nodes)
                 groups = frozenset(i for i, n in enumerate(nodes) if n)
                 out.append((self._family_ids[nodes], new_used, self.signature_id(groups)))
             self._fitting[used] = out

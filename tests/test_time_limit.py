@@ -28,20 +28,22 @@ def three_types(h100: int, a100: int, v100: int) -> dict:
         group("v100", "V100-SXM2-32GB", v100, 50)]}
 
 
-def timed_solve(nodes: tuple[int, int, int], limit_s: float):
+def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True):
+    """`exact`: the whole cluster node by node (no decomposition, planner.decompose), the slow shape."""
     cluster = cluster_from_spec(three_types(*nodes), "test")
     training = Training(8 * sum(nodes), 4096, "fp16", 1)
+    options = SolverOptions(time_limit_s=limit_s, max_exact_nodes=sum(nodes) if exact else 8)
     started = time.perf_counter()
     try:
-        result = solve(load_model("llama-3-70b"), cluster, training, SolverOptions(time_limit_s=limit_s))
+        result = solve(load_model("llama-3-70b"), cluster, training, options)
     except NoFeasiblePlan as exc:
         return exc, time.perf_counter() - started
     return result, time.perf_counter() - started
 
 
 def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
-    # 3 + 3 + 4 nodes have no common divisor, so the exact search runs on all 10 nodes (about
-    # two minutes here); with 2 s it must stop in time and still return a valid plan
+    # the exact search of 3 + 3 + 4 nodes node by node takes minutes; with 2 s it must stop in
+    # time and still return a valid plan
     result, seconds = timed_solve((3, 3, 4), 2.0)
     assert seconds <= 2.0 * 1.1 + 0.5, seconds  # the limit + 10 %, plus the final ILP and re-pricing
     assert not isinstance(result, NoFeasiblePlan), result
@@ -51,13 +53,24 @@ def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
 
 
 def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
-    # 31 + 47 + 50 nodes (1,024 GPUs) searched whole: the first DP pass alone takes minutes
+    # 31 + 47 + 50 nodes (1,024 GPUs) searched whole, node by node: the first DP pass alone takes hours
     result, seconds = timed_solve((31, 47, 50), 3.0)
     assert seconds <= 3.0 * 1.1 + 0.5, seconds
     if isinstance(result, NoFeasiblePlan):
         assert "time limit" in str(result)
     else:
         assert result.estimate.fits and not result.optimal
+
+
+def test_odd_node_counts_get_a_plan_on_parts_not_the_uniform_fallback():
+    # decomposed, 31 + 47 + 50 nodes search as 4 parts and finish well inside the limit
+    result, seconds = timed_solve((31, 47, 50), 120.0, exact=False)
+    assert not isinstance(result, NoFeasiblePlan), result
+    assert result.decomposition == "parts 31 / 47 / 25+25" and seconds < 120.0 * 0.75
+    space = UniformSpace(tp_degrees=(8,), micro_batches=(1,), recompute_modes=("none", "full"), zero_stages=(1,),
+                         virtual_stages=(1,), whole_nodes=True)
+    uniform = best_uniform(result.plan.model, result.plan.cluster, result.plan.training, space)
+    assert uniform is None or result.estimate.step_time_s < uniform[1].step_time_s
 
 
 def test_no_plan_in_time_exits_1_saying_so():

@@ -26,8 +26,8 @@ from .output import emit, search_progress, warn
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True,
               help="Return within S seconds with the best plan found so far and its gap (exit 1 if none).")
 @click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Clusters of more than 8 nodes are searched as identical bundles of at most this many "
-                   "nodes (and not proven optimal).")
+              help="Clusters of more than 8 nodes are searched on this many parts of nodes, any node counts "
+                   "(identical bundles where they divide; not proven optimal).")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
 @measurement_options
