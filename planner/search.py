@@ -51,6 +51,7 @@ from typing import Callable
 
 from .clock import Progress, SearchClock, SearchTimeout
 from .cost import layer_time
+from .dims import StageDims
 from .dp import StageChoice, price, run_dp, trace
 from .errors import BadInput, NoFeasiblePlan
 from .evaluate import Estimate, evaluate
@@ -59,6 +60,7 @@ from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_laye
 from .model import Model
 from .plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
+from .sharding import Sharding
 from .schedules import search_schedule
 from .stages import INF, Problem, SolverOptions, share_cap
 from .uniform import UniformSpace, improving_uniform
@@ -138,7 +140,7 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     v, n = problem.v, choice.blocks
     if not problem.chunked:
         return [n]
-    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks)[4]
+    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks).split
     special = None if split is None else int(split[n])
     rest, others = (n, v) if special is None else (n - special, v - 1)
     even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]
@@ -182,8 +184,9 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
             continue
         prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
         for name, (_, group) in sorted(gpus.items()):
-            per_sample = sum(layer_time(layer, group.gpu, base.dtype, b, base.seq_len, 1, False, base.attention,
-                                        "none", group.intra_node, options.params_for(group.gpu.name)).compute_s
+            per_sample = sum(layer_time(layer, group.gpu, Sharding(base.dtype, b, base.seq_len, base.attention,
+                                                                   StageDims(), "none"),
+                                        group.intra_node, options.params_for(group.gpu.name)).compute_s
                              for layer in layers) / b / len(layers)
             busy[name].append(share[(kind, name)] * per_sample)
     for name, (count, _) in sorted(gpus.items()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..dims import StageDims
 from ..plan import Plan
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
@@ -69,9 +70,9 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
              f"exported tp={tp} for every stage")
     gpus_by_prank: dict[int, int] = {}
     for s in stages:
-        gpus_by_prank.setdefault(s.pipeline_rank, s.tp * s.dp)
+        gpus_by_prank.setdefault(s.pipeline_rank, s.dims.gpus)
     fewest = min(gpus_by_prank.values())
-    dp = max(1, fewest // tp)
+    dp = max(1, StageDims(tp).replicas_on(fewest))
     while dp > 1 and t.global_batch % (t.micro_batch * dp):
         dp -= 1
     dps = sorted({s.dp for s in stages})
@@ -79,7 +80,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     world = tp * plan.pp * dp
     if len(dps) > 1 or len(set(gpus_by_prank.values())) > 1 or world != used:
         warn(f"per-stage DP degrees / GPU counts differ "
-             f"({', '.join(f'stage {s.index}: dp {s.dp} on {s.tp * s.dp} GPUs' for s in stages)}); "
+             f"({', '.join(f'stage {s.index}: dp {s.dp} on {s.dims.gpus} GPUs' for s in stages)}); "
              f"exported dp={dp} everywhere: {tp} x {plan.pp} x {dp} = {world} of the plan's {used} GPUs")
     uneven = [s for s in stages if len({r.batch_share for r in s.replicas}) > 1]
     if uneven or len(dps) > 1:
