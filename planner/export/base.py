@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..dims import StageDims
 from ..plan import Plan
+from ..routes import stage_routes
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
@@ -22,6 +23,18 @@ def comment_line(text: str) -> str:
     """`# text` on one line: every character that is not printable (new lines, carriage
     returns, other control and separator characters) written as its Python escape."""
     return "# " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def route_comments(plan: Plan) -> list[str]:
+    """The network paths between consecutive stages (planner.routes), as comment texts; none
+    without a `topology:` section in the cluster file."""
+    return [f"network: {route.describe()}" for route in stage_routes(plan)]
+
+
+def route_entries(plan: Plan) -> dict[str, list[dict]]:
+    """{"stage_routes": [...]} for a JSON export when the cluster has a `topology:` section, else {}."""
+    routes = stage_routes(plan)
+    return {"stage_routes": [route.to_json() for route in routes]} if routes else {}
 
 
 # --- shared analysis -----------------------------------------------------------------------

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..io import json_text
 from ..plan import Plan
-from .base import Warn, uniform_form
+from .base import Warn, route_entries, uniform_form
 
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
@@ -50,5 +50,5 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "layer_list": "planner layers: 0 = embedding, 1..L = decoder blocks, last = final norm + head",
         "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
         "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,
-        "sequence_parallel": u.sequence_parallel}
+        "sequence_parallel": u.sequence_parallel, **route_entries(plan)}
     return json_text(config) + "\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..plan import Plan
-from .base import Warn, comment_line, uniform_form
+from .base import Warn, comment_line, route_comments, uniform_form
 
 
 def megatron_split(chunks: list[int], pp: int, v: int) -> tuple[list[int], tuple[int, int] | None, bool]:
@@ -120,5 +120,6 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         f"decoder layers per pipeline stage: {exported}",
         f"vocabulary {c.vocab} ({c.model_type}): set by the tokenizer flags you add "
         "(--tokenizer-type ...), with --data-path etc.",
-        "usage: ARGS=$(grep -v '^#' FILE | tr -d '\\\\\\n'); torchrun ... pretrain_gpt.py $ARGS ...")]
+        "usage: ARGS=$(grep -v '^#' FILE | tr -d '\\\\\\n'); torchrun ... pretrain_gpt.py $ARGS ...",
+        *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..io import json_text
 from ..plan import Plan
-from .base import Warn
+from .base import Warn, route_entries
 
 
 def export_rankmap(plan: Plan, warn: Warn) -> str:
@@ -58,5 +58,5 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
            "seq_len": t.seq_len, "dtype": t.dtype, "schedule": t.schedule,
            "virtual_stages": t.virtual_stages, "pp": plan.pp,
            "note": "rank = the plan's cluster rank; world_rank = torchrun's rank when launched as below",
-           "ranks": ranks, "launch": launch}
+           "ranks": ranks, "launch": launch, **route_entries(plan)}
     return json_text(out) + "\n"

@@ -12,7 +12,7 @@ from ..errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..titan_flavors import titan_llama3_flavor
-from .base import Warn, comment_line, uniform_form
+from .base import Warn, comment_line, route_comments, uniform_form
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -47,7 +47,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP = {2 * u.tp} "
                        f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
     comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
-                f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs"]
+                f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs", *route_comments(plan)]
     if u.dtype == "fp16":
         gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
         bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
