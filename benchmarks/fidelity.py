@@ -41,6 +41,8 @@ from dataclasses import replace  # noqa: E402
 from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
 from planner.architectures import ARCHITECTURES  # noqa: E402
 from planner.cost import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
+from planner.dims import StageDims  # noqa: E402
+from planner.sharding import Sharding  # noqa: E402
 from planner.evaluate import evaluate  # noqa: E402
 from planner.hardware import cluster_from_spec  # noqa: E402
 from planner.model import Layer, build_layers, config_from_hf, Model  # noqa: E402
@@ -113,8 +115,8 @@ def replay_source_b(ref: dict, params: CostParams) -> list[dict]:
              "selective_plus_sp": ("selective", True)}
     rows = []
     for name, (recompute, sp) in cases.items():
-        lt = layer_time(layer, gpu, "fp16", ref["micro_batch"], ref["seq_len"], ref["tp"], sp,
-                        "standard", recompute, link, params)
+        sharding = Sharding("fp16", ref["micro_batch"], ref["seq_len"], "standard", StageDims(ref["tp"], sp), recompute)
+        lt = layer_time(layer, gpu, sharding, link, params)
         fwd_ms = (lt.fwd_s + lt.tp_comm_fwd_s) * 1e3
         bwd_ms = (lt.bwd_s + lt.recompute_s + lt.tp_comm_bwd_s) * 1e3
         for phase, predicted in (("fwd", fwd_ms), ("bwd", bwd_ms)):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from .cost import layer_time
+from .dims import StageDims
 from .hardware import Cluster
 from .model import Model
 from .plan import Training
+from .sharding import Sharding
 from .stage_types import SolverOptions
 
 
@@ -44,8 +46,9 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
             continue
         prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
         for name, (_, group) in sorted(gpus.items()):
-            per_sample = sum(layer_time(layer, group.gpu, base.dtype, b, base.seq_len, 1, False, base.attention,
-                                        "none", group.intra_node, options.params_for(group.gpu.name)).compute_s
+            per_sample = sum(layer_time(layer, group.gpu, Sharding(base.dtype, b, base.seq_len, base.attention,
+                                                                   StageDims(), "none"),
+                                        group.intra_node, options.params_for(group.gpu.name)).compute_s
                              for layer in layers) / b / len(layers)
             busy[name].append(share[(kind, name)] * per_sample)
     for name, (count, _) in sorted(gpus.items()):

@@ -15,11 +15,13 @@ from itertools import product
 from typing import Any, Mapping
 
 from .cost import DEFAULT_PARAMS, CostParams, layer_time
+from .dims import StageDims
 from . import ranges
 from .errors import BadInput
 from .hardware import GpuSpec
 from .measured import MeasuredTimes
 from .model import Model
+from .sharding import Sharding
 
 FITTED = ("gemm_efficiency", "hbm_efficiency", "attention_efficiency")
 GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -51,7 +53,7 @@ def _error(model: Model, gpu: GpuSpec, measured: MeasuredTimes, dtype: str, atte
             continue
         for tp_index, tp in enumerate(times.tp):
             for b_index, b in enumerate(times.micro_batch):
-                lt = layer_time(layer, gpu, dtype, b, measured.seq_len, tp, False, attention, "none",
+                lt = layer_time(layer, gpu, Sharding(dtype, b, measured.seq_len, attention, StageDims(tp), "none"),
                                 gpu.intra_node, params)
                 predicted = lt.fwd_s + lt.bwd_s
                 actual = times.fwd_s[tp_index][b_index] + times.bwd_s[tp_index][b_index]

@@ -17,7 +17,9 @@ import numpy as np
 from .hardware import GIB, GpuSpec, Link
 from .linkcurve import collective_s
 from .measured import MeasuredTimes
+from .dims import StageDims, zero_divisors
 from .model import DTYPE_BYTES, Layer
+from .sharding import Sharding
 
 # Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
 # weights, 2 of 16-bit gradients and K = 12 of fp32 master weights, momentum and variance.
@@ -108,12 +110,12 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     c = layer.config
     s, h = seq_len, c.hidden
     mask = 1 if c.dropout else 0
-    sp_div = tp if sequence_parallel else 1
+    dims = StageDims(tp, sequence_parallel)
     if layer.kind == "embedding":
-        return (nb + mask) * s * h / sp_div, 0.0  # gather rows, dropout
+        return dims.activation_share((nb + mask) * s * h, 0.0), 0.0  # gather rows, dropout
     if layer.kind == "head":
         # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
-        return 2 * nb * s * h / sp_div + 3 * 4.0 * s * c.vocab / tp, 0.0
+        return dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
     replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
     sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
     if c.num_experts > 1:
@@ -122,8 +124,8 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
         sharded += 2 * nb * s * (h + c.kv_dim)  # RoPE reads and writes Q and K
     scores = 0.0
     if attention == "standard":
-        scores = (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s / tp
-    return replicated / sp_div + sharded / tp, scores
+        scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)
+    return dims.activation_share(replicated, sharded), scores
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
@@ -150,10 +152,10 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
 
 
 @lru_cache(maxsize=65536)
-def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len: int, tp: int,
-               sequence_parallel: bool, attention: str, recompute: str, tp_link: Link,
-               params: CostParams) -> LayerTime:
-    """Time of one layer for one micro-batch on one rank of a TP group of `tp` GPUs."""
+def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs."""
+    dtype, micro_batch, seq_len, attention, recompute = sh.dtype, sh.micro_batch, sh.seq_len, sh.attention, sh.recompute
+    tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
     peak = matmul_peak(gpu, dtype, params)
     nb = DTYPE_BYTES[dtype]
     b = micro_batch
@@ -166,7 +168,7 @@ def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len
         return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, seq_len, tp, sequence_parallel, recompute,
                              tp_link, nb, params)
     if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
-        flops = layer.fwd_flops_per_sample(seq_len) * b / tp
+        flops = sh.dims.compute_share(layer.fwd_flops_per_sample(seq_len) * b)
         fwd = flops / (peak * params.gemm_efficiency)
         recompute_s = fwd if recompute == "full" else 0.0
         return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0)
@@ -280,16 +282,16 @@ def gradient_bytes(dtype: str) -> int:
 
 def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
-    Figure 1): stage 1 shards the optimizer over the dp replicas, stage 2 also gradients,
-    stage 3 also the weights. `weight_params` is already divided by the TP degree."""
+    Figure 1; dims.zero_divisors). `weight_params` is already divided by the TP degree."""
     grad_b = gradient_bytes(dtype)
     if dtype == "fp32":
         weight_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, OPTIMIZER_BYTES_FP32
     else:
         weight_b, opt_b = DTYPE_BYTES[dtype], OPTIMIZER_BYTES_MIXED
-    weights = weight_params * weight_b / (dp if zero >= 3 else 1)
-    grads = weight_params * grad_b / (dp if zero >= 2 else 1)
-    optimizer = weight_params * opt_b / (dp if zero >= 1 else 1)
+    weights_div, grads_div, optimizer_div = zero_divisors(zero, dp)
+    weights = weight_params * weight_b / weights_div
+    grads = weight_params * grad_b / grads_div
+    optimizer = weight_params * opt_b / optimizer_div
     return weights, grads, optimizer
 
 

@@ -78,11 +78,14 @@ class NodeGroup:
 
 @dataclass(frozen=True)
 class Device:
+    """One GPU of the cluster: its rank, its GPU type, and where it sits (its node group, the
+    node's index in the group, its index in the node)."""
+
     rank: int
-    group: str
-    node: int  # node index within its group
-    local_rank: int
     gpu: str
+    group: str
+    node: int
+    local_rank: int
 
     def to_json(self) -> dict:
         return {"rank": self.rank, "group": self.group, "node": self.node,

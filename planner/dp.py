@@ -4,6 +4,7 @@ reconstruction of a plan's stages from its states (see planner.search for the wh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +15,15 @@ from .stages import INF, Problem, StageConfig, Variant
 # --- the dynamic programme for one bound W ---------------------------------------------------
 
 
+class State(NamedTuple):
+    """A DP state (a NamedTuple: states are sorted and hashed in the hot loop)."""
+
+    used: tuple[int, ...]  # nodes used per bundle group
+    placed: int  # stages placed so far, from the end
+    successor: int  # signature id of the last placed stage (the next placed stage's successor)
+    first: int  # signature id the first rank must have (interleaved), -1 for 1F1B
+
+
 @dataclass
 class Cell:
     value: np.ndarray  # min sum tau over items placed from the end (0..L+2)
@@ -22,17 +32,17 @@ class Cell:
 
 @dataclass(frozen=True)
 class Move:
-    prev: tuple
+    prev: State
     fid: int
     variant: int
     has_emb: bool
 
 
 def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF,
-           clock: SearchClock | None = None) -> tuple[dict[tuple, Cell], list[dict[tuple, Cell]], list[Move]]:
+           clock: SearchClock | None = None) -> tuple[dict[State, Cell], list[dict[State, Cell]], list[Move]]:
     """All states reachable with every stage's X <= bound; value = min sum tau.
 
-    A state is (nodes used per group, stages placed, signature id of the last placed
+    A State is (nodes used per group, stages placed, signature id of the last placed
     stage, signature id of the first stage); its value is an array over the number of
     layer items placed from the end. 1F1B (`ranks` None): any number of stages, the first
     stage's signature is unused (-1). Interleaved: exactly `ranks` pipeline ranks, and the
@@ -51,16 +61,16 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     else:
         firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
         max_stages = ranks
-    layers: list[dict[tuple, Cell]] = [{}]
+    layers: list[dict[State, Cell]] = [{}]
     for first in firsts:
         start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
         start.value[0] = 0.0
-        layers[0][(zeros, 0, first, first)] = start
+        layers[0][State(zeros, 0, first, first)] = start
     moves: list[Move] = []
-    finals: dict[tuple, Cell] = {}
+    finals: dict[State, Cell] = {}
     recipes: dict[int, tuple] = {}  # id(variant) -> (variant, its recipe under `bound`)
     for placed in range(max_stages):
-        nxt: dict[tuple, Cell] = {}
+        nxt: dict[State, Cell] = {}
         head = 1 if placed == 0 else 0
         front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
         # states with the same successor (and first rank) see the same stage costs: relax
@@ -68,7 +78,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         batches: dict[tuple, dict[int, list]] = {}
         for key in sorted(layers[placed]):
             cell = layers[placed][key]
-            used, _, successor, first = key
+            used, successor, first = key.used, key.successor, key.first
             if not np.isfinite(cell.value[:items]).any():
                 continue
             by_family = batches.setdefault((successor, first), {})
@@ -100,7 +110,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                             cand = cands[row]
                             if not np.isfinite(cand).any():
                                 continue
-                            new_key = (new_used, placed + 1, sig, first)
+                            new_key = State(new_used, placed + 1, sig, first)
                             target = nxt.get(new_key)
                             if target is None:
                                 target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
@@ -251,22 +261,22 @@ class StageChoice:
     ranks: int | None = None  # pipeline ranks of an interleaved plan, None for 1F1B
 
 
-def trace(problem: Problem, key: tuple, layers: list[dict[tuple, Cell]], moves: list[Move],
+def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: list[Move],
           bound: float, ranks: int | None = None) -> list[StageChoice]:
     """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
     items = problem.num_blocks + 2
     out = []
     ell = items
-    while key[1] > 0:
-        cell = layers[key[1]][key]
+    while key.placed > 0:
+        cell = layers[key.placed][key]
         move = moves[int(cell.parent[ell])]
-        has_head = move.prev[1] == 0
-        prev_cell = layers[move.prev[1]][move.prev]
-        variant = problem.family_cost(move.fid, key[1], move.has_emb, move.prev[2], ranks)[move.variant]
+        has_head = move.prev.placed == 0
+        prev_cell = layers[move.prev.placed][move.prev]
+        variant = problem.family_cost(move.fid, key.placed, move.has_emb, move.prev.successor, ranks)[move.variant]
         blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
         cid = int(variant.member[blocks])
         out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
-                               move.prev[2], key[1], ranks))
+                               move.prev.successor, key.placed, ranks))
         ell -= blocks + int(has_head) + int(move.has_emb)
         key = move.prev
     assert ell == 0, "trace must consume every layer"
@@ -277,9 +287,9 @@ def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, f
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        tau, x = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)[:2]
-        taus.append(float(tau[c.blocks]))
-        xs.append(float(x[c.blocks]))
+        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)
+        taus.append(float(cost.tau[c.blocks]))
+        xs.append(float(cost.x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)
 
 

@@ -21,9 +21,10 @@ from .plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
-from .pricing import (ChunkTime, DpLayout, Sharding, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from .schedules import get_schedule
+from .sharding import Sharding
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class PlanPricer:
 
     def sharding(self, st: Stage) -> Sharding:
         t = self.plan.training
-        return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.tp, st.sequence_parallel, st.recompute)
+        return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.dims.within_replica, st.recompute)
 
     def layout(self, st: Stage) -> DpLayout:
         """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas."""
@@ -272,8 +273,8 @@ class PlanPricer:
                                                           [r.ranks[0] for r in successor.replicas])
                 link, intra = self._links[st.index]
                 send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
-            times.append(ChunkTime(span, zero_comm(span.weight_params, st.zero, sh.dtype, self.layout(st), p), send))
-        whole = span_price((part for c in times for part in c.span.parts), chunks[0].tp)  # chunks share tp
+            times.append(ChunkTime(span, zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p), send))
+        whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
         return self._replicas[key]
 
@@ -316,7 +317,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     for k in range(pp):
         rank_chunks = chunks[k]
         head = rank_chunks[0]
-        zero, dp = head.zero, head.dp
+        dims = head.dims
         stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
         stage_tau_price = None
         min_bwd = float("inf")
@@ -336,15 +337,15 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, zero, dp, price.params)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params)
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
                 gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
-                flops_by_rank[rank] = rank_flops * replica.batch_share / head.tp
+                flops_by_rank[rank] = dims.compute_share(rank_flops * replica.batch_share)
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
-        tails.append(stage_tail(stage_btl.span.weight_params, zero, t.dtype, pricer.layout(head), reduce_params,
+        tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
                                 min_bwd, steppers.values()))
         busy.append(stage_busy)
         latencies.append(stage_tau)

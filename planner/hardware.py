@@ -77,7 +77,8 @@ class Cluster:
     def device(self, rank: int) -> Device:
         g = self.group_of_rank(rank)
         offset = rank - g.first_rank
-        return Device(rank, g.name, offset // g.gpus_per_node, offset % g.gpus_per_node, g.gpu.name)
+        return Device(rank=rank, gpu=g.gpu.name, group=g.name, node=offset // g.gpus_per_node,
+                      local_rank=offset % g.gpus_per_node)
 
     def devices(self) -> Iterator[Device]:
         for rank in range(self.num_gpus):

@@ -12,11 +12,13 @@ import numpy as np
 
 from .hardware import Link
 from .model import Layer
-from .pricing import DpLayout, Sharding, layer_price, p2p_s, span_price, zero_comm
-from .stage_types import INF, StageConfig, TypeArrays
+from .dims import StageDims
+from .pricing import DpLayout, layer_price, p2p_s, span_price, zero_comm
+from .sharding import Sharding
+from .stage_types import INF, TypeArrays
 
 
-def interleaved_type_arrays(base_types: list[TypeArrays], config: StageConfig, sh: Sharding,
+def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
                             layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], n: np.ndarray,
                             v: int) -> list[TypeArrays]:
     """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
@@ -29,12 +31,12 @@ def interleaved_type_arrays(base_types: list[TypeArrays], config: StageConfig, s
         # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
         # fixed + per_weight * w: each chunk pays its own, so V chunks pay V - 1 more fixed
         # parts than the rank's span as one (ta.time)
-        one, two = (zero_comm(w, config.zero, sh.dtype, layout, p).total_s for w in (1.0, 2.0))
+        one, two = (zero_comm(w, dims, sh.dtype, layout, p).total_s for w in (1.0, 2.0))
         per_weight = two - one
         fixed = one - per_weight
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
-            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), config.tp)
+            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), sh.dims)
             chunk_times[kind] = span.time_s + fixed + per_weight * span.weight_params
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,

@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cost import model_state_bytes
+from .dims import StageDims
 from .hardware import Cluster
 from .model import Layer, Model
 from .plan import Training
-from .pricing import Sharding, saved_activation_bytes, transient_activation_bytes
+from .pricing import saved_activation_bytes, transient_activation_bytes
+from .sharding import Sharding
 from .stage_types import SolverOptions
 
 LAYER_WORDS = {"embedding": "embedding", "decoder": "a decoder block", "head": "the output head"}
@@ -52,13 +54,13 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     tp = max(tps)
 
     def need(mode: str) -> float:
-        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, tp, tp > 1, mode)
+        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)
-    dp = max(1, num_gpus // tp)
-    zero = max(options.zero_stages) if dp > 1 else 0
-    states = sum(model_state_bytes(layer.weight_params / tp, base.dtype, zero, dp))
+    dp = max(1, StageDims(tp).replicas_on(num_gpus))
+    dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0)
+    states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp))
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .dims import StageDims
 from .errors import BadInput
 from .hardware import PROFILES_DIR
 from . import ranges
@@ -125,7 +126,7 @@ class Layer:
         """
         if self.kind != "decoder" or self.config is None:
             return 0.0
-        flops = 4.0 * seq_len * seq_len * self.config.hidden / tp
+        flops = StageDims(tp).compute_share(4.0 * seq_len * seq_len * self.config.hidden)  # heads split
         return flops / 2 if causal_skip else flops
 
     # --- activations -------------------------------------------------------------------
@@ -156,16 +157,16 @@ class Layer:
             return self.fixed.act_bytes_per_sample * seq_len / self.fixed.seq_len
         c = self.config
         s, h, nb = seq_len, c.hidden, dtype_bytes
-        sp_div = tp if sequence_parallel else 1
+        dims = StageDims(tp, sequence_parallel)
         mask = 1 if c.dropout else 0  # one byte per element of a dropout mask
         if self.kind == "embedding":
-            return mask * s * h / sp_div  # embedding dropout mask
+            return dims.activation_share(mask * s * h, 0.0)  # embedding dropout mask
         if self.kind == "head":
             # final norm input and output (the head GEMM's input), then fp32 logits that
             # the vocab-parallel cross entropy keeps (Korthikanti et al. 2022, sec 4.3)
-            return 2 * nb * s * h / sp_div + 4.0 * s * c.vocab / tp
+            return dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
         if recompute == "full":
-            return nb * s * h / sp_div  # only the block input is checkpointed
+            return dims.activation_share(nb * s * h, 0.0)  # only the block input is checkpointed
         replicated = 4 * nb * s * h + 2 * mask * s * h  # 2 norm inputs, QKV and MLP inputs, 2 masks
         # attention: Q, K, V and the output-projection input
         sharded = nb * s * (2 * h + 2 * c.kv_dim)
@@ -183,7 +184,7 @@ class Layer:
             sharded += 4 * c.num_heads * s  # log-sum-exp, fp32
         else:
             raise BadInput(f"unknown attention kind {attention!r}", field="attention")
-        return replicated / sp_div + sharded / tp
+        return dims.activation_share(replicated, sharded)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .dims import StageDims
 from .errors import BadInput
 from .hardware import Cluster, cluster_from_spec
 from . import ranges, schedules
@@ -37,6 +38,10 @@ class Stage:
     @property
     def dp(self) -> int:
         return len(self.replicas)
+
+    @property
+    def dims(self) -> StageDims:
+        return StageDims(self.tp, self.sequence_parallel, self.dp, self.zero)
 
 
 @dataclass(frozen=True)

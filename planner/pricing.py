@@ -27,9 +27,11 @@ import numpy as np
 
 from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
                    model_state_bytes, optimizer_step_s)
+from .dims import StageDims
 from .hardware import GpuSpec, Link
 from .linkcurve import collective_s
 from .model import DTYPE_BYTES, Layer
+from .sharding import Sharding
 
 
 def _where(cond, a, b):
@@ -44,23 +46,6 @@ def _maximum(a, b):
     if np.ndim(a) == 0 and np.ndim(b) == 0:
         return max(a, b)
     return np.maximum(a, b)
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """How a stage runs its layers: the training's shape and the stage's choices."""
-
-    dtype: str
-    micro_batch: int
-    seq_len: int
-    attention: str
-    tp: int
-    sequence_parallel: bool
-    recompute: str
-
-    @property
-    def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
 
 
 # --- one layer ------------------------------------------------------------------------------
@@ -83,9 +68,8 @@ def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
 
 
 def boundary_bytes(layer: Layer, sh: Sharding) -> float:
-    """What one TP rank sends on after `layer` for one micro-batch: 1/tp of its output with
-    scatter/gather (Narayanan et al. 2021, sec 4.1)."""
-    return layer.out_bytes_per_sample(sh.seq_len, sh.dtype_bytes) * sh.micro_batch / sh.tp
+    """What one TP rank sends on after `layer` for one micro-batch (StageDims.boundary_share)."""
+    return sh.dims.boundary_share(layer.out_bytes_per_sample(sh.seq_len, sh.dtype_bytes) * sh.micro_batch)
 
 
 @dataclass(frozen=True)
@@ -106,8 +90,7 @@ class LayerPrice:
 
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
-    t = layer_time(layer, gpu, sh.dtype, sh.micro_batch, sh.seq_len, sh.tp, sh.sequence_parallel, sh.attention,
-                   sh.recompute, tp_link, p)
+    t = layer_time(layer, gpu, sh, tp_link, p)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh),
                       transient_activation_bytes(layer, sh), layer.weight_params)
@@ -138,7 +121,7 @@ class _Total:
         if total is None:
             total = 0.0
         if self.per_gpu:
-            total = total / span.tp
+            total = span.dims.weight_share(total)
         span.__dict__[self.name] = total
         return total
 
@@ -149,7 +132,7 @@ class SpanPrice:
     count a number or an array over block counts (then every figure is such an array)."""
 
     parts: tuple[tuple[object, LayerPrice], ...]
-    tp: int
+    dims: StageDims  # within one replica
 
     fwd_s = _Total("fwd_s")
     bwd_s = _Total("bwd_s", "Backward with the recomputed forward.")
@@ -158,8 +141,8 @@ class SpanPrice:
     tp_comm_bwd_s = _Total("tp_comm_bwd_s")
     tp_comm_s = _Total("tp_comm_s")
     time_s = _Total("time_s", "Compute and TP communication (no ZeRO collectives, no pipeline send).")
-    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group (Shoeybi et al. 2019: "
-                           "1/tp of each layer's).", per_gpu=True)
+    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
+                           "(StageDims.weight_share).", per_gpu=True)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
 
     @property
@@ -169,13 +152,13 @@ class SpanPrice:
                                  if lp.transient_bytes), 0.0)
 
 
-def span_price(parts: Iterable[tuple[object, LayerPrice]], tp: int) -> SpanPrice:
-    return SpanPrice(tuple(parts), tp)
+def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> SpanPrice:
+    return SpanPrice(tuple(parts), dims.within_replica)
 
 
 def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> SpanPrice:
     """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.tp)
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.dims)
 
 
 # --- communication --------------------------------------------------------------------------
@@ -210,15 +193,15 @@ class ZeroComm:
 NO_ZERO_COMM = ZeroComm()
 
 
-def zero_comm(weight_params, zero: int, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
+def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
     """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
     also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
     sec 5.2 and 7.2); each moves half an all-reduce's traffic. (`layout` may be None below
     ZeRO-2.)"""
-    if zero < 2 or layout.replicas <= 1:
+    if dims.zero < 2 or layout.replicas <= 1:
         return NO_ZERO_COMM
     reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2
-    gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if zero >= 3 else 0.0
+    gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if dims.zero >= 3 else 0.0
     return ZeroComm(reduce_scatter, gather)
 
 
@@ -260,11 +243,11 @@ class ChunkTime:
 # --- memory ---------------------------------------------------------------------------------
 
 
-def replica_memory(span: SpanPrice, in_flight, dtype: str, zero: int, dp: int, p: CostParams) -> MemoryBreakdown:
-    """A replica's peak memory holding `span`: its model states (ZeRO-sharded over dp,
-    cost.model_state_bytes), the saved activations of `in_flight` micro-batches
+def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams) -> MemoryBreakdown:
+    """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
+    dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
-    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, zero, dp)
+    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 
@@ -282,33 +265,33 @@ class StageTail:
         return self.grad_reduce_s + self.optimizer_s
 
 
-def optimizer_s(weight_params, zero: int, dp: int, gpu: GpuSpec, p: CostParams):
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
-    al. 2020, sec 5.1)."""
-    return optimizer_step_s(weight_params / (dp if zero >= 1 else 1), gpu, p)
+    al. 2020, sec 5.1; StageDims.state_divisors)."""
+    return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
 
 
-def grad_reduce_s(weight_params, zero: int, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
+def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
     """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
     volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
     all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
     With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP)."""
-    if layout.replicas <= 1 or zero >= 3:
+    if layout.replicas <= 1 or dims.zero >= 3:
         return 0.0
     seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
-    if zero == 2:
+    if dims.zero == 2:
         seconds = seconds / 2
     if p.overlap_grad_reduce:
         seconds = _maximum(0.0, seconds - min_bwd_s)
     return seconds
 
 
-def stage_tail(weight_params, zero: int, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
+def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
                steppers: Iterable[tuple[GpuSpec, CostParams]]) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
-    reduce_s = grad_reduce_s(weight_params, zero, dtype, layout, reduce_params, min_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, zero, layout.replicas, gpu, p) for gpu, p in steppers))
+    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s)
+    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p) for gpu, p in steppers))
     return StageTail(reduce_s, step)

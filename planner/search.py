@@ -139,7 +139,7 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     v, n = problem.v, choice.blocks
     if not problem.chunked:
         return [n]
-    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks)[4]
+    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks).split
     special = None if split is None else int(split[n])
     rest, others = (n, v) if special is None else (n - special, v - 1)
     even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]

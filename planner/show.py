@@ -41,6 +41,7 @@ from .hardware import GIB
 from .markup import esc
 from .outfile import write_output
 from .plan import Plan, Stage
+from .routes import stage_routes
 from .schedules import get_schedule
 from .tables import gpu_labels, gpu_legend, headline, replicas_by_gpu, stages_table
 
@@ -209,6 +210,11 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
     per_mb = {k: f"{timing.fwd_s * 1e3:.1f}+{timing.bwd_s * 1e3:.1f}" + ("\n(all chunks)" if len(timing.stages) > 1 else "")
               for k, timing in enumerate(timings)}
     console.print(stages_table(plan, est, labels, "Stages on devices", per_mb))
+    routes = stage_routes(plan)
+    if routes:
+        console.print("Network between stages (the cluster's topology: widest path, its narrowest hop):")
+        for route in routes:
+            console.print("  " + esc(route.describe()))
 
     memory = Table(title="Memory per device (the fullest rank of each GPU type on each pipeline rank)",
                    box=box.SIMPLE_HEAD, pad_edge=False)

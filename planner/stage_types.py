@@ -1,14 +1,24 @@
 """The types of the plan search: solver options, a stage configuration, a replica type's cost
-arrays over block counts, a merged cost curve, and the share cap (planner.stages prices them)."""
+arrays over block counts, a stage's cost, a merged cost curve, the share cap (planner.stages
+prices them), and the parts of a stages.Problem: its fixed inputs, the catalogue of
+configurations met, the price tables derived on demand, and the search's changing state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from .clock import SearchClock
 from .cost import DEFAULT_PARAMS, CostParams
-from .hardware import NodeGroup
+from .decompose import Decomposition
+from .dims import StageDims
+from .hardware import Cluster, Link, NodeGroup
+from .model import Layer, Model
+from .plan import Training
+from .pricing import DpLayout
+from .schedules import Schedule, search_schedule
 from .shares import UNCAPPED, IlpOptions
 
 INF = float("inf")
@@ -70,6 +80,17 @@ class TypeArrays:
     chunk: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+class StageCost(NamedTuple):
+    """A configuration's cost at one pipeline position, arrays over block counts
+    (Problem.stage_cost; a NamedTuple: built in the hot loop)."""
+
+    tau: np.ndarray  # latency of one micro-batch through the rank
+    x: np.ndarray  # B + E - tau (INF where the rank cannot hold that many blocks)
+    slope: float | None  # of tau, when tau is affine in the block count (1F1B, one replica type)
+    x_min: float
+    split: np.ndarray | None  # interleaved: the blocks of the embedding's or head's chunk
+
+
 @dataclass(frozen=True)
 class Variant:
     """One merged cost curve of a family: per block count, tau, X and the config chosen."""
@@ -85,3 +106,85 @@ def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
     """The most micro-batches a replica may take: unbounded when its memory holds the
     in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
     return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+
+
+# --- the parts of a stages.Problem ---------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ProblemInputs:
+    """What one (micro-batch, decomposition, V) search fixes: the inputs and what follows from them."""
+
+    model: Model
+    cluster: Cluster
+    options: SolverOptions
+    b: int  # micro-batch size
+    parts: Decomposition  # how the search sees the nodes: lanes of parts (planner.decompose)
+    v: int  # virtual stages per rank
+    schedule: Schedule
+    chunked: bool  # ranks run several chunks each (planner.interleave prices them)
+    t: Training  # the training of the plans searched
+    groups: tuple[NodeGroup, ...]
+    bundle_nodes: tuple[int, ...]  # the DP's state limits: parts per lane (Decomposition.counts)
+    emb: Layer
+    dec: Layer
+    head: Layer
+    num_blocks: int
+    microbatches: int  # per step, all replicas of a stage together
+    blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
+
+    @classmethod
+    def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
+           virtual_stages: int) -> "ProblemInputs":
+        schedule = search_schedule(virtual_stages)
+        t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention)
+        groups = tuple(cluster.groups)
+        num_blocks = model.num_layers - 2
+        return cls(model, cluster, options, b, parts, virtual_stages, schedule,
+                   schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
+                   parts.counts, model.layers[0], model.layers[1], model.layers[-1],
+                   num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float))
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The configurations, families (every config on one node vector) and successor
+    signatures met so far, each numbered in the order met (ids index the lists)."""
+
+    configs: list[StageConfig] = field(default_factory=list)
+    config_ids: dict[StageConfig, int] = field(default_factory=dict)
+    fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = field(default_factory=dict)
+    families: list[tuple[int, ...]] = field(default_factory=list)
+    family_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
+    signatures: list[tuple[Link, ...]] = field(default_factory=list)
+    signature_ids: dict[tuple, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PriceTables:
+    """Prices derived from the inputs, each computed once on first use (by config, position,
+    successor link, memory caps)."""
+
+    types: dict[StageConfig, list[TypeArrays] | None] = field(default_factory=dict)
+    types_by_id: list[list[TypeArrays]] = field(default_factory=list)
+    dims: dict[StageConfig, StageDims] = field(default_factory=dict)
+    dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
+    tails: dict[tuple, np.ndarray] = field(default_factory=dict)
+    caps: dict[tuple, tuple] = field(default_factory=dict)
+    links: dict[tuple, Link] = field(default_factory=dict)
+    latencies: dict[tuple, tuple] = field(default_factory=dict)
+    stage: dict[tuple, StageCost] = field(default_factory=dict)
+    stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
+    family: dict[tuple, tuple] = field(default_factory=dict)
+    family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class SearchState:
+    """What changes while the search runs: its clock (checked while enumerating
+    configurations), the configurations priced, and the smallest memory overflow met
+    (what a "does not fit" message reports)."""
+
+    clock: SearchClock | None = None
+    evaluations: int = 0
+    smallest_overflow: tuple[float, str] | None = None

@@ -189,3 +189,26 @@ def topology_from_spec(spec: Mapping[str, Any], groups: Sequence[NodeGroup], whe
     ordered = tuple((a, b, edges[(a, b)]) for a, b in sorted(edges))
     graph = build_graph(names, switches, ordered)
     return Topology(switches, ordered, resolve_routes(graph, names, where), graph)
+
+
+@dataclass(frozen=True)
+class RoutePath:
+    """The widest path between two different node groups, hop by hop, and its bottleneck."""
+
+    path: tuple[str, ...]  # group, switches..., group
+    hops: tuple[Edge, ...]  # (from, to, Link) along the path
+    link: Link  # the route as pricing sees it (Topology.route): the bottleneck, the summed latency
+
+    @property
+    def bottleneck(self) -> Edge:
+        """The narrowest hop (the first of them on ties)."""
+        return min(self.hops, key=lambda hop: hop[2].bandwidth_bytes_per_s)
+
+
+def route_path(topology: Topology, name_a: str, name_b: str) -> RoutePath:
+    """The path behind Topology.route(name_a, name_b), from name_a to name_b."""
+    found = widest_path(topology.graph, name_a, name_b)
+    assert found is not None, "every pair of groups has a route (resolved at load)"
+    path = found[2]
+    hops = tuple((u, v, topology.graph[u][v]["link"]) for u, v in zip(path, path[1:]))
+    return RoutePath(tuple(path), hops, topology.route(name_a, name_b))

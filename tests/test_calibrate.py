@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from planner.cost import DEFAULT_PARAMS, layer_time
+from planner.dims import StageDims
+from planner.sharding import Sharding
 from planner.hardware import load_catalog
 from planner.model import load_model
 
@@ -24,7 +26,8 @@ def profile_from_params(path, params, seq_len=1024, gpu="A100-SXM4-80GB"):
     for layer in model.layers:
         fwd, bwd = [], []
         for b in (1, 2, 4):
-            lt = layer_time(layer, spec, "bf16", b, seq_len, 1, False, "standard", "none", spec.intra_node, params)
+            lt = layer_time(layer, spec, Sharding("bf16", b, seq_len, "standard", StageDims(), "none"), spec.intra_node,
+                            params)
             fwd.append(lt.fwd_s)
             bwd.append(lt.bwd_s)
         layers.append({"name": layer.name, "kind": layer.kind, "params": layer.params,
@@ -56,7 +59,8 @@ def test_calibration_moves_evaluate_toward_the_measured_times(tmp_path):
     after = json.loads(invoke(*args, "--calibration", calib).stdout)["breakdown_s"]["compute"]
     model = load_model("gpt2")
     spec = load_catalog()["A100-SXM4-80GB"]
-    truth = sum(layer_time(l, spec, "bf16", 2, 1024, 1, False, "standard", "none", spec.intra_node, slow).compute_s
+    sharding = Sharding("bf16", 2, 1024, "standard", StageDims(), "none")
+    truth = sum(layer_time(l, spec, sharding, spec.intra_node, slow).compute_s
                 for l in model.layers)
     assert abs(after - truth) < abs(before - truth)
     assert after == pytest.approx(truth, rel=0.1)

@@ -225,7 +225,7 @@ def _planned_pipeline_module():
     from deepspeed.pipe import PipelineModule
 
     class PlannedPipeline(PipelineModule):
-        """PipelineModule cut at the exported `parts` (the recipe in planner/export.py)."""
+        """PipelineModule cut at the exported `parts` (the recipe in planner/export/deepspeed.py)."""
 
         def __init__(self, parts, **kwargs):
             self.planned_parts = list(parts)

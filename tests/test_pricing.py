@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from planner.cost import DEFAULT_PARAMS, gradient_bytes, model_state_bytes
+from planner.dims import StageDims
 from planner.evaluate import PlanPricer, evaluate
 from planner.hardware import cluster_from_spec, load_cluster
 from planner.model import load_model, model_from_dict
@@ -34,16 +35,17 @@ def test_gradient_bytes_are_fp32_in_fp32_training_else_the_dtype():
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_vectorised_span_equals_the_span_of_its_layers(recompute, zero):
     """The search's arrays over block counts are the plan's scalars at every count."""
-    sh = Sharding("fp16", 2, 1024, "flash", 2, True, recompute)
+    sh = Sharding("fp16", 2, 1024, "flash", StageDims(2, True), recompute)
+    dims = StageDims(2, True, 4, zero)
     emb, dec, head = (layer_price(layer, sh, GPU, LINK, DEFAULT_PARAMS)
                       for layer in (MODEL.layers[0], MODEL.layers[1], MODEL.layers[-1]))
     blocks = MODEL.num_layers - 2
     n = np.arange(blocks + 1, dtype=float)
     layout = DpLayout(4, 2, 2, LINK, CLUSTER.group_link("a100", "v100"))
-    vector = span_price(((n, dec), (1.0, head), (1.0, emb)), sh.tp)
-    vector_zero = zero_comm(vector.weight_params, zero, "fp16", layout, DEFAULT_PARAMS)
-    vector_memory = replica_memory(vector, 3.0, "fp16", zero, 4, DEFAULT_PARAMS)
-    vector_tail = stage_tail(vector.weight_params, zero, "fp16", layout, DEFAULT_PARAMS, vector.bwd_s,
+    vector = span_price(((n, dec), (1.0, head), (1.0, emb)), sh.dims)
+    vector_zero = zero_comm(vector.weight_params, dims, "fp16", layout, DEFAULT_PARAMS)
+    vector_memory = replica_memory(vector, 3.0, "fp16", dims, DEFAULT_PARAMS)
+    vector_tail = stage_tail(vector.weight_params, dims, "fp16", layout, DEFAULT_PARAMS, vector.bwd_s,
                              [(GPU, DEFAULT_PARAMS)])
     for k in range(blocks + 1):
         span = layers_price(MODEL.layers[:k + 1] + MODEL.layers[-1:], sh, GPU, LINK, DEFAULT_PARAMS)
@@ -51,11 +53,11 @@ def test_vectorised_span_equals_the_span_of_its_layers(recompute, zero):
         assert vector.bwd_s[k] == pytest.approx(span.bwd_s, rel=1e-12)
         assert vector.weight_params[k] == span.weight_params
         assert np.broadcast_to(vector.transient_bytes, n.shape)[k] == span.transient_bytes
-        scalar_zero = zero_comm(span.weight_params, zero, "fp16", layout, DEFAULT_PARAMS)
+        scalar_zero = zero_comm(span.weight_params, dims, "fp16", layout, DEFAULT_PARAMS)
         assert np.broadcast_to(vector_zero.total_s, n.shape)[k] == pytest.approx(scalar_zero.total_s, rel=1e-12)
-        memory = replica_memory(span, 3.0, "fp16", zero, 4, DEFAULT_PARAMS)
+        memory = replica_memory(span, 3.0, "fp16", dims, DEFAULT_PARAMS)
         assert vector_memory.total_bytes[k] == pytest.approx(memory.total_bytes, rel=1e-12)
-        tail = stage_tail(span.weight_params, zero, "fp16", layout, DEFAULT_PARAMS, span.bwd_s, [(GPU, DEFAULT_PARAMS)])
+        tail = stage_tail(span.weight_params, dims, "fp16", layout, DEFAULT_PARAMS, span.bwd_s, [(GPU, DEFAULT_PARAMS)])
         assert vector_tail.total_s[k] == pytest.approx(tail.total_s, rel=1e-12)
     if recompute == "full":
         assert vector.transient_bytes[0] == 0 and vector.transient_bytes[1] > 0
@@ -63,7 +65,7 @@ def test_vectorised_span_equals_the_span_of_its_layers(recompute, zero):
 
 def test_optimizer_step_is_sharded_over_dp_only_from_zero_1():
     layout = DpLayout(8, 8, 1, LINK, LINK)
-    steps = {zero: stage_tail(1e9, zero, "fp16", layout, DEFAULT_PARAMS, 0.0, [(GPU, DEFAULT_PARAMS)]).optimizer_s
+    steps = {zero: stage_tail(1e9, StageDims(dp=8, zero=zero), "fp16", layout, DEFAULT_PARAMS, 0.0, [(GPU, DEFAULT_PARAMS)]).optimizer_s
              for zero in (0, 1, 2, 3)}
     assert steps[0] == pytest.approx(8 * steps[1])
     assert steps[1] == steps[2] == steps[3]
@@ -84,7 +86,7 @@ def test_search_prices_a_zero_0_replicated_stage_as_evaluate_does():
     expected, _, _ = brute_force(model, cluster, base, (1,), (1,), ("none",), zero_stages=(0,))
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
     assert result.estimate.breakdown_s["optimizer"] == pytest.approx(
-        stage_tail(model.params, 0, "fp16", DpLayout(2, 2, 1, LINK, LINK), DEFAULT_PARAMS, 0.0,
+        stage_tail(model.params, StageDims(dp=2), "fp16", DpLayout(2, 2, 1, LINK, LINK), DEFAULT_PARAMS, 0.0,
                    [(cluster.groups[0].gpu, DEFAULT_PARAMS)]).optimizer_s, rel=1e-9)
 
 

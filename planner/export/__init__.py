@@ -1,0 +1,95 @@
+"""`planner export PLAN --to TARGET`: turn a plan file into a training runtime's launch config.
+
+Targets and output formats (stdout, or FILE with -o):
+
+* ``megatron``: Megatron-LM launch arguments, one flag per line ending in `` \\``, the last
+  line without; a few ``#`` comment lines come first. Use them as
+  ``ARGS=$(grep -v '^#' megatron.args | tr -d '\\\\\\n')`` then
+  ``torchrun ... pretrain_gpt.py $ARGS --data-path ... --tokenizer-type ...``.
+  Covers parallelism, batch, pipeline split (decoder layers only; Megatron puts the
+  embedding on the first and the head on the last pipeline rank), recompute, distributed
+  optimizer, and the model's architecture flags.
+* ``deepspeed``: ``ds_config.json``. DeepSpeed ignores keys it does not know; the extra
+  top-level key ``planner_pipeline`` carries what goes to ``PipelineModule`` instead:
+  ``{"num_stages": P, "parts": [cumulative boundaries over the planner's layer list],
+  "partition_method": "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
+  "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool}``
+  (pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
+  LayerSpec list: entry 0 is the embedding, then the decoder blocks, then norm + head).
+* ``torchtitan``: the job-config TOML of torchtitan 0.2.x (``[job]``, ``[model]``,
+  ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``), with
+  ``module_fqns_per_model_part`` whenever pp > 1 (exactly the plan's split).
+* ``torchtitan-cli``: the same settings as torchtitan command-line overrides on one line
+  (``--parallelism.tensor_parallel_degree 2 ...``), in the form its ``ConfigManager`` (tyro)
+  parses: ``module_fqns_per_model_part`` as one comma-separated word per model part
+  (``tok_embeddings,layers.0 layers.1,norm,output``), booleans as ``--s.key`` /
+  ``--s.no_key``.
+* ``rankmap``: JSON, one entry per used rank (stage, layers, TP group, DP group, batch
+  share, placement) and a ``torchrun`` line per run of alike nodes that starts ``planner
+  run plan.json`` (the reference runtime, planner.runtime) on each; carries the whole
+  heterogeneous plan, so it always exports.
+
+Every string goes through the format's own writer: ``tomli_w`` for TOML, ``json.dumps`` for
+JSON, ``shlex.quote`` for shell words (a torchtitan-cli value that starts with ``-`` is written
+``--s.key=VALUE``), and ``comment_line`` for ``#`` lines, which escapes every character that is
+not printable, so no name (model, cluster, group, GPU) can end a line or add a flag or a section.
+
+What a runtime cannot express is reduced to the closest uniform form and each loss is
+reported on stderr as ``planner: warning: <target>: ...``:
+
+* per-stage TP degrees that differ -> the largest TP on every stage;
+* different GPU counts / DP degrees per stage -> DP = (fewest GPUs of any pipeline rank) //
+  TP, lowered further until it divides the global batch in whole micro-batches (the other
+  GPUs stay idle);
+* uneven batch shares -> equal shares (global / DP);
+* mixed GPU types, a placement other than TP-innermost, DP, then PP -> reported, not kept;
+* per-stage ZeRO / recompute / sequence-parallel that differ -> the strongest setting
+  (most memory saved) on every stage;
+* Megatron: uneven pipeline ranks beyond "first and last may differ, the rest split evenly
+  (and, when interleaved, each rank's layers split evenly over its virtual stages)" ->
+  the legal split nearest to the plan's (least layers moved);
+* DeepSpeed: ZeRO >= 2 with pp > 1 -> ZeRO-1; selective recompute -> full layer
+  checkpointing; interleaving -> contiguous 1F1B stages of the same per-rank layer totals;
+* torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
+  when DP is the only parallelism, else FSDP without reshard after forward (torchtitan's
+  DDP refuses to combine with TP or PP), fp16 -> bfloat16 (float32 where a GPU has no
+  bf16).
+
+Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
+Megatron has no legal layer split for the plan's pipeline (e.g. a decoder count that does
+not divide over the virtual stages), Megatron/torchtitan get a model without a config
+(a layer profile) for which no architecture flags can be written, or torchtitan gets a
+sequence length that does not divide by 2 x TP (its sequence-parallel rule) or a model whose
+dimensions are none of its llama3 flavours (the flavour is chosen by hidden size, layers,
+heads, KV heads, FFN width and vocabulary, never by the model's name; planner.titan_flavors).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import BadInput
+from ..plan import Plan
+from .base import RECOMPUTE_ORDER, Uniform, Warn, comment_line, decoder_counts, uniform_form
+from .deepspeed import export_deepspeed
+from .megatron import export_megatron, megatron_split
+from .rankmap import export_rankmap
+from .torchtitan import _titan_cli_args, export_torchtitan, export_torchtitan_cli, titan_fqns, titan_settings
+
+__all__ = ["EXPORTERS", "RECOMPUTE_ORDER", "TARGETS", "Uniform", "Warn", "_titan_cli_args", "comment_line",
+           "decoder_counts", "export_deepspeed", "export_megatron", "export_plan", "export_rankmap",
+           "export_torchtitan", "export_torchtitan_cli", "megatron_split", "titan_fqns", "titan_settings",
+           "uniform_form"]
+
+TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
+
+
+EXPORTERS: dict[str, Callable[[Plan, Warn], str]] = {
+    "megatron": export_megatron, "deepspeed": export_deepspeed, "torchtitan": export_torchtitan,
+    "torchtitan-cli": export_torchtitan_cli, "rankmap": export_rankmap}
+
+
+def export_plan(plan: Plan, target: str, warn: Warn) -> str:
+    if target not in EXPORTERS:
+        raise BadInput(f"unknown target {target!r} (one of {', '.join(TARGETS)})", "--to")
+    return EXPORTERS[target](plan, warn)

@@ -1,0 +1,130 @@
+"""What every export target shares: the uniform form a runtime can express (one TP, one DP,
+one set of options for every stage, each loss reported through `warn`), `#` comment lines,
+decoder counts per stage (planner.export describes the targets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..dims import StageDims
+from ..plan import Plan
+from ..routes import stage_routes
+
+RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+
+Warn = Callable[[str], None]
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def comment_line(text: str) -> str:
+    """`# text` on one line: every character that is not printable (new lines, carriage
+    returns, other control and separator characters) written as its Python escape."""
+    return "# " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def route_comments(plan: Plan) -> list[str]:
+    """The network paths between consecutive stages (planner.routes), as comment texts; none
+    without a `topology:` section in the cluster file."""
+    return [f"network: {route.describe()}" for route in stage_routes(plan)]
+
+
+def route_entries(plan: Plan) -> dict[str, list[dict]]:
+    """{"stage_routes": [...]} for a JSON export when the cluster has a `topology:` section, else {}."""
+    routes = stage_routes(plan)
+    return {"stage_routes": [route.to_json() for route in routes]} if routes else {}
+
+
+# --- shared analysis -----------------------------------------------------------------------
+
+
+def decoder_counts(plan: Plan) -> list[int]:
+    """Decoder layers per stage (the embedding and head entries do not count)."""
+    kinds = [layer.kind for layer in plan.model.layers]
+    every = "decoder" not in kinds  # a profile without marked decoder layers
+    return [sum(1 for i in range(*s.layers) if every or kinds[i] == "decoder") for s in plan.stages]
+
+
+@dataclass
+class Uniform:
+    """The closest form with one TP, one DP, one set of options for every stage."""
+
+    tp: int
+    pp: int
+    dp: int
+    v: int
+    micro: int
+    global_batch: int
+    zero: int
+    recompute: str
+    sequence_parallel: bool
+    schedule: str
+    dtype: str
+    decoders: list[int] = field(default_factory=list)  # per stage (chunk), planned
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def grad_accum(self) -> int:
+        return self.global_batch // (self.micro * self.dp)
+
+
+def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
+    t = plan.training
+    stages = plan.stages
+    tps = sorted({s.tp for s in stages})
+    tp = tps[-1]
+    if len(tps) > 1:
+        warn(f"per-stage TP degrees differ ({', '.join(f'stage {s.index}: {s.tp}' for s in stages)}); "
+             f"exported tp={tp} for every stage")
+    gpus_by_prank: dict[int, int] = {}
+    for s in stages:
+        gpus_by_prank.setdefault(s.pipeline_rank, s.dims.gpus)
+    fewest = min(gpus_by_prank.values())
+    dp = max(1, StageDims(tp).replicas_on(fewest))
+    while dp > 1 and t.global_batch % (t.micro_batch * dp):
+        dp -= 1
+    dps = sorted({s.dp for s in stages})
+    used = len(plan.used_ranks())
+    world = tp * plan.pp * dp
+    if len(dps) > 1 or len(set(gpus_by_prank.values())) > 1 or world != used:
+        warn(f"per-stage DP degrees / GPU counts differ "
+             f"({', '.join(f'stage {s.index}: dp {s.dp} on {s.dims.gpus} GPUs' for s in stages)}); "
+             f"exported dp={dp} everywhere: {tp} x {plan.pp} x {dp} = {world} of the plan's {used} GPUs")
+    uneven = [s for s in stages if len({r.batch_share for r in s.replicas}) > 1]
+    if uneven or len(dps) > 1:
+        detail = "; ".join(f"stage {s.index}: {[r.batch_share for r in s.replicas]}" for s in uneven[:4])
+        warn(f"batch shares equalised to {t.global_batch // dp} samples per replica"
+             + (f" (plan: {detail})" if detail else ""))
+    gpu_types = sorted({plan.cluster.device(r).gpu for r in plan.used_ranks()})
+    if len(gpu_types) > 1:
+        warn(f"mixed GPU types ({', '.join(gpu_types)}): {target} runs one layout on all of them; "
+             "the plan's per-type sizing is kept only as stated above")
+    # placement: TP innermost, then DP, then PP, from rank 0
+    expected_ok = True
+    for s in stages:
+        for d, r in enumerate(s.replicas):
+            if s.tp != tp or s.dp != dp or list(r.ranks) != [s.pipeline_rank * tp * dp + d * tp + i
+                                                             for i in range(tp)]:
+                expected_ok = False
+    if not expected_ok:
+        warn(f"device placement not kept: {target} assigns ranks TP-innermost, then DP, then PP "
+             "(see `--to rankmap` for the plan's placement)")
+    zeros = sorted({s.zero for s in stages})
+    if len(zeros) > 1:
+        warn(f"per-stage ZeRO stages differ ({zeros}); exported ZeRO-{zeros[-1]}")
+    modes = sorted({s.recompute for s in stages}, key=RECOMPUTE_ORDER.get)
+    if len(modes) > 1:
+        warn(f"per-stage recompute differs ({', '.join(modes)}); exported {modes[-1]} everywhere")
+    sps = {s.sequence_parallel for s in stages if s.tp > 1}
+    sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
+    if len(sps) > 1:
+        warn("sequence parallelism on some TP stages only; exported on")
+    return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
+                   global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
+                   sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
+                   decoders=decoder_counts(plan))

@@ -1,0 +1,54 @@
+"""`planner export --to deepspeed`: a ds_config.json with the pipeline split (planner.export)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..io import json_text
+from ..plan import Plan
+from .base import Warn, route_entries, uniform_form
+
+
+def export_deepspeed(plan: Plan, warn: Warn) -> str:
+    u = uniform_form(plan, "deepspeed", warn)
+    zero = u.zero
+    if u.pp > 1 and zero >= 2:
+        warn(f"ZeRO-{zero} cannot run with DeepSpeed's pipeline engine (pp={u.pp}); exported ZeRO-1: "
+             "gradients" + (" and parameters" if zero == 3 else "") + " are no longer sharded")
+        zero = 1
+    if u.v > 1:
+        warn(f"DeepSpeed has no interleaved schedule: the {u.pp * u.v} virtual stages become {u.pp} "
+             "contiguous 1F1B stages holding each pipeline rank's layer total")
+    # stage boundaries over the planner's layer list, one contiguous part per pipeline rank
+    per_rank = [0] * u.pp
+    for s in plan.stages:
+        per_rank[s.pipeline_rank] += s.layers[1] - s.layers[0]
+    parts = [0]
+    for count in per_rank:
+        parts.append(parts[-1] + count)
+    config: dict[str, Any] = {
+        "train_batch_size": u.global_batch,
+        "train_micro_batch_size_per_gpu": u.micro,
+        "gradient_accumulation_steps": u.grad_accum,
+        "zero_optimization": {"stage": zero},
+    }
+    if u.dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif u.dtype == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
+                          "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
+    if u.recompute != "none":
+        if u.recompute == "selective":
+            warn("DeepSpeed checkpoints whole layers: selective recompute exported as full activation "
+                 "checkpointing (less memory, about one extra forward pass of compute)")
+        config["activation_checkpointing"] = {
+            "partition_activations": u.tp > 1, "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False, "number_checkpoints": None,
+            "synchronize_checkpoint_boundary": False, "profile": False}
+    config["planner_pipeline"] = {
+        "num_stages": u.pp, "parts": parts, "partition_method": "custom",
+        "layer_list": "planner layers: 0 = embedding, 1..L = decoder blocks, last = final norm + head",
+        "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
+        "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,
+        "sequence_parallel": u.sequence_parallel, **route_entries(plan)}
+    return json_text(config) + "\n"

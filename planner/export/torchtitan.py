@@ -1,0 +1,125 @@
+"""`planner export --to torchtitan` and `--to torchtitan-cli`: torchtitan's job-config TOML
+or the same settings as command-line overrides (planner.export)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import tomli_w
+
+from ..errors import BadInput
+from ..plan import Plan
+from ..schedules import get_schedule
+from ..titan_flavors import titan_llama3_flavor
+from .base import Warn, comment_line, route_comments, uniform_form
+
+
+def titan_fqns(plan: Plan) -> list[list[str]]:
+    layers = plan.model.layers
+    first_decoder = next((l.index for l in layers if l.kind == "decoder"), 0)
+    parts = []
+    for s in plan.stages:
+        names: list[str] = []
+        for i in range(*s.layers):
+            kind = layers[i].kind
+            if kind == "embedding":
+                names.append("tok_embeddings")
+            elif kind == "head":
+                names += ["norm", "output"]
+            else:
+                names.append(f"layers.{i - first_decoder}")
+        parts.append(names)
+    return parts
+
+
+def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """torchtitan sections -> {key: value}, and comment lines."""
+    c = plan.model.config
+    if c is None:
+        raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
+                       "model name and flavor", "--to torchtitan")
+    model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
+    u = uniform_form(plan, "torchtitan", warn)
+    seq_len = plan.training.seq_len
+    if seq_len % (2 * u.tp):
+        # torchtitan's parallelize_llama asserts seq_len % ParallelDims.seq_len_divisor == 0
+        raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP = {2 * u.tp} "
+                       f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
+    comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
+                f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs", *route_comments(plan)]
+    if u.dtype == "fp16":
+        gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
+        bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
+        precision = "bfloat16" if bf16 else "float32"
+        warn(f"torchtitan has no fp16 mixed precision; exported {precision}"
+             + ("" if bf16 else " (a GPU of the plan has no bf16: twice the activation memory)"))
+    else:
+        precision = "bfloat16" if u.dtype == "bf16" else "float32"
+    training = {"local_batch_size": u.global_batch // u.dp if u.pp > 1 else u.micro,
+                "global_batch_size": u.global_batch, "seq_len": seq_len,
+                "mixed_precision_param": precision}
+    par: dict[str, Any] = {}
+    # torchtitan's DDP (replicate only) refuses any other parallelism ("DDP has not supported
+    # > 1D parallelism"): with TP or PP, ZeRO-0 can only be FSDP
+    ddp = u.zero == 0 and (u.dp == 1 or (u.tp == 1 and u.pp == 1))
+    if ddp:
+        par["data_parallel_replicate_degree"] = u.dp
+        par["data_parallel_shard_degree"] = 1
+    else:
+        par["data_parallel_replicate_degree"] = 1
+        par["data_parallel_shard_degree"] = u.dp
+        if u.zero < 3:
+            par["fsdp_reshard_after_forward"] = "never"
+            if u.zero == 0:
+                warn(f"torchtitan's DDP does not combine with TP or PP: ZeRO-0 exported as FSDP "
+                     f"(shard degree {u.dp}) without resharding after forward, which shards parameters, "
+                     "gradients and optimizer states")
+            elif u.dp > 1:
+                warn(f"torchtitan has no ZeRO-{u.zero}: exported FSDP (shard degree {u.dp}) without "
+                     "resharding after forward, which also shards parameters between steps")
+        else:
+            par["fsdp_reshard_after_forward"] = "always"
+    par["tensor_parallel_degree"] = u.tp
+    if u.tp > 1 and not u.sequence_parallel:
+        warn("torchtitan's tensor parallelism always shards the sequence (sequence parallel on)")
+    par["pipeline_parallel_degree"] = u.pp
+    if u.pp > 1:
+        par["pipeline_parallel_schedule"] = get_schedule(u.schedule).runtime_names["torchtitan"]
+        par["pipeline_parallel_microbatch_size"] = u.micro
+        par["module_fqns_per_model_part"] = titan_fqns(plan)
+    ac: dict[str, Any] = {"mode": u.recompute}
+    if u.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    job = {"dump_folder": "./outputs", "description": f"{plan.model.name} on {plan.cluster.name} (planner)"}
+    return {"job": job, "model": model, "training": training, "parallelism": par,
+            "activation_checkpoint": ac}, comments
+
+
+def export_torchtitan(plan: Plan, warn: Warn) -> str:
+    sections, comments = titan_settings(plan, warn)
+    return "".join(comment_line(c) + "\n" for c in comments) + "\n" + tomli_w.dumps(sections)
+
+
+def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
+    """One setting as torchtitan's ConfigManager (tyro) parses it on the command line."""
+    if isinstance(value, bool):  # tyro flags: --s.key / --s.no_key, no value
+        return [f"--{name}.{key}" if value else f"--{name}.no_{key}"]
+    if isinstance(value, list):
+        # list[str] is one comma-separated word (torchtitan's registered rule); list[list[str]]
+        # is one such word per inner list
+        if value and all(isinstance(x, list) for x in value):
+            return [f"--{name}.{key}", *(",".join(map(str, x)) for x in value)]
+        return [f"--{name}.{key}", ",".join(map(str, value))]
+    text = str(value)
+    # a value word that starts with "-" would read as a flag; "--s.key=-x" cannot
+    return [f"--{name}.{key}={text}"] if text.startswith("-") else [f"--{name}.{key}", text]
+
+
+def export_torchtitan_cli(plan: Plan, warn: Warn) -> str:
+    sections, _ = titan_settings(plan, warn)
+    args = []
+    for name, values in sections.items():
+        for k, v in values.items():
+            args += _titan_cli_args(name, k, v)
+    return " ".join(map(shlex.quote, args)) + "\n"
