@@ -9,7 +9,7 @@ bandwidth, and a fixed per-device memory reserve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -103,7 +103,7 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     if c.num_experts > 1:
         sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
     if not c.learned_positions:
-        sharded += 2 * nb * s * (h + c.kv_dim)  # RoPE reads and writes Q and K
+        sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
     scores = 0.0
     if attention == "standard":
         scores = (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s / tp
@@ -131,7 +131,13 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float) -
 def layer_time(layer: Layer, gpu: GpuSpec, dtype: str, micro_batch: int, seq_len: int, tp: int,
                sequence_parallel: bool, attention: str, recompute: str, tp_link: Link,
                params: CostParams) -> LayerTime:
-    """Time of one layer for one micro-batch on one rank of a TP group of `tp` GPUs."""
+    """Time of one layer for one micro-batch on one rank of a TP group of `tp` GPUs (a
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean)."""
+    if layer.blend:
+        times = [(layer_time(part, gpu, dtype, micro_batch, seq_len, tp, sequence_parallel, attention, recompute,
+                             tp_link, params), n) for part, n in layer.blend]
+        total = sum(n for _, n in times)
+        return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
     peak = gpu.peak(dtype)
     nb = DTYPE_BYTES[dtype]
     b = micro_batch

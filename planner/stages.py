@@ -45,7 +45,7 @@ class Problem:
                           base.attention)
         self.groups = [g for g in cluster.groups]
         self.bundle_nodes = tuple(g.nodes // bundles for g in self.groups)
-        self.emb, self.dec, self.head = model.layers[0], model.layers[1], model.layers[-1]
+        self.emb, self.dec, self.head = model.layers[0], model.decoder_stand_in(), model.layers[-1]
         self.num_blocks = model.num_layers - 2
         self.microbatches = base.global_batch // b
         self.blocks = np.arange(self.num_blocks + 1, dtype=float)
