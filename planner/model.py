@@ -18,7 +18,8 @@ from .errors import BadInput
 from .hardware import PROFILES_DIR
 from . import ranges
 from .io import MAX_NUMBER, load_mapping
-from .model_families import SUPPORTED_TYPES, Mla, hf_dimensions  # noqa: F401 (SUPPORTED_TYPES re-exported)
+from .model_families import (SUPPORTED_TYPES, Mla, attention_params, hf_dimensions,  # noqa: F401 (re-exported)
+                             mlp_params)
 from .names import check_name
 
 MODELS_DIR = PROFILES_DIR / "models"
@@ -369,47 +370,6 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
     """Read a Hugging Face config.json (planner.model_families: one reader per model_type);
     a missing dimension is an error unless Hugging Face documents its default."""
     return ModelConfig(name=name, **hf_dimensions(data, where))
-
-
-def attention_params(c: ModelConfig) -> int:
-    """q, k, v and output projections with their biases and q/k norms; MLA's down- and
-    up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
-    h = c.hidden
-    if c.mla is None:
-        qkv = c.q_dim + c.kv_dim + c.v_dim
-        params = h * qkv + c.o_dim * h
-        if c.linear_bias:
-            params += qkv + h
-        elif c.qkv_bias:
-            params += qkv
-    else:
-        m = c.mla
-        q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * c.q_dim if m.q_lora_rank else h * c.q_dim
-        kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-              + m.kv_lora_rank * c.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
-        params = q + kv + c.o_dim * h
-    if c.qk_norm == "head":
-        params += 2 * c.head_dim
-    elif c.qk_norm == "proj":
-        params += c.q_dim + c.kv_dim
-    return params
-
-
-def mlp_params(c: ModelConfig) -> int:
-    """A dense MLP, or every routed expert, the router (and its bias), the shared experts
-    (and their gate)."""
-    h = c.hidden
-
-    def ffn(f: int) -> int:
-        return (3 if c.gated_mlp else 2) * h * f + (f + h if c.linear_bias else 0)
-
-    if c.num_experts == 1:
-        params = ffn(c.ffn_hidden)
-    else:
-        params = c.num_experts * ffn(c.ffn_hidden) + h * c.num_experts + (c.num_experts if c.router_bias else 0)
-    if c.shared_expert_ffn:
-        params += ffn(c.shared_expert_ffn) + (h if c.shared_expert_gate else 0)
-    return params
 
 
 def build_layers(c: ModelConfig) -> tuple[Layer, ...]:

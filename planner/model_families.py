@@ -1,5 +1,6 @@
 """Hugging Face model families: one small reader per `model_type`, each turning a parsed
-config.json into the fields of planner.model.ModelConfig (the model's name aside).
+config.json into the fields of planner.model.ModelConfig (the model's name aside), and the
+parameter counts of a block's attention and MLP for every family.
 
 No silent defaults: a dimension the cost depends on that the config leaves out is bad
 input, unless the family's transformers configuration class gives it a default; each such
@@ -315,6 +316,57 @@ READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "deepseek_v3": _deepseek_v3, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
     "phi3": _phi3, "olmo2": _olmo2}
 assert set(READERS) == set(SUPPORTED_TYPES)
+
+
+def attention_params(c: Any) -> int:
+    """q, k, v and output projections with their biases and q/k norms; MLA's down- and
+    up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
+    h = c.hidden
+    if c.mla is None:
+        qkv = c.q_dim + c.kv_dim + c.v_dim
+        params = h * qkv + c.o_dim * h
+        if c.linear_bias:
+            params += qkv + h
+        elif c.qkv_bias:
+            params += qkv
+    else:
+        m = c.mla
+        q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * c.q_dim if m.q_lora_rank else h * c.q_dim
+        kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+              + m.kv_lora_rank * c.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
+        params = q + kv + c.o_dim * h
+    if c.qk_norm == "head":
+        params += 2 * c.head_dim
+    elif c.qk_norm == "proj":
+        params += c.q_dim + c.kv_dim
+    return params
+
+
+def mlp_params(c: Any) -> int:
+    """A dense MLP, or every routed expert, the router (and its bias), the shared experts
+    (and their gate)."""
+    h = c.hidden
+
+    def ffn(f: int) -> int:
+        return (3 if c.gated_mlp else 2) * h * f + (f + h if c.linear_bias else 0)
+
+    if c.num_experts == 1:
+        params = ffn(c.ffn_hidden)
+    else:
+        params = c.num_experts * ffn(c.ffn_hidden) + h * c.num_experts + (c.num_experts if c.router_bias else 0)
+    if c.shared_expert_ffn:
+        params += ffn(c.shared_expert_ffn) + (h if c.shared_expert_gate else 0)
+    return params
+
+
+def features_beyond_gpt_flags(c: Any) -> list[str]:
+    """The parts of a ModelConfig that Megatron's basic GPT flags (layers, widths, heads,
+    query groups, kv-channels, qk-layernorm, SwiGLU, RMSNorm, biases, experts) do not say."""
+    named = [(c.mla is not None, "multi-latent attention"), (c.shared_expert_ffn > 0, "shared experts"),
+             (bool(c.dense_layers), "dense layers among the MoE ones"), (c.router_bias, "router bias"),
+             (c.block_norms != 2, "norms after attention and MLP"), (c.qk_norm == "proj", "whole-projection q/k norms"),
+             (bool(c.layer_windows), "sliding-window layers")]
+    return [name for present, name in named if present]
 
 
 def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
