@@ -278,7 +278,7 @@ def _gemma3(r: _Reader) -> dict[str, Any]:
 def _phi3(r: _Reader) -> dict[str, Any]:
     """Phi-3: fused qkv_proj and gate_up_proj hold the same weights as separate ones."""
     r.refuse_true("attention_bias")
-    return _window_all(r, _core(r) | {"dropout": r.rate("attention_dropout") > 0 or r.rate("resid_pdrop") > 0})
+    return _window_all(r, _core(r) | {"dropout": any([r.rate("attention_dropout") > 0, r.rate("resid_pdrop") > 0])})
 
 
 def _olmo2(r: _Reader) -> dict[str, Any]:
@@ -299,7 +299,7 @@ def _gpt2(r: _Reader) -> dict[str, Any]:
                 ffn_hidden=r.num("n_inner", "ffn_hidden", default=4 * hidden),  # GPT2Config: null is 4h
                 gated_mlp=False, tied_embeddings=r.flag("tie_word_embeddings", True), norm="layernorm",
                 linear_bias=True, learned_positions=True,
-                dropout=any(r.rate(k) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")))
+                dropout=any([r.rate(k) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")]))  # check all
 
 
 def _gpt_neox(r: _Reader) -> dict[str, Any]:
