@@ -9,7 +9,7 @@ bandwidth, and a fixed per-device memory reserve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -121,7 +121,7 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     if c.num_experts > 1:
         sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
     if not c.learned_positions:
-        sharded += 2 * nb * s * (h + c.kv_dim)  # RoPE reads and writes Q and K
+        sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
     scores = 0.0
     if attention == "standard":
         scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)
@@ -153,7 +153,12 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
 
 @lru_cache(maxsize=65536)
 def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
-    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs."""
+    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean)."""
+    if layer.blend:
+        times = [(layer_time(part, gpu, sh, tp_link, params), n) for part, n in layer.blend]
+        total = sum(n for _, n in times)
+        return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
     dtype, micro_batch, seq_len, attention, recompute = sh.dtype, sh.micro_batch, sh.seq_len, sh.attention, sh.recompute
     tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
     peak = matmul_peak(gpu, dtype, params)

@@ -75,6 +75,8 @@ def layer_floors(model: Model, cluster: Cluster, base: Training, options: Solver
     kinds: dict[str, Layer] = {}
     for layer in model.layers:
         kinds.setdefault(layer.kind, layer)
+    if "decoder" in kinds:
+        kinds["decoder"] = model.decoder_stand_in()  # the largest of differing decoders
     out: dict[str, list[LayerFloor]] = {}
     for kind, layer in kinds.items():
         best: dict[str, LayerFloor] = {}  # per GPU type, its best group (node sizes bound tp)

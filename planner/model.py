@@ -10,7 +10,7 @@ kernel for the activations).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -19,10 +19,11 @@ from .errors import BadInput
 from .hardware import PROFILES_DIR
 from . import ranges
 from .io import MAX_NUMBER, load_mapping
+from .model_families import (SUPPORTED_TYPES, Mla, attention_params, hf_dimensions,  # noqa: F401 (re-exported)
+                             mlp_params)
 from .names import check_name
 
 MODELS_DIR = PROFILES_DIR / "models"
-SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2")
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("flash", "standard")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
@@ -31,7 +32,11 @@ MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps t
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The dimensions the cost depends on, read once from a config file."""
+    """The dimensions the cost depends on, read once from a config file
+    (planner.model_families reads each Hugging Face family).
+
+    A model-level config describes the MoE layers of a mixed model; `layer_config(i)` gives
+    decoder i's own config (its dense MLP, its attention window), the one its Layer holds."""
 
     name: str
     model_type: str
@@ -39,30 +44,73 @@ class ModelConfig:
     num_layers: int
     num_heads: int
     num_kv_heads: int
-    ffn_hidden: int
+    ffn_hidden: int  # an expert's FFN width in an MoE layer
     vocab: int
     max_positions: int
-    gated_mlp: bool  # SwiGLU (three matrices) vs GeLU (two)
+    gated_mlp: bool  # SwiGLU / GeGLU (three matrices) vs GeLU (two)
     tied_embeddings: bool
-    num_experts: int = 1  # 1 = dense MLP
+    num_experts: int = 1  # 1 = dense MLP; else routed experts
     experts_top_k: int = 1
     norm: str = "layernorm"  # or "rmsnorm"
     linear_bias: bool = False  # biases on every linear (GPT-2, GPT-NeoX)
     qkv_bias: bool = False  # biases on q, k, v only (Qwen2)
     learned_positions: bool = False  # GPT-2's absolute position table
     dropout: bool = False  # dropout masks are saved (GPT-2 style training)
+    attention_head_dim: int = 0  # the config's head_dim; 0: hidden / heads
+    qk_norm: str = "none"  # "head": RMSNorm of each q and k head (Qwen3, Gemma3); "proj": of all q, all k (OLMo2)
+    block_norms: int = 2  # norm layers per block (Gemma2/3: 4, before and after attention and MLP)
+    shared_expert_ffn: int = 0  # FFN width of the always-on shared expert(s) of an MoE layer
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
+    router_bias: bool = False  # DeepSeek-V3's per-expert e_score_correction_bias
+    mla: Mla | None = None
+    window: int = 0  # this layer's sliding attention window in tokens; 0: full attention
+    layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)
+    dense_layers: tuple[int, ...] = ()  # model level: decoders with a dense MLP in an MoE model
+    dense_ffn_hidden: int = 0  # their FFN width
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.num_heads
+        """Per-head width of q and k (the config's head_dim when it gives one)."""
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.attention_head_dim or self.hidden // self.num_heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads (hidden, unless head_dim x heads differs from it)."""
+        return self.num_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of all key heads."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.num_kv_heads * self.v_head_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Input width of the attention output projection."""
+        return self.num_heads * self.v_head_dim
 
     @property
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def layer_config(self, i: int) -> "ModelConfig":
+        """Decoder i's config: its attention window, a dense MLP if it is one of the
+        dense layers of an MoE model; the per-model patterns cleared."""
+        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (),
+                                   "window": self.layer_windows[i] if self.layer_windows else self.window}
+        if i in self.dense_layers:
+            changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
+                           shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -85,6 +133,9 @@ class Layer:
     weight_params: int  # parameters held in memory by the device that runs the layer
     config: ModelConfig | None = None
     fixed: FixedCosts | None = None
+    # the search's stand-in for decoders of several shapes (Model.decoder_stand_in): each
+    # distinct decoder with its count; time is their count-weighted mean, memory their max
+    blend: tuple[tuple["Layer", int], ...] = ()
 
     # --- FLOPs -------------------------------------------------------------------------
 
@@ -92,6 +143,8 @@ class Layer:
         """Model forward FLOPs of one sample (full s^2 attention, Megatron's convention)."""
         if self.fixed is not None:
             return self.fixed.fwd_flops_per_sample * seq_len / self.fixed.seq_len
+        if self.blend:
+            return _mean(self.blend, lambda part: part.fwd_flops_per_sample(seq_len))
         return sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1)) \
             + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
 
@@ -109,25 +162,50 @@ class Layer:
         h, f = c.hidden, c.ffn_hidden
         mlp_in = 2 * f if c.gated_mlp else f
         experts_active = c.experts_top_k if c.num_experts > 1 else 1
-        gemms = [
-            Gemm(seq_len, (h + 2 * c.kv_dim) / tp, h, 1),  # QKV projection
-            Gemm(seq_len, h, h / tp, 1),  # attention output projection
+        if c.mla is None:
+            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1)]  # QKV projection
+        else:  # down-projections replicated, up-projections split by heads (Megatron's MLA)
+            m, heads = c.mla, c.num_heads / tp
+            q_in = m.q_lora_rank or h
+            if m.q_lora_rank:
+                gemms = [Gemm(seq_len, m.q_lora_rank, h, 1)]
+            else:
+                gemms = []
+            gemms += [Gemm(seq_len, heads * c.head_dim, q_in, 1),
+                      Gemm(seq_len, m.kv_lora_rank + m.qk_rope_head_dim, h, 1),
+                      Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
+        gemms += [
+            Gemm(seq_len, h, c.o_dim / tp, 1),  # attention output projection
             Gemm(seq_len, mlp_in / tp, h, experts_active),  # MLP up (+ gate)
             Gemm(seq_len, h, f / tp, experts_active),  # MLP down
         ]
         if c.num_experts > 1:
             gemms.append(Gemm(seq_len, c.num_experts, h, 1))  # router (replicated)
+        if c.shared_expert_ffn:
+            s_in = 2 * c.shared_expert_ffn if c.gated_mlp else c.shared_expert_ffn
+            gemms += [Gemm(seq_len, s_in / tp, h, 1), Gemm(seq_len, h, c.shared_expert_ffn / tp, 1)]
+            if c.shared_expert_gate:
+                gemms.append(Gemm(seq_len, 1, h, 1))
         return tuple(gemms)
 
     def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool) -> float:
-        """QK^T and attention-times-V: 2 * 2 s^2 h FLOPs (Narayanan et al. 2021, sec 5.1).
+        """QK^T and attention-times-V: 2 s^2 (d_qk + d_v) per head, 4 s^2 h for a GPT block
+        (Narayanan et al. 2021, sec 5.1), every query against every key.
 
-        FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`).
+        FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`). A
+        sliding window of w < s keys (Mistral, Gemma 2/3, Phi-3) leaves s w - w^2/2 causal
+        query-key pairs, which is what a windowed kernel computes; without the skip that is
+        doubled, as the full count is (s^2 = 2 x s^2/2).
         """
         if self.kind != "decoder" or self.config is None:
             return 0.0
-        flops = StageDims(tp).compute_share(4.0 * seq_len * seq_len * self.config.hidden)  # heads split
-        return flops / 2 if causal_skip else flops
+        c = self.config
+        pairs = seq_len * seq_len / 2
+        if 0 < c.window < seq_len:
+            pairs = seq_len * c.window - c.window * c.window / 2
+        if not causal_skip:
+            pairs *= 2
+        return StageDims(tp).compute_share(2.0 * pairs * c.num_heads * (c.head_dim + c.v_head_dim))  # heads split
 
     # --- activations -------------------------------------------------------------------
 
@@ -155,6 +233,9 @@ class Layer:
             raise BadInput(f"unknown recompute mode {recompute!r}", field="recompute")
         if self.fixed is not None:
             return self.fixed.act_bytes_per_sample * seq_len / self.fixed.seq_len
+        if self.blend:
+            return max(part.act_bytes_per_sample(seq_len, recompute, tp, sequence_parallel, attention, dtype_bytes)
+                       for part, _ in self.blend)
         c = self.config
         s, h, nb = seq_len, c.hidden, dtype_bytes
         dims = StageDims(tp, sequence_parallel)
@@ -167,14 +248,18 @@ class Layer:
             return dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
         if recompute == "full":
             return dims.activation_share(nb * s * h, 0.0)  # only the block input is checkpointed
-        replicated = 4 * nb * s * h + 2 * mask * s * h  # 2 norm inputs, QKV and MLP inputs, 2 masks
+        # the norm inputs, QKV and MLP inputs, 2 masks
+        replicated = (c.block_norms + 2) * nb * s * h + 2 * mask * s * h
+        if c.mla is not None:  # the replicated down-projections' outputs (the latents)
+            replicated += nb * s * (c.mla.q_lora_rank + c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)
         # attention: Q, K, V and the output-projection input
-        sharded = nb * s * (2 * h + 2 * c.kv_dim)
+        sharded = nb * s * (c.q_dim + c.kv_dim + c.v_dim + c.o_dim)
         # MLP: GeLU keeps its input and output (2 x s x f); SwiGLU keeps gate, up and product
-        mlp = (3 if c.gated_mlp else 2) * nb * s * c.ffn_hidden
+        per_ffn = (3 if c.gated_mlp else 2) * nb * s
+        mlp = per_ffn * c.ffn_hidden
         if c.num_experts > 1:
             mlp = c.experts_top_k * (mlp + nb * s * h) + 4 * s * c.num_experts  # routed copies, router logits
-        sharded += mlp
+        sharded += mlp + per_ffn * c.shared_expert_ffn
         if attention == "standard":
             if recompute == "none":
                 # softmax output (2as^2), its dropout mask (as^2) and dropout output (2as^2)
@@ -185,6 +270,11 @@ class Layer:
         else:
             raise BadInput(f"unknown attention kind {attention!r}", field="attention")
         return dims.activation_share(replicated, sharded)
+
+
+def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:
+    """Count-weighted mean of `figure(layer)` over a blend's parts."""
+    return sum(figure(part) * n for part, n in parts) / sum(n for _, n in parts)
 
 
 @dataclass(frozen=True)
@@ -218,6 +308,23 @@ class Model:
 
     def fwd_flops_per_sample(self, seq_len: int) -> float:
         return sum(layer.fwd_flops_per_sample(seq_len) for layer in self.layers)
+
+    def decoder_stand_in(self) -> Layer:
+        """The decoder block that the search prices n times. When the decoders differ (the
+        dense first layers of DeepSeek-V3, Gemma's windowed and global layers), a blend of
+        them: per micro-batch time the count-weighted mean of theirs (n blocks of a stage
+        cost n x the mean), memory (weights, activations) the largest of theirs, so a stage
+        the search finds fitting fits whichever blocks it gets. Evaluating a plan prices
+        every layer as it is."""
+        decoders = [layer for layer in self.layers if layer.kind == "decoder"]
+        shapes: dict[Any, list[Layer]] = {}
+        for layer in decoders:
+            shapes.setdefault(layer.config, []).append(layer)
+        if len(shapes) <= 1:
+            return decoders[0]
+        parts = tuple((group[0], len(group)) for group in shapes.values())
+        largest = max((part for part, _ in parts), key=lambda part: part.weight_params)
+        return replace(largest, name="block.mix", blend=parts)
 
 
 # --- loading -------------------------------------------------------------------------------
@@ -260,105 +367,21 @@ def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model",
     return Model(name, config, build_layers(config), raw=dict(data))
 
 
-def _first(data: Mapping[str, Any], keys: tuple[str, ...]) -> str:
-    for key in keys:
-        if key in data and data[key] is not None:
-            return key
-    return keys[0]
-
-
-def _rate(data: Mapping[str, Any], key: str, where: str) -> float:
-    """A dropout probability: absent or null is 0; otherwise a number in [0, 1]."""
-    value = data.get(key)
-    if value is None:
-        return 0.0
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
-        raise BadInput(f"must be a probability between 0 and 1, got {value!r}", where, key)
-    return float(value)
-
-
-def _flag(data: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise BadInput(f"must be true or false, got {value!r}", where, key)
-    return value
-
-
 def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfig:
-    """Read a Hugging Face config.json; a missing dimension is an error, never a default."""
-    mtype = data.get("model_type")
-    if not isinstance(mtype, str):
-        raise BadInput("missing model_type", where, "model_type")
-    if mtype not in SUPPORTED_TYPES:
-        raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
-                       where, "model_type")
-
-    def pos(keys: tuple[str, ...], figure: str, required: bool = True) -> int | None:
-        key = _first(data, keys)
-        return ranges.get(data, key, figure, where, key, required=required)
-
-    if mtype == "gpt2":
-        hidden = pos(("n_embd", "hidden_size"), "hidden")
-        layers = pos(("n_layer", "num_hidden_layers"), "num_layers")
-        heads = pos(("n_head", "num_attention_heads"), "num_heads")
-        vocab = pos(("vocab_size",), "vocab")
-        positions = pos(("n_positions", "max_position_embeddings"), "max_positions")
-        ffn = pos(("n_inner",), "ffn_hidden", required=False) or 4 * hidden  # GPT-2 defines null as 4h
-        kv_heads = heads
-        dropout = any([_rate(data, k, where) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")])
-        kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", True, where),
-                      norm="layernorm", linear_bias=True, learned_positions=True, dropout=dropout)
-    else:
-        hidden = pos(("hidden_size",), "hidden")
-        layers = pos(("num_hidden_layers",), "num_layers")
-        heads = pos(("num_attention_heads",), "num_heads")
-        vocab = pos(("vocab_size",), "vocab")
-        ffn = pos(("intermediate_size",), "ffn_hidden")
-        positions = pos(("max_position_embeddings",), "max_positions", required=False) or 0
-        kv_heads = pos(("num_key_value_heads",), "num_heads", required=False) or heads  # HF: absent means MHA
-        if mtype == "gpt_neox":
-            kwargs = dict(gated_mlp=False, tied_embeddings=_flag(data, "tie_word_embeddings", False, where),
-                          norm="layernorm", linear_bias=True,
-                          dropout=_rate(data, "hidden_dropout", where) > 0)
-        else:
-            kwargs = dict(gated_mlp=True, tied_embeddings=_flag(data, "tie_word_embeddings", False, where),
-                          norm="rmsnorm", qkv_bias=(mtype == "qwen2"),
-                          dropout=_rate(data, "attention_dropout", where) > 0)
-        if mtype == "mixtral":
-            kwargs["num_experts"] = pos(("num_local_experts",), "num_experts")
-            kwargs["experts_top_k"] = pos(("num_experts_per_tok",), "num_experts")
-            if kwargs["experts_top_k"] > kwargs["num_experts"]:
-                raise BadInput("num_experts_per_tok exceeds num_local_experts", where, "num_experts_per_tok")
-    if hidden % heads:
-        raise BadInput(f"hidden size {hidden} is not a multiple of the {heads} heads", where, "num_attention_heads")
-    if heads % kv_heads:
-        raise BadInput(f"{heads} heads are not a multiple of {kv_heads} key/value heads", where,
-                       "num_key_value_heads")
-    return ModelConfig(name=name, model_type=mtype, hidden=hidden, num_layers=layers,
-                       num_heads=heads, num_kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab,
-                       max_positions=positions, **kwargs)
+    """Read a Hugging Face config.json (planner.model_families: one reader per model_type);
+    a missing dimension is an error unless Hugging Face documents its default."""
+    return ModelConfig(name=name, **hf_dimensions(data, where))
 
 
 def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
     h = c.hidden
     embed_params = c.vocab * h + (c.max_positions * h if c.learned_positions else 0)
-    attn = h * (h + 2 * c.kv_dim) + h * h
-    if c.linear_bias:
-        attn += (h + 2 * c.kv_dim) + h
-    elif c.qkv_bias:
-        attn += h + 2 * c.kv_dim
-    mlp = (3 if c.gated_mlp else 2) * h * c.ffn_hidden
-    if c.linear_bias:
-        mlp += c.ffn_hidden + h
-    if c.num_experts > 1:
-        mlp = c.num_experts * mlp + h * c.num_experts  # all experts + router
-    block = attn + mlp + 2 * c.norm_params
     head_matrix = c.vocab * h
     layers = [Layer(0, "embed", "embedding", embed_params, embed_params, c)]
     for i in range(c.num_layers):
-        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, c))
+        lc = c.layer_config(i)
+        block = attention_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
+        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc))
     head_params = c.norm_params + (0 if c.tied_embeddings else head_matrix)
     layers.append(Layer(c.num_layers + 1, "head", "head", head_params, c.norm_params + head_matrix, c))
     return tuple(layers)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import BadInput, NoFeasiblePlan
 from .model import DTYPE_BYTES, Layer, Model
+from .model_families import PROFILED_TYPES
 
 FORMAT = "planner.profile/v1"
 TORCH_PIN = "torch==2.13.0"
@@ -110,6 +111,9 @@ def check_inputs(model: Model, options: ProfileOptions) -> None:
     if c is None:
         raise BadInput("profiling needs a model configuration (catalog name or HF config.json), "
                        "not a layer-profile file", "--model")
+    if c.model_type not in PROFILED_TYPES:
+        raise BadInput(f"profiling builds {', '.join(PROFILED_TYPES)} layers; a {c.model_type} model is "
+                       "priced analytically only", "--model")
     if options.dtype not in DTYPES:
         raise BadInput(f"must be one of {', '.join(DTYPES)}, got {options.dtype!r}", "--dtype")
     if options.seq_len <= 0:

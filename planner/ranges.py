@@ -77,6 +77,8 @@ RANGES: dict[str, Range] = {
     "vocab": Range(1, 2**24, integer=True),
     "max_positions": Range(1, 2**24, integer=True),
     "num_experts": Range(1, 4096, integer=True),
+    "shared_experts": Range(0, 4096, integer=True),
+    "layer_index": Range(0, 4096, integer=True),  # a count of leading layers (DeepSeek's dense ones)
     # --- measured profiles and calibrations ---
     # One layer's forward or backward on one micro-batch: 1 ns to about 11 days.
     "layer_time_s": Range(1e-9, 1e6, "s"),

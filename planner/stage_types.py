@@ -142,7 +142,7 @@ class ProblemInputs:
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,
                    schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
-                   parts.counts, model.layers[0], model.layers[1], model.layers[-1],
+                   parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
                    num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float))
 
 

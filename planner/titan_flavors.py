@@ -40,7 +40,9 @@ def llama3_architecture(c: ModelConfig) -> bool:
     """torchtitan's llama3 Transformer: RMSNorm, SwiGLU, rotary positions, untied output, no
     biases, dense MLPs."""
     return (c.gated_mlp and not c.tied_embeddings and c.norm == "rmsnorm" and not c.linear_bias
-            and not c.qkv_bias and c.num_experts == 1 and not c.learned_positions)
+            and not c.qkv_bias and c.num_experts == 1 and not c.learned_positions
+            and c.q_dim == c.hidden and c.qk_norm == "none" and c.block_norms == 2 and c.mla is None
+            and not c.layer_windows and not c.dense_layers)
 
 
 def titan_llama3_flavor(c: ModelConfig, model_name: str) -> str:

@@ -31,11 +31,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model import ModelConfig
+from .model_families import PROFILED_TYPES
 
 KINDS = ("embedding", "decoder", "head")
-LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "phi3")  # Phi-3's fused qkv / gate_up: same shapes
 DEFAULT_ROPE_BASE = {"llama": 10000.0, "mistral": 10000.0, "mixtral": 1e6, "qwen2": 1e6,
-                     "gpt_neox": 10000.0}
+                     "gpt_neox": 10000.0, "phi3": 10000.0}
+assert set(PROFILED_TYPES) == {"gpt2", "gpt_neox", *LLAMA_LIKE}
 
 
 def build_layer(config: ModelConfig, kind: str, dtype: torch.dtype = torch.float32,
@@ -53,7 +55,7 @@ def build_layer(config: ModelConfig, kind: str, dtype: torch.dtype = torch.float
     if not 0.0 <= rotary_pct <= 1.0:
         raise ValueError(f"rotary_pct must be in [0, 1], got {rotary_pct!r}")
     mtype = config.model_type
-    if mtype not in ("gpt2", "gpt_neox") + LLAMA_LIKE:
+    if mtype not in PROFILED_TYPES:
         raise ValueError(f"unsupported model_type {mtype!r}")
     if kind == "embedding":
         module: nn.Module = Embedding(config, tp)

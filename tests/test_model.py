@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from planner.model import Layer, catalog_names, load_model, model_from_dict
+from planner.cost import DEFAULT_PARAMS
+from planner.errors import BadInput
+from planner.model import SUPPORTED_TYPES, Layer, catalog_names, load_model, model_from_dict
 
 from .conftest import MODELS_DIR, hf_config
 
@@ -256,3 +258,199 @@ def test_layer_profile_costs_scale_with_sequence_length():
     block = model.layers[1]
     assert block.fwd_flops_per_sample(2000) == 2e6
     assert block.act_bytes_per_sample(500) == 20
+
+
+# --- model families (issue 14): exact counts, head_dim, per-layer shapes ---------------------
+
+EXACT = [name for name in catalog_names() if not PUBLISHED[name].get("rounded")]
+
+
+def test_every_catalog_model_but_gpt3_has_an_exact_published_count():
+    assert sorted(set(catalog_names()) - set(EXACT)) == ["gpt3-175b"]
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_catalog_model_parameter_count_equals_published_exactly(name):
+    assert load_model(name).params == PUBLISHED[name]["params"]
+
+
+def test_every_supported_model_type_has_a_catalog_model_but_gemma3_text():
+    types = {load_model(name).raw["model_type"] for name in catalog_names()}
+    assert types == set(SUPPORTED_TYPES) - {"gemma3_text"}
+
+
+def test_mistral_nemo_honours_head_dim_128_not_hidden_over_heads():
+    nemo = load_model("mistral-nemo-12b")
+    c = nemo.config
+    assert (c.hidden, c.num_heads, c.head_dim, c.q_dim) == (5120, 32, 128, 4096)
+    assert nemo.params == 12_247_782_400
+    no_head_dim = model_from_dict({k: v for k, v in hf_config("mistral-nemo-12b").items() if k != "head_dim"}, "n")
+    assert no_head_dim.config.head_dim == 160  # HF's default when absent: hidden / heads
+    assert no_head_dim.params == pytest.approx(12.77e9, rel=1e-3)  # the figure issue 14 reported
+
+
+def tiny_llama(**changes) -> dict:
+    return {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "intermediate_size": 2048, "vocab_size": 1000} | changes
+
+
+def test_head_dim_changes_projection_params_and_attention_flops_as_hand_computed():
+    h, f, s, heads, kv, d = 1024, 2048, 512, 8, 2, 64
+    layer = decoder(model_from_dict(tiny_llama(head_dim=d), "t"))
+    q, k = heads * d, kv * d  # 512 and 128: q is half of hidden
+    assert layer.params == h * (q + 2 * k) + q * h + 3 * h * f + 2 * h
+    gemm = 2 * s * (h * (q + 2 * k) + q * h + 3 * h * f)
+    attention = 2 * s * s * heads * (d + d)  # QK^T and PV over every key
+    assert layer.fwd_flops_per_sample(s) == gemm + attention
+    assert layer.attention_flops_per_sample(s, tp=2, causal_skip=True) == attention / 4
+    default = decoder(model_from_dict(tiny_llama(), "t"))  # head_dim 128 = 1024 / 8
+    assert default.fwd_flops_per_sample(s) - layer.fwd_flops_per_sample(s) == pytest.approx(
+        2 * s * (2 * h * (h - q) + 2 * h * (256 - k)) + 2 * s * s * heads * 2 * (128 - d))
+
+
+def test_qwen3_qk_norms_add_two_head_dim_vectors_per_block():
+    qwen3 = decoder(load_model("qwen3-8b"))
+    as_llama = decoder(model_with("qwen3-8b", model_type="llama", attention_bias=None))
+    assert qwen3.params - as_llama.params == 2 * 128
+
+
+def test_olmo2_qk_norms_span_the_whole_q_and_k_projections():
+    olmo = decoder(load_model("olmo-2-7b"))
+    as_llama = decoder(model_with("olmo-2-7b", model_type="llama", attention_bias=None))
+    assert olmo.params - as_llama.params == 4096 + 4096  # q_norm over 32 x 128, k_norm over 32 x 128
+
+
+def test_gemma_blocks_have_four_norms_and_a_tied_head():
+    gemma = load_model("gemma-2-9b")
+    c = gemma.config
+    assert c.block_norms == 4 and c.tied_embeddings and c.head_dim == 256 and c.q_dim == 4096 != c.hidden
+    assert gemma.layers[-1].params == c.hidden  # the final norm; the matrix is the embedding's
+
+
+def test_gemma3_reads_text_config_with_the_hf_defaults_google_leaves_out():
+    gemma = load_model("gemma-3-12b")
+    c = gemma.config
+    assert (c.vocab, c.head_dim, c.qk_norm) == (262_208, 256, "head")  # Gemma3TextConfig defaults
+    windows = c.layer_windows
+    assert len(windows) == 48 and windows[5] == windows[11] == 0 and set(windows[:5]) == {1024}
+    text_only = model_from_dict(hf_config("gemma-3-12b")["text_config"], "g")
+    assert text_only.params == gemma.params
+
+
+def siglip_and_projector_params(cfg: dict) -> int:
+    """The vision tower (SiglipVisionModel without head) and Gemma3MultiModalProjector."""
+    v = cfg["vision_config"]
+    w, f, patch = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    patches = (v["image_size"] // patch) ** 2
+    embed = 3 * patch * patch * w + w + patches * w  # patch conv with bias, position table
+    layer = 4 * (w * w + w) + (w * f + f) + (f * w + w) + 2 * 2 * w  # attention, MLP, 2 LayerNorms
+    tower = embed + v["num_hidden_layers"] * layer + 2 * w  # post LayerNorm
+    return tower + w * cfg["text_config"]["hidden_size"] + w  # projector matrix and its RMSNorm
+
+
+def test_gemma3_language_model_plus_vision_tower_is_the_published_checkpoint_total():
+    total = PUBLISHED["gemma-3-12b"]["published_total"]
+    assert load_model("gemma-3-12b").params + siglip_and_projector_params(hf_config("gemma-3-12b")) == total
+
+
+def test_deepseek_v3_main_model_plus_mtp_module_is_the_published_weight_count():
+    model = load_model("deepseek-v3")
+    c = model.config
+    moe_block = max(layer.params for layer in model.layers if layer.kind == "decoder")
+    router_biases = 58 * 256  # fp32, counted by the Hub with the fp8 scales, not with the weights
+    # the MTP module: one MoE block, 2 input norms, the 2h -> h projection, its own copy of the
+    # embedding and of the head with its norm (DeepSeek-V3 report, sec 2.2)
+    mtp = moe_block - 256 + 2 * c.hidden + 2 * c.hidden * c.hidden + c.hidden + 2 * c.vocab * c.hidden
+    assert model.params - router_biases + mtp == PUBLISHED["deepseek-v3"]["weight_elements_with_mtp"]
+
+
+def test_deepseek_v3_first_three_layers_are_dense_and_the_rest_moe_with_mla():
+    model = load_model("deepseek-v3")
+    blocks = [layer for layer in model.layers if layer.kind == "decoder"]
+    assert [b.config.num_experts for b in blocks[:4]] == [1, 1, 1, 256]
+    dense, moe = blocks[0], blocks[3]
+    assert dense.config.ffn_hidden == 18432 and moe.config.ffn_hidden == 2048
+    assert moe.config.shared_expert_ffn == 2048 and moe.config.router_bias
+    # MLA: q 1536-rank latent, kv 512-rank latent + 64 rope dims, 128 heads of 192 (qk) / 128 (v)
+    attn = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168)
+    assert dense.params == attn + 3 * 7168 * 18432 + 2 * 7168
+    s = 1024
+    assert moe.attention_flops_per_sample(s, 1, False) == 2 * s * s * 128 * (192 + 128)
+
+
+def test_qwen_moe_dense_layers_follow_mlp_only_layers_and_decoder_sparse_step():
+    c = model_with("qwen1.5-moe-a2.7b", mlp_only_layers=[0], decoder_sparse_step=2).config
+    assert c.dense_layers == tuple([0] + list(range(0, 24, 2))[1:])  # 0 listed; even i: (i+1) % 2 != 0
+    qwen = load_model("qwen1.5-moe-a2.7b")
+    block = decoder(qwen)
+    shared = 3 * 2048 * 5632 + 2048  # the shared expert and its sigmoid gate
+    assert block.config.shared_expert_ffn == 5632 and block.config.shared_expert_gate
+    assert block.params == 4 * 2048 * 2048 + 3 * 2048 + 60 * 3 * 2048 * 1408 + 2048 * 60 + shared + 2 * 2048
+
+
+@pytest.mark.parametrize("s", [1024, 4096, 8192])
+def test_a_sliding_window_caps_the_keys_each_query_sees(s):
+    model = load_model("gemma-2-9b")
+    windowed, full = model.layers[1], model.layers[2]  # Gemma 2: even layers slide over 4096
+    assert (windowed.config.window, full.config.window) == (4096, 0)
+    w = min(s, 4096)
+    per_pair = 2 * 16 * (256 + 256)
+    assert windowed.attention_flops_per_sample(s, 1, True) == (s * w - w * w / 2) * per_pair
+    assert full.attention_flops_per_sample(s, 1, True) == s * s / 2 * per_pair
+
+
+def test_search_stand_in_prices_mean_time_and_max_memory_of_differing_decoders():
+    from planner.cost import layer_time
+    from planner.dims import StageDims
+    from planner.hardware import load_catalog
+    from planner.sharding import Sharding
+
+    model = load_model("gemma-2-9b")
+    stand_in = model.decoder_stand_in()
+    windowed, full = model.layers[1], model.layers[2]
+    assert dict((part.config.window, n) for part, n in stand_in.blend) == {4096: 21, 0: 21}
+    gpu = load_catalog()["H100-SXM5-80GB"]
+    link = gpu.intra_node
+    s = 8192
+    args = (gpu, Sharding("bf16", 1, s, "flash", StageDims(), "none"), link, DEFAULT_PARAMS)
+    mean = (layer_time(windowed, *args).fwd_s + layer_time(full, *args).fwd_s) / 2
+    assert layer_time(stand_in, *args).fwd_s == pytest.approx(mean, rel=1e-12)
+    assert stand_in.act_bytes_per_sample(s) == max(windowed.act_bytes_per_sample(s), full.act_bytes_per_sample(s))
+    deepseek = load_model("deepseek-v3").decoder_stand_in()
+    assert deepseek.weight_params == max(layer.weight_params for layer in load_model("deepseek-v3").layers[1:-1])
+    qwen = load_model("qwen3-8b")
+    assert qwen.decoder_stand_in() is qwen.layers[1]  # identical decoders: the first, as before
+
+
+@pytest.mark.parametrize("name,drop,field", [
+    ("deepseek-v3", "kv_lora_rank", "kv_lora_rank"),
+    ("qwen3-30b-a3b", "moe_intermediate_size", "moe_intermediate_size"),
+    ("qwen3-8b", "intermediate_size", "intermediate_size"),
+    ("gemma-3-12b", "text_config", "text_config"),
+    ("phi-3-mini", "hidden_size", "hidden_size"),
+])
+def test_a_missing_field_the_family_needs_is_bad_input_naming_it(name, drop, field):
+    cfg = {k: v for k, v in hf_config(name).items() if k != drop}
+    with pytest.raises(BadInput) as err:
+        model_from_dict(cfg, name)
+    assert err.value.field == field
+
+
+def test_a_gemma3_text_field_missing_is_named_with_its_path():
+    cfg = hf_config("gemma-3-12b")
+    del cfg["text_config"]["hidden_size"]
+    with pytest.raises(BadInput) as err:
+        model_from_dict(cfg, "g")
+    assert err.value.field == "text_config.hidden_size"
+
+
+def test_documented_hf_defaults_fill_qwen3_head_dim_and_gemma2_tie():
+    qwen3 = model_from_dict({k: v for k, v in hf_config("qwen3-8b").items() if k != "head_dim"}, "q")
+    assert qwen3.config.head_dim == 128  # Qwen3Config(head_dim=128)
+    assert load_model("gemma-2-9b").config.tied_embeddings  # Gemma2Config(tie_word_embeddings=True)
+
+
+def test_an_attention_bias_the_family_does_not_have_is_refused_not_ignored():
+    with pytest.raises(BadInput) as err:
+        model_with("qwen3-8b", attention_bias=True)
+    assert err.value.field == "attention_bias"

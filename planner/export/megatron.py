@@ -6,6 +6,7 @@ import shlex
 from typing import Any
 
 from ..errors import BadInput
+from ..model_families import features_beyond_gpt_flags
 from ..plan import Plan
 from .base import Warn, comment_line, route_comments, uniform_form
 
@@ -90,6 +91,14 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
               ("--num-attention-heads", c.num_heads)]
     if c.num_kv_heads != c.num_heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", c.num_kv_heads)]
+    if c.q_dim != c.hidden and c.mla is None:
+        flags.append(("--kv-channels", c.head_dim))  # head_dim x heads is not the hidden size
+    if c.qk_norm == "head":
+        flags.append(("--qk-layernorm", None))
+    not_carried = features_beyond_gpt_flags(c)
+    if not_carried:
+        warn(f"the {c.model_type} model's {', '.join(not_carried)} are not in these flags: "
+             "add them for your Megatron version")
     flags.append(("--ffn-hidden-size", c.ffn_hidden))
     if c.gated_mlp:
         flags.append(("--swiglu", None))
