@@ -299,7 +299,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     per_mb = btl.per_microbatch_s
     n_btl = busy[k_star] / per_mb if per_mb > 0 else 0.0
     pp_comm = sum(c.send_s for c in btl.chunks)
-    zero_comm_s = sum(c.zero.total_s for c in btl.chunks)
+    zero_comm_s = sum(c.zero_s for c in btl.chunks)
     breakdown = {"compute": n_btl * btl.span.compute_s, "tp_comm": n_btl * btl.span.tp_comm_s,
                  "pp_comm": n_btl * pp_comm, "dp_comm": tail.grad_reduce_s + n_btl * zero_comm_s,
                  "bubble": sum(latencies) - latencies[k_star], "optimizer": tail.optimizer_s}

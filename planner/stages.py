@@ -75,8 +75,11 @@ class Problem:
     def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
         ranges = [range(0, total - u + 1) for total, u in zip(self.bundle_nodes, used)]
         heads = self.model.config.num_heads if self.model.config else 1
+        # Megatron's selective recompute is identical to none under flash attention; a runtime
+        # whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice
+        per_op = self.options.params_for(self.groups[0].gpu.name).selective_recompute == "op"
         modes = [m for m in self.options.recompute_modes
-                 if not (m == "selective" and self.t.attention == "flash")]  # identical to none
+                 if not (m == "selective" and self.t.attention == "flash" and not per_op)]
         for nodes in product(*ranges):
             if not any(nodes):
                 continue
