@@ -27,8 +27,8 @@ MEASURED = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "
 ASSUMPTIONS = {
     "amp-t4": ("deepspeed", "AMP (Li et al. 2022) on 4 AWS g4dn.12xlarge: Megatron-LM v1.1.5 + DeepSpeed pipeline "
                "engine, fp16, standard (unfused) attention, no activation checkpointing and ZeRO-0 (the runtime's "
-               "defaults; the ds_config has no zero section), 4 T4 per node on the 50 Gb/s intra- and inter-node "
-               "links the source states, dropout 0.1 (Megatron default)."),
+               "defaults; the ds_config has no zero section), 4 T4 per node on the 50 Gb/s intra- (PCIe) and "
+               "inter-node (Ethernet) links the source states, dropout 0.1 (Megatron default)."),
     "sailor-mit": ("deepspeed", "Sailor (Strati et al. 2025), MIT Titan-RTX + RTX-2080 VMs of 4 GPUs: Megatron-DeepSpeed "
                    "fork, fp32 (precision not stated; Megatron's default, as in Sailor's Clariden scripts), selective "
                    "recompute (not stated; of none/selective/full the setting whose predicted peak memory is nearest "
@@ -47,7 +47,8 @@ ASSUMPTIONS = {
     "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 (ZeRO-3) over dp_shard, "
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
-                   "accumulation, the default); per-op selective checkpointing priced as 'selective'."),
+                   "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
+                   "train_configs default), as the torchtitan runtime prices it."),
     "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
               "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
               "100 Gb/s links per node, no dropout, ALiBi (a GPT with a 2048 position table)."),
