@@ -7,6 +7,7 @@ predicted too fast, and the leave-one-source-out error.
     python benchmarks/fidelity.py --json                # machine-readable rows and summary
     python benchmarks/fidelity.py --plot docs/fidelity.svg   # predicted vs measured, log-log
     python benchmarks/fidelity.py --loso                # refit without each source (minutes)
+    python benchmarks/fidelity.py --memory              # peak memory vs logged, per recompute setting
     python benchmarks/fidelity.py --write-expected      # pin: benchmarks/fidelity-expected.json
 
 Runs: profiles/reference/published-runs.yaml (sources A and B below) and
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dataclasses import replace  # noqa: E402
 
 from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
-from planner.architectures import ARCHITECTURES  # noqa: E402
+from planner.architectures import architecture_params  # noqa: E402
 from planner.cost import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
 from planner.dims import StageDims  # noqa: E402
 from planner.sharding import Sharding  # noqa: E402
@@ -67,9 +68,10 @@ def dgx_a100_cluster(gpus: int, gpu: str) -> dict:
         "inter_node": {"bandwidth_GBps": 200, "latency_us": 5}}]}
 
 
-def replay_source_a(ref: dict, params: CostParams) -> list[dict]:
+def replay_source_a(ref: dict, params: CostParams, chosen: dict | None = None) -> list[dict]:
     """`params`: the A100's under runtime megatron-2021 (Megatron-LM as of SC'21 reduced
-    gradients after the backward and ran TP all-reduces synchronously)."""
+    gradients after the backward and ran TP all-reduces synchronously). `chosen` (run ->
+    "b=B v=V", as recorded in the pin table) replays those settings instead of tuning them."""
     rows = []
     s, vocab = ref["seq_len"], ref["vocab"]
     for run in ref["runs"]:
@@ -79,26 +81,27 @@ def replay_source_a(ref: dict, params: CostParams) -> list[dict]:
         dp = run["gpus"] // (tp * pp)
         best = None
         per_replica = run["global_batch"] // dp
-        for b in (1, 2, 4, 8):
-            if per_replica % b:
-                continue
-            for v in range(1, 9):
-                if pp == 1 and v > 1 or run["layers"] % (pp * v):
-                    continue
-                training = Training(run["global_batch"], s, "fp16", b,
-                                    schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v,
-                                    attention="standard")
-                plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, recompute="full")
-                est = evaluate(plan, params)
-                if est.fits and (best is None or est.step_time_s < best[0].step_time_s):
-                    best = (est, b, v)
+        name = f"{run['params_B']}B tp{tp} pp{pp} dp{dp} ({run['gpus']} GPUs)"
+        settings = [(b, v) for b in (1, 2, 4, 8) if per_replica % b == 0
+                    for v in range(1, 9) if not (pp == 1 and v > 1 or run["layers"] % (pp * v))]
+        if chosen and name in chosen:
+            b_v = dict(part.split("=") for part in chosen[name].split())
+            settings = [(int(b_v["b"]), int(b_v["v"]))]
+        for b, v in settings:
+            training = Training(run["global_batch"], s, "fp16", b,
+                                schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v,
+                                attention="standard")
+            plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, recompute="full")
+            est = evaluate(plan, params)
+            if est.fits and (best is None or est.step_time_s < best[0].step_time_s):
+                best = (est, b, v)
         est, b, v = best
         # Narayanan et al.'s FLOP count (their eq. 3): hardware FLOPs with recomputation
         h, l, V, B = run["hidden"], run["layers"], vocab, run["global_batch"]
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
         predicted = flops / est.step_time_s / run["gpus"] / 1e12
         rows.append({"source": "megatron-sc21", "runtime": "megatron-2021", "metric_kind": "throughput",
-                     "fits": est.fits, "run": f"{run['params_B']}B tp{tp} pp{pp} dp{dp} ({run['gpus']} GPUs)",
+                     "fits": est.fits, "run": name,
                      "metric": "TFLOP/s/GPU", "published": run["tflops_per_gpu"], "predicted": predicted,
                      "chosen": f"b={b} v={v}"})
     return rows
@@ -137,14 +140,11 @@ EAGER_RUNTIMES = ("torchtitan", "fsdp1")
 
 def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
     """The parameters `gpu` runs at under `runtime`. `overrides` (the fitter's trial values)
-    are keyed "ARCH.field" (an architecture key of planner.architectures) or "RUNTIME.field"."""
+    are keyed "ARCH.field" (an architecture key of planner.architectures), "RUNTIME.field"
+    or "link.field" (a CostParams field of the links, every GPU alike)."""
     overrides = overrides or {}
-    arch = dict(ARCHITECTURES.get(gpu.architecture, {}))
-    arch.update(ARCHITECTURES.get(f"{gpu.architecture}-{gpu.segment}", {}))
-    for key, value in overrides.items():
-        owner, _, name = key.partition(".")
-        if owner in (gpu.architecture, f"{gpu.architecture}-{gpu.segment}"):
-            arch[name] = value
+    arch = architecture_params(gpu, overrides)
+    arch.update({k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] == "link"})
     rt = RUNTIMES[runtime]
     owners = (runtime, "eager") if runtime in EAGER_RUNTIMES else (runtime,)
     rt = replace(rt, **{k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] in owners})
@@ -169,8 +169,10 @@ def cases() -> list[Case]:
     return _CASES
 
 
-def replay(overrides: dict | None = None, sources: set[str] | None = None) -> tuple[list[dict], list[dict]]:
-    """(priced rows, skipped rows) of every public run, or of `sources` only."""
+def replay(overrides: dict | None = None, sources: set[str] | None = None,
+           chosen: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """(priced rows, skipped rows) of every public run, or of `sources` only; `chosen`: the
+    SC'21 runs' micro-batch and virtual stages as recorded (no tuning search)."""
     ref = yaml.safe_load(REFERENCE.read_text())
     gpu = cluster_from_spec(dgx_a100_cluster(8, "A100-SXM4-80GB"), "reference").groups[0].gpu
     sc21 = params_for(gpu, "megatron-2021", overrides)
@@ -178,7 +180,7 @@ def replay(overrides: dict | None = None, sources: set[str] | None = None) -> tu
     core = params_for(gpu, "megatron", overrides)
     rows = []
     if sources is None or "megatron-sc21" in sources:
-        rows += replay_source_a(ref["source_a_megatron_sc21_table1"], sc21)
+        rows += replay_source_a(ref["source_a_megatron_sc21_table1"], sc21, chosen)
     if sources is None or "korthikanti-22" in sources:
         rows += replay_source_b(ref["source_b_korthikanti_table4_one_layer_22b"], core)
     skipped = []
@@ -255,6 +257,38 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path)
 
 
+def memory_table(overrides: dict | None = None) -> list[dict]:
+    """Per source with logged peak memory (max_mem): the median |predicted / logged - 1| of the
+    peak memory of a replica's GPUs, under each recompute setting for every stage. How a
+    source's unstated recompute setting is chosen (fidelity_runs.SAILOR_MIT_RECOMPUTE)."""
+    from planner.model import RECOMPUTE_MODES
+
+    out = []
+    for source in sorted({c.source for c in cases() if c.max_mem_bytes and c.plan is not None}):
+        mine = [c for c in cases() if c.source == source and c.max_mem_bytes and c.plan is not None]
+        entry = {"source": source, "runs": len(mine)}
+        for mode in RECOMPUTE_MODES:
+            errors, unfit = [], 0
+            for c in mine:
+                plan = replace(c.plan, stages=tuple(replace(st, recompute=mode) for st in c.plan.stages))
+                est = evaluate(plan, {g.name: params_for(g, c.runtime, overrides) for g in plan.cluster.gpu_types})
+                peak = max(est.peak_memory_by_gpu().values())
+                errors.append(abs(peak / c.max_mem_bytes - 1))
+                unfit += not est.fits
+            entry[mode] = {"median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+                           "predicted_not_to_fit": unfit}
+        out.append(entry)
+    return out
+
+
+def print_memory_table(table: list[dict]) -> None:
+    print("peak memory vs the max_mem runs logged, per recompute setting (median / max |error|, runs not fitting):")
+    for e in table:
+        figures = "  ".join(f"{mode} {f['median_abs_error']:5.1%} / {f['max_abs_error']:5.1%} ({f['predicted_not_to_fit']})"
+                            for mode, f in e.items() if isinstance(f, dict))
+        print(f"  {e['source']:14} {e['runs']:3} runs  {figures}")
+
+
 EXPECTED = Path(__file__).resolve().parent / "fidelity-expected.json"
 
 
@@ -265,6 +299,8 @@ def main() -> None:
     parser.add_argument("--assumptions", action="store_true", help="print each source's stated assumptions")
     parser.add_argument("--plot", metavar="FILE", help="draw predicted vs measured (.svg or .png)")
     parser.add_argument("--loso", action="store_true", help="leave-one-source-out: refit without each source")
+    parser.add_argument("--memory", action="store_true",
+                        help="peak memory vs the runs' logged max_mem under each recompute setting")
     parser.add_argument("--write-expected", action="store_true", help=f"write {EXPECTED.name}")
     args = parser.parse_args()
     rows, skipped = replay()
@@ -273,12 +309,16 @@ def main() -> None:
     if args.loso:
         from fit_cost_params import leave_one_source_out
         loso = leave_one_source_out()
+    memory = memory_table() if args.memory else None
     if args.write_expected:
-        EXPECTED.write_text(json.dumps({r["run"]: r["predicted"] for r in rows}, indent=1, sort_keys=True) + "\n")
+        EXPECTED.write_text(json.dumps({"predicted": {r["run"]: r["predicted"] for r in rows},
+                                        "chosen": {r["run"]: r["chosen"] for r in rows if r["chosen"]}},
+                                       indent=1, sort_keys=True) + "\n")
     if args.plot:
         plot(rows, args.plot)
     if args.json:
-        print(json.dumps({"rows": rows, "skipped": skipped, "sources": table, "loso": loso}, indent=1))
+        print(json.dumps({"rows": rows, "skipped": skipped, "sources": table, "loso": loso, "memory": memory},
+                         indent=1))
         return
     if args.assumptions:
         for source, (runtime, text) in ASSUMPTIONS.items():
@@ -289,6 +329,9 @@ def main() -> None:
                   f"{r['error']:+7.1%} {'' if r['fits'] else 'NOFIT'} {r['chosen']}")
         print()
     print_table(table)
+    if memory:
+        print()
+        print_memory_table(memory)
     if loso:
         print("\nleave-one-source-out (fit without the source, predict it):")
         for name, e in loso["sources"].items():

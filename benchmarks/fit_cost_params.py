@@ -5,17 +5,19 @@
 
 Coordinate descent over a grid per parameter, minimising mean |log(predicted/published)|
 plus a quarter of the largest over every priced run (fidelity.replay). Each parameter
-belongs to a GPU architecture ("ARCH.field", planner.architectures) or a runtime
-("RUNTIME.field", planner.runtimes; "eager.field" is shared by torchtitan and fsdp1), and
-is fitted on runs of at least two sources, except where FREE says otherwise. The fitted
-values are copied into planner/architectures.py and planner/runtimes/*.py with this command.
+belongs to a GPU architecture ("ARCH.field", planner.architectures), a runtime
+("RUNTIME.field", planner.runtimes; "eager.field" is shared by torchtitan and fsdp1) or the
+links ("link.field", planner.cost.CostParams), and is fitted on runs of at least two sources
+(FREE). The fitted values are copied into planner/architectures.py, planner/runtimes/*.py and
+planner/cost.py by hand from this command's output.
 
-Last run (`python benchmarks/fit_cost_params.py --loso`): deepspeed.layer_overhead_s 0.002,
-hopper.gemm_efficiency 0.55, eager.elementwise_traffic_factor 1.5, eager.layer_overhead_s 0,
-turing-datacenter.gemm_efficiency 0.16, turing-consumer.gemm_efficiency 0.9; leave-one-source-out
-median 22.5 %, max 102.7 % (without amp-t4 28.7 %, bloom 9.1 %, llm-foundry 22.3 %,
-sailor-gh200 10.1 %, sailor-mit 63.8 %, torchtitan 9.6 %). A parameter no remaining source
-prices keeps its grid's first value in that fold (the Turing ones: hence AMP's and MIT's figures).
+Last fit (`python benchmarks/fit_cost_params.py`): deepspeed.layer_overhead_s 0.0015,
+hopper.gemm_efficiency 0.55, eager.elementwise_traffic_factor 1.5, eager.layer_overhead_s 0.0005,
+eager.overlap_zero_comm 0.5, turing.gemm_efficiency 0.7, link.pcie_link_efficiency 0.5,
+link.ethernet_link_efficiency 0.3. Leave-one-source-out (`python benchmarks/fidelity.py --loso`):
+median 14.9 %, max 51.7 % (without amp-t4 27.2 %, bloom 7.8 %, llm-foundry 12.8 %,
+sailor-gh200 13.3 %, sailor-mit 30.5 %, torchtitan 6.3 %). Every parameter is priced by at least
+two sources, so each fold fits it on the rest.
 """
 
 from __future__ import annotations
@@ -37,9 +39,13 @@ FREE = {
     "hopper.gemm_efficiency": ((0.45, 0.5, 0.55, 0.6, 0.65, 0.72), {"sailor-gh200", "torchtitan"}),
     "eager.elementwise_traffic_factor": ((1.0, 1.5, 2.0, 3.0, 4.0), {"torchtitan", "llm-foundry"}),
     "eager.layer_overhead_s": ((0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3), {"torchtitan", "llm-foundry"}),
-    # one source each (AMP's T4s, Sailor's TITAN-RTX/RTX-2080): no second source prices these parts
-    "turing-datacenter.gemm_efficiency": ((0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4), {"amp-t4"}),
-    "turing-consumer.gemm_efficiency": ((0.5, 0.6, 0.72, 0.8, 0.9), {"sailor-mit"}),
+    # FSDP2 (torchtitan) and FSDP1 (llm-foundry) alike prefetch their all-gathers
+    "eager.overlap_zero_comm": ((0.0, 0.25, 0.5, 0.75, 1.0), {"torchtitan", "llm-foundry"}),
+    # Turing (T4 at its sustained clock, TITAN-RTX, RTX-2080) and the PCIe path inside their
+    # nodes: both priced by AMP's and Sailor's MIT runs
+    "turing.gemm_efficiency": ((0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9), {"amp-t4", "sailor-mit"}),
+    "link.pcie_link_efficiency": ((0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.65, 0.8), {"amp-t4", "sailor-mit"}),
+    "link.ethernet_link_efficiency": ((0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.65, 0.8), {"amp-t4", "sailor-mit"}),
 }
 SOURCES = {s for _, sources in FREE.values() for s in sources}
 

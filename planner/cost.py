@@ -41,15 +41,27 @@ class CostParams:
     hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
     intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
     inter_link_efficiency: float = 0.80  # NCCL bus bandwidth / NIC figure
+    # NCCL bus bandwidth / the figure of an intra-node PCIe path (GPUs without NVLink):
+    # fitted across AMP's T4 nodes and Sailor's TITAN-RTX/RTX-2080 VMs (link_efficiency)
+    # (benchmarks/fit_cost_params.py, "link.pcie_link_efficiency")
+    pcie_link_efficiency: float = 0.5
+    # NCCL bus bandwidth / an Ethernet NIC's figure (socket transport, no RDMA): fitted across
+    # the same two sources ("link.ethernet_link_efficiency")
+    ethernet_link_efficiency: float = 0.3
     reserved_memory_bytes: float = 2.0 * GIB  # CUDA context, NCCL buffers, allocator slack
     overlap_grad_reduce: bool = True  # DP reduction overlaps the last backward (Megatron, DDP)
     overlap_tp_comm: bool = True  # backward TP all-reduce overlaps the weight-gradient GEMMs
+    overlap_zero_comm: float = 0.0  # share of the ZeRO-3/FSDP collectives prefetching hides behind compute
     # the software stack's (planner.runtimes): fp32 GEMMs on TF32 tensor cores where the GPU has
     # them, HBM traffic of its elementwise kernels relative to fully fused ones, and a fixed
     # host-side time per layer per micro-batch (kernel launches, Python), forward plus backward
     tf32_matmul: bool = False
     elementwise_traffic_factor: float = 1.0
     layer_overhead_s: float = 0.0
+    bf16_fp32_grad_allreduce: bool = False  # under bf16 the DP reduction moves fp32 gradients
+    # what "selective" recomputation recomputes under the software: "attention" (Megatron,
+    # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
+    selective_recompute: str = "attention"
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -128,6 +140,19 @@ def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     return dims.activation_share(replicated, sharded), scores
 
 
+def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float:
+    """The fraction of a link's figure NCCL reaches on it. A PCIe path inside a node (no NVLink:
+    peer-to-peer through PCIe switches and the host bridge, or staged through host memory where
+    peer access is off, as in VMs) and Ethernet between nodes (NCCL's socket transport, no
+    RDMA) have their own figures; NVLink/NVSwitch and RDMA NICs the defaults."""
+    kind = link.kind.lower()
+    if kind.startswith("pcie"):
+        return params.pcie_link_efficiency
+    if "ethernet" in kind:
+        return params.ethernet_link_efficiency
+    return params.intra_link_efficiency if intra else params.inter_link_efficiency
+
+
 def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
     """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
     (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model). A measured link prices it by its
@@ -181,10 +206,11 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
 
     # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
     # (Narayanan et al. 2021, sec 5.1).
-    gemm_fwd = 0.0
+    gemm_times = []
     for g in layer.gemms(seq_len, tp):
         rows = b * g.rows
-        gemm_fwd += g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params))
+        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params)))
+    gemm_fwd = sum(gemm_times)
 
     # Attention scores: FlashAttention-2 runs QK^T and PV in one kernel and skips the causal
     # upper triangle; its backward does 2.5x the forward matmuls (Dao 2023, sec 3).
@@ -212,9 +238,14 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + 2 * params.layer_overhead_s / 3
 
     # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
-    # repeats only the attention-score part (softmax, dropout, QK^T, PV).
+    # repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
+    # whose selective checkpointing is per-op (torchtitan) every second matmul and the
+    # elementwise kernels (op_sac_recomputed_gemm_s).
     if recompute == "full":
         recompute_s = fwd
+    elif recompute == "selective" and params.selective_recompute == "op":
+        recompute_s = (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + params.layer_overhead_s / 3
+                       if layer.kind == "decoder" else 0.0)
     elif recompute == "selective" and attention == "standard":
         recompute_s = attn_fwd + score_fwd
     else:
@@ -222,6 +253,20 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
 
     return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
                          tp_link, nb, params)
+
+
+def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
+    """The matmuls torchtitan's per-op selective checkpointing recomputes in a block's backward:
+    it saves the output of every compute op except every second matmul (torchtitan's op-level
+    SAC policy: "Saves output of all compute ops, except every second mm"); in call order q, k, v, o, then w1, w3, w2 (gated MLP) or w1, w2, it recomputes k, o
+    and w3 (or w2). `gemm_times` are the block's forward GEMM times in Layer.gemms' order."""
+    c = layer.config
+    qkv, out, mlp_in, mlp_down = gemm_times[:4]
+    per_kv = c.kv_dim / (c.hidden + 2 * c.kv_dim)
+    calls = [qkv * (1 - 2 * per_kv), qkv * per_kv, qkv * per_kv, out]
+    calls += [mlp_in / 2, mlp_in / 2] if c.gated_mlp else [mlp_in]
+    calls.append(mlp_down)
+    return sum(calls[1::2])
 
 
 def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm_fwd: float, b: int,
@@ -237,9 +282,9 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
     tp_fwd = tp_bwd = 0.0
     if tp > 1 and layer.config is not None:
         activation = nb * b * seq_len * layer.config.hidden
-        one = (2 * ring_allgather_s(activation, tp, tp_link, params.intra_link_efficiency)
+        one = (2 * ring_allgather_s(activation, tp, tp_link, link_efficiency(tp_link, params))
                if sequence_parallel else
-               ring_allreduce_s(activation, tp, tp_link, params.intra_link_efficiency))
+               ring_allreduce_s(activation, tp, tp_link, link_efficiency(tp_link, params)))
         if layer.kind == "decoder":
             tp_fwd, tp_bwd = 2 * one, 2 * one
             if params.overlap_tp_comm:
@@ -306,8 +351,8 @@ def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, int
     all-reduce of the 1/k shard across nodes, all-gather inside each node (NCCL's
     hierarchical algorithm; Jia et al. 2018). `inter` is one GPU's share of its NIC."""
     if nodes <= 1:
-        return ring_allreduce_s(nbytes, ranks_per_node, intra, params.intra_link_efficiency)
+        return ring_allreduce_s(nbytes, ranks_per_node, intra, link_efficiency(intra, params))
     k = ranks_per_node
-    return (ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency, "reduce_scatter")
-            + ring_allreduce_s(nbytes / k, nodes, inter, params.inter_link_efficiency)
-            + ring_allgather_s(nbytes, k, intra, params.intra_link_efficiency))
+    return (ring_allgather_s(nbytes, k, intra, link_efficiency(intra, params), "reduce_scatter")
+            + ring_allreduce_s(nbytes / k, nodes, inter, link_efficiency(inter, params, intra=False))
+            + ring_allgather_s(nbytes, k, intra, link_efficiency(intra, params)))

@@ -61,7 +61,7 @@ class Parts:
 
 def chunk_parts(chunk: ChunkTime) -> Parts:
     """One micro-batch through one chunk: ChunkTime.time_s split (they sum to it)."""
-    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero.total_s)
+    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s)
 
 
 def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Parts]:

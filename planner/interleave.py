@@ -13,7 +13,7 @@ import numpy as np
 from .hardware import Link
 from .model import Layer
 from .dims import StageDims
-from .pricing import DpLayout, layer_price, p2p_s, span_price, zero_comm
+from .pricing import DpLayout, ZeroComm, layer_price, p2p_s, span_price, zero_comm
 from .sharding import Sharding
 from .stage_types import INF, TypeArrays
 
@@ -29,15 +29,19 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
         dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in layers)
         # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
-        # fixed + per_weight * w: each chunk pays its own, so V chunks pay V - 1 more fixed
-        # parts than the rank's span as one (ta.time)
-        one, two = (zero_comm(w, dims, sh.dtype, layout, p).total_s for w in (1.0, 2.0))
-        per_weight = two - one
-        fixed = one - per_weight
+        # fixed + per_weight * w: each chunk pays its own (what its compute does not hide, where
+        # the runtime prefetches), so V chunks pay V - 1 more fixed parts than the rank's span
+        # as one (ta.time)
+        one, two = (zero_comm(w, dims, sh.dtype, layout, p) for w in (1.0, 2.0))
+        per_weight = two.total_s - one.total_s
+        fixed = one.total_s - per_weight
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
             span = span_price(((n, dec), (has_head, head), (has_emb, emb)), sh.dims)
-            chunk_times[kind] = span.time_s + fixed + per_weight * span.weight_params
+            w = span.weight_params
+            zero = ZeroComm(*(2 * x - y + (y - x) * w for x, y in ((one.reduce_scatter_s, two.reduce_scatter_s),
+                                                                   (one.gather_s, two.gather_s))), one.overlap)
+            chunk_times[kind] = span.time_s + zero.exposed_s(span)
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
                               chunk_times))

@@ -271,6 +271,27 @@ class Layer:
             raise BadInput(f"unknown attention kind {attention!r}", field="attention")
         return dims.activation_share(replicated, sharded)
 
+    def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+                                    dtype_bytes: int = 2) -> float:
+        """Activation bytes a decoder block saves per sample on one TP rank under torchtitan's
+        per-op selective checkpointing (cost.op_sac_recomputed_gemm_s): the block input, the
+        outputs of the matmuls it keeps (every odd one in call order: q, v, w1, w2 with a gated
+        MLP) and of flash attention (output and fp32 log-sum-exp). Other layers save what they
+        save without recomputation."""
+        if self.blend:
+            return max(part.op_sac_act_bytes_per_sample(seq_len, tp, sequence_parallel, dtype_bytes)
+                       for part, _ in self.blend)
+        if self.kind != "decoder" or self.config is None:
+            return self.act_bytes_per_sample(seq_len, "none", tp, sequence_parallel, "flash", dtype_bytes)
+        c = self.config
+        s, h, nb = seq_len, c.hidden, dtype_bytes
+        kept_mlp = c.ffn_hidden if c.gated_mlp else 0  # gated: w1 kept, w3 recomputed; else w1 recomputed
+        # block input and the row-parallel w2 output (a full s x h partial sum per rank)
+        replicated = 2 * nb * s * h
+        # q, v, the attention output and its log-sum-exp, and w1 where kept
+        sharded = nb * s * (c.q_dim + c.v_dim + c.o_dim + kept_mlp) + 4 * c.num_heads * s
+        return StageDims(tp, sequence_parallel).activation_share(replicated, sharded)
+
 
 def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:
     """Count-weighted mean of `figure(layer)` over a blend's parts."""

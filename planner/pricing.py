@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time,
+from .cost import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
                    model_state_bytes, optimizer_step_s)
 from .dims import StageDims
 from .hardware import GpuSpec, Link
@@ -41,6 +41,13 @@ def _where(cond, a, b):
     return np.where(cond, a, b)
 
 
+def _minimum(a, b):
+    """np.minimum that keeps scalars scalar."""
+    if np.ndim(a) == 0 and np.ndim(b) == 0:
+        return min(a, b)
+    return np.minimum(a, b)
+
+
 def _maximum(a, b):
     """np.maximum that keeps scalars scalar."""
     if np.ndim(a) == 0 and np.ndim(b) == 0:
@@ -51,9 +58,13 @@ def _maximum(a, b):
 # --- one layer ------------------------------------------------------------------------------
 
 
-def saved_activation_bytes(layer: Layer, sh: Sharding) -> float:
+def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention") -> float:
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
-    2022, Table 2; model.Layer.act_bytes_per_sample)."""
+    2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
+    selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample."""
+    if sh.recompute == "selective" and selective == "op":
+        return layer.op_sac_act_bytes_per_sample(sh.seq_len, sh.tp, sh.sequence_parallel,
+                                                 sh.dtype_bytes) * sh.micro_batch
     return layer.act_bytes_per_sample(sh.seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
                                       sh.dtype_bytes) * sh.micro_batch
 
@@ -92,7 +103,7 @@ class LayerPrice:
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
     t = layer_time(layer, gpu, sh, tp_link, p)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh),
+                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
                       transient_activation_bytes(layer, sh), layer.weight_params)
 
 
@@ -184,10 +195,32 @@ class DpLayout:
 class ZeroComm:
     reduce_scatter_s: float = 0.0  # the gradients, after every micro-batch's backward
     gather_s: float = 0.0  # ZeRO-3: one all-gather of the weights (before forward, again before backward)
+    overlap: float = 0.0  # the share of them the runtime's prefetching hides behind the compute
 
     @property
     def total_s(self):
         return self.reduce_scatter_s + 2 * self.gather_s
+
+    def forward_exposed_s(self, fwd_s):
+        """The forward's gather not hidden behind the span's forward compute `fwd_s`."""
+        return zero_exposed_s(self.gather_s, fwd_s, self.overlap)
+
+    def backward_exposed_s(self, bwd_s):
+        """The backward's gather and reduce-scatter not hidden behind its compute `bwd_s`."""
+        return zero_exposed_s(self.gather_s + self.reduce_scatter_s, bwd_s, self.overlap)
+
+    def exposed_s(self, span: "SpanPrice"):
+        return self.forward_exposed_s(span.fwd_s) + self.backward_exposed_s(span.bwd_s)
+
+
+def zero_exposed_s(comm_s, compute_s, overlap: float):
+    """ZeRO-3/FSDP collectives of a pass over a span, less the share `overlap` of them (at most
+    the pass's compute) that the runtime's prefetching hides: FSDP issues the next layer's
+    all-gather and the previous layer's reduce-scatter while a layer computes (Zhao et al.
+    2023, PyTorch FSDP, sec 3.3), but the collectives' kernels share the GPU with it."""
+    if not overlap:
+        return comm_s
+    return comm_s - overlap * _minimum(comm_s, compute_s)
 
 
 NO_ZERO_COMM = ZeroComm()
@@ -202,7 +235,7 @@ def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | Non
         return NO_ZERO_COMM
     reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2
     gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if dims.zero >= 3 else 0.0
-    return ZeroComm(reduce_scatter, gather)
+    return ZeroComm(reduce_scatter, gather, p.overlap_zero_comm)
 
 
 def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
@@ -211,7 +244,7 @@ def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
     sending-forward stage. A measured link prices each by its send/recv curve."""
     if link.curves:
         return 2 * collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-    eff = params.intra_link_efficiency if intra else params.inter_link_efficiency
+    eff = link_efficiency(link, params, intra)
     return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
 
 
@@ -224,20 +257,28 @@ class ChunkTime:
     send_s: float = 0.0  # to the next stage (none after the last)
 
     @property
+    def zero_s(self):
+        """The ZeRO-2/3 collectives it exposes (ZeroComm.exposed_s)."""
+        if self.zero is NO_ZERO_COMM:
+            return 0.0
+        return self.zero.exposed_s(self.span)
+
+    @property
     def time_s(self):
-        time = self.span.time_s + self.zero.total_s
+        time = self.span.time_s + self.zero_s
         return time + self.send_s if self.send_s else time  # (the search adds its sends later)
 
     @property
     def forward_s(self):
-        """The forward's part (planner.show): its TP collectives, half the send, one ZeRO-3 gather."""
-        return self.span.fwd_s + self.span.tp_comm_fwd_s + self.send_s / 2 + self.zero.gather_s
+        """The forward's part (planner.show): its TP collectives, half the send, the exposed ZeRO-3 gather."""
+        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.send_s / 2
+                + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
-        """The rest: backward, recomputation, its TP collectives, half the send, the reduce-scatter, a gather."""
-        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.send_s / 2 + self.zero.reduce_scatter_s
-                + self.zero.gather_s)
+        """The rest: backward, recomputation, its TP collectives, half the send, the exposed reduce-scatter and gather."""
+        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.send_s / 2
+                + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -279,7 +320,15 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
     With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP)."""
     if layout.replicas <= 1 or dims.zero >= 3:
         return 0.0
-    seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
+    if dtype == "bf16" and p.bf16_fp32_grad_allreduce and dims.zero <= 1:
+        # DeepSpeed's pipeline engine under bf16 all-reduces its BF16 optimizer's fp32 gradients
+        # (PipelineEngine._bf16_reduce_grads); with ZeRO-1 the optimizer then all-gathers the
+        # updated 16-bit weights of its shards (half an all-reduce)
+        seconds = layout.allreduce_s(weight_params * 4, p)
+        if dims.zero == 1:
+            seconds = seconds + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2
+    else:
+        seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
     if dims.zero == 2:
         seconds = seconds / 2
     if p.overlap_grad_reduce:

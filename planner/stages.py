@@ -70,8 +70,11 @@ class Problem:
         inputs = self.inputs
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
+        # Megatron's selective recompute is identical to none under flash attention; a runtime
+        # whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice
+        per_op = inputs.options.params_for(inputs.groups[0].gpu.name).selective_recompute == "op"
         modes = [m for m in inputs.options.recompute_modes
-                 if not (m == "selective" and inputs.t.attention == "flash")]  # identical to none
+                 if not (m == "selective" and inputs.t.attention == "flash" and not per_op)]
         for take in product(*ranges):
             if not any(take):
                 continue

@@ -27,6 +27,9 @@ class Runtime:
     layer_overhead_s: float  # host time per layer per micro-batch, forward + backward
     source: str = ""
     attention_efficiency: float | None = None  # its attention kernel's fraction of peak; None: the architecture's
+    bf16_fp32_grad_allreduce: bool = False  # under bf16 its DP reduction all-reduces fp32 gradients
+    selective_recompute: str = "attention"  # what its selective checkpointing recomputes (CostParams)
+    overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
 
     def params(self, base: CostParams) -> CostParams:
         """`base` (already carrying the GPU architecture's figures) under this software."""
@@ -35,4 +38,7 @@ class Runtime:
         return base.with_updates(overlap_grad_reduce=self.overlap_grad_reduce, overlap_tp_comm=self.overlap_tp_comm,
                                  tf32_matmul=self.tf32_matmul,
                                  elementwise_traffic_factor=self.elementwise_traffic_factor,
-                                 layer_overhead_s=self.layer_overhead_s)
+                                 layer_overhead_s=self.layer_overhead_s,
+                                 bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
+                                 selective_recompute=self.selective_recompute,
+                                 overlap_zero_comm=self.overlap_zero_comm)

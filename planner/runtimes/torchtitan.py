@@ -1,8 +1,9 @@
 """torchtitan (Liang et al. 2024, arXiv 2410.06511): FSDP2 + TP + PP in eager PyTorch.
 
-FSDP2 prefetches the next layer's all-gather and reduce-scatters per layer (the cost model
-prices ZeRO-3's collectives as exposed); TP without async-TP is synchronous; SDPA flash
-attention; eager elementwise kernels (RMSNorm, SwiGLU, RoPE unfused) without torch.compile.
+FSDP2 prefetches the next layer's all-gather and reduce-scatters per layer behind the
+compute (only what exceeds it is exposed); TP without async-TP is synchronous; SDPA flash
+attention; eager elementwise kernels (RMSNorm, SwiGLU, RoPE unfused) without torch.compile;
+"selective" recomputation is its per-op policy (every second matmul and the elementwise ops).
 """
 
 from .base import Runtime
@@ -10,6 +11,11 @@ from .base import Runtime
 RUNTIME = Runtime(
     name="torchtitan", title="torchtitan (FSDP2)",
     overlap_grad_reduce=True, overlap_tp_comm=False, attention="flash", tf32_matmul=False,
+    # FSDP2 prefetches the next layer's all-gather and reduce-scatters behind the compute
+    overlap_zero_comm=0.5,
     # eager kernels: 1.5x the fused traffic, fitted jointly on torchtitan's and llm-foundry's runs
-    elementwise_traffic_factor=1.5, layer_overhead_s=0.0,
+    elementwise_traffic_factor=1.5, layer_overhead_s=0.5e-3,
+    # its selective activation checkpointing is per-op (selective_ac_option = 'op', the
+    # train_configs default; the planner's torchtitan export writes it)
+    selective_recompute="op",
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")

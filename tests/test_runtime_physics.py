@@ -1,0 +1,80 @@
+"""The physics the fidelity fit rests on (issue 11): per-link NCCL efficiencies, a power-capped
+GPU's sustained clock, torchtitan's per-op selective checkpointing, FSDP's prefetch overlap and
+DeepSpeed's fp32 gradient all-reduce under bf16."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.architectures import SUSTAINED_CLOCK, architecture_params
+from planner.cost import DEFAULT_PARAMS, layer_time, link_efficiency
+from planner.devices import Link
+from planner.hardware import load_catalog
+from planner.model import load_model
+from planner.dims import StageDims
+from planner.pricing import DpLayout, grad_reduce_s, saved_activation_bytes, zero_comm, zero_exposed_s
+from planner.runtimes import stack_params
+from planner.sharding import Sharding
+
+CATALOG = load_catalog()
+NVLINK = Link(300e9, 3e-6, "NVLink3 (NVSwitch)")
+
+
+def test_pcie_and_ethernet_links_take_their_own_nccl_efficiency():
+    p = DEFAULT_PARAMS.with_updates(pcie_link_efficiency=0.3, ethernet_link_efficiency=0.2)
+    assert link_efficiency(Link(16e9, 5e-6, "PCIe 3.0 x16"), p) == 0.3
+    assert link_efficiency(Link(6e9, 1e-5, "25 Gb/s Ethernet (typical assumption)"), p, intra=False) == 0.2
+    assert link_efficiency(NVLINK, p) == p.intra_link_efficiency
+    assert link_efficiency(Link(25e9, 5e-6, "8x HDR InfiniBand"), p, intra=False) == p.inter_link_efficiency
+
+
+def test_t4_prices_its_compute_at_its_power_capped_sustained_clock():
+    t4, titan = architecture_params(CATALOG["T4"]), architecture_params(CATALOG["TITAN-RTX"])
+    clock = SUSTAINED_CLOCK["T4"][0]
+    assert clock == pytest.approx(585 / 1590)
+    assert t4["gemm_efficiency"] == pytest.approx(titan["gemm_efficiency"] * clock)
+    assert t4["attention_efficiency"] == pytest.approx(DEFAULT_PARAMS.attention_efficiency * clock)
+    assert "attention_efficiency" not in titan  # an uncapped Turing part keeps the default
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_model("llama-3-8b")
+
+
+def test_torchtitan_selective_is_per_op_checkpointing(llama):
+    """Under flash attention Megatron's selective recompute saves what no recompute saves;
+    torchtitan's per-op policy saves less than that (more than full) and recomputes every second
+    matmul and the elementwise ops."""
+    block, gpu = llama.layers[1], CATALOG["A100-SXM4-80GB"]
+    sh = Sharding("bf16", 1, 4096, "flash", StageDims(), "selective")
+    none = saved_activation_bytes(block, Sharding("bf16", 1, 4096, "flash", StageDims(), "none"))
+    full = saved_activation_bytes(block, Sharding("bf16", 1, 4096, "flash", StageDims(), "full"))
+    assert saved_activation_bytes(block, sh) == none
+    assert full < saved_activation_bytes(block, sh, "op") < 0.6 * none
+    megatron, titan = stack_params(gpu, "megatron"), stack_params(gpu, "torchtitan")
+    args = (block, gpu, Sharding("bf16", 1, 4096, "flash", StageDims(), "selective"), NVLINK)
+    assert layer_time(*args, megatron).recompute_s == 0.0
+    op = layer_time(*args, titan)
+    assert 0.25 * op.fwd_s < op.recompute_s < 0.6 * op.fwd_s
+
+
+def test_fsdp_prefetch_hides_a_share_of_zero3_collectives_up_to_the_compute():
+    assert zero_exposed_s(2.0, 5.0, 0.0) == 2.0
+    assert zero_exposed_s(2.0, 5.0, 0.5) == 1.0
+    assert zero_exposed_s(2.0, 1.0, 1.0) == 1.0  # only the compute's length hides
+    layout = DpLayout(8, 8, 1, NVLINK, NVLINK)
+    titan = stack_params(CATALOG["A100-SXM4-80GB"], "torchtitan")
+    assert zero_comm(1e9, StageDims(dp=8, zero=3), "bf16", layout, titan).overlap == titan.overlap_zero_comm > 0
+    assert zero_comm(1e9, StageDims(dp=8, zero=3), "bf16", layout, DEFAULT_PARAMS).overlap == 0
+
+
+def test_deepspeed_all_reduces_fp32_gradients_under_bf16():
+    layout = DpLayout(8, 2, 4, NVLINK, Link(6.25e9, 5e-6, "4x Omni-Path"))
+    gpu = CATALOG["A100-SXM4-80GB"]
+    ds, megatron = stack_params(gpu, "deepspeed"), stack_params(gpu, "megatron-2021")
+    fp32_reduce = grad_reduce_s(1e9, StageDims(dp=8, zero=0), "bf16", layout, ds, 0.0)
+    assert fp32_reduce == pytest.approx(2 * grad_reduce_s(1e9, StageDims(dp=8, zero=0), "bf16", layout, megatron, 0.0), rel=1e-3)
+    # ZeRO-1: and the 16-bit weights gathered after the sharded step (half a 16-bit all-reduce)
+    assert grad_reduce_s(1e9, StageDims(dp=8, zero=1), "bf16", layout, ds, 0.0) == pytest.approx(1.25 * fp32_reduce, rel=1e-3)
+    assert grad_reduce_s(1e9, StageDims(dp=8, zero=0), "fp16", layout, ds, 0.0) == pytest.approx(fp32_reduce / 2, rel=1e-3)
