@@ -32,7 +32,7 @@ def big_mix_spec(a100_nodes: int = 25, v100_nodes: int = 50) -> dict:
 def result_of(plan: Plan) -> SimpleNamespace:
     """What print_plan reads from a search result, for a plan not found by the search."""
     return SimpleNamespace(plan=plan, estimate=evaluate(plan), optimal=True, gap=0.0, candidates=1,
-                           seconds=0.0, bundles=1)
+                           seconds=0.0, decomposition="exact")
 
 
 def interleave_nodes(plan: Plan, ways: int) -> Plan:
