@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .cost import layer_time, optimizer_step_s
-from .pricing import layer_price
 from .dims import StageDims
 from .hardware import Cluster
 from .model import Model
@@ -76,25 +75,3 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
         return 0.0
     return float(step.value())
 
-
-def block_latency_floor_s(model: Model, cluster: Cluster, base: Training, b: int, options: SolverOptions) -> float:
-    """A floor on one decoder block's share of a pipeline rank's latency tau at micro-batch b:
-    the least time of one block (compute and TP communication, pricing.layer_price.time_s)
-    over the cluster's GPU types and every tp degree and recompute mode of the options.
-
-    Why it is a floor (planner.stages prices tau): 1F1B, tau of a rank with n blocks is its
-    slowest replica type's per-micro-batch time, a span of n blocks (plus the embedding or
-    head, ZeRO collectives and sends, all >= 0), so tau >= n x floor. Interleaved, tau is the
-    slowest chunk's latency; the V chunks hold the n blocks, so one holds >= n / V of them and
-    tau >= (n / V) x floor. Hence plans whose ranks hold r blocks in all have sum tau >= r x floor / V."""
-    block = next(layer for layer in model.layers if layer.kind == "decoder")
-    heads = model.config.num_heads if model.config else 1
-    best = float("inf")
-    for g in cluster.groups:
-        for tp in options.tp_degrees:
-            if g.gpus_per_node % tp or heads % tp:
-                continue
-            for mode in options.recompute_modes:
-                sh = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
-                best = min(best, layer_price(block, sh, g.gpu, g.intra_node, options.params_for(g.gpu.name)).time_s)
-    return 0.0 if best == float("inf") else best

@@ -39,7 +39,7 @@ class Move:
 
 
 def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF,
-           clock: SearchClock | None = None, block_floor_s: float = 0.0) -> tuple[dict[State, Cell], list[dict[State, Cell]], list[Move]]:
+           clock: SearchClock | None = None) -> tuple[dict[State, Cell], list[dict[State, Cell]], list[Move]]:
     """All states reachable with every stage's X <= bound; value = min sum tau.
 
     A State is (nodes used per group, stages placed, signature id of the last placed
@@ -51,10 +51,6 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
 
     `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
     newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
-    `block_floor_s` (bound.block_latency_floor_s) tightens that: the ranks still to be placed
-    in front hold the remaining r blocks, so their sum of tau is at least r x floor / V; a
-    partial plan is dropped when sum tau + its newest X + r x floor / V reaches the cutoff
-    (every completion has T >= that, so none beats the best known plan).
     `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
     items = problem.num_blocks + 2
@@ -72,8 +68,6 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         layers[0][State(zeros, 0, first, first)] = start
     moves: list[Move] = []
     finals: dict[State, Cell] = {}
-    # the floor on the sum of tau of the ranks still to come, by items placed (all but the embedding are blocks)
-    rest_floor = np.maximum(items - 1 - np.arange(items + 1), 0) * (block_floor_s / problem.v)
     recipes: dict[int, tuple] = {}  # id(variant) -> (variant, its recipe under `bound`)
     for placed in range(max_stages):
         nxt: dict[State, Cell] = {}
@@ -111,7 +105,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                         if cands is None:
                             continue
                         if cutoff < INF:
-                            cands[cands + (variant.x_min + rest_floor) >= cutoff] = INF
+                            cands[cands + variant.x_min >= cutoff] = INF
                         for row, (key, new_used, _) in enumerate(sources):
                             cand = cands[row]
                             if not np.isfinite(cand).any():

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .bound import block_latency_floor_s, compute_lower_bound_s
+from .bound import compute_lower_bound_s
 from .clock import Progress, SearchClock, SearchTimeout
 from .decompose import decompose
 from .dp import StageChoice, price, run_dp, trace
@@ -176,7 +176,6 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     shortfall = None
     problem = None
     plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
-    floors = {b: block_latency_floor_s(model, cluster, base, b, options) for b in {b for b, _, _ in subproblems}}
 
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
@@ -190,8 +189,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             def explore(bound: float) -> tuple[float, float] | None:
                 """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
                 nonlocal best
-                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock,
-                                               floors[b])
+                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock)
                 if not finals:
                     return None
                 found = None

@@ -1,18 +1,14 @@
-"""The lower bound on the step time (planner.bound) and the latency floor the DP prunes with."""
+"""The lower bound on the step time (planner.bound)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from planner.bound import block_latency_floor_s, compute_lower_bound_s
-from planner.decompose import decompose
-from planner.dp import run_dp
+from planner.bound import compute_lower_bound_s
 from planner.hardware import cluster_from_spec
 from planner.model import load_model
 from planner.plan import Training
 from planner.search import SolverOptions, solve
-from planner.stages import INF, Problem
 
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 from .test_time_limit import three_types
@@ -36,28 +32,3 @@ def test_lower_bound_counts_the_optimizer_step():
     # 70.6 G parameters at 28 bytes each over HBM: about 13 ms spread over the 64 GPUs
     assert with_steps > compute_only + 5e-3
 
-
-@pytest.mark.parametrize("make, seed", [(tiny_instance, 3), (tiny_instance, 11), (pipeline_instance, 2)])
-def test_block_latency_floor_is_below_every_priced_rank_latency(make, seed):
-    """sum tau of ranks holding r blocks >= r x floor / V, the premise of the DP's pruning."""
-    model, cluster, base = make(seed)
-    options = SolverOptions(**TINY_OPTIONS)
-    parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
-    checked = 0
-    for b in options.micro_batches:
-        if base.global_batch % b:
-            continue
-        floor = block_latency_floor_s(model, cluster, base, b, options)
-        assert floor > 0
-        plain = Problem(model, cluster, base, b, parts, options)
-        for v, ranks in ((1, None), (2, 2)):
-            problem = plain if v == 1 else Problem(model, cluster, base, b, parts, options, v, plain)
-            if problem.num_blocks < 2 * v:
-                continue
-            run_dp(problem, INF, ranks)
-            for cost in problem.tables.stage.values():
-                n = np.arange(len(cost.tau))
-                finite = np.isfinite(cost.x)
-                assert (cost.tau[finite] >= n[finite] * floor / v * (1 - 1e-12)).all()
-                checked += int(finite.sum())
-    assert checked > 0
