@@ -1,0 +1,34 @@
+"""The lower bound on the step time (planner.bound)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.bound import compute_lower_bound_s
+from planner.hardware import cluster_from_spec
+from planner.model import load_model
+from planner.plan import Training
+from planner.search import SolverOptions, solve
+
+from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+from .test_time_limit import three_types
+
+
+@pytest.mark.parametrize("make, seed", [(tiny_instance, s) for s in range(0, 50, 5)]
+                         + [(pipeline_instance, s) for s in range(0, 12, 3)])
+def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, seed):
+    """The solver's optimum equals the brute-force oracle's on these (tests/test_search.py)."""
+    model, cluster, base = make(seed)
+    result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    assert result.optimal
+    assert 0 < result.lower_bound_s <= result.estimate.step_time_s * (1 + 1e-9)
+
+
+def test_lower_bound_counts_the_optimizer_step():
+    cluster = cluster_from_spec(three_types(2, 2, 4))
+    model, base, options = load_model("llama-3-70b"), Training(64, 4096, "fp16", 1), SolverOptions()
+    compute_only = compute_lower_bound_s(model, cluster, base, options, with_optimizer=False)
+    with_steps = compute_lower_bound_s(model, cluster, base, options)
+    # 70.6 G parameters at 28 bytes each over HBM: about 13 ms spread over the 64 GPUs
+    assert with_steps > compute_only + 5e-3
+
