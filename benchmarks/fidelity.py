@@ -13,8 +13,8 @@ predicted too fast, and the leave-one-source-out error.
 Runs: profiles/reference/published-runs.yaml (sources A and B below) and
 profiles/reference/measured-runs.yaml (fidelity_runs.py maps them to plans; the assumptions
 made for each source's unstated facts are printed with --assumptions). Every run is priced
-with the cost parameters of its GPU's architecture (planner.architectures) under its
-runtime (planner.runtimes): no per-run or per-source factor. Errors are predicted /
+with the cost parameters of its GPU's architecture (planner.cost.architectures) under its
+runtime (planner.cost.runtimes): no per-run or per-source factor. Errors are predicted /
 published - 1 in the published metric; "too fast" means a shorter predicted time or a
 higher predicted throughput than measured.
 
@@ -40,15 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dataclasses import replace  # noqa: E402
 
 from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
-from planner.architectures import architecture_params  # noqa: E402
-from planner.cost import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
-from planner.dims import StageDims  # noqa: E402
-from planner.sharding import Sharding  # noqa: E402
-from planner.evaluate import evaluate  # noqa: E402
-from planner.hardware import cluster_from_spec  # noqa: E402
-from planner.model import Layer, build_layers, config_from_hf, Model  # noqa: E402
+from planner.cost.architectures import architecture_params  # noqa: E402
+from planner.cost.formulas import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
+from planner.core.dims import StageDims  # noqa: E402
+from planner.cost.sharding import Sharding  # noqa: E402
+from planner.cost.evaluate import evaluate  # noqa: E402
+from planner.inputs.hardware import cluster_from_spec  # noqa: E402
+from planner.inputs.model import Layer, build_layers, config_from_hf, Model  # noqa: E402
 from planner.plan import Training, uniform_plan  # noqa: E402
-from planner.runtimes import RUNTIMES  # noqa: E402
+from planner.cost.runtimes import RUNTIMES  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "published-runs.yaml"
 
@@ -140,7 +140,7 @@ EAGER_RUNTIMES = ("torchtitan", "fsdp1")
 
 def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
     """The parameters `gpu` runs at under `runtime`. `overrides` (the fitter's trial values)
-    are keyed "ARCH.field" (an architecture key of planner.architectures), "RUNTIME.field"
+    are keyed "ARCH.field" (an architecture key of planner.cost.architectures), "RUNTIME.field"
     or "link.field" (a CostParams field of the links, every GPU alike)."""
     overrides = overrides or {}
     arch = architecture_params(gpu, overrides)
@@ -261,7 +261,7 @@ def memory_table(overrides: dict | None = None) -> list[dict]:
     """Per source with logged peak memory (max_mem): the median |predicted / logged - 1| of the
     peak memory of a replica's GPUs, under each recompute setting for every stage. How a
     source's unstated recompute setting is chosen (fidelity_runs.SAILOR_MIT_RECOMPUTE)."""
-    from planner.model import RECOMPUTE_MODES
+    from planner.inputs.model import RECOMPUTE_MODES
 
     out = []
     for source in sorted({c.source for c in cases() if c.max_mem_bytes and c.plan is not None}):

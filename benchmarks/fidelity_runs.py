@@ -15,10 +15,10 @@ from typing import Callable
 
 import yaml
 
-from planner import hardware
-from planner.hardware import Cluster
-from planner.hardware import cluster_from_spec as _cluster_from_spec
-from planner.model import Model, build_layers, config_from_hf, load_model
+from planner.inputs import hardware
+from planner.inputs.hardware import Cluster
+from planner.inputs.hardware import cluster_from_spec as _cluster_from_spec
+from planner.inputs.model import Model, build_layers, config_from_hf, load_model
 from planner.plan import Plan, Replica, Stage, Training, uniform_plan
 
 MEASURED = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "measured-runs.yaml"
@@ -111,7 +111,7 @@ def _cached_cluster(spec_json: str, where: str) -> Cluster:
 
 
 def cluster_from_spec(spec: dict, where: str) -> Cluster:
-    """planner.hardware.cluster_from_spec, once per distinct spec (it reads the catalog each time)."""
+    """planner.inputs.hardware.cluster_from_spec, once per distinct spec (it reads the catalog each time)."""
     return _cached_cluster(json.dumps(spec, sort_keys=True), where)
 
 

@@ -5,11 +5,11 @@
 
 Coordinate descent over a grid per parameter, minimising mean |log(predicted/published)|
 plus a quarter of the largest over every priced run (fidelity.replay). Each parameter
-belongs to a GPU architecture ("ARCH.field", planner.architectures), a runtime
-("RUNTIME.field", planner.runtimes; "eager.field" is shared by torchtitan and fsdp1) or the
-links ("link.field", planner.cost.CostParams), and is fitted on runs of at least two sources
-(FREE). The fitted values are copied into planner/architectures.py, planner/runtimes/*.py and
-planner/cost.py by hand from this command's output.
+belongs to a GPU architecture ("ARCH.field", planner.cost.architectures), a runtime
+("RUNTIME.field", planner.cost.runtimes; "eager.field" is shared by torchtitan and fsdp1) or the
+links ("link.field", planner.cost.formulas.CostParams), and is fitted on runs of at least two sources
+(FREE). The fitted values are copied into planner/cost/architectures.py, planner/cost/runtimes/*.py and
+planner/cost/formulas.py by hand from this command's output.
 
 Last fit (`python benchmarks/fit_cost_params.py`): deepspeed.layer_overhead_s 0.0015,
 hopper.gemm_efficiency 0.55, eager.elementwise_traffic_factor 1.5, eager.layer_overhead_s 0.0005,
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import replay  # noqa: E402
-from planner.cost import layer_time  # noqa: E402
+from planner.cost.formulas import layer_time  # noqa: E402
 
 # parameter -> (grid, the sources whose runs it prices)
 FREE = {

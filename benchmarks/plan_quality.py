@@ -9,7 +9,7 @@
 (c) proportional: a Metis-style heuristic: one pipeline stage per node group (both
     orders: fastest first and slowest first), layers split in proportion to each group's
     peak FLOP/s, even batch inside a stage, every per-stage tp, micro-batch and recompute.
-Every candidate is priced by planner.evaluate and must fit in memory. Prints tokens/s and
+Every candidate is priced by planner.cost.evaluate and must fit in memory. Prints tokens/s and
 the solver's speed-up over each baseline; targets: >= 1.3x over (a) on the A100 + V100
 cluster and >= 1.0x over (b) and (c) everywhere.
 """
@@ -24,12 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import api  # noqa: E402
-from planner.errors import NoFeasiblePlan  # noqa: E402
-from planner.evaluate import evaluate  # noqa: E402
-from planner.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
-from planner.model import Model, load_model  # noqa: E402
+from planner.core.errors import NoFeasiblePlan  # noqa: E402
+from planner.cost.evaluate import evaluate  # noqa: E402
+from planner.inputs.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
+from planner.inputs.model import Model, load_model  # noqa: E402
 from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
-from planner.uniform import UniformSpace, best_uniform  # noqa: E402
+from planner.search.uniform import UniformSpace, best_uniform  # noqa: E402
 
 CASES = [  # cluster, model, global batch, sequence length
     ("a100-v100-mix", "llama-3-8b", 512, 4096),

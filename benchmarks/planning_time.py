@@ -12,8 +12,8 @@ Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global ba
 Each row runs in its own child process (`--row NAME`), which reports its wall and CPU
 seconds and its peak resident memory (resource.getrusage ru_maxrss). `plan` runs as the CLI
 does, with the time limit (default: the CLI's, 300 s). Columns: the decomposition the
-search used (planner.decompose), the predicted step time, pipeline ranks and virtual stages,
-whether the plan is proven optimal, its gap to the lower bound (planner.bound) and, with
+search used (planner.search.decompose), the predicted step time, pipeline ranks and virtual stages,
+whether the plan is proven optimal, its gap to the lower bound (planner.search.bound) and, with
 `--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
 whole cluster node by node given S seconds (a lower figure than the exact optimum's when
 that search is cut short: the true loss is then at least that, marked '>=').
@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.api import PlanRequest, plan  # noqa: E402
-from planner.clock import DEFAULT_TIME_LIMIT_S  # noqa: E402
-from planner.hardware import cluster_from_spec  # noqa: E402
-from planner.model import load_model  # noqa: E402
+from planner.core.clock import DEFAULT_TIME_LIMIT_S  # noqa: E402
+from planner.inputs.hardware import cluster_from_spec  # noqa: E402
+from planner.inputs.model import load_model  # noqa: E402
 
 GPUS = {"h100": ("H100-SXM5-80GB", 400), "a100": ("A100-SXM4-80GB", 200), "v100": ("V100-SXM2-32GB", 50)}
 

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from planner.api import evaluate_plan, predicted_json  # noqa: E402
-from planner.hardware import cluster_from_spec  # noqa: E402
-from planner.model import load_model  # noqa: E402
+from planner.inputs.hardware import cluster_from_spec  # noqa: E402
+from planner.inputs.model import load_model  # noqa: E402
 from planner.plan import Plan, Replica, Stage, Training, plan_to_json  # noqa: E402
 
 MODEL = {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,

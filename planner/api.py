@@ -1,7 +1,7 @@
 """The library API: what `planner plan`, `planner evaluate`, `planner sweep` and the benchmarks
 run, as functions of typed requests.
 
-    from planner.api import PlanRequest, plan, plan_json
+    from .api import PlanRequest, plan, plan_json
     result = plan(PlanRequest(model="llama-3-8b", cluster="a100-v100-mix", global_batch=512))
     print(plan_json(result)["predicted"]["step_time_s"])
 
@@ -15,19 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from .clock import DEFAULT_TIME_LIMIT_S, Progress
-from .errors import BadInput
-from .hardware import GIB, Cluster, load_cluster
-from .inputs import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
-                     load_profiles, per_gpu_params, require, resolve_dtype)
-from .model import Model, load_model
+from .core.clock import DEFAULT_TIME_LIMIT_S, Progress
+from .core.errors import BadInput
+from .inputs.hardware import GIB, Cluster, load_cluster
+from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
+                   load_profiles, per_gpu_params, require, resolve_dtype)
+from .inputs.model import Model, load_model
 from .plan import Plan, Training, structural_problems, uniform_plan
-from .plan_checks import load_plan_file
+from .verify.plan_checks import load_plan_file
 from .schedules import SCHEDULES, get_schedule, search_schedule
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
-    from .evaluate import Estimate
-    from .search import SearchResult
+    from .cost.evaluate import Estimate
+    from .search.driver import SearchResult
 
 # What `planner plan` plans without options.
 DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
@@ -67,15 +67,15 @@ class PlanRequest:
     solver: str = "highs"
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
-    runtime: str = "megatron"  # planner.runtimes
+    runtime: str = "megatron"  # planner.cost.runtimes
 
 
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
          warn: Warn | None = None) -> SearchResult:
-    """The fastest plan for `request` (planner.search.solve), its estimate and the solver's
+    """The fastest plan for `request` (planner.search.driver.solve), its estimate and the solver's
     account. `on_progress` is called about every quarter second while the search runs."""
-    from .search import SolverOptions, solve
-    from .shares import IlpOptions
+    from .search.driver import SolverOptions, solve
+    from .search.shares import IlpOptions
 
     model = _model(request.model)
     cluster = _cluster(request.cluster)
@@ -150,7 +150,7 @@ class EvaluateRequest:
     virtual_stages: int = 1
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
-    runtime: str = "megatron"  # planner.runtimes
+    runtime: str = "megatron"  # planner.cost.runtimes
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,8 @@ def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tupl
                   warn: Warn | None = None, runtime: str = "megatron") -> Evaluation:
     """Price `plan` with the cost model of `runtime` on each GPU architecture, measured
     profiles and calibrations over it."""
-    from .cost import DEFAULT_PARAMS
-    from .evaluate import evaluate as price
+    from .cost.formulas import DEFAULT_PARAMS
+    from .cost.evaluate import evaluate as price
 
     per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn, runtime)
     return Evaluation(plan, price(plan, {"*": DEFAULT_PARAMS, **per_gpu}))
@@ -248,7 +248,7 @@ def estimate_json(plan: Plan, estimate: Estimate) -> dict:
 
 def gpu_catalog() -> list[dict]:
     """`planner gpus --json`: the GPU catalog with data-sheet figures and sources."""
-    from .hardware import GB, TFLOPS, US, load_catalog
+    from .inputs.hardware import GB, TFLOPS, US, load_catalog
 
     return [{"name": name, "vendor": g.vendor, "memory_GiB": g.memory_bytes / GIB,
              "peak_tflops": {d: f / TFLOPS for d, f in g.peak_flops},
@@ -262,7 +262,7 @@ def gpu_catalog() -> list[dict]:
 
 def model_catalog() -> list[dict]:
     """`planner models --json`: the built-in models with parameter counts and shapes."""
-    from .model import catalog_names
+    from .inputs.model import catalog_names
 
     rows = []
     for name in catalog_names():

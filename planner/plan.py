@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .dims import StageDims
-from .errors import BadInput
-from .hardware import Cluster, cluster_from_spec
-from . import ranges, schedules
-from .io import MAX_NUMBER
-from .model import Model, model_from_dict
-from .names import check_name
+from .core.dims import StageDims
+from .core.errors import BadInput
+from .inputs.hardware import Cluster, cluster_from_spec
+from .core import ranges
+from . import schedules
+from .core.io import MAX_NUMBER
+from .inputs.model import Model, model_from_dict
+from .core.names import check_name
 
 PLAN_FORMAT = "planner.plan/v1"
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from planner.cli import main
-from planner.hardware import PROFILES_DIR, cluster_from_spec
-from planner.model import load_model
+from planner.inputs.hardware import PROFILES_DIR, cluster_from_spec
+from planner.inputs.model import load_model
 
 MODELS_DIR = PROFILES_DIR / "models"
 CLUSTERS_DIR = PROFILES_DIR / "clusters"

@@ -1,18 +1,18 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
-Independent of planner.search: it enumerates every plan (micro-batch, schedule (1F1B or
+Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
 and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
-planner.evaluate.evaluate.
+planner.cost.evaluate.evaluate.
 """
 
 from __future__ import annotations
 
 from itertools import combinations, product
 
-from planner.evaluate import evaluate
-from planner.hardware import Cluster
-from planner.model import Model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import Cluster
+from planner.inputs.model import Model
 from planner.plan import Plan, Replica, Stage, Training
 
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from planner import api
-from planner.errors import BadInput, NoFeasiblePlan
-from planner.hardware import load_cluster
+from planner.core.errors import BadInput, NoFeasiblePlan
+from planner.inputs.hardware import load_cluster
 
 from .conftest import SMALL_CLUSTER_YAML, evaluate_args, invoke
 from .test_measured import synthetic_profile

@@ -232,3 +232,53 @@ def test_checker_finds_click_and_exits_outside_the_cli():
     assert click_users(sources) == ["planner.a:1 imports click", "planner.b:1 imports click"]
     assert exits(sources) == ["planner.c:3 sys.exit", "planner.d:2 SystemExit", "planner.e:1 from sys import exit",
                               "planner.f:1 exit()"]
+
+
+# --- the subpackages follow the data flow ------------------------------------------------------
+
+# Bottom to top (README "Layout"): a subpackage (or top-level module) imports only from itself
+# and from the layers below it; the names on one layer import nothing from each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",), ("inputs",), ("schedules",), ("plan",), ("cost",),
+    ("search", "calibrate", "verify", "report"), ("export", "runner", "load"), ("api",), ("sweep",), ("cli",),
+)
+
+
+def part_of(module: str) -> str:
+    """The subpackage (or top-level module) of planner a module belongs to; '' for planner itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from a layer to the same or a higher one (another part of it), sorted."""
+    rank = {name: i for i, names in enumerate(LAYERS) for name in names}
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            a, b = part_of(module), part_of(target)
+            if not a or not b or a == b:
+                continue
+            if a not in rank or b not in rank or rank[b] >= rank[a]:
+                out.append(f"{module} imports {target}")
+    return out
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {part_of(name) for name in package_sources()} - {""}
+    placed = {name for names in LAYERS for name in names}
+    assert parts == placed
+
+
+def test_subpackages_import_only_the_layers_below_them():
+    assert layer_violations(import_graph(package_sources())) == []
+
+
+def test_checker_finds_an_import_against_the_data_flow():
+    graph = {"planner.cost.pricing": {"planner.search.stages", "planner.inputs.model"},
+             "planner.search.stages": {"planner.cost.pricing"},
+             "planner.report.show": {"planner.verify.checks"},
+             "planner.newthing": {"planner.core.errors"}}
+    assert layer_violations(graph) == ["planner.cost.pricing imports planner.search.stages",
+                                       "planner.newthing imports planner.core.errors",
+                                       "planner.report.show imports planner.verify.checks"]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import io
-from planner.errors import BadInput
-from planner.evaluate import evaluate
-from planner.hardware import cluster_from_spec
+from planner.core import io
+from planner.core.errors import BadInput
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 
 from .conftest import (SMALL_CLUSTER_YAML, assert_bad_input, evaluate_args, hf_config, invoke,

@@ -1,14 +1,14 @@
-"""The lower bound on the step time (planner.bound)."""
+"""The lower bound on the step time (planner.search.bound)."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.bound import compute_lower_bound_s
-from planner.hardware import cluster_from_spec
-from planner.model import load_model
+from planner.search.bound import compute_lower_bound_s
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import load_model
 from planner.plan import Training
-from planner.search import SolverOptions, solve
+from planner.search.driver import SolverOptions, solve
 
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 from .test_time_limit import three_types

@@ -7,11 +7,11 @@ import json
 import pytest
 import yaml
 
-from planner.cost import DEFAULT_PARAMS, layer_time
-from planner.dims import StageDims
-from planner.sharding import Sharding
-from planner.hardware import load_catalog
-from planner.model import load_model
+from planner.cost.formulas import DEFAULT_PARAMS, layer_time
+from planner.core.dims import StageDims
+from planner.cost.sharding import Sharding
+from planner.inputs.hardware import load_catalog
+from planner.inputs.model import load_model
 
 from .conftest import invoke
 

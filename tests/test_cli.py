@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from planner.evaluate import evaluate
-from planner.hardware import load_cluster
-from planner.model import catalog_names, load_model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import catalog_names, load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
 from .conftest import CATALOG_NAMES, evaluate_args, invoke, small_cluster_spec
@@ -203,8 +203,8 @@ def test_hand_edited_plan_is_repriced(tmp_path):
 
 
 def test_evaluate_plan_refuses_configuration_flags_it_would_ignore(tmp_path):
-    from planner.hardware import load_cluster
-    from planner.model import load_model
+    from planner.inputs.hardware import load_cluster
+    from planner.inputs.model import load_model
     from planner.plan import Training, plan_to_json, uniform_plan
     plan = uniform_plan(load_model("gpt2"), load_cluster("dgx-a100"), Training(32, 1024, "bf16", 1), tp=1, pp=1, dp=32)
     path = tmp_path / "plan.json"
@@ -217,6 +217,6 @@ def test_the_core_imports_without_torch():
     import subprocess
     import sys
     code = ("import sys; sys.modules['torch'] = None; "
-            "import planner.cli, planner.search, planner.evaluate, planner.model; print('ok')")
+            "import planner.cli, planner.search.driver, planner.cost.evaluate, planner.inputs.model; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner import cost
-from planner.cost import (hierarchical_allreduce_s, model_state_bytes,
-                          ring_allgather_s, ring_allreduce_s)
-from planner.evaluate import evaluate
-from planner.hardware import GIB, Link, cluster_from_spec
-from planner.model import load_model
+from planner.cost import formulas as cost
+from planner.cost.formulas import (hierarchical_allreduce_s, model_state_bytes,
+                                   ring_allgather_s, ring_allreduce_s)
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import GIB, Link, cluster_from_spec
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
 from planner.schedules import get_schedule
 
@@ -155,7 +155,7 @@ def test_overflow_reports_rank_and_bytes_over(gpt2):
 def test_model_flops_per_gpu_counts_3x_forward_with_causal_attention(gpt2):
     plan = uniform_plan(gpt2, one_gpu(), Training(8, 512, "bf16", 1, ), tp=1, pp=1, dp=1)
     est = evaluate(plan)
-    c = gpt2.config  # the full forward less the masked half of 4 s^2 h per block (planner.flops)
+    c = gpt2.config  # the full forward less the masked half of 4 s^2 h per block (planner.cost.flops)
     flops = 3 * (gpt2.fwd_flops_per_sample(512) - c.num_layers * 2 * 512**2 * c.hidden) * 8
     assert est.model_tflops_per_gpu == pytest.approx(flops / est.step_time_s / 1e12)
     assert est.tokens_per_s == pytest.approx(8 * 512 / est.step_time_s)

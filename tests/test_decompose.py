@@ -1,13 +1,13 @@
-"""The decomposition of large clusters into parts (planner.decompose) and the search on it."""
+"""The decomposition of large clusters into parts (planner.search.decompose) and the search on it."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.decompose import bundled, decompose
-from planner.hardware import cluster_from_spec
-from planner.search import SolverOptions, solve
-from planner.uniform import best_uniform
+from planner.search.decompose import bundled, decompose
+from planner.inputs.hardware import cluster_from_spec
+from planner.search.driver import SolverOptions, solve
+from planner.search.uniform import best_uniform
 
 from .test_search import TINY_OPTIONS, tiny_instance
 from .test_time_limit import three_types
@@ -58,7 +58,7 @@ def test_search_on_parts_lies_between_the_exact_optimum_and_the_uniform_fallback
     coarse = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS, max_exact_nodes=0, max_bundle_nodes=2))
     assert exact.optimal and not coarse.optimal and coarse.decomposition != "exact"
     assert coarse.estimate.step_time_s >= exact.estimate.step_time_s * (1 - 1e-9)
-    from planner.search import _uniform_space
+    from planner.search.driver import _uniform_space
     uniform = best_uniform(model, cluster, base, _uniform_space(SolverOptions(**TINY_OPTIONS)))
     if uniform is not None:
         assert coarse.estimate.step_time_s <= uniform[1].step_time_s * (1 + 1e-9)

@@ -1,4 +1,4 @@
-"""planner.dims: a stage's parallel dimensions, and the only place a replica's figures are
+"""planner.core.dims: a stage's parallel dimensions, and the only place a replica's figures are
 divided by their degrees."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from planner.cost import model_state_bytes
-from planner.dims import StageDims, zero_divisors
-from planner.hardware import load_cluster
-from planner.model import load_model
+from planner.cost.formulas import model_state_bytes
+from planner.core.dims import StageDims, zero_divisors
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
 
 PACKAGE = Path(__file__).resolve().parent.parent / "planner"
 # the modules that price a stage: none divides by a sharding degree itself
-PRICING_MODULES = ("cost.py", "pricing.py", "stages.py", "evaluate.py", "interleave.py", "show.py", "layer_floor.py",
-                   "export/base.py")
+PRICING_MODULES = ("cost/formulas.py", "cost/pricing.py", "search/stages.py", "cost/evaluate.py",
+                   "search/interleave.py", "report/show.py", "search/layer_floor.py", "export/base.py")
 DIVISION = re.compile(r"/\s*(\w+\.)*(tp|sp_div)\b|/\s*\(dp if zero")
 
 
@@ -25,7 +25,7 @@ def test_no_pricing_module_divides_by_a_sharding_degree():
     found = [f"{name}:{n}: {line.strip()}" for name in PRICING_MODULES
              for n, line in enumerate((PACKAGE / name).read_text().splitlines(), 1)
              if DIVISION.search(line.split("#")[0])]
-    assert not found, "divide through planner.dims.StageDims instead:\n" + "\n".join(found)
+    assert not found, "divide through planner.core.dims.StageDims instead:\n" + "\n".join(found)
 
 
 def test_the_division_check_sees_a_division_by_tp():

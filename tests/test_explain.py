@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from planner.cost import DEFAULT_PARAMS
-from planner.evaluate import evaluate
-from planner.flops import NotCredible, model_flops_per_sample, model_flops_per_token
-from planner.hardware import cluster_from_spec
-from planner.model import load_model, model_from_dict
+from planner.cost.formulas import DEFAULT_PARAMS
+from planner.cost.evaluate import evaluate
+from planner.cost.flops import NotCredible, model_flops_per_sample, model_flops_per_token
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training
-from planner.report import print_estimate
-from planner.uniform import uniform_plan
+from planner.report.views import print_estimate
+from planner.search.uniform import uniform_plan
 
 from .conftest import invoke
 

@@ -11,11 +11,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.cli.export import add_commands
 from planner.export import _titan_cli_args, megatron_split
-from planner.hardware import cluster_from_spec, load_cluster
-from planner.model import load_model
+from planner.inputs.hardware import cluster_from_spec, load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
 from .conftest import hf_config
@@ -39,7 +39,7 @@ def homogeneous(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def heterogeneous_data():
-    from planner.search import solve
+    from planner.search.driver import solve
 
     result = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1))
     return plan_to_json(result.plan)
@@ -314,7 +314,7 @@ def test_titan_flavour_table_is_torchtitans():
     import torch
     from torchtitan.models.llama3.model.model import FeedForward
 
-    from planner.titan_flavors import TITAN_LLAMA3_FLAVORS
+    from planner.inputs.titan_flavors import TITAN_LLAMA3_FLAVORS
 
     plain = {k: a for k, a in titan.llama3_args.items() if not k.endswith(("_flex_attn", "_varlen_attn",
                                                                             "_flex", "_varlen"))}

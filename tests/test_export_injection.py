@@ -1,4 +1,4 @@
-"""Names are data: refused at load unless they match planner.names, and written by each export
+"""Names are data: refused at load unless they match planner.core.names, and written by each export
 with the target format's own writer, so that no name can add a flag, a section or a line."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.export import comment_line, export_plan, titan_settings
-from planner.hardware import CLUSTERS_DIR, cluster_from_spec, load_catalog, load_cluster
-from planner.model import catalog_names, load_model, model_from_dict
-from planner.names import NAME_MAX, check_name, is_name
+from planner.inputs.hardware import CLUSTERS_DIR, cluster_from_spec, load_catalog, load_cluster
+from planner.inputs.model import catalog_names, load_model, model_from_dict
+from planner.core.names import NAME_MAX, check_name, is_name
 from planner.plan import Plan, Training, plan_from_json, plan_to_json, uniform_plan
 
 from .conftest import assert_bad_input, evaluate_args, hf_config, invoke, small_cluster_spec

@@ -47,8 +47,8 @@ def test_a_parameter_moved_by_two_percent_is_caught(replayed):
     # the Turing GEMM efficiency 2 % lower: AMP's and Sailor's MIT runs move, the pin sees them
     _, _, expected = replayed
     fidelity = _fidelity()
-    from planner.architectures import ARCHITECTURES
-    from planner.cost import layer_time
+    from planner.cost.architectures import ARCHITECTURES
+    from planner.cost.formulas import layer_time
 
     layer_time.cache_clear()
     trial = {"turing.gemm_efficiency": ARCHITECTURES["turing"]["gemm_efficiency"] * 0.98}

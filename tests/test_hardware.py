@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from planner.errors import BadInput
-from planner.hardware import GB, GIB, MAX_CLUSTER_GPUS, US, cluster_from_spec, load_catalog, load_cluster
+from planner.core.errors import BadInput
+from planner.inputs.hardware import GB, GIB, MAX_CLUSTER_GPUS, US, cluster_from_spec, load_catalog, load_cluster
 
 from .conftest import CATALOG_NAMES, CLUSTERS_DIR
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from planner.cli import main
-from planner.hardware import GIB, load_cluster
-from planner.layer_floor import unplaceable_layer
-from planner.model import load_model
+from planner.inputs.hardware import GIB, load_cluster
+from planner.search.layer_floor import unplaceable_layer
+from planner.inputs.model import load_model
 from planner.plan import Training
-from planner.stage_types import SolverOptions
+from planner.search.stage_types import SolverOptions
 
 from .conftest import runner
 

@@ -35,8 +35,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from planner.hardware import cluster_from_spec, load_cluster
-from planner.model import load_model
+from planner.inputs.hardware import cluster_from_spec, load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
 from .conftest import invoke, require

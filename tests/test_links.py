@@ -8,13 +8,13 @@ import math
 import pytest
 import yaml
 
-from planner.cost import DEFAULT_PARAMS, hierarchical_allreduce_s, ring_allgather_s, ring_allreduce_s
-from planner.devices import Link, read_link
-from planner.errors import BadInput
-from planner.linkcurve import LinkCurve, bus_factor, curve_json, fit_line, latency_hops
-from planner.linkprof import group_names, node_layout, parse_node_groups, parse_sizes, plan_links
-from planner.links import assemble_fragment, check_fragment, measured_link, merge_fragment
-from planner.pricing import p2p_s
+from planner.cost.formulas import DEFAULT_PARAMS, hierarchical_allreduce_s, ring_allgather_s, ring_allreduce_s
+from planner.inputs.devices import Link, read_link
+from planner.core.errors import BadInput
+from planner.inputs.linkcurve import LinkCurve, bus_factor, curve_json, fit_line, latency_hops
+from planner.calibrate.linkprof import group_names, node_layout, parse_node_groups, parse_sizes, plan_links
+from planner.inputs.links import assemble_fragment, check_fragment, measured_link, merge_fragment
+from planner.cost.pricing import p2p_s
 
 from .conftest import assert_bad_input, evaluate_args, invoke
 

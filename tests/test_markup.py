@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.markup import esc
+from planner.core.markup import esc
 
 from .conftest import assert_bad_input, evaluate_args, invoke, require, small_cluster_spec
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from planner.measured import MIN_FRACTION, KindTimes, _interpolate
-from planner.model import load_model
+from planner.inputs.measured import MIN_FRACTION, KindTimes, _interpolate
+from planner.inputs.model import load_model
 
 from .conftest import invoke
 

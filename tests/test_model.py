@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from planner.cost import DEFAULT_PARAMS
-from planner.errors import BadInput
-from planner.model import SUPPORTED_TYPES, Layer, catalog_names, load_model, model_from_dict
+from planner.cost.formulas import DEFAULT_PARAMS
+from planner.core.errors import BadInput
+from planner.inputs.model import SUPPORTED_TYPES, Layer, catalog_names, load_model, model_from_dict
 
 from .conftest import MODELS_DIR, hf_config
 
@@ -400,10 +400,10 @@ def test_a_sliding_window_caps_the_keys_each_query_sees(s):
 
 
 def test_search_stand_in_prices_mean_time_and_max_memory_of_differing_decoders():
-    from planner.cost import layer_time
-    from planner.dims import StageDims
-    from planner.hardware import load_catalog
-    from planner.sharding import Sharding
+    from planner.cost.formulas import layer_time
+    from planner.core.dims import StageDims
+    from planner.inputs.hardware import load_catalog
+    from planner.cost.sharding import Sharding
 
     model = load_model("gemma-2-9b")
     stand_in = model.decoder_stand_in()

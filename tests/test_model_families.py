@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from planner.errors import BadInput
-from planner.model import load_model
-from planner.titan_flavors import llama3_architecture
+from planner.core.errors import BadInput
+from planner.inputs.model import load_model
+from planner.inputs.titan_flavors import llama3_architecture
 
 from .conftest import assert_bad_input, invoke
 

@@ -1,4 +1,4 @@
-"""planner.outfile and every command's output file: written atomically (temporary file, fsync,
+"""planner.core.outfile and every command's output file: written atomically (temporary file, fsync,
 rename), never through a symbolic link, never onto one of the command's inputs; the lock."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from planner import outfile
-from planner.errors import BadInput
-from planner.hardware import cluster_from_spec
-from planner.model import load_model
-from planner.outfile import check_output, exclusive_lock, write_output
+from planner.core import outfile
+from planner.core.errors import BadInput
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import load_model
+from planner.core.outfile import check_output, exclusive_lock, write_output
 from planner.plan import Training, plan_to_json, uniform_plan
 
 from .conftest import assert_bad_input, hf_config, invoke, require, small_cluster_spec

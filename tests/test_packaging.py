@@ -76,7 +76,7 @@ def test_unpacked_wheel_runs_outside_the_checkout(wheel, tmp_path):
         return done
 
     module, profiles = subprocess.run(
-        [sys.executable, "-c", "import planner.hardware as h; print(h.__file__); print(h.PROFILES_DIR)"],
+        [sys.executable, "-c", "import planner.inputs.hardware as h; print(h.__file__); print(h.PROFILES_DIR)"],
         cwd=run_dir, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert Path(module).is_relative_to(site)
     assert Path(profiles) == site / "planner" / "profiles"

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from planner.evaluate import evaluate
-from planner.hardware import load_cluster
-from planner.model import load_model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Plan, Training, plan_from_json, structural_problems
-from planner.search import SolverOptions, solve
+from planner.search.driver import SolverOptions, solve
 
 from .conftest import invoke
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
@@ -167,7 +167,7 @@ def test_bundled_search_on_a_large_cluster_is_not_called_optimal():
     spec = {"name": "big", "node_groups": [
         {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 8, "gpus_per_node": 8},
         {"name": "v", "gpu": "V100-SXM2-32GB", "nodes": 8, "gpus_per_node": 8}]}
-    from planner.hardware import cluster_from_spec
+    from planner.inputs.hardware import cluster_from_spec
     result = solve(load_model("gpt2-xl"), cluster_from_spec(spec), Training(256, 1024, "fp16", 1))
     assert result.bundles > 1 and not result.optimal
     assert result.lower_bound_s <= result.estimate.step_time_s

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from planner.hardware import load_cluster
-from planner.model import load_model
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
-from planner.plan_checks import load_plan_file
-from planner.errors import BadInput
+from planner.verify.plan_checks import load_plan_file
+from planner.core.errors import BadInput
 
 from .conftest import invoke
 

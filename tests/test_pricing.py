@@ -1,4 +1,4 @@
-"""planner.pricing: one definition of a stage replica's cost, scalar (evaluate, show) and
+"""planner.cost.pricing: one definition of a stage replica's cost, scalar (evaluate, show) and
 vectorised over the block count (the search), and the two agreeing."""
 
 from __future__ import annotations
@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.cost import DEFAULT_PARAMS, gradient_bytes, model_state_bytes
-from planner.dims import StageDims
-from planner.evaluate import PlanPricer, evaluate
-from planner.hardware import cluster_from_spec, load_cluster
-from planner.model import load_model, model_from_dict
+from planner.cost.formulas import DEFAULT_PARAMS, gradient_bytes, model_state_bytes
+from planner.core.dims import StageDims
+from planner.cost.evaluate import PlanPricer, evaluate
+from planner.inputs.hardware import cluster_from_spec, load_cluster
+from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, uniform_plan
-from planner.pricing import (DpLayout, Sharding, layer_price, layers_price, replica_memory, span_price, stage_tail,
-                             zero_comm)
-from planner.search import SolverOptions, solve
-from planner.show import rank_timings
+from planner.cost.pricing import (DpLayout, Sharding, layer_price, layers_price, replica_memory, span_price, stage_tail,
+                                  zero_comm)
+from planner.search.driver import SolverOptions, solve
+from planner.report.show import rank_timings
 
 from .oracle import brute_force
 

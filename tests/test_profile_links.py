@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.linkcurve import OPS
-from planner.links import load_fragment
+from planner.inputs.linkcurve import OPS
+from planner.inputs.links import load_fragment
 
 from .conftest import evaluate_args, invoke
 from .test_links import TWO_GROUPS

@@ -20,7 +20,7 @@ else:
     torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from planner.model import DTYPE_BYTES, load_model  # noqa: E402
+from planner.inputs.model import DTYPE_BYTES, load_model  # noqa: E402
 
 from .conftest import assert_bad_input, invoke  # noqa: E402
 
@@ -218,7 +218,7 @@ def test_cuda_without_a_gpu_is_bad_input(tmp_path):
 
 
 def test_a_layer_too_big_names_the_layer_and_exits_1(tmp_path, monkeypatch):
-    import planner.torch_layers as tl
+    import planner.calibrate.torch_layers as tl
 
     real = tl.build_layer
 
@@ -255,7 +255,7 @@ def test_without_torch_exit_2_with_an_install_hint(tmp_path):
 
 def test_cli_imports_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import planner.cli, planner.profiler\n"
+            "import planner.cli, planner.calibrate.profiler\n"
             "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

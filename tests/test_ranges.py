@@ -1,5 +1,5 @@
 """Hardening, item 4: only JSON-like input, duplicate keys refused, every figure in its
-documented range (planner.ranges), no NaN or infinity in or out, and user text never read as
+documented range (planner.core.ranges), no NaN or infinity in or out, and user text never read as
 rich markup. Bad input is one line on stderr and exit 2, never an internal error (exit 3)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import io
-from planner.ranges import RANGES
+from planner.core import io
+from planner.core.ranges import RANGES
 
 from .conftest import assert_bad_input, evaluate_args, hf_config, invoke, small_cluster_spec
 

@@ -1,4 +1,4 @@
-"""The network paths between consecutive stages (planner.routes), as `planner show` and
+"""The network paths between consecutive stages (planner.report.routes), as `planner show` and
 `planner export` describe them for a cluster file with a `topology:` section."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from planner.cli.export import add_commands as add_export
 from planner.cli.show import add_commands as add_show
 from planner.export import export_plan
-from planner.hardware import load_cluster
-from planner.model import load_model
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
-from planner.routes import stage_routes
+from planner.report.routes import stage_routes
 
 ROUTE = ("stage 0 -> 1: rack-a -> rack-b via rack-a - spine - rack-b; bottleneck rack-a - spine "
          "50 GB/s per node, path latency 8 us")

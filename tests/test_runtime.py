@@ -1,4 +1,4 @@
-"""The reference runtime (`planner run`, planner.runtime) trains every plan exactly like one
+"""The reference runtime (`planner run`, planner.runner) trains every plan exactly like one
 process: per-step losses and final parameters of multi-rank plans (uneven shares, stage DP,
 per-stage TP, recompute, ZeRO-1, interleaving) equal a one-rank run on the same data within
 1e-5 relative (each layer's parameters as one vector: a tensor whose true gradient is zero,
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.hardware import cluster_from_spec
-from planner.model import model_from_dict
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import model_from_dict
 from planner.plan import Plan, Replica, Stage, Training, plan_to_json, uniform_plan
 
 from .conftest import assert_bad_input, invoke, require, small_cluster_spec
@@ -30,9 +30,9 @@ torch = require("torch", "PLANNER_REQUIRE_TORCH")
 pytestmark = pytest.mark.torch
 
 import torch._dynamo  # noqa: E402,F401  torch.utils.checkpoint's first call imports it: once here, not per rank
-from planner.runtime import engine  # noqa: E402  (imported before the forks: every rank inherits it)
-from planner.runtime import layers  # noqa: E402
-from planner.runtime.launch import Launch, RunOptions, run_plan  # noqa: E402
+from planner.runner import engine  # noqa: E402  (imported before the forks: every rank inherits it)
+from planner.runner import layers  # noqa: E402
+from planner.runner.launch import Launch, RunOptions, run_plan  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

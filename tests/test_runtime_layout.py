@@ -1,15 +1,15 @@
-"""What each rank of a plan does in `planner run` (planner.runtime.layout; no torch needed):
+"""What each rank of a plan does in `planner run` (planner.runner.layout; no torch needed):
 the documented sample -> replica mapping, the peers of each message, the groups, the orders."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.errors import BadInput
-from planner.hardware import cluster_from_spec
-from planner.model import model_from_dict
+from planner.core.errors import BadInput
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import model_from_dict
 from planner.plan import Plan, Replica, Stage, Training
-from planner.runtime.layout import Layout
+from planner.runner.layout import Layout
 from planner.schedules.interleaved import interleaved_order
 
 from .conftest import small_cluster_spec

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from planner.architectures import SUSTAINED_CLOCK, architecture_params
-from planner.cost import DEFAULT_PARAMS, layer_time, link_efficiency
-from planner.devices import Link
-from planner.hardware import load_catalog
-from planner.model import load_model
-from planner.dims import StageDims
-from planner.pricing import DpLayout, grad_reduce_s, saved_activation_bytes, zero_comm, zero_exposed_s
-from planner.runtimes import stack_params
-from planner.sharding import Sharding
+from planner.cost.architectures import SUSTAINED_CLOCK, architecture_params
+from planner.cost.formulas import DEFAULT_PARAMS, layer_time, link_efficiency
+from planner.inputs.devices import Link
+from planner.inputs.hardware import load_catalog
+from planner.inputs.model import load_model
+from planner.core.dims import StageDims
+from planner.cost.pricing import DpLayout, grad_reduce_s, saved_activation_bytes, zero_comm, zero_exposed_s
+from planner.cost.runtimes import stack_params
+from planner.cost.sharding import Sharding
 
 CATALOG = load_catalog()
 NVLINK = Link(300e9, 3e-6, "NVLink3 (NVSwitch)")

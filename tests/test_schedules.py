@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from planner import plan as plan_module
-from planner.evaluate import evaluate
-from planner.hardware import cluster_from_spec
-from planner.model import load_model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
 from planner.schedules import SCHEDULES, get_schedule, search_schedule
 from planner.schedules.gpipe import GPipe
-from planner.show import rank_timings, simulate
+from planner.report.show import rank_timings, simulate
 
 DATA = Path(__file__).resolve().parent.parent / "planner" / "data"
 SPEC = {"name": "four", "node_groups": [{
@@ -116,7 +116,7 @@ def test_a_registered_toy_schedule_is_drawn_by_show_and_loads_from_a_plan_file(t
 
 def test_a_registered_toy_schedule_is_drawn_in_an_svg(toy, tmp_path):
     pytest.importorskip("matplotlib")
-    from planner.show import write_timeline_svg
+    from planner.report.show import write_timeline_svg
     plan = _plan(toy.name)
     path = tmp_path / "toy.svg"
     assert write_timeline_svg(plan, evaluate(plan), rank_timings(plan), str(path)) == 2 * 8 * 2  # 2 ranks x 8 micro-batches x (F, B)
@@ -124,7 +124,7 @@ def test_a_registered_toy_schedule_is_drawn_in_an_svg(toy, tmp_path):
 
 def test_api_refuses_an_unregistered_schedule_as_bad_input_and_accepts_a_registered_toy(toy):
     from planner import api
-    from planner.errors import BadInput
+    from planner.core.errors import BadInput
     flags = dict(model="gpt2", cluster=cluster_from_spec(SPEC), global_batch=32, seq_len=512, tp=1, pp=2, dp=2,
                  micro_batch=2)
     with pytest.raises(BadInput, match="unknown schedule 'nope'"):

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from planner.errors import NoFeasiblePlan
-from planner.hardware import cluster_from_spec
-from planner.model import model_from_dict
+from planner.core.errors import NoFeasiblePlan
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import model_from_dict
 from planner.plan import Training
-from planner.search import SolverOptions, solve
+from planner.search.driver import SolverOptions, solve
 
 from .oracle import brute_force
 

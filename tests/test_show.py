@@ -15,14 +15,14 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from planner.evaluate import evaluate
-from planner.hardware import cluster_from_spec, load_cluster
-from planner.model import load_model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec, load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
-from planner.search import SolverOptions, solve
-from planner.plan_checks import load_plan_file as load_plan
+from planner.search.driver import SolverOptions, solve
+from planner.verify.plan_checks import load_plan_file as load_plan
 from planner.cli.show import add_commands
-from planner.show import rank_timings, simulate
+from planner.report.show import rank_timings, simulate
 
 SPEC = {"name": "four", "node_groups": [{
     "name": "g", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 4,
@@ -104,7 +104,7 @@ def test_show_mixed_plan_lists_both_gpu_types(mixed_file):
 
 def test_no_color_drops_colours(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
-    from planner.show import _console
+    from planner.report.show import _console
 
     assert _console().no_color
 
@@ -166,7 +166,7 @@ def test_svg_is_well_formed(which, request, tmp_path):
 
 def test_svg_of_long_and_interleaved_pipelines(tmp_path):
     _need_matplotlib()
-    from planner.show import write_timeline_svg
+    from planner.report.show import write_timeline_svg
 
     plan = _uniform(global_batch=400)  # 100 micro-batches per replica: the first 64 are drawn
     drawn = write_timeline_svg(plan, evaluate(plan), rank_timings(plan), str(tmp_path / "long.svg"))

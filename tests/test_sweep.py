@@ -15,11 +15,11 @@ import click
 import pytest
 
 from planner.cli import PlannerGroup
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.plan import plan_from_json
-from planner import executors
+from planner.sweep import executors
 from planner.cli.sweep import add_commands
-from planner.sweep import COLUMNS, combinations, parse_shard, plan_combination
+from planner.sweep.run import COLUMNS, combinations, parse_shard, plan_combination
 
 from .conftest import SMALL_CLUSTER_YAML, assert_bad_input, runner
 
@@ -354,7 +354,7 @@ def test_ray_missing_exit_2_with_an_install_hint(tmp_path, monkeypatch):
 
 def test_core_imports_without_ray():
     code = ("import sys; sys.modules['ray'] = None\n"
-            "import planner.cli, planner.sweep, planner.executors\n"
+            "import planner.cli, planner.sweep.run, planner.sweep.executors\n"
             "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

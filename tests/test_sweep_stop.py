@@ -16,11 +16,12 @@ from pathlib import Path
 import click
 import pytest
 
-from planner import executors, sweep_output
+from planner.sweep import executors
+from planner.sweep import output as sweep_output
 from planner.cli import PlannerGroup
-from planner.outfile import exclusive_lock
+from planner.core.outfile import exclusive_lock
 from planner.cli.sweep import add_commands
-from planner.sweep import COLUMNS, Combination, SweepInterrupted, plan_file_names, sweep
+from planner.sweep.run import COLUMNS, Combination, SweepInterrupted, plan_file_names, sweep
 
 from .conftest import hf_config, runner
 
@@ -97,7 +98,7 @@ def test_resume_survives_a_failure_before_the_rename(tmp_path, monkeypatch):
     def fail(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("planner.outfile.os.replace", fail)
+    monkeypatch.setattr("planner.core.outfile.os.replace", fail)
     result = runner().invoke(group(), sweep_args(out, "--resume", "--jobs", 1, models=("nope",), batches=(1, 2, 3)))
     assert result.exit_code == 2 and "No space left on device" in result.stderr, result.output
     assert out.read_bytes() == before

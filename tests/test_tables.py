@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from planner.report import print_estimate, print_plan
-from planner.evaluate import evaluate
-from planner.hardware import GIB, cluster_from_spec, load_cluster
-from planner.model import load_model
+from planner.report.views import print_estimate, print_plan
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import GIB, cluster_from_spec, load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Plan, Replica, Training, uniform_plan
-from planner.show import print_show, rank_timings
-from planner.tables import gpu_labels, rank_text, replicas_by_gpu, short_gpu_name
+from planner.report.show import print_show, rank_timings
+from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, short_gpu_name
 
 WIDTHS = (80, 160)
 
@@ -50,14 +50,14 @@ def interleave_nodes(plan: Plan, ways: int) -> Plan:
 
 @pytest.fixture(scope="module")
 def default_result():
-    from planner.search import solve
+    from planner.search.driver import solve
 
     return solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1))
 
 
 @pytest.fixture(scope="module")
 def big_result():
-    from planner.search import solve
+    from planner.search.driver import solve
 
     return solve(load_model("llama-3-8b"), cluster_from_spec(big_mix_spec()), Training(2400, 4096, "fp16", 1))
 
@@ -157,7 +157,7 @@ def test_colliding_short_names_stay_in_full():
 
 
 def test_names_from_files_print_literally():
-    # the name rule refuses such names at load (planner/names.py); the tables escape them
+    # the name rule refuses such names at load (planner/core/names.py); the tables escape them
     # anyway, so build the cluster past the loader
     spec = big_mix_spec(1, 1) | {"gpus": {
         "custom-v": {"memory_GiB": 32, "peak_tflops": {"fp16": 100, "fp32": 20}, "hbm_GBps": 900}}}

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from planner.clock import Progress
-from planner.errors import NoFeasiblePlan
-from planner.evaluate import evaluate
-from planner.hardware import cluster_from_spec
-from planner.model import load_model
+from planner.core.clock import Progress
+from planner.core.errors import NoFeasiblePlan
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems
-from planner.search import SolverOptions, solve
-from planner.uniform import UniformSpace, best_uniform
+from planner.search.driver import SolverOptions, solve
+from planner.search.uniform import UniformSpace, best_uniform
 
 from .conftest import invoke as run_cli
 
@@ -29,7 +29,7 @@ def three_types(h100: int, a100: int, v100: int) -> dict:
 
 
 def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True):
-    """`exact`: the whole cluster node by node (no decomposition, planner.decompose), the slow shape."""
+    """`exact`: the whole cluster node by node (no decomposition, planner.search.decompose), the slow shape."""
     cluster = cluster_from_spec(three_types(*nodes), "test")
     training = Training(8 * sum(nodes), 4096, "fp16", 1)
     options = SolverOptions(time_limit_s=limit_s, max_exact_nodes=sum(nodes) if exact else 8)

@@ -1,4 +1,4 @@
-"""The cluster's network as a graph (planner.topology): the link between two node groups is
+"""The cluster's network as a graph (planner.inputs.topology): the link between two node groups is
 the widest path between them, through switches only; `links:` is shorthand for direct edges."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import pytest
 import yaml
 
-from planner import topology
-from planner.errors import BadInput
-from planner.evaluate import evaluate, pair_link
-from planner.hardware import GB, US, cluster_from_spec, load_cluster
-from planner.model import load_model
+from planner.inputs import topology
+from planner.core.errors import BadInput
+from planner.cost.evaluate import evaluate, pair_link
+from planner.inputs.hardware import GB, US, cluster_from_spec, load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
 
 from .conftest import CLUSTERS_DIR, assert_bad_input, invoke

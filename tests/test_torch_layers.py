@@ -2,7 +2,7 @@
 
 Every catalog model is shrunk (2 layers, head dim 32, vocab 1000, FFN scaled with the
 hidden size, the query/key-value head ratio kept, Mixtral with 4 experts, top-2) and each
-distinct layer is built with `planner.torch_layers.build_layer`; its parameter count must
+distinct layer is built with `planner.calibrate.torch_layers.build_layer`; its parameter count must
 match `Layer.weight_params` and the FLOPs that `FlopCounterMode` sees in one forward must
 match `Layer.fwd_flops_per_sample` (and the tp=2 shard must match `Layer.gemms(s, 2)`).
 """
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.torch
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from planner.model import ModelConfig, catalog_names, load_model, model_from_dict  # noqa: E402
-from planner.model_families import PROFILED_TYPES  # noqa: E402
-from planner.torch_layers import build_layer  # noqa: E402
+from planner.inputs.model import ModelConfig, catalog_names, load_model, model_from_dict  # noqa: E402
+from planner.inputs.model_families import PROFILED_TYPES  # noqa: E402
+from planner.calibrate.torch_layers import build_layer  # noqa: E402
 
 from .conftest import hf_config  # noqa: E402
 

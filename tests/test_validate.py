@@ -12,14 +12,14 @@ import jsonschema
 import pytest
 
 from planner.api import plan_json
-from planner.evaluate import evaluate
-from planner.hardware import load_cluster
-from planner.model import load_model
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
-from planner.search import solve
+from planner.search.driver import solve
 from planner.cli.validate import add_commands
-from planner.plan_checks import json_path, load_schema, validate_plan_data
-from planner.validate import validate_profile_data
+from planner.verify.plan_checks import json_path, load_schema, validate_plan_data
+from planner.verify.validate import validate_profile_data
 from tests.conftest import runner
 
 

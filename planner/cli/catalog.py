@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from ..api import gpu_catalog, model_catalog
-from ..io import json_text
+from ..core.io import json_text
 from .output import stdout
 
 

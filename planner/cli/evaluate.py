@@ -7,14 +7,14 @@ import sys
 
 import click
 
-from ..errors import BadInput
+from ..core.errors import BadInput
 from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files, require
-from ..links import cluster_with_links
-from ..hardware import GIB
-from ..model import RECOMPUTE_MODES
+from ..inputs.links import cluster_with_links
+from ..inputs.hardware import GIB
+from ..inputs.model import RECOMPUTE_MODES
 from ..plan import SCHEDULES
-from ..runtimes import get_runtime
-from ..report import print_estimate
+from ..cost.runtimes import get_runtime
+from ..report.views import print_estimate
 from .options import common_options, links_option, measurement_options
 from .output import EXIT_INFEASIBLE, emit, err, warn
 

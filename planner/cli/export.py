@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..errors import BadInput
+from ..core.errors import BadInput
 from ..export import TARGETS, export_plan
-from ..outfile import check_output, write_output
-from ..plan_checks import load_plan_file
+from ..core.outfile import check_output, write_output
+from ..verify.plan_checks import load_plan_file
 from .output import bad_input_exit, warn
 
 

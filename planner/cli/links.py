@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ..linkprof import LinkProfileOptions, parse_node_groups, parse_sizes
-from ..outfile import check_output
+from ..calibrate.linkprof import LinkProfileOptions, parse_node_groups, parse_sizes
+from ..core.outfile import check_output
 
 
 @click.command("profile-links")
@@ -41,8 +41,8 @@ def profile_links_command(output, sizes, iters, warmup, backend, node_groups, ra
     """
     import yaml
 
-    from ..linkprof import profile_links
-    from ..outfile import write_output
+    from ..calibrate.linkprof import profile_links
+    from ..core.outfile import write_output
 
     options = LinkProfileOptions(sizes=parse_sizes(sizes), iters=iters, warmup=warmup, backend=backend,
                                  ranks_per_node=ranks_per_node, node_groups=parse_node_groups(node_groups))

@@ -6,7 +6,7 @@ from typing import Callable
 
 import click
 
-from ..model import ATTENTION_KINDS
+from ..inputs.model import ATTENTION_KINDS
 
 
 def common_options(func: Callable) -> Callable:

@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterator
 import click
 from rich.console import Console
 
-from ..errors import BadInput, NoFeasiblePlan
-from ..io import json_text
-from ..markup import esc
-from ..report import stdout_console
+from ..core.errors import BadInput, NoFeasiblePlan
+from ..core.io import json_text
+from ..core.markup import esc
+from ..report.views import stdout_console
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERNAL = 3
@@ -45,8 +45,8 @@ def emit(data: Any, output: str | None, as_json: bool, show: Callable[[], None],
          inputs: tuple | list = ()) -> None:
     """The JSON to `-o FILE` and/or stdout (`--json`); without --json the human view via
     `show`, then, when `written` names the thing, where the file went. The file is written
-    by planner.outfile (atomically; never onto a link or onto one of the `inputs`)."""
-    from ..outfile import write_output
+    by planner.core.outfile (atomically; never onto a link or onto one of the `inputs`)."""
+    from ..core.outfile import write_output
 
     if as_json or output:
         text = json_text(data)

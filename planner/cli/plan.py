@@ -7,11 +7,11 @@ import sys
 import click
 
 from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan, plan_json
-from ..clock import DEFAULT_TIME_LIMIT_S
-from ..links import cluster_with_links
-from ..outfile import check_output
-from ..report import print_plan
-from ..runtimes import get_runtime
+from ..core.clock import DEFAULT_TIME_LIMIT_S
+from ..inputs.links import cluster_with_links
+from ..core.outfile import check_output
+from ..report.views import print_plan
+from ..cost.runtimes import get_runtime
 from .options import common_options, links_option, measurement_options
 from .output import emit, search_progress, warn
 

@@ -9,12 +9,12 @@ import click
 from rich.console import Console
 
 from ..api import input_files, require
-from ..errors import BadInput
-from ..io import json_text
-from ..markup import esc
-from ..model import ATTENTION_KINDS, load_model
-from ..outfile import check_output
-from ..report import print_profile
+from ..core.errors import BadInput
+from ..core.io import json_text
+from ..core.markup import esc
+from ..inputs.model import ATTENTION_KINDS, load_model
+from ..core.outfile import check_output
+from ..report.views import print_profile
 from .output import emit, stdout
 
 
@@ -43,8 +43,8 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
     """
     from rich.progress import Progress
 
-    from ..profiler import (ProfileOptions, check_inputs, default_seq_len, normalize_device,
-                            parse_int_list, profile_model, require_torch)
+    from ..calibrate.profiler import (ProfileOptions, check_inputs, default_seq_len, normalize_device,
+                                      parse_int_list, profile_model, require_torch)
 
     require_torch()
     device = normalize_device(device)
@@ -88,8 +88,8 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
     """
     import yaml
 
-    from ..calibrate import calibrate_file
-    from ..outfile import write_output
+    from ..calibrate.fit import calibrate_file
+    from ..core.outfile import write_output
 
     inputs = input_files(profile_file, model_name)
     check_output(output, inputs)

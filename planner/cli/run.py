@@ -1,4 +1,4 @@
-"""`planner run`: train a plan with the reference runtime (planner.runtime; needs torch), one
+"""`planner run`: train a plan with the reference runtime (planner.runner; needs torch), one
 process per rank under torchrun; world rank 0 prints one JSON line per step."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import BadInput
-from ..outfile import check_output
+from ..core.errors import BadInput
+from ..core.outfile import check_output
 from .output import bad_input_exit
 
 
@@ -41,7 +41,7 @@ def run_command(plan_file, steps, seed, data, lr, device, log_file, save_dir) ->
     Example:
       torchrun --nproc_per_node=3 -m planner.cli run plan.json --steps 5
     """
-    from ..runtime.launch import RunOptions, load_run_plan, run_plan
+    from ..runner.launch import RunOptions, load_run_plan, run_plan
 
     try:
         if log_file:

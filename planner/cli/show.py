@@ -1,4 +1,4 @@
-"""`planner show`: a plan file -> its stages, memory and step time (planner.show draws them);
+"""`planner show`: a plan file -> its stages, memory and step time (planner.report.show draws them);
 optionally its timeline as SVG."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..errors import BadInput
-from ..evaluate import evaluate
-from ..outfile import check_output
-from ..plan_checks import load_plan_file
-from ..show import INSTALL_HINT, _console, print_show, rank_timings, require_matplotlib, write_timeline_svg
+from ..core.errors import BadInput
+from ..cost.evaluate import evaluate
+from ..core.outfile import check_output
+from ..verify.plan_checks import load_plan_file
+from ..report.show import INSTALL_HINT, _console, print_show, rank_timings, require_matplotlib, write_timeline_svg
 from .output import bad_input_exit
 
 

@@ -1,4 +1,4 @@
-"""`planner sweep`: flags -> planner.sweep.sweep (every row planned by planner.api.plan, as
+"""`planner sweep`: flags -> planner.sweep.run.sweep (every row planned by planner.api.plan, as
 `planner plan` would) -> the results file; a summary line on stderr."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 import click
 from rich.console import Console
 
-from ..clock import DEFAULT_TIME_LIMIT_S
-from ..errors import BadInput
-from ..ranges import RANGES
-from ..sweep import EXECUTORS, parse_shard, sweep
-from ..sweep_output import SweepInterrupted, output_format
+from ..core.clock import DEFAULT_TIME_LIMIT_S
+from ..core.errors import BadInput
+from ..core.ranges import RANGES
+from ..sweep.run import EXECUTORS, parse_shard, sweep
+from ..sweep.output import SweepInterrupted, output_format
 from .output import err
 
 

@@ -1,4 +1,4 @@
-"""`planner validate`: a plan or layer-profile file -> planner.validate -> every problem;
+"""`planner validate`: a plan or layer-profile file -> planner.verify.validate -> every problem;
 exit 2 with one `FILE: path: message` line per problem."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from ..errors import BadInput
-from ..io import json_text
-from ..validate import summarize, validate_file
+from ..core.errors import BadInput
+from ..core.io import json_text
+from ..verify.validate import summarize, validate_file
 from .output import EXIT_BAD_INPUT, bad_input_exit
 
 

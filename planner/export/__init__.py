@@ -26,7 +26,7 @@ Targets and output formats (stdout, or FILE with -o):
   ``--s.no_key``.
 * ``rankmap``: JSON, one entry per used rank (stage, layers, TP group, DP group, batch
   share, placement) and a ``torchrun`` line per run of alike nodes that starts ``planner
-  run plan.json`` (the reference runtime, planner.runtime) on each; carries the whole
+  run plan.json`` (the reference runtime, planner.runner) on each; carries the whole
   heterogeneous plan, so it always exports.
 
 Every string goes through the format's own writer: ``tomli_w`` for TOML, ``json.dumps`` for
@@ -61,14 +61,14 @@ not divide over the virtual stages), Megatron/torchtitan get a model without a c
 (a layer profile) for which no architecture flags can be written, or torchtitan gets a
 sequence length that does not divide by 2 x TP (its sequence-parallel rule) or a model whose
 dimensions are none of its llama3 flavours (the flavour is chosen by hidden size, layers,
-heads, KV heads, FFN width and vocabulary, never by the model's name; planner.titan_flavors).
+heads, KV heads, FFN width and vocabulary, never by the model's name; planner.inputs.titan_flavors).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import BadInput
+from ..core.errors import BadInput
 from ..plan import Plan
 from .base import RECOMPUTE_ORDER, Uniform, Warn, comment_line, decoder_counts, uniform_form
 from .deepspeed import export_deepspeed

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..dims import StageDims
+from ..core.dims import StageDims
 from ..plan import Plan
-from ..routes import stage_routes
+from ..report.routes import stage_routes
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
@@ -26,7 +26,7 @@ def comment_line(text: str) -> str:
 
 
 def route_comments(plan: Plan) -> list[str]:
-    """The network paths between consecutive stages (planner.routes), as comment texts; none
+    """The network paths between consecutive stages (planner.report.routes), as comment texts; none
     without a `topology:` section in the cluster file."""
     return [f"network: {route.describe()}" for route in stage_routes(plan)]
 

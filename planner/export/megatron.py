@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..errors import BadInput
-from ..model_families import features_beyond_gpt_flags
+from ..core.errors import BadInput
+from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
 from .base import Warn, comment_line, route_comments, uniform_form
 

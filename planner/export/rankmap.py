@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..io import json_text
+from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import tomli_w
 
-from ..errors import BadInput
+from ..core.errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
-from ..titan_flavors import titan_llama3_flavor
+from ..inputs.titan_flavors import titan_llama3_flavor
 from .base import Warn, comment_line, route_comments, uniform_form
 
 

@@ -1,0 +1,1 @@
+"""Measuring and fitting: the layer and link profilers (torch), and fitting cost parameters."""

@@ -1,0 +1,453 @@
+"""Price a Plan under the cost model: step time, its breakdown, memory of every device.
+
+The pipeline's iteration time generalises 1F1B (Narayanan et al. 2021, sec 2.2) to
+heterogeneous stages with uneven data-parallel shares: each stage is busy for
+B_k = max over its replicas of (micro-batches x time per micro-batch); the step takes
+the busiest stage's B_k plus the fill and drain of the others, one chunk latency c_k
+each: T = max_k B_k + (sum_k c_k - c_k*), with c_k a stage's slowest per-micro-batch
+time, or interleaved its slowest chunk's. For uniform stages this is the familiar
+(m - 1 + p) t (1F1B) and m t + (p - 1) t / V (interleaved, equal chunks of t / V); a
+rank whose chunks differ (one also holding the embedding or the head) pays its slowest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .formulas import DEFAULT_PARAMS, CostParams, MemoryBreakdown
+from ..inputs.hardware import GIB, Cluster, GpuSpec, Link
+from ..plan import Plan, Replica, Stage
+from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
+                      latency_shares, link_use)
+from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
+                      span_price, stage_tail, zero_comm)
+from ..schedules import get_schedule
+from .sharding import Sharding
+
+
+@dataclass(frozen=True)
+class Overflow:
+    rank: int
+    gpu: str
+    need_bytes: float
+    capacity_bytes: float
+
+    @property
+    def over_bytes(self) -> float:
+        return self.need_bytes - self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    fits: bool
+    step_time_s: float
+    breakdown_s: Mapping[str, float]
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    bubble_fraction: float
+    num_gpus_used: int
+    memory_by_rank: Mapping[int, MemoryBreakdown] = field(compare=False)
+    capacity_by_rank: Mapping[int, float] = field(compare=False)
+    gpu_by_rank: Mapping[int, str] = field(compare=False)
+    overflows: tuple[Overflow, ...] = ()
+    critical: CriticalPath | None = field(default=None, compare=False)  # what sets the step (planner.cost.explain)
+    pipeline_links: tuple[BoundaryComm, ...] = field(default=(), compare=False)
+    model_flops_per_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    peak_flops_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    measured: bool = False  # some GPU type priced from a measured profile (--profile)
+
+    def check_credible(self) -> None:
+        """flops.check_credible: raises NotCredible (an internal error) when the analytic
+        model credits a GPU with more than its peak; measured times are taken as given."""
+        if not self.measured:
+            check_credible(self.mfu, self.model_flops_per_s_by_rank, self.peak_flops_by_rank, self.gpu_by_rank)
+
+    def peak_memory_by_gpu(self) -> dict[str, float]:
+        peaks: dict[str, float] = {}
+        for rank, mem in self.memory_by_rank.items():
+            gpu = self.gpu_by_rank[rank]
+            peaks[gpu] = max(peaks.get(gpu, 0.0), mem.total_bytes)
+        return dict(sorted(peaks.items()))
+
+    def to_json(self) -> dict:
+        return {
+            "fits": self.fits,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "bubble_fraction": self.bubble_fraction,
+            "num_gpus_used": self.num_gpus_used,
+            "peak_memory_GiB": {g: b / GIB for g, b in self.peak_memory_by_gpu().items()},
+            "capacity_GiB": {self.gpu_by_rank[r]: c / GIB for r, c in sorted(self.capacity_by_rank.items())},
+            "breakdown_s": dict(self.breakdown_s),
+            **self.explanation_json(),
+            "overflows": [{"rank": o.rank, "gpu": o.gpu, "need_GiB": o.need_bytes / GIB,
+                           "capacity_GiB": o.capacity_bytes / GIB, "over_GiB": o.over_bytes / GIB}
+                          for o in self.overflows],
+        }
+
+
+    def explanation_json(self) -> dict:
+        """The keys `evaluate --json` and a plan's `predicted` add for the explanations."""
+        return {"mfu_attention": "causal", "critical": self.critical.to_json() if self.critical else None,
+                "pp_comm_overlapped_s": sum(b.overlapped_s for b in self.pipeline_links),
+                "pipeline_links": [b.to_json() for b in self.pipeline_links]}
+
+
+ParamsFor = Callable[[GpuSpec], CostParams]
+
+
+def params_getter(params: CostParams | Mapping[str, CostParams] | None) -> ParamsFor:
+    if params is None:
+        return lambda gpu: DEFAULT_PARAMS
+    if isinstance(params, CostParams):
+        return lambda gpu: params
+    return lambda gpu: params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
+
+
+def slowest_gpu(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
+    """The GPU a TP group runs at: the slowest type among its ranks."""
+    gpus = {cluster.group_of_rank(r).gpu.name: cluster.group_of_rank(r).gpu for r in ranks}
+    return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
+
+
+def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
+    """One GPU's share of the path between nodes of two groups (or two nodes of one group):
+    the node's NIC (or the group link) divided among its GPUs, since in training every GPU
+    of a node communicates at once."""
+    ga, gb = cluster.group(group_a), cluster.group(group_b)
+    link = cluster.group_link(group_a, group_b)
+    sharers = max(ga.gpus_per_node, gb.gpus_per_node)
+    return link.shared_by(sharers)
+
+
+def _slowness(link: Link) -> tuple:
+    return (link.bandwidth_bytes_per_s, -link.latency_s, link.kind)
+
+
+def slowest(links: list[Link]) -> Link:
+    """The bottleneck of a path: lowest bandwidth, highest latency."""
+    worst = min(links, key=_slowness)
+    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind, worst.curves)
+
+
+def route_name(cluster: Cluster, ranks_a, ranks_b=()) -> str:
+    """Where the slowest link of a collective over `ranks_a` (or of a pipeline boundary
+    between `ranks_a` and `ranks_b`) runs, as boundary_link and collective_links choose it:
+    'intra-node a100', 'inter-node a100' (two nodes of one group), 'a100<->v100'."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        return f"intra-node {next(iter(nodes))[0]}"
+    if ranks_b:
+        pairs = [(a, b) for a in sorted({cluster.group_of_rank(r).name for r in ranks_a})
+                 for b in sorted({cluster.group_of_rank(r).name for r in ranks_b})]
+    else:
+        groups = sorted({g for g, _ in nodes})
+        pairs = [(g, g) for g in groups if sum(1 for h, _ in nodes if h == g) >= 2]
+        pairs += [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    a, b = min(pairs, key=lambda pair: _slowness(pair_link(cluster, *pair)))
+    return f"inter-node {a}" if a == b else f"{a}<->{b}"
+
+
+def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tuple[Link, Link]:
+    """(intra-node link, per-GPU inter-node link) of a collective spanning these nodes:
+    the slowest intra link of its groups, and the slowest share among its node pairs."""
+    groups = sorted(g for g, n in nodes_per_group.items() if n > 0)
+    intra = slowest([cluster.group(g).intra_node for g in groups])
+    candidates = [pair_link(cluster, g, g) for g in groups if nodes_per_group[g] >= 2]
+    candidates += [pair_link(cluster, a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    return intra, (slowest(candidates) if candidates else intra)
+
+
+def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
+    """Ranks per (group, node index) for a set of ranks."""
+    nodes: dict[tuple[str, int], int] = {}
+    for r in ranks:
+        g = cluster.group_of_rank(r)
+        key = (g.name, (r - g.first_rank) // g.gpus_per_node)
+        nodes[key] = nodes.get(key, 0) + 1
+    return nodes
+
+
+def tp_group_link(cluster: Cluster, ranks) -> Link:
+    """The link a tensor-parallel group's ring runs over: its node's intra-node link, or the
+    slowest per-GPU inter-node share when the group spans nodes."""
+    nodes = nodes_of(cluster, ranks)
+    if len(nodes) == 1:
+        return cluster.group(next(iter(nodes))[0]).intra_node
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    return collective_links(cluster, per_group)[1]
+
+
+def dp_layout(cluster: Cluster, ranks) -> DpLayout:
+    """How a collective over `ranks` (one rank per TP position) runs: nodes, ranks per node,
+    the intra- and per-GPU inter-node links (collective_links)."""
+    nodes = nodes_of(cluster, ranks)
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    intra, inter = collective_links(cluster, per_group)
+    return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
+
+
+def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
+    """Link across a pipeline boundary: the intra-node link when both stages sit in one
+    node, else the slowest per-GPU share between any group of one and any of the other."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        (group, _), = nodes
+        return cluster.group(group).intra_node, True
+    groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
+    groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
+    return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
+
+
+@dataclass(frozen=True)
+class ReplicaPrice:
+    """One replica of a pipeline rank, per micro-batch: each of the rank's chunks, and the
+    span of all its layers (memory, backward)."""
+
+    gpu: GpuSpec
+    params: CostParams
+    chunks: tuple[ChunkTime, ...]
+    span: SpanPrice
+
+    @property
+    def per_microbatch_s(self) -> float:
+        return sum(c.time_s for c in self.chunks)
+
+    @property
+    def slowest_chunk_s(self) -> float:
+        return max(c.time_s for c in self.chunks)
+
+
+class PlanPricer:
+    """Prices a plan's pipeline ranks on their replicas (planner.cost.pricing), once for the
+    replicas alike in GPU type, TP link and cost parameters."""
+
+    def __init__(self, plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None):
+        self.plan, self.params_for = plan, params_getter(params)
+        self.stage_by_index = {st.index: st for st in plan.stages}
+        self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor
+        self._layouts: dict[int, DpLayout] = {}
+        self._replicas: dict[tuple, ReplicaPrice] = {}
+
+    def sharding(self, st: Stage) -> Sharding:
+        t = self.plan.training
+        return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.dims.within_replica, st.recompute)
+
+    def layout(self, st: Stage) -> DpLayout:
+        """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas."""
+        if st.index not in self._layouts:
+            self._layouts[st.index] = dp_layout(self.plan.cluster, [r.ranks[0] for r in st.replicas])
+        return self._layouts[st.index]
+
+    def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
+        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU)."""
+        cluster, layers = self.plan.cluster, self.plan.model.layers
+        gpu = slowest_gpu(cluster, replica.ranks)
+        p = self.params_for(gpu)
+        tp_link = tp_group_link(cluster, replica.ranks)
+        key = (chunks[0].index, gpu.name, tp_link, p)
+        if key in self._replicas:
+            return self._replicas[key]
+        times = []
+        for st in chunks:
+            sh = self.sharding(st)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p)
+            send = 0.0
+            successor = self.stage_by_index.get(st.index + 1)
+            if successor is not None:
+                if st.index not in self._links:
+                    self._links[st.index] = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
+                                                          [r.ranks[0] for r in successor.replicas])
+                link, intra = self._links[st.index]
+                send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
+            times.append(ChunkTime(span, zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p), send))
+        whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
+        self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
+        return self._replicas[key]
+
+
+def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float]) -> tuple[float, int]:
+    """Iteration time of a pipeline and its bottleneck rank.
+
+    T = max_k (B_k + E_k - c_k) + sum_k c_k, with B_k the busy time of rank k over the step,
+    E_k its exposed gradient reduction and optimizer step, c_k the latency of one micro-batch
+    through it (Schedule.latency_s; interleaved: through its slowest chunk). Uniform stages give (m - 1) t + p t
+    for 1F1B and m t + (p - 1) t / V interleaved (Narayanan et al. 2021, sec 2.2).
+    """
+    scores = [busy[k] + tails[k] - latencies[k] for k in range(len(busy))]
+    k_star = max(range(len(busy)), key=lambda k: (scores[k], -k))
+    return scores[k_star] + sum(latencies), k_star
+
+
+def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
+    """Price `plan`; never raises for a plan that does not fit (see `fits`, `overflows`)."""
+    pricer = PlanPricer(plan, params)
+    model, cluster, t = plan.model, plan.cluster, plan.training
+    b, s = t.micro_batch, t.seq_len
+    schedule = get_schedule(t.schedule)
+    v = schedule.chunks_per_rank(t.virtual_stages)
+    pp = plan.pp
+    chunks: dict[int, list[Stage]] = {}
+    for st in plan.stages:
+        chunks.setdefault(st.pipeline_rank, []).append(st)
+
+    busy, latencies, bottlenecks, tails = [], [], [], []
+    critical_replicas: list[Replica] = []
+    fills: list[Parts] = []  # c_k of each rank, split by kind (explain.latency_parts)
+    fill_prices: list[ReplicaPrice | None] = []  # the replica whose latency is c_k
+    flops_by_rank: dict[int, float] = {}  # model FLOPs per step
+    measured = False
+    memory: dict[int, MemoryBreakdown] = {}
+    capacity: dict[int, float] = {}
+    gpu_by_rank: dict[int, str] = {}
+
+    for k in range(pp):
+        rank_chunks = chunks[k]
+        head = rank_chunks[0]
+        dims = head.dims
+        stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
+        stage_tau_price = None
+        min_bwd = float("inf")
+        steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+        rank_flops = layers_model_flops_per_sample((layer for st in rank_chunks
+                                                    for layer in model.layers[st.layers[0]:st.layers[1]]), s)
+        for replica in head.replicas:
+            price = pricer.replica(rank_chunks, replica)
+            measured = measured or price.params.measured is not None
+            n_micro = replica.batch_share // b
+            replica_busy = n_micro * price.per_microbatch_s
+            if replica_busy > stage_busy:
+                stage_busy, stage_btl, stage_replica = replica_busy, price, replica
+            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v)
+            if tau > stage_tau:
+                stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
+            min_bwd = min(min_bwd, price.span.bwd_s)
+            steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
+            in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params)
+            for rank in replica.ranks:
+                memory[rank] = mem
+                capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
+                gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
+                flops_by_rank[rank] = dims.compute_share(rank_flops * replica.batch_share)
+        # the gradient reduction runs at the parameters of the replicas' slowest GPU
+        reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
+        tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
+                                min_bwd, steppers.values()))
+        busy.append(stage_busy)
+        latencies.append(stage_tau)
+        bottlenecks.append(stage_btl)
+        critical_replicas.append(stage_replica)
+        fills.append(stage_fill)
+        fill_prices.append(stage_tau_price)
+
+    step_s, k_star = pipeline_time_s(busy, [tail.total_s for tail in tails], latencies)
+    btl, tail = bottlenecks[k_star], tails[k_star]
+    per_mb = btl.per_microbatch_s
+    n_btl = busy[k_star] / per_mb if per_mb > 0 else 0.0
+    own = Parts()
+    for chunk in btl.chunks:
+        own = own.plus(chunk_parts(chunk))
+    fill = Parts()
+    for k in range(pp):
+        if k != k_star:
+            fill = fill.plus(fills[k])
+    breakdown = explain_breakdown(own.times(n_btl), fill, tail.grad_reduce_s, tail.optimizer_s)
+
+    used = plan.used_ranks()
+    tokens = t.global_batch * s
+    model_flops = model_flops_per_sample(model, s) * t.global_batch
+    recompute_full = all(st.recompute == "full" for st in plan.stages)
+    hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
+    peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
+    peak_sum = sum(peak_by_rank.values())
+    overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
+                      for r in sorted(memory) if memory[r].total_bytes > capacity[r])
+    flops_per_s = {r: f / step_s for r, f in flops_by_rank.items()}
+    critical = _critical_path(pricer, chunks, k_star, critical_replicas[k_star], btl, round(n_btl), own, fills,
+                              tail, breakdown, flops_per_s, peak_by_rank)
+    links = _pipeline_links(pricer, chunks, k_star, busy, bottlenecks, fill_prices, schedule, v)
+    return Estimate(
+        fits=not overflows, step_time_s=step_s, breakdown_s=breakdown,
+        tokens_per_s=tokens / step_s, samples_per_s=t.global_batch / step_s,
+        model_tflops_per_gpu=model_flops / step_s / len(used) / 1e12,
+        hardware_tflops_per_gpu=hardware_flops / step_s / len(used) / 1e12,
+        mfu=model_flops / step_s / peak_sum, bubble_fraction=breakdown["bubble"] / step_s,
+        num_gpus_used=len(used), memory_by_rank=memory, capacity_by_rank=capacity,
+        gpu_by_rank=gpu_by_rank, overflows=overflows, critical=critical, pipeline_links=links,
+        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank, measured=measured)
+
+
+def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, replica: Replica,
+                   price: ReplicaPrice, n_micro: int, own: Parts, fills: list[Parts], tail, breakdown: dict,
+                   flops_per_s: Mapping[int, float], peak_by_rank: Mapping[int, float]) -> CriticalPath:
+    """explain.CriticalPath of rank k_star: its busiest replica and the links on its path."""
+    cluster = pricer.plan.cluster
+    rank_chunks = chunks[k_star]
+    head = rank_chunks[0]
+    links = []
+    if head.tp > 1:
+        links.append(link_use("tp", route_name(cluster, replica.ranks), tp_group_link(cluster, replica.ranks),
+                              n_micro * own.tp_comm_s))
+    senders = [st for st in rank_chunks if st.index in pricer._links]
+    if senders:  # the boundary it sends over (interleaved: its slowest)
+        st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))
+        successor = pricer.stage_by_index[st.index + 1]
+        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in st.replicas],
+                                               [r.ranks[0] for r in successor.replicas]),
+                              pricer._links[st.index][0], n_micro * own.pp_comm_s))
+    elif head.index > 0:  # the last rank: the boundary it receives over, exposed in the fill
+        before = pricer.stage_by_index[head.index - 1]
+        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in before.replicas],
+                                               [r.ranks[0] for r in head.replicas]),
+                              pricer._links[before.index][0], fills[before.pipeline_rank].pp_comm_s))
+    if head.dp > 1:
+        layout = pricer.layout(head)
+        links.append(link_use("dp", route_name(cluster, [r.ranks[0] for r in head.replicas]),
+                              layout.inter if layout.nodes > 1 else layout.intra,
+                              tail.grad_reduce_s + n_micro * own.zero_comm_s))
+    bound_by = max(breakdown, key=lambda key: (breakdown[key], key))
+    rank = replica.ranks[0]
+    return CriticalPath(k_star, tuple(st.index for st in rank_chunks), price.gpu.name, tuple(replica.ranks), n_micro,
+                        price.per_microbatch_s, min(flops_per_s[r] for r in replica.ranks), peak_by_rank[rank],
+                        tuple(links), bound_by)
+
+
+def _pipeline_links(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, busy: list[float],
+                    bottlenecks: list[ReplicaPrice], fill_prices: list[ReplicaPrice], schedule,
+                    v: int) -> tuple[BoundaryComm, ...]:
+    """explain.BoundaryComm of every boundary: the sender's busiest replica's sends, exposed
+    in full on the critical rank, else only their share of the rank's fill/drain latency."""
+    plan = pricer.plan
+    out = []
+    for st in plan.stages:
+        if st.index not in pricer._links:
+            continue
+        k = st.pipeline_rank
+        i = [c.index for c in chunks[k]].index(st.index)
+        btl = bottlenecks[k]
+        n = round(busy[k] / btl.per_microbatch_s) if btl.per_microbatch_s > 0 else 0
+        total = n * btl.chunks[i].send_s
+        exposed = total if k == k_star else latency_shares(fill_prices[k].chunks, schedule, v)[i].pp_comm_s
+        successor = pricer.stage_by_index[st.index + 1]
+        link = pricer._links[st.index][0]
+        out.append(BoundaryComm(
+            st.index, route_name(plan.cluster, [r.ranks[0] for r in st.replicas],
+                                 [r.ranks[0] for r in successor.replicas]),
+            link.bandwidth_bytes_per_s, link.latency_s,
+            boundary_bytes(plan.model.layers[st.layers[1] - 1], pricer.sharding(st)), btl.chunks[i].send_s, n,
+            exposed, max(0.0, total - exposed)))
+    return tuple(out)

@@ -1,0 +1,170 @@
+"""What sets the step time, in terms a user can check: the critical pipeline rank, its
+critical replica (GPU type, ranks), the links on its path with the time each exposes, and
+the step time split into parts that sum to it (planner.cost.evaluate builds these).
+
+The step (evaluate.pipeline_time_s) is T = B_k* + E_k* + sum_{k != k*} c_k: the critical
+rank k*'s busy time (its busiest replica: micro-batches x per-micro-batch time), its tail
+(exposed gradient reduction, optimizer step) and one micro-batch latency c_k of every other
+rank (the pipeline's fill and drain). Each of those terms is split by what it is made of:
+
+  compute    the critical replica's forward, backward and recomputation;
+  tp_comm    TP collectives on the critical path: the critical replica's, and those inside
+             the other ranks' fill/drain micro-batch;
+  pp_comm    pipeline sends on the critical path, likewise (see below);
+  dp_comm    the exposed gradient reduction and ZeRO-2/3 collectives, likewise;
+  bubble     the other ranks' compute during fill and drain (the critical rank idles);
+  optimizer  the critical rank's optimizer step.
+
+Pipeline sends (pricing.p2p_s): Megatron-LM's 1F1B exchanges activations and gradients
+with blocking point-to-point calls (Narayanan et al. 2021, sec 4.1; Megatron-core
+`schedules.forward_backward_pipelining_without_interleaving` waits on each
+send/recv before the next compute), so a send is on its rank's critical path; the model
+charges a boundary's two transfers per micro-batch (activation forward, gradient back) to
+the rank that sends forward. A send is *exposed* when it is on the critical path of the step:
+every send of the critical rank, and the one fill/drain micro-batch of each other rank;
+the other ranks' remaining sends run while the critical rank is busy (*overlapped*: the
+sending rank has that much slack). The receiving rank's wait is not charged (the search
+prices a stage knowing its successor only): on a pipeline whose receiving side is the
+critical rank this model is optimistic by up to its micro-batches x one transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..inputs.hardware import Link
+from .pricing import ChunkTime
+
+GBPS = 1e9
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A span of time split by kind (seconds)."""
+
+    compute_s: float = 0.0
+    tp_comm_s: float = 0.0
+    pp_comm_s: float = 0.0
+    zero_comm_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero_comm_s
+
+    def times(self, n: float) -> "Parts":
+        return Parts(n * self.compute_s, n * self.tp_comm_s, n * self.pp_comm_s, n * self.zero_comm_s)
+
+    def plus(self, other: "Parts") -> "Parts":
+        return Parts(self.compute_s + other.compute_s, self.tp_comm_s + other.tp_comm_s,
+                     self.pp_comm_s + other.pp_comm_s, self.zero_comm_s + other.zero_comm_s)
+
+
+def chunk_parts(chunk: ChunkTime) -> Parts:
+    """One micro-batch through one chunk: ChunkTime.time_s split (they sum to it)."""
+    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s)
+
+
+def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Parts]:
+    """Each chunk's share of c_k (Schedule.latency_s), split by kind. latency_s is linear in
+    the rank's whole pass and its slowest chunk (1F1B: the pass; interleaved: the slowest
+    chunk), so chunk i's share is latency_s of its parts, as the slowest chunk when it is."""
+    slow = max(range(len(chunks)), key=lambda i: (chunks[i].time_s, -i))
+    shares = []
+    for i, c in enumerate(chunks):
+        p = chunk_parts(c)
+        shares.append(Parts(*(schedule.latency_s(getattr(p, f), getattr(p, f) if i == slow else 0.0, v)
+                              for f in ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s"))))
+    return shares
+
+
+def latency_parts(chunks: tuple[ChunkTime, ...], schedule, v: int) -> Parts:
+    """c_k split by kind: the sum of the chunks' shares (latency_shares)."""
+    total = Parts()
+    for share in latency_shares(chunks, schedule, v):
+        total = total.plus(share)
+    return total
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    """A link on the critical replica's path: `role` tp (its TP group), pp (its pipeline
+    boundary: the one it sends over, or for the last rank the one it receives over) or dp
+    (its data-parallel reduction); one GPU's share of the bandwidth; the seconds of the step
+    spent on it on the critical path."""
+
+    role: str
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    exposed_s: float
+
+    def to_json(self) -> dict:
+        return {"role": self.role, "name": self.name, "bandwidth_GBps": self.bandwidth_bytes_per_s / GBPS,
+                "latency_us": self.latency_s * 1e6, "exposed_s": self.exposed_s}
+
+
+def link_use(role: str, name: str, link: Link, exposed_s: float) -> LinkUse:
+    return LinkUse(role, name, link.bandwidth_bytes_per_s, link.latency_s, exposed_s)
+
+
+@dataclass(frozen=True)
+class BoundaryComm:
+    """The sends across one pipeline boundary (stage `stage` -> `stage + 1`) over the step,
+    on the sending stage's busiest replica: its micro-batches x p2p_s per micro-batch,
+    split into the part on the critical path (exposed) and the rest (overlapped)."""
+
+    stage: int
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    bytes_per_microbatch: float  # one direction, one GPU
+    per_microbatch_s: float  # activation forward and gradient back (pricing.p2p_s)
+    micro_batches: int
+    exposed_s: float
+    overlapped_s: float
+
+    def to_json(self) -> dict:
+        return {"from_stage": self.stage, "to_stage": self.stage + 1, "link": self.name,
+                "bandwidth_GBps": self.bandwidth_bytes_per_s / GBPS, "latency_us": self.latency_s * 1e6,
+                "MiB_per_microbatch": self.bytes_per_microbatch / 2**20, "per_microbatch_s": self.per_microbatch_s,
+                "micro_batches": self.micro_batches, "exposed_s": self.exposed_s, "overlapped_s": self.overlapped_s}
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The pipeline rank whose busy time sets the step, its busiest replica, and the part
+    of the step (breakdown key) and the link that weigh most on it."""
+
+    pipeline_rank: int
+    stages: tuple[int, ...]
+    gpu: str
+    ranks: tuple[int, ...]
+    micro_batches: int
+    per_microbatch_s: float
+    model_flops_per_s: float  # per GPU of the critical replica (flops.model_flops_per_sample)
+    peak_flops_per_s: float
+    links: tuple[LinkUse, ...]
+    bound_by: str  # the largest part of breakdown_s
+
+    @property
+    def link(self) -> LinkUse | None:
+        """The link exposing the most time on the critical path (None: no communication)."""
+        used = [l for l in self.links if l.exposed_s > 0]
+        return max(used, key=lambda l: (l.exposed_s, l.role)) if used else None
+
+    def to_json(self) -> dict:
+        link = self.link
+        return {"pipeline_rank": self.pipeline_rank, "stages": list(self.stages), "gpu": self.gpu,
+                "ranks": list(self.ranks), "micro_batches": self.micro_batches,
+                "per_microbatch_s": self.per_microbatch_s, "model_tflops_per_gpu": self.model_flops_per_s / 1e12,
+                "peak_tflops_per_gpu": self.peak_flops_per_s / 1e12, "bound_by": self.bound_by,
+                "link": link.role if link else None, "links": [l.to_json() for l in self.links]}
+
+
+def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: float) -> dict[str, float]:
+    """breakdown_s from the critical replica's busy time, the other ranks' fill and drain,
+    and the critical rank's tail (module docstring); the parts sum to the step."""
+    return {"compute": critical.compute_s, "tp_comm": critical.tp_comm_s + fill.tp_comm_s,
+            "pp_comm": critical.pp_comm_s + fill.pp_comm_s,
+            "dp_comm": grad_reduce_s + critical.zero_comm_s + fill.zero_comm_s,
+            "bubble": fill.compute_s, "optimizer": optimizer_s}

@@ -1,0 +1,358 @@
+"""The analytic cost model: pure functions for the time and memory of a layer, a
+collective and an optimizer step. No I/O. Every formula names its source.
+
+Times are seconds, sizes bytes, rates per second. `CostParams` holds the few physical
+parameters fitted to published measurements (benchmarks/fidelity.py): the GEMM
+efficiency curve, attention-kernel efficiency, achieved fraction of HBM and link
+bandwidth, and a fixed per-device memory reserve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+
+import numpy as np
+
+from ..inputs.hardware import GIB, GpuSpec, Link
+from ..inputs.linkcurve import collective_s
+from ..inputs.measured import MeasuredTimes
+from ..core.dims import StageDims, zero_divisors
+from ..inputs.model import DTYPE_BYTES, Layer
+from .sharding import Sharding
+
+# Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
+# weights, 2 of 16-bit gradients and K = 12 of fp32 master weights, momentum and variance.
+WEIGHT_BYTES_FP32_TRAINING = 4
+OPTIMIZER_BYTES_MIXED = 12
+OPTIMIZER_BYTES_FP32 = 8  # fp32 training needs no master copy: momentum + variance
+# The fused Adam step reads master weights, gradient, m, v and writes master, m, v and the
+# 16-bit copy: 4+2+4+4 + 4+4+4+2 = 28 bytes per parameter, memory-bound.
+ADAM_TRAFFIC_BYTES = 28
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Physical parameters of the cost model (one set per GPU type after calibration)."""
+
+    gemm_efficiency: float = 0.72  # fraction of dense peak reached by a large GEMM
+    gemm_half_dim: float = 64.0  # smallest GEMM dimension at which efficiency falls to half
+    attention_efficiency: float = 0.60  # FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, sec 4.1)
+    hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
+    intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
+    inter_link_efficiency: float = 0.80  # NCCL bus bandwidth / NIC figure
+    # NCCL bus bandwidth / the figure of an intra-node PCIe path (GPUs without NVLink):
+    # fitted across AMP's T4 nodes and Sailor's TITAN-RTX/RTX-2080 VMs (link_efficiency)
+    # (benchmarks/fit_cost_params.py, "link.pcie_link_efficiency")
+    pcie_link_efficiency: float = 0.5
+    # NCCL bus bandwidth / an Ethernet NIC's figure (socket transport, no RDMA): fitted across
+    # the same two sources ("link.ethernet_link_efficiency")
+    ethernet_link_efficiency: float = 0.3
+    reserved_memory_bytes: float = 2.0 * GIB  # CUDA context, NCCL buffers, allocator slack
+    overlap_grad_reduce: bool = True  # DP reduction overlaps the last backward (Megatron, DDP)
+    overlap_tp_comm: bool = True  # backward TP all-reduce overlaps the weight-gradient GEMMs
+    overlap_zero_comm: float = 0.0  # share of the ZeRO-3/FSDP collectives prefetching hides behind compute
+    # the software stack's (planner.cost.runtimes): fp32 GEMMs on TF32 tensor cores where the GPU has
+    # them, HBM traffic of its elementwise kernels relative to fully fused ones, and a fixed
+    # host-side time per layer per micro-batch (kernel launches, Python), forward plus backward
+    tf32_matmul: bool = False
+    elementwise_traffic_factor: float = 1.0
+    layer_overhead_s: float = 0.0
+    bf16_fp32_grad_allreduce: bool = False  # under bf16 the DP reduction moves fp32 gradients
+    # what "selective" recomputation recomputes under the software: "attention" (Megatron,
+    # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
+    selective_recompute: str = "attention"
+    measured: MeasuredTimes | None = None  # measured layer times replace the compute model
+
+    def with_updates(self, **changes) -> "CostParams":
+        return replace(self, **changes)
+
+
+DEFAULT_PARAMS = CostParams()
+
+
+# --- compute ------------------------------------------------------------------------------
+
+
+def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> float:
+    """Fraction of peak a GEMM reaches: saturates in its smallest dimension
+    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables)."""
+    smallest = min(rows, n, k)
+    return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
+
+
+def matmul_peak(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
+    """Peak FLOP/s of the GEMMs: fp32 training runs them on TF32 tensor cores where the
+    software allows it (NGC PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;
+    upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them."""
+    if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32"):
+        return gpu.peak("tf32")
+    return gpu.peak(dtype)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Per micro-batch times of one layer on one TP rank (seconds)."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float  # forward work repeated in backward
+    tp_comm_fwd_s: float
+    tp_comm_bwd_s: float  # includes the all-reduces of a recomputed forward
+
+    @property
+    def compute_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s
+
+    @property
+    def tp_comm_s(self) -> float:
+        return self.tp_comm_fwd_s + self.tp_comm_bwd_s
+
+
+def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool,
+                       attention: str, nb: int) -> tuple[float, float]:
+    """HBM traffic (bytes per sample, forward) of the non-GEMM kernels, split as
+    (traffic outside attention scores, traffic on the s^2 attention scores).
+
+    Counted as reads + writes of each fused kernel, as Calculon does: layer norms (read x,
+    write y), bias-dropout-add (read 2, write 1, mask), RoPE on Q and K, the MLP
+    activation (GeLU read f write f; SwiGLU read 2f write f), and with standard attention
+    the scale-mask-softmax and dropout over the a x s x s scores (Korthikanti et al. 2022).
+    """
+    c = layer.config
+    s, h = seq_len, c.hidden
+    mask = 1 if c.dropout else 0
+    dims = StageDims(tp, sequence_parallel)
+    if layer.kind == "embedding":
+        return dims.activation_share((nb + mask) * s * h, 0.0), 0.0  # gather rows, dropout
+    if layer.kind == "head":
+        # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
+        return dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
+    replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
+    sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
+    if c.num_experts > 1:
+        sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
+    if not c.learned_positions:
+        sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
+    scores = 0.0
+    if attention == "standard":
+        scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)
+    return dims.activation_share(replicated, sharded), scores
+
+
+def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float:
+    """The fraction of a link's figure NCCL reaches on it. A PCIe path inside a node (no NVLink:
+    peer-to-peer through PCIe switches and the host bridge, or staged through host memory where
+    peer access is off, as in VMs) and Ethernet between nodes (NCCL's socket transport, no
+    RDMA) have their own figures; NVLink/NVSwitch and RDMA NICs the defaults."""
+    kind = link.kind.lower()
+    if kind.startswith("pcie"):
+        return params.pcie_link_efficiency
+    if "ethernet" in kind:
+        return params.ethernet_link_efficiency
+    return params.intra_link_efficiency if intra else params.inter_link_efficiency
+
+
+def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
+    """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
+    (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model). A measured link prices it by its
+    size curve instead (planner.inputs.linkcurve)."""
+    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
+        return 0.0
+    if link.curves:
+        return collective_s("all_reduce", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
+
+
+def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, op: str = "all_gather") -> float:
+    """Ring all-gather or reduce-scatter (`op`) of a `nbytes` buffer: (n-1)/n of it, n-1
+    latencies; a measured link prices it by its size curve for `op` (planner.inputs.linkcurve)."""
+    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
+        return 0.0
+    if link.curves:
+        return collective_s(op, nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
+
+
+@lru_cache(maxsize=65536)
+def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean)."""
+    if layer.blend:
+        times = [(layer_time(part, gpu, sh, tp_link, params), n) for part, n in layer.blend]
+        total = sum(n for _, n in times)
+        return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
+    dtype, micro_batch, seq_len, attention, recompute = sh.dtype, sh.micro_batch, sh.seq_len, sh.attention, sh.recompute
+    tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
+    peak = matmul_peak(gpu, dtype, params)
+    nb = DTYPE_BYTES[dtype]
+    b = micro_batch
+    measured = params.measured.times(layer.kind) if params.measured is not None else None
+    if measured is not None:
+        # measured forward and backward of this layer kind (planner profile), interpolated;
+        # full recomputation repeats the forward; communication stays analytic below
+        fwd, bwd = measured.at(b, tp)
+        recompute_s = fwd if recompute == "full" else 0.0
+        return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, seq_len, tp, sequence_parallel, recompute,
+                             tp_link, nb, params)
+    if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
+        flops = sh.dims.compute_share(layer.fwd_flops_per_sample(seq_len) * b)
+        fwd = flops / (peak * params.gemm_efficiency)
+        recompute_s = fwd if recompute == "full" else 0.0
+        return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0)
+    hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
+
+    # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
+    # (Narayanan et al. 2021, sec 5.1).
+    gemm_times = []
+    for g in layer.gemms(seq_len, tp):
+        rows = b * g.rows
+        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params)))
+    gemm_fwd = sum(gemm_times)
+
+    # Attention scores: FlashAttention-2 runs QK^T and PV in one kernel and skips the causal
+    # upper triangle; its backward does 2.5x the forward matmuls (Dao 2023, sec 3).
+    # Standard attention runs them as batched GEMMs with head_dim as the inner dimension.
+    attn_fwd = attn_bwd = 0.0
+    if layer.kind == "decoder":
+        c = layer.config
+        if attention == "flash":
+            attn_flops = layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b
+            attn_fwd = attn_flops / (peak * params.attention_efficiency)
+            attn_bwd = 2.5 * attn_fwd
+        else:
+            attn_flops = layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b
+            eff = gemm_efficiency(seq_len, seq_len, c.head_dim, params)
+            attn_fwd = attn_flops / (peak * eff)
+            attn_bwd = 2.0 * attn_fwd
+
+    other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    elem_fwd = other_bytes * b / hbm * params.elementwise_traffic_factor
+    score_fwd = score_bytes * b / hbm
+    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
+    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+    # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + params.layer_overhead_s / 3
+    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + 2 * params.layer_overhead_s / 3
+
+    # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
+    # repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
+    # whose selective checkpointing is per-op (torchtitan) every second matmul and the
+    # elementwise kernels (op_sac_recomputed_gemm_s).
+    if recompute == "full":
+        recompute_s = fwd
+    elif recompute == "selective" and params.selective_recompute == "op":
+        recompute_s = (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + params.layer_overhead_s / 3
+                       if layer.kind == "decoder" else 0.0)
+    elif recompute == "selective" and attention == "standard":
+        recompute_s = attn_fwd + score_fwd
+    else:
+        recompute_s = 0.0
+
+    return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
+                         tp_link, nb, params)
+
+
+def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
+    """The matmuls torchtitan's per-op selective checkpointing recomputes in a block's backward:
+    it saves the output of every compute op except every second matmul (torchtitan's op-level
+    SAC policy: "Saves output of all compute ops, except every second mm"); in call order q, k, v, o, then w1, w3, w2 (gated MLP) or w1, w2, it recomputes k, o
+    and w3 (or w2). `gemm_times` are the block's forward GEMM times in Layer.gemms' order."""
+    c = layer.config
+    qkv, out, mlp_in, mlp_down = gemm_times[:4]
+    per_kv = c.kv_dim / (c.hidden + 2 * c.kv_dim)
+    calls = [qkv * (1 - 2 * per_kv), qkv * per_kv, qkv * per_kv, out]
+    calls += [mlp_in / 2, mlp_in / 2] if c.gated_mlp else [mlp_in]
+    calls.append(mlp_down)
+    return sum(calls[1::2])
+
+
+def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm_fwd: float, b: int,
+                  seq_len: int, tp: int, sequence_parallel: bool, recompute: str, tp_link: Link, nb: int,
+                  params: CostParams) -> LayerTime:
+    """Add the tensor-parallel communication of one layer for one micro-batch.
+
+    Korthikanti et al. 2022, sec 4.2.2: a block all-reduces b*s*h twice forward and twice
+    backward; with sequence parallelism each all-reduce becomes a reduce-scatter plus an
+    all-gather of the same total volume. The vocab-parallel embedding all-reduces its
+    output; the head its input gradient.
+    """
+    tp_fwd = tp_bwd = 0.0
+    if tp > 1 and layer.config is not None:
+        activation = nb * b * seq_len * layer.config.hidden
+        one = (2 * ring_allgather_s(activation, tp, tp_link, link_efficiency(tp_link, params))
+               if sequence_parallel else
+               ring_allreduce_s(activation, tp, tp_link, link_efficiency(tp_link, params)))
+        if layer.kind == "decoder":
+            tp_fwd, tp_bwd = 2 * one, 2 * one
+            if params.overlap_tp_comm:
+                # Megatron overlaps the input-gradient all-reduce of the two column-parallel
+                # GEMMs (QKV, MLP-in) with their weight-gradient GEMMs (Korthikanti et al.
+                # 2022, sec 4.2.2): half the backward communication hides, up to that GEMM time.
+                wgrad = gemm_fwd / 2
+                tp_bwd = one + max(0.0, one - wgrad)
+            if recompute == "full":
+                tp_bwd += 2 * one
+        elif layer.kind == "embedding":
+            tp_fwd = one
+        else:
+            tp_bwd = one
+    return LayerTime(fwd, bwd, recompute_s, tp_fwd, tp_bwd)
+
+
+def optimizer_step_s(params_on_device: float, gpu: GpuSpec, params: CostParams) -> float:
+    """Fused Adam over the device's (ZeRO-sharded) parameters: memory-bound traffic."""
+    return params_on_device * ADAM_TRAFFIC_BYTES / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    reserved_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.reserved_bytes)
+
+
+def gradient_bytes(dtype: str) -> int:
+    """Bytes of one gradient element: fp32 training keeps fp32 gradients, mixed precision
+    16-bit ones (Rajbhandari et al. 2020, sec 3.1)."""
+    return WEIGHT_BYTES_FP32_TRAINING if dtype == "fp32" else DTYPE_BYTES[dtype]
+
+
+def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
+    """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
+    Figure 1; dims.zero_divisors). `weight_params` is already divided by the TP degree."""
+    grad_b = gradient_bytes(dtype)
+    if dtype == "fp32":
+        weight_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, OPTIMIZER_BYTES_FP32
+    else:
+        weight_b, opt_b = DTYPE_BYTES[dtype], OPTIMIZER_BYTES_MIXED
+    weights_div, grads_div, optimizer_div = zero_divisors(zero, dp)
+    weights = weight_params * weight_b / weights_div
+    grads = weight_params * grad_b / grads_div
+    optimizer = weight_params * opt_b / optimizer_div
+    return weights, grads, optimizer
+
+
+def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, intra: Link,
+                             inter: Link, params: CostParams) -> float:
+    """All-reduce over `nodes` x `ranks_per_node` GPUs: reduce-scatter inside each node,
+    all-reduce of the 1/k shard across nodes, all-gather inside each node (NCCL's
+    hierarchical algorithm; Jia et al. 2018). `inter` is one GPU's share of its NIC."""
+    if nodes <= 1:
+        return ring_allreduce_s(nbytes, ranks_per_node, intra, link_efficiency(intra, params))
+    k = ranks_per_node
+    return (ring_allgather_s(nbytes, k, intra, link_efficiency(intra, params), "reduce_scatter")
+            + ring_allreduce_s(nbytes / k, nodes, inter, link_efficiency(inter, params, intra=False))
+            + ring_allgather_s(nbytes, k, intra, link_efficiency(intra, params)))

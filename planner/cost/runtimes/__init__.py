@@ -1,0 +1,35 @@
+"""The registry of runtimes (software stacks), one module each; `--runtime NAME` picks one.
+
+The default is `megatron` (Megatron-LM with megatron-core). A runtime's cost parameters
+are composed over the GPU architecture's (planner.cost.architectures): `stack_params`.
+"""
+
+from __future__ import annotations
+
+from ..architectures import architecture_params
+from ..formulas import DEFAULT_PARAMS, CostParams
+from ...inputs.devices import GpuSpec
+from ...core.errors import BadInput
+from . import deepspeed, fsdp1, megatron, megatron_2021, torchtitan
+from .base import Runtime
+
+RUNTIMES: dict[str, Runtime] = {m.RUNTIME.name: m.RUNTIME
+                                for m in (megatron, megatron_2021, deepspeed, torchtitan, fsdp1)}
+DEFAULT_RUNTIME = "megatron"
+
+
+def get_runtime(name: str) -> Runtime:
+    if name not in RUNTIMES:
+        raise BadInput(f"unknown runtime {name!r}, expected one of {', '.join(RUNTIMES)}", "--runtime")
+    return RUNTIMES[name]
+
+
+def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
+                 base: CostParams = DEFAULT_PARAMS) -> CostParams:
+    """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's."""
+    if isinstance(runtime, str):
+        runtime = get_runtime(runtime)
+    return runtime.params(base.with_updates(**architecture_params(gpu)))
+
+
+__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "get_runtime", "stack_params"]

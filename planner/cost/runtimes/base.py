@@ -1,0 +1,44 @@
+"""The Runtime type: what a software stack does that the cost model prices.
+
+A runtime is the training software (Megatron-LM, DeepSpeed's pipeline engine, torchtitan,
+FSDP1 under llm-foundry, ...), not the hardware: which communication it overlaps, which
+attention kernel it runs, whether fp32 GEMMs take the TF32 path, how fused its elementwise
+kernels are and its fixed host time per layer and micro-batch. Each module of this package
+registers one; every figure names its source or the fit that produced it
+(benchmarks/fit_cost_params.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formulas import CostParams
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    title: str
+    overlap_grad_reduce: bool  # DP gradient reduction overlaps the last backward
+    overlap_tp_comm: bool  # backward TP all-reduce overlaps the weight-gradient GEMMs
+    attention: str  # the attention kernel it runs: "flash" or "standard"
+    tf32_matmul: bool  # fp32 GEMMs on TF32 tensor cores (where the GPU has them)
+    elementwise_traffic_factor: float  # HBM traffic of its elementwise kernels / fully fused
+    layer_overhead_s: float  # host time per layer per micro-batch, forward + backward
+    source: str = ""
+    attention_efficiency: float | None = None  # its attention kernel's fraction of peak; None: the architecture's
+    bf16_fp32_grad_allreduce: bool = False  # under bf16 its DP reduction all-reduces fp32 gradients
+    selective_recompute: str = "attention"  # what its selective checkpointing recomputes (CostParams)
+    overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
+
+    def params(self, base: CostParams) -> CostParams:
+        """`base` (already carrying the GPU architecture's figures) under this software."""
+        if self.attention_efficiency is not None:
+            base = base.with_updates(attention_efficiency=self.attention_efficiency)
+        return base.with_updates(overlap_grad_reduce=self.overlap_grad_reduce, overlap_tp_comm=self.overlap_tp_comm,
+                                 tf32_matmul=self.tf32_matmul,
+                                 elementwise_traffic_factor=self.elementwise_traffic_factor,
+                                 layer_overhead_s=self.layer_overhead_s,
+                                 bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
+                                 selective_recompute=self.selective_recompute,
+                                 overlap_zero_comm=self.overlap_zero_comm)

@@ -1,0 +1,34 @@
+"""How a stage runs one layer on one replica: the key of cost.layer_time and pricing.layer_price."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.dims import StageDims
+from ..inputs.model import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """The training's shape and the stage's choices that set one layer's time and memory on
+    one replica: `dims` within the replica (StageDims.within_replica: dp and ZeRO do not
+    change a layer)."""
+
+    dtype: str
+    micro_batch: int
+    seq_len: int
+    attention: str
+    dims: StageDims
+    recompute: str
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def tp(self) -> int:
+        return self.dims.tp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.dims.sequence_parallel

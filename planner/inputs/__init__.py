@@ -1,0 +1,2 @@
+"""Typed inputs, loaded and checked once: GPUs, links and clusters (with their topology),
+model families, measured layer profiles and measured link curves."""

@@ -1,0 +1,108 @@
+"""The hardware's typed pieces: units, links, GPU types, node groups and devices (SI inside),
+and the reader of one link's figures. planner.inputs.hardware builds clusters from them;
+planner.inputs.topology routes between node groups with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..core import ranges
+from ..core.errors import BadInput
+from .linkcurve import LinkCurve, read_curves
+
+GIB = 2**30
+GB = 1e9
+US = 1e-6
+TFLOPS = 1e12
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link: bandwidth one direction, and one-message latency; `curves`, when
+    measured (planner profile-links), price each collective by message size (planner.inputs.linkcurve)."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    kind: str = ""
+    curves: tuple[LinkCurve, ...] = ()
+
+    def shared_by(self, sharers: int) -> "Link":
+        """One GPU's share when `sharers` GPUs use the link at once (curves scaled alike)."""
+        return Link(self.bandwidth_bytes_per_s / sharers, self.latency_s, self.kind,
+                    tuple(c.scaled(1 / sharers) for c in self.curves))
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: float
+    peak_flops: tuple[tuple[str, float], ...]  # (dtype, dense FLOP/s), hashable
+    hbm_bandwidth_bytes_per_s: float
+    intra_node: Link
+    inter_node: Link
+    vendor: str = ""
+    source: str = ""
+    architecture: str = ""  # volta, turing, ampere, ada, hopper, blackwell, cdna2, cdna3 ("": unknown)
+    segment: str = ""  # datacenter or consumer ("": unknown)
+
+    def supports(self, dtype: str) -> bool:
+        return any(d == dtype for d, _ in self.peak_flops)
+
+    def peak(self, dtype: str) -> float:
+        for d, flops in self.peak_flops:
+            if d == dtype:
+                return flops
+        raise BadInput(f"GPU {self.name} has no {dtype} support", field="--dtype")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link
+    inter_node: Link  # whole node NIC, one direction
+    first_rank: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.num_gpus)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU of the cluster: its rank, its GPU type, and where it sits (its node group, the
+    node's index in the group, its index in the node)."""
+
+    rank: int
+    gpu: str
+    group: str
+    node: int
+    local_rank: int
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "group": self.group, "node": self.node,
+                "local_rank": self.local_rank, "gpu": self.gpu}
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
+    if data is None:
+        data = default
+    if not isinstance(data, dict):
+        raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
+    merged = {**default, **data}
+    bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
+    lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",
+                     required=False, default=0.0)
+    curves = read_curves(merged.get("curve"), where, f"{field_name}.curve", bw * GB, lat * US)
+    return Link(bw * GB, lat * US, str(merged.get("kind", "")), curves)

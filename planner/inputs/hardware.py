@@ -1,0 +1,245 @@
+"""Cluster description -> typed `Cluster` (GPU catalog, node groups, devices, topology).
+
+All quantities are SI inside: bytes, bytes/s (one direction), seconds, FLOP/s. Files use
+the units in their key names (GiB, GBps, us, tflops) and are converted here, once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ..core import ranges
+from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, Link, NodeGroup, read_link  # noqa: F401
+from ..core.errors import BadInput
+from ..core.io import get_str, load_mapping
+from ..core.names import check_name
+from ..core.ranges import MAX_CLUSTER_GPUS
+from .topology import Topology, topology_from_spec
+
+
+
+def profiles_dir() -> Path:
+    """The data folder: `planner/profiles` in an installed wheel, else the checkout's `profiles/`.
+
+    The installed copy is looked for first: next to an installed package the folder above
+    (site-packages) is not ours. In a checkout (or an editable install) only `profiles/` exists.
+    """
+    package = Path(__file__).resolve().parents[1]  # planner/
+    installed = package / "profiles"
+    return installed if installed.is_dir() else package.parent / "profiles"
+
+
+PROFILES_DIR = profiles_dir()
+CATALOG_PATH = PROFILES_DIR / "hardware" / "gpus.yaml"
+CLUSTERS_DIR = PROFILES_DIR / "clusters"
+
+# A GPU type declared in a cluster file without link figures gets PCIe 4.0 x16 inside the
+# node and 100 Gb/s Ethernet between nodes: the common case for a workstation-class card.
+DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "latency_us": 5.0}
+DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    groups: tuple[NodeGroup, ...]
+    topology: Topology  # the network between the groups, every pair's link resolved
+    spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.groups)
+
+    @cached_property
+    def gpu_types(self) -> tuple[GpuSpec, ...]:
+        seen: dict[str, GpuSpec] = {}
+        for g in self.groups:
+            seen.setdefault(g.gpu.name, g.gpu)
+        return tuple(seen.values())
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def group_of_rank(self, rank: int) -> NodeGroup:
+        # groups hold consecutive rank ranges in order: the last group starting at or before rank
+        index = bisect_right([g.first_rank for g in self.groups], rank) - 1
+        if index < 0 or rank >= self.num_gpus:
+            raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
+        return self.groups[index]
+
+    def device(self, rank: int) -> Device:
+        g = self.group_of_rank(rank)
+        offset = rank - g.first_rank
+        return Device(rank=rank, gpu=g.gpu.name, group=g.name, node=offset // g.gpus_per_node,
+                      local_rank=offset % g.gpus_per_node)
+
+    def devices(self) -> Iterator[Device]:
+        for rank in range(self.num_gpus):
+            yield self.device(rank)
+
+    def group_link(self, name_a: str, name_b: str) -> Link:
+        """Link between nodes of two groups: the group's own inter_node, else the widest path
+        between them in the cluster's topology (planner.inputs.topology), resolved at load."""
+        if name_a == name_b:
+            return self.group(name_a).inter_node
+        return self.topology.route(name_a, name_b)
+
+    def link(self, rank_a: int, rank_b: int) -> Link:
+        """Same node -> intra_node; same group -> inter_node; else the group link."""
+        da, db = self.device(rank_a), self.device(rank_b)
+        if da.group == db.group:
+            g = self.group(da.group)
+            return g.intra_node if da.node == db.node else g.inter_node
+        return self.group_link(da.group, db.group)
+
+    def common_dtype(self) -> str:
+        """bf16 where every GPU supports it, else fp16 (formats.md section 4)."""
+        return "bf16" if all(g.supports("bf16") for g in self.gpu_types) else "fp16"
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
+    if not isinstance(entry, dict):
+        raise BadInput("must be a mapping", where, prefix)
+    memory = ranges.get(entry, "memory_GiB", "memory_GiB", where, f"{prefix}.memory_GiB")
+    peaks = entry.get("peak_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise BadInput("missing or empty peak_tflops mapping", where, f"{prefix}.peak_tflops")
+    peak_flops = {}
+    for dtype in sorted(peaks, key=str):
+        if dtype not in DTYPES:
+            raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", where,
+                           f"{prefix}.peak_tflops")
+        peak_flops[dtype] = ranges.get(peaks, dtype, "peak_tflops", where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
+    hbm = ranges.get(entry, "hbm_GBps", "hbm_GBps", where, f"{prefix}.hbm_GBps")
+    return GpuSpec(
+        name=name,
+        memory_bytes=memory * GIB,
+        peak_flops=tuple(sorted(peak_flops.items())),
+        hbm_bandwidth_bytes_per_s=hbm * GB,
+        intra_node=read_link(entry.get("intra_node"), where, f"{prefix}.intra_node", DEFAULT_INTRA),
+        inter_node=read_link(entry.get("inter_node"), where, f"{prefix}.inter_node", DEFAULT_INTER),
+        vendor=str(entry.get("vendor", "")),
+        source=str(entry.get("source", "")),
+        architecture=_choice(entry, "architecture", ARCHITECTURES, where, prefix),
+        segment=_choice(entry, "segment", SEGMENTS, where, prefix),
+    )
+
+
+ARCHITECTURES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
+SEGMENTS = ("datacenter", "consumer")
+
+
+def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: str, prefix: str) -> str:
+    """An optional catalog word (architecture, segment): one of `allowed`, or "" when absent."""
+    value = entry.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise BadInput(f"must be one of {', '.join(allowed)}", where, f"{prefix}.{key}")
+    return value.lower()
+
+
+def load_catalog_data(path: Path = CATALOG_PATH) -> dict[str, dict]:
+    data = load_mapping(path, "GPU catalog")
+    return {check_name(k, str(path), "(a GPU name)"): v for k, v in data.items()}
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> dict[str, GpuSpec]:
+    """The built-in GPU catalog, keyed by canonical name."""
+    where = str(path)
+    return {name: _gpu_spec(name, entry, where, name) for name, entry in load_catalog_data(path).items()}
+
+
+def resolve_cluster_path(name_or_path: str) -> Path:
+    """A path to a cluster file, or the stem of a built-in example (profiles/clusters)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for ext in (".yaml", ".yml", ".json"):
+        candidate = CLUSTERS_DIR / f"{name_or_path}{ext}"
+        if candidate.exists():
+            return candidate
+    raise BadInput("cluster file not found (and not a built-in example: "
+                   f"{', '.join(sorted(q.stem for q in CLUSTERS_DIR.glob('*.yaml')))})", name_or_path)
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    path = resolve_cluster_path(name_or_path)
+    return cluster_from_spec(load_mapping(path, "cluster file"), str(path))
+
+
+def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluster:
+    """Build a typed Cluster from a parsed cluster file (formats.md section 1)."""
+    if not isinstance(spec, dict):
+        raise BadInput("cluster must be a mapping", where)
+    catalog_raw = load_catalog_data()
+    by_lower = {k.lower(): k for k in catalog_raw}
+    extra = spec.get("gpus") or {}
+    if not isinstance(extra, dict):
+        raise BadInput("must be a mapping of GPU name to figures", where, "gpus")
+    for key in extra:
+        check_name(key, where, "gpus (a GPU name)")
+
+    def gpu_for(name: str, field_name: str) -> GpuSpec:
+        base_key = by_lower.get(name.lower())
+        own_key = next((k for k in extra if str(k).lower() == name.lower()), None)
+        if own_key is not None:
+            base = catalog_raw.get(base_key, {}) if base_key else {}
+            entry = extra[own_key]
+            if not isinstance(entry, dict):
+                raise BadInput("must be a mapping", where, f"gpus.{own_key}")
+            merged = {**base, **entry}
+            return _gpu_spec(base_key or str(own_key), merged, where, f"gpus.{own_key}")
+        if base_key is None:
+            raise BadInput(f"unknown GPU {name!r} (see `planner gpus`, or declare it under `gpus:`)",
+                           where, field_name)
+        return _gpu_spec(base_key, catalog_raw[base_key], str(CATALOG_PATH), base_key)
+
+    groups_raw = spec.get("node_groups")
+    if not isinstance(groups_raw, list) or not groups_raw:
+        raise BadInput("must be a non-empty list of node groups", where, "node_groups")
+    groups: list[NodeGroup] = []
+    first_rank = 0
+    names: set[str] = set()
+    for i, g in enumerate(groups_raw):
+        prefix = f"node_groups[{i}]"
+        if not isinstance(g, dict):
+            raise BadInput("must be a mapping", where, prefix)
+        name = check_name(get_str(g, "name", where, f"{prefix}.name"), where, f"{prefix}.name")
+        if name in names:
+            raise BadInput(f"duplicate node group name {name!r}", where, f"{prefix}.name")
+        names.add(name)
+        gpu = gpu_for(check_name(get_str(g, "gpu", where, f"{prefix}.gpu"), where, f"{prefix}.gpu"),
+                      f"{prefix}.gpu")
+        nodes = ranges.get(g, "nodes", "nodes", where, f"{prefix}.nodes")
+        per_node = ranges.get(g, "gpus_per_node", "gpus_per_node", where, f"{prefix}.gpus_per_node")
+        if nodes * per_node > MAX_CLUSTER_GPUS or first_rank + nodes * per_node > MAX_CLUSTER_GPUS:
+            raise BadInput(f"cluster exceeds {MAX_CLUSTER_GPUS} GPUs", where, f"{prefix}.nodes")
+        intra_default = {"bandwidth_GBps": gpu.intra_node.bandwidth_bytes_per_s / GB,
+                         "latency_us": gpu.intra_node.latency_s / US, "kind": gpu.intra_node.kind}
+        inter_default = {"bandwidth_GBps": gpu.inter_node.bandwidth_bytes_per_s / GB,
+                         "latency_us": gpu.inter_node.latency_s / US, "kind": gpu.inter_node.kind}
+        groups.append(NodeGroup(
+            name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
+            intra_node=read_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
+            inter_node=read_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
+            first_rank=first_rank))
+        first_rank += nodes * per_node
+
+
+    topology = topology_from_spec(spec, groups, where)
+    if spec.get("name"):
+        cluster_name = check_name(spec["name"], where, "name")
+    else:
+        cluster_name = check_name(Path(where).stem, where, "(the name taken from the file name)")
+    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec))

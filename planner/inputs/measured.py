@@ -1,0 +1,110 @@
+"""Measured layer times from a layer-profile file (`planner profile`), for pricing a GPU type
+from measurements instead of the analytic model (`--profile GPU=FILE`).
+
+Times are interpolated linearly between measured micro-batch sizes and TP degrees, and
+extrapolated linearly beyond them from the two nearest points (with one point, in
+proportion to the micro-batch, and inversely to the TP degree).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..core import ranges
+from ..core.errors import BadInput
+
+KINDS = ("embedding", "decoder", "head")
+MIN_FRACTION = 0.05  # an extrapolation never drops below this share of the nearest measurement
+
+
+def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float, single: str) -> float:
+    """Piecewise-linear through (xs, ys), extended linearly past both ends."""
+    if len(xs) == 1:
+        return ys[0] * (x / xs[0] if single == "proportional" else xs[0] / x)
+    i = min(max(bisect_left(xs, x), 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    nearest = ys[0] if x < xs[0] else ys[-1] if x > xs[-1] else min(y0, y1)
+    return max(y, MIN_FRACTION * nearest)
+
+
+@dataclass(frozen=True)
+class KindTimes:
+    micro_batch: tuple[int, ...]
+    tp: tuple[int, ...]
+    fwd_s: tuple[tuple[float, ...], ...]  # [tp index][micro-batch index]
+    bwd_s: tuple[tuple[float, ...], ...]
+
+    def at(self, micro_batch: int, tp: int) -> tuple[float, float]:
+        """(forward, backward) seconds of one micro-batch on one rank of a TP group."""
+        out = []
+        for table in (self.fwd_s, self.bwd_s):
+            per_tp = [_interpolate(self.micro_batch, row, micro_batch, "proportional") for row in table]
+            out.append(_interpolate(self.tp, per_tp, tp, "inverse"))
+        return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """Measured times of one GPU type, per layer kind (hashable: it rides in CostParams)."""
+
+    gpu: str
+    source: str
+    model: str
+    seq_len: int
+    dtype: str
+    kinds: tuple[tuple[str, KindTimes], ...]
+
+    def times(self, kind: str) -> KindTimes | None:
+        for name, value in self.kinds:
+            if name == kind:
+                return value
+        return None
+
+
+def _numbers(value: Any, where: str, field: str, figure: str) -> tuple[float, ...]:
+    """A non-empty list of numbers, each in RANGES[figure]."""
+    if not isinstance(value, list) or not value:
+        raise BadInput("must be a non-empty list of numbers", where, field)
+    return tuple(float(ranges.check(x, figure, where, f"{field}[{i}]")) for i, x in enumerate(value))
+
+
+def measured_from_profile(data: Mapping[str, Any], gpu: str, where: str) -> MeasuredTimes:
+    """Read the `measured` entries of a layer-profile file (formats.md section 3)."""
+    if data.get("format") != "planner.profile/v1":
+        raise BadInput("not a layer profile (format must be planner.profile/v1)", where, "format")
+    layers = data.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise BadInput("must be a non-empty list", where, "layers")
+    kinds: dict[str, KindTimes] = {}
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict):
+            raise BadInput("must be a mapping", where, f"layers[{i}]")
+        kind, measured = layer.get("kind"), layer.get("measured")
+        if kind not in KINDS or kind in kinds:
+            continue
+        if not isinstance(measured, dict):
+            raise BadInput("has no measured times (profile it with `planner profile`)", where,
+                           f"layers[{i}].measured")
+        path = f"layers[{i}].measured"
+        micro = _numbers(measured.get("micro_batch"), where, f"{path}.micro_batch", "micro_batch")
+        tps = _numbers(measured.get("tp", [1]), where, f"{path}.tp", "degree")
+        fwd, bwd = measured.get("fwd_s"), measured.get("bwd_s")
+        if len(tps) == 1 and isinstance(fwd, list) and fwd and not isinstance(fwd[0], list):
+            fwd, bwd = [fwd], [bwd]
+        if not isinstance(fwd, list) or not isinstance(bwd, list) or len(fwd) != len(tps) or len(bwd) != len(tps):
+            raise BadInput("needs one row of times per TP degree", where, f"{path}.fwd_s")
+        fwd_rows = tuple(_numbers(row, where, f"{path}.fwd_s", "layer_time_s") for row in fwd)
+        bwd_rows = tuple(_numbers(row, where, f"{path}.bwd_s", "layer_time_s") for row in bwd)
+        if any(len(row) != len(micro) for row in fwd_rows + bwd_rows):
+            raise BadInput("needs one time per micro-batch size", where, f"{path}.fwd_s")
+        if list(micro) != sorted(set(micro)) or list(tps) != sorted(set(tps)):
+            raise BadInput("micro-batch sizes and TP degrees must be increasing", where, path)
+        kinds[kind] = KindTimes(tuple(int(x) for x in micro), tuple(int(x) for x in tps), fwd_rows, bwd_rows)
+    if "decoder" not in kinds:
+        raise BadInput("has no measured decoder block", where, "layers")
+    seq_len = ranges.get(data, "seq_len", "seq_len", where, "seq_len")
+    return MeasuredTimes(gpu, where, str(data.get("model", "")), seq_len, str(data.get("dtype", "")),
+                         tuple(sorted(kinds.items())))

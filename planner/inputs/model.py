@@ -1,0 +1,437 @@
+"""Model description -> typed, ordered list of layers with their costs.
+
+Sources: a built-in catalog name (profiles/models/*.json), a Hugging Face `config.json`,
+or a layer-profile file (formats.md section 3). A model is the embedding, N decoder blocks
+and the final norm + LM head; each layer knows its parameters, forward FLOPs, saved
+activation bytes and the bytes it sends to the next layer, per sample, as functions of the
+sequence length (and of tensor parallelism, sequence parallelism, recompute and attention
+kernel for the activations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..core.dims import StageDims
+from ..core.errors import BadInput
+from .hardware import PROFILES_DIR
+from ..core import ranges
+from ..core.io import MAX_NUMBER, load_mapping
+from .model_families import (SUPPORTED_TYPES, Mla, attention_params, hf_dimensions,  # noqa: F401 (re-exported)
+                             mlp_params)
+from ..core.names import check_name
+
+MODELS_DIR = PROFILES_DIR / "models"
+RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTION_KINDS = ("flash", "standard")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps the math finite
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The dimensions the cost depends on, read once from a config file
+    (planner.inputs.model_families reads each Hugging Face family).
+
+    A model-level config describes the MoE layers of a mixed model; `layer_config(i)` gives
+    decoder i's own config (its dense MLP, its attention window), the one its Layer holds."""
+
+    name: str
+    model_type: str
+    hidden: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden: int  # an expert's FFN width in an MoE layer
+    vocab: int
+    max_positions: int
+    gated_mlp: bool  # SwiGLU / GeGLU (three matrices) vs GeLU (two)
+    tied_embeddings: bool
+    num_experts: int = 1  # 1 = dense MLP; else routed experts
+    experts_top_k: int = 1
+    norm: str = "layernorm"  # or "rmsnorm"
+    linear_bias: bool = False  # biases on every linear (GPT-2, GPT-NeoX)
+    qkv_bias: bool = False  # biases on q, k, v only (Qwen2)
+    learned_positions: bool = False  # GPT-2's absolute position table
+    dropout: bool = False  # dropout masks are saved (GPT-2 style training)
+    attention_head_dim: int = 0  # the config's head_dim; 0: hidden / heads
+    qk_norm: str = "none"  # "head": RMSNorm of each q and k head (Qwen3, Gemma3); "proj": of all q, all k (OLMo2)
+    block_norms: int = 2  # norm layers per block (Gemma2/3: 4, before and after attention and MLP)
+    shared_expert_ffn: int = 0  # FFN width of the always-on shared expert(s) of an MoE layer
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
+    router_bias: bool = False  # DeepSeek-V3's per-expert e_score_correction_bias
+    mla: Mla | None = None
+    window: int = 0  # this layer's sliding attention window in tokens; 0: full attention
+    layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)
+    dense_layers: tuple[int, ...] = ()  # model level: decoders with a dense MLP in an MoE model
+    dense_ffn_hidden: int = 0  # their FFN width
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width of q and k (the config's head_dim when it gives one)."""
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.attention_head_dim or self.hidden // self.num_heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads (hidden, unless head_dim x heads differs from it)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key heads."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.num_kv_heads * self.v_head_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Input width of the attention output projection."""
+        return self.num_heads * self.v_head_dim
+
+    @property
+    def norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def layer_config(self, i: int) -> "ModelConfig":
+        """Decoder i's config: its attention window, a dense MLP if it is one of the
+        dense layers of an MoE model; the per-model patterns cleared."""
+        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (),
+                                   "window": self.layer_windows[i] if self.layer_windows else self.window}
+        if i in self.dense_layers:
+            changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
+                           shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Per-sample costs read from a layer-profile file (valid at its `seq_len`)."""
+
+    seq_len: int
+    fwd_flops_per_sample: float
+    act_bytes_per_sample: float
+    out_bytes_per_sample: float
+    measured: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    name: str
+    kind: str  # "embedding" | "decoder" | "head"
+    params: int  # unique parameters (a tied head counts 0 for the shared matrix)
+    weight_params: int  # parameters held in memory by the device that runs the layer
+    config: ModelConfig | None = None
+    fixed: FixedCosts | None = None
+    # the search's stand-in for decoders of several shapes (Model.decoder_stand_in): each
+    # distinct decoder with its count; time is their count-weighted mean, memory their max
+    blend: tuple[tuple["Layer", int], ...] = ()
+
+    # --- FLOPs -------------------------------------------------------------------------
+
+    def fwd_flops_per_sample(self, seq_len: int) -> float:
+        """Model forward FLOPs of one sample (full s^2 attention, Megatron's convention)."""
+        if self.fixed is not None:
+            return self.fixed.fwd_flops_per_sample * seq_len / self.fixed.seq_len
+        if self.blend:
+            return _mean(self.blend, lambda part: part.fwd_flops_per_sample(seq_len))
+        return sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1)) \
+            + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
+
+    def gemms(self, seq_len: int, tp: int) -> tuple["Gemm", ...]:
+        """The layer's weight GEMMs, as shards on one of `tp` tensor-parallel ranks.
+
+        Megatron's sharding (Shoeybi et al. 2019): QKV and MLP-in split columns, attention
+        out and MLP-out split rows, the LM head splits the vocabulary.
+        """
+        c = self.config
+        if c is None or self.kind == "embedding":
+            return ()
+        if self.kind == "head":
+            return (Gemm(seq_len, c.vocab / tp, c.hidden, 1),)
+        h, f = c.hidden, c.ffn_hidden
+        mlp_in = 2 * f if c.gated_mlp else f
+        experts_active = c.experts_top_k if c.num_experts > 1 else 1
+        if c.mla is None:
+            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1)]  # QKV projection
+        else:  # down-projections replicated, up-projections split by heads (Megatron's MLA)
+            m, heads = c.mla, c.num_heads / tp
+            q_in = m.q_lora_rank or h
+            if m.q_lora_rank:
+                gemms = [Gemm(seq_len, m.q_lora_rank, h, 1)]
+            else:
+                gemms = []
+            gemms += [Gemm(seq_len, heads * c.head_dim, q_in, 1),
+                      Gemm(seq_len, m.kv_lora_rank + m.qk_rope_head_dim, h, 1),
+                      Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
+        gemms += [
+            Gemm(seq_len, h, c.o_dim / tp, 1),  # attention output projection
+            Gemm(seq_len, mlp_in / tp, h, experts_active),  # MLP up (+ gate)
+            Gemm(seq_len, h, f / tp, experts_active),  # MLP down
+        ]
+        if c.num_experts > 1:
+            gemms.append(Gemm(seq_len, c.num_experts, h, 1))  # router (replicated)
+        if c.shared_expert_ffn:
+            s_in = 2 * c.shared_expert_ffn if c.gated_mlp else c.shared_expert_ffn
+            gemms += [Gemm(seq_len, s_in / tp, h, 1), Gemm(seq_len, h, c.shared_expert_ffn / tp, 1)]
+            if c.shared_expert_gate:
+                gemms.append(Gemm(seq_len, 1, h, 1))
+        return tuple(gemms)
+
+    def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool) -> float:
+        """QK^T and attention-times-V: 2 s^2 (d_qk + d_v) per head, 4 s^2 h for a GPT block
+        (Narayanan et al. 2021, sec 5.1), every query against every key.
+
+        FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`). A
+        sliding window of w < s keys (Mistral, Gemma 2/3, Phi-3) leaves s w - w^2/2 causal
+        query-key pairs, which is what a windowed kernel computes; without the skip that is
+        doubled, as the full count is (s^2 = 2 x s^2/2).
+        """
+        if self.kind != "decoder" or self.config is None:
+            return 0.0
+        c = self.config
+        pairs = seq_len * seq_len / 2
+        if 0 < c.window < seq_len:
+            pairs = seq_len * c.window - c.window * c.window / 2
+        if not causal_skip:
+            pairs *= 2
+        return StageDims(tp).compute_share(2.0 * pairs * c.num_heads * (c.head_dim + c.v_head_dim))  # heads split
+
+    # --- activations -------------------------------------------------------------------
+
+    def out_bytes_per_sample(self, seq_len: int, dtype_bytes: int = 2) -> float:
+        """Bytes sent to the next layer (the hidden state s x h); the head sends nothing."""
+        if self.fixed is not None:
+            return self.fixed.out_bytes_per_sample * seq_len / self.fixed.seq_len
+        if self.kind == "head":
+            return 0.0
+        return float(dtype_bytes * seq_len * self.config.hidden)
+
+    def act_bytes_per_sample(self, seq_len: int, recompute: str = "none", tp: int = 1,
+                             sequence_parallel: bool = False, attention: str = "flash",
+                             dtype_bytes: int = 2) -> float:
+        """Activation bytes saved for backward, per sample, on one TP rank.
+
+        Korthikanti et al. 2022 (sec 4, Table 2): a GPT block saves sbh(34 + 5as/h) bytes in
+        16-bit with standard attention; 10sbh of it (norm inputs, block inputs, dropout
+        masks) is replicated across TP ranks unless sequence parallelism shards it;
+        selective recompute drops the 5as^2b attention-score terms; full recompute keeps
+        only the block input (2sbh). FlashAttention (Dao et al. 2022) never stores the
+        s^2 scores, only the softmax log-sum-exp (fp32, a x s).
+        """
+        if recompute not in RECOMPUTE_MODES:
+            raise BadInput(f"unknown recompute mode {recompute!r}", field="recompute")
+        if self.fixed is not None:
+            return self.fixed.act_bytes_per_sample * seq_len / self.fixed.seq_len
+        if self.blend:
+            return max(part.act_bytes_per_sample(seq_len, recompute, tp, sequence_parallel, attention, dtype_bytes)
+                       for part, _ in self.blend)
+        c = self.config
+        s, h, nb = seq_len, c.hidden, dtype_bytes
+        dims = StageDims(tp, sequence_parallel)
+        mask = 1 if c.dropout else 0  # one byte per element of a dropout mask
+        if self.kind == "embedding":
+            return dims.activation_share(mask * s * h, 0.0)  # embedding dropout mask
+        if self.kind == "head":
+            # final norm input and output (the head GEMM's input), then fp32 logits that
+            # the vocab-parallel cross entropy keeps (Korthikanti et al. 2022, sec 4.3)
+            return dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
+        if recompute == "full":
+            return dims.activation_share(nb * s * h, 0.0)  # only the block input is checkpointed
+        # the norm inputs, QKV and MLP inputs, 2 masks
+        replicated = (c.block_norms + 2) * nb * s * h + 2 * mask * s * h
+        if c.mla is not None:  # the replicated down-projections' outputs (the latents)
+            replicated += nb * s * (c.mla.q_lora_rank + c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)
+        # attention: Q, K, V and the output-projection input
+        sharded = nb * s * (c.q_dim + c.kv_dim + c.v_dim + c.o_dim)
+        # MLP: GeLU keeps its input and output (2 x s x f); SwiGLU keeps gate, up and product
+        per_ffn = (3 if c.gated_mlp else 2) * nb * s
+        mlp = per_ffn * c.ffn_hidden
+        if c.num_experts > 1:
+            mlp = c.experts_top_k * (mlp + nb * s * h) + 4 * s * c.num_experts  # routed copies, router logits
+        sharded += mlp + per_ffn * c.shared_expert_ffn
+        if attention == "standard":
+            if recompute == "none":
+                # softmax output (2as^2), its dropout mask (as^2) and dropout output (2as^2)
+                per_score = nb + (mask + nb if c.dropout else 0)
+                sharded += per_score * c.num_heads * s * s
+        elif attention == "flash":
+            sharded += 4 * c.num_heads * s  # log-sum-exp, fp32
+        else:
+            raise BadInput(f"unknown attention kind {attention!r}", field="attention")
+        return dims.activation_share(replicated, sharded)
+
+    def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+                                    dtype_bytes: int = 2) -> float:
+        """Activation bytes a decoder block saves per sample on one TP rank under torchtitan's
+        per-op selective checkpointing (cost.op_sac_recomputed_gemm_s): the block input, the
+        outputs of the matmuls it keeps (every odd one in call order: q, v, w1, w2 with a gated
+        MLP) and of flash attention (output and fp32 log-sum-exp). Other layers save what they
+        save without recomputation."""
+        if self.blend:
+            return max(part.op_sac_act_bytes_per_sample(seq_len, tp, sequence_parallel, dtype_bytes)
+                       for part, _ in self.blend)
+        if self.kind != "decoder" or self.config is None:
+            return self.act_bytes_per_sample(seq_len, "none", tp, sequence_parallel, "flash", dtype_bytes)
+        c = self.config
+        s, h, nb = seq_len, c.hidden, dtype_bytes
+        kept_mlp = c.ffn_hidden if c.gated_mlp else 0  # gated: w1 kept, w3 recomputed; else w1 recomputed
+        # block input and the row-parallel w2 output (a full s x h partial sum per rank)
+        replicated = 2 * nb * s * h
+        # q, v, the attention output and its log-sum-exp, and w1 where kept
+        sharded = nb * s * (c.q_dim + c.v_dim + c.o_dim + kept_mlp) + 4 * c.num_heads * s
+        return StageDims(tp, sequence_parallel).activation_share(replicated, sharded)
+
+
+def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:
+    """Count-weighted mean of `figure(layer)` over a blend's parts."""
+    return sum(figure(part) * n for part, n in parts) / sum(n for _, n in parts)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One weight GEMM per sample: (rows=seq_len) x n x k, repeated `count` times."""
+
+    rows: int
+    n: float
+    k: float
+    count: int
+
+    def flops_per_sample(self, seq_len: int) -> float:
+        return 2.0 * seq_len * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    config: ModelConfig | None
+    layers: tuple[Layer, ...]
+    raw: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
+    source: str = "analytic"  # or "profile"
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def fwd_flops_per_sample(self, seq_len: int) -> float:
+        return sum(layer.fwd_flops_per_sample(seq_len) for layer in self.layers)
+
+    def decoder_stand_in(self) -> Layer:
+        """The decoder block that the search prices n times. When the decoders differ (the
+        dense first layers of DeepSeek-V3, Gemma's windowed and global layers), a blend of
+        them: per micro-batch time the count-weighted mean of theirs (n blocks of a stage
+        cost n x the mean), memory (weights, activations) the largest of theirs, so a stage
+        the search finds fitting fits whichever blocks it gets. Evaluating a plan prices
+        every layer as it is."""
+        decoders = [layer for layer in self.layers if layer.kind == "decoder"]
+        shapes: dict[Any, list[Layer]] = {}
+        for layer in decoders:
+            shapes.setdefault(layer.config, []).append(layer)
+        if len(shapes) <= 1:
+            return decoders[0]
+        parts = tuple((group[0], len(group)) for group in shapes.values())
+        largest = max((part for part, _ in parts), key=lambda part: part.weight_params)
+        return replace(largest, name="block.mix", blend=parts)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def catalog_names() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def resolve_model_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for candidate in MODELS_DIR.glob("*.json"):
+        if candidate.stem.lower() == name_or_path.lower():
+            return candidate
+    raise BadInput("model not found: not a file and not a catalog name (see `planner models`)",
+                   name_or_path)
+
+
+def load_model(name_or_path: str) -> Model:
+    path = resolve_model_path(name_or_path)
+    data = load_mapping(path, "model file")
+    if path.parent != MODELS_DIR and data.get("_name_or_path"):
+        return model_from_dict(data, data["_name_or_path"], str(path), "_name_or_path")
+    return model_from_dict(data, path.stem, str(path), "(the name taken from the file name)")
+
+
+def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model",
+                    name_field: str = "name") -> Model:
+    """A model from a parsed HF config named `name`, or from a layer profile, which is named
+    by its `model` key (else `name`). The name must pass `check_name`."""
+    profile = data.get("format") == "planner.profile/v1"
+    if profile and data.get("model"):
+        name, name_field = data["model"], "model"
+    check_name(name, where, name_field)
+    if profile:
+        return _model_from_profile(data, name, where)
+    config = config_from_hf(data, name, where)
+    return Model(name, config, build_layers(config), raw=dict(data))
+
+
+def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfig:
+    """Read a Hugging Face config.json (planner.inputs.model_families: one reader per model_type);
+    a missing dimension is an error unless Hugging Face documents its default."""
+    return ModelConfig(name=name, **hf_dimensions(data, where))
+
+
+def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
+    h = c.hidden
+    embed_params = c.vocab * h + (c.max_positions * h if c.learned_positions else 0)
+    head_matrix = c.vocab * h
+    layers = [Layer(0, "embed", "embedding", embed_params, embed_params, c)]
+    for i in range(c.num_layers):
+        lc = c.layer_config(i)
+        block = attention_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
+        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc))
+    head_params = c.norm_params + (0 if c.tied_embeddings else head_matrix)
+    layers.append(Layer(c.num_layers + 1, "head", "head", head_params, c.norm_params + head_matrix, c))
+    return tuple(layers)
+
+
+def _model_from_profile(data: Mapping[str, Any], name: str, where: str) -> Model:
+    seq_len = ranges.get(data, "seq_len", "seq_len", where, "seq_len")
+    entries = data.get("layers")
+    if not isinstance(entries, list) or not entries:
+        raise BadInput("must be a non-empty list", where, "layers")
+    layers = []
+    kinds = ("embedding", "decoder", "head")
+    for i, entry in enumerate(entries):
+        prefix = f"layers[{i}]"
+        if not isinstance(entry, dict):
+            raise BadInput("must be a mapping", where, prefix)
+        kind = entry.get("kind")
+        if kind not in kinds:
+            raise BadInput(f"must be one of {', '.join(kinds)}", where, f"{prefix}.kind")
+        params = entry.get("params")
+        if not isinstance(params, int) or isinstance(params, bool) or not 0 <= params <= MAX_NUMBER:
+            raise BadInput(f"must be an integer from 0 to {MAX_NUMBER:.0e}", where, f"{prefix}.params")
+        numbers = {}
+        for key in ("fwd_flops_per_sample", "act_bytes_per_sample", "out_bytes_per_sample"):
+            value = entry.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_PER_SAMPLE:
+                raise BadInput(f"must be a number from 0 to {MAX_PER_SAMPLE:.0e}", where, f"{prefix}.{key}")
+            numbers[key] = float(value)
+        fixed = FixedCosts(seq_len=seq_len, measured=entry.get("measured"), **numbers)
+        layer_name = check_name(entry.get("name", f"layer.{i}"), where, f"{prefix}.name")
+        layers.append(Layer(i, layer_name, kind, params, params, None, fixed))
+    return Model(name, None, tuple(layers), raw=dict(data), source="profile")

@@ -1,0 +1,61 @@
+"""torchtitan's built-in llama3 flavours, matched by a model's dimensions (never by its name).
+
+torchtitan 0.2.x builds a model from `[model] name` and `flavor` alone: the job config has no
+keys for explicit dimensions, so a model is exportable only when it IS one of the flavours of
+`torchtitan.models.llama3.llama3_args`. Their dimensions are copied here (torchtitan is an
+optional extra); the FFN width is what torchtitan's FeedForward computes from `multiple_of`
+and `ffn_dim_multiplier`. tests/test_export.py checks this table against the installed
+torchtitan when it can be imported.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from ..core.errors import BadInput
+from .model import ModelConfig
+
+
+# the ModelConfig dimensions a torchtitan llama3 flavour fixes (its TransformerModelArgs)
+FLAVOR_DIMENSIONS = ("hidden", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden", "vocab")
+Flavor = namedtuple("Flavor", FLAVOR_DIMENSIONS)
+
+
+# torchtitan 0.2.2, models/llama3/__init__.py (the *_flex / *_varlen variants differ only in
+# attention kernels; the plain flavour is the one exported)
+TITAN_LLAMA3_FLAVORS = {
+    "debugmodel": Flavor(hidden=256, num_layers=6, num_heads=16, num_kv_heads=16, ffn_hidden=768, vocab=2048),
+    "8B": Flavor(hidden=4096, num_layers=32, num_heads=32, num_kv_heads=8, ffn_hidden=14336, vocab=128256),
+    "70B": Flavor(hidden=8192, num_layers=80, num_heads=64, num_kv_heads=8, ffn_hidden=28672, vocab=128256),
+    "405B": Flavor(hidden=16384, num_layers=126, num_heads=128, num_kv_heads=8, ffn_hidden=53248,
+                   vocab=128256),
+}
+
+
+def dims_of(c: ModelConfig) -> Flavor:
+    return Flavor(*(getattr(c, name) for name in FLAVOR_DIMENSIONS))
+
+
+def llama3_architecture(c: ModelConfig) -> bool:
+    """torchtitan's llama3 Transformer: RMSNorm, SwiGLU, rotary positions, untied output, no
+    biases, dense MLPs."""
+    return (c.gated_mlp and not c.tied_embeddings and c.norm == "rmsnorm" and not c.linear_bias
+            and not c.qkv_bias and c.num_experts == 1 and not c.learned_positions
+            and c.q_dim == c.hidden and c.qk_norm == "none" and c.block_norms == 2 and c.mla is None
+            and not c.layer_windows and not c.dense_layers)
+
+
+def titan_llama3_flavor(c: ModelConfig, model_name: str) -> str:
+    """The torchtitan llama3 flavour whose dimensions are the model's; BadInput when none is."""
+    dims = dims_of(c)
+    if llama3_architecture(c):
+        for flavor, flavor_dims in TITAN_LLAMA3_FLAVORS.items():
+            if flavor_dims == dims:
+                return flavor
+    shape = (f"hidden {dims.hidden}, {dims.num_layers} layers, {dims.num_heads} heads, {dims.num_kv_heads} "
+             f"kv heads, ffn {dims.ffn_hidden}, vocab {dims.vocab}"
+             + ("" if llama3_architecture(c) else f", a {c.model_type} architecture"))
+    raise BadInput(f"torchtitan builds models only as named flavours, and the model {model_name!r} "
+                   f"({shape}) is none of its llama3 flavours ({', '.join(TITAN_LLAMA3_FLAVORS)}); "
+                   "export --to rankmap, or register a TrainSpec in torchtitan and write its [model]",
+                   "--to torchtitan")

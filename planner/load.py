@@ -1,0 +1,121 @@
+"""The inputs every workflow shares, loaded and checked: flag ranges, the training dtype, the
+sequence length against learned positions, and per-GPU cost parameters from measured layer
+profiles (`--profile GPU=FILE`) and fitted calibrations (`--calibration FILE`).
+
+Everything here raises BadInput on bad input and never prints: a warning goes to the `warn`
+callback the caller passes (the CLI prints it on stderr).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable
+
+from .core import ranges
+from .core.errors import BadInput
+from .inputs.hardware import Cluster
+from .inputs.model import Model
+from .plan import Training
+
+Warn = Callable[[str], None]
+
+# The documented range (planner.core.ranges) of each numeric flag.
+FLAG_FIGURES = {"--global-batch": "global_batch", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
+                "--virtual-stages": "virtual_stages", "--tp": "degree", "--pp": "degree", "--dp": "degree",
+                "--time-limit": "time_limit_s"}
+
+
+def require(value: Any, flag: str) -> Any:
+    """A given flag's value, checked against its documented range; None is BadInput (required)."""
+    if value is None:
+        raise BadInput("is required", flag)
+    return ranges.check(value, FLAG_FIGURES[flag], flag) if flag in FLAG_FIGURES else value
+
+
+def input_files(*names: str | Iterable[str] | None) -> list[str]:
+    """A command's input names (files or catalog names) that an output must not overwrite;
+    `--profile GPU=FILE` specs count as FILE."""
+    from .core.outfile import input_paths
+
+    return [n.partition("=")[2] if "=" in n and not os.path.exists(n) else n for n in input_paths(*names)]
+
+
+def resolve_dtype(cluster: Cluster, dtype: str | None) -> str:
+    """bf16 where every GPU supports it, else fp16; an explicit dtype some GPU lacks is bad input."""
+    if dtype is None:
+        return cluster.common_dtype()
+    missing = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
+    if missing:
+        raise BadInput(f"{', '.join(missing)} has no {dtype} support", "--dtype")
+    return dtype
+
+
+def check_training_inputs(model: Model, training: Training) -> None:
+    c = model.config
+    if c is not None and c.learned_positions and training.seq_len > c.max_positions:
+        raise BadInput(f"sequence length {training.seq_len} exceeds the model's {c.max_positions} "
+                       "learned positions", "--seq-len")
+
+
+def load_profiles(specs: Iterable[str], cluster: Cluster, model: Model, training: Training,
+                  warn: Warn | None = None, base: dict | None = None) -> dict:
+    """`--profile GPU=FILE` (repeatable) -> {GPU name: CostParams pricing it from measurements}."""
+    from .cost.formulas import DEFAULT_PARAMS
+    from .core.io import parse_structured, read_text
+    from .inputs.measured import measured_from_profile
+
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise BadInput(f"expected GPU=FILE, got {spec!r}", "--profile")
+        gpu = next((g for g in cluster.gpu_types if g.name.lower() == name.lower()), None)
+        if gpu is None:
+            raise BadInput(f"{name} is not a GPU type of cluster {cluster.name} "
+                           f"({', '.join(g.name for g in cluster.gpu_types)})", "--profile")
+        data = parse_structured(read_text(path, "profile file"), path)
+        measured = measured_from_profile(data, gpu.name, path)
+        if measured.seq_len != training.seq_len:
+            raise BadInput(f"measured at sequence length {measured.seq_len}, the plan uses {training.seq_len}",
+                           path, "seq_len")
+        decoder = next((l for l in data["layers"] if isinstance(l, dict) and l.get("kind") == "decoder"), {})
+        blocks = [l for l in model.layers if l.kind == "decoder"]
+        if blocks and decoder.get("params") != blocks[0].params:
+            raise BadInput(f"profiles a decoder block of {decoder.get('params')} parameters, but "
+                           f"{model.name}'s has {blocks[0].params}", path, "layers")
+        if measured.dtype != training.dtype and warn is not None:
+            warn(f"{path} was measured in {measured.dtype}, the plan trains in {training.dtype}; "
+                 "its times are used as measured")
+        out[gpu.name] = (base or {}).get(gpu.name, DEFAULT_PARAMS).with_updates(measured=measured)
+    return out
+
+
+def load_calibrations(files: Iterable[str], cluster: Cluster, base: dict) -> dict:
+    """`--calibration FILE` (repeatable): per GPU type, the fitted efficiencies over `base`."""
+    from .calibrate.fit import params_from_calibration
+    from .cost.formulas import DEFAULT_PARAMS
+    from .core.io import load_mapping
+
+    out = dict(base)
+    for path in files:
+        name, overrides = params_from_calibration(load_mapping(path, "calibration file"), path)
+        gpu = next((g for g in cluster.gpu_types if g.name.lower() == name.lower()), None)
+        if gpu is None:
+            raise BadInput(f"calibrates {name}, which is not a GPU type of cluster {cluster.name}", path, "gpu")
+        out[gpu.name] = out.get(gpu.name, DEFAULT_PARAMS).with_updates(**overrides)
+    return out
+
+
+def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster: Cluster, model: Model,
+                   training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
+    """Cost parameters per GPU type: its architecture's under `runtime` (planner.cost.runtimes), with
+    `--profile` measurements and `--calibration` efficiencies over them."""
+    from .cost.runtimes import stack_params
+
+    base = {gpu.name: stack_params(gpu, runtime) for gpu in cluster.gpu_types}
+    return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
+                                                                              base)})
+
+
+__all__ = ["FLAG_FIGURES", "Warn", "check_training_inputs", "input_files", "load_calibrations", "load_profiles",
+           "per_gpu_params", "require", "resolve_dtype"]

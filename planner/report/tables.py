@@ -1,0 +1,142 @@
+"""Terminal tables shared by `plan`, `evaluate` and `show`, narrow enough for 80 columns.
+
+Nothing is cut: every column wraps (long words fold onto the next line) instead of ending
+in an ellipsis, and the wide parts are shortened by rule, the same rule everywhere:
+
+- GPU names drop the form factor and the memory token and end in the memory in GiB:
+  `A100-SXM4-80GB` -> `A100-80G`, `V100-SXM2-32GB` -> `V100-32G`, `H200-SXM-141GB` -> `H200-141G`.
+  Names without such tokens (`T4`, `RTX-4090`, `MI300X`, custom names) stay as they are, and
+  so do names whose short forms would collide in one cluster. A legend under the tables
+  gives the full name of each shortened one.
+- Layer spans name the first and last layer, sharing their prefix: `block.16..23`.
+- Rank lists are ranges (`0-15, 32-47`); many equal blocks at a fixed step are written
+  `0-7, 16-23, .., 592-599 (38 × 8, step 16)`: the first two, the last, how many of what
+  size. A long list wraps between ranges.
+
+Names from files (model, cluster, GPU, layer names) are escaped: they print literally.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from rich import box
+from rich.table import Table
+
+from ..cost.evaluate import Estimate, slowest_gpu
+from ..inputs.hardware import GIB, Cluster
+from ..core.markup import esc
+from ..plan import Plan, Replica, Stage, rank_ranges
+
+# tokens of a catalog GPU name that the short label drops: form factor and memory size
+_DROPPED_TOKEN = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
+MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fixed step is summarised
+
+
+def headline(plan: Plan, est: Estimate) -> str:
+    """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""
+    t = plan.training
+    return (f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/]: {est.num_gpus_used} of "
+            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
+            f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
+            + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
+
+
+def short_gpu_name(name: str, memory_bytes: float) -> str:
+    """`A100-SXM4-80GB` -> `A100-80G`: the name less its form-factor and memory tokens, plus
+    the memory in GiB; a name with no such token is returned as it is."""
+    tokens = name.split("-")
+    kept = [t for t in tokens if not _DROPPED_TOKEN.match(t)]
+    if len(kept) == len(tokens) or not kept:
+        return name
+    return f"{'-'.join(kept)}-{memory_bytes / GIB:.0f}G"
+
+
+def gpu_labels(cluster: Cluster) -> dict[str, str]:
+    """Each GPU type of the cluster -> its table label (short unless two types would share one)."""
+    short = {g.name: short_gpu_name(g.name, g.memory_bytes) for g in cluster.gpu_types}
+    taken: dict[str, int] = {}
+    for label in short.values():
+        taken[label] = taken.get(label, 0) + 1
+    return {name: label if taken[label] == 1 else name for name, label in short.items()}
+
+
+def gpu_legend(labels: Mapping[str, str]) -> str:
+    """'A100-80G = A100-SXM4-80GB, ...' for the shortened labels ('' when none is)."""
+    pairs = [f"{esc(label)} = {esc(name)}" for name, label in labels.items() if label != name]
+    return ("GPUs: " + ", ".join(pairs)) if pairs else ""
+
+
+def rank_text(ranks: Iterable[int]) -> str:
+    """Sorted ranks as ranges; a long regular list (equal blocks at a fixed step) summarised."""
+    spans = rank_ranges(sorted(ranks)).split(",")
+    if len(spans) < MIN_REGULAR_BLOCKS:
+        return ", ".join(spans)
+    bounds = [tuple(int(x) for x in span.split("-")) if "-" in span else (int(span), int(span)) for span in spans]
+    sizes = {b - a + 1 for a, b in bounds}
+    steps = {bounds[i + 1][0] - bounds[i][0] for i in range(len(bounds) - 1)}
+    if len(sizes) > 1 or len(steps) > 1:
+        return ", ".join(spans)
+    return f"{spans[0]}, {spans[1]}, .., {spans[-1]} ({len(spans)} × {sizes.pop()}, step {steps.pop()})"
+
+
+def layer_span(plan: Plan, stage: Stage) -> str:
+    """'[16, 34)\\nblock.15..head': the layer interval and its first and last layer names."""
+    first, end = stage.layers
+    a, b = plan.model.layers[first].name, plan.model.layers[end - 1].name
+    if end - first == 1:
+        names = a
+    else:
+        prefix = a[:a.rfind(".") + 1]
+        names = f"{a}..{b[len(prefix):]}" if prefix and b.startswith(prefix) else f"{a}..{b}"
+    return f"[{first}, {end})\n{esc(names)}"
+
+
+def replicas_by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[str, list[Replica]]:
+    """A stage's replicas by the GPU type they run at (the slowest of each TP group)."""
+    groups: dict[str, list[Replica]] = {}
+    for r in replicas:
+        groups.setdefault(slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
+    return groups
+
+
+def shares_text(replicas: list[Replica]) -> str:
+    """'16 × 4 samples': how many replicas take each batch share (samples per step)."""
+    counts: dict[int, int] = {}
+    for r in replicas:
+        counts[r.batch_share] = counts.get(r.batch_share, 0) + 1
+    return ", ".join(f"{n} × {share}" for share, n in sorted(counts.items(), reverse=True)) + " samples"
+
+
+def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: str,
+                 per_microbatch: Mapping[int, str] | None = None) -> Table:
+    """One row per stage and GPU type: layers, GPUs with their ranks and batch shares,
+    tp/dp/zero, recomputation, and either each type's peak memory against capacity or (with
+    `per_microbatch`, text by pipeline rank) the time per micro-batch."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("stage", justify="right", overflow="fold")
+    table.add_column("layers", overflow="fold")
+    table.add_column("GPUs, ranks,\nsamples per replica", overflow="fold")
+    table.add_column("tp/dp/\nzero", justify="right", overflow="fold")
+    table.add_column("recompute", overflow="fold")
+    if per_microbatch is None:
+        table.add_column("peak/cap\nGiB", justify="right", overflow="fold")
+    else:
+        table.add_column("ms per mb\nfwd+bwd", justify="right", overflow="fold")
+    interleaved = len(plan.stages) != plan.pp
+    for s in plan.stages:
+        label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if interleaved else "")
+        recompute = s.recompute + ("\n+seq-par" if s.sequence_parallel else "")
+        for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, s.replicas).items()):
+            ranks = [x for r in replicas for x in r.ranks]
+            head = i == 0
+            if per_microbatch is None:
+                peak = max(est.memory_by_rank[x].total_bytes for x in ranks)
+                last = f"{peak / GIB:.1f}/{est.capacity_by_rank[ranks[0]] / GIB:.0f}"
+            else:
+                last = per_microbatch[s.pipeline_rank] if head else ""
+            table.add_row(label if head else "", layer_span(plan, s) if head else "",
+                          f"{len(ranks)}× {esc(labels[gpu])}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
+                          f"{s.tp}/{s.dp}/{s.zero}" if head else "", recompute if head else "", last)
+    return table

@@ -1,0 +1,120 @@
+"""The human views of `planner plan`, `planner evaluate` and `planner profile`, drawn on a
+console the caller passes (the CLI's stdout). Rendering only: no decision to print or exit."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from ..inputs.hardware import GIB
+from ..core.markup import esc
+from ..plan import Plan
+from .tables import gpu_labels, gpu_legend, headline, rank_text, stages_table
+
+
+def stdout_console() -> Console:
+    """The console a command prints its human view on (no colour under NO_COLOR)."""
+    return Console(highlight=False, no_color="NO_COLOR" in os.environ)
+
+
+def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
+    """What sets the step (planner.cost.explain): the critical rank and replica, the part and the
+    link that weigh most on it, and MFU's convention."""
+    c = est.critical
+    if c is None:
+        return []
+    stages = ", ".join(str(i) for i in c.stages)
+    lines = [f"critical: pipeline rank {c.pipeline_rank} (stage{'s' if len(c.stages) > 1 else ''} {stages}), "
+             f"{len(c.ranks)}× {esc(labels.get(c.gpu, c.gpu))} ranks {rank_text(c.ranks)}: {c.micro_batches} "
+             f"micro-batches × {c.per_microbatch_s * 1e3:.1f} ms; bound by {c.bound_by} "
+             f"({est.breakdown_s[c.bound_by]:.3f} s of {est.step_time_s:.3f} s); "
+             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"]
+    for link in c.links:
+        lines.append(f"  {link.role} link {esc(link.name)}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU, "
+                     f"{link.latency_s * 1e6:.0f} us; {link.exposed_s:.3f} s exposed"
+                     + ("  <- most exposed" if link is c.link else ""))
+    for b in est.pipeline_links:
+        lines.append(f"  pipeline {b.stage}->{b.stage + 1} over {esc(b.name)}: {b.micro_batches} × "
+                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way); "
+                     f"{b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s overlapped")
+    lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.cost.flops)")
+    return lines
+
+
+def print_plan(result, console: Console | None = None) -> None:
+    console = console or stdout_console()
+    plan, est = result.plan, result.estimate
+    est.check_credible()
+    cluster = plan.cluster
+    labels = gpu_labels(cluster)
+    console.print(headline(plan, est))
+    console.print(stages_table(plan, est, labels, "Stages"))
+    if gpu_legend(labels):
+        console.print(gpu_legend(labels))
+    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   MFU {est.mfu:.1%}   "
+                  f"bubble {est.bubble_fraction:.1%}   "
+                  + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
+    for line in critical_lines(plan, est, labels):
+        console.print(line)
+    status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
+    console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
+                  + (f"; searched on {result.decomposition}" if result.decomposition != "exact" else ""))
+
+
+def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:
+    console = console or stdout_console()
+    estimate.check_credible()
+    t = plan.training
+    console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
+                  f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
+                  f"x {t.seq_len} tokens, {t.dtype}, micro-batch {t.micro_batch}, {t.schedule}"
+                  + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else ""))
+    times = Table(title="Step time")
+    times.add_column("part")
+    times.add_column("seconds", justify="right")
+    times.add_column("share", justify="right")
+    for key, value in estimate.breakdown_s.items():
+        times.add_row(key, f"{value:.3f}", f"{value / estimate.step_time_s:.1%}")
+    times.add_row("[bold]step[/]", f"[bold]{estimate.step_time_s:.3f}[/]", "100%")
+    console.print(times)
+    console.print(f"tokens/s {estimate.tokens_per_s:,.0f}   model TFLOP/s per GPU "
+                  f"{estimate.model_tflops_per_gpu:.1f}   MFU {estimate.mfu:.1%}   "
+                  f"bubble {estimate.bubble_fraction:.1%}")
+    for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
+        console.print(line)
+    mem = Table(title="Peak memory per GPU type")
+    for col in ("GPU", "peak GiB", "capacity GiB", "use"):
+        mem.add_column(col, justify="left" if col == "GPU" else "right", overflow="fold")
+    capacity = {estimate.gpu_by_rank[r]: c for r, c in estimate.capacity_by_rank.items()}
+    for gpu, peak in estimate.peak_memory_by_gpu().items():
+        share = peak / capacity[gpu]
+        style = "red" if share > 1 else "green"
+        mem.add_row(esc(gpu), f"{peak / GIB:.1f}", f"{capacity[gpu] / GIB:.0f}", f"[{style}]{share:.0%}[/]")
+    console.print(mem)
+
+
+def print_profile(data: dict, console: Console | None = None) -> None:
+    console = console or stdout_console()
+    console.print(f"[bold]{esc(data['model'])}[/] on {esc(data['device'])}: {data['dtype']}, "
+                  f"seq-len {data['seq_len']}")
+    table = Table(title="Measured per layer (median; ms)")
+    for col in ("layer", "kind", "tp", "micro-batch", "fwd ms", "bwd ms", "saved MiB/sample"):
+        table.add_column(col, justify="left" if col in ("layer", "kind") else "right")
+    shown = set()
+    for layer in data["layers"]:
+        if layer["kind"] in shown:  # every decoder block carries the same measurement
+            continue
+        shown.add(layer["kind"])
+        name = "block.*" if layer["kind"] == "decoder" else layer["name"]
+        m = layer["measured"]
+        for tp_key, per in m["by_tp"].items():
+            for i, b in enumerate(m["micro_batch"]):
+                table.add_row(esc(name), layer["kind"], tp_key, str(b), f"{per['fwd_s'][i] * 1e3:.3f}",
+                              f"{per['bwd_s'][i] * 1e3:.3f}",
+                              f"{per['saved_bytes_per_sample'][i] / 2**20:.2f}")
+    console.print(table)
+
+
+__all__ = ["print_estimate", "print_plan", "print_profile", "stdout_console"]

@@ -1,0 +1,295 @@
+"""The dynamic programme of the plan search for one bound W on the bottleneck term, and the
+reconstruction of a plan's stages from its states (see planner.search.driver for the whole)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core.clock import SearchClock
+from .stages import INF, Problem, StageConfig, Variant
+
+
+# --- the dynamic programme for one bound W ---------------------------------------------------
+
+
+class State(NamedTuple):
+    """A DP state (a NamedTuple: states are sorted and hashed in the hot loop)."""
+
+    used: tuple[int, ...]  # nodes used per bundle group
+    placed: int  # stages placed so far, from the end
+    successor: int  # signature id of the last placed stage (the next placed stage's successor)
+    first: int  # signature id the first rank must have (interleaved), -1 for 1F1B
+
+
+@dataclass
+class Cell:
+    value: np.ndarray  # min sum tau over items placed from the end (0..L+2)
+    parent: np.ndarray  # index into `moves` per item count (-1: none)
+
+
+@dataclass(frozen=True)
+class Move:
+    prev: State
+    fid: int
+    variant: int
+    has_emb: bool
+
+
+def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF,
+           clock: SearchClock | None = None) -> tuple[dict[State, Cell], list[dict[State, Cell]], list[Move]]:
+    """All states reachable with every stage's X <= bound; value = min sum tau.
+
+    A State is (nodes used per group, stages placed, signature id of the last placed
+    stage, signature id of the first stage); its value is an array over the number of
+    layer items placed from the end. 1F1B (`ranks` None): any number of stages, the first
+    stage's signature is unused (-1). Interleaved: exactly `ranks` pipeline ranks, and the
+    last rank sends around to the first, so the search starts once per possible signature
+    of the first rank and keeps only plans whose first rank has it.
+
+    `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
+    newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
+    `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
+    """
+    items = problem.num_blocks + 2
+    zeros = tuple(0 for _ in problem.bundle_nodes)
+    if ranks is None:
+        firsts = [-1]
+        max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
+    else:
+        firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
+        max_stages = ranks
+    layers: list[dict[State, Cell]] = [{}]
+    for first in firsts:
+        start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+        start.value[0] = 0.0
+        layers[0][State(zeros, 0, first, first)] = start
+    moves: list[Move] = []
+    finals: dict[State, Cell] = {}
+    recipes: dict[int, tuple] = {}  # id(variant) -> (variant, its recipe under `bound`)
+    for placed in range(max_stages):
+        nxt: dict[State, Cell] = {}
+        head = 1 if placed == 0 else 0
+        front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
+        # states with the same successor (and first rank) see the same stage costs: relax
+        # each family from all of them at once, one row per state
+        batches: dict[tuple, dict[int, list]] = {}
+        for key in sorted(layers[placed]):
+            cell = layers[placed][key]
+            used, successor, first = key.used, key.successor, key.first
+            if not np.isfinite(cell.value[:items]).any():
+                continue
+            by_family = batches.setdefault((successor, first), {})
+            for fid, new_used, sig in problem.transitions(used):
+                by_family.setdefault(fid, []).append((key, new_used, sig))
+        for (successor, first), by_family in sorted(batches.items()):
+            for fid, sources in sorted(by_family.items()):
+                if clock is not None:
+                    clock.check()
+                values = np.stack([layers[placed][key].value for key, _, _ in sources])
+                sig = sources[0][2]
+                for has_emb in front_choices:
+                    if ranks is not None and has_emb and sig != first:
+                        continue
+                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
+                        if variant.x_min > bound:
+                            continue
+                        prepared = recipes.get(id(variant), False)
+                        if prepared is False:
+                            prepared = recipes[id(variant)] = (variant, recipe(variant, bound))
+                        if prepared[1] is None:
+                            continue
+                        cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
+                        if cands is None:
+                            continue
+                        if cutoff < INF:
+                            cands[cands + variant.x_min >= cutoff] = INF
+                        for row, (key, new_used, _) in enumerate(sources):
+                            cand = cands[row]
+                            if not np.isfinite(cand).any():
+                                continue
+                            new_key = State(new_used, placed + 1, sig, first)
+                            target = nxt.get(new_key)
+                            if target is None:
+                                target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+                                nxt[new_key] = target
+                            better = cand < target.value
+                            if better.any():
+                                moves.append(Move(key, fid, v_index, has_emb))
+                                np.copyto(target.value, cand, where=better)
+                                target.parent[better] = len(moves) - 1
+        for key, cell in nxt.items():
+            if np.isfinite(cell.value[items]):
+                finals[key] = cell
+        layers.append(nxt)
+        if not nxt:
+            break
+    return finals, layers, moves
+
+
+def window_min(values: np.ndarray, width: int) -> np.ndarray:
+    """out[..., q] = min(values[..., q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
+    acc = values
+    span = 1
+    length = values.shape[-1]
+    pad_shape = values.shape[:-1]
+
+    def shift(array: np.ndarray, by: int) -> np.ndarray:
+        if by >= length:
+            return np.full(array.shape, INF)
+        return np.concatenate([np.full(pad_shape + (by,), INF), array[..., :-by]], axis=-1)
+
+    while span * 2 <= width:
+        acc = np.minimum(acc, shift(acc, span))
+        span *= 2
+    rest = width - span
+    if rest:
+        acc = np.minimum(acc, shift(acc, rest))
+    return acc
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What `relax` needs of a variant under one bound: the allowed block counts, split into
+    affine runs (low, high, slope, intercept) and the rest (lo, hi, reversed tau on lo..hi)."""
+
+    ok: np.ndarray
+    affine: tuple
+    general: tuple | None
+
+
+def recipe(variant: Variant, bound: float) -> Recipe | None:
+    tau, x = variant.tau, variant.x
+    # x is infinite where the variant has no config (Problem.family_cost)
+    ok = np.isfinite(x) if bound == INF else x <= bound
+    if not ok.any():
+        return None
+    general = np.zeros(len(tau), dtype=bool)
+    affine = []
+    for _, run_mask, slope in variant.runs:
+        mask = ok if len(variant.runs) == 1 else ok & run_mask
+        allowed = np.flatnonzero(mask)
+        if not allowed.size:
+            continue
+        low, high = int(allowed[0]), int(allowed[-1])
+        if slope is None or high - low + 1 != allowed.size:
+            general |= mask
+            continue
+        affine.append((low, high, slope, float(tau[low]) - slope * low))
+    rest = None
+    if general.any():
+        allowed = np.flatnonzero(general)
+        lo, hi = int(allowed[0]), int(allowed[-1])
+        rest = (lo, hi, np.where(general, tau, INF)[lo:hi + 1][::-1].copy())
+    return Recipe(ok, tuple(affine), rest)
+
+
+def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
+          items: int, prepared: Recipe | None = None) -> np.ndarray | None:
+    """cand[..., l + blocks + head + emb] = min over allowed blocks of value[..., l] + tau[blocks],
+    where a block count is allowed when the stage's X is finite and <= bound. `value` is
+    one state's array or a stack of states' (one row each); `prepared` is recipe(variant,
+    bound) when the caller has it."""
+    prepared = prepared or recipe(variant, bound)
+    if prepared is None:
+        return None
+    tau = variant.tau
+    n_blocks = len(tau) - 1
+    lead = value.shape[:-1]
+    cand = np.full(lead + (items + 1,), INF)
+    if has_emb:
+        # the stage takes every remaining item: l + blocks + head + 1 == items
+        ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
+        blocks = items - 1 - head - ell
+        inside = (blocks <= n_blocks) & (blocks >= 0)
+        ell, blocks = ell[inside], blocks[inside]
+        if not ell.size:
+            return None
+        totals = np.where(prepared.ok[blocks], value[..., ell] + tau[blocks], INF)
+        cand[..., items] = totals.min(axis=-1)
+        return cand
+    # configs whose tau is affine on a contiguous run of block counts: a sliding-window
+    # minimum of value[l] - slope * l
+    for low, high, slope, intercept in prepared.affine:
+        ell = np.arange(items + 1, dtype=float)
+        shifted = window_min(value - slope * ell, high - low + 1)
+        targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
+        if targets.size:
+            q = targets - head - low
+            cand[..., targets] = np.minimum(cand[..., targets],
+                                            intercept + slope * (targets - head) + shifted[..., q])
+    # the rest together: for q = j - head, min over k in lo..hi of value[q - k] + tau[k]
+    if prepared.general is not None:
+        lo, hi, tau_reversed = prepared.general
+        padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, hi - lo + 1, axis=-1)
+        rows = items - head
+        sums = (windows[..., :rows, :] + tau_reversed).min(axis=-1)
+        cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums)
+        cand[..., items] = INF
+    return cand
+
+
+def choose_blocks(value: np.ndarray, variant: Variant, bound: float, head: int,
+                   has_emb: bool, target: int) -> int:
+    """The block count a stage took to reach item count `target` (smallest on ties)."""
+    best, best_k = INF, -1
+    for k in range(len(variant.tau)):
+        if not (variant.member[k] >= 0 and variant.x[k] <= bound and np.isfinite(variant.x[k])):
+            continue
+        ell = target - head - k - int(has_emb)
+        if 0 <= ell and value[ell] + variant.tau[k] < best:
+            best, best_k = value[ell] + variant.tau[k], k
+    assert best_k >= 0, "a traced move must have a block count"
+    return best_k
+
+
+# --- reconstruction, shares, verification ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    cid: int
+    config: StageConfig
+    blocks: int
+    has_head: bool
+    has_emb: bool
+    successor: int  # signature id of the next stage (interleaved: rank 0's for the last), -1 none
+    from_end: int
+    ranks: int | None = None  # pipeline ranks of an interleaved plan, None for 1F1B
+
+
+def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: list[Move],
+          bound: float, ranks: int | None = None) -> list[StageChoice]:
+    """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
+    items = problem.num_blocks + 2
+    out = []
+    ell = items
+    while key.placed > 0:
+        cell = layers[key.placed][key]
+        move = moves[int(cell.parent[ell])]
+        has_head = move.prev.placed == 0
+        prev_cell = layers[move.prev.placed][move.prev]
+        variant = problem.family_cost(move.fid, key.placed, move.has_emb, move.prev.successor, ranks)[move.variant]
+        blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
+        cid = int(variant.member[blocks])
+        out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
+                               move.prev.successor, key.placed, ranks))
+        ell -= blocks + int(has_head) + int(move.has_emb)
+        key = move.prev
+    assert ell == 0, "trace must consume every layer"
+    return out
+
+
+def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, float]:
+    """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
+    taus, xs = [], []
+    for c in choices:
+        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)
+        taus.append(float(cost.tau[c.blocks]))
+        xs.append(float(cost.x[c.blocks]))
+    return max(xs) + sum(taus), sum(taus), max(xs)
+
+

@@ -1,0 +1,340 @@
+"""Plan search: the fastest plan under the cost model, with a proof of optimality.
+
+Search space (all of it searched jointly):
+  * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
+    per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
+    possible but for the embedding's or head's chunk, which takes what is fastest;
+  * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
+    head with the last);
+  * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit
+    on one GPU type, as in Metis, or mix types across its data-parallel replicas, as in
+    HAP), its own tensor-parallel degree (inside a node), recompute mode and ZeRO stage
+    (1-3); nodes may stay idle;
+  * uneven batch shares between a stage's replicas, in whole micro-batches, bounded by
+    each replica's memory.
+  Sequence parallelism (whenever tp > 1) is always on and ZeRO-0 is left out: under the
+  cost model SP and ZeRO-1 are never slower and never use more memory, so fixing them
+  keeps the optimum. GPipe is dominated by 1F1B (same time, more memory).
+
+Algorithm. Nodes of one group are interchangeable, so the dynamic programme's state
+(planner.search.dp) is (nodes used per group, stages placed, how the next stage's links look),
+with the layers placed as a vector, built from the last stage backwards (a stage's
+in-flight micro-batches, P - k, is then known). The configurations on one node vector are
+merged per block count, keeping only those not dominated in both tau and X
+(planner.search.stages). The iteration time T = max_k X_k + sum_k tau_k
+(evaluate.pipeline_time_s) has a bottleneck term and a sum, so the DP minimises sum tau
+subject to X_k <= W and W descends (Alpa's t_max enumeration, Zheng et al. 2022, sec 5.2):
+a plan with X <= W_i found with sum tau = S_i rules out every W in
+(min(X_i, UB - S_i), W_i], and the search stops when no plan remains, which proves the
+best plan seen optimal. Decoder blocks are identical, so stage costs depend on the block
+count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
+the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
+depend on rank 0's links, so the state carries rank 0's signature from the start; a
+rank's tau is its slowest chunk's latency (planner.search.interleave.chunk_latency). The
+1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
+the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
+integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
+evaluate.evaluate, which must agree.
+
+Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
+(planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
+that need no common divisor; idle parts are a choice); the plans on parts are a subset of
+the full space, so such a search reports optimal=false with the gap to a lower bound
+(planner.search.bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .bound import compute_lower_bound_s
+from ..core.clock import Progress, SearchClock, SearchTimeout
+from .decompose import decompose
+from .dp import StageChoice, price, run_dp, trace
+from ..core.errors import BadInput, NoFeasiblePlan
+from ..cost.evaluate import Estimate, evaluate
+from ..inputs.hardware import GIB, Cluster
+from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_layer
+from ..inputs.model import Model
+from ..plan import Plan, Replica, Stage, Training, structural_problems
+from .shares import solve_shares_ilp
+from ..schedules import search_schedule
+from .stages import INF, Problem, SolverOptions, share_cap
+from .uniform import UniformSpace, improving_uniform
+
+__all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    plan: Plan
+    estimate: Estimate
+    optimal: bool
+    gap: float
+    lower_bound_s: float
+    candidates: int
+    seconds: float
+    bundles: int  # 1: the whole cluster searched node by node; else nodes in its largest part
+    method: str = "dp+ilp"
+    decomposition: str = "exact"  # planner.search.decompose.Decomposition.describe
+
+    def solver_json(self) -> dict:
+        return {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
+                "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
+                "decomposition": self.decomposition,
+                "lower_bound_step_time_s": self.lower_bound_s}
+
+
+def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
+    """The Plan of traced choices: ranks on whole nodes, shares by the ILP; an interleaved
+    plan cycles V chunks over the pipeline ranks, each rank taking the same blocks per chunk."""
+    cluster, b, v = problem.cluster, problem.b, problem.v
+    next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.search.decompose)
+    rank_replicas = []
+    for c in choices:
+        types = problem.type_arrays(c.config)
+        replicas_ranks: list[tuple[int, ...]] = []
+        replica_type: list[int] = []
+        type_index = 0
+        for i, nodes in enumerate(c.config.nodes):
+            if not nodes:
+                continue
+            group = problem.groups[i]
+            for node in range(next_node[i], next_node[i] + nodes):
+                for slot in range(group.gpus_per_node // c.config.tp):
+                    base = group.first_rank + node * group.gpus_per_node + slot * c.config.tp
+                    replicas_ranks.append(tuple(range(base, base + c.config.tp)))
+                    replica_type.append(type_index)
+            next_node[i] += nodes
+            type_index += 1
+        # per-replica time and memory cap at this rank's block count, as in stage_cost
+        flags = (c.has_head, c.has_emb)
+        in_flight = problem.in_flight(c.from_end, c.ranks)
+        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
+        caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
+        solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
+                                    [caps[t] for t in replica_type], problem.options.ilp)
+        if not solution.optimal:
+            raise RuntimeError("the share ILP did not prove optimality")
+        rank_replicas.append(tuple(Replica(d, n * b, ranks)
+                                   for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks))))
+    stages = []
+    first = 0
+    pp = len(choices)
+    sizes = [chunk_sizes(problem, c) for c in choices]
+    for chunk in range(v):
+        for k, c in enumerate(choices):
+            end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
+            stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
+                                rank_replicas[k], k, c.config.tp > 1))
+            first = end
+    return Plan(problem.model, cluster, problem.t, tuple(stages))
+
+
+def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
+    """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
+    the count the stage cost chose, the others share the rest as evenly as possible, the
+    earlier ones taking the larger parts (interleave.chunk_latency)."""
+    v, n = problem.v, choice.blocks
+    if not problem.chunked:
+        return [n]
+    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks).split
+    special = None if split is None else int(split[n])
+    rest, others = (n, v) if special is None else (n - special, v - 1)
+    even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]
+    if special is None:
+        return even
+    return even + [special] if choice.has_head else [special] + even
+
+
+def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions(),
+          on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
+    """The fastest plan in the search space (module docstring), proven optimal when the
+    whole cluster is one bundle and the time limit did not bite.
+
+    With `options.time_limit_s` it returns within the limit (plus the final share ILP and
+    re-pricing of one plan) with the best plan found so far, or raises NoFeasiblePlan saying
+    that none was found in time: the exact search stops at 3/4 of the limit, and the rest
+    goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
+    `on_progress` is called about every quarter second."""
+    clock = SearchClock(options.time_limit_s, on_progress)
+    if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
+            or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
+        raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
+    floor = unplaceable_layer(model, cluster, base, options)
+    if floor is not None:
+        raise _layer_too_big(floor, base)
+    parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
+    clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
+    subproblems = list(_subproblems(model, base, sum(parts.counts), options))
+    clock.subproblems_total = len(subproblems)
+    best: tuple | None = None
+    seed: tuple[Plan, Estimate] | None = None
+    evaluations = 0
+    complete = True
+    shortfall = None
+    problem = None
+    plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
+
+    try:
+        # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
+        clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
+        for b, v, ranks in subproblems:
+            if problem is None or (problem.b, problem.v) != (b, v):
+                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock)
+                if not problem.chunked:
+                    plain[b] = problem
+
+            def explore(bound: float) -> tuple[float, float] | None:
+                """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
+                nonlocal best
+                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock)
+                if not finals:
+                    return None
+                found = None
+                for key in sorted(finals):
+                    choices = trace(problem, key, layers, moves, bound, ranks)
+                    step, sum_tau, max_x = price(problem, choices)
+                    used = sum(sum(c.config.nodes) for c in choices)
+                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                    if best is None or (step, used, b, v) < best[0:4]:
+                        best = (step, used, b, v, problem, choices)
+                        clock.best_step_s = min(step, clock.best_step_s or INF)
+                    if found is None or (sum_tau, max_x) < found:
+                        found = (sum_tau, max_x)
+                return found
+
+            # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
+            evaluations_before = problem.evaluations
+            try:
+                found = explore(INF if best is None else best[0])
+                # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found
+                # the least sum of latencies S for plans with X <= bound, and a plan p with that S.
+                # A plan with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S
+                # has T >= best, so the next bound is just below min(X_p, best - S); when no plan
+                # remains under the bound, the best plan seen is optimal.
+                while found is not None:
+                    clock.check()
+                    sum_tau, max_x = found
+                    bound = min(max_x, best[0] - sum_tau)
+                    bound -= abs(bound) * 1e-12 + 1e-15
+                    if bound <= 0:
+                        break
+                    found = explore(bound)
+            finally:
+                evaluations += problem.evaluations - evaluations_before
+                if problem.smallest_overflow and (shortfall is None or problem.smallest_overflow[0] < shortfall[0]):
+                    shortfall = problem.smallest_overflow
+            clock.subproblems_done += 1
+            clock.report()
+    except SearchTimeout:
+        complete = False
+    clock.phase_limit_s = None
+    if not complete and 1 in options.virtual_stages:
+        # cut short: the best uniform configuration of the space (1F1B, stages on whole nodes)
+        # in the time left may beat what the exact search found so far, or be the only plan
+        try:
+            for seed in improving_uniform(model, cluster, base, _uniform_space(options),
+                                          options.params_mapping(), clock):
+                clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
+        except SearchTimeout:
+            pass
+    # ties (within 1e-6) go to the exact search's plan
+    if best is not None and (seed is None or best[0] <= seed[1].step_time_s * (1 + 1e-6)):
+        step, _, _, _, problem, choices = best
+        plan = _build_plan(problem, choices)
+        estimate = evaluate(plan, options.params_mapping())
+        assert abs(estimate.step_time_s - step) <= 1e-6 * step, \
+            f"re-priced step {estimate.step_time_s} differs from the search's {step}"
+    elif seed is not None:
+        plan, estimate = seed
+    elif not complete:
+        raise NoFeasiblePlan(f"no plan found within the time limit of {options.time_limit_s:g} s "
+                             f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
+                             "raise --time-limit")
+    else:
+        raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base)
+    problems = structural_problems(plan)
+    assert not problems, f"solver built an invalid plan: {problems}"
+    assert estimate.fits, "solver built a plan that does not fit"
+    optimal = complete and parts.exact
+    gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
+    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
+                        1 if parts.exact else parts.largest_part, decomposition=parts.describe())
+
+
+def _uniform_space(options: SolverOptions) -> UniformSpace:
+    """The uniform configurations inside the search space (module docstring): 1F1B, stages on
+    whole nodes, the options' degrees and modes, the most memory-frugal first (highest tp,
+    smallest micro-batch, full recompute, highest ZeRO stage), so a short time finds one that fits."""
+    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
+                        micro_batches=tuple(sorted(options.micro_batches)),
+                        recompute_modes=tuple(reversed(options.recompute_modes)),
+                        zero_stages=tuple(sorted(options.zero_stages, reverse=True)),
+                        virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
+
+
+def _subproblems(model: Model, base: Training, nodes: int, options: SolverOptions):
+    """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
+    any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
+    since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
+    blocks = model.num_layers - 2
+    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
+    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
+    # 1F1B first: its best plan bounds the interleaved searches, which cost more
+    for b in sizes:
+        for v, schedule in schedules:
+            if not schedule.depth_dependent():
+                yield b, v, None
+    for b in sizes:
+        for v, schedule in schedules:
+            if schedule.depth_dependent():
+                for ranks in range(schedule.min_pp, min(options.max_stages, nodes, blocks // v) + 1):
+                    yield b, v, ranks
+
+
+def _floor_text(floor: LayerFloor, base: Training) -> str:
+    """'the activations of one 1,048,576-token sample in the output head need 129.2 GiB on
+    A100-SXM4-80GB even at tp 8 with sequence parallelism, more than the 77.8 GiB left there'."""
+    sample = (f"one {base.seq_len:,}-token sample" if floor.micro_batch == 1
+              else f"one micro-batch ({floor.micro_batch} samples of {base.seq_len:,} tokens)")
+    sharding = f"tp {floor.tp}" + (" with sequence parallelism" if floor.tp > 1 else "")
+    if floor.layer == "decoder":
+        sharding += f", recompute {floor.recompute}"
+    return (f"the activations of {sample} in {LAYER_WORDS[floor.layer]} need {floor.activation_bytes / GIB:.1f} GiB "
+            f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
+
+
+def _layer_too_big(floor: LayerFloor, base: Training) -> NoFeasiblePlan:
+    """The real cause when one layer alone fits no GPU: one sample's activations at this length."""
+    smaller = " or allow --micro-batch 1" if floor.micro_batch > 1 else ""
+    return NoFeasiblePlan(
+        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); "
+        f"shorten --seq-len{smaller}",
+        shortfall_bytes=floor.over_bytes, device=floor.gpu)
+
+
+def _no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
+             base: Training) -> NoFeasiblePlan:
+    if shortfall is None or shortfall[0] <= 0:
+        blocks = floors.get("decoder", [])
+        left_out = sorted((f for f in blocks if f.over_bytes > 0), key=lambda f: f.gpu)
+        if left_out and len(left_out) < len(blocks):
+            able = ", ".join(sorted(f.gpu for f in blocks if f.over_bytes <= 0))
+            worst = min(left_out, key=lambda f: f.over_bytes)
+            others = [f.gpu for f in left_out if f is not worst]
+            return NoFeasiblePlan(
+                f"no configuration in the search space fits: {_floor_text(worst, base)}"
+                + (f" ({', '.join(others)} cannot hold one either)" if others else "")
+                + f", and the {able} GPUs are too few for the model's layers with their micro-batches in "
+                "flight; shorten --seq-len or add GPUs with more memory",
+                shortfall_bytes=worst.over_bytes, device=worst.gpu)
+        return NoFeasiblePlan("no configuration in the search space fits (the global batch may be "
+                              "smaller than the replicas need, or the layers too few for the stages)")
+    over, gpu = shortfall
+    return NoFeasiblePlan(
+        f"nothing fits: the smallest memory shortfall found is {over / GIB:.1f} GiB on {gpu}; "
+        "add GPUs or use larger ones, or shorten --seq-len (the search already tried full recomputation, "
+        "ZeRO-1 and the smallest micro-batch)",
+        shortfall_bytes=over, device=gpu)

@@ -1,0 +1,79 @@
+"""The interleaved schedule's stage pricing (planner.search.stages.Problem with V > 1): per-chunk
+times and a rank's slowest-chunk latency. A rank's V chunks hold its blocks; the embedding's
+chunk (rank 0) or the head's (the last rank) takes the count that makes the slowest chunk
+fastest, the others share the rest as evenly as possible (Narayanan et al. 2021, sec 2.2:
+the bubble is one chunk's latency per rank)."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import numpy as np
+
+from ..inputs.hardware import Link
+from ..inputs.model import Layer
+from ..core.dims import StageDims
+from ..cost.pricing import DpLayout, ZeroComm, layer_price, p2p_s, span_price, zero_comm
+from ..cost.sharding import Sharding
+from .stage_types import INF, TypeArrays
+
+
+def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
+                            layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], n: np.ndarray,
+                            v: int) -> list[TypeArrays]:
+    """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
+    same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
+    `layers` (decoder block, embedding, head) over the block counts `n`."""
+    out = []
+    for ta in base_types:
+        p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in layers)
+        # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
+        # fixed + per_weight * w: each chunk pays its own (what its compute does not hide, where
+        # the runtime prefetches), so V chunks pay V - 1 more fixed parts than the rank's span
+        # as one (ta.time)
+        one, two = (zero_comm(w, dims, sh.dtype, layout, p) for w in (1.0, 2.0))
+        per_weight = two.total_s - one.total_s
+        fixed = one.total_s - per_weight
+        chunk_times = {}
+        for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
+            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), sh.dims)
+            w = span.weight_params
+            zero = ZeroComm(*(2 * x - y + (y - x) * w for x, y in ((one.reduce_scatter_s, two.reduce_scatter_s),
+                                                                   (one.gather_s, two.gather_s))), one.overlap)
+            chunk_times[kind] = span.time_s + zero.exposed_s(span)
+        times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
+        out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
+                              chunk_times))
+    return out
+
+
+def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, v: int,
+                  n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
+    the blocks of its embedding or head chunk (None for a middle rank). The other chunks
+    share their blocks as evenly as possible; the embedding's or head's chunk takes the
+    count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
+    fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
+    has_head, has_emb = flags
+    sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+    counts = np.arange(n + 1)
+    if not has_head and not has_emb:
+        per_chunk = np.minimum(-(-counts // v), n)
+        latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
+        latency = np.where(counts >= v, latency, INF)
+        return latency, None
+    extra = "head" if has_head else "emb"
+    # grid over (n, a): the special chunk holds a blocks, the other V - 1 share n - a
+    total, special = np.meshgrid(counts, counts, indexing="ij")
+    rest = total - special
+    valid = (special >= 1) & (rest >= v - 1)
+    others = np.clip(-(-rest // (v - 1)), 0, n)
+    grid = np.full(total.shape, -INF)
+    for ta, send in zip(types, sends):
+        own = ta.chunk[extra][special] + (0.0 if has_head else send)
+        grid = np.maximum(grid, np.maximum(own, ta.chunk["plain"][others] + send))
+    grid = np.where(valid, grid, INF)
+    best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a
+    latency = grid[counts, best_a]
+    return latency, np.where(np.isfinite(latency), best_a, 0)

@@ -1,0 +1,190 @@
+"""The types of the plan search: solver options, a stage configuration, a replica type's cost
+arrays over block counts, a stage's cost, a merged cost curve, the share cap (planner.search.stages
+prices them), and the parts of a stages.Problem: its fixed inputs, the catalogue of
+configurations met, the price tables derived on demand, and the search's changing state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core.clock import SearchClock
+from ..cost.formulas import DEFAULT_PARAMS, CostParams
+from .decompose import Decomposition
+from ..core.dims import StageDims
+from ..inputs.hardware import Cluster, Link, NodeGroup
+from ..inputs.model import Layer, Model
+from ..plan import Training
+from ..cost.pricing import DpLayout
+from ..schedules import Schedule, search_schedule
+from .shares import UNCAPPED, IlpOptions
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
+    max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
+    max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
+    max_stages: int = 16
+    # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
+    # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
+    virtual_stages: tuple[int, ...] = (1, 2)
+    time_limit_s: float | None = None
+    ilp: IlpOptions = field(default_factory=IlpOptions)
+    params: CostParams = DEFAULT_PARAMS
+    gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
+
+    def params_for(self, gpu_name: str) -> CostParams:
+        return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
+
+    def params_mapping(self) -> dict[str, CostParams]:
+        """The form planner.cost.evaluate.evaluate takes: per GPU type, '*' for the rest."""
+        return {"*": self.params, **dict(self.gpu_params)}
+
+
+# --- stage configurations and their cost as a function of the block count ----------------
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    nodes: tuple[int, ...]  # nodes of each node group of the cluster
+    tp: int
+    recompute: str
+    zero: int
+
+    def groups(self) -> frozenset[int]:
+        return frozenset(i for i, n in enumerate(self.nodes) if n)
+
+
+@dataclass
+class TypeArrays:
+    """Per replica type of a config: arrays over the decoder-block count 0..L."""
+
+    count: int  # replicas of this type
+    group: NodeGroup
+    time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
+    bwd: dict[tuple[bool, bool], np.ndarray]
+    params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
+    room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
+    boundary_bytes: float
+    cost_params: CostParams
+    # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
+    # chunk, the chunk with the embedding, the chunk with the head
+    chunk: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class StageCost(NamedTuple):
+    """A configuration's cost at one pipeline position, arrays over block counts
+    (Problem.stage_cost; a NamedTuple: built in the hot loop)."""
+
+    tau: np.ndarray  # latency of one micro-batch through the rank
+    x: np.ndarray  # B + E - tau (INF where the rank cannot hold that many blocks)
+    slope: float | None  # of tau, when tau is affine in the block count (1F1B, one replica type)
+    x_min: float
+    split: np.ndarray | None  # interleaved: the blocks of the embedding's or head's chunk
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One merged cost curve of a family: per block count, tau, X and the config chosen."""
+
+    tau: np.ndarray
+    x: np.ndarray
+    member: np.ndarray  # config id per block count, -1 where none
+    x_min: float
+    runs: tuple  # (config id, where the variant uses it, slope of its tau or None), by config id
+
+
+def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
+    """The most micro-batches a replica may take: unbounded when its memory holds the
+    in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
+    return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+
+
+# --- the parts of a stages.Problem ---------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ProblemInputs:
+    """What one (micro-batch, decomposition, V) search fixes: the inputs and what follows from them."""
+
+    model: Model
+    cluster: Cluster
+    options: SolverOptions
+    b: int  # micro-batch size
+    parts: Decomposition  # how the search sees the nodes: lanes of parts (planner.search.decompose)
+    v: int  # virtual stages per rank
+    schedule: Schedule
+    chunked: bool  # ranks run several chunks each (planner.search.interleave prices them)
+    t: Training  # the training of the plans searched
+    groups: tuple[NodeGroup, ...]
+    bundle_nodes: tuple[int, ...]  # the DP's state limits: parts per lane (Decomposition.counts)
+    emb: Layer
+    dec: Layer
+    head: Layer
+    num_blocks: int
+    microbatches: int  # per step, all replicas of a stage together
+    blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
+
+    @classmethod
+    def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
+           virtual_stages: int) -> "ProblemInputs":
+        schedule = search_schedule(virtual_stages)
+        t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention)
+        groups = tuple(cluster.groups)
+        num_blocks = model.num_layers - 2
+        return cls(model, cluster, options, b, parts, virtual_stages, schedule,
+                   schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
+                   parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
+                   num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float))
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The configurations, families (every config on one node vector) and successor
+    signatures met so far, each numbered in the order met (ids index the lists)."""
+
+    configs: list[StageConfig] = field(default_factory=list)
+    config_ids: dict[StageConfig, int] = field(default_factory=dict)
+    fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = field(default_factory=dict)
+    families: list[tuple[int, ...]] = field(default_factory=list)
+    family_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
+    signatures: list[tuple[Link, ...]] = field(default_factory=list)
+    signature_ids: dict[tuple, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PriceTables:
+    """Prices derived from the inputs, each computed once on first use (by config, position,
+    successor link, memory caps)."""
+
+    types: dict[StageConfig, list[TypeArrays] | None] = field(default_factory=dict)
+    types_by_id: list[list[TypeArrays]] = field(default_factory=list)
+    dims: dict[StageConfig, StageDims] = field(default_factory=dict)
+    dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
+    tails: dict[tuple, np.ndarray] = field(default_factory=dict)
+    caps: dict[tuple, tuple] = field(default_factory=dict)
+    links: dict[tuple, Link] = field(default_factory=dict)
+    latencies: dict[tuple, tuple] = field(default_factory=dict)
+    stage: dict[tuple, StageCost] = field(default_factory=dict)
+    stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
+    family: dict[tuple, tuple] = field(default_factory=dict)
+    family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class SearchState:
+    """What changes while the search runs: its clock (checked while enumerating
+    configurations), the configurations priced, and the smallest memory overflow met
+    (what a "does not fit" message reports)."""
+
+    clock: SearchClock | None = None
+    evaluations: int = 0
+    smallest_overflow: tuple[float, str] | None = None

@@ -1,0 +1,393 @@
+"""Stage configurations of the plan search and their cost as a function of the number of
+decoder blocks: the same formulas as planner.cost.evaluate, vectorised over block counts so the
+dynamic programme (planner.search.dp) can price a stage for every layer split at once."""
+
+from __future__ import annotations
+
+from functools import reduce
+from itertools import product
+from typing import Iterator
+
+import numpy as np
+
+from ..core.clock import SearchClock
+from .decompose import Decomposition
+from ..core.dims import StageDims
+from ..cost.evaluate import collective_links, pair_link, slowest
+from ..inputs.hardware import Cluster, Link
+from .interleave import chunk_latency, interleaved_type_arrays
+from ..inputs.model import Model
+from ..plan import Training
+from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
+                            zero_comm)
+from ..cost.sharding import Sharding
+from .shares import UNCAPPED, min_makespan
+from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
+                          TypeArrays, Variant, share_cap)
+
+__all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
+
+
+class Problem:
+    """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
+    `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
+    signatures met, numbered), `tables` (prices derived from the inputs on first use) and
+    `state` (the clock, the evaluation count, the smallest overflow met)."""
+
+    def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
+                 options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
+                 clock: SearchClock | None = None):
+        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages)
+        self.catalog = Catalog()
+        self.tables = PriceTables()
+        self.state = SearchState(clock)
+        # a chunked problem derives its per-config arrays from the 1F1B one of the same b
+        self.base: Problem | None = None
+        if self.inputs.chunked:
+            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock)
+
+    # the search's shorthands (planner.search.driver, planner.search.dp) -----------------------------
+
+    model = property(lambda self: self.inputs.model)
+    cluster = property(lambda self: self.inputs.cluster)
+    options = property(lambda self: self.inputs.options)
+    b = property(lambda self: self.inputs.b)
+    parts = property(lambda self: self.inputs.parts)
+    v = property(lambda self: self.inputs.v)
+    t = property(lambda self: self.inputs.t)
+    chunked = property(lambda self: self.inputs.chunked)
+    groups = property(lambda self: self.inputs.groups)
+    bundle_nodes = property(lambda self: self.inputs.bundle_nodes)
+    num_blocks = property(lambda self: self.inputs.num_blocks)
+    microbatches = property(lambda self: self.inputs.microbatches)
+    config_list = property(lambda self: self.catalog.configs)
+    evaluations = property(lambda self: self.state.evaluations)
+    smallest_overflow = property(lambda self: self.state.smallest_overflow)
+
+    # configurations -------------------------------------------------------------------
+
+    def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
+        inputs = self.inputs
+        ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
+        heads = inputs.model.config.num_heads if inputs.model.config else 1
+        # Megatron's selective recompute is identical to none under flash attention; a runtime
+        # whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice
+        per_op = inputs.options.params_for(inputs.groups[0].gpu.name).selective_recompute == "op"
+        modes = [m for m in inputs.options.recompute_modes
+                 if not (m == "selective" and inputs.t.attention == "flash" and not per_op)]
+        for take in product(*ranges):
+            if not any(take):
+                continue
+            nodes = inputs.parts.nodes(used, take)
+            if self.state.clock is not None:
+                self.state.clock.check()
+            gpn = [inputs.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
+            for tp in inputs.options.tp_degrees:
+                if any(g % tp for g in gpn) or heads % tp:
+                    continue
+                dp = StageDims(tp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
+                                                                    for i, n in enumerate(nodes)))
+                for mode in modes:
+                    for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                        yield StageConfig(nodes, tp, mode, zero)
+
+    def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
+        inputs = self.inputs
+        if config in self.tables.types:
+            return self.tables.types[config]
+        dims = self.dims(config)
+        if self.base is not None:
+            t = inputs.t
+            sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            self.tables.types[config] = interleaved_type_arrays(self.base.type_arrays(config), dims, sharding, layout,
+                                                                (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
+                                                                inputs.v)
+            base_overflow = self.base.state.smallest_overflow
+            if self.state.smallest_overflow is None or (base_overflow is not None
+                                                        and base_overflow[0] < self.state.smallest_overflow[0]):
+                self.state.smallest_overflow = base_overflow
+            return self.tables.types[config]
+        t, b, s = inputs.t, inputs.b, inputs.t.seq_len
+        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
+                  for i, n in enumerate(config.nodes) if n}
+        layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
+        out = []
+        config_worst = (-INF, "")
+        n = inputs.blocks
+        for i, count in counts.items():
+            group = inputs.groups[i]
+            gpu = group.gpu
+            p = inputs.options.params_for(gpu.name)
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
+                              for layer in (inputs.dec, inputs.emb, inputs.head))
+            times, bwds, params, rooms = {}, {}, {}, {}
+            worst = (-INF, "")
+            for has_head, has_emb in product((False, True), repeat=2):
+                span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
+                w = params[(has_head, has_emb)] = span.weight_params
+                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
+                bwds[(has_head, has_emb)] = span.bwd_s
+                acts = span.act_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p).total_bytes
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
+                rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+                if (has_head, has_emb) == (False, False):
+                    # some stage must hold this many blocks; its overflow with one
+                    # micro-batch in flight is what a "does not fit" message reports
+                    most_stages = max(1, min(inputs.options.max_stages, sum(inputs.bundle_nodes)))
+                    need = -(-inputs.num_blocks // most_stages)
+                    over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
+                    worst = max(worst, (over, gpu.name))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p))
+            config_worst = max(config_worst, worst)
+        if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
+            self.state.smallest_overflow = config_worst
+        self.tables.types[config] = out
+        return out
+
+    def dims(self, config: StageConfig) -> StageDims:
+        """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""
+        dims = self.tables.dims.get(config)
+        if dims is None:
+            shape = StageDims(config.tp, config.tp > 1)
+            dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
+                     for i, n in enumerate(config.nodes) if n)
+            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero)
+        return dims
+
+    def dp_layout(self, config: StageConfig) -> DpLayout:
+        """How a stage's data-parallel collectives run (evaluate.dp_layout): its nodes,
+        replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
+        inputs = self.inputs
+        layout = self.tables.dp_layouts.get(config)
+        if layout is None:
+            per_group = {inputs.groups[i].name: n for i, n in enumerate(config.nodes) if n}
+            intra, inter = collective_links(inputs.cluster, per_group)
+            dims = self.dims(config)
+            per_node = max(dims.replicas_on(inputs.groups[i].gpus_per_node) for i, n in enumerate(config.nodes) if n)
+            layout = self.tables.dp_layouts[config] = DpLayout(dims.dp, per_node, sum(per_group.values()), intra, inter)
+        return layout
+
+    def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
+        """(family id, nodes used after it, its signature id) for every node vector that fits.
+        A family is every config on one node vector (tp, recompute, ZeRO stage)."""
+        if used not in self.catalog.fitting:
+            families: dict[tuple[int, ...], list[int]] = {}
+            for config in self.configs(used):
+                if config not in self.catalog.config_ids:
+                    self.catalog.config_ids[config] = len(self.catalog.configs)
+                    self.catalog.configs.append(config)
+                families.setdefault(config.nodes, []).append(self.catalog.config_ids[config])
+            out = []
+            for nodes, members in families.items():
+                if nodes not in self.catalog.family_ids:
+                    self.catalog.family_ids[nodes] = len(self.catalog.families)
+                    self.catalog.families.append(tuple(members))
+                new_used = self.inputs.parts.after(used, nodes)
+                groups = frozenset(i for i, n in enumerate(nodes) if n)
+                out.append((self.catalog.family_ids[nodes], new_used, self.signature_id(groups)))
+            self.catalog.fitting[used] = out
+        return self.catalog.fitting[used]
+
+    def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
+                    ranks: int | None = None) -> tuple["Variant", ...]:
+        """The family's configs merged per block count: at each count only the configs not
+        dominated in both tau and X matter (a dominated one is never better for any bound),
+        so variant j holds the j-th such config by tau. Usually one variant remains."""
+        key = (fid, self.in_flight(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
+        cached = self.tables.family.get(key)
+        if cached is not None:
+            return cached
+        members = self.catalog.families[fid]
+        costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
+        merged = self.tables.family_by_costs.get(costs_key)
+        if merged is not None:
+            self.tables.family[key] = merged
+            return merged
+        taus = np.stack([c.tau for c in costs])
+        xs = np.stack([c.x for c in costs])
+        feasible = np.isfinite(xs)
+        taus = np.where(feasible, taus, INF)
+        m = len(members)
+        order_index = np.arange(m)[:, None, None]
+        other_index = np.arange(m)[None, :, None]
+        ta, tb = taus[:, None, :], taus[None, :, :]
+        xa, xb = xs[:, None, :], xs[None, :, :]
+        # b dominates a: no worse in both, and better in one or equal and earlier
+        dominates = feasible[None, :, :] & (tb <= ta) & (xb <= xa) & \
+            ((tb < ta) | (xb < xa) | (other_index < order_index))
+        kept = feasible & ~dominates.any(axis=1)
+        sort_key = np.where(kept, taus, INF)
+        order = np.argsort(sort_key, axis=0, kind="stable")
+        count = kept.sum(axis=0)
+        variants = []
+        columns = np.arange(taus.shape[1])
+        for j in range(int(count.max()) if count.size else 0):
+            pick = order[j]
+            valid = j < count
+            member = np.where(valid, np.asarray(members)[pick], -1)
+            tau_v = np.where(valid, taus[pick, columns], INF)
+            x_v = np.where(valid, xs[pick, columns], INF)
+            slopes = {cid: c.slope for cid, c in zip(members, costs)}
+            runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
+            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
+        self.tables.family[key] = self.tables.family_by_costs[costs_key] = tuple(variants)
+        return self.tables.family[key]
+
+    def signature_id(self, groups: frozenset[int]) -> int:
+        sig = self.signature(groups)
+        key = tuple((l.bandwidth_bytes_per_s, l.latency_s, l.kind, l.curves) for l in sig)
+        if key not in self.catalog.signature_ids:
+            self.catalog.signature_ids[key] = len(self.catalog.signatures)
+            self.catalog.signatures.append(sig)
+        return self.catalog.signature_ids[key]
+
+    def signature(self, groups: frozenset[int]) -> tuple[Link, ...]:
+        """How a stage on `groups` looks to the stage before it: the boundary link from each
+        group. Successors with equal signatures are interchangeable in the DP."""
+        inputs = self.inputs
+        return tuple(slowest([pair_link(inputs.cluster, g.name, inputs.groups[j].name) for j in sorted(groups)])
+                     for g in inputs.groups)
+
+    def boundary(self, config: StageConfig, successor: tuple[Link, ...]) -> Link:
+        """evaluate.boundary_link: the slowest pair between this stage and its successor."""
+        return slowest([successor[i] for i in sorted(config.groups())])
+
+    def in_flight(self, stage_from_end: int, ranks: int | None) -> float:
+        """Micro-batches of activations a rank holds at its peak (Schedule.in_flight_microbatches):
+        1F1B holds P - k = stage_from_end for any depth P; a depth-dependent schedule
+        (interleaved) needs the pipeline depth P = `ranks`."""
+        inputs = self.inputs
+        if ranks is None:
+            assert not inputs.schedule.depth_dependent(), "the search fixes the number of pipeline ranks"
+            ranks = stage_from_end
+        return inputs.schedule.in_flight_microbatches(ranks - stage_from_end, ranks, inputs.v, inputs.microbatches)
+
+    def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
+                   ranks: int | None = None) -> StageCost:
+        """StageCost (tau, X, slope, min X, split) over block counts for a pipeline rank placed
+        `stage_from_end` (1 = last) before a successor with signature `successor_id` (-1:
+        none), in a pipeline of `ranks` ranks (interleaved only). tau is the latency of one
+        micro-batch through the rank, interleaved through its slowest chunk, and
+        X = B + E - tau, so that T = max X + sum tau (evaluate.pipeline_time_s). `slope` is
+        set when tau is affine in the block count (1F1B, one replica type), else None;
+        `split` is the blocks of the embedding's or head's chunk (interleaved, else None).
+
+        Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
+        or for the last rank's first V - 1 chunks around to rank 0, whose signature the
+        search passes as the last rank's successor (interleave.chunk_latency)."""
+        return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
+
+    def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
+                    ranks: int | None = None) -> list[StageCost]:
+        """stage_cost for several configurations at one position, the makespans of those
+        with the same replica counts computed in one vectorised call."""
+        inputs, tables = self.inputs, self.tables
+        has_head = stage_from_end == 1
+        in_flight = self.in_flight(stage_from_end, ranks)
+        flags = (has_head, has_emb)
+        out: list = [None] * len(cids)
+        pending: dict[tuple[int, ...], list] = {}
+        for index, cid in enumerate(cids):
+            key = (cid, in_flight, has_head, has_emb, successor_id)
+            cached = tables.stage.get(key)
+            if cached is not None:
+                out[index] = cached
+                continue
+            types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+            caps_entry = tables.caps.get((cid, flags, in_flight))
+            if caps_entry is None:
+                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+                caps_entry = tables.caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps))
+            caps, caps_bytes = caps_entry
+            # the in-flight count matters only through the caps, which are mostly the same for
+            # every position in the pipeline (memory to spare), and the successor only through
+            # the boundary link: price each distinct (caps, link) once
+            link = self.link(cid, successor_id)
+            caps_key = (cid, has_head, has_emb, link, caps_bytes)
+            cached = tables.stage_by_caps.get(caps_key)
+            if cached is not None:
+                tables.stage[key] = out[index] = cached
+                continue
+            counts = tuple(ta.count for ta in types)
+            pending.setdefault(counts, []).append((index, cid, key, caps_key, types, caps))
+        for counts, items in pending.items():
+            all_times = [self.replica_times(types, flags, caps_key[3]) for _, _, _, caps_key, types, _ in items]
+            self.state.evaluations += len(items)
+            busy_all = min_makespan(inputs.microbatches, list(counts),
+                                    [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
+                                    [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
+            for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
+                if inputs.chunked:
+                    latency_key = (cid, flags, caps_key[3])
+                    cached = tables.latencies.get(latency_key)
+                    if cached is None:
+                        cached = tables.latencies[latency_key] = chunk_latency(types, flags, caps_key[3], inputs.v,
+                                                                              inputs.num_blocks)
+                    latency, split = cached
+                else:
+                    latency, split = reduce(np.maximum, times), None
+                result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags)
+                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = result
+        return out
+
+    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
+        """Per-micro-batch time of each replica type with its sends over `link` (None: the last
+        stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
+        head chunk sends nothing."""
+        inputs = self.inputs
+        if link is None:
+            return [ta.time[flags] for ta in types]
+        sends = 1 if not inputs.chunked else (inputs.v - 1 if flags[0] else inputs.v)
+        return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+
+    def link(self, cid: int, successor_id: int) -> Link | None:
+        """The boundary link from config `cid` to a successor (None: no successor)."""
+        if successor_id < 0:
+            return None
+        key = (cid, successor_id)
+        link = self.tables.links.get(key)
+        if link is None:
+            config, successor = self.catalog.configs[cid], self.catalog.signatures[successor_id]
+            link = self.tables.links[key] = self.boundary(config, successor)
+        return link
+
+    def _types_for(self, cid: int) -> list[TypeArrays]:
+        while len(self.tables.types_by_id) <= cid:
+            self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
+        return self.tables.types_by_id[cid]
+
+    def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
+                busy: np.ndarray, flags: tuple[bool, bool]) -> StageCost:
+        inputs = self.inputs
+        has_head, has_emb = flags
+        tau = latency
+        tail_key = (config, flags)
+        tail = self.tables.tails.get(tail_key)
+        if tail is None:
+            tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
+        with np.errstate(invalid="ignore"):
+            x = busy + tail - tau
+        x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
+        if inputs.chunked:
+            x[:inputs.v] = INF  # every chunk holds at least one block
+        elif not has_head and not has_emb:
+            x[0] = INF  # a stage holds at least one layer
+        slope = None
+        if not inputs.chunked and len(types) == 1 and len(tau) > 1:
+            slope = float(tau[1] - tau[0])
+        return StageCost(tau, x, slope, float(x.min()), split)
+
+    def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+        """Exposed gradient reduction and optimizer step after the last micro-batch
+        (pricing.stage_tail, as evaluate.evaluate); independent of the stage's position."""
+        slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
+        tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
+                          slow.cost_params,
+                          reduce(np.minimum, [ta.bwd[flags] for ta in types]),
+                          [(ta.group.gpu, ta.cost_params) for ta in types])
+        return tail.total_s

@@ -1,0 +1,1 @@
+"""Sweeps: many plan requests over a grid, in parallel, with resumable output."""

@@ -1,0 +1,137 @@
+"""`planner sweep`: plan every combination of models, clusters, global batches and sequence
+lengths, in parallel, and write one row per combination (formats.md, section 4).
+
+Rows are appended to the output file as they finish (flushed, one complete line each; fsynced
+at least once a second), so an interrupted sweep leaves every finished row on disk for
+`--resume`. The output is never truncated in place: the file a sweep starts from (the header,
+and with --resume the rows kept) and the final file, sorted by combination index so that it
+does not depend on `--jobs` or on the order in which workers finished, are each written to a
+temporary file that replaces the output (planner.core.outfile). A sweep holds an exclusive lock
+(`<output>.lock`) while it runs; a second sweep on the same output is refused. Ctrl-C or
+SIGTERM stop the workers, keep every row written and raise SweepInterrupted.
+
+The combinations, their order and one row's planning: planner.sweep.rows. How rows are run:
+planner.sweep.executors (`local` processes or `ray` tasks); every executor plans each row with
+sweep_rows.plan_combination, which runs planner.api.plan with the sweep's PlanRequest (so a row
+equals `planner plan` for the same inputs).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..api import PlanRequest, require
+from ..core.errors import BadInput
+from ..core.outfile import check_output, exclusive_lock, input_paths
+from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, rows_on_disk, sigterm_interrupts, \
+    write_all, output_format, read_rows, start_output
+from .rows import EXECUTORS, Combination, combinations, parse_shard, plan_combination, plan_file_name, \
+    plan_file_names, row_key, run_combination
+
+
+# --- the sweep --------------------------------------------------------------------------------
+
+
+def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int], seq_lens: Iterable[int],
+          output: str, *, jobs: int | None = 1, plans_dir: str | None = None, resume: bool = False,
+          shard: tuple[int, int] | None = None, time_limit: float | None = None,
+          progress: Callable[[int, int], Any] | None = None, executor: str = "local",
+          micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = ()) -> dict[str, int]:
+    """Run the sweep and write `output`; returns the count of each status in the final file.
+
+    `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
+    tasks at a time; None: the cluster's CPUs), see planner.sweep.executors.
+    `progress(done, total)` is called once before the first row and after every row.
+    Ctrl-C or SIGTERM: the workers stop, every row written stays, SweepInterrupted is raised.
+    A second sweep on the same output while one runs is BadInput (see exclusive_lock).
+    Every row is planned as `planner plan` would with `time_limit` (None: none),
+    `micro_batches` and `virtual_stages` (empty: plan's defaults)."""
+    fmt = output_format(output)
+    if time_limit is not None:
+        require(time_limit, "--time-limit")
+    for b in micro_batches:
+        require(b, "--micro-batch")
+    for v in virtual_stages:
+        require(v, "--virtual-stages")
+    request = PlanRequest(time_limit_s=time_limit, micro_batches=tuple(micro_batches),
+                          virtual_stages=tuple(virtual_stages))
+    models, clusters = list(models), list(clusters)
+    combos = combinations(models, clusters, batches, seq_lens)
+    if plans_dir is not None:
+        combos = plan_file_names(combos)  # over every combination, so shards agree
+    if shard is not None:
+        i, n = shard
+        combos = [c for c in combos if c.index % n == i]
+    check_output(output, input_paths(models, clusters))
+    if plans_dir is not None:
+        try:
+            Path(plans_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"cannot create: {exc.strerror}", plans_dir) from None
+        if not Path(plans_dir).is_dir():
+            raise BadInput("is not a directory", plans_dir)
+
+    with exclusive_lock(output, "another planner sweep"), sigterm_interrupts():
+        try:
+            return _sweep_locked(combos, output, fmt, jobs=jobs, plans_dir=plans_dir, resume=resume,
+                                 request=request, progress=progress, executor=executor)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (_Terminated)
+            raise SweepInterrupted(rows_on_disk(output, fmt), getattr(exc, "signum", signal.SIGINT)) from None
+
+
+def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int | None, plans_dir: str | None,
+                  resume: bool, request: PlanRequest, progress: Callable[[int, int], Any] | None,
+                  executor: str) -> dict[str, int]:
+    """The sweep, with the output locked."""
+    from .executors import start_executor
+
+    kept = read_rows(output, fmt) if resume else []
+    kept_keys = {row_key(r) for r in kept}
+    todo = [c for c in combos if c.key not in kept_keys]
+    new_rows: dict[int, dict] = {}
+    total = len(combos)
+    done_count = total - len(todo)
+
+    with start_executor(executor, jobs, todo) as execute:  # fails (e.g. no Ray) before touching output
+        writer = start_output(output, fmt, kept)  # the kept rows first, so an interruption never loses them
+        with writer.handle:
+            if progress:
+                progress(done_count, total)
+
+            def on_row(index: int, row: dict) -> None:
+                nonlocal done_count
+                writer.write(row)
+                writer.sync()
+                new_rows[index] = row
+                done_count += 1
+                if progress:
+                    progress(done_count, total)
+
+            try:
+                execute(todo, request, plans_dir, on_row)
+            finally:
+                writer.sync(force=True)
+
+    # Deterministic final file: rows of this sweep's combinations by index; kept rows of
+    # other combinations (e.g. an earlier sweep over other values) after them, as they were.
+    by_key = {row_key(r): r for r in kept}
+    final = []
+    for combo in combos:
+        row = new_rows.get(combo.index) or by_key.pop(combo.key, None)
+        if row is not None:
+            final.append(row)
+    final.extend(r for r in kept if row_key(r) in by_key)
+    write_all(output, fmt, final)
+    counts = {s: 0 for s in STATUSES}
+    for row in final:
+        counts[row["status"]] += 1
+    counts["kept"] = len(kept)
+    counts["rows"] = len(final)
+    return counts
+
+
+__all__ = ["COLUMNS", "EXECUTORS", "FORMATS", "STATUSES", "Combination", "SweepInterrupted", "combinations",
+           "parse_shard", "plan_combination", "plan_file_name", "plan_file_names", "read_rows", "run_combination",
+           "sweep"]
