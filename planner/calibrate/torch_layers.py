@@ -152,6 +152,17 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return out.transpose(1, 2).reshape(b, s, a * d)
 
 
+def add_qkv_projections(module: nn.Module, hidden: int, q_out: int, kv_out: int, fused: bool, bias: bool) -> None:
+    """One TP rank's query, key and value projections on `module`: one fused `qkv` Linear
+    (GPT-2, NeoX) or `q_proj`, `k_proj` and `v_proj` (Llama and its kin)."""
+    if fused:
+        module.qkv = nn.Linear(hidden, q_out + 2 * kv_out, bias=bias)
+    else:
+        module.q_proj = nn.Linear(hidden, q_out, bias=bias)
+        module.k_proj = nn.Linear(hidden, kv_out, bias=bias)
+        module.v_proj = nn.Linear(hidden, kv_out, bias=bias)
+
+
 class _Attention(nn.Module):
     """Self-attention shard: column-parallel q/k/v, row-parallel output projection."""
 
@@ -166,12 +177,7 @@ class _Attention(nn.Module):
         self.rope_base = rope_base
         self.fused = fused
         q_out, kv_out = self.heads * d, self.kv_heads * d
-        if fused:
-            self.qkv = nn.Linear(h, q_out + 2 * kv_out, bias=qkv_bias)
-        else:
-            self.q_proj = nn.Linear(h, q_out, bias=qkv_bias)
-            self.k_proj = nn.Linear(h, kv_out, bias=qkv_bias)
-            self.v_proj = nn.Linear(h, kv_out, bias=qkv_bias)
+        add_qkv_projections(self, h, q_out, kv_out, fused, qkv_bias)
         self.out = nn.Linear(q_out, h, bias=out_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

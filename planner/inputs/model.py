@@ -89,14 +89,9 @@ class ModelConfig:
         """Width of all key heads."""
         return self.num_kv_heads * self.head_dim
 
-    @property
-    def v_dim(self) -> int:
-        return self.num_kv_heads * self.v_head_dim
-
-    @property
-    def o_dim(self) -> int:
-        """Input width of the attention output projection."""
-        return self.num_heads * self.v_head_dim
+    # widths of all value heads, and the attention output projection's input (its heads' values)
+    v_dim = property(lambda self: self.num_kv_heads * self.v_head_dim)
+    o_dim = property(lambda self: self.num_heads * self.v_head_dim)
 
     @property
     def norm_params(self) -> int:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..inputs.model import ModelConfig
-from ..calibrate.torch_layers import DEFAULT_ROPE_BASE, RMSNorm, _apply_rope, causal_attention
+from ..calibrate.torch_layers import DEFAULT_ROPE_BASE, RMSNorm, _apply_rope, add_qkv_projections, causal_attention
 
 INIT_STD = 0.02
 COLUMN = ("q_proj", "k_proj", "v_proj", "qkv", "gate", "up")  # sharded on output rows
@@ -86,12 +86,7 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = config.num_heads // tp.size, config.num_kv_heads // tp.size, d
         self.rope_base = DEFAULT_ROPE_BASE.get(config.model_type, 10000.0) if rope else None
         q_out, kv_out = self.heads * d, self.kv_heads * d
-        if fused:
-            self.qkv = nn.Linear(h, q_out + 2 * kv_out, bias=qkv_bias)
-        else:
-            self.q_proj = nn.Linear(h, q_out, bias=qkv_bias)
-            self.k_proj = nn.Linear(h, kv_out, bias=qkv_bias)
-            self.v_proj = nn.Linear(h, kv_out, bias=qkv_bias)
+        add_qkv_projections(self, h, q_out, kv_out, fused, qkv_bias)
         self.out = nn.Linear(q_out, h, bias=False)
         self.out_bias = nn.Parameter(torch.zeros(h)) if out_bias else None
 
