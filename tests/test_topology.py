@@ -11,7 +11,8 @@ import yaml
 
 from planner.inputs import topology
 from planner.core.errors import BadInput
-from planner.cost.evaluate import evaluate, pair_link
+from planner.cost.evaluate import evaluate
+from planner.cost.paths import pair_link
 from planner.inputs.hardware import GB, US, cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan

@@ -13,7 +13,7 @@ import numpy as np
 from ..core.clock import SearchClock
 from .decompose import Decomposition
 from ..core.dims import StageDims
-from ..cost.evaluate import collective_links, pair_link, slowest
+from ..cost.paths import collective_links, pair_link, slowest
 from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
@@ -159,7 +159,7 @@ class Problem:
         return dims
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
-        """How a stage's data-parallel collectives run (evaluate.dp_layout): its nodes,
+        """How a stage's data-parallel collectives run (cost.paths.dp_layout): its nodes,
         replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
         inputs = self.inputs
         layout = self.tables.dp_layouts.get(config)
@@ -254,7 +254,7 @@ class Problem:
                      for g in inputs.groups)
 
     def boundary(self, config: StageConfig, successor: tuple[Link, ...]) -> Link:
-        """evaluate.boundary_link: the slowest pair between this stage and its successor."""
+        """cost.paths.boundary_link: the slowest pair between this stage and its successor."""
         return slowest([successor[i] for i in sorted(config.groups())])
 
     def in_flight(self, stage_from_end: int, ranks: int | None) -> float:

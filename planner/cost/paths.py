@@ -1,0 +1,110 @@
+"""Which link a plan's communication runs over: a TP group's ring, a data-parallel collective
+(intra-node link and each GPU's share of the inter-node one) and a pipeline boundary, always the
+slowest along the way; and the GPU a TP group spanning types runs at. Pure: the cluster in, links
+out."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..inputs.hardware import Cluster, GpuSpec, Link
+from .pricing import DpLayout
+
+
+def slowest_gpu(cluster: Cluster, ranks: tuple[int, ...]) -> GpuSpec:
+    """The GPU a TP group runs at: the slowest type among its ranks."""
+    gpus = {cluster.group_of_rank(r).gpu.name: cluster.group_of_rank(r).gpu for r in ranks}
+    return min(gpus.values(), key=lambda g: (min(f for _, f in g.peak_flops), g.name))
+
+
+def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
+    """One GPU's share of the path between nodes of two groups (or two nodes of one group):
+    the node's NIC (or the group link) divided among its GPUs, since in training every GPU
+    of a node communicates at once."""
+    ga, gb = cluster.group(group_a), cluster.group(group_b)
+    link = cluster.group_link(group_a, group_b)
+    sharers = max(ga.gpus_per_node, gb.gpus_per_node)
+    return link.shared_by(sharers)
+
+
+def _slowness(link: Link) -> tuple:
+    return (link.bandwidth_bytes_per_s, -link.latency_s, link.kind)
+
+
+def slowest(links: list[Link]) -> Link:
+    """The bottleneck of a path: lowest bandwidth, highest latency."""
+    worst = min(links, key=_slowness)
+    return Link(worst.bandwidth_bytes_per_s, max(l.latency_s for l in links), worst.kind, worst.curves)
+
+
+def route_name(cluster: Cluster, ranks_a, ranks_b=()) -> str:
+    """Where the slowest link of a collective over `ranks_a` (or of a pipeline boundary
+    between `ranks_a` and `ranks_b`) runs, as boundary_link and collective_links choose it:
+    'intra-node a100', 'inter-node a100' (two nodes of one group), 'a100<->v100'."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        return f"intra-node {next(iter(nodes))[0]}"
+    if ranks_b:
+        pairs = [(a, b) for a in sorted({cluster.group_of_rank(r).name for r in ranks_a})
+                 for b in sorted({cluster.group_of_rank(r).name for r in ranks_b})]
+    else:
+        groups = sorted({g for g, _ in nodes})
+        pairs = [(g, g) for g in groups if sum(1 for h, _ in nodes if h == g) >= 2]
+        pairs += [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    a, b = min(pairs, key=lambda pair: _slowness(pair_link(cluster, *pair)))
+    return f"inter-node {a}" if a == b else f"{a}<->{b}"
+
+
+def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tuple[Link, Link]:
+    """(intra-node link, per-GPU inter-node link) of a collective spanning these nodes:
+    the slowest intra link of its groups, and the slowest share among its node pairs."""
+    groups = sorted(g for g, n in nodes_per_group.items() if n > 0)
+    intra = slowest([cluster.group(g).intra_node for g in groups])
+    candidates = [pair_link(cluster, g, g) for g in groups if nodes_per_group[g] >= 2]
+    candidates += [pair_link(cluster, a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    return intra, (slowest(candidates) if candidates else intra)
+
+
+def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
+    """Ranks per (group, node index) for a set of ranks."""
+    nodes: dict[tuple[str, int], int] = {}
+    for r in ranks:
+        g = cluster.group_of_rank(r)
+        key = (g.name, (r - g.first_rank) // g.gpus_per_node)
+        nodes[key] = nodes.get(key, 0) + 1
+    return nodes
+
+
+def tp_group_link(cluster: Cluster, ranks) -> Link:
+    """The link a tensor-parallel group's ring runs over: its node's intra-node link, or the
+    slowest per-GPU inter-node share when the group spans nodes."""
+    nodes = nodes_of(cluster, ranks)
+    if len(nodes) == 1:
+        return cluster.group(next(iter(nodes))[0]).intra_node
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    return collective_links(cluster, per_group)[1]
+
+
+def dp_layout(cluster: Cluster, ranks) -> DpLayout:
+    """How a collective over `ranks` (one rank per TP position) runs: nodes, ranks per node,
+    the intra- and per-GPU inter-node links (collective_links)."""
+    nodes = nodes_of(cluster, ranks)
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    intra, inter = collective_links(cluster, per_group)
+    return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
+
+
+def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
+    """Link across a pipeline boundary: the intra-node link when both stages sit in one
+    node, else the slowest per-GPU share between any group of one and any of the other."""
+    nodes = nodes_of(cluster, list(ranks_a) + list(ranks_b))
+    if len(nodes) == 1:
+        (group, _), = nodes
+        return cluster.group(group).intra_node, True
+    groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
+    groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
+    return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
