@@ -90,7 +90,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype)
-    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention)
+    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime)
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
@@ -193,16 +193,17 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     if r.sequence_parallel and r.tp == 1:
         raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention)
+                        r.attention, r.runtime)
     check_training_inputs(model, training)
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel)
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
-                  warn: Warn | None = None, runtime: str = "megatron") -> Evaluation:
-    """Price `plan` with the cost model of `runtime` on each GPU architecture, measured
-    profiles and calibrations over it."""
+                  warn: Warn | None = None, runtime: str | None = None) -> Evaluation:
+    """Price `plan` with the cost model of `runtime` (default: the one the plan was made for,
+    training.runtime) on each GPU architecture, measured profiles and calibrations over it."""
+    runtime = runtime or plan.training.runtime
     from .cost.formulas import DEFAULT_PARAMS
     from .cost.evaluate import evaluate as price
 
@@ -217,8 +218,8 @@ def evaluate(request: EvaluateRequest, warn: Warn | None = None) -> Evaluation:
 
 
 def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
-                       warn: Warn | None = None, runtime: str = "megatron") -> Evaluation:
-    """Re-price a plan file. Every check `validate` runs, except memory: an overflow is
+                       warn: Warn | None = None, runtime: str | None = None) -> Evaluation:
+    """Re-price a plan file (under its own runtime unless `runtime` is given). Every check `validate` runs, except memory: an overflow is
     reported in the Evaluation (fits False), with the rest of the estimate."""
     return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 

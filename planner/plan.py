@@ -10,7 +10,7 @@ from .core.errors import BadInput
 from .inputs.hardware import Cluster, cluster_from_spec
 from .core import ranges
 from . import schedules
-from .core.io import MAX_NUMBER
+from .core.io import MAX_NUMBER, get_str
 from .inputs.model import Model, model_from_dict
 from .core.names import check_name
 
@@ -54,6 +54,7 @@ class Training:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     attention: str = "flash"
+    runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
         "training": {"global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
                      "micro_batch": t.micro_batch, "num_microbatches": plan.num_microbatches,
                      "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-                     "attention": t.attention},
+                     "attention": t.attention, "runtime": t.runtime},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -221,7 +222,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
-        attention=attention)
+        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"))
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"

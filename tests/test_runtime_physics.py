@@ -78,3 +78,28 @@ def test_deepspeed_all_reduces_fp32_gradients_under_bf16():
     # ZeRO-1: and the 16-bit weights gathered after the sharded step (half a 16-bit all-reduce)
     assert grad_reduce_s(1e9, StageDims(dp=8, zero=1), "bf16", layout, ds, 0.0) == pytest.approx(1.25 * fp32_reduce, rel=1e-3)
     assert grad_reduce_s(1e9, StageDims(dp=8, zero=0), "fp16", layout, ds, 0.0) == pytest.approx(fp32_reduce / 2, rel=1e-3)
+
+
+def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path):
+    import json
+
+    from planner import api
+    from planner.verify.plan_checks import load_plan_file
+
+    from .conftest import invoke
+
+    request = api.PlanRequest(model="gpt2", cluster="dgx-a100", global_batch=64, seq_len=1024, runtime="torchtitan",
+                              time_limit_s=None)
+    result = api.plan(request)
+    data = api.plan_json(result)
+    assert data["training"]["runtime"] == "torchtitan"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    assert load_plan_file(str(path)).training.runtime == "torchtitan"
+    own = api.evaluate_plan_file(str(path)).estimate.step_time_s
+    assert own == pytest.approx(data["predicted"]["step_time_s"], rel=1e-9)
+    assert api.evaluate_plan_file(str(path), runtime="megatron").estimate.step_time_s != pytest.approx(own, rel=1e-3)
+    data["training"]["runtime"] = "no-such-stack"
+    path.write_text(json.dumps(data))
+    bad = invoke("validate", str(path))
+    assert bad.exit_code == 2 and "training.runtime" in bad.stderr

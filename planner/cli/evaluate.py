@@ -47,7 +47,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
           --seq-len 4096 --tp 4 --pp 2 --dp 4 --micro-batch 1 --recompute selective
       planner evaluate --plan plan.json --json
     """
-    get_runtime(runtime)  # an unknown name is a bad input before anything is read
+    if runtime is not None:
+        get_runtime(runtime)  # an unknown name is a bad input before anything is read
     if plan_file:
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
@@ -62,7 +63,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
-            profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime), warn)
+            profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron"), warn)
     plan, estimate = result.plan, result.estimate
     emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
          input_files(model_name, cluster_name, profiles, calibrations, plan_file, links))

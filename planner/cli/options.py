@@ -27,12 +27,12 @@ def common_options(func: Callable) -> Callable:
 
 
 RUNTIME_HELP = ("Software stack the cost model prices: megatron (Megatron-LM, megatron-core), megatron-2021, "
-                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry).")
+                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry). Default megatron; a plan file is re-priced under its own.")
 
 
 def measurement_options(func: Callable) -> Callable:
     """`--runtime NAME`, `--profile GPU=FILE` and `--calibration FILE`, shared by plan and evaluate."""
-    func = click.option("--runtime", "runtime", type=str, default="megatron", show_default=True, metavar="NAME",
+    func = click.option("--runtime", "runtime", type=str, default=None, metavar="NAME",
                         help=RUNTIME_HELP)(func)
     func = click.option("--calibration", "calibrations", multiple=True, metavar="FILE",
                         help="Fitted efficiencies for a GPU type (planner calibrate); repeatable.")(func)

@@ -47,6 +47,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
           --seq-len 4096 -o plan.json
       planner plan --virtual-stages 1          # 1F1B only, no interleaving
     """
+    runtime = runtime or "megatron"
     get_runtime(runtime)  # an unknown name is a bad input before anything is read
     inputs = input_files(model_name, cluster_name, profiles, calibrations, links)
     if output:

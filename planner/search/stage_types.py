@@ -137,7 +137,8 @@ class ProblemInputs:
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
            virtual_stages: int) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages)
-        t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention)
+        t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
+                     base.runtime)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,
