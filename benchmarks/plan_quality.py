@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner import api  # noqa: E402
 from planner.core.errors import NoFeasiblePlan  # noqa: E402
 from planner.cost.evaluate import evaluate  # noqa: E402
-from planner.cost.runtimes import stack_params  # noqa: E402
+from planner.cost.runtimes import cluster_params  # noqa: E402
 from planner.inputs.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
 from planner.inputs.model import Model, load_model  # noqa: E402
 from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
@@ -49,16 +49,10 @@ def _request(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dt
                        time_limit_s=None)
 
 
-def stack(cluster: Cluster) -> dict:
-    """The cost parameters `planner plan` prices each GPU type with (its architecture under the
-    default runtime): the baselines are priced with the same ones as the solver's plan."""
-    return {gpu.name: stack_params(gpu) for gpu in cluster.gpu_types}
-
-
 def best_uniform_tokens_per_s(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
     best = best_uniform(model, cluster, Training(global_batch, seq_len, dtype, 1),
                         UniformSpace(tp_degrees=TP, micro_batches=MICRO_BATCHES, recompute_modes=RECOMPUTE),
-                        stack(cluster))
+                        cluster_params(cluster.gpu_types))
     return 0.0 if best is None else best[1].tokens_per_s
 
 
@@ -107,7 +101,7 @@ def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int
             if not ok:
                 continue
             plan = Plan(model, cluster, Training(global_batch, seq_len, dtype, b), tuple(stages))
-            est = evaluate(plan, stack(cluster))
+            est = evaluate(plan, cluster_params(cluster.gpu_types))  # as the solver prices its plan
             if est.fits:
                 best = max(best, est.tokens_per_s)
     return best

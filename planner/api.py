@@ -1,7 +1,7 @@
 """The library API: what `planner plan`, `planner evaluate`, `planner sweep` and the benchmarks
 run, as functions of typed requests.
 
-    from .api import PlanRequest, plan, plan_json
+    from planner.api import PlanRequest, plan, plan_json
     result = plan(PlanRequest(model="llama-3-8b", cluster="a100-v100-mix", global_batch=512))
     print(plan_json(result)["predicted"]["step_time_s"])
 

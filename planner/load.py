@@ -110,9 +110,9 @@ def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster
                    training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
     """Cost parameters per GPU type: its architecture's under `runtime` (planner.cost.runtimes), with
     `--profile` measurements and `--calibration` efficiencies over them."""
-    from .cost.runtimes import stack_params
+    from .cost.runtimes import cluster_params
 
-    base = {gpu.name: stack_params(gpu, runtime) for gpu in cluster.gpu_types}
+    base = cluster_params(cluster.gpu_types, runtime)
     return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
                                                                               base)})
 

@@ -60,10 +60,9 @@ def predicted_step_time_s(plan: Plan, data: Mapping[str, Any]) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     from ..cost.evaluate import evaluate
-    from ..cost.runtimes import stack_params
+    from ..cost.runtimes import cluster_params
 
-    return evaluate(plan, {gpu.name: stack_params(gpu, plan.training.runtime)
-                           for gpu in plan.cluster.gpu_types}).step_time_s
+    return evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime)).step_time_s
 
 
 def _torch():

@@ -6,6 +6,8 @@ are composed over the GPU architecture's (planner.cost.architectures): `stack_pa
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..architectures import architecture_params
 from ..formulas import DEFAULT_PARAMS, CostParams
 from ...inputs.devices import GpuSpec
@@ -32,4 +34,9 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
     return runtime.params(base.with_updates(**architecture_params(gpu)))
 
 
-__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "get_runtime", "stack_params"]
+def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME) -> dict[str, CostParams]:
+    """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
+    return {gpu.name: stack_params(gpu, runtime) for gpu in gpus}
+
+
+__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "cluster_params", "get_runtime", "stack_params"]
