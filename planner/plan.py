@@ -22,7 +22,7 @@ SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 class Replica:
     dp_rank: int
     batch_share: int  # samples per step
-    ranks: tuple[int, ...]  # the tensor-parallel group, in TP order
+    ranks: tuple[int, ...]  # the model-parallel group: cp groups of tp ranks, TP innermost (Megatron's tp-cp order)
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Stage:
     replicas: tuple[Replica, ...]
     pipeline_rank: int
     sequence_parallel: bool = False
+    cp: int = 1  # context parallelism (StageDims.cp)
+    cp_kind: str = "ring"
 
     @property
     def dp(self) -> int:
@@ -42,7 +44,7 @@ class Stage:
 
     @property
     def dims(self) -> StageDims:
-        return StageDims(self.tp, self.sequence_parallel, self.dp, self.zero)
+        return StageDims(self.tp, self.sequence_parallel, self.dp, self.zero, self.cp, self.cp_kind)
 
 
 @dataclass(frozen=True)
@@ -95,13 +97,19 @@ def even_split(num_items: int, parts: int) -> list[int]:
 
 
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
-                 zero: int = 0, recompute: str = "none", sequence_parallel: bool = False) -> Plan:
+                 zero: int = 0, recompute: str = "none", sequence_parallel: bool = False, cp: int = 1,
+                 cp_kind: str = "ring") -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
-    TP x PP x DP ranks laid out TP-innermost, then DP, then PP; decoder layers split as
-    evenly as possible over PP x V chunks; equal batch shares."""
-    if tp * pp * dp != cluster.num_gpus:
-        raise BadInput(f"tp x pp x dp = {tp}x{pp}x{dp} = {tp * pp * dp}, but the cluster has "
-                       f"{cluster.num_gpus} GPUs", field="--tp/--pp/--dp")
+    TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
+    order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
+    equal batch shares."""
+    if tp * cp * pp * dp != cluster.num_gpus:
+        shown = f"tp x cp x pp x dp = {tp}x{cp}x{pp}x{dp}" if cp > 1 else f"tp x pp x dp = {tp}x{pp}x{dp}"
+        raise BadInput(f"{shown} = {tp * cp * pp * dp}, but the cluster has "
+                       f"{cluster.num_gpus} GPUs", field="--tp/--pp/--dp" + ("/--cp" if cp > 1 else ""))
+    cp_problem = context_parallel_problem(model, training, tp, cp, cp_kind)
+    if cp_problem:
+        raise BadInput(cp_problem, field="--cp")
     if training.global_batch % dp:
         raise BadInput(f"global batch {training.global_batch} does not divide over dp={dp} replicas",
                        field="--global-batch")
@@ -126,13 +134,38 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         end = model.num_layers if c == chunks - 1 else position
         bounds.append((first, end))
     stages = []
+    group = tp * cp
     for c, (first, end) in enumerate(bounds):
         p_rank = c % pp
         replicas = tuple(
-            Replica(d, share, tuple(p_rank * tp * dp + d * tp + t for t in range(tp)))
+            Replica(d, share, tuple(p_rank * group * dp + d * group + i for i in range(group)))
             for d in range(dp))
-        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel))
+        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind))
     return Plan(model, cluster, training, tuple(stages))
+
+
+CP_KINDS = ("ring", "all-to-all")
+
+
+def context_parallel_problem(model: Model, training: Training, tp: int, cp: int, cp_kind: str) -> str:
+    """Why `cp` ranks of kind `cp_kind` cannot share this training's sequences ('' when they can):
+    ring CP's causal load balancing cuts a sequence into 2 cp chunks (Megatron-core
+    context_parallel docs); Ulysses splits the heads over tp x cp (Jacobs et al. 2023, sec 3);
+    both run on a flash-attention kernel (Megatron-core CP needs Transformer Engine's)."""
+    if cp_kind not in CP_KINDS:
+        return f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})"
+    if cp <= 1:
+        return ""
+    chunks = 2 * cp if cp_kind == "ring" else cp
+    if training.seq_len % chunks:
+        return (f"sequence length {training.seq_len:,} does not split into {chunks} equal chunks "
+                f"({cp_kind} context parallelism over cp={cp})")
+    if training.attention != "flash":
+        return "context parallelism needs flash attention (--attention flash)"
+    heads = model.config.num_heads if model.config is not None else None
+    if cp_kind == "all-to-all" and heads is not None and heads % (tp * cp):
+        return f"all-to-all (Ulysses) context parallelism needs the {heads} heads divisible by tp x cp = {tp * cp}"
+    return ""
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -154,6 +187,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+             **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),
              "pipeline_rank": s.pipeline_rank,
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
@@ -252,12 +286,17 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
                 raise BadInput("must be a non-empty list of ranks", where, f"{rpath}.ranks")
             replicas.append(Replica(_int(rep, "dp_rank", where, rpath, 0),
                                     _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
+        cp = _int(st, "cp", where, path) if "cp" in st else 1
+        cp_kind = st.get("cp_kind", "ring")
+        if cp_kind not in CP_KINDS:
+            raise BadInput(f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})", where,
+                           f"{path}.cp_kind")
         stages.append(Stage(
             index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
             tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=_bool(st, "sequence_parallel", where, path)))
+            sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))
@@ -299,8 +338,9 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
                 problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{s.dp - 1} "
                                                      f"(the stage has {s.dp} replicas)"))
             dp_ranks.add(r.dp_rank)
-            if len(r.ranks) != s.tp:
-                problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}"))
+            if len(r.ranks) != s.tp * s.cp:
+                problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}" if s.cp == 1 else
+                                 f"has {len(r.ranks)} ranks but tp x cp = {s.tp}x{s.cp} = {s.tp * s.cp}"))
             if r.batch_share % t.micro_batch:
                 problems.append((f"{rpath}.batch_share",
                                  f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
@@ -311,6 +351,9 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
                 if rank in ranks_here:
                     problems.append((f"{rpath}.ranks", f"rank {rank} used twice in one stage"))
                 ranks_here.add(rank)
+        cp_problem = context_parallel_problem(plan.model, t, s.tp, s.cp, s.cp_kind)
+        if cp_problem:
+            problems.append((f"{path}.cp", cp_problem))
         if total != t.global_batch:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
         # without interleaving, stage i is pipeline rank i (trainers place stages by position)

@@ -15,6 +15,16 @@ dimension's collectives are priced where its cost lives: TP's in cost.layer_time
 
 A new dimension (context parallelism cp, expert parallelism ep) is a field here, its factor
 in `group_gpus` and in the divisions below, and one function of its collectives' cost.
+
+Context parallelism (`cp`, kind `cp_kind`) splits every sequence of a replica over `cp`
+groups of `tp` GPUs: each holds seq_len / cp tokens of every activation and does 1/cp of
+the attention (`local_seq_len`, `attention_share`); weights are replicated over the cp
+ranks, whose gradients are reduced with the dp replicas' (Megatron-core
+context_parallel docs: "gradients are all-reduced across dp x cp"). Kinds: "ring"
+(Liu et al. 2023, Ring Attention; Megatron-core CP and torchtitan CP, KV blocks passed
+around the ring, causal load balancing: each rank holds chunks i and 2cp-1-i) and
+"all-to-all" (Jacobs et al. 2023, DeepSpeed-Ulysses: the sequence split is exchanged for a
+head split around attention). Their collectives: planner.cost.formulas.cp_comm.
 """
 
 from __future__ import annotations
@@ -28,13 +38,15 @@ class StageDims:
     sequence_parallel: bool = False
     dp: int = 1  # replicas of the model-parallel group
     zero: int = 0  # ZeRO stage over the dp replicas
+    cp: int = 1  # context-parallel ranks sharing one sequence (module docstring)
+    cp_kind: str = "ring"  # "ring" (Ring Attention / Megatron CP) or "all-to-all" (Ulysses)
 
     # --- the GPUs ---------------------------------------------------------------------------
 
     @property
     def group_gpus(self) -> int:
-        """GPUs of one replica (its model-parallel group)."""
-        return self.tp
+        """GPUs of one replica (its model-parallel group): tp x cp."""
+        return self.tp * self.cp
 
     @property
     def gpus(self) -> int:
@@ -49,7 +61,7 @@ class StageDims:
         """The dimensions that split one replica's layers (a layer's time depends on these only)."""
         if self.dp == 1 and self.zero == 0:
             return self
-        return StageDims(self.tp, self.sequence_parallel)
+        return StageDims(self.tp, self.sequence_parallel, cp=self.cp, cp_kind=self.cp_kind)
 
     # --- divisions of a replica's figures ----------------------------------------------------
 
@@ -61,7 +73,25 @@ class StageDims:
     def compute_share(self, flops):
         """A layer's work on one GPU of the group when nothing finer is known (a layer-profile
         entry without shapes; model.Layer.gemms splits the GEMMs themselves)."""
-        return flops / self.tp
+        return flops / (self.tp * self.cp)
+
+    def local_seq_len(self, seq_len: int) -> int:
+        """Tokens of one sequence on one GPU: CP splits each sequence into cp parts (Megatron-core
+        context_parallel docs; the load-balanced layout needs seq_len divisible by 2 cp)."""
+        return seq_len // self.cp
+
+    def attention_share(self, flops):
+        """The attention-score work of one GPU from its TP rank's work over the whole sequence:
+        1/cp of it, with causal load balancing (ring: each rank's two chunks i and 2cp-1-i see
+        equal causal work, Megatron-core context_parallel docs) or a head split (Ulysses:
+        every rank attends the full sequence with heads / (tp cp), Jacobs et al. 2023, sec 3)."""
+        return flops / self.cp
+
+    @property
+    def grad_reduce_ranks(self) -> int:
+        """Over how many GPUs one weight's gradient is reduced: the dp replicas x the cp ranks
+        that hold the same weights (Megatron-core: the data-parallel group with cp)."""
+        return self.dp * self.cp
 
     @property
     def sequence_split(self) -> int:
@@ -81,8 +111,10 @@ class StageDims:
 
     @property
     def state_divisors(self) -> tuple[int, int, int]:
-        """Over how many GPUs ZeRO shards (weights, gradients, optimizer states)."""
-        return zero_divisors(self.zero, self.dp)
+        """Over how many GPUs ZeRO shards (weights, gradients, optimizer states): the dp
+        replicas x the cp ranks holding the same weights (Megatron's distributed optimizer and
+        torchtitan's FSDP shard over dp x cp)."""
+        return zero_divisors(self.zero, self.grad_reduce_ranks)
 
 
 def zero_divisors(zero: int, dp: int) -> tuple[int, int, int]:

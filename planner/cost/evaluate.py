@@ -149,9 +149,10 @@ class PlanPricer:
         return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.dims.within_replica, st.recompute)
 
     def layout(self, st: Stage) -> DpLayout:
-        """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas."""
+        """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas
+        (with CP, of each of their cp ranks: gradients are reduced over dp x cp)."""
         if st.index not in self._layouts:
-            self._layouts[st.index] = dp_layout(self.plan.cluster, [r.ranks[0] for r in st.replicas])
+            self._layouts[st.index] = dp_layout(self.plan.cluster, grad_reduce_ranks(st))
         return self._layouts[st.index]
 
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
@@ -159,14 +160,14 @@ class PlanPricer:
         cluster, layers = self.plan.cluster, self.plan.model.layers
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
-        tp_link = tp_group_link(cluster, replica.ranks)
-        key = (chunks[0].index, gpu.name, tp_link, p)
+        tp_link, cp_link = replica_links(cluster, replica, chunks[0])
+        key = (chunks[0].index, gpu.name, tp_link, cp_link, p)
         if key in self._replicas:
             return self._replicas[key]
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None:
@@ -179,6 +180,20 @@ class PlanPricer:
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
         return self._replicas[key]
+
+
+def replica_links(cluster, replica: Replica, st: Stage) -> tuple[Link, Link | None]:
+    """The link of a replica's TP group (its first cp rank's) and of its CP ring (the ranks of
+    its first TP position), None without CP."""
+    if st.cp <= 1:
+        return tp_group_link(cluster, replica.ranks), None
+    return tp_group_link(cluster, replica.ranks[:st.tp]), tp_group_link(cluster, replica.ranks[::st.tp])
+
+
+def grad_reduce_ranks(st: Stage) -> list[int]:
+    """One rank per replica and cp position at TP position 0: a weight shard's gradient is
+    reduced over these (StageDims.grad_reduce_ranks)."""
+    return [r.ranks[c * st.tp] for r in st.replicas for c in range(st.cp)]
 
 
 def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float]) -> tuple[float, int]:
@@ -267,7 +282,8 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     for k in range(pp):
         if k != k_star:
             fill = fill.plus(fills[k])
-    breakdown = explain_breakdown(own.times(n_btl), fill, tail.grad_reduce_s, tail.optimizer_s)
+    breakdown = explain_breakdown(own.times(n_btl), fill, tail.grad_reduce_s, tail.optimizer_s,
+                                  any(st.cp > 1 for st in plan.stages))
 
     used = plan.used_ranks()
     tokens = t.global_batch * s
@@ -301,9 +317,11 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
     rank_chunks = chunks[k_star]
     head = rank_chunks[0]
     links = []
+    tp_link, cp_link = replica_links(cluster, replica, head)
     if head.tp > 1:
-        links.append(link_use("tp", route_name(cluster, replica.ranks), tp_group_link(cluster, replica.ranks),
-                              n_micro * own.tp_comm_s))
+        links.append(link_use("tp", route_name(cluster, replica.ranks[:head.tp]), tp_link, n_micro * own.tp_comm_s))
+    if cp_link is not None:
+        links.append(link_use("cp", route_name(cluster, replica.ranks[::head.tp]), cp_link, n_micro * own.cp_comm_s))
     senders = [st for st in rank_chunks if st.index in pricer._links]
     if senders:  # the boundary it sends over (interleaved: its slowest)
         st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))
@@ -316,9 +334,9 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
         links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in before.replicas],
                                                [r.ranks[0] for r in head.replicas]),
                               pricer._links[before.index][0], fills[before.pipeline_rank].pp_comm_s))
-    if head.dp > 1:
+    if head.dp * head.cp > 1:
         layout = pricer.layout(head)
-        links.append(link_use("dp", route_name(cluster, [r.ranks[0] for r in head.replicas]),
+        links.append(link_use("dp", route_name(cluster, grad_reduce_ranks(head)),
                               layout.inter if layout.nodes > 1 else layout.intra,
                               tail.grad_reduce_s + n_micro * own.zero_comm_s))
     bound_by = max(breakdown, key=lambda key: (breakdown[key], key))

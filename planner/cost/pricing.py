@@ -63,9 +63,9 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
     selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample."""
     if sh.recompute == "selective" and selective == "op":
-        return layer.op_sac_act_bytes_per_sample(sh.seq_len, sh.tp, sh.sequence_parallel,
+        return layer.op_sac_act_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel,
                                                  sh.dtype_bytes) * sh.micro_batch
-    return layer.act_bytes_per_sample(sh.seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+    return layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
                                       sh.dtype_bytes) * sh.micro_batch
 
 
@@ -74,13 +74,13 @@ def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
     (Korthikanti et al. 2022, sec 5): that block's activations without recomputation."""
     if sh.recompute != "full" or layer.kind != "decoder":
         return 0.0
-    return layer.act_bytes_per_sample(sh.seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
+    return layer.act_bytes_per_sample(sh.local_seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
                                       sh.dtype_bytes) * sh.micro_batch
 
 
 def boundary_bytes(layer: Layer, sh: Sharding) -> float:
     """What one TP rank sends on after `layer` for one micro-batch (StageDims.boundary_share)."""
-    return sh.dims.boundary_share(layer.out_bytes_per_sample(sh.seq_len, sh.dtype_bytes) * sh.micro_batch)
+    return sh.dims.boundary_share(layer.out_bytes_per_sample(sh.local_seq_len, sh.dtype_bytes) * sh.micro_batch)
 
 
 @dataclass(frozen=True)
@@ -93,18 +93,26 @@ class LayerPrice:
     tp_comm_fwd_s: float
     tp_comm_bwd_s: float
     tp_comm_s: float
-    time_s: float  # compute and TP communication
+    time_s: float  # compute, TP communication and exposed CP communication
     act_bytes: float  # saved for the backward
     transient_bytes: float  # full recomputation's working set while this layer's backward runs
     weight_params: int  # of the whole layer (not divided by tp)
+    cp_comm_fwd_s: float = 0.0  # context-parallel communication attention does not hide (formulas.cp_comm)
+    cp_comm_bwd_s: float = 0.0
+    cp_comm_s: float = 0.0
 
 
 @lru_cache(maxsize=65536)
-def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
-    t = layer_time(layer, gpu, sh, tp_link, p)
+def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
+                cp_link: Link | None = None) -> LayerPrice:
+    t = layer_time(layer, gpu, sh, tp_link, p, cp_link)
+    time = t.compute_s + t.tp_comm_s
+    if t.cp_comm_s:
+        time += t.cp_comm_s
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
-                      transient_activation_bytes(layer, sh), layer.weight_params)
+                      time, saved_activation_bytes(layer, sh, p.selective_recompute),
+                      transient_activation_bytes(layer, sh), layer.weight_params,
+                      t.cp_comm_fwd_s, t.cp_comm_bwd_s, t.cp_comm_s)
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -151,7 +159,10 @@ class SpanPrice:
     tp_comm_fwd_s = _Total("tp_comm_fwd_s")
     tp_comm_bwd_s = _Total("tp_comm_bwd_s")
     tp_comm_s = _Total("tp_comm_s")
-    time_s = _Total("time_s", "Compute and TP communication (no ZeRO collectives, no pipeline send).")
+    cp_comm_fwd_s = _Total("cp_comm_fwd_s")
+    cp_comm_bwd_s = _Total("cp_comm_bwd_s")
+    cp_comm_s = _Total("cp_comm_s", "Exposed context-parallel communication (formulas.cp_comm).")
+    time_s = _Total("time_s", "Compute, TP and exposed CP communication (no ZeRO collectives, no pipeline send).")
     weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
                            "(StageDims.weight_share).", per_gpu=True)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
@@ -167,9 +178,10 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
     return SpanPrice(tuple(parts), dims.within_replica)
 
 
-def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> SpanPrice:
+def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
+                 cp_link: Link | None = None) -> SpanPrice:
     """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.dims)
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, cp_link)) for layer in layers), sh.dims)
 
 
 # --- communication --------------------------------------------------------------------------
@@ -271,13 +283,13 @@ class ChunkTime:
     @property
     def forward_s(self):
         """The forward's part (planner.report.show): its TP collectives, half the send, the exposed ZeRO-3 gather."""
-        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.send_s / 2
+        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.send_s / 2
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP collectives, half the send, the exposed reduce-scatter and gather."""
-        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.send_s / 2
+        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.send_s / 2
                 + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
@@ -288,7 +300,7 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
-    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
+    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 

@@ -26,6 +26,11 @@ class Sharding:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def local_seq_len(self) -> int:
+        """Tokens of one sequence on one GPU (StageDims.local_seq_len: seq_len / cp)."""
+        return self.dims.local_seq_len(self.seq_len)
+
+    @property
     def tp(self) -> int:
         return self.dims.tp
 
