@@ -21,7 +21,8 @@ from .inputs.hardware import GIB, Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                    load_profiles, per_gpu_params, require, resolve_dtype)
 from .inputs.model import Model, load_model
-from .plan import Plan, Training, structural_problems, uniform_plan
+from .plan import CP_KINDS, Plan, Training, structural_problems, uniform_plan
+from .cost.runtimes import get_runtime
 from .verify.plan_checks import load_plan_file
 from .schedules import SCHEDULES, get_schedule, search_schedule
 
@@ -62,6 +63,7 @@ class PlanRequest:
     attention: str = "flash"
     micro_batches: tuple[int, ...] = ()
     virtual_stages: tuple[int, ...] = ()
+    cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     max_bundle_nodes: int = 4
     solver: str = "highs"
@@ -96,6 +98,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
+                            **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())))
     if not any(global_batch % b == 0 for b in options.micro_batches):
@@ -151,6 +154,8 @@ class EvaluateRequest:
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
     runtime: str = "megatron"  # planner.cost.runtimes
+    cp: int = 1  # context parallelism (StageDims.cp)
+    cp_kind: str = "ring"
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,14 @@ class Evaluation:
 
     def to_json(self) -> dict:
         return estimate_json(self.plan, self.estimate)
+
+
+def _cp_degrees(degrees: tuple[int, ...]) -> tuple[int, ...]:
+    """`plan --cp N ...`: the context-parallel degrees to search (1 always among them)."""
+    for cp in degrees:
+        if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+            raise BadInput(f"must be an integer >= 1, got {cp!r}", "--cp")
+    return tuple(sorted({1, *degrees}))
 
 
 def plan_from_flags(request: EvaluateRequest) -> Plan:
@@ -190,13 +203,18 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     dtype = resolve_dtype(cluster, r.dtype)
     if model.config is not None and model.config.num_heads % r.tp:
         raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
+    if not isinstance(r.cp, int) or isinstance(r.cp, bool) or r.cp < 1:
+        raise BadInput(f"must be an integer >= 1, got {r.cp!r}", "--cp")
+    cp_problem = get_runtime(r.runtime).context_parallel_problem(r.cp, r.cp_kind) if r.cp_kind in CP_KINDS else ""
+    if cp_problem:
+        raise BadInput(cp_problem, "--cp-kind" if r.cp_kind != "ring" else "--cp")
     if r.sequence_parallel and r.tp == 1:
         raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime)
     check_training_inputs(model, training)
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
-                        sequence_parallel=r.sequence_parallel)
+                        sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind)
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
@@ -232,7 +250,8 @@ def describe_plan(plan: Plan) -> dict:
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
             "attention": t.attention, "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
-                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel}
+                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+                        **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {})}
                        for s in plan.stages]}
 
 

@@ -102,9 +102,10 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
                 continue
             group = problem.groups[i]
             for node in range(next_node[i], next_node[i] + nodes):
-                for slot in range(group.gpus_per_node // c.config.tp):
-                    base = group.first_rank + node * group.gpus_per_node + slot * c.config.tp
-                    replicas_ranks.append(tuple(range(base, base + c.config.tp)))
+                size = c.config.tp * c.config.cp  # a replica: cp groups of tp ranks, TP innermost
+                for slot in range(group.gpus_per_node // size):
+                    base = group.first_rank + node * group.gpus_per_node + slot * size
+                    replicas_ranks.append(tuple(range(base, base + size)))
                     replica_type.append(type_index)
             next_node[i] += nodes
             type_index += 1
@@ -127,7 +128,7 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, c.config.tp > 1))
+                                rank_replicas[k], k, c.config.tp > 1, c.config.cp, c.config.cp_kind))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 

@@ -28,6 +28,10 @@ INF = float("inf")
 class SolverOptions:
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    # context-parallel degrees, tried only for sequences of at least cp_min_seq_len tokens
+    # (below it attention is a small share of the work and CP only adds communication)
+    cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    cp_min_seq_len: int = 16384
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
@@ -58,6 +62,8 @@ class StageConfig:
     tp: int
     recompute: str
     zero: int
+    cp: int = 1
+    cp_kind: str = "ring"
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)

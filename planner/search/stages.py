@@ -17,7 +17,8 @@ from ..cost.paths import collective_links, pair_link, slowest
 from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
-from ..plan import Training
+from ..plan import Training, context_parallel_problem
+from ..cost.runtimes import get_runtime
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
@@ -85,11 +86,31 @@ class Problem:
             for tp in inputs.options.tp_degrees:
                 if any(g % tp for g in gpn) or heads % tp:
                     continue
-                dp = StageDims(tp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
-                                                                    for i, n in enumerate(nodes)))
-                for mode in modes:
-                    for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
-                        yield StageConfig(nodes, tp, mode, zero)
+                for cp, kind in self.cp_choices(tp):
+                    if any(g % (tp * cp) for g in gpn):
+                        continue
+                    dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
+                                                              for i, n in enumerate(nodes)))
+                    for mode in modes:
+                        for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                            yield StageConfig(nodes, tp, mode, zero, cp, kind)
+
+    def cp_choices(self, tp: int) -> list[tuple[int, str]]:
+        """(cp, kind) pairs the search tries with `tp`: cp 1, and for sequences of at least
+        options.cp_min_seq_len tokens each degree of options.cp_degrees the runtime can run
+        (its ring kind when it has one, else all-to-all), inside one node."""
+        inputs = self.inputs
+        out = [(1, "ring")]
+        if inputs.t.seq_len < inputs.options.cp_min_seq_len:
+            return out
+        kinds = get_runtime(inputs.t.runtime).context_parallel
+        if not kinds:
+            return out
+        kind = "ring" if "ring" in kinds else kinds[0]
+        for cp in inputs.options.cp_degrees:
+            if cp > 1 and not context_parallel_problem(inputs.model, inputs.t, tp, cp, kind):
+                out.append((cp, kind))
+        return out
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -152,10 +173,11 @@ class Problem:
         """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""
         dims = self.tables.dims.get(config)
         if dims is None:
-            shape = StageDims(config.tp, config.tp > 1)
+            shape = StageDims(config.tp, config.tp > 1, cp=config.cp)
             dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
                      for i, n in enumerate(config.nodes) if n)
-            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero)
+            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero, config.cp,
+                                                        config.cp_kind)
         return dims
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
@@ -168,7 +190,9 @@ class Problem:
             intra, inter = collective_links(inputs.cluster, per_group)
             dims = self.dims(config)
             per_node = max(dims.replicas_on(inputs.groups[i].gpus_per_node) for i, n in enumerate(config.nodes) if n)
-            layout = self.tables.dp_layouts[config] = DpLayout(dims.dp, per_node, sum(per_group.values()), intra, inter)
+            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks)
+            layout = self.tables.dp_layouts[config] = DpLayout(dims.grad_reduce_ranks, per_node * dims.cp,
+                                                               sum(per_group.values()), intra, inter)
         return layout
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:

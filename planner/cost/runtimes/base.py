@@ -30,6 +30,16 @@ class Runtime:
     bf16_fp32_grad_allreduce: bool = False  # under bf16 its DP reduction all-reduces fp32 gradients
     selective_recompute: str = "attention"  # what its selective checkpointing recomputes (CostParams)
     overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
+    context_parallel: tuple[str, ...] = ()  # the CP kinds it runs (StageDims.cp_kind); () none
+
+    def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
+        """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
+        if cp <= 1 or cp_kind in self.context_parallel:
+            return ""
+        if not self.context_parallel:
+            return f"the {self.name} runtime has no context parallelism (use --runtime megatron or torchtitan)"
+        return (f"the {self.name} runtime runs {' and '.join(self.context_parallel)} context parallelism, "
+                f"not {cp_kind}")
 
     def params(self, base: CostParams) -> CostParams:
         """`base` (already carrying the GPU architecture's figures) under this software."""

@@ -17,4 +17,6 @@ RUNTIME = Runtime(
     # runtime/pipe/engine.py: under bf16, _exec_reduce_grads calls _bf16_reduce_grads, which
     # all-reduces "the optimizer's FP32 grads"
     bf16_fp32_grad_allreduce=True,
+    # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
+    context_parallel=("all-to-all",),
     source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead")

@@ -13,4 +13,7 @@ RUNTIME = Runtime(
     name="megatron", title="Megatron-LM (megatron-core)",
     overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
     elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+    # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
+    # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
+    context_parallel=("ring", "all-to-all"),
     source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")

@@ -18,4 +18,7 @@ RUNTIME = Runtime(
     # its selective activation checkpointing is per-op (selective_ac_option = 'op', the
     # train_configs default; the planner's torchtitan export writes it)
     selective_recompute="op",
+    # parallelism.context_parallel_degree: ring attention through torch.distributed.tensor.experimental
+    # context_parallel, causal load balancing (torchtitan docs/context_parallel)
+    context_parallel=("ring",),
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
