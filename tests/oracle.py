@@ -1,8 +1,8 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
-interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
-and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
+interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, context
+parallelism (cp_degrees, ring: tp x cp inside a node), recompute and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
 planner.cost.evaluate.evaluate.
 """
 
@@ -56,7 +56,8 @@ def layer_splits(items: int, stages: int, v: int):
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,)) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
+                cp_degrees=(1,)) -> tuple[float, Plan | None, int]:
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
@@ -74,17 +75,19 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                 for mem in members:
                     gpn = {g.gpus_per_node for g, _ in mem}
                     gpus = sum(g.gpus_per_node for g, _ in mem)
-                    tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
-                    options.append([(tp, rc, zero) for tp in tps for rc in recompute_modes
-                                    for zero in (zero_stages if gpus // tp > 1 else (0,))])
+                    tps = [(tp, cp) for tp in tp_degrees for cp in cp_degrees
+                           if all(x % (tp * cp) == 0 for x in gpn) and heads % tp == 0
+                           and base.seq_len % (2 * cp) == 0]
+                    options.append([(tp, cp, rc, zero) for tp, cp in tps for rc in recompute_modes
+                                    for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, _, _) in zip(members, choice):
+                    for mem, (tp, cp, _, _) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
-                            for slot in range(g.gpus_per_node // tp):
-                                base_rank = g.first_rank + n * g.gpus_per_node + slot * tp
-                                ranks.append(tuple(range(base_rank, base_rank + tp)))
+                            for slot in range(g.gpus_per_node // (tp * cp)):
+                                base_rank = g.first_rank + n * g.gpus_per_node + slot * tp * cp
+                                ranks.append(tuple(range(base_rank, base_rank + tp * cp)))
                         replica_ranks.append(ranks)
                     if any(len(r) > m_total for r in replica_ranks):
                         continue
@@ -100,9 +103,10 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
-                                (tp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
+                                (tp, cp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1))
+                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1,
+                                                         cp))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1

@@ -34,6 +34,11 @@ _DROPPED_TOKEN = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
 MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fixed step is summarised
 
 
+
+def dims_text(s) -> str:
+    """A stage's 'tp/dp/zero' cell; with context parallelism a second line 'cp N ring'."""
+    return f"{s.tp}/{s.dp}/{s.zero}" + (f"\ncp {s.cp} {s.cp_kind}" if s.cp > 1 else "")
+
 def headline(plan: Plan, est: Estimate) -> str:
     """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""
     t = plan.training
@@ -112,7 +117,7 @@ def shares_text(replicas: list[Replica]) -> str:
 def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: str,
                  per_microbatch: Mapping[int, str] | None = None) -> Table:
     """One row per stage and GPU type: layers, GPUs with their ranks and batch shares,
-    tp/dp/zero, recomputation, and either each type's peak memory against capacity or (with
+    tp/dp/zero (and cp), recomputation, and either each type's peak memory against capacity or (with
     `per_microbatch`, text by pipeline rank) the time per micro-batch."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("stage", justify="right", overflow="fold")
@@ -138,5 +143,5 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
                 last = per_microbatch[s.pipeline_rank] if head else ""
             table.add_row(label if head else "", layer_span(plan, s) if head else "",
                           f"{len(ranks)}× {esc(labels[gpu])}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
-                          f"{s.tp}/{s.dp}/{s.zero}" if head else "", recompute if head else "", last)
+                          dims_text(s) if head else "", recompute if head else "", last)
     return table

@@ -1,0 +1,181 @@
+"""Context parallelism (StageDims.cp): its cost and memory, the plan JSON and checks, `evaluate
+--cp`, the search against the brute-force oracle, and the long-context plan it wins."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from planner.core.dims import StageDims
+from planner.core.errors import NoFeasiblePlan
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec, load_cluster
+from planner.inputs.model import load_model, model_from_dict
+from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
+from planner.search.driver import SolverOptions, solve
+
+from .oracle import brute_force
+
+H100X2 = "profiles/clusters/dgx-h100-2node.yaml"
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True)
+
+
+def test_dims_cp_multiplies_the_group_and_splits_sequence_attention_and_states():
+    d = StageDims(tp=2, sequence_parallel=True, dp=3, zero=1, cp=4)
+    assert d.group_gpus == 8 and d.gpus == 24
+    assert d.local_seq_len(131072) == 32768
+    assert d.compute_share(800.0) == 100.0 and d.attention_share(8.0) == 2.0
+    assert d.grad_reduce_ranks == 12 and d.state_divisors == (1, 1, 12)
+    assert d.within_replica == StageDims(2, True, cp=4)
+
+
+def _llama_131k(**kw):
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    t = Training(16, 131072, "bf16", 1, "1f1b", 1, "flash")
+    return evaluate(uniform_plan(model, cluster, t, zero=1, recompute="full", **kw))
+
+
+def test_cp_divides_activation_memory_and_ring_comm_hides_behind_long_attention():
+    one = _llama_131k(tp=8, pp=1, dp=2, sequence_parallel=True)
+    two = _llama_131k(tp=4, pp=1, dp=2, cp=2, sequence_parallel=True)
+    act1 = one.memory_by_rank[0].activations_bytes
+    act2 = two.memory_by_rank[0].activations_bytes
+    # tp 8 vs tp 4 x cp 2: both split a sequence's activations 8 ways
+    assert act2 == pytest.approx(act1, rel=0.02)
+    ring = _llama_131k(tp=1, pp=1, dp=2, cp=8)
+    assert "cp_comm" in ring.breakdown_s and "cp_comm" not in one.breakdown_s
+    # KV blocks of 16k tokens over NVLink hide behind 1/8 of a 131k-token attention
+    assert ring.breakdown_s["cp_comm"] == 0.0
+
+
+def test_ring_comm_is_exposed_when_attention_is_short_and_the_ring_crosses_nodes():
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    t = Training(16, 8192, "bf16", 1, "1f1b", 1, "flash")
+    inside = evaluate(uniform_plan(model, cluster, t, tp=1, pp=1, dp=2, cp=8, zero=1))
+    across = evaluate(uniform_plan(model, cluster, t, tp=1, pp=1, dp=1, cp=16, zero=1))
+    assert across.breakdown_s["cp_comm"] > 10 * max(inside.breakdown_s["cp_comm"], 1e-3)
+    a2a = evaluate(uniform_plan(model, cluster, t, tp=1, pp=1, dp=2, cp=8, cp_kind="all-to-all", zero=1))
+    assert a2a.breakdown_s["cp_comm"] > 0  # Ulysses' all-to-alls are not overlapped
+
+
+def test_plan_json_carries_cp_and_rank_layout_is_tp_then_cp():
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    t = Training(16, 131072, "bf16", 1, "1f1b", 1, "flash")
+    plan = uniform_plan(model, cluster, t, tp=2, pp=2, dp=1, cp=4)
+    assert plan.stages[1].replicas[0].ranks == tuple(range(8, 16))  # pp outermost, tp x cp inside
+    data = plan_to_json(plan)
+    assert data["stages"][0]["cp"] == 4 and data["stages"][0]["cp_kind"] == "ring"
+    again = plan_from_json(json.loads(json.dumps(data)))
+    assert again.stages == plan.stages and not structural_problems(again)
+    from planner.verify.plan_checks import schema_problems
+    assert not schema_problems(data, "plan")
+    assert "cp" not in plan_to_json(uniform_plan(model, cluster, t, tp=8, pp=2, dp=1))["stages"][0]
+
+
+def test_structural_check_counts_tp_x_cp_ranks():
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    t = Training(16, 131072, "bf16", 1, "1f1b", 1, "flash")
+    data = plan_to_json(uniform_plan(model, cluster, t, tp=2, pp=1, dp=2, cp=4))
+    data["stages"][0]["cp"] = 2
+    problems = structural_problems(plan_from_json(data))
+    assert any("tp x cp = 2x2 = 4" in msg for _, msg in problems)
+
+
+def test_evaluate_cli_cp_prices_and_reports_cp_comm():
+    r = _cli("evaluate", "--model", "llama-3-8b", "--cluster", H100X2, "--global-batch", "16", "--seq-len", "131072",
+             "--tp", "2", "--cp", "4", "--pp", "1", "--dp", "2", "--micro-batch", "1", "--recompute", "full",
+             "--zero", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["config"]["stages"][0]["cp"] == 4 and "cp_comm" in out["breakdown_s"]
+    assert any(link["role"] == "cp" for link in out["critical"]["links"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--tp", "1", "--cp", "3", "--dp", "2", "--model", "llama-3-8b"), "tp x cp x pp x dp = 1x3x1x2"),
+    (("--tp", "1", "--cp", "16", "--dp", "1", "--cp-kind", "all-to-all", "--model", "llama-2-13b"),
+     "heads divisible by tp x cp = 16"),
+    (("--tp", "1", "--cp", "8", "--dp", "2", "--runtime", "fsdp1", "--model", "llama-3-8b"),
+     "fsdp1 runtime has no context parallelism"),
+    (("--tp", "1", "--cp", "0", "--dp", "16", "--model", "llama-3-8b"), "--cp: must be an integer >= 1"),
+])
+def test_evaluate_cli_bad_cp_exits_2_with_one_line(args, words):
+    r = _cli("evaluate", "--cluster", H100X2, "--global-batch", "16", "--seq-len", "16384", "--pp", "1",
+             "--micro-batch", "1", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+
+
+def test_llama3_8b_131k_on_16_h100_plans_with_cp_and_beats_the_best_plan_without():
+    # runtime: megatron (the default; it runs ring CP)
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    base = Training(16, 131072, "bf16", 1)
+    with_cp = solve(model, cluster, base, SolverOptions())
+    without = solve(model, cluster, base, SolverOptions(cp_degrees=(1,)))
+    assert any(s.cp > 1 for s in with_cp.plan.stages)
+    assert all(s.cp == 1 for s in without.plan.stages)
+    assert with_cp.estimate.step_time_s < without.estimate.step_time_s
+    assert with_cp.optimal and without.optimal
+
+
+def test_search_tries_cp_only_for_long_sequences():
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    plan = solve(model, cluster, Training(64, 4096, "bf16", 1), SolverOptions()).plan
+    assert all(s.cp == 1 for s in plan.stages)
+
+
+CP_TINY = dict(micro_batches=(1,), tp_degrees=(1, 2), recompute_modes=("none", "full"), virtual_stages=(1,),
+               cp_degrees=(1, 2), cp_min_seq_len=1)
+
+
+def cp_instance(seed: int):
+    """One or two node groups of 2-4 GPUs, long sequences, memory that binds."""
+    rng = random.Random(500 + seed)
+    blocks = rng.randint(1, 3)
+    hidden = rng.choice([512, 1024])
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "num_attention_heads": 8, "num_key_value_heads": rng.choice([2, 8]),
+              "intermediate_size": hidden * 2, "vocab_size": 4096}
+    model = model_from_dict(config, f"cp-{seed}")
+    seq_len = rng.choice([8192, 16384])
+    need = model.params * 16 + blocks * seq_len * hidden * 40
+    types = rng.sample(["A100-SXM4-80GB", "H100-SXM5-80GB", "V100-SXM2-32GB"], rng.randint(1, 2))
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.15, 0.6) * need / 2**30} for g in types}
+    groups = [{"name": f"g{i}", "gpu": g, "nodes": 1, "gpus_per_node": rng.choice([2, 4]),
+               "intra_node": {"bandwidth_GBps": rng.choice([20, 300]), "latency_us": 5},
+               "inter_node": {"bandwidth_GBps": 25, "latency_us": 10}} for i, g in enumerate(types)]
+    cluster = cluster_from_spec({"name": f"cp-{seed}", "gpus": gpus, "node_groups": groups})
+    return model, cluster, Training(rng.choice([2, 4]), seq_len, "fp16", 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_solver_with_cp_equals_brute_force_optimum(seed):
+    # runtime: megatron (Training's default; ring CP)
+    model, cluster, base = cp_instance(seed)
+    expected, plan, _ = brute_force(model, cluster, base, CP_TINY["micro_batches"], CP_TINY["tp_degrees"],
+                                    CP_TINY["recompute_modes"], cp_degrees=CP_TINY["cp_degrees"])
+    try:
+        result = solve(model, cluster, base, SolverOptions(**CP_TINY))
+    except NoFeasiblePlan as e:
+        assert expected == float("inf"), e
+        return
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_cp_oracle_instances_choose_cp_somewhere():
+    chosen = 0
+    for seed in range(8):
+        model, cluster, base = cp_instance(seed)
+        _, plan, _ = brute_force(model, cluster, base, CP_TINY["micro_batches"], CP_TINY["tp_degrees"],
+                                 CP_TINY["recompute_modes"], cp_degrees=CP_TINY["cp_degrees"])
+        chosen += plan is not None and any(s.cp > 1 for s in plan.stages)
+    assert chosen >= 2, chosen
