@@ -179,3 +179,33 @@ def test_cp_oracle_instances_choose_cp_somewhere():
                                  CP_TINY["recompute_modes"], cp_degrees=CP_TINY["cp_degrees"])
         chosen += plan is not None and any(s.cp > 1 for s in plan.stages)
     assert chosen >= 2, chosen
+
+
+def _uniform_cp_plan(cp_kind="ring"):
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    t = Training(16, 131072, "bf16", 1, "1f1b", 1, "flash")
+    return uniform_plan(model, cluster, t, tp=2, pp=1, dp=2, cp=4, cp_kind=cp_kind, zero=1, recompute="full",
+                        sequence_parallel=True)
+
+
+def test_exports_carry_cp_or_refuse_with_reason():
+    from planner.core.errors import BadInput
+    from planner.export.deepspeed import export_deepspeed
+    from planner.export.megatron import export_megatron
+    from planner.export.rankmap import export_rankmap
+    from planner.export.torchtitan import export_torchtitan
+    warnings = []
+    plan = _uniform_cp_plan()
+    text = export_megatron(plan, warnings.append)
+    assert "--context-parallel-size 4" in text and "--cp-comm-type p2p" in text
+    assert "context_parallel_degree = 4" in export_torchtitan(plan, warnings.append)
+    # the uniform layout exports its CP and placement exactly
+    assert not [w for w in warnings if "context" in w or "placement" in w or "differ" in w], warnings
+    ranks = json.loads(export_rankmap(plan, warnings.append))["ranks"]
+    r5 = next(e for e in ranks if e["rank"] == 5)  # replica 0: cp rank 2, tp rank 1
+    assert r5["tp_group"] == [4, 5] and r5["cp_group"] == [1, 3, 5, 7] and r5["dp_group"] == [5, 13]
+    with pytest.raises(BadInput, match="DeepSpeed's config has no setting"):
+        export_deepspeed(plan, warnings.append)
+    with pytest.raises(BadInput, match="ring attention"):
+        export_torchtitan(_uniform_cp_plan("all-to-all"), warnings.append)
+    assert "--cp-comm-type a2a" in export_megatron(_uniform_cp_plan("all-to-all"), warnings.append)

@@ -75,6 +75,11 @@ class StageDims:
         entry without shapes; model.Layer.gemms splits the GEMMs themselves)."""
         return flops / (self.tp * self.cp)
 
+    def head_share(self, width):
+        """Width of an attention projection (q, k, v, output) on one TP rank: Megatron splits the
+        heads (and the query groups) over tp (Shoeybi et al. 2019, sec 3)."""
+        return width / self.tp
+
     def local_seq_len(self, seq_len: int) -> int:
         """Tokens of one sequence on one GPU: CP splits each sequence into cp parts (Megatron-core
         context_parallel docs; the load-balanced layout needs seq_len divisible by 2 cp)."""

@@ -188,7 +188,7 @@ def cp_comm(layer: Layer, sh: Sharding, attn_fwd_s: float, attn_bwd_s: float, li
     attention does not hide: (forward, backward incl. a fully recomputed forward's).
 
     ring (Liu et al. 2023, Ring Attention, sec 3; Megatron-core context_parallel docs): each
-    rank's K and V block (its s/cp tokens, kv_dim/tp wide) goes round the ring in cp - 1
+    rank's K and V block (its local_seq_len tokens, head_share(kv_dim) wide) goes round the ring in cp - 1
     send/recv steps, step i overlapped with the attention of block i (1/cp of the pass); the
     backward passes K, V and their gradients dK, dV (2x the bytes). Exposed per step:
     max(0, transfer - that step's attention).
@@ -204,14 +204,14 @@ def cp_comm(layer: Layer, sh: Sharding, attn_fwd_s: float, attn_bwd_s: float, li
     nb = sh.dtype_bytes
     eff = link_efficiency(link, params)
     if dims.cp_kind == "all-to-all":
-        nbytes = nb * tokens * (c.q_dim + 2 * c.kv_dim + c.o_dim) / dims.tp
+        nbytes = nb * tokens * dims.head_share(c.q_dim + 2 * c.kv_dim + c.o_dim)
         if link.curves:
             one_pass = collective_s("all_to_all", nbytes, cp, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
         else:
             one_pass = (cp - 1) / cp * nbytes / (link.bandwidth_bytes_per_s * eff) + (cp - 1) * link.latency_s
         fwd = bwd = one_pass
     else:
-        kv_bytes = nb * tokens * 2 * c.kv_dim / dims.tp
+        kv_bytes = nb * tokens * dims.head_share(2 * c.kv_dim)
 
         def step_s(nbytes):
             if link.curves:

@@ -63,10 +63,12 @@ class Uniform:
     schedule: str
     dtype: str
     decoders: list[int] = field(default_factory=list)  # per stage (chunk), planned
+    cp: int = 1  # context parallelism (StageDims.cp)
+    cp_kind: str = "ring"
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def grad_accum(self) -> int:
@@ -85,16 +87,26 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     for s in stages:
         gpus_by_prank.setdefault(s.pipeline_rank, s.dims.gpus)
     fewest = min(gpus_by_prank.values())
-    dp = max(1, StageDims(tp).replicas_on(fewest))
+    cps = sorted({s.cp for s in stages})
+    cp = cps[-1]
+    kinds = sorted({s.cp_kind for s in stages if s.cp > 1})
+    cp_kind = kinds[0] if kinds else "ring"
+    if tp * cp > fewest:  # the widest TP and CP of different stages together would not fit a rank's GPUs
+        cp = max(1, StageDims(tp).replicas_on(fewest))
+    if len(cps) > 1 or len(kinds) > 1:
+        warn(f"per-stage context parallelism differs ({', '.join(f'stage {s.index}: cp {s.cp}' for s in stages)}); "
+             f"exported cp={cp} ({cp_kind}) for every stage")
+    dp = max(1, StageDims(tp, cp=cp).replicas_on(fewest))
     while dp > 1 and t.global_batch % (t.micro_batch * dp):
         dp -= 1
     dps = sorted({s.dp for s in stages})
     used = len(plan.used_ranks())
-    world = tp * plan.pp * dp
+    world = tp * cp * plan.pp * dp
     if len(dps) > 1 or len(set(gpus_by_prank.values())) > 1 or world != used:
+        shape = f"{tp} x {cp} x {plan.pp} x {dp}" if cp > 1 else f"{tp} x {plan.pp} x {dp}"
         warn(f"per-stage DP degrees / GPU counts differ "
              f"({', '.join(f'stage {s.index}: dp {s.dp} on {s.dims.gpus} GPUs' for s in stages)}); "
-             f"exported dp={dp} everywhere: {tp} x {plan.pp} x {dp} = {world} of the plan's {used} GPUs")
+             f"exported dp={dp} everywhere: {shape} = {world} of the plan's {used} GPUs")
     uneven = [s for s in stages if len({r.batch_share for r in s.replicas}) > 1]
     if uneven or len(dps) > 1:
         detail = "; ".join(f"stage {s.index}: {[r.batch_share for r in s.replicas]}" for s in uneven[:4])
@@ -104,12 +116,13 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     if len(gpu_types) > 1:
         warn(f"mixed GPU types ({', '.join(gpu_types)}): {target} runs one layout on all of them; "
              "the plan's per-type sizing is kept only as stated above")
-    # placement: TP innermost, then DP, then PP, from rank 0
+    # placement: TP innermost, then CP, then DP, then PP, from rank 0 (Megatron's tp-cp-ep-dp-pp)
     expected_ok = True
+    group = tp * cp
     for s in stages:
         for d, r in enumerate(s.replicas):
-            if s.tp != tp or s.dp != dp or list(r.ranks) != [s.pipeline_rank * tp * dp + d * tp + i
-                                                             for i in range(tp)]:
+            if s.tp != tp or s.cp != cp or s.dp != dp or list(r.ranks) != [s.pipeline_rank * group * dp + d * group + i
+                                                                           for i in range(group)]:
                 expected_ok = False
     if not expected_ok:
         warn(f"device placement not kept: {target} assigns ranks TP-innermost, then DP, then PP "
@@ -127,4 +140,4 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
-                   decoders=decoder_counts(plan))
+                   decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries, uniform_form
@@ -11,6 +12,12 @@ from .base import Warn, route_entries, uniform_form
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
     u = uniform_form(plan, "deepspeed", warn)
+    if u.cp > 1:
+        # DeepSpeed-Ulysses is wired into the model code (deepspeed.sequence.layer.DistributedAttention
+        # around the attention), not set by the engine's config: nothing here can carry it
+        raise BadInput(f"the plan uses context parallelism (cp={u.cp}); DeepSpeed's config has no setting for "
+                       "it (Ulysses is wired into the model code): export it --to megatron or --to torchtitan",
+                       "--to deepspeed")
     zero = u.zero
     if u.pp > 1 and zero >= 2:
         warn(f"ZeRO-{zero} cannot run with DeepSpeed's pipeline engine (pp={u.pp}); exported ZeRO-1: "

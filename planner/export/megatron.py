@@ -72,6 +72,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     if uneven is not None:
         flags += [("--decoder-first-pipeline-num-layers", uneven[0]),
                   ("--decoder-last-pipeline-num-layers", uneven[1])]
+    if u.cp > 1:
+        # megatron-core context parallelism: --cp-comm-type p2p is the ring, a2a Ulysses
+        # (megatron/training/arguments.py --context-parallel-size, --cp-comm-type)
+        flags += [("--context-parallel-size", u.cp), ("--cp-comm-type", "p2p" if u.cp_kind == "ring" else "a2a")]
     if u.sequence_parallel:
         flags.append(("--sequence-parallel", None))
     if u.recompute == "selective":

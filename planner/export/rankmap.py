@@ -15,15 +15,18 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
     entries: dict[int, dict[str, Any]] = {}
     for s in plan.stages:
         for r in s.replicas:
-            for tp_rank, rank in enumerate(r.ranks):
+            for i, rank in enumerate(r.ranks):
                 e = entries.get(rank)
                 if e is None:
                     dev = plan.cluster.device(rank)
+                    # a replica is cp groups of tp ranks, TP innermost (plan.Replica)
+                    tp_rank, cp_rank = i % s.tp, i // s.tp
                     e = entries[rank] = {
                         "rank": rank, "stage": s.index, "stages": [], "pipeline_rank": s.pipeline_rank,
-                        "layers": [], "tp_rank": tp_rank, "tp_group": list(r.ranks),
+                        "layers": [], "tp_rank": tp_rank, "tp_group": list(r.ranks[cp_rank * s.tp:(cp_rank + 1) * s.tp]),
+                        **({"cp_rank": cp_rank, "cp_group": list(r.ranks[tp_rank::s.tp])} if s.cp > 1 else {}),
                         "dp_rank": r.dp_rank,
-                        "dp_group": [rep.ranks[tp_rank] for rep in s.replicas],
+                        "dp_group": [rep.ranks[i] for rep in s.replicas],
                         "batch_share": r.batch_share, "micro_batches": r.batch_share // t.micro_batch,
                         "gpu": dev.gpu, "group": dev.group, "node": dev.node, "local_rank": dev.local_rank}
                 e["stages"].append(s.index)

@@ -47,7 +47,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP = {2 * u.tp} "
                        f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
     comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
-                f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs", *route_comments(plan)]
+                f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs", *route_comments(plan)]
     if u.dtype == "fp16":
         gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
         bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
@@ -81,6 +81,14 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         else:
             par["fsdp_reshard_after_forward"] = "always"
     par["tensor_parallel_degree"] = u.tp
+    if u.cp > 1:
+        if u.cp_kind != "ring":
+            raise BadInput(f"torchtitan's context parallelism is ring attention; the plan uses {u.cp_kind} "
+                           "(export it --to megatron, or plan with --runtime torchtitan)", "--to torchtitan")
+        if seq_len % (2 * u.cp * u.tp):
+            raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP x CP = {2 * u.cp * u.tp}; "
+                           f"the plan's is {seq_len}", "--to torchtitan")
+        par["context_parallel_degree"] = u.cp  # torchtitan ParallelDims.cp (ring attention, load-balanced)
     if u.tp > 1 and not u.sequence_parallel:
         warn("torchtitan's tensor parallelism always shards the sequence (sequence parallel on)")
     par["pipeline_parallel_degree"] = u.pp
