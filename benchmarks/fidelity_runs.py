@@ -138,8 +138,6 @@ def skip_reason(run: dict, source: str) -> str:
     p, precision = run["parallel"], str(run["precision"]).lower()
     if "fp8" in precision or "float8" in precision:
         return "fp8 (not modelled yet)"
-    if (p.get("cp") or 1) > 1:
-        return "context parallelism"
     if (p.get("ep") or 1) > 1:
         return "expert parallelism"
     if not isinstance(p.get("tp"), int):
@@ -248,8 +246,10 @@ def _titan(run: dict) -> Plan:
     dp = p["dp_shard"]
     mb = run["micro_batch"]
     training = Training(mb * dp, run["seq_len"] or 8192, "bf16", mb, "1f1b", 1, "flash")
+    # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
+    # the local batch is per dp_shard rank, the cp ranks share its sequences
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
-                        sequence_parallel=p["tp"] > 1)
+                        sequence_parallel=p["tp"] > 1, cp=p.get("cp") or 1)
 
 
 def _bloom(run: dict) -> Plan:

@@ -209,3 +209,30 @@ def test_exports_carry_cp_or_refuse_with_reason():
     with pytest.raises(BadInput, match="ring attention"):
         export_torchtitan(_uniform_cp_plan("all-to-all"), warnings.append)
     assert "--cp-comm-type a2a" in export_megatron(_uniform_cp_plan("all-to-all"), warnings.append)
+
+
+def test_llama3_8b_1m_tokens_plans_with_cp_across_nodes():
+    # runtime: megatron; tp 8 inside a node, the CP ring over both
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    result = solve(model, cluster, Training(16, 1048576, "bf16", 1), SolverOptions(cp_degrees=(1, 2)))
+    stage = result.plan.stages[0]
+    assert stage.tp * stage.cp == 16 and stage.cp == 2
+    assert result.estimate.fits and "cp_comm" in result.estimate.breakdown_s
+
+
+def test_too_long_a_sequence_says_its_activations_per_gpu_and_the_cp_or_length_that_fits():
+    r = _cli("plan", "--model", "llama-3-8b", "--cluster", H100X2, "--global-batch", "16", "--seq-len", "2097152")
+    assert r.returncode == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert "one 2,097,152-token sequence needs" in line and "GiB of activations per GPU at tp 8, cp 8" not in line
+    assert "cp >= 4" in line and "--seq-len <= " in line
+
+
+def test_cp_halves_the_head_floor_where_the_search_can_place_it():
+    from planner.search.layer_floor import unplaceable_layer
+    model, cluster = load_model("llama-3-8b"), load_cluster("a100-v100-mix")
+    base = Training(512, 1048576, "fp16", 1)
+    without = unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,), cp_degrees=(1,)))
+    assert without is not None and without.layer == "head"
+    # the A100 nodes (2 x 8) hold tp 8 x cp 2: the head's logits split over the sequence too
+    assert unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,))) is None

@@ -1,4 +1,5 @@
-"""Why no plan fits at long sequences: the message names one sample's activations, from the cost model."""
+"""Why no plan fits at long sequences: the message names one sample's activations, from the cost model.
+Without context parallelism (`--cp 1`, cp_degrees=(1,)); with it: tests/test_context_parallel.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from planner.search.stage_types import SolverOptions
 
 from .conftest import runner
 
-LLAMA_1M = ["plan", "--model", "llama-3-8b", "--cluster", "a100-v100-mix", "--seq-len", "1048576"]
+LLAMA_1M = ["plan", "--cp", "1", "--model", "llama-3-8b", "--cluster", "a100-v100-mix", "--seq-len", "1048576"]
 
 
 def plan(*args: str):
@@ -46,7 +47,7 @@ def test_one_sample_too_long_for_any_gpu_names_its_activations():
 
 def test_small_gpus_name_the_head_instead_of_the_global_batch():
     """Blocks fit on 24 GB cards at 256k tokens, the head's fp32 logits do not (tp is at most 4 there)."""
-    result = plan("plan", "--model", "llama-3-8b", "--cluster", "consumer-3090-4090", "--seq-len", "262144")
+    result = plan("plan", "--cp", "1", "--model", "llama-3-8b", "--cluster", "consumer-3090-4090", "--seq-len", "262144")
     assert result.exit_code == 1
     assert (f"one 262,144-token sample in the output head need {head_activation_gib(262144, 1, 4)} GiB"
             in result.stderr)
@@ -65,6 +66,7 @@ def test_no_layer_is_unplaceable_when_one_sample_fits():
     model, cluster = load_model("llama-3-8b"), load_cluster("a100-v100-mix")
     for seq_len in (4096, 1048576):  # 1M tokens fit with tp 8 on the A100s (the head: 66 of 78 GiB)
         assert unplaceable_layer(model, cluster, Training(512, seq_len, "fp16", 1), SolverOptions()) is None
-    floor = unplaceable_layer(model, cluster, Training(512, 1048576, "fp16", 1), SolverOptions(micro_batches=(2,)))
+    floor = unplaceable_layer(model, cluster, Training(512, 1048576, "fp16", 1),
+                              SolverOptions(micro_batches=(2,), cp_degrees=(1,)))
     assert floor is not None and floor.layer == "head" and floor.gpu == "A100-SXM4-80GB" and floor.tp == 8
     assert floor.over_bytes > 0

@@ -55,7 +55,7 @@ from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
 from ..inputs.hardware import GIB, Cluster
-from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_layer
+from .layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, layer_floors, sequence_floor, sequence_floor_text, unplaceable_layer
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
@@ -101,12 +101,13 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             if not nodes:
                 continue
             group = problem.groups[i]
-            for node in range(next_node[i], next_node[i] + nodes):
-                size = c.config.tp * c.config.cp  # a replica: cp groups of tp ranks, TP innermost
-                for slot in range(group.gpus_per_node // size):
-                    base = group.first_rank + node * group.gpus_per_node + slot * size
-                    replicas_ranks.append(tuple(range(base, base + size)))
-                    replica_type.append(type_index)
+            # replicas of tp x cp consecutive ranks (cp groups of tp, TP innermost) over the nodes
+            # taken, node by node; a CP ring across nodes takes whole nodes (stages._places)
+            size = c.config.tp * c.config.cp
+            first = group.first_rank + next_node[i] * group.gpus_per_node
+            for base in range(first, first + nodes * group.gpus_per_node, size):
+                replicas_ranks.append(tuple(range(base, base + size)))
+                replica_type.append(type_index)
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
@@ -165,7 +166,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
     floor = unplaceable_layer(model, cluster, base, options)
     if floor is not None:
-        raise _layer_too_big(floor, base)
+        raise _layer_too_big(floor, base, _long_sequence(model, cluster, base, options))
     parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
     subproblems = list(_subproblems(model, base, sum(parts.counts), options))
@@ -255,7 +256,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                              f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
                              "raise --time-limit")
     else:
-        raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base)
+        raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base,
+                       _long_sequence(model, cluster, base, options))
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
     assert estimate.fits, "solver built a plan that does not fit"
@@ -295,29 +297,54 @@ def _subproblems(model: Model, base: Training, nodes: int, options: SolverOption
                     yield b, v, ranks
 
 
+def _long_sequence(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:
+    """The sequence floor when it explains a failed search (SequenceFloor.explains), else None."""
+    floor = sequence_floor(model, cluster, base, options)
+    return floor if floor is not None and floor.explains(base, options) else None
+
+
 def _floor_text(floor: LayerFloor, base: Training) -> str:
     """'the activations of one 1,048,576-token sample in the output head need 129.2 GiB on
     A100-SXM4-80GB even at tp 8 with sequence parallelism, more than the 77.8 GiB left there'."""
     sample = (f"one {base.seq_len:,}-token sample" if floor.micro_batch == 1
               else f"one micro-batch ({floor.micro_batch} samples of {base.seq_len:,} tokens)")
     sharding = f"tp {floor.tp}" + (" with sequence parallelism" if floor.tp > 1 else "")
+    if floor.cp > 1:
+        sharding += f", cp {floor.cp}"
     if floor.layer == "decoder":
         sharding += f", recompute {floor.recompute}"
     return (f"the activations of {sample} in {LAYER_WORDS[floor.layer]} need {floor.activation_bytes / GIB:.1f} GiB "
             f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
 
 
-def _layer_too_big(floor: LayerFloor, base: Training) -> NoFeasiblePlan:
-    """The real cause when one layer alone fits no GPU: one sample's activations at this length."""
+def _layer_too_big(floor: LayerFloor, base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
+    """The real cause when one layer alone fits no GPU: one sample's activations at this length
+    (and what would fit: a cp degree or a length, sequence_floor_text)."""
     smaller = " or allow --micro-batch 1" if floor.micro_batch > 1 else ""
+    advice = f"shorten --seq-len{smaller}"
+    if sequence is not None:
+        advice += f"; {sequence_floor_text(sequence, base)}"
     return NoFeasiblePlan(
-        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); "
-        f"shorten --seq-len{smaller}",
+        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); {advice}",
         shortfall_bytes=floor.over_bytes, device=floor.gpu)
 
 
 def _no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
-             base: Training) -> NoFeasiblePlan:
+             base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
+    """Why the search found nothing; a long sequence whose activations overflow (`sequence`)
+    adds them and the cp degree or length that would fit, or is the reason when nothing finer is known."""
+    found = _no_plan_reason(shortfall, floors, base)
+    if sequence is None:
+        return found
+    text = sequence_floor_text(sequence, base)
+    if found.shortfall_bytes is None:
+        return NoFeasiblePlan(f"no configuration fits: {text}", shortfall_bytes=sequence.over_bytes,
+                              device=sequence.gpu)
+    return NoFeasiblePlan(f"{found.message}; {text}", shortfall_bytes=found.shortfall_bytes, device=found.device)
+
+
+def _no_plan_reason(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
+                    base: Training) -> NoFeasiblePlan:
     if shortfall is None or shortfall[0] <= 0:
         blocks = floors.get("decoder", [])
         left_out = sorted((f for f in blocks if f.over_bytes > 0), key=lambda f: f.gpu)

@@ -27,7 +27,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-        dec, emb, head = (layer_price(layer, sh, gpu, link, p) for layer in layers)
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p, ta.cp_link) for layer in layers)
         # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
         # fixed + per_weight * w: each chunk pays its own (what its compute does not hide, where
         # the runtime prefetches), so V chunks pay V - 1 more fixed parts than the rank's span
@@ -44,7 +44,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
             chunk_times[kind] = span.time_s + zero.exposed_s(span)
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
-                              chunk_times))
+                              chunk_times, ta.cp_link))
     return out
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from ..cost.formulas import model_state_bytes
 from ..core.dims import StageDims
-from ..inputs.hardware import Cluster
+from ..inputs.hardware import GIB, Cluster
 from ..inputs.model import Layer, Model
-from ..plan import Training
+from ..plan import Training, context_parallel_problem
 from ..cost.pricing import saved_activation_bytes, transient_activation_bytes
 from ..cost.sharding import Sharding
 from .stage_types import SolverOptions
@@ -39,6 +39,7 @@ class LayerFloor:
     recompute: str
     activation_bytes: float  # one micro-batch's saved activations plus the recomputation working set
     free_bytes: float  # GPU memory less reserved memory and the layer's model states
+    cp: int = 1  # the context-parallel degree of the most sharding (largest_cp)
 
     @property
     def over_bytes(self) -> float:
@@ -52,18 +53,36 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     if not tps:
         return None
     tp = max(tps)
+    cp, kind = largest_cp(model, base, options, tp, group)
 
     def need(mode: str) -> float:
-        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
+        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1, cp=cp,
+                                                                                        cp_kind=kind), mode)
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)
-    dp = max(1, StageDims(tp).replicas_on(num_gpus))
-    dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0)
+    dp = max(1, StageDims(tp, cp=cp).replicas_on(num_gpus))
+    dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0, cp, kind)
     states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp))
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
-    return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free)
+    return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free, cp)
+
+
+def largest_cp(model: Model, base: Training, options: SolverOptions, tp: int, group) -> tuple[int, str]:
+    """The largest context-parallel degree (and kind) the search may give this training at `tp`
+    on the nodes of `group` (stages.Problem.cp_choices: long sequences, a kind the runtime runs;
+    stages._places: tp x cp inside a node, or over whole nodes of the group)."""
+    from ..cost.runtimes import get_runtime  # the runtime's CP kinds
+    kinds = get_runtime(base.runtime).context_parallel
+    kind = "ring" if "ring" in kinds else (kinds[0] if kinds else "ring")
+    if not kinds or base.seq_len < options.cp_min_seq_len:
+        return 1, kind
+    fits = [cp for cp in options.cp_degrees
+            if cp > 1 and not context_parallel_problem(model, base, tp, cp, kind)
+            and (group.gpus_per_node % (tp * cp) == 0
+                 or ((tp * cp) % group.gpus_per_node == 0 and (group.nodes * group.gpus_per_node) % (tp * cp) == 0))]
+    return max(fits, default=1), kind
 
 
 def layer_floors(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> dict[str, list[LayerFloor]]:
@@ -100,3 +119,100 @@ def unplaceable_layer(model: Model, cluster: Cluster, base: Training, options: S
         if closest.over_bytes > 0 and (worst is None or closest.over_bytes > worst.over_bytes):
             worst = closest
     return worst
+
+
+# --- one long sequence ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SequenceFloor:
+    """The activations one sequence leaves on one GPU at the most sharding the search has (the
+    largest tp, the largest cp, full recomputation, micro-batch 1): under 1F1B with the layers
+    split evenly the first pipeline rank keeps as many sequences in flight as there are ranks,
+    each through its 1/pp of the layers, so it holds all the layers' worth of one sequence
+    whatever pp is (Narayanan et al. 2021, sec 2.2; Schedule.in_flight_microbatches). An
+    explanation of a failed search, not a bound (uneven splits hold less on the first rank)."""
+
+    gpu: str
+    tp: int
+    cp: int
+    activation_bytes: float
+    free_bytes: float  # GPU memory less reserved memory and its share of the model states
+    cp_needed: int | None  # the least cp (a power of two) that would fit, None if none up to 1024
+    max_seq_len: int | None  # the longest sequence that fits at tp and cp (multiple of 1024), None if none
+    micro_batch: int = 1  # the smallest the search may use
+    group_gpus: int = 0  # GPUs of the node group it is on (a CP ring spans nodes of one group)
+
+    @property
+    def over_bytes(self) -> float:
+        return self.activation_bytes - self.free_bytes
+
+    def explains(self, base: Training, options: SolverOptions) -> bool:
+        """Whether it is the reason to give: a long sequence (options.cp_min_seq_len) whose
+        activations overflow the memory the model states leave."""
+        return base.seq_len >= options.cp_min_seq_len and self.free_bytes > 0 and self.over_bytes > 0
+
+
+def _sequence_bytes(model: Model, base: Training, seq_len: int, tp: int, cp: int, micro_batch: int = 1) -> float:
+    dims = StageDims(tp, tp > 1, cp=cp)
+    sh = Sharding(base.dtype, micro_batch, seq_len, base.attention, dims, "full")
+    return (sum(saved_activation_bytes(layer, sh) for layer in model.layers)
+            + max(transient_activation_bytes(layer, sh) for layer in model.layers))
+
+
+def sequence_floor(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:
+    """SequenceFloor on the GPU type with the most memory (None without a model config or a
+    tp degree)."""
+    if model.config is None:
+        return None
+    group = max(cluster.groups, key=lambda g: (g.gpu.memory_bytes, g.name))
+    heads = model.config.num_heads
+    tps = [tp for tp in options.tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
+    if not tps:
+        return None
+    tp = max(tps)
+    cp, kind = largest_cp(model, base, options, tp, group)
+    from ..cost.runtimes import get_runtime  # the runtime's CP kinds
+    runs_cp = bool(get_runtime(base.runtime).context_parallel)
+    # the model states at their least: ZeRO-3 over every GPU of the cluster
+    states = sum(model_state_bytes(model.params, base.dtype, 3, cluster.num_gpus))
+    params = options.params_for(group.gpu.name)
+    free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
+    sizes = [b for b in options.micro_batches if base.global_batch % b == 0]
+    b = min(sizes, default=1)
+    need = _sequence_bytes(model, base, base.seq_len, tp, cp, b)
+    cp_needed = None
+    if runs_cp:
+        for c in (2 ** k for k in range(1, 11)):
+            if c > cp and _sequence_bytes(model, base, base.seq_len - base.seq_len % (2 * c), tp, c, b) <= free:
+                cp_needed = c
+                break
+    longest, step = None, 1024
+    low, high = 1, base.seq_len // step
+    while low <= high:  # activations grow with the length: the longest multiple of 1024 that fits
+        mid = (low + high) // 2
+        if _sequence_bytes(model, base, mid * step, tp, cp, b) <= free:
+            longest, low = mid * step, mid + 1
+        else:
+            high = mid - 1
+    return SequenceFloor(group.gpu.name, tp, cp, need, free, cp_needed, longest, b,
+                         group.nodes * group.gpus_per_node)
+
+
+def sequence_floor_text(floor: SequenceFloor, base: Training) -> str:
+    """'one 1,048,576-token sequence needs 201.3 GiB of activations per GPU at tp 8, cp 2 with full
+    recomputation, more than the 70.1 GiB left on H100-SXM5-80GB; it needs cp >= 8 (tp 8 x cp 8 =
+    64 GPUs of one type per sequence; there are 16), or --seq-len <= 262,144'."""
+    where = f"tp {floor.tp}" + (f", cp {floor.cp}" if floor.cp > 1 else "")
+    sample = (f"one {base.seq_len:,}-token sequence" if floor.micro_batch == 1
+              else f"one micro-batch ({floor.micro_batch} sequences of {base.seq_len:,} tokens)")
+    text = (f"{sample} needs {floor.activation_bytes / GIB:.1f} GiB of activations "
+            f"per GPU at {where} with full recomputation (1F1B's first pipeline rank holds all the layers' "
+            f"worth), more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left on {floor.gpu}")
+    fixes = []
+    if floor.cp_needed:
+        fixes.append(f"context parallelism cp >= {floor.cp_needed} (tp {floor.tp} x cp {floor.cp_needed} = "
+                     f"{floor.tp * floor.cp_needed} GPUs of one type per sequence; there are {floor.group_gpus})")
+    if floor.max_seq_len:
+        fixes.append(f"--seq-len <= {floor.max_seq_len:,}")
+    return text + (f"; it would fit with {' or '.join(fixes)}" if fixes else "")

@@ -84,6 +84,7 @@ class TypeArrays:
     # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
     # chunk, the chunk with the embedding, the chunk with the head
     chunk: dict[str, np.ndarray] = field(default_factory=dict)
+    cp_link: Link | None = None  # a CP ring spanning nodes: its per-GPU inter-node link (None: inside a node)
 
 
 class StageCost(NamedTuple):

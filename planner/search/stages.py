@@ -87,7 +87,7 @@ class Problem:
                 if any(g % tp for g in gpn) or heads % tp:
                     continue
                 for cp, kind in self.cp_choices(tp):
-                    if any(g % (tp * cp) for g in gpn):
+                    if not _places(nodes, gpn, tp * cp, inputs.groups):
                         continue
                     dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                               for i, n in enumerate(nodes)))
@@ -98,7 +98,7 @@ class Problem:
     def cp_choices(self, tp: int) -> list[tuple[int, str]]:
         """(cp, kind) pairs the search tries with `tp`: cp 1, and for sequences of at least
         options.cp_min_seq_len tokens each degree of options.cp_degrees the runtime can run
-        (its ring kind when it has one, else all-to-all), inside one node."""
+        (its ring kind when it has one, else all-to-all); `_places` says where tp x cp fits."""
         inputs = self.inputs
         out = [(1, "ring")]
         if inputs.t.seq_len < inputs.options.cp_min_seq_len:
@@ -141,7 +141,10 @@ class Problem:
             group = inputs.groups[i]
             gpu = group.gpu
             p = inputs.options.params_for(gpu.name)
-            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
+            cp_link = None
+            if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (evaluate.replica_links)
+                cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
@@ -162,7 +165,8 @@ class Problem:
                     need = -(-inputs.num_blocks // most_stages)
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p,
+                                  cp_link=cp_link))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -189,9 +193,11 @@ class Problem:
             per_group = {inputs.groups[i].name: n for i, n in enumerate(config.nodes) if n}
             intra, inter = collective_links(inputs.cluster, per_group)
             dims = self.dims(config)
-            per_node = max(dims.replicas_on(inputs.groups[i].gpus_per_node) for i, n in enumerate(config.nodes) if n)
-            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks)
-            layout = self.tables.dp_layouts[config] = DpLayout(dims.grad_reduce_ranks, per_node * dims.cp,
+            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP
+            # group: a node's GPUs / tp of them on each node
+            per_node = max(StageDims(dims.tp).replicas_on(inputs.groups[i].gpus_per_node)
+                           for i, n in enumerate(config.nodes) if n)
+            layout = self.tables.dp_layouts[config] = DpLayout(dims.grad_reduce_ranks, per_node,
                                                                sum(per_group.values()), intra, inter)
         return layout
 
@@ -415,3 +421,13 @@ class Problem:
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
                           [(ta.group.gpu, ta.cost_params) for ta in types])
         return tail.total_s
+
+
+def _places(nodes: tuple[int, ...], gpn: list[int], size: int, groups) -> bool:
+    """Whether replicas of `size` = tp x cp GPUs tile these nodes: inside a node (size divides
+    every node's GPUs), or, on nodes of one group only, over whole nodes (a CP ring across
+    nodes: size a multiple of the node's GPUs that divides the nodes taken)."""
+    if all(g % size == 0 for g in gpn):
+        return True
+    used = [(groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n]
+    return len(used) == 1 and size % used[0][0] == 0 and (used[0][0] * used[0][1]) % size == 0
