@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .core.dims import StageDims
+from .core.dims import CP_KINDS, StageDims, context_parallel_problem as dims_cp_problem
 from .core.errors import BadInput
 from .inputs.hardware import Cluster, cluster_from_spec
 from .core import ranges
@@ -144,28 +144,11 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
     return Plan(model, cluster, training, tuple(stages))
 
 
-CP_KINDS = ("ring", "all-to-all")
-
-
 def context_parallel_problem(model: Model, training: Training, tp: int, cp: int, cp_kind: str) -> str:
     """Why `cp` ranks of kind `cp_kind` cannot share this training's sequences ('' when they can):
-    ring CP's causal load balancing cuts a sequence into 2 cp chunks (Megatron-core
-    context_parallel docs); Ulysses splits the heads over tp x cp (Jacobs et al. 2023, sec 3);
-    both run on a flash-attention kernel (Megatron-core CP needs Transformer Engine's)."""
-    if cp_kind not in CP_KINDS:
-        return f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})"
-    if cp <= 1:
-        return ""
-    chunks = 2 * cp if cp_kind == "ring" else cp
-    if training.seq_len % chunks:
-        return (f"sequence length {training.seq_len:,} does not split into {chunks} equal chunks "
-                f"({cp_kind} context parallelism over cp={cp})")
-    if training.attention != "flash":
-        return "context parallelism needs flash attention (--attention flash)"
+    dims.context_parallel_problem on the model's heads and the training's shape."""
     heads = model.config.num_heads if model.config is not None else None
-    if cp_kind == "all-to-all" and heads is not None and heads % (tp * cp):
-        return f"all-to-all (Ulysses) context parallelism needs the {heads} heads divisible by tp x cp = {tp * cp}"
-    return ""
+    return dims_cp_problem(training.seq_len, training.attention, heads, tp, cp, cp_kind)
 
 
 # --- JSON ----------------------------------------------------------------------------------

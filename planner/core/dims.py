@@ -126,3 +126,26 @@ def zero_divisors(zero: int, dp: int) -> tuple[int, int, int]:
     """ZeRO (Rajbhandari et al. 2020, Figure 1): stage 1 shards the optimizer states over the
     dp replicas, stage 2 also the gradients, stage 3 also the weights."""
     return (dp if zero >= 3 else 1), (dp if zero >= 2 else 1), (dp if zero >= 1 else 1)
+
+
+CP_KINDS = ("ring", "all-to-all")
+
+
+def context_parallel_problem(seq_len: int, attention: str, heads: int | None, tp: int, cp: int, cp_kind: str) -> str:
+    """Why `cp` ranks of kind `cp_kind` cannot share sequences of `seq_len` tokens ('' when they can):
+    ring CP's causal load balancing cuts a sequence into 2 cp chunks (Megatron-core
+    context_parallel docs); Ulysses splits the heads over tp x cp (Jacobs et al. 2023, sec 3);
+    both run on a flash-attention kernel (Megatron-core CP needs Transformer Engine's)."""
+    if cp_kind not in CP_KINDS:
+        return f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})"
+    if cp <= 1:
+        return ""
+    chunks = 2 * cp if cp_kind == "ring" else cp
+    if seq_len % chunks:
+        return (f"sequence length {seq_len:,} does not split into {chunks} equal chunks "
+                f"({cp_kind} context parallelism over cp={cp})")
+    if attention != "flash":
+        return "context parallelism needs flash attention (--attention flash)"
+    if cp_kind == "all-to-all" and heads is not None and heads % (tp * cp):
+        return f"all-to-all (Ulysses) context parallelism needs the {heads} heads divisible by tp x cp = {tp * cp}"
+    return ""

@@ -99,8 +99,6 @@ class LayerTime:
     recompute_s: float  # forward work repeated in backward
     tp_comm_fwd_s: float
     tp_comm_bwd_s: float  # includes the all-reduces of a recomputed forward
-    cp_comm_fwd_s: float = 0.0  # context-parallel communication not hidden by attention (cp_comm)
-    cp_comm_bwd_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -109,10 +107,6 @@ class LayerTime:
     @property
     def tp_comm_s(self) -> float:
         return self.tp_comm_fwd_s + self.tp_comm_bwd_s
-
-    @property
-    def cp_comm_s(self) -> float:
-        return self.cp_comm_fwd_s + self.cp_comm_bwd_s
 
 
 def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool,
@@ -182,68 +176,7 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
 
-def cp_comm(layer: Layer, sh: Sharding, attn_fwd_s: float, attn_bwd_s: float, link: Link,
-            params: CostParams) -> tuple[float, float]:
-    """Context-parallel communication of one layer for one micro-batch on one GPU, the part
-    attention does not hide: (forward, backward incl. a fully recomputed forward's).
-
-    ring (Liu et al. 2023, Ring Attention, sec 3; Megatron-core context_parallel docs): each
-    rank's K and V block (its local_seq_len tokens, head_share(kv_dim) wide) goes round the ring in cp - 1
-    send/recv steps, step i overlapped with the attention of block i (1/cp of the pass); the
-    backward passes K, V and their gradients dK, dV (2x the bytes). Exposed per step:
-    max(0, transfer - that step's attention).
-    all-to-all (Jacobs et al. 2023, DeepSpeed-Ulysses, sec 3.1): four all-to-alls forward (Q, K,
-    V to a head split; the output back to the sequence split) and four backward, each moving
-    (cp-1)/cp of the GPU's buffer, not overlapped."""
-    dims = sh.dims
-    cp = dims.cp
-    if cp <= 1 or layer.kind != "decoder" or layer.config is None:
-        return 0.0, 0.0
-    c = layer.config
-    tokens = sh.micro_batch * dims.local_seq_len(sh.seq_len)
-    nb = sh.dtype_bytes
-    eff = link_efficiency(link, params)
-    if dims.cp_kind == "all-to-all":
-        nbytes = nb * tokens * dims.head_share(c.q_dim + 2 * c.kv_dim + c.o_dim)
-        if link.curves:
-            one_pass = collective_s("all_to_all", nbytes, cp, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-        else:
-            one_pass = (cp - 1) / cp * nbytes / (link.bandwidth_bytes_per_s * eff) + (cp - 1) * link.latency_s
-        fwd = bwd = one_pass
-    else:
-        kv_bytes = nb * tokens * dims.head_share(2 * c.kv_dim)
-
-        def step_s(nbytes):
-            if link.curves:
-                return collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-            return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff)
-
-        fwd = (cp - 1) * max(0.0, step_s(kv_bytes) - attn_fwd_s / cp)
-        bwd = (cp - 1) * max(0.0, step_s(2 * kv_bytes) - attn_bwd_s / cp)
-    if sh.recompute == "full":
-        bwd += fwd
-    return fwd, bwd
-
-
-@lru_cache(maxsize=65536)
-def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams,
-               cp_link: Link | None = None) -> LayerTime:
-    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
-    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean); with
-    context parallelism on one of its cp ranks (`cp_link`: the CP ring's link, default tp_link)."""
-    if layer.blend:
-        times = [(layer_time(part, gpu, sh, tp_link, params, cp_link), n) for part, n in layer.blend]
-        total = sum(n for _, n in times)
-        return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
-    t = _layer_time(layer, gpu, sh, tp_link, params)
-    if sh.dims.cp <= 1:
-        return t
-    attn_fwd, attn_bwd = _attention_s(layer, gpu, sh, params)
-    cp_fwd, cp_bwd = cp_comm(layer, sh, attn_fwd, attn_bwd, tp_link if cp_link is None else cp_link, params)
-    return replace(t, cp_comm_fwd_s=cp_fwd, cp_comm_bwd_s=cp_bwd)
-
-
-def _attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -> tuple[float, float]:
+def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -> tuple[float, float]:
     """Forward and backward time of one GPU's attention scores (StageDims.attention_share of its
     TP rank's work over the whole sequence). FlashAttention-2 runs QK^T and PV in one kernel
     and skips the causal upper triangle; its backward does 2.5x the forward matmuls (Dao 2023,
@@ -262,9 +195,16 @@ def _attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -
     return attn_fwd, 2.0 * attn_fwd
 
 
-def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
-    """layer_time without the CP collectives; with CP, every figure but the attention scores at
-    the GPU's s/cp tokens (StageDims.local_seq_len)."""
+@lru_cache(maxsize=65536)
+def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean); with
+    context parallelism on one of its cp ranks, every figure but the attention scores at the
+    GPU's seq_len / cp tokens (StageDims.local_seq_len; its collectives: cost.context_parallel)."""
+    if layer.blend:
+        times = [(layer_time(part, gpu, sh, tp_link, params), n) for part, n in layer.blend]
+        total = sum(n for _, n in times)
+        return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
     dtype, micro_batch, attention, recompute = sh.dtype, sh.micro_batch, sh.attention, sh.recompute
     seq_len = sh.dims.local_seq_len(sh.seq_len)
     tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
@@ -296,7 +236,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
         gemm_times.append(g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params)))
     gemm_fwd = sum(gemm_times)
 
-    attn_fwd, attn_bwd = _attention_s(layer, gpu, sh, params)
+    attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
     other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
     elem_fwd = other_bytes * b / hbm * params.elementwise_traffic_factor

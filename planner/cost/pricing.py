@@ -31,6 +31,7 @@ from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
+from .context_parallel import cp_comm
 from .sharding import Sharding
 
 
@@ -105,14 +106,16 @@ class LayerPrice:
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
                 cp_link: Link | None = None) -> LayerPrice:
-    t = layer_time(layer, gpu, sh, tp_link, p, cp_link)
+    t = layer_time(layer, gpu, sh, tp_link, p)
     time = t.compute_s + t.tp_comm_s
-    if t.cp_comm_s:
-        time += t.cp_comm_s
+    cp_fwd = cp_bwd = 0.0
+    if sh.dims.cp > 1:  # cp_link: the CP ring's, default the TP group's
+        cp_fwd, cp_bwd = cp_comm(layer, sh, gpu, tp_link if cp_link is None else cp_link, p)
+        time += cp_fwd + cp_bwd
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       time, saved_activation_bytes(layer, sh, p.selective_recompute),
                       transient_activation_bytes(layer, sh), layer.weight_params,
-                      t.cp_comm_fwd_s, t.cp_comm_bwd_s, t.cp_comm_s)
+                      cp_fwd, cp_bwd, cp_fwd + cp_bwd)
 
 
 # --- a span of layers -----------------------------------------------------------------------

@@ -20,7 +20,8 @@ from ..cost.formulas import model_state_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GIB, Cluster
 from ..inputs.model import Layer, Model
-from ..plan import Training, context_parallel_problem
+from ..plan import Training
+from .context_parallel import cp_choices, largest_cp
 from ..cost.pricing import saved_activation_bytes, transient_activation_bytes
 from ..cost.sharding import Sharding
 from .stage_types import SolverOptions
@@ -67,22 +68,6 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free, cp)
-
-
-def largest_cp(model: Model, base: Training, options: SolverOptions, tp: int, group) -> tuple[int, str]:
-    """The largest context-parallel degree (and kind) the search may give this training at `tp`
-    on the nodes of `group` (stages.Problem.cp_choices: long sequences, a kind the runtime runs;
-    stages._places: tp x cp inside a node, or over whole nodes of the group)."""
-    from ..cost.runtimes import get_runtime  # the runtime's CP kinds
-    kinds = get_runtime(base.runtime).context_parallel
-    kind = "ring" if "ring" in kinds else (kinds[0] if kinds else "ring")
-    if not kinds or base.seq_len < options.cp_min_seq_len:
-        return 1, kind
-    fits = [cp for cp in options.cp_degrees
-            if cp > 1 and not context_parallel_problem(model, base, tp, cp, kind)
-            and (group.gpus_per_node % (tp * cp) == 0
-                 or ((tp * cp) % group.gpus_per_node == 0 and (group.nodes * group.gpus_per_node) % (tp * cp) == 0))]
-    return max(fits, default=1), kind
 
 
 def layer_floors(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> dict[str, list[LayerFloor]]:
@@ -172,8 +157,7 @@ def sequence_floor(model: Model, cluster: Cluster, base: Training, options: Solv
         return None
     tp = max(tps)
     cp, kind = largest_cp(model, base, options, tp, group)
-    from ..cost.runtimes import get_runtime  # the runtime's CP kinds
-    runs_cp = bool(get_runtime(base.runtime).context_parallel)
+    runs_cp = len(cp_choices(model, base, options, tp)) > 1
     # the model states at their least: ZeRO-3 over every GPU of the cluster
     states = sum(model_state_bytes(model.params, base.dtype, 3, cluster.num_gpus))
     params = options.params_for(group.gpu.name)

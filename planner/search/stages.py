@@ -17,8 +17,8 @@ from ..cost.paths import collective_links, pair_link, slowest
 from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
-from ..plan import Training, context_parallel_problem
-from ..cost.runtimes import get_runtime
+from ..plan import Training
+from .context_parallel import cp_choices, places
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
@@ -86,31 +86,14 @@ class Problem:
             for tp in inputs.options.tp_degrees:
                 if any(g % tp for g in gpn) or heads % tp:
                     continue
-                for cp, kind in self.cp_choices(tp):
-                    if not _places(nodes, gpn, tp * cp, inputs.groups):
+                for cp, kind in cp_choices(inputs.model, inputs.t, inputs.options, tp):
+                    if not places([(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n], tp * cp):
                         continue
                     dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                               for i, n in enumerate(nodes)))
                     for mode in modes:
                         for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                             yield StageConfig(nodes, tp, mode, zero, cp, kind)
-
-    def cp_choices(self, tp: int) -> list[tuple[int, str]]:
-        """(cp, kind) pairs the search tries with `tp`: cp 1, and for sequences of at least
-        options.cp_min_seq_len tokens each degree of options.cp_degrees the runtime can run
-        (its ring kind when it has one, else all-to-all); `_places` says where tp x cp fits."""
-        inputs = self.inputs
-        out = [(1, "ring")]
-        if inputs.t.seq_len < inputs.options.cp_min_seq_len:
-            return out
-        kinds = get_runtime(inputs.t.runtime).context_parallel
-        if not kinds:
-            return out
-        kind = "ring" if "ring" in kinds else kinds[0]
-        for cp in inputs.options.cp_degrees:
-            if cp > 1 and not context_parallel_problem(inputs.model, inputs.t, tp, cp, kind):
-                out.append((cp, kind))
-        return out
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -422,12 +405,3 @@ class Problem:
                           [(ta.group.gpu, ta.cost_params) for ta in types])
         return tail.total_s
 
-
-def _places(nodes: tuple[int, ...], gpn: list[int], size: int, groups) -> bool:
-    """Whether replicas of `size` = tp x cp GPUs tile these nodes: inside a node (size divides
-    every node's GPUs), or, on nodes of one group only, over whole nodes (a CP ring across
-    nodes: size a multiple of the node's GPUs that divides the nodes taken)."""
-    if all(g % size == 0 for g in gpn):
-        return True
-    used = [(groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n]
-    return len(used) == 1 and size % used[0][0] == 0 and (used[0][0] * used[0][1]) % size == 0
