@@ -236,3 +236,10 @@ def test_cp_halves_the_head_floor_where_the_search_can_place_it():
     assert without is not None and without.layer == "head"
     # the A100 nodes (2 x 8) hold tp 8 x cp 2: the head's logits split over the sequence too
     assert unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,))) is None
+
+
+def test_planner_run_refuses_a_cp_plan_with_reason():
+    from planner.core.errors import BadInput
+    from planner.runner.layout import check_runnable
+    with pytest.raises(BadInput, match="no context parallelism"):
+        check_runnable(_uniform_cp_plan(), 1)

@@ -159,6 +159,9 @@ def check_runnable(plan: Plan, chunks: int) -> None:
         raise BadInput(f"the runtime builds {', '.join(SUPPORTED_TYPES)} models, not {config.model_type!r}",
                        "plan", "model.config.model_type")
     for s in plan.stages:
+        if s.cp > 1:
+            raise BadInput(f"the runtime has no context parallelism (stage {s.index} has cp={s.cp}); export the plan "
+                           "--to megatron or --to torchtitan", "plan", f"stages[{s.index}].cp")
         where = f"stages[{s.index}].tp"
         if config.num_heads % s.tp or config.num_kv_heads % s.tp or config.ffn_hidden % s.tp:
             raise BadInput(f"tp={s.tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "
