@@ -224,6 +224,17 @@ def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: 
     return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 
 
+def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, Evaluation]:
+    """`export --lossy`: (the plan priced under its runtime, the plan `target` runs in its place priced
+    under the target's runtime). The latter is the fastest of planner.export.runnable_forms that fits
+    (else the fastest); ties: the smaller TP."""
+    from .export import runnable_forms
+
+    forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
+    chosen = min(forms, key=lambda e: (not e.fits, e.estimate.step_time_s))
+    return evaluate_plan(plan), chosen
+
+
 def describe_plan(plan: Plan) -> dict:
     """The configuration of a plan, as `planner evaluate` reports it (`config`)."""
     t = plan.training
@@ -278,6 +289,6 @@ def model_catalog() -> list[dict]:
 
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
            "describe_plan", "estimate_json", "evaluate", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
-           "load_calibrations", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
+           "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
            "predicted_json",
            "require", "resolve_dtype"]

@@ -7,7 +7,7 @@ import os
 import click
 
 from ..core.errors import BadInput
-from ..export import TARGETS, describe_form, export_plan, launch_scripts, runnable_forms, runtime_problems
+from ..export import TARGETS, describe_form, export_plan, launch_scripts, runtime_problems
 from ..core.outfile import check_output, write_output
 from ..verify.plan_checks import load_plan_file
 from .output import bad_input_exit, err, warn
@@ -15,16 +15,10 @@ from .output import bad_input_exit, err, warn
 LAUNCH_TARGETS = ("megatron", "torchtitan", "torchtitan-cli")
 
 
-def _priced(plan, runtime: str):
-    """planner.cost.evaluate's estimate of `plan` under `runtime` (planner.api.evaluate_plan)."""
-    from ..api import evaluate_plan
-
-    return evaluate_plan(plan, runtime=runtime).estimate
-
-
-def _step_s(estimate, runtime: str) -> str:
+def _step_s(evaluation) -> str:
     """`143.8 s per step under megatron`, with `(does NOT fit in memory)` when it does not."""
-    return f"{estimate.step_time_s:.1f} s per step under {runtime}" + ("" if estimate.fits else " (does NOT fit in memory)")
+    return (f"{evaluation.estimate.step_time_s:.1f} s per step under {evaluation.plan.training.runtime}"
+            + ("" if evaluation.fits else " (does NOT fit in memory)"))
 
 
 @click.command("export")
@@ -66,12 +60,12 @@ def export_command(plan_file: str, target: str, output: str | None, lossy: bool,
                            f"--runtime {target.split('-')[0]}, or export with --lossy for the nearest plan it runs "
                            "(re-priced)", "--to")
         if problems:
-            # the fastest form that fits (else the fastest); ties: the smaller TP (runnable_forms' order)
-            forms = [(form, _priced(form, form.training.runtime)) for form in runnable_forms(plan, target)]
-            exported, estimate = min(forms, key=lambda f: (not f[1].fits, f[1].step_time_s))
-            err(f"lossy: {target} runs {describe_form(exported)}: {_step_s(estimate, exported.training.runtime)}; "
-                f"the plan: {_step_s(_priced(plan, plan.training.runtime), plan.training.runtime)}")
-            plan = exported
+            from ..api import lossy_form
+
+            planned, exported = lossy_form(plan, target)
+            err(f"lossy: {target} runs {describe_form(exported.plan)}: {_step_s(exported)}; "
+                f"the plan: {_step_s(planned)}")
+            plan = exported.plan
         text = export_plan(plan, target, lambda message: warn(f"{target}: {message}"))
         scripts = {}
         if launch_dir is not None:
