@@ -224,15 +224,18 @@ def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: 
     return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 
 
-def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, Evaluation]:
-    """`export --lossy`: (the plan priced under its runtime, the plan `target` runs in its place priced
-    under the target's runtime). The latter is the fastest of planner.export.runnable_forms that fits
-    (else the fastest); ties: the smaller TP."""
+def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, str, Evaluation]:
+    """`export --lossy`: (the plan priced, the runtime it was priced under: its own, or the target's
+    for a runtime without a cost model such as `any`; the plan `target` runs in its place, priced
+    under the target's runtime). The latter is the fastest of planner.export.runnable_forms that
+    fits (else the fastest); ties: the smaller TP."""
+    from .cost.runtimes import RUNTIMES
     from .export import runnable_forms
 
     forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
     chosen = min(forms, key=lambda e: (not e.fits, e.estimate.step_time_s))
-    return evaluate_plan(plan), chosen
+    runtime = plan.training.runtime if plan.training.runtime in RUNTIMES else chosen.plan.training.runtime
+    return evaluate_plan(plan, runtime=runtime), runtime, chosen
 
 
 def describe_plan(plan: Plan) -> dict:

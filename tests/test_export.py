@@ -18,6 +18,7 @@ from planner.export import TARGET_RUNTIMES, _titan_cli_args, megatron_layout, vo
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
+from planner.verify.plan_checks import load_schema
 
 from .conftest import hf_config
 
@@ -410,3 +411,17 @@ def test_bad_plan_exits_2(group, tmp_path):
     path.write_text("{}")
     result = run(group, str(path), "--to", "megatron")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_plan_of_the_unconstrained_runtime_exports_only_lossy(group, homogeneous):
+    from planner.cost.runtimes import RUNTIMES
+
+    if "any" not in RUNTIMES and "any" not in json.dumps(load_schema("plan")):
+        pytest.skip("no `--runtime any` in this tree yet (issue 13's capability models)")
+    path = as_runtime(homogeneous, "any")  # `plan --runtime any`: priced without a runtime's limits
+    result = run(group, path, "--to", "megatron")
+    assert result.exit_code == 2 and "made for runtime 'any'" in result.stderr and "--runtime megatron" in result.stderr
+    result = run(group, path, "--to", "megatron", "--lossy")
+    assert result.exit_code == 0, result.stderr
+    lossy = next(line for line in result.stderr.splitlines() if "lossy:" in line)
+    assert lossy.count("s per step under megatron") == 2  # `any` has no cost model of its own here

@@ -94,7 +94,7 @@ def plan_file(tmp_path_factory):
             return made[key]
         plan = load_plan_file(str(case_plan(name)))
         if runtime_problems(plan, target):
-            plan = lossy_form(plan, target)[1].plan
+            plan = lossy_form(plan, target)[2].plan
         path = tmp_path_factory.mktemp("plans") / f"{key}.json"
         path.write_text(json.dumps(plan_to_json(plan)))
         made[key] = path

@@ -15,9 +15,9 @@ from .output import bad_input_exit, err, warn
 LAUNCH_TARGETS = ("megatron", "torchtitan", "torchtitan-cli")
 
 
-def _step_s(evaluation) -> str:
+def _step_s(evaluation, runtime: str) -> str:
     """`143.8 s per step under megatron`, with `(does NOT fit in memory)` when it does not."""
-    return (f"{evaluation.estimate.step_time_s:.1f} s per step under {evaluation.plan.training.runtime}"
+    return (f"{evaluation.estimate.step_time_s:.1f} s per step under {runtime}"
             + ("" if evaluation.fits else " (does NOT fit in memory)"))
 
 
@@ -62,9 +62,9 @@ def export_command(plan_file: str, target: str, output: str | None, lossy: bool,
         if problems:
             from ..api import lossy_form
 
-            planned, exported = lossy_form(plan, target)
-            err(f"lossy: {target} runs {describe_form(exported.plan)}: {_step_s(exported)}; "
-                f"the plan: {_step_s(planned)}")
+            planned, runtime, exported = lossy_form(plan, target)
+            err(f"lossy: {target} runs {describe_form(exported.plan)}: "
+                f"{_step_s(exported, exported.plan.training.runtime)}; the plan: {_step_s(planned, runtime)}")
             plan = exported.plan
         text = export_plan(plan, target, lambda message: warn(f"{target}: {message}"))
         scripts = {}
