@@ -94,7 +94,10 @@ def plan_file(tmp_path_factory):
             return made[key]
         plan = load_plan_file(str(case_plan(name)))
         if runtime_problems(plan, target):
-            plan = lossy_form(plan, target)[2].plan
+            form = lossy_form(plan, target)[2]
+            if not form.fits:  # `export --lossy` writes it all the same; a plan file must fit
+                pytest.skip(f"{target}'s nearest form of the {name} plan does not fit in memory")
+            plan = form.plan
         path = tmp_path_factory.mktemp("plans") / f"{key}.json"
         path.write_text(json.dumps(plan_to_json(plan)))
         made[key] = path
