@@ -194,3 +194,31 @@ def test_lossy_form_keeps_the_layer_split_and_stage_gpus():
 
 def test_targets_name_their_runtimes():
     assert TARGET_RUNTIMES["megatron"][0] == "megatron" and TARGET_RUNTIMES["torchtitan-cli"] == ("torchtitan",)
+
+
+def _two_stage_plan(ranks0: list[tuple[int, ...]], ranks1: list[tuple[int, ...]]) -> Plan:
+    """llama-3-8b on dgx-a100, pp 2, the given TP groups per replica (runtime megatron)."""
+    base = typed_plan("llama-3-8b", "dgx-a100")
+    tp, share = len(ranks0[0]), base.training.global_batch // len(ranks0)
+    stages = tuple(Stage(k, s.layers, tp, 1, "full", tuple(Replica(d, share, g) for d, g in enumerate(groups)), k, True)
+                   for k, (s, groups) in enumerate(zip(base.stages, (ranks0, ranks1))))
+    return Plan(base.model, base.cluster, base.training, stages)
+
+
+def test_stages_on_chosen_nodes_take_node_ranks_in_stage_order():
+    # stage 0 on nodes 0 and 2, stage 1 on nodes 1 and 3: node ranks 0, 1 go to nodes 0, 2
+    plan = _two_stage_plan([tuple(range(0, 8)), tuple(range(16, 24))], [tuple(range(8, 16)), tuple(range(24, 32))])
+    assert runtime_problems(plan, "megatron") == []
+    assert [(n.node, n.first_rank, n.pipeline_ranks) for n in node_launches(plan)] == \
+        [(0, 0, (0,)), (2, 8, (0,)), (1, 16, (1,)), (3, 24, (1,))]
+
+
+def test_a_node_torchrun_cannot_number_is_refused(tmp_path):
+    # node 0 holds stage 0's replica 0 (global ranks 0-3) and stage 1's replica 0 (global ranks 16-19)
+    groups0 = [(0, 1, 2, 3)] + [tuple(range(s, s + 4)) for s in range(8, 32, 8)]
+    groups1 = [(4, 5, 6, 7)] + [tuple(range(s, s + 4)) for s in range(12, 32, 8)]
+    plan = _two_stage_plan(groups0, groups1)
+    problems = runtime_problems(plan, "megatron")
+    assert len(problems) == 1 and problems[0].startswith("placement: node 0 of group 'a100' holds global ranks")
+    result = invoke("export", write(plan, tmp_path / "plan.json"), "--to", "megatron")
+    assert result.exit_code == 2 and "placement" in result.stderr and "--runtime megatron" in result.stderr

@@ -16,6 +16,7 @@ from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..plan import Plan, Replica, Stage, Training
 from .base import RECOMPUTE_ORDER, decoder_counts
+from .launch import node_launches
 
 # export target -> the runtime names (planner.cost.runtimes) whose plans it runs exactly
 TARGET_RUNTIMES: dict[str, tuple[str, ...]] = {
@@ -58,6 +59,11 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
     if len({s.sequence_parallel for s in stages if s.tp > 1}) > 1:
         out.append("sequence parallelism on some TP stages only")
     zero, tp, dp = zeros[-1], tps[-1], dps[-1]
+    if len(tps) == len(dps) == 1:
+        try:
+            node_launches(plan)
+        except BadInput as exc:
+            out.append(f"placement: {exc.message}")
     if target == "megatron" and zero >= 2:
         out.append(f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer states only (ZeRO-1)")
     if target == "deepspeed":
@@ -168,7 +174,10 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None) -> Plan:
               tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp)
         for i, (rng, k) in enumerate(zip(layers, prank)))
     out = Plan(plan.model, plan.cluster, training, stages)
-    assert not capability_problems(out, target), capability_problems(out, target)
+    problems = capability_problems(out, target)
+    if problems:  # only the placement can remain: a node shared by stages in a way torchrun cannot number
+        assert all(p.startswith("placement: ") for p in problems), problems
+        raise BadInput(f"no runnable form for {target} keeps the plan's stage GPUs: {problems[0]}", "--lossy")
     return out
 
 
