@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 import tomllib
 
@@ -14,13 +13,14 @@ from click.testing import CliRunner
 
 from planner.core.errors import BadInput
 from planner.cli.export import add_commands
-from planner.export import TARGET_RUNTIMES, _titan_cli_args, megatron_layout, vocab_divisor
+from planner.export import TARGET_RUNTIMES, _titan_cli_args
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 from planner.verify.plan_checks import load_schema
 
 from .conftest import hf_config
+from .test_export_runnable import layout_counts
 
 
 @pytest.fixture(scope="module")
@@ -157,34 +157,6 @@ def test_export_refuses_a_plan_made_for_another_runtime(group, tmp_path):
     result = run(group, str(path), "--to", "megatron", "--lossy")
     assert result.exit_code == 0 and "under megatron" in result.stderr and "under torchtitan" in result.stderr
     assert run(group, str(path), "--to", "rankmap").exit_code == 0  # the reference runtime runs any plan
-
-
-def layout_counts(layout: str | None, pp: int, num_layers: int) -> list[int]:
-    """Decoder layers per chunk (in chunk order) of a Megatron layout; no layout: Megatron's even split."""
-    if layout is None:
-        return [num_layers // pp] * pp
-    expanded = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout.replace(",", ""))
-    return [chunk.count("t") for chunk in expanded.split("|")]
-
-
-@pytest.mark.parametrize("tp, pp, v", [(4, 2, 1), (2, 4, 2), (1, 4, 1)])
-def test_megatron_layout_is_the_plans_split(tp, pp, v):
-    model, cluster = load_model("llama-3-8b"), load_cluster("dgx-a100")
-    plan = uniform_plan(model, cluster, Training(256, 4096, "bf16", 1, "interleaved" if v > 1 else "1f1b", v),
-                        tp=tp, pp=pp, dp=32 // (tp * pp))
-    layout = megatron_layout(plan)
-    chunks = layout.split("|")
-    assert len(chunks) == pp * v and chunks[0].startswith("E") and chunks[-1].endswith("L")
-    assert layout_counts(layout, pp, 32) == [sum(1 for i in range(*s.layers) if model.layers[i].kind == "decoder")
-                                             for s in plan.stages]
-
-
-def test_vocab_divisor_keeps_the_vocabulary_unpadded():
-    assert vocab_divisor(128256, 1) == 128 and vocab_divisor(128256, 4) == 64 and vocab_divisor(128256, 8) == 32
-    assert vocab_divisor(50257, 1) == 1 and vocab_divisor(50257, 2) is None
-    for vocab, tp in ((128256, 8), (151936, 4), (32000, 2)):
-        d = vocab_divisor(vocab, tp)
-        assert vocab % (d * tp) == 0 and (d == 128 or vocab % (2 * d * tp))
 
 
 def test_megatron_interleaved_uses_layers_per_virtual_stage(group, tmp_path):

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from planner.api import evaluate_plan
-from planner.export import TARGET_RUNTIMES, node_launches, runnable_form, runtime_problems
+from planner.export import (TARGET_RUNTIMES, megatron_layout, node_launches, runnable_form, runtime_problems,
+                             vocab_divisor)
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
-from planner.plan import Plan, Replica, Stage, Training, plan_to_json
+from planner.plan import Plan, Replica, Stage, Training, plan_to_json, uniform_plan
 
 from .conftest import invoke
 
@@ -222,3 +223,31 @@ def test_a_node_torchrun_cannot_number_is_refused(tmp_path):
     assert len(problems) == 1 and problems[0].startswith("placement: node 0 of group 'a100' holds global ranks")
     result = invoke("export", write(plan, tmp_path / "plan.json"), "--to", "megatron")
     assert result.exit_code == 2 and "placement" in result.stderr and "--runtime megatron" in result.stderr
+
+
+def layout_counts(layout: str | None, pp: int, num_layers: int) -> list[int]:
+    """Decoder layers per chunk (in chunk order) of a Megatron layout; no layout: Megatron's even split."""
+    if layout is None:
+        return [num_layers // pp] * pp
+    expanded = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout.replace(",", ""))
+    return [chunk.count("t") for chunk in expanded.split("|")]
+
+
+@pytest.mark.parametrize("tp, pp, v", [(4, 2, 1), (2, 4, 2), (1, 4, 1)])
+def test_megatron_layout_is_the_plans_split(tp, pp, v):
+    model, cluster = load_model("llama-3-8b"), load_cluster("dgx-a100")
+    plan = uniform_plan(model, cluster, Training(256, 4096, "bf16", 1, "interleaved" if v > 1 else "1f1b", v),
+                        tp=tp, pp=pp, dp=32 // (tp * pp))
+    layout = megatron_layout(plan)
+    chunks = layout.split("|")
+    assert len(chunks) == pp * v and chunks[0].startswith("E") and chunks[-1].endswith("L")
+    assert layout_counts(layout, pp, 32) == [sum(1 for i in range(*s.layers) if model.layers[i].kind == "decoder")
+                                             for s in plan.stages]
+
+
+def test_vocab_divisor_keeps_the_vocabulary_unpadded():
+    assert vocab_divisor(128256, 1) == 128 and vocab_divisor(128256, 4) == 64 and vocab_divisor(128256, 8) == 32
+    assert vocab_divisor(50257, 1) == 1 and vocab_divisor(50257, 2) is None
+    for vocab, tp in ((128256, 8), (151936, 4), (32000, 2)):
+        d = vocab_divisor(vocab, tp)
+        assert vocab % (d * tp) == 0 and (d == 128 or vocab % (2 * d * tp))
