@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from planner.api import evaluate_plan
-from planner.export import (TARGET_RUNTIMES, megatron_layout, node_launches, runnable_form, runtime_problems,
-                             vocab_divisor)
+from planner.export import (TARGET_RUNTIMES, launch_scripts, megatron_layout, node_launches, runnable_form,
+                             runtime_problems, vocab_divisor)
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Plan, Replica, Stage, Training, plan_to_json, uniform_plan
@@ -251,3 +251,47 @@ def test_vocab_divisor_keeps_the_vocabulary_unpadded():
     for vocab, tp in ((128256, 8), (151936, 4), (32000, 2)):
         d = vocab_divisor(vocab, tp)
         assert vocab % (d * tp) == 0 and (d == 128 or vocab % (2 * d * tp))
+
+
+def test_launch_script_runs_torchrun_with_the_exported_flags(tmp_path):
+    """bash runs a node's script: torchrun (a stand-in that records its argv and CUDA_VISIBLE_DEVICES)
+    gets the node rank and every exported flag as one word each, the layout unexpanded."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    plan = typed_plan("llama-3-70b", "h100-a100-v100")
+    out, launch = tmp_path / "megatron.args", tmp_path / "launch"
+    result = invoke("export", write(plan, tmp_path / "plan.json"), "--to", "megatron", "-o", out, "--launch-dir", launch)
+    assert result.exit_code == 0, result.stderr
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                                   "print(json.dumps([os.environ.get('CUDA_VISIBLE_DEVICES'), sys.argv[1:]]))\n")
+    (fake / "torchrun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "MASTER_ADDR": "10.0.0.1"}
+    flags = megatron_flags(out.read_text())
+    for script in sorted(launch.iterdir()):
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        visible, argv = json.loads(done.stdout)
+        node_rank = int(argv[argv.index("--node-rank") + 1])
+        assert script.name.startswith(f"node-rank-{node_rank:02d}-") and argv[argv.index("--master-addr") + 1] == "10.0.0.1"
+        rest = argv[argv.index("./pretrain_gpt.py") + 1:]
+        assert megatron_flags(" ".join(shlex.quote(word) for word in rest)) == flags
+        assert visible is None  # whole nodes, in order
+
+
+def test_part_of_a_node_runs_on_the_plans_gpus():
+    # stage 0 on GPUs 6, 7, 4, 5 of node 0 (in that TP/DP order), stage 1 on GPUs 0-3 of node 1
+    plan = _two_stage_plan([(6, 7), (4, 5)], [(8, 9), (10, 11)])
+    assert runtime_problems(plan, "megatron") == []
+    first, second = node_launches(plan)
+    assert (first.node, first.visible, first.first_rank) == (0, "6,7,4,5", 0)
+    assert (second.node, second.visible, second.first_rank) == (1, "0,1,2,3", 4)
+    scripts = launch_scripts(plan, "megatron", "megatron.args")
+    assert "export CUDA_VISIBLE_DEVICES=6,7,4,5" in scripts["node-rank-00-a100-0.sh"]
+    assert "--nproc-per-node 4" in scripts["node-rank-01-a100-1.sh"]
