@@ -14,7 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..plan import Plan, Replica, Stage, Training
+from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
 
@@ -111,23 +111,43 @@ def _tp_groups(plan: Plan, stage: Stage, tp: int) -> list[tuple[int, ...]]:
 
 
 def runnable_forms(plan: Plan, target: str) -> list[Plan]:
-    """runnable_form with each TP degree of the plan, smallest first (the CLI keeps the fastest that
-    fits); BadInput when none exists."""
+    """runnable_form with each TP degree of the plan (smallest first) and each recompute mode from the
+    plan's strongest up (a form may need more recompute to fit), each also as the uniform
+    configuration of the whole cluster at the plan's pipeline depth; planner.api.lossy_form keeps
+    the fastest that fits. BadInput when none exists."""
     out, first_error = [], None
+    strongest = max(RECOMPUTE_ORDER[s.recompute] for s in plan.stages)
+    modes = [m for m in RECOMPUTE_ORDER if RECOMPUTE_ORDER[m] >= strongest]
     for tp in sorted({s.tp for s in plan.stages}):
-        try:
-            out.append(runnable_form(plan, target, tp))
-        except BadInput as exc:
-            first_error = first_error or exc
+        for mode in modes:
+            try:
+                form = runnable_form(plan, target, tp, mode)
+            except BadInput as exc:
+                first_error = first_error or exc
+                continue
+            if form not in out:  # DeepSpeed's selective is its full
+                out.append(form)
+            # and the uniform configuration over the whole cluster with the plan's pipeline depth
+            # (planner.plan.uniform_plan: ranks TP-innermost from rank 0, layers split evenly)
+            try:
+                form = runnable_form(uniform_plan(plan.model, plan.cluster, plan.training, tp=tp, pp=plan.pp,
+                                                  dp=plan.cluster.num_gpus // (tp * plan.pp),
+                                                  zero=max(s.zero for s in plan.stages), recompute=mode,
+                                                  sequence_parallel=_sp(plan.stages, tp)), target)
+            except BadInput:
+                continue
+            if form not in out:
+                out.append(form)
     if not out:
         assert first_error is not None
         raise first_error
     return out
 
 
-def runnable_form(plan: Plan, target: str, tp: int | None = None) -> Plan:
-    """The nearest plan `target` runs exactly with TP `tp` (default: the plan's largest) on every
-    stage (module docstring); BadInput when there is none."""
+def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str | None = None) -> Plan:
+    """The nearest plan `target` runs exactly with TP `tp` (default: the plan's largest) and
+    `recompute` (default: the plan's strongest) on every stage (module docstring); BadInput when
+    there is none."""
     t = plan.training
     firsts = {s.pipeline_rank: s for s in sorted(plan.stages, key=lambda s: s.index, reverse=True)}
     tp = tp or max(s.tp for s in plan.stages)
@@ -139,7 +159,7 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None) -> Plan:
         raise BadInput(f"no runnable form for {target}: a pipeline rank has no node with {tp} GPUs of the plan "
                        "for one TP group", "--lossy")
     zero = max(s.zero for s in plan.stages)
-    recompute = max((s.recompute for s in plan.stages), key=RECOMPUTE_ORDER.get)
+    recompute = recompute or max((s.recompute for s in plan.stages), key=RECOMPUTE_ORDER.get)
     sp = _sp(plan.stages, tp)
     training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target])
     layers = [s.layers for s in plan.stages]
