@@ -295,3 +295,14 @@ def test_part_of_a_node_runs_on_the_plans_gpus():
     scripts = launch_scripts(plan, "megatron", "megatron.args")
     assert "export CUDA_VISIBLE_DEVICES=6,7,4,5" in scripts["node-rank-00-a100-0.sh"]
     assert "--nproc-per-node 4" in scripts["node-rank-01-a100-1.sh"]
+
+
+def test_query_groups_that_do_not_split_over_tp_are_refused(tmp_path):
+    model = load_model("qwen3-30b-a3b")  # 4 key/value heads
+    plan = uniform_plan(model, load_cluster("dgx-a100"), Training(64, 1024, "bf16", 1), tp=8, pp=4, dp=1, zero=1)
+    assert "4 query groups do not split over tp=8" in runtime_problems(plan, "megatron")
+    ok = uniform_plan(model, load_cluster("dgx-a100"), Training(64, 1024, "bf16", 1), tp=4, pp=4, dp=2, zero=1)
+    assert runtime_problems(ok, "megatron") == []
+    lossy = invoke("export", write(plan, tmp_path / "p.json"), "--to", "megatron", "--lossy")
+    assert lossy.exit_code == 0, lossy.stderr  # tp 8 has no Megatron form; a halving of it has
+    assert "megatron runs tp 8" not in lossy.stderr and "query groups" not in lossy.stderr

@@ -66,6 +66,10 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
             out.append(f"placement: {exc.message}")
     if target == "megatron" and zero >= 2:
         out.append(f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer states only (ZeRO-1)")
+    c = plan.model.config
+    if target == "megatron" and c is not None and c.num_kv_heads % tp:
+        # megatron/core/transformer/attention.py divides the query groups over TP
+        out.append(f"{c.num_kv_heads} query groups do not split over tp={tp}")
     if target == "deepspeed":
         if t.virtual_stages > 1:
             out.append("interleaved schedule: DeepSpeed's pipeline engine runs contiguous 1F1B stages")
@@ -111,14 +115,16 @@ def _tp_groups(plan: Plan, stage: Stage, tp: int) -> list[tuple[int, ...]]:
 
 
 def runnable_forms(plan: Plan, target: str) -> list[Plan]:
-    """runnable_form with each TP degree of the plan (smallest first) and each recompute mode from the
+    """runnable_form with each TP degree of the plan and its halvings (smallest first) and each recompute mode from the
     plan's strongest up (a form may need more recompute to fit), each also as the uniform
     configuration of the whole cluster at the plan's pipeline depth; planner.api.lossy_form keeps
     the fastest that fits. BadInput when none exists."""
     out, first_error = [], None
     strongest = max(RECOMPUTE_ORDER[s.recompute] for s in plan.stages)
     modes = [m for m in RECOMPUTE_ORDER if RECOMPUTE_ORDER[m] >= strongest]
-    for tp in sorted({s.tp for s in plan.stages}):
+    tps = {s.tp for s in plan.stages}
+    tps |= {t >> k for t in tps for k in range(t.bit_length()) if t % (t >> k) == 0}  # and their halvings
+    for tp in sorted(tps):
         for mode in modes:
             try:
                 form = runnable_form(plan, target, tp, mode)
@@ -195,9 +201,9 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
         for i, (rng, k) in enumerate(zip(layers, prank)))
     out = Plan(plan.model, plan.cluster, training, stages)
     problems = capability_problems(out, target)
-    if problems:  # only the placement can remain: a node shared by stages in a way torchrun cannot number
-        assert all(p.startswith("placement: ") for p in problems), problems
-        raise BadInput(f"no runnable form for {target} keeps the plan's stage GPUs: {problems[0]}", "--lossy")
+    if problems:  # what a uniform form can still lack: a torchrun numbering of its nodes, query groups over TP
+        raise BadInput(f"no runnable form for {target} with tp={tp} keeps the plan's stage GPUs: {problems[0]}",
+                       "--lossy")
     return out
 
 
