@@ -228,12 +228,14 @@ def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, str, Evaluation]:
     """`export --lossy`: (the plan priced, the runtime it was priced under: its own, or the target's
     for a runtime without a cost model such as `any`; the plan `target` runs in its place, priced
     under the target's runtime). The latter is the fastest of planner.export.runnable_forms that
-    fits (else the fastest); ties: the smaller TP."""
+    fits (else the one that overflows memory least); ties: runnable_forms' order (smaller TP first)."""
     from .cost.runtimes import RUNTIMES
     from .export import runnable_forms
 
     forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
-    chosen = min(forms, key=lambda e: (not e.fits, e.estimate.step_time_s))
+    # fitting forms by step time; when none fits, the one that overflows least
+    chosen = min(forms, key=lambda e: (not e.fits, 0.0 if e.fits else max(o.over_bytes for o in e.estimate.overflows),
+                                      e.estimate.step_time_s))
     runtime = plan.training.runtime if plan.training.runtime in RUNTIMES else chosen.plan.training.runtime
     return evaluate_plan(plan, runtime=runtime), runtime, chosen
 
