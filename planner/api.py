@@ -242,6 +242,22 @@ def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: 
     return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 
 
+def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, str, Evaluation]:
+    """`export --lossy`: (the plan priced, the runtime it was priced under: its own, or the target's
+    for a runtime without a cost model such as `any`; the plan `target` runs in its place, priced
+    under the target's runtime). The latter is the fastest of planner.export.runnable_forms that
+    fits (else the one that overflows memory least); ties: runnable_forms' order (smaller TP first)."""
+    from .cost.runtimes import RUNTIMES
+    from .export import runnable_forms
+
+    forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
+    # fitting forms by step time; when none fits, the one that overflows least
+    chosen = min(forms, key=lambda e: (not e.fits, 0.0 if e.fits else max(o.over_bytes for o in e.estimate.overflows),
+                                      e.estimate.step_time_s))
+    runtime = plan.training.runtime if plan.training.runtime in RUNTIMES else chosen.plan.training.runtime
+    return evaluate_plan(plan, runtime=runtime), runtime, chosen
+
+
 def describe_plan(plan: Plan) -> dict:
     """The configuration of a plan, as `planner evaluate` reports it (`config`)."""
     t = plan.training
@@ -297,6 +313,6 @@ def model_catalog() -> list[dict]:
 
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
            "describe_plan", "estimate_json", "evaluate", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
-           "load_calibrations", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
+           "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
            "predicted_json",
            "require", "resolve_dtype"]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.core.errors import BadInput
-from planner.export import comment_line, export_plan, titan_settings
+from planner.export import comment_line, export_plan, launch_scripts, titan_settings
 from planner.inputs.hardware import CLUSTERS_DIR, cluster_from_spec, load_catalog, load_cluster
 from planner.inputs.model import catalog_names, load_model, model_from_dict
 from planner.core.names import NAME_MAX, check_name, is_name
@@ -214,8 +214,12 @@ def check_exports(plan: Plan, name: str) -> None:
     plain = renamed(plan, "plain")
     # megatron: the same number of comment lines and exactly the same flags
     assert megatron_words(export(evil, "megatron")) == megatron_words(export(plain, "megatron"))
-    # deepspeed: names do not appear
-    assert json.loads(export(evil, "deepspeed")) == json.loads(export(plain, "deepspeed"))
+    # deepspeed: names appear only as the node table's JSON strings (group, GPU)
+    def unnamed(config: dict) -> dict:
+        for node in config["planner_pipeline"].get("node_ranks", []):
+            node.pop("group"), node.pop("gpu")
+        return config
+    assert unnamed(json.loads(export(evil, "deepspeed"))) == unnamed(json.loads(export(plain, "deepspeed")))
     # torchtitan TOML: exactly the intended sections and keys, the name intact
     sections, comments = titan_settings(evil, lambda message: None)
     text = export(evil, "torchtitan")
@@ -236,6 +240,12 @@ def check_exports(plan: Plan, name: str) -> None:
     assert {e["group"] for e in evil_map["ranks"]} == {g.name for g in evil.cluster.groups}
     assert [shlex.split(g["torchrun"], comments=True) for g in evil_map["launch"]] == \
         [shlex.split(g["torchrun"], comments=True) for g in plain_map["launch"]]
+    # launch scripts: safe file names, the same commands, names only on `#` lines
+    for target in ("megatron", "torchtitan"):
+        evil_scripts, plain_scripts = launch_scripts(evil, target, "cfg"), launch_scripts(plain, target, "cfg")
+        assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", file) for file in evil_scripts)
+        assert [[line for line in text.splitlines() if not line.startswith("#")] for text in evil_scripts.values()] \
+            == [[line for line in text.splitlines() if not line.startswith("#")] for text in plain_scripts.values()]
 
 
 @pytest.mark.parametrize("bad", BAD_NAMES.values(), ids=BAD_NAMES.keys())

@@ -54,7 +54,7 @@ def test_show_and_export_describe_the_topology(tmp_path):
     assert f"# network: {ROUTE}" in megatron.stdout.splitlines()
     rankmap = json.loads(_cli("export", str(path), "--to", "rankmap").stdout)
     assert rankmap["stage_routes"][0]["path"] == ["rack-a", "spine", "rack-b"]
-    deepspeed = json.loads(_cli("export", str(path), "--to", "deepspeed").stdout)
+    deepspeed = json.loads(_cli("export", str(path), "--to", "deepspeed", "--lossy").stdout)  # a megatron plan
     assert deepspeed["planner_pipeline"]["stage_routes"] == rankmap["stage_routes"]
 
 

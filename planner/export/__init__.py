@@ -3,17 +3,22 @@
 Targets and output formats (stdout, or FILE with -o):
 
 * ``megatron``: Megatron-LM launch arguments, one flag per line ending in `` \\``, the last
-  line without; a few ``#`` comment lines come first. Use them as
-  ``ARGS=$(grep -v '^#' megatron.args | tr -d '\\\\\\n')`` then
-  ``torchrun ... pretrain_gpt.py $ARGS --data-path ... --tokenizer-type ...``.
-  Covers parallelism, batch, pipeline split (decoder layers only; Megatron puts the
-  embedding on the first and the head on the last pipeline rank), recompute, distributed
-  optimizer, and the model's architecture flags.
+  line without; a few ``#`` comment lines come first (the node-rank table among them). Use them as
+  ``eval "ARGS=($(grep -v '^#' megatron.args))"`` then
+  ``torchrun ... pretrain_gpt.py "${ARGS[@]}" --data-path ... --tokenizer-type ...``, or through
+  the per-node scripts of ``--launch-dir`` (planner.export.launch). Covers parallelism, batch, the
+  pipeline split (even: Megatron's own; else ``--pipeline-model-parallel-layout``, one chunk per
+  virtual stage, E = embedding, t = decoder, L = norm + head), recompute, distributed optimizer,
+  and every flag that builds the same model: widths, heads, query groups, kv-channels, qk-norm,
+  SwiGLU, norm and its epsilon, rotary base / percent / Llama 3.1 scaling, tied or untied
+  embeddings, a vocabulary divisor that leaves the vocabulary unpadded, biases, experts (count,
+  top-k, expert FFN, shared experts, dense layers, router bias, expert-parallel size).
 * ``deepspeed``: ``ds_config.json``. DeepSpeed ignores keys it does not know; the extra
   top-level key ``planner_pipeline`` carries what goes to ``PipelineModule`` instead:
   ``{"num_stages": P, "parts": [cumulative boundaries over the planner's layer list],
   "partition_method": "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
-  "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool}``
+  "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool,
+  "node_ranks": [which node starts as which node rank, on which GPUs]}``
   (pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
   LayerSpec list: entry 0 is the embedding, then the decoder blocks, then norm + head).
 * ``torchtitan``: the job-config TOML of torchtitan 0.2.x (``[job]``, ``[model]``,
@@ -34,20 +39,23 @@ JSON, ``shlex.quote`` for shell words (a torchtitan-cli value that starts with `
 ``--s.key=VALUE``), and ``comment_line`` for ``#`` lines, which escapes every character that is
 not printable, so no name (model, cluster, group, GPU) can end a line or add a flag or a section.
 
-What a runtime cannot express is reduced to the closest uniform form and each loss is
-reported on stderr as ``planner: warning: <target>: ...``:
+Exact or refused (planner.cli.export): a plan made for another runtime (training.runtime), or one
+that uses a freedom the target lacks (per-stage TP or DP, uneven batch shares, per-stage options;
+planner.export.runnable), exits 2 naming ``--runtime``, unless ``--lossy``: then the nearest plan
+the target runs (runnable_form: one TP and DP, equal shares, the plan's layer split and stage
+placement, the target's ZeRO / recompute / precision) is written, and its step time re-priced
+under the target's runtime is printed beside the plan's. The exporters themselves, called on any
+plan (planner.api), still reduce it to the closest uniform form and report each loss on stderr as
+``planner: warning: <target>: ...``:
 
 * per-stage TP degrees that differ -> the largest TP on every stage;
 * different GPU counts / DP degrees per stage -> DP = (fewest GPUs of any pipeline rank) //
   TP, lowered further until it divides the global batch in whole micro-batches (the other
   GPUs stay idle);
 * uneven batch shares -> equal shares (global / DP);
-* mixed GPU types, a placement other than TP-innermost, DP, then PP -> reported, not kept;
+* a placement that no torchrun node order gives (planner.export.launch) -> reported, not kept;
 * per-stage ZeRO / recompute / sequence-parallel that differ -> the strongest setting
   (most memory saved) on every stage;
-* Megatron: uneven pipeline ranks beyond "first and last may differ, the rest split evenly
-  (and, when interleaved, each rank's layers split evenly over its virtual stages)" ->
-  the legal split nearest to the plan's (least layers moved);
 * DeepSpeed: ZeRO >= 2 with pp > 1 -> ZeRO-1; selective recompute -> full layer
   checkpointing; interleaving -> contiguous 1F1B stages of the same per-rank layer totals;
 * torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
@@ -56,11 +64,10 @@ reported on stderr as ``planner: warning: <target>: ...``:
   bf16).
 
 Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
-Megatron has no legal layer split for the plan's pipeline (e.g. a decoder count that does
-not divide over the virtual stages), Megatron/torchtitan get a model without a config
+Megatron/torchtitan get a model without a config
 (a layer profile) for which no architecture flags can be written, or torchtitan gets a
 sequence length that does not divide by 2 x TP (its sequence-parallel rule) or a model whose
-dimensions are none of its llama3 flavours (the flavour is chosen by hidden size, layers,
+dimensions, rope base or norm epsilon are none of its llama3 flavours (the flavour is chosen by hidden size, layers,
 heads, KV heads, FFN width and vocabulary, never by the model's name; planner.inputs.titan_flavors).
 """
 
@@ -72,14 +79,17 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from .base import RECOMPUTE_ORDER, Uniform, Warn, comment_line, decoder_counts, uniform_form
 from .deepspeed import export_deepspeed
-from .megatron import export_megatron, megatron_split
+from .launch import NodeLaunch, launch_scripts, node_launches, placeable
+from .megatron import export_megatron, megatron_layout, vocab_divisor
 from .rankmap import export_rankmap
+from .runnable import TARGET_RUNTIMES, capability_problems, describe_form, runnable_form, runnable_forms, runtime_problems
 from .torchtitan import _titan_cli_args, export_torchtitan, export_torchtitan_cli, titan_fqns, titan_settings
 
-__all__ = ["EXPORTERS", "RECOMPUTE_ORDER", "TARGETS", "Uniform", "Warn", "_titan_cli_args", "comment_line",
-           "decoder_counts", "export_deepspeed", "export_megatron", "export_plan", "export_rankmap",
-           "export_torchtitan", "export_torchtitan_cli", "megatron_split", "titan_fqns", "titan_settings",
-           "uniform_form"]
+__all__ = ["EXPORTERS", "NodeLaunch", "RECOMPUTE_ORDER", "TARGETS", "TARGET_RUNTIMES", "Uniform", "Warn",
+           "_titan_cli_args", "capability_problems", "comment_line", "decoder_counts", "describe_form",
+           "export_deepspeed", "export_megatron", "export_plan", "export_rankmap", "export_torchtitan",
+           "export_torchtitan_cli", "launch_scripts", "megatron_layout", "node_launches", "placeable",
+           "runnable_form", "runnable_forms", "runtime_problems", "titan_fqns", "titan_settings", "uniform_form", "vocab_divisor"]
 
 TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
 

@@ -75,7 +75,9 @@ class Uniform:
         return self.global_batch // (self.micro * self.dp)
 
 
-def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
+def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> Uniform:
+    """`placed`: the launch keeps the plan's placement (planner.export.launch.placeable), so mixed GPU
+    types and the placement are kept, not reported."""
     t = plan.training
     stages = plan.stages
     tps = sorted({s.tp for s in stages})
@@ -113,7 +115,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
         warn(f"batch shares equalised to {t.global_batch // dp} samples per replica"
              + (f" (plan: {detail})" if detail else ""))
     gpu_types = sorted({plan.cluster.device(r).gpu for r in plan.used_ranks()})
-    if len(gpu_types) > 1:
+    if len(gpu_types) > 1 and not placed:
         warn(f"mixed GPU types ({', '.join(gpu_types)}): {target} runs one layout on all of them; "
              "the plan's per-type sizing is kept only as stated above")
     # placement: TP innermost, then CP, then DP, then PP, from rank 0 (Megatron's tp-cp-ep-dp-pp)
@@ -124,7 +126,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
             if s.tp != tp or s.cp != cp or s.dp != dp or list(r.ranks) != [s.pipeline_rank * group * dp + d * group + i
                                                                            for i in range(group)]:
                 expected_ok = False
-    if not expected_ok:
+    if not expected_ok and not placed:
         warn(f"device placement not kept: {target} assigns ranks TP-innermost, then DP, then PP "
              "(see `--to rankmap` for the plan's placement)")
     zeros = sorted({s.zero for s in stages})

@@ -8,10 +8,12 @@ from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries, uniform_form
+from .launch import node_launches, placeable
 
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
-    u = uniform_form(plan, "deepspeed", warn)
+    placed = placeable(plan)
+    u = uniform_form(plan, "deepspeed", warn, placed)
     if u.cp > 1:
         # DeepSpeed-Ulysses is wired into the model code (deepspeed.sequence.layer.DistributedAttention
         # around the attention), not set by the engine's config: nothing here can carry it
@@ -58,4 +60,9 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
         "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,
         "sequence_parallel": u.sequence_parallel, **route_entries(plan)}
+    if placed:  # PipeModelDataParallelTopology orders ranks pipe, data, model: start the nodes in this order
+        config["planner_pipeline"]["node_ranks"] = [
+            {"node_rank": n.node_rank, "group": n.group, "node": n.node, "gpu": n.gpu, "devices": list(n.devices),
+             "ranks": [n.first_rank, n.first_rank + n.nproc - 1], "pipeline_ranks": list(n.pipeline_ranks)}
+            for n in node_launches(plan)]
     return json_text(config) + "\n"

@@ -6,47 +6,125 @@ import shlex
 from typing import Any
 
 from ..core.errors import BadInput
+from ..inputs.hf_extras import rope_and_norm
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
 from .base import Warn, comment_line, route_comments, uniform_form
+from .launch import placeable, placement_comments
 
 
-def megatron_split(chunks: list[int], pp: int, v: int) -> tuple[list[int], tuple[int, int] | None, bool]:
-    """The legal Megatron split nearest to the planned decoder counts per chunk.
+LAYOUT_CHARS = {"embedding": "E", "decoder": "t", "head": "L"}  # PipelineParallelLayerLayout.parse_str_to_list
 
-    Returns (exported counts per chunk, (first, last) per-rank totals for the uneven flags or
-    None when the split is even, exact). Raises BadInput when no legal split exists.
-    """
-    n = sum(chunks)
-    if pp == 1:
-        return list(chunks), None, True
-    planned_rank = [sum(chunks[k] for k in range(r, len(chunks), pp)) for r in range(pp)]
-    middle = pp - 2
-    best = None
-    for first in range(v, n + 1, v):
-        for last in range(v, n - first + 1, v):
-            rem = n - first - last
-            if middle == 0:
-                if rem:
-                    continue
-                per = 0
+
+def _runs(chars: str) -> str:
+    """"Ettt" -> "Et*3" (the layout's `x*n` shorthand)."""
+    out, i = [], 0
+    while i < len(chars):
+        j = i
+        while j < len(chars) and chars[j] == chars[i]:
+            j += 1
+        out.append(chars[i] + (f"*{j - i}" if j - i > 1 else ""))
+        i = j
+    return "".join(out)
+
+
+def megatron_layout(plan: Plan) -> str:
+    """`--pipeline-model-parallel-layout`: one `|`-separated entry per chunk in Megatron's order
+    (entry k is virtual stage k // pp of pipeline rank k % pp; megatron/core/transformer/
+    pipeline_parallel_layer_layout.py), E = embedding, t = decoder layer, L = final norm + head."""
+    pp = plan.pp
+    parts = []
+    for k, s in enumerate(plan.stages):
+        if s.pipeline_rank != k % pp:
+            raise BadInput(f"stage {k} is on pipeline rank {s.pipeline_rank}; Megatron puts chunk {k} on rank "
+                           f"{k % pp}", "--to megatron")
+        parts.append(_runs("".join(LAYOUT_CHARS.get(plan.model.layers[i].kind, "t") for i in range(*s.layers))))
+    return "|".join(parts)
+
+
+def vocab_divisor(vocab: int, tp: int) -> int | None:
+    """The largest `--make-vocab-size-divisible-by` (a power of two up to Megatron's default 128) under
+    which Megatron keeps `vocab` unpadded: it pads to a multiple of divisor x TP
+    (megatron/training/tokenizer: _vocab_size_with_padding); None when none does."""
+    for d in (128, 64, 32, 16, 8, 4, 2, 1):
+        if vocab % (d * tp) == 0:
+            return d
+    return None
+
+
+def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
+    """The flags that build the plan's model (megatron/training/arguments.py names; each maps to a
+    TransformerConfig / GPTModel field of megatron-core, tests/test_integration.py builds it)."""
+    c = plan.model.config
+    assert c is not None
+    extra = rope_and_norm(plan.model.raw, c.model_type, plan.model.name)
+    decoders = [layer for layer in plan.model.layers if layer.kind == "decoder"]
+    flags: list[tuple[str, Any]] = [("--num-layers", len(decoders)), ("--hidden-size", c.hidden),
+                                    ("--num-attention-heads", c.num_heads)]
+    if c.num_kv_heads != c.num_heads:
+        flags += [("--group-query-attention", None), ("--num-query-groups", c.num_kv_heads)]
+    if c.mla is None:
+        flags.append(("--kv-channels", c.head_dim))
+    if c.qk_norm == "head":
+        flags.append(("--qk-layernorm", None))
+    carried = {"shared experts", "dense layers among the MoE ones", "router bias"}
+    not_carried = [f for f in features_beyond_gpt_flags(c) if f not in carried]
+    if not_carried:
+        warn(f"the {c.model_type} model's {', '.join(not_carried)} are not in these flags: "
+             "add them for your Megatron version")
+    moe = c.num_experts > 1
+    dense_ffn = c.dense_ffn_hidden if moe and c.dense_layers else c.ffn_hidden
+    flags.append(("--ffn-hidden-size", dense_ffn))
+    if c.gated_mlp:
+        flags.append(("--swiglu", None))
+    flags += [("--seq-length", plan.training.seq_len),
+              ("--max-position-embeddings", max(c.max_positions, plan.training.seq_len))]
+    if not c.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    if c.norm == "rmsnorm":
+        flags += [("--normalization", "RMSNorm")]
+    flags.append(("--norm-epsilon", extra.norm_eps))
+    flags.append(("--position-embedding-type", "learned_absolute" if c.learned_positions else "rope"))
+    if not c.learned_positions and extra.rope_theta is not None:
+        flags.append(("--rotary-base", int(extra.rope_theta) if extra.rope_theta.is_integer() else extra.rope_theta))
+        if extra.rotary_fraction != 1.0:
+            flags.append(("--rotary-percent", extra.rotary_fraction))
+        scaling = extra.rope_scaling
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type"))
+            # megatron-core's apply_rope_scaling: Llama 3.1's rule with low/high frequency factors 1 and 4
+            # over 8192 original positions (megatron/core/models/common/embeddings/rotary_pos_embedding.py)
+            if kind == "llama3" and (scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0),
+                                     scaling.get("original_max_position_embeddings", 8192)) == (1.0, 4.0, 8192):
+                flags += [("--use-rope-scaling", None), ("--rope-scaling-factor", scaling.get("factor", 8.0))]
             else:
-                if rem <= 0 or rem % middle or (rem // middle) % v:
-                    continue
-                per = rem // middle
-            totals = [first] + [per] * middle + [last]
-            exported = [totals[k % pp] // v for k in range(len(chunks))]
-            even = len(set(totals)) == 1
-            cost = (sum(abs(a - b) for a, b in zip(exported, chunks)), not even, max(exported))
-            if best is None or cost < best[0]:
-                best = (cost, exported, totals, even)
-    if best is None:
-        raise BadInput(f"no Megatron pipeline split of {n} decoder layers over pp={pp} x "
-                       f"{v} virtual stages (first/last rank > 0 layers, middle ranks equal, "
-                       f"each rank's layers a multiple of {v}); planned per rank: {planned_rank}",
-                       "--to megatron")
-    _, exported, totals, even = best
-    return exported, None if even else (totals[0], totals[-1]), exported == list(chunks)
+                warn(f"rope scaling {dict(scaling)} is not in these flags: add it for your Megatron version")
+    divisor = vocab_divisor(c.vocab, tp)
+    if divisor is None:
+        warn(f"the vocabulary of {c.vocab} does not divide over tp={tp}: Megatron pads it, adding parameters")
+    else:
+        flags.append(("--make-vocab-size-divisible-by", divisor))
+    if not c.linear_bias:
+        flags.append(("--disable-bias-linear", None))
+        if c.qkv_bias:
+            flags.append(("--add-qkv-bias", None))
+    if not c.dropout:
+        flags += [("--attention-dropout", 0), ("--hidden-dropout", 0)]
+    if moe:
+        flags += [("--num-experts", c.num_experts), ("--moe-router-topk", c.experts_top_k),
+                  ("--moe-ffn-hidden-size", c.ffn_hidden),
+                  ("--expert-model-parallel-size", max(getattr(s.dims, "ep", 1) for s in plan.stages))]
+        if c.shared_expert_ffn:
+            flags.append(("--moe-shared-expert-intermediate-size", c.shared_expert_ffn))
+            if c.shared_expert_gate:
+                flags.append(("--moe-shared-expert-gate", None))
+        if c.dense_layers:
+            dense = set(c.dense_layers)
+            flags.append(("--moe-layer-freq", "[" + ",".join("0" if i in dense else "1"
+                                                             for i in range(len(decoders))) + "]"))
+        if c.router_bias:
+            flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    return flags
 
 
 def export_megatron(plan: Plan, warn: Warn) -> str:
@@ -54,24 +132,20 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     if c is None:
         raise BadInput("the plan's model is a layer profile without a config: Megatron needs the "
                        "architecture (hidden size, heads, ...)", "--to megatron")
-    u = uniform_form(plan, "megatron", warn)
-    exported, uneven, exact = megatron_split(u.decoders, u.pp, u.v)
-    if not exact:
-        warn("pipeline split changed to fit Megatron's rules (only the first and last rank may differ; "
-             "each rank's layers split evenly over its virtual stages): "
-             + ", ".join(f"stage {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(u.decoders, exported))
-                         if a != b) + " decoder layers")
+    placed = placeable(plan)
+    u = uniform_form(plan, "megatron", warn, placed)
+    layout = None
+    if u.pp > 1:
+        layout = megatron_layout(plan)
+        even = len(set(u.decoders)) == 1
     flags: list[tuple[str, Any]] = [
         ("--tensor-model-parallel-size", u.tp), ("--pipeline-model-parallel-size", u.pp),
         ("--micro-batch-size", u.micro), ("--global-batch-size", u.global_batch)]
-    if u.v > 1:
-        if uneven is None:
-            flags.append(("--num-layers-per-virtual-pipeline-stage", exported[0]))
-        else:
-            flags.append(("--num-virtual-stages-per-pipeline-rank", u.v))
-    if uneven is not None:
-        flags += [("--decoder-first-pipeline-num-layers", uneven[0]),
-                  ("--decoder-last-pipeline-num-layers", uneven[1])]
+    if layout is not None:
+        if even and u.v > 1:  # Megatron's own even split, no layout needed
+            flags.append(("--num-layers-per-virtual-pipeline-stage", u.decoders[0]))
+        elif not even:
+            flags.append(("--pipeline-model-parallel-layout", layout))
     if u.cp > 1:
         # megatron-core context parallelism: --cp-comm-type p2p is the ring, a2a Ulysses
         # (megatron/training/arguments.py --context-parallel-size, --cp-comm-type)
@@ -91,36 +165,7 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
                  + " are no longer sharded")
     if c.num_kv_heads % u.tp:
         warn(f"{c.num_kv_heads} query groups do not split over tp={u.tp}; Megatron will refuse it")
-    flags += [("--num-layers", sum(u.decoders)), ("--hidden-size", c.hidden),
-              ("--num-attention-heads", c.num_heads)]
-    if c.num_kv_heads != c.num_heads:
-        flags += [("--group-query-attention", None), ("--num-query-groups", c.num_kv_heads)]
-    if c.q_dim != c.hidden and c.mla is None:
-        flags.append(("--kv-channels", c.head_dim))  # head_dim x heads is not the hidden size
-    if c.qk_norm == "head":
-        flags.append(("--qk-layernorm", None))
-    not_carried = features_beyond_gpt_flags(c)
-    if not_carried:
-        warn(f"the {c.model_type} model's {', '.join(not_carried)} are not in these flags: "
-             "add them for your Megatron version")
-    flags.append(("--ffn-hidden-size", c.ffn_hidden))
-    if c.gated_mlp:
-        flags.append(("--swiglu", None))
-    flags += [("--seq-length", plan.training.seq_len),
-              ("--max-position-embeddings", max(c.max_positions, plan.training.seq_len))]
-    if not c.tied_embeddings:
-        flags.append(("--untie-embeddings-and-output-weights", None))
-    if c.norm == "rmsnorm":
-        flags += [("--normalization", "RMSNorm")]
-    flags.append(("--position-embedding-type", "learned_absolute" if c.learned_positions else "rope"))
-    if not c.linear_bias:
-        flags.append(("--disable-bias-linear", None))
-        if c.qkv_bias:
-            flags.append(("--add-qkv-bias", None))
-    if not c.dropout:
-        flags += [("--attention-dropout", 0), ("--hidden-dropout", 0)]
-    if c.num_experts > 1:
-        flags += [("--num-experts", c.num_experts), ("--moe-router-topk", c.experts_top_k)]
+    flags += _model_flags(plan, u.tp, warn)
     if u.dtype == "bf16":
         flags.append(("--bf16", None))
     elif u.dtype == "fp16":
@@ -130,9 +175,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
         f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
         f"{u.grad_accum} micro-batches of {u.micro} per replica per step",
-        f"decoder layers per pipeline stage: {exported}",
-        f"vocabulary {c.vocab} ({c.model_type}): set by the tokenizer flags you add "
-        "(--tokenizer-type ...), with --data-path etc.",
-        "usage: ARGS=$(grep -v '^#' FILE | tr -d '\\\\\\n'); torchrun ... pretrain_gpt.py $ARGS ...",
+        f"decoder layers per pipeline stage: {u.decoders}" + (f" (layout {layout})" if layout else ""),
+        f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "
+        "exactly this many tokens, with --data-path etc.",
+        "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
+        *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"

@@ -11,8 +11,11 @@ import tomli_w
 from ..core.errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
-from ..inputs.titan_flavors import titan_llama3_flavor
+from ..inputs.hf_extras import rope_and_norm
+from ..inputs.titan_flavors import (TITAN_LLAMA3_NORM_EPS, TITAN_LLAMA3_ROPE_SCALING, TITAN_LLAMA3_ROPE_THETA,
+                                    titan_llama3_flavor)
 from .base import Warn, comment_line, route_comments, uniform_form
+from .launch import placeable, placement_comments
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -40,14 +43,26 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
                        "model name and flavor", "--to torchtitan")
     model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
-    u = uniform_form(plan, "torchtitan", warn)
+    extra = rope_and_norm(plan.model.raw, c.model_type, plan.model.name)
+    if (extra.rope_theta, extra.norm_eps) != (TITAN_LLAMA3_ROPE_THETA, TITAN_LLAMA3_NORM_EPS):
+        raise BadInput(f"torchtitan's llama3 flavour {model['flavor']} has rope_theta {TITAN_LLAMA3_ROPE_THETA:g} and "
+                       f"norm eps {TITAN_LLAMA3_NORM_EPS:g}; the model {plan.model.name!r} has {extra.rope_theta:g} and "
+                       f"{extra.norm_eps:g} (the job config cannot set them)", "--to torchtitan")
+    scaling = dict(extra.rope_scaling or {})
+    same_scaling = scaling.get("rope_type", scaling.get("type")) == "llama3" and all(
+        float(scaling.get(k, -1)) == v for k, v in TITAN_LLAMA3_ROPE_SCALING.items() if k != "rope_type")
+    u = uniform_form(plan, "torchtitan", warn, placeable(plan))
     seq_len = plan.training.seq_len
     if seq_len % (2 * u.tp):
         # torchtitan's parallelize_llama asserts seq_len % ParallelDims.seq_len_divisor == 0
         raise BadInput(f"torchtitan needs the sequence length to divide by 2 x TP = {2 * u.tp} "
                        f"(its sequence-parallel rule); the plan's is {seq_len}", "--to torchtitan")
     comments = [f"planner export --to torchtitan: {plan.model.name} on {plan.cluster.name}, "
-                f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs", *route_comments(plan)]
+                f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs",
+                *(placement_comments(plan) if placeable(plan) else []), *route_comments(plan)]
+    if not same_scaling:  # not priced (no parameters, no FLOPs): said in the file, not warned
+        comments.append(f"rotary frequencies: torchtitan's llama3 flavours apply Llama 3.1 RoPE scaling (factor 8); "
+                        f"the model's rope_scaling is {extra.rope_scaling} (the job config cannot set it)")
     if u.dtype == "fp16":
         gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
         bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)

@@ -32,6 +32,14 @@ TITAN_LLAMA3_FLAVORS = {
 }
 
 
+# what every llama3 flavour of torchtitan 0.2.2 sets beyond the dimensions (TransformerModelArgs:
+# rope_theta, norm_eps, rope_scaling_args = RoPEScalingArgs(): Llama 3.1's rule)
+TITAN_LLAMA3_ROPE_THETA = 500000.0
+TITAN_LLAMA3_NORM_EPS = 1e-5
+TITAN_LLAMA3_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}
+
+
 def dims_of(c: ModelConfig) -> Flavor:
     return Flavor(*(getattr(c, name) for name in FLAVOR_DIMENSIONS))
 

@@ -1,0 +1,213 @@
+"""Integration: the runtimes build the exported model, and its parameter count is the planner's.
+
+* Megatron (megatron-core 0.16.1, the `integration` extra): megatron-core ships no argument parser
+  (that is Megatron-LM's megatron/training/arguments.py), so the exported flags are mapped to
+  `TransformerConfig` / `GPTModel` arguments here, flag by flag, as Megatron-LM's
+  `core_transformer_config_from_args` and pretrain_gpt.py's `model_provider` do (MEGATRON_FIELDS).
+  megatron-core then builds the whole model (tp = pp = 1, a one-process gloo group) on the meta
+  device from its own layer specs (`get_gpt_decoder_block_spec`, local modules, no Transformer
+  Engine), and its `PipelineParallelLayerLayout` parses and validates the exported
+  `--pipeline-model-parallel-layout` and says how many decoder layers each (pipeline rank, virtual
+  stage) builds. Not validated: Megatron-LM's argument parser itself (`validate_args`), its
+  tokenizer padding (recomputed here from its rule), and a run under TP/PP > 1 (needs GPUs).
+* torchtitan 0.2.2: the exported `[model]` flavour's `TransformerModelArgs` builds torchtitan's
+  llama3 Transformer on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from planner.inputs.hardware import load_cluster
+from planner.inputs.hf_extras import rope_and_norm
+from planner.inputs.model import load_model
+from planner.plan import Training, plan_to_json, uniform_plan
+
+from .conftest import invoke, require
+from .test_export_runnable import CLUSTERS, MODELS, megatron_flags, typed_plan
+
+pytestmark = pytest.mark.integration
+REQUIRE = "PLANNER_REQUIRE_INTEGRATION"
+
+# the catalog models whose every feature the Megatron flags carry (dense, GQA, qk-norm, biases, tied
+# or untied, learned positions, MoE with shared experts and gates, partial rotary)
+MEGATRON_MODELS = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b", "llama-2-7b", "qwen3-8b", "qwen2-72b", "gpt2",
+                   "gpt-neox-20b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b")
+# not in the list: the flags do not carry sliding windows (mistral-7b, phi-3-mini: exported with a
+# warning), multi-latent attention (deepseek-v3) or Gemma's extra norms
+
+
+@pytest.fixture(scope="module")
+def mcore():
+    """megatron-core with a one-process model-parallel world (tp = pp = 1)."""
+    require("megatron.core", REQUIRE)
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    yield
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def padded_vocab(vocab: int, divisor: int, tp: int) -> int:
+    """Megatron-LM's _vocab_size_with_padding: up to a multiple of divisor x TP."""
+    multiple = divisor * tp
+    return -(-vocab // multiple) * multiple
+
+
+def megatron_model(a: dict[str, str | None], vocab: int):
+    """megatron-core's GPTModel of the exported flags `a` (Megatron-LM's mapping of each flag)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer import TransformerConfig
+
+    def num(flag, kind=int):
+        return kind(a[flag]) if a.get(flag) is not None else None
+
+    kw = dict(num_layers=num("--num-layers"), hidden_size=num("--hidden-size"),
+              num_attention_heads=num("--num-attention-heads"), ffn_hidden_size=num("--ffn-hidden-size"),
+              kv_channels=num("--kv-channels"), layernorm_epsilon=num("--norm-epsilon", float),
+              normalization=a.get("--normalization") or "LayerNorm",
+              add_bias_linear="--disable-bias-linear" not in a,
+              add_qkv_bias="--add-qkv-bias" in a or "--disable-bias-linear" not in a,
+              qk_layernorm="--qk-layernorm" in a,
+              gated_linear_unit="--swiglu" in a, activation_func=F.silu if "--swiglu" in a else F.gelu,
+              use_cpu_initialization=True, init_model_with_meta_device=True)
+    if "--group-query-attention" in a:
+        kw["num_query_groups"] = num("--num-query-groups")
+    if "--num-experts" in a:
+        kw.update(num_moe_experts=num("--num-experts"), moe_router_topk=num("--moe-router-topk"),
+                  moe_ffn_hidden_size=num("--moe-ffn-hidden-size"), moe_grouped_gemm=False,
+                  moe_token_dispatcher_type="allgather")  # alltoall makes a CUDA stream
+        if "--moe-shared-expert-intermediate-size" in a:
+            kw.update(moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size"),
+                      moe_shared_expert_gate="--moe-shared-expert-gate" in a)
+        if "--moe-layer-freq" in a:
+            kw["moe_layer_freq"] = json.loads(a["--moe-layer-freq"])
+        if "--moe-router-enable-expert-bias" in a:
+            kw.update(moe_router_enable_expert_bias=True, moe_router_score_function=a["--moe-router-score-function"])
+    config = TransformerConfig(**kw)
+    spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=kw["normalization"])
+    tp = int(a["--tensor-model-parallel-size"])
+    vocab_size = padded_vocab(vocab, num("--make-vocab-size-divisible-by") or 128, tp)
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = GPTModel(config, spec, vocab_size=vocab_size, max_sequence_length=num("--max-position-embeddings"),
+                         share_embeddings_and_output_weights="--untie-embeddings-and-output-weights" not in a,
+                         position_embedding_type=a["--position-embedding-type"],
+                         rotary_percent=num("--rotary-percent", float) or 1.0,
+                         rotary_base=num("--rotary-base", float) or 10000,
+                         rope_scaling="--use-rope-scaling" in a,
+                         rope_scaling_factor=num("--rope-scaling-factor", float) or 8.0)
+    return model, vocab_size
+
+
+def flags_of(plan) -> dict[str, str | None]:
+    """The Megatron export of `plan` (planner.export; no memory check: only the model is built)."""
+    from planner.export import export_plan
+
+    lost: list[str] = []
+    a = megatron_flags(export_plan(plan, "megatron", lost.append))
+    assert lost == []
+    return a
+
+
+def export_megatron(plan, tmp_path: Path) -> dict[str, str | None]:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = invoke("export", path, "--to", "megatron")
+    assert result.exit_code == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+    return megatron_flags(result.stdout)
+
+
+@pytest.mark.parametrize("name", MEGATRON_MODELS)
+def test_megatron_core_builds_the_exported_model(name, mcore, tmp_path):
+    model = load_model(name)
+    # query groups and the vocabulary split over TP (else Megatron pads the vocabulary: a warning)
+    tp = next(t for t in (8, 4, 2, 1) if model.config.num_kv_heads % t == 0 and model.config.vocab % t == 0)
+    plan = uniform_plan(model, load_cluster("dgx-a100"), Training(64, 1024, "bf16", 1), tp=tp, pp=4, dp=8 // tp,
+                        zero=1, recompute="full", sequence_parallel=True)
+    a = flags_of(plan)
+    built, vocab_size = megatron_model(a, model.config.vocab)
+    assert vocab_size == model.config.vocab  # the divisor leaves the tokenizer's vocabulary unpadded
+    assert sum(p.numel() for p in built.parameters()) == model.params
+    extra = rope_and_norm(model.raw, model.config.model_type)
+    assert built.config.layernorm_epsilon == extra.norm_eps
+    if extra.rope_theta is not None and extra.rope_scaling is None:  # the config's rotary frequencies
+        import torch
+
+        dim = int(model.config.head_dim * extra.rotary_fraction)
+        expected = 1.0 / (extra.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        assert torch.allclose(built.rotary_pos_emb.inv_freq, expected)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_megatron_core_takes_the_exported_layout(model, cluster, mcore, tmp_path):
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    for interleave in (1, 2):
+        plan = typed_plan(model, cluster, interleave=interleave)
+        a = export_megatron(plan, tmp_path)
+        pp = int(a["--pipeline-model-parallel-size"])
+        planned = [sum(1 for i in range(*s.layers) if plan.model.layers[i].kind == "decoder") for s in plan.stages]
+        if "--pipeline-model-parallel-layout" not in a:  # an even split: Megatron's own
+            per_chunk = int(a.get("--num-layers-per-virtual-pipeline-stage") or int(a["--num-layers"]) // pp)
+            assert planned == [per_chunk] * len(planned) and per_chunk * pp * interleave == int(a["--num-layers"])
+            continue
+        layout = PipelineParallelLayerLayout(a["--pipeline-model-parallel-layout"], pp)
+        layout.validate_layer_layout(num_layers=int(a["--num-layers"]), mtp_num_layers=None)
+        assert layout.virtual_pipeline_model_parallel_size == interleave
+        for k, count in enumerate(planned):  # chunk k: virtual stage k // pp of pipeline rank k % pp
+            assert layout.layout[k % pp][k // pp].count(LayerType.decoder) == count
+        assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[pp - 1][-1]
+        built, _ = megatron_model(a, plan.model.config.vocab)
+        assert sum(p.numel() for p in built.parameters()) == plan.model.params
+
+
+def test_megatron_flags_map_to_the_model_of_the_config(mcore, tmp_path):
+    """Llama 3 builds with rotary base 500000 (Megatron's default is 10000), eps 1e-5, untied."""
+    plan = typed_plan("llama-3-8b", "dgx-a100")
+    a = export_megatron(plan, tmp_path)
+    built, _ = megatron_model(a, plan.model.config.vocab)
+    assert built.config.layernorm_epsilon == 1e-5 and not built.share_embeddings_and_output_weights
+    import torch
+
+    dim = int(a["--kv-channels"])
+    expected = 1.0 / (500000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    assert torch.allclose(built.rotary_pos_emb.inv_freq, expected)  # built on the CPU, not meta
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_torchtitan_builds_the_exported_flavour(name, tmp_path):
+    require("torchtitan", REQUIRE)
+    import tomllib
+
+    import torch
+    import torchtitan.models.llama3 as titan
+    from torchtitan.models.llama3.model.model import Transformer
+
+    plan = typed_plan(name, "dgx-a100", "torchtitan", zero=3)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = invoke("export", path, "--to", "torchtitan")
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
+    cfg = tomllib.loads(result.stdout)
+    args = titan.llama3_args[cfg["model"]["flavor"]]
+    with torch.device("meta"):
+        built = Transformer(args)
+    assert sum(p.numel() for p in built.parameters()) == plan.model.params
+    assert (args.rope_theta, args.norm_eps) == (500000, 1e-5)
