@@ -32,6 +32,7 @@ from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
+from . import fp8 as fp8_cost
 
 
 def _where(cond, a, b):
@@ -58,15 +59,20 @@ def _maximum(a, b):
 # --- one layer ------------------------------------------------------------------------------
 
 
-def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention") -> float:
+def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "") -> float:
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
-    selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample."""
+    selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample.
+    Under fp8 a runtime that saves fp8 linear inputs keeps those at 1 byte (fp8.saved_input_saving)."""
+    fp8_saving = 0.0
+    if sh.dtype == "fp8" and fp8_recipe and fp8_cost.RECIPES[fp8_recipe].saves_fp8_inputs:
+        fp8_saving = fp8_cost.saved_input_saving(layer, sh.seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
+                                                 sh.dtype_bytes)
     if sh.recompute == "selective" and selective == "op":
         return layer.op_sac_act_bytes_per_sample(sh.seq_len, sh.tp, sh.sequence_parallel,
                                                  sh.dtype_bytes) * sh.micro_batch
-    return layer.act_bytes_per_sample(sh.seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
-                                      sh.dtype_bytes) * sh.micro_batch
+    return (layer.act_bytes_per_sample(sh.seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+                                       sh.dtype_bytes) - fp8_saving) * sh.micro_batch
 
 
 def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
@@ -103,7 +109,7 @@ class LayerPrice:
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
     t = layer_time(layer, gpu, sh, tp_link, p)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
+                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
                       transient_activation_bytes(layer, sh), layer.weight_params)
 
 
@@ -289,6 +295,10 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
     weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
+    # the runtime's cached fp8 weight copies, not sharded by ZeRO (counted for all the span's weights:
+    # an upper bound, the embedding and norms have none)
+    if dtype == "fp8" and p.fp8_recipe:
+        weights = weights + span.weight_params * fp8_cost.RECIPES[p.fp8_recipe].weight_cache_bytes
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 

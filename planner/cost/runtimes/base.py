@@ -30,6 +30,7 @@ class Runtime:
     bf16_fp32_grad_allreduce: bool = False  # under bf16 its DP reduction all-reduces fp32 gradients
     selective_recompute: str = "attention"  # what its selective checkpointing recomputes (CostParams)
     overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
+    fp8_recipe: str = ""  # how it runs fp8 linears (planner.cost.fp8.RECIPES); "": no fp8 path
 
     def params(self, base: CostParams) -> CostParams:
         """`base` (already carrying the GPU architecture's figures) under this software."""
@@ -41,4 +42,4 @@ class Runtime:
                                  layer_overhead_s=self.layer_overhead_s,
                                  bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
                                  selective_recompute=self.selective_recompute,
-                                 overlap_zero_comm=self.overlap_zero_comm)
+                                 overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe)

@@ -13,4 +13,7 @@ RUNTIME = Runtime(
     name="megatron", title="Megatron-LM (megatron-core)",
     overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
     elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+    # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
+    # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
+    fp8_recipe="te-delayed",
     source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")

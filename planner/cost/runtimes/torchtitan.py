@@ -18,4 +18,7 @@ RUNTIME = Runtime(
     # its selective activation checkpointing is per-op (selective_ac_option = 'op', the
     # train_configs default; the planner's torchtitan export writes it)
     selective_recompute="op",
+    # model.converters = ["float8"]: torchao float8 linears, dynamic tensorwise scaling by default
+    # (torchtitan/components/quantization/float8.py)
+    fp8_recipe="torchao-tensorwise",
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
