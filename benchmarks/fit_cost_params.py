@@ -37,6 +37,8 @@ FREE = {
     "deepspeed.layer_overhead_s": ((0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 6e-3),
                                    {"amp-t4", "sailor-mit", "sailor-gh200", "bloom"}),
     "hopper.gemm_efficiency": ((0.45, 0.5, 0.55, 0.6, 0.65, 0.72), {"sailor-gh200", "torchtitan"}),
+    # fp8 GEMMs on Hopper: Transformer Engine (NeMo's DGX H100 runs) and torchao float8 (torchtitan's)
+    "hopper.fp8_gemm_efficiency": ((0.45, 0.5, 0.55, 0.575, 0.6, 0.625, 0.65), {"nemo", "torchtitan"}),
     "eager.elementwise_traffic_factor": ((1.0, 1.5, 2.0, 3.0, 4.0), {"torchtitan", "llm-foundry"}),
     "eager.layer_overhead_s": ((0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3), {"torchtitan", "llm-foundry"}),
     # FSDP2 (torchtitan) and FSDP1 (llm-foundry) alike prefetch their all-gathers

@@ -63,10 +63,11 @@ class CostParams:
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
     # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
     selective_recompute: str = "attention"
-    # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches (the
-    # architecture's; fitted on Hopper, benchmarks/fit_cost_params.py), and the runtime's recipe
-    # (planner.cost.fp8.RECIPES; "" = the runtime has no fp8 path)
-    fp8_gemm_efficiency: float = 0.40
+    # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches, the
+    # architecture's (planner.cost.architectures); None: its bf16 gemm_efficiency (on Hopper,
+    # the one architecture with published fp8 runs, the two fits agree: 0.55), and the
+    # runtime's recipe (planner.cost.fp8.RECIPES; "" = the runtime has no fp8 path)
+    fp8_gemm_efficiency: float | None = None
     fp8_recipe: str = ""
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
@@ -224,7 +225,8 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
         rows = b * g.rows
         if recipe is not None:
             shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
-            rate = fp8_cost.gemm_flops_per_s(gpu, params.fp8_gemm_efficiency, shape)
+            fp8_eff = params.gemm_efficiency if params.fp8_gemm_efficiency is None else params.fp8_gemm_efficiency
+            rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape)
             fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe)
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
