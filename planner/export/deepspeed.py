@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries, uniform_form
