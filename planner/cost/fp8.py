@@ -104,6 +104,14 @@ def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe)
     return fwd, bwd
 
 
+def weight_cache_bytes(layer: Layer, dtype: str, recipe: str) -> float:
+    """Bytes of fp8 weight copies a runtime keeps for `layer` between micro-batches (whole
+    layer, not divided by TP): its decoder GEMM weights x Fp8Recipe.weight_cache_bytes."""
+    if dtype != "fp8" or not recipe or layer.kind != "decoder":
+        return 0.0
+    return layer.weight_params * RECIPES[recipe].weight_cache_bytes
+
+
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,
                        dtype_bytes: int) -> float:
     """Bytes per sample a runtime that saves fp8 linear inputs (Fp8Recipe.saves_fp8_inputs)
@@ -120,4 +128,4 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
 
 
 __all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "cast_bytes", "check_fp8", "gemm_flops_per_s", "has_fp8",
-           "saved_input_saving"]
+           "saved_input_saving", "weight_cache_bytes"]

@@ -103,6 +103,7 @@ class LayerPrice:
     act_bytes: float  # saved for the backward
     transient_bytes: float  # full recomputation's working set while this layer's backward runs
     weight_params: int  # of the whole layer (not divided by tp)
+    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
 
 
 @lru_cache(maxsize=65536)
@@ -110,7 +111,8 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
     t = layer_time(layer, gpu, sh, tp_link, p)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
-                      transient_activation_bytes(layer, sh), layer.weight_params)
+                      transient_activation_bytes(layer, sh), layer.weight_params,
+                      fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe))
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -161,6 +163,8 @@ class SpanPrice:
     weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
                            "(StageDims.weight_share).", per_gpu=True)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
+    fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
+                             "(fp8.weight_cache_bytes).", per_gpu=True)
 
     @property
     def transient_bytes(self):
@@ -295,10 +299,7 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
     weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
-    # the runtime's cached fp8 weight copies, not sharded by ZeRO (counted for all the span's weights:
-    # an upper bound, the embedding and norms have none)
-    if dtype == "fp8" and p.fp8_recipe:
-        weights = weights + span.weight_params * fp8_cost.RECIPES[p.fp8_recipe].weight_cache_bytes
+    weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 
