@@ -49,7 +49,8 @@ ASSUMPTIONS = {
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
-                   "train_configs default), as the torchtitan runtime prices it."),
+                   "train_configs default), as the torchtitan runtime prices it; runs with float8 linears "
+                   "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped)."),
     "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
               "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
               "100 Gb/s links per node, no dropout, ALiBi (a GPT with a 2048 position table)."),

@@ -18,6 +18,14 @@ link.ethernet_link_efficiency 0.3. Leave-one-source-out (`python benchmarks/fide
 median 14.9 %, max 51.7 % (without amp-t4 27.2 %, bloom 7.8 %, llm-foundry 12.8 %,
 sailor-gh200 13.3 %, sailor-mit 30.5 %, torchtitan 6.3 %). Every parameter is priced by at least
 two sources, so each fold fits it on the rest.
+
+fp8 (planner.cost.fp8): hopper.fp8_gemm_efficiency 0.55, the minimum of this loss over its grid
+on the nemo and torchtitan runs with every other parameter at the values above (0.50: 0.1606,
+0.55: 0.1555, 0.575: 0.1596, 0.60: 0.1645). A full refit from the grid starts, now that the
+torchtitan source includes its float8 runs, lands at hopper.gemm_efficiency 0.5,
+hopper.fp8_gemm_efficiency 0.6 and eager.layer_overhead_s 0 (the rest unchanged); the pinned
+values were kept so that no bf16 run moves. Leave-one-source-out with fp8
+(`python benchmarks/fidelity.py --loso`): see the README's fidelity section.
 """
 
 from __future__ import annotations
