@@ -119,3 +119,11 @@ def test_fp8_plan_json_loads_back(tmp_path, fp8_plan):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(plan_to_json(fp8_plan)))
     assert load_plan_file(str(path), memory=False).training.dtype == "fp8"
+
+
+def test_show_prices_an_fp8_plan_under_its_runtime(tmp_path, fp8_plan):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan_to_json(fp8_plan)))
+    result = invoke("show", str(path))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "fp8" in result.stdout

@@ -219,7 +219,7 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     # Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
     # and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
     fp8 = dtype == "fp8" and layer.kind == "decoder"
-    recipe = fp8_cost.RECIPES[params.fp8_recipe] if fp8 else None
+    recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
     gemm_times, cast_fwd_bytes, cast_bwd_bytes = [], 0.0, 0.0
     for g in layer.gemms(seq_len, tp):
         rows = b * g.rows

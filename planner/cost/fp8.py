@@ -73,6 +73,14 @@ RECIPES: dict[str, Fp8Recipe] = {
 }
 
 
+def recipe_of(name: str) -> Fp8Recipe:
+    """The recipe `name` (CostParams.fp8_recipe); "" is a runtime without fp8: bad input."""
+    if name not in RECIPES:
+        raise BadInput("fp8 is priced only under a runtime with an fp8 path (megatron: Transformer Engine, "
+                       "torchtitan: torchao float8)", "--dtype")
+    return RECIPES[name]
+
+
 def has_fp8(gpu: GpuSpec) -> bool:
     """fp8 tensor cores: an fp8 architecture with an fp8 peak in the catalog."""
     return gpu.architecture in FP8_ARCHITECTURES and gpu.supports("fp8")
@@ -128,4 +136,4 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
 
 
 __all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "cast_bytes", "check_fp8", "gemm_flops_per_s", "has_fp8",
-           "saved_input_saving", "weight_cache_bytes"]
+           "recipe_of", "saved_input_saving", "weight_cache_bytes"]
