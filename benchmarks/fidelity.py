@@ -157,7 +157,8 @@ def price(c: Case, overrides: dict | None = None) -> dict:
     predicted = c.read(est)
     return {"source": c.source, "runtime": c.runtime, "run": c.id, "metric": c.metric,
             "metric_kind": "time" if c.metric == "iteration_time" else "throughput",
-            "published": c.published, "predicted": predicted, "fits": est.fits, "chosen": ""}
+            "published": c.published, "predicted": predicted, "fits": est.fits, "chosen": "",
+            "dtype": c.plan.training.dtype}
 
 
 _CASES: list[Case] = []

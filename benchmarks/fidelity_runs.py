@@ -20,6 +20,7 @@ from planner.inputs.hardware import Cluster
 from planner.inputs.hardware import cluster_from_spec as _cluster_from_spec
 from planner.inputs.model import Model, build_layers, config_from_hf, load_model
 from planner.plan import Plan, Replica, Stage, Training, uniform_plan
+from planner.schedules import search_schedule
 
 MEASURED = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "measured-runs.yaml"
 
@@ -48,13 +49,24 @@ ASSUMPTIONS = {
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
-                   "train_configs default), as the torchtitan runtime prices it."),
+                   "train_configs default), as the torchtitan runtime prices it; runs with float8 linears "
+                   "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped)."),
     "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
               "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
               "100 Gb/s links per node, no dropout, ALiBi (a GPT with a 2048 position table)."),
-    "nemo": ("megatron", "NeMo 24.07 H100 tables: every run is fp8."),
+    "nemo": ("megatron", "NeMo 24.07 DGX-H100 performance tables (NeMo docs/source/performance/"
+             "performance_summary.md): Megatron-Core with Transformer Engine fp8 (hybrid, delayed scaling), "
+             "the model dimensions of the NeMo-Framework-Launcher recipes (conf/training/gpt3/{5b,20b,175b}: "
+             "GPT-3 with learned positions, GeLU, vocab 50304; conf/training/nemotron/{8b,22b,340b}: RoPE, "
+             "squared-ReLU MLP, untied 256k vocab; the Llama 2 catalog configs), flash attention, "
+             "sequence parallel with TP, the distributed optimizer (ZeRO-1), no recomputation (the recipes "
+             "set none), no dropout, the interleaved schedule with the table's VP, the catalog DGX H100 links; "
+             "the two Llama 3 runs use context parallelism and stay skipped."),
     "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
 }
+
+# the sources whose fp8 runs are priced (planner.cost.fp8: their runtimes' fp8 recipes)
+FP8_SOURCES = ("torchtitan", "nemo")
 
 # the MIT runs' unstated recompute setting (see ASSUMPTIONS["sailor-mit"] and fidelity.py --memory)
 SAILOR_MIT_RECOMPUTE = "selective"
@@ -136,8 +148,10 @@ def _cluster(gpu: str, gpus: int, per_node: int, intra: dict | None = None, inte
 
 def skip_reason(run: dict, source: str) -> str:
     p, precision = run["parallel"], str(run["precision"]).lower()
-    if "fp8" in precision or "float8" in precision:
-        return "fp8 (not modelled yet)"
+    if source not in FP8_SOURCES and ("fp8" in precision or "float8" in precision):
+        return "fp8 (not modelled for this source)"
+    if "rowwise" in precision:
+        return "float8 rowwise scaling (not modelled)"
     if (p.get("ep") or 1) > 1:
         return "expert parallelism"
     if not isinstance(p.get("tp"), int):
@@ -146,11 +160,17 @@ def skip_reason(run: dict, source: str) -> str:
         return "source flags the value as suspect"
     if "torchcompile" in run["id"]:
         return "torch.compile (not modelled)"
-    if p.get("async_tp"):
+    if p.get("async_tp") or run["id"].lower().endswith("-asynctp"):
         return "async TP (not modelled)"
     if "selective layer" in str(run["recompute"]) or run["id"].endswith("selectivelayer"):
         return "every-other-layer checkpointing"
     return ""
+
+
+def _dtype(run: dict, default: str = "bf16") -> str:
+    """fp8 where the run's precision names fp8 or float8 linears, else `default`."""
+    precision = str(run["precision"]).lower()
+    return "fp8" if "fp8" in precision or "float8" in precision else default
 
 
 def _read(metric: str, tokens_per_step: float, gpus: int) -> Callable:
@@ -245,7 +265,7 @@ def _titan(run: dict) -> Plan:
     recompute = "full" if rc.startswith("full") else "selective" if rc.startswith("selective") else "none"
     dp = p["dp_shard"]
     mb = run["micro_batch"]
-    training = Training(mb * dp, run["seq_len"] or 8192, "bf16", mb, "1f1b", 1, "flash")
+    training = Training(mb * dp, run["seq_len"] or 8192, _dtype(run), mb, "1f1b", 1, "flash")
     # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
     # the local batch is per dp_shard rank, the cp ranks share its sequences
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
@@ -263,8 +283,42 @@ def _bloom(run: dict) -> Plan:
 
 _load_model = lru_cache(maxsize=None)(load_model)
 
+# NeMo-Framework-Launcher recipes (launcher_scripts/conf/training/): layers, hidden, FFN, heads, KV heads
+NEMO_MODELS = {"gpt3-5b": (24, 4096, 16384, 32, 32), "gpt3-20b": (44, 6144, 24576, 48, 48),
+               "gpt3-175b": (96, 12288, 49152, 96, 96), "nemotron-8b": (32, 4096, 16384, 32, 32),
+               "nemotron-22b": (40, 6144, 24576, 48, 48), "nemotron-340b": (96, 18432, 73728, 96, 8)}
+
+
+@lru_cache(maxsize=None)
+def _nemo_model(name: str, seq_len: int) -> Model:
+    if name.startswith("llama2"):
+        return _load_model(name.replace("llama2", "llama-2"))
+    layers, hidden, ffn, heads, kv = NEMO_MODELS[name]
+    if name.startswith("gpt3"):
+        config = {"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers, "vocab_size": 50304,
+                  "n_positions": seq_len, "n_inner": ffn, "resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.0}
+    else:  # Nemotron: a GPT-NeoX-shaped block (RoPE, LayerNorm, one-matrix MLP), untied embeddings
+        config = {"model_type": "gpt_neox", "hidden_size": hidden, "num_attention_heads": heads,
+                  "num_key_value_heads": kv, "num_hidden_layers": layers, "intermediate_size": ffn,
+                  "vocab_size": 256000, "max_position_embeddings": seq_len, "tie_word_embeddings": False}
+    c = config_from_hf(config, name, "measured-runs")
+    return Model(c.name, c, build_layers(c), raw=config)
+
+
+def _nemo(run: dict) -> Plan:
+    p = run["parallel"]
+    model = _nemo_model(run["model"]["name"].lower(), run["seq_len"])
+    gpus = run["hardware"]["total_gpus"]
+    cluster = cluster_from_spec(_cluster("H100-SXM5-80GB", gpus, 8), "nemo")
+    vp = p.get("vp") or 1
+    dp = gpus // (p["tp"] * p["pp"])
+    schedule = search_schedule(vp).name
+    training = Training(run["global_batch"], run["seq_len"], _dtype(run), run["micro_batch"], schedule, vp, "flash")
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=1, recompute="none",
+                        sequence_parallel=p["tp"] > 1)
+
 BUILDERS = {"amp-t4": _amp, "sailor-mit": _sailor, "sailor-gh200": _sailor, "llm-foundry": _foundry,
-            "torchtitan": _titan, "bloom": _bloom}
+            "torchtitan": _titan, "bloom": _bloom, "nemo": _nemo}
 
 
 def load_runs(path: Path = MEASURED) -> list[dict]:

@@ -91,7 +91,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         require(v, "--virtual-stages")
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
-    dtype = resolve_dtype(cluster, request.dtype)
+    dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime)
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
@@ -200,7 +200,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput(f"the {schedule.name} schedule needs --pp >= {schedule.min_pp}", "--schedule")
     model = _model(r.model)
     cluster = _cluster(r.cluster)
-    dtype = resolve_dtype(cluster, r.dtype)
+    dtype = resolve_dtype(cluster, r.dtype, r.runtime)
     if model.config is not None and model.config.num_heads % r.tp:
         raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
     if not isinstance(r.cp, int) or isinstance(r.cp, bool) or r.cp < 1:

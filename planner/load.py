@@ -40,10 +40,18 @@ def input_files(*names: str | Iterable[str] | None) -> list[str]:
     return [n.partition("=")[2] if "=" in n and not os.path.exists(n) else n for n in input_paths(*names)]
 
 
-def resolve_dtype(cluster: Cluster, dtype: str | None) -> str:
-    """bf16 where every GPU supports it, else fp16; an explicit dtype some GPU lacks is bad input."""
+def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = None) -> str:
+    """bf16 where every GPU supports it, else fp16; an explicit dtype some GPU lacks is bad input.
+    fp8 needs fp8 tensor cores on every GPU and a `runtime` with an fp8 path (planner.cost.fp8)."""
     if dtype is None:
         return cluster.common_dtype()
+    if dtype == "fp8":
+        from .cost.fp8 import check_fp8
+        from .cost.runtimes import get_runtime
+
+        name = runtime or "megatron"
+        check_fp8(cluster.gpu_types, name, get_runtime(name).fp8_recipe)
+        return dtype
     missing = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
     if missing:
         raise BadInput(f"{', '.join(missing)} has no {dtype} support", "--dtype")

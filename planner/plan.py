@@ -222,7 +222,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     cluster = cluster_from_spec(spec, f"{where}: cluster.spec")
     tr = data["training"]
     dtype = tr.get("dtype")
-    if dtype not in ("fp32", "fp16", "bf16"):
+    if dtype not in ("fp32", "fp16", "bf16", "fp8"):
         raise BadInput(f"unknown dtype {dtype!r}", where, "training.dtype")
     lacking = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
     if lacking:

@@ -16,8 +16,9 @@ def common_options(func: Callable) -> Callable:
         click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
         click.option("--global-batch", type=int, help="Sequences per optimizer step."),
         click.option("--seq-len", type=int, help="Tokens per sequence."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-                     help="Training dtype [default: bf16 if every GPU has it, else fp16]."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
+                     help="Training dtype [default: bf16 if every GPU has it, else fp16]; fp8: the decoder "
+                          "GEMMs in fp8 (Ada, Hopper, Blackwell, MI300X; runtimes megatron, torchtitan)."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
     ]

@@ -20,6 +20,7 @@ from ..inputs.measured import MeasuredTimes
 from ..core.dims import StageDims, zero_divisors
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
+from . import fp8 as fp8_cost
 
 # Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
 # weights, 2 of 16-bit gradients and K = 12 of fp32 master weights, momentum and variance.
@@ -62,6 +63,12 @@ class CostParams:
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
     # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
     selective_recompute: str = "attention"
+    # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches, the
+    # architecture's (planner.cost.architectures); None: its bf16 gemm_efficiency (on Hopper,
+    # the one architecture with published fp8 runs, the two fits agree: 0.55), and the
+    # runtime's recipe (planner.cost.fp8.RECIPES; "" = the runtime has no fp8 path)
+    fp8_gemm_efficiency: float | None = None
+    fp8_recipe: str = ""
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -84,9 +91,12 @@ def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> floa
 def matmul_peak(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
     """Peak FLOP/s of the GEMMs: fp32 training runs them on TF32 tensor cores where the
     software allows it (NGC PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;
-    upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them."""
+    upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them.
+    fp8 training runs all but the decoder GEMMs in bf16 (planner.cost.fp8): the bf16 peak here."""
     if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32"):
         return gpu.peak("tf32")
+    if dtype == "fp8":
+        return gpu.peak("bf16")
     return gpu.peak(dtype)
 
 
@@ -230,10 +240,22 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
 
     # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
     # (Narayanan et al. 2021, sec 5.1).
-    gemm_times = []
+    # Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
+    # and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
+    fp8 = dtype == "fp8" and layer.kind == "decoder"
+    recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
+    gemm_times, cast_fwd_bytes, cast_bwd_bytes = [], 0.0, 0.0
     for g in layer.gemms(seq_len, tp):
         rows = b * g.rows
-        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params)))
+        if recipe is not None:
+            shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
+            fp8_eff = params.gemm_efficiency if params.fp8_gemm_efficiency is None else params.fp8_gemm_efficiency
+            rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape)
+            fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe)
+            cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
+        else:
+            rate = peak * gemm_efficiency(rows, g.n, g.k, params)
+        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / rate)
     gemm_fwd = sum(gemm_times)
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
@@ -244,8 +266,9 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     # Backward elementwise kernels read the saved tensor and the incoming gradient and write
     # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
-    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + params.layer_overhead_s / 3
-    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + 2 * params.layer_overhead_s / 3
+    cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
+    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
 
     # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
     # repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
@@ -254,7 +277,8 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     if recompute == "full":
         recompute_s = fwd
     elif recompute == "selective" and params.selective_recompute == "op":
-        recompute_s = (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + params.layer_overhead_s / 3
+        recompute_s = (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + cast_fwd / 2
+                       + params.layer_overhead_s / 3
                        if layer.kind == "decoder" else 0.0)
     elif recompute == "selective" and attention == "standard":
         recompute_s = attn_fwd + score_fwd

@@ -33,6 +33,7 @@ from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .context_parallel import cp_comm
 from .sharding import Sharding
+from . import fp8 as fp8_cost
 
 
 def _where(cond, a, b):
@@ -59,15 +60,20 @@ def _maximum(a, b):
 # --- one layer ------------------------------------------------------------------------------
 
 
-def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention") -> float:
+def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "") -> float:
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
-    selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample."""
+    selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample.
+    Under fp8 a runtime that saves fp8 linear inputs keeps those at 1 byte (fp8.saved_input_saving)."""
+    fp8_saving = 0.0
+    if sh.dtype == "fp8" and fp8_recipe and fp8_cost.RECIPES[fp8_recipe].saves_fp8_inputs:
+        fp8_saving = fp8_cost.saved_input_saving(layer, sh.local_seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
+                                                 sh.dtype_bytes)
     if sh.recompute == "selective" and selective == "op":
         return layer.op_sac_act_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel,
                                                  sh.dtype_bytes) * sh.micro_batch
-    return layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
-                                      sh.dtype_bytes) * sh.micro_batch
+    return (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+                                       sh.dtype_bytes) - fp8_saving) * sh.micro_batch
 
 
 def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
@@ -101,6 +107,7 @@ class LayerPrice:
     cp_comm_fwd_s: float = 0.0  # context-parallel communication attention does not hide (formulas.cp_comm)
     cp_comm_bwd_s: float = 0.0
     cp_comm_s: float = 0.0
+    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
 
 
 @lru_cache(maxsize=65536)
@@ -113,9 +120,9 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
         cp_fwd, cp_bwd = cp_comm(layer, sh, gpu, tp_link if cp_link is None else cp_link, p)
         time += cp_fwd + cp_bwd
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      time, saved_activation_bytes(layer, sh, p.selective_recompute),
+                      time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
                       transient_activation_bytes(layer, sh), layer.weight_params,
-                      cp_fwd, cp_bwd, cp_fwd + cp_bwd)
+                      cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe))
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -169,6 +176,8 @@ class SpanPrice:
     weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
                            "(StageDims.weight_share).", per_gpu=True)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
+    fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
+                             "(fp8.weight_cache_bytes).", per_gpu=True)
 
     @property
     def transient_bytes(self):
@@ -304,6 +313,7 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
     weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
+    weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 

@@ -41,6 +41,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "gradient_accumulation_steps": u.grad_accum,
         "zero_optimization": {"stage": zero},
     }
+    if u.dtype == "fp8":
+        raise BadInput("DeepSpeed's pipeline engine has no fp8 training path (no Transformer Engine or "
+                       "torchao float8 linears): export --to megatron or --to torchtitan, or plan in bf16",
+                       "--to deepspeed")
     if u.dtype == "bf16":
         config["bf16"] = {"enabled": True}
     elif u.dtype == "fp16":

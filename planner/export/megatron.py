@@ -168,6 +168,12 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     flags += _model_flags(plan, u.tp, warn)
     if u.dtype == "bf16":
         flags.append(("--bf16", None))
+    elif u.dtype == "fp8":
+        # Transformer Engine fp8 linears over bf16 parameters: HYBRID format (E4M3 forward, E5M2
+        # gradients), delayed scaling with TE's recipe defaults (amax history 1024, max),
+        # megatron/training/arguments.py --fp8-format / --fp8-amax-history-len / --fp8-amax-compute-algo
+        flags += [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-amax-history-len", 1024),
+                  ("--fp8-amax-compute-algo", "max")]
     elif u.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]

@@ -70,7 +70,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         warn(f"torchtitan has no fp16 mixed precision; exported {precision}"
              + ("" if bf16 else " (a GPU of the plan has no bf16: twice the activation memory)"))
     else:
-        precision = "bfloat16" if u.dtype == "bf16" else "float32"
+        precision = "bfloat16" if u.dtype in ("bf16", "fp8") else "float32"
     training = {"local_batch_size": u.global_batch // u.dp if u.pp > 1 else u.micro,
                 "global_batch_size": u.global_batch, "seq_len": seq_len,
                 "mixed_precision_param": precision}
@@ -115,8 +115,17 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     if u.recompute == "selective":
         ac["selective_ac_option"] = "op"
     job = {"dump_folder": "./outputs", "description": f"{plan.model.name} on {plan.cluster.name} (planner)"}
-    return {"job": job, "model": model, "training": training, "parallelism": par,
-            "activation_checkpoint": ac}, comments
+    sections = {"job": job, "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
+    if u.dtype == "fp8":
+        # torchao float8 linears (torchtitan 0.2: config/job_config.py Float8Linear under
+        # quantize.linear.float8; the converter "quantize.linear.float8"), dynamic tensorwise
+        # scaling as planner.cost.fp8 prices it; the LM head ("output") stays bf16
+        model["converters"] = ["quantize.linear.float8"]
+        sections["quantize"] = {"linear": {"float8": {
+            "enable_fsdp_float8_all_gather": u.dp > 1 and not ddp,
+            "precompute_float8_dynamic_scale_for_fsdp": u.dp > 1 and not ddp,
+            "recipe_name": "tensorwise", "filter_fqns": ["output"]}}}
+    return sections, comments
 
 
 def export_torchtitan(plan: Plan, warn: Warn) -> str:
@@ -139,10 +148,23 @@ def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
     return [f"--{name}.{key}={text}"] if text.startswith("-") else [f"--{name}.{key}", text]
 
 
+def _flat_sections(sections: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(dotted section name, its plain settings) for each section, nested ones included
+    ([quantize.linear.float8] -> "quantize.linear.float8", as tyro names its flags)."""
+    out = []
+    for name, values in sections.items():
+        dotted = f"{prefix}{name}"
+        plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
+        if plain:
+            out.append((dotted, plain))
+        out += _flat_sections({k: v for k, v in values.items() if isinstance(v, dict)}, dotted + ".")
+    return out
+
+
 def export_torchtitan_cli(plan: Plan, warn: Warn) -> str:
     sections, _ = titan_settings(plan, warn)
     args = []
-    for name, values in sections.items():
+    for name, values in _flat_sections(sections):
         for k, v in values.items():
             args += _titan_cli_args(name, k, v)
     return " ".join(map(shlex.quote, args)) + "\n"

@@ -15,7 +15,7 @@ GIB = 2**30
 GB = 1e9
 US = 1e-6
 TFLOPS = 1e12
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True)

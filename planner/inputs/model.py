@@ -26,7 +26,9 @@ from ..core.names import check_name
 MODELS_DIR = PROFILES_DIR / "models"
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("flash", "standard")
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+# fp8 training keeps bf16 activations, weights and gradients; only the decoder GEMMs' operands
+# are fp8 (planner.cost.fp8)
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
 MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps the math finite
 
 

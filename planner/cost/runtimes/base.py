@@ -40,6 +40,7 @@ class Runtime:
             return f"the {self.name} runtime has no context parallelism (use --runtime megatron or torchtitan)"
         return (f"the {self.name} runtime runs {' and '.join(self.context_parallel)} context parallelism, "
                 f"not {cp_kind}")
+    fp8_recipe: str = ""  # how it runs fp8 linears (planner.cost.fp8.RECIPES); "": no fp8 path
 
     def params(self, base: CostParams) -> CostParams:
         """`base` (already carrying the GPU architecture's figures) under this software."""
@@ -51,4 +52,4 @@ class Runtime:
                                  layer_overhead_s=self.layer_overhead_s,
                                  bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
                                  selective_recompute=self.selective_recompute,
-                                 overlap_zero_comm=self.overlap_zero_comm)
+                                 overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe)

@@ -16,4 +16,7 @@ RUNTIME = Runtime(
     # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
     # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
     context_parallel=("ring", "all-to-all"),
+    # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
+    # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
+    fp8_recipe="te-delayed",
     source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")

@@ -21,4 +21,7 @@ RUNTIME = Runtime(
     # parallelism.context_parallel_degree: ring attention through torch.distributed.tensor.experimental
     # context_parallel, causal load balancing (torchtitan docs/context_parallel)
     context_parallel=("ring",),
+    # model.converters = ["float8"]: torchao float8 linears, dynamic tensorwise scaling by default
+    # (torchtitan/components/quantization/float8.py)
+    fp8_recipe="torchao-tensorwise",
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")

@@ -1,0 +1,139 @@
+"""fp8 training (`--dtype fp8`): which GPUs and runtimes have it, and what it changes in a layer.
+
+Under fp8 the decoder blocks' linear layers (their weight GEMMs) run on the fp8 tensor cores;
+everything else stays in bf16: attention's softmax and batched matmuls, the norms and
+activations, the embedding and the LM head (Megatron/Transformer Engine keep the output layer
+in bf16; torchtitan's float8 converter skips `output` by default), the activations passed
+between layers, the gradients and the fp32 master weights and Adam states (Micikevicius et al.
+2022, "FP8 formats for deep learning", sec 4). So planner.inputs.model.DTYPE_BYTES counts fp8
+training as 2 bytes per element, and this module adds what fp8 changes:
+
+  gemm_s             a decoder GEMM at the fp8 peak times the architecture's fp8 GEMM efficiency;
+  cast_bytes         the HBM traffic of casting and scaling each GEMM input (the runtime's recipe);
+  saved_input_saving the activations a runtime that saves fp8 inputs for the backward does not keep;
+  weight_cache_bytes fp8 weight copies a runtime keeps between micro-batches.
+
+The runtime's recipe (planner.cost.runtimes: Runtime.fp8_recipe) names its scaling:
+Transformer Engine's delayed scaling (Megatron-LM) or torchao float8's dynamic tensorwise
+scaling (torchtitan); a runtime without fp8 is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..core.dims import StageDims
+from ..core.errors import BadInput
+from ..inputs.devices import GpuSpec
+from ..inputs.model import Layer
+
+# the architectures with fp8 tensor cores: NVIDIA Ada (4th-gen tensor cores), Hopper (H100
+# whitepaper, "FP8 Tensor Core"), Blackwell; AMD CDNA3 (MI300X data sheet, FP8 matrix)
+FP8_ARCHITECTURES = ("ada", "hopper", "blackwell", "cdna3")
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """How a runtime runs its fp8 linears (all figures per element of a GEMM operand)."""
+
+    name: str
+    title: str
+    # HBM bytes moved per element of an activation operand (forward input X, backward output
+    # gradient dY) to scale and cast it to fp8 (reads of the bf16 tensor, writes of fp8 copies)
+    act_cast_bytes: float
+    # HBM bytes per weight element per micro-batch to cast the weight (0: the fp8 copy is cached)
+    weight_cast_bytes: float
+    # resident fp8 copies of each weight element kept between micro-batches (bytes)
+    weight_cache_bytes: float
+    saves_fp8_inputs: bool  # the linear inputs saved for the backward are kept in fp8
+    source: str
+
+
+RECIPES: dict[str, Fp8Recipe] = {
+    # Transformer Engine, DelayedScaling (amax_history_len 1024, amax_compute_algo "max": the
+    # Megatron/TE defaults): the scale comes from the amax history, so one fused kernel reads the
+    # bf16 tensor (2 B), writes it in fp8 and its fp8 transpose for the other GEMM of the
+    # backward (1 + 1 B) and records the amax (transformer_engine/common/transpose/cast_transpose.cu);
+    # with is_first_microbatch the fp8 weight and its transpose are cast once per step and cached
+    # (transformer_engine/pytorch/module/linear.py), and Linear saves its fp8 input for the
+    # weight-gradient GEMM (linear.py: ctx.save_for_backward(inputmat_t, ...))
+    "te-delayed": Fp8Recipe("te-delayed", "Transformer Engine delayed scaling (HYBRID: E4M3 forward, E5M2 backward)",
+                            act_cast_bytes=4.0, weight_cast_bytes=0.0, weight_cache_bytes=2.0, saves_fp8_inputs=True,
+                            source="transformer_engine/pytorch/module/linear.py, common/transpose/cast_transpose.cu"),
+    # torchao float8, dynamic tensorwise scaling (Float8LinearConfig's default recipe): each
+    # operand is scaled by its own amax computed now, a reduction pass (read 2 B) before the cast
+    # (read 2 B, write 1 B), in the forward for X and W and in the backward for dY and again for
+    # W^T (torchao/float8/float8_linear.py: matmul_with_hp_or_float8_args saves the
+    # high-precision input and weight and re-casts them in the backward; no fp8 copies kept)
+    "torchao-tensorwise": Fp8Recipe("torchao-tensorwise", "torchao float8, dynamic tensorwise scaling",
+                                    act_cast_bytes=5.0, weight_cast_bytes=10.0, weight_cache_bytes=0.0,
+                                    saves_fp8_inputs=False,
+                                    source="torchao/float8/float8_linear.py, float8_scaling_utils.py"),
+}
+
+
+def recipe_of(name: str) -> Fp8Recipe:
+    """The recipe `name` (CostParams.fp8_recipe); "" is a runtime without fp8: bad input."""
+    if name not in RECIPES:
+        raise BadInput("fp8 is priced only under a runtime with an fp8 path (megatron: Transformer Engine, "
+                       "torchtitan: torchao float8)", "--dtype")
+    return RECIPES[name]
+
+
+def has_fp8(gpu: GpuSpec) -> bool:
+    """fp8 tensor cores: an fp8 architecture with an fp8 peak in the catalog."""
+    return gpu.architecture in FP8_ARCHITECTURES and gpu.supports("fp8")
+
+
+def check_fp8(gpus: Iterable[GpuSpec], runtime_name: str, recipe: str, field: str = "--dtype") -> None:
+    """Bad input unless every GPU has fp8 tensor cores and the runtime runs fp8 linears."""
+    lacking = [g for g in gpus if not has_fp8(g)]
+    if lacking:
+        names = ", ".join(f"{g.name} ({g.architecture or 'unknown architecture'})" for g in lacking)
+        raise BadInput(f"fp8 needs fp8 tensor cores (Ada, Hopper, Blackwell, MI300X); {names} has none", field)
+    if not recipe:
+        raise BadInput(f"runtime {runtime_name} has no fp8 training path (fp8 linears need Transformer Engine "
+                       "(--runtime megatron) or torchao float8 (--runtime torchtitan))", field)
+
+
+def gemm_flops_per_s(gpu: GpuSpec, fp8_efficiency: float, shape_factor: float) -> float:
+    """Achieved FLOP/s of an fp8 GEMM: the fp8 peak x the architecture's fp8 GEMM efficiency
+    (planner.cost.architectures) x the shape's saturation (formulas.gemm_efficiency's curve)."""
+    return gpu.peak("fp8") * fp8_efficiency * shape_factor
+
+
+def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe) -> tuple[float, float]:
+    """HBM bytes (forward, backward) of scaling and casting one GEMM's operands to fp8, per
+    micro-batch: the input X (rows x k) forward, the output gradient dY (rows x n) backward, the
+    weight (n x k) each pass where the recipe re-casts it (Fp8Recipe's figures)."""
+    fwd = count * (recipe.act_cast_bytes * rows * k + recipe.weight_cast_bytes / 2 * n * k)
+    bwd = count * (recipe.act_cast_bytes * rows * n + recipe.weight_cast_bytes / 2 * n * k)
+    return fwd, bwd
+
+
+def weight_cache_bytes(layer: Layer, dtype: str, recipe: str) -> float:
+    """Bytes of fp8 weight copies a runtime keeps for `layer` between micro-batches (whole
+    layer, not divided by TP): its decoder GEMM weights x Fp8Recipe.weight_cache_bytes."""
+    if dtype != "fp8" or not recipe or layer.kind != "decoder":
+        return 0.0
+    return layer.weight_params * RECIPES[recipe].weight_cache_bytes
+
+
+def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,
+                       dtype_bytes: int) -> float:
+    """Bytes per sample a runtime that saves fp8 linear inputs (Fp8Recipe.saves_fp8_inputs)
+    does not keep: the inputs of the QKV and MLP-in GEMMs (the norm outputs, s x h each), of the
+    attention output projection (s x o) and of the MLP-down GEMM (s x f), at 1 byte instead of
+    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). Dense decoder
+    blocks without full recomputation only (full recomputation keeps just the block input)."""
+    c = layer.config
+    if layer.kind != "decoder" or c is None or layer.blend or c.num_experts > 1 or c.mla is not None \
+            or recompute == "full":
+        return 0.0
+    s, h, per = seq_len, c.hidden, dtype_bytes - 1
+    return StageDims(tp, sequence_parallel).activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
+
+
+__all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "cast_bytes", "check_fp8", "gemm_flops_per_s", "has_fp8",
+           "recipe_of", "saved_input_saving", "weight_cache_bytes"]

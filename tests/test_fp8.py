@@ -1,0 +1,129 @@
+"""`--dtype fp8` (planner.cost.fp8): where it is allowed, what it costs, what plans and exports carry."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from planner.core.dims import StageDims
+from planner.cost.formulas import layer_time
+from planner.cost.pricing import saved_activation_bytes
+from planner.cost.runtimes import stack_params
+from planner.cost.sharding import Sharding
+from planner.export import export_deepspeed, export_megatron, export_torchtitan
+from planner.core.errors import BadInput
+from planner.inputs.hardware import cluster_from_spec, load_catalog
+from planner.inputs.model import load_model
+from planner.plan import Training, plan_to_json, uniform_plan
+
+from .conftest import assert_bad_input, invoke
+
+
+def _cluster_yaml(tmp_path, gpu: str, gpus: int = 8) -> str:
+    path = tmp_path / f"{gpu}.yaml"
+    path.write_text(f"name: c\nnode_groups:\n  - name: g\n    gpu: {gpu}\n    nodes: 1\n    gpus_per_node: {gpus}\n")
+    return str(path)
+
+
+def _decoder_time(dtype: str, runtime: str = "megatron") -> float:
+    gpu = load_catalog()["H100-SXM5-80GB"]
+    model = load_model("llama-3-8b")
+    decoder = next(layer for layer in model.layers if layer.kind == "decoder")
+    sh = Sharding(dtype, 8, 4096, "flash", StageDims(1), "none")
+    return layer_time(decoder, gpu, sh, gpu.intra_node, stack_params(gpu, runtime)).compute_s
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "torchtitan"])
+def test_fp8_decoder_is_faster_than_bf16_on_h100_but_not_twice(runtime):
+    bf16, fp8 = _decoder_time("bf16", runtime), _decoder_time("fp8", runtime)
+    # the GEMMs run at twice the peak; attention, elementwise kernels and the casts do not
+    assert 1.0 < bf16 / fp8 < 2.0, (bf16, fp8)
+
+
+def test_te_saves_fp8_linear_inputs_torchao_does_not():
+    model = load_model("llama-3-8b")
+    decoder = next(layer for layer in model.layers if layer.kind == "decoder")
+    bf16 = saved_activation_bytes(decoder, Sharding("bf16", 1, 4096, "flash", StageDims(1), "none"), "attention", "te-delayed")
+    fp8_sh = Sharding("fp8", 1, 4096, "flash", StageDims(1), "none")
+    te = saved_activation_bytes(decoder, fp8_sh, "attention", "te-delayed")
+    ao = saved_activation_bytes(decoder, fp8_sh, "attention", "torchao-tensorwise")
+    assert te < bf16 and ao == bf16
+
+
+def test_fp8_refused_on_a100_with_exit_2(tmp_path):
+    result = invoke("evaluate", "--model", "gpt2", "--cluster", _cluster_yaml(tmp_path, "A100-SXM4-80GB"),
+                    "--global-batch", "8", "--seq-len", "512", "--tp", "1", "--pp", "1", "--dp", "8",
+                    "--micro-batch", "1", "--dtype", "fp8", "--json")
+    assert_bad_input(result, "A100-SXM4-80GB", "fp8")
+
+
+def test_fp8_refused_under_deepspeed_runtime(tmp_path):
+    result = invoke("evaluate", "--model", "gpt2", "--cluster", _cluster_yaml(tmp_path, "H100-SXM5-80GB"),
+                    "--global-batch", "8", "--seq-len", "512", "--tp", "1", "--pp", "1", "--dp", "8",
+                    "--micro-batch", "1", "--dtype", "fp8", "--runtime", "deepspeed", "--json")
+    assert_bad_input(result, "deepspeed", "fp8")
+
+
+def test_fp8_catalog_peaks_only_on_fp8_architectures():
+    for gpu in load_catalog().values():
+        assert gpu.supports("fp8") == (gpu.architecture in ("ada", "hopper", "blackwell", "cdna3")), gpu.name
+        if gpu.supports("fp8"):
+            assert gpu.peak("fp8") == pytest.approx(2 * gpu.peak("bf16"), rel=0.02)  # L40S: 733 vs 2 x 362.05, gpu.name
+
+
+def test_plan_dtype_fp8_json_records_it(tmp_path):
+    out = tmp_path / "plan.json"
+    result = invoke("plan", "--model", "gpt2", "--cluster", _cluster_yaml(tmp_path, "H100-SXM5-80GB", 4),
+                    "--global-batch", "8", "--seq-len", "512", "--dtype", "fp8", "--micro-batch", "1",
+                    "-o", str(out))
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(out.read_text())
+    assert data["training"]["dtype"] == "fp8"
+    again = invoke("evaluate", "--plan", str(out), "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["step_time_s"] == pytest.approx(data["predicted"]["step_time_s"], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def fp8_plan():
+    cluster = cluster_from_spec({"name": "h", "node_groups": [{"name": "g", "gpu": "H100-SXM5-80GB", "nodes": 1,
+                                                                "gpus_per_node": 8}]}, "test")
+    return uniform_plan(load_model("llama-3-8b"), cluster, Training(64, 4096, "fp8", 1), tp=2, pp=1, dp=4,
+                        zero=1, sequence_parallel=True)
+
+
+def test_megatron_export_carries_fp8_hybrid(fp8_plan):
+    text = export_megatron(fp8_plan, lambda _: None)
+    for flag in ("--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"):
+        assert flag in text
+
+
+def test_torchtitan_export_carries_float8_converter(fp8_plan):
+    data = tomllib.loads(export_torchtitan(fp8_plan, lambda _: None))
+    assert data["model"]["converters"] == ["quantize.linear.float8"]
+    f8 = data["quantize"]["linear"]["float8"]
+    assert f8["recipe_name"] == "tensorwise" and f8["enable_fsdp_float8_all_gather"] is True
+    assert data["training"]["mixed_precision_param"] == "bfloat16"
+
+
+def test_deepspeed_export_refuses_fp8(fp8_plan):
+    with pytest.raises(BadInput, match="fp8"):
+        export_deepspeed(fp8_plan, lambda _: None)
+
+
+def test_fp8_plan_json_loads_back(tmp_path, fp8_plan):
+    from planner.verify.plan_checks import load_plan_file
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan_to_json(fp8_plan)))
+    assert load_plan_file(str(path), memory=False).training.dtype == "fp8"
+
+
+def test_show_prices_an_fp8_plan_under_its_runtime(tmp_path, fp8_plan):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan_to_json(fp8_plan)))
+    result = invoke("show", str(path))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "fp8" in result.stdout
