@@ -180,6 +180,7 @@ class PriceTables:
     stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
+    recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
 
 
 @dataclass
