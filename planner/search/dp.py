@@ -68,37 +68,48 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         layers[0][State(zeros, 0, first, first)] = start
     moves: list[Move] = []
     finals: dict[State, Cell] = {}
-    recipes: dict[int, tuple] = {}  # id(variant) -> (variant, its recipe under `bound`)
+    recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
     for placed in range(max_stages):
-        nxt: dict[State, Cell] = {}
         head = 1 if placed == 0 else 0
         front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
-        # states with the same successor (and first rank) see the same stage costs: relax
-        # each family from all of them at once, one row per state
-        batches: dict[tuple, dict[int, list]] = {}
+        # states with the same successor see the same stage costs (whatever their first
+        # rank): relax each family from all of them at once, one row per state
+        batches: dict[int, dict[int, list]] = {}
         for key in sorted(layers[placed]):
             cell = layers[placed][key]
-            used, successor, first = key.used, key.successor, key.first
+            used, successor = key.used, key.successor
             if not np.isfinite(cell.value[:items]).any():
                 continue
-            by_family = batches.setdefault((successor, first), {})
+            by_family = batches.setdefault(successor, {})
             for fid, new_used, sig in problem.transitions(used):
                 by_family.setdefault(fid, []).append((key, new_used, sig))
-        for (successor, first), by_family in sorted(batches.items()):
-            for fid, sources in sorted(by_family.items()):
+        # candidates per new state, in the order met: the first candidate reaching the least
+        # value at an item count is its parent there (as a strict-improvement scan would pick;
+        # a new state's candidates all share its first rank, so they are met in the order of
+        # (successor, family, has_emb, variant, source state))
+        offers: dict[State, list] = {}
+        for successor, by_family in sorted(batches.items()):
+            for fid, all_sources in sorted(by_family.items()):
                 if clock is not None:
                     clock.check()
-                values = np.stack([layers[placed][key].value for key, _, _ in sources])
-                sig = sources[0][2]
+                all_values = np.stack([layers[placed][key].value for key, _, _ in all_sources])
+                sig = all_sources[0][2]
                 for has_emb in front_choices:
-                    if ranks is not None and has_emb and sig != first:
-                        continue
+                    sources, values = all_sources, all_values
+                    if ranks is not None and has_emb:
+                        # the first rank must have the signature the search started from
+                        rows = [i for i, (key, _, _) in enumerate(all_sources) if key.first == sig]
+                        if not rows:
+                            continue
+                        sources, values = [all_sources[i] for i in rows], all_values[rows]
                     for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:
                             continue
-                        prepared = recipes.get(id(variant), False)
-                        if prepared is False:
-                            prepared = recipes[id(variant)] = (variant, recipe(variant, bound))
+                        ok = np.isfinite(variant.x) if bound == INF else variant.x <= bound
+                        recipe_key = (id(variant), ok.tobytes())
+                        prepared = recipes.get(recipe_key)
+                        if prepared is None:
+                            prepared = recipes[recipe_key] = (variant, recipe(variant, ok))
                         if prepared[1] is None:
                             continue
                         cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
@@ -106,20 +117,23 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                             continue
                         if cutoff < INF:
                             cands[cands + variant.x_min >= cutoff] = INF
-                        for row, (key, new_used, _) in enumerate(sources):
-                            cand = cands[row]
-                            if not np.isfinite(cand).any():
-                                continue
-                            new_key = State(new_used, placed + 1, sig, first)
-                            target = nxt.get(new_key)
-                            if target is None:
-                                target = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
-                                nxt[new_key] = target
-                            better = cand < target.value
-                            if better.any():
-                                moves.append(Move(key, fid, v_index, has_emb))
-                                np.copyto(target.value, cand, where=better)
-                                target.parent[better] = len(moves) - 1
+                        alive = np.isfinite(cands).any(axis=-1)
+                        for row in np.flatnonzero(alive):
+                            key, new_used, _ = sources[row]
+                            offers.setdefault(State(new_used, placed + 1, sig, key.first), []).append(
+                                (cands[row], key, fid, v_index, has_emb))
+        nxt: dict[State, Cell] = {}
+        for new_key, offered in offers.items():
+            stacked = np.stack([o[0] for o in offered])
+            winner = stacked.argmin(axis=0)
+            value = stacked[winner, np.arange(items + 1)]
+            parent = np.full(items + 1, -1, dtype=np.int64)
+            finite = np.isfinite(value)
+            for index in np.unique(winner[finite]):
+                _, key, fid, v_index, has_emb = offered[index]
+                moves.append(Move(key, fid, v_index, has_emb))
+                parent[finite & (winner == index)] = len(moves) - 1
+            nxt[new_key] = Cell(value, parent)
         for key, cell in nxt.items():
             if np.isfinite(cell.value[items]):
                 finals[key] = cell
@@ -160,10 +174,10 @@ class Recipe:
     general: tuple | None
 
 
-def recipe(variant: Variant, bound: float) -> Recipe | None:
-    tau, x = variant.tau, variant.x
-    # x is infinite where the variant has no config (Problem.family_cost)
-    ok = np.isfinite(x) if bound == INF else x <= bound
+def recipe(variant: Variant, ok: np.ndarray) -> Recipe | None:
+    """The recipe of a variant whose allowed block counts are `ok` (finite X <= the bound;
+    X is infinite where the variant has no config, Problem.family_cost)."""
+    tau = variant.tau
     if not ok.any():
         return None
     general = np.zeros(len(tau), dtype=bool)
@@ -192,7 +206,7 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
     where a block count is allowed when the stage's X is finite and <= bound. `value` is
     one state's array or a stack of states' (one row each); `prepared` is recipe(variant,
     bound) when the caller has it."""
-    prepared = prepared or recipe(variant, bound)
+    prepared = prepared or recipe(variant, np.isfinite(variant.x) if bound == INF else variant.x <= bound)
     if prepared is None:
         return None
     tau = variant.tau
@@ -224,9 +238,12 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
     if prepared.general is not None:
         lo, hi, tau_reversed = prepared.general
         padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
-        windows = np.lib.stride_tricks.sliding_window_view(padded, hi - lo + 1, axis=-1)
         rows = items - head
-        sums = (windows[..., :rows, :] + tau_reversed).min(axis=-1)
+        # windows[..., q, :] = padded[..., q:q + width] (a strided view, no copy)
+        step = padded.strides[-1]
+        windows = np.ndarray(lead + (rows, hi - lo + 1), padded.dtype, padded, 0,
+                             padded.strides[:-1] + (step, step))
+        sums = (windows + tau_reversed).min(axis=-1)
         cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums)
         cand[..., items] = INF
     return cand

@@ -139,6 +139,7 @@ class ProblemInputs:
     num_blocks: int
     microbatches: int  # per step, all replicas of a stage together
     blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
+    blocks_index: np.ndarray  # the same as integers
 
     @classmethod
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
@@ -151,7 +152,8 @@ class ProblemInputs:
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,
                    schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
                    parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
-                   num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float))
+                   num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float),
+                   np.arange(num_blocks + 1))
 
 
 @dataclass(frozen=True)
@@ -180,11 +182,12 @@ class PriceTables:
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)
     caps: dict[tuple, tuple] = field(default_factory=dict)
     links: dict[tuple, Link] = field(default_factory=dict)
-    latencies: dict[tuple, tuple] = field(default_factory=dict)
+    stage_levels: dict[tuple, tuple] = field(default_factory=dict)  # (config, flags, link): costs by capping level
     stage: dict[tuple, StageCost] = field(default_factory=dict)
     stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
+    recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
 
 
 @dataclass

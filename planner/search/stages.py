@@ -297,56 +297,77 @@ class Problem:
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
                     ranks: int | None = None) -> list[StageCost]:
-        """stage_cost for several configurations at one position, the makespans of those
-        with the same replica counts computed in one vectorised call."""
+        """stage_cost for several configurations at one position. The position (and the
+        pipeline depth of an interleaved search) matters only through the in-flight count,
+        which matters only through which replica types' memory caps bind at each block count
+        (share_cap), so each (config, flags, link) is priced once, at every capping level
+        (`_price_levels`), and a position picks its level per block count."""
         inputs, tables = self.inputs, self.tables
         has_head = stage_from_end == 1
         in_flight = self.in_flight(stage_from_end, ranks)
         flags = (has_head, has_emb)
         out: list = [None] * len(cids)
-        pending: dict[tuple[int, ...], list] = {}
+        todo = []
         for index, cid in enumerate(cids):
             key = (cid, in_flight, has_head, has_emb, successor_id)
             cached = tables.stage.get(key)
             if cached is not None:
                 out[index] = cached
                 continue
+            todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
+        missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
+        if missing:
+            self._price_levels(list(dict.fromkeys(missing)))
+        for index, key, base_key in todo:
+            rooms, tau, x_levels, slope, split = tables.stage_levels[base_key]
+            # share_cap: a type's cap binds where its memory holds fewer than the in-flight
+            # micro-batches; the types capped at a block count are the ones with least room
+            level = (rooms < in_flight).sum(axis=0)
+            level_key = (base_key, level.tobytes())
+            cost = tables.stage_by_caps.get(level_key)
+            if cost is None:
+                x = x_levels[level, inputs.blocks_index]
+                cost = tables.stage_by_caps[level_key] = StageCost(tau, x, slope, float(x.min()), split)
+            tables.stage[key] = out[index] = cost
+        return out
+
+    def _price_levels(self, base_keys: list[tuple]) -> None:
+        """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
+        level j the j types with the least room at each block count take their memory caps,
+        the others are uncapped. The makespans of entries with the same replica counts are
+        computed in one vectorised call (elementwise, so the same as pricing each position)."""
+        inputs, tables = self.inputs, self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        for base_key in base_keys:
+            cid, flags, link = base_key
             types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
-            caps_entry = tables.caps.get((cid, flags, in_flight))
-            if caps_entry is None:
-                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-                caps_entry = tables.caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps))
-            caps, caps_bytes = caps_entry
-            # the in-flight count matters only through the caps, which are mostly the same for
-            # every position in the pipeline (memory to spare), and the successor only through
-            # the boundary link: price each distinct (caps, link) once
-            link = self.link(cid, successor_id)
-            caps_key = (cid, has_head, has_emb, link, caps_bytes)
-            cached = tables.stage_by_caps.get(caps_key)
-            if cached is not None:
-                tables.stage[key] = out[index] = cached
-                continue
-            counts = tuple(ta.count for ta in types)
-            pending.setdefault(counts, []).append((index, cid, key, caps_key, types, caps))
+            rooms = np.stack([ta.room[flags] for ta in types])
+            rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
+            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+            levels = len(types) + 1
+            caps = [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
+                    for g in range(len(types))]
+            pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps))
         for counts, items in pending.items():
-            all_times = [self.replica_times(types, flags, caps_key[3]) for _, _, _, caps_key, types, _ in items]
+            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
             self.state.evaluations += len(items)
             busy_all = min_makespan(inputs.microbatches, list(counts),
-                                    [np.stack([times[g] for times in all_times]) for g in range(len(counts))],
-                                    [np.stack([item[5][g] for item in items]) for g in range(len(counts))])
-            for row, ((index, cid, key, caps_key, types, _), times) in enumerate(zip(items, all_times)):
+                                    [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
+                                                     for times, item in zip(all_times, items)])
+                                     for g in range(len(counts))],
+                                    [np.concatenate([item[3][g] for item in items]) for g in range(len(counts))])
+            row = 0
+            for (base_key, types, rooms, caps), times in zip(items, all_times):
+                cid, flags, link = base_key
+                levels = len(types) + 1
+                busy = busy_all[row:row + levels]
+                row += levels
                 if inputs.chunked:
-                    latency_key = (cid, flags, caps_key[3])
-                    cached = tables.latencies.get(latency_key)
-                    if cached is None:
-                        cached = tables.latencies[latency_key] = chunk_latency(types, flags, caps_key[3], inputs.v,
-                                                                              inputs.num_blocks)
-                    latency, split = cached
+                    latency, split = chunk_latency(types, flags, link, inputs.v, inputs.num_blocks)
                 else:
                     latency, split = reduce(np.maximum, times), None
-                result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags)
-                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = result
-        return out
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
+                tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
 
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
@@ -374,8 +395,9 @@ class Problem:
             self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
         return self.tables.types_by_id[cid]
 
-    def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
-                busy: np.ndarray, flags: tuple[bool, bool]) -> StageCost:
+    def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
+                busy: np.ndarray, flags: tuple[bool, bool]) -> tuple[np.ndarray, float | None]:
+        """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine."""
         inputs = self.inputs
         has_head, has_emb = flags
         tau = latency
@@ -387,13 +409,13 @@ class Problem:
             x = busy + tail - tau
         x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
         if inputs.chunked:
-            x[:inputs.v] = INF  # every chunk holds at least one block
+            x[..., :inputs.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
-            x[0] = INF  # a stage holds at least one layer
+            x[..., 0] = INF  # a stage holds at least one layer
         slope = None
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
-        return StageCost(tau, x, slope, float(x.min()), split)
+        return x, slope
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
