@@ -36,6 +36,16 @@ the closed-form makespan (shares.min_makespan); the final plan's shares are solv
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
 
+Runtimes. The space is what the target runtime can run (planner.cost.runtimes.capability,
+SolverOptions.space, default Training.runtime): `any` is all of the above. A runtime with one
+TP and one DP degree for every stage (Megatron-LM, torchtitan, DeepSpeed) gets one search per
+(tp, dp, recompute, ZeRO) it allows, each with only those stage configurations and even batch
+shares (shares.even_makespan); a runtime that splits the blocks equally gets one search per
+pipeline depth P with every stage holding blocks / P. The union of these searches is the
+runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
+(planner.search.uniform) that the runtime can run are priced first: the faster of those and the
+search's plan is returned, so a plan is never slower than the best uniform configuration.
+
 Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
@@ -45,7 +55,8 @@ the full space, so such a search reports optimal=false with the gap to a lower b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import product
 from typing import Callable
 
 from .bound import compute_lower_bound_s
@@ -54,14 +65,15 @@ from .decompose import decompose
 from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
+from ..cost.runtimes.capability import Capability, capability, violations
 from ..inputs.hardware import GIB, Cluster
 from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_layer
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
 from ..schedules import search_schedule
-from .stages import INF, Problem, SolverOptions, share_cap
-from .uniform import UniformSpace, improving_uniform
+from .stages import INF, Problem, Restriction, SolverOptions, searched_recompute_modes, share_cap
+from .uniform import UniformSpace, improving_uniform, stages_on_whole_nodes
 
 __all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
 
@@ -113,12 +125,18 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         in_flight = problem.in_flight(c.from_end, c.ranks)
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
         caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
-        solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
-                                    [caps[t] for t in replica_type], problem.options.ilp)
-        if not solution.optimal:
-            raise RuntimeError("the share ILP did not prove optimality")
+        if problem.restriction.even_shares:
+            load = problem.microbatches // len(replicas_ranks)  # shares.even_makespan
+            assert load * len(replicas_ranks) == problem.microbatches and all(caps[t] >= load for t in replica_type)
+            shares = [load] * len(replicas_ranks)
+        else:
+            solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
+                                        [caps[t] for t in replica_type], problem.options.ilp)
+            if not solution.optimal:
+                raise RuntimeError("the share ILP did not prove optimality")
+            shares = solution.shares
         rank_replicas.append(tuple(Replica(d, n * b, ranks)
-                                   for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks))))
+                                   for d, (n, ranks) in enumerate(zip(shares, replicas_ranks))))
     stages = []
     first = 0
     pp = len(choices)
@@ -127,7 +145,7 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, c.config.tp > 1))
+                                rank_replicas[k], k, problem.restriction.sequence_parallel and c.config.tp > 1))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
@@ -157,8 +175,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     re-pricing of one plan) with the best plan found so far, or raises NoFeasiblePlan saying
     that none was found in time: the exact search stops at 3/4 of the limit, and the rest
     goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
-    `on_progress` is called about every quarter second."""
+    `on_progress` is called about every quarter second. The space is what the runtime
+    `options.space` (default base.runtime) can run (module docstring)."""
     clock = SearchClock(options.time_limit_s, on_progress)
+    space = options.space or base.runtime
+    cap = capability(space)
+    options = within(options, cap)
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
@@ -167,7 +189,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         raise _layer_too_big(floor, base)
     parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(_subproblems(model, base, sum(parts.counts), options))
+    subproblems = list(_subproblems(model, cluster, base, sum(parts.counts), options, cap))
     clock.subproblems_total = len(subproblems)
     best: tuple | None = None
     seed: tuple[Plan, Estimate] | None = None
@@ -175,21 +197,30 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     complete = True
     shortfall = None
     problem = None
-    plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
+    plain: dict[tuple, Problem] = {}  # the 1F1B problem per micro-batch and restriction, shared with interleaved ones
+    incumbent_s = INF  # the best uniform configuration off whole nodes (seed), which prunes the DP
 
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
-        for b, v, ranks in subproblems:
-            if problem is None or (problem.b, problem.v) != (b, v):
-                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock)
+        for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap, whole_nodes=False),
+                                      options.params_mapping(), clock,
+                                      lambda p: not _in_search_space(p) and not violations(p, space)):
+            incumbent_s = seed[1].step_time_s
+            clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
+        for b, v, ranks, restriction in subproblems:
+            if problem is None or (problem.b, problem.v, problem.restriction) != (b, v, restriction):
+                problem = Problem(model, cluster, base, b, parts, options, v, plain.get((b, restriction)), clock,
+                                  restriction)
                 if not problem.chunked:
-                    plain[b] = problem
+                    plain[(b, restriction)] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:
                 """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
                 nonlocal best
-                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock)
+                # ties within 1e-6 of the seed go to the search's plan
+                cutoff = min(INF if best is None else best[0], incumbent_s * (1 + 2e-6))
+                finals, layers, moves = run_dp(problem, bound, ranks, cutoff, clock)
                 if not finals:
                     return None
                 found = None
@@ -208,7 +239,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
             evaluations_before = problem.evaluations
             try:
-                found = explore(INF if best is None else best[0])
+                found = explore(min(INF if best is None else best[0], incumbent_s * (1 + 2e-6)))
                 # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found
                 # the least sum of latencies S for plans with X <= bound, and a plan p with that S.
                 # A plan with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S
@@ -217,7 +248,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                 while found is not None:
                     clock.check()
                     sum_tau, max_x = found
-                    bound = min(max_x, best[0] - sum_tau)
+                    bound = min(max_x, min(best[0], incumbent_s * (1 + 2e-6)) - sum_tau)
                     bound -= abs(bound) * 1e-12 + 1e-15
                     if bound <= 0:
                         break
@@ -234,9 +265,13 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     if not complete and 1 in options.virtual_stages:
         # cut short: the best uniform configuration of the space (1F1B, stages on whole nodes)
         # in the time left may beat what the exact search found so far, or be the only plan
+        previous = seed
         try:
-            for seed in improving_uniform(model, cluster, base, _uniform_space(options),
-                                          options.params_mapping(), clock):
+            for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap),
+                                          options.params_mapping(), clock, lambda p: not violations(p, space)):
+                if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
+                    seed = previous
+                    continue
                 clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
         except SearchTimeout:
             pass
@@ -264,34 +299,103 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())
 
 
-def _uniform_space(options: SolverOptions) -> UniformSpace:
-    """The uniform configurations inside the search space (module docstring): 1F1B, stages on
-    whole nodes, the options' degrees and modes, the most memory-frugal first (highest tp,
-    smallest micro-batch, full recompute, highest ZeRO stage), so a short time finds one that fits."""
+def within(options: SolverOptions, cap: Capability) -> SolverOptions:
+    """The options cut to what the runtime can run: its TP, recompute modes, ZeRO stages and
+    schedules (interleaving needs any layer split), one stage without pipelining. ZeRO-0 is
+    left out only where ZeRO-1, which dominates it, is allowed."""
+    allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
+    zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
+    if 0 in allowed_zero and 1 not in allowed_zero and 0 not in zeros:
+        zeros = (0,) + zeros
+    interleave = "interleaved" in cap.schedules and cap.layer_split == "any"
+    return replace(options,
+                   tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
+                   recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes),
+                   zero_stages=zeros,
+                   virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
+                   max_stages=options.max_stages if cap.pipeline else 1)
+
+
+def _in_search_space(plan: Plan) -> bool:
+    """Whether a uniform plan is one the exact search covers (1F1B, stages on whole nodes)."""
+    return plan.training.virtual_stages == 1 and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp)
+
+
+def _uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = True) -> UniformSpace:
+    """The uniform configurations of the runtime: the options' degrees and modes, the most
+    memory-frugal first (highest tp, smallest micro-batch, full recompute, highest ZeRO stage),
+    so a short time finds one that fits. `whole_nodes`: 1F1B, every stage on whole nodes (the
+    search space); else also stages on parts of nodes, interleaving and ZeRO-0."""
+    zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
     return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
                         micro_batches=tuple(sorted(options.micro_batches)),
                         recompute_modes=tuple(reversed(options.recompute_modes)),
-                        zero_stages=tuple(sorted(options.zero_stages, reverse=True)),
-                        virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
+                        zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
+                        max_stages=options.max_stages, whole_nodes=whole_nodes,
+                        sequence_parallel=cap.sequence_parallel)
 
 
-def _subproblems(model: Model, base: Training, nodes: int, options: SolverOptions):
-    """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
-    any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
-    since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
+def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
+                 b: int) -> list[Restriction]:
+    """The searches that together cover the runtime's space at micro-batch b (module docstring):
+    one free search for `any`; else one per (tp, dp, recompute, ZeRO) the runtime allows, and
+    per pipeline depth where it splits the blocks equally. Order: tp, dp, recompute, ZeRO, depth."""
+    sp = cap.sequence_parallel
+    even = not cap.uneven_shares
+    if not cap.uniform:
+        return [Restriction(even_shares=even, sequence_parallel=sp)]
+    heads = model.config.num_heads if model.config else 1
+    microbatches = base.global_batch // b
+    totals = {0}  # GPUs a stage on whole nodes can have
+    for g in cluster.groups:
+        totals = {t + k * g.gpus_per_node for t in totals for k in range(g.nodes + 1)}
+    modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
+    blocks = model.num_layers - 2
+    out = []
+    for tp in options.tp_degrees:
+        if heads % tp:
+            continue
+        for dp in sorted({t // tp for t in totals if t and t % tp == 0}):
+            if even and microbatches % dp:
+                continue
+            for mode, zero in product(modes if not cap.per_stage_recompute else (None,),
+                                      options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
+                most = options.max_stages
+                if zero is not None and zero not in cap.zero_stages_with_pp:
+                    most = 1
+                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most)
+                if cap.layer_split == "any":
+                    out.append(base_r)
+                    continue
+                for depth in range(1, min(most, blocks) + 1):
+                    if blocks % depth == 0:
+                        out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
+    return out
+
+
+def _subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
+                 cap: Capability):
+    """(micro-batch, virtual stages V, pipeline ranks, restriction) searched in turn: 1F1B
+    (V = 1) with any number of stages in one DP, interleaved with the number of ranks P fixed
+    per DP, since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches);
+    each once per restriction of the runtime (restrictions)."""
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
     schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
+    per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
     # 1F1B first: its best plan bounds the interleaved searches, which cost more
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
-                yield b, v, None
+                for r in per_b[b]:
+                    yield b, v, None, r
     for b in sizes:
         for v, schedule in schedules:
             if schedule.depth_dependent():
-                for ranks in range(schedule.min_pp, min(options.max_stages, nodes, blocks // v) + 1):
-                    yield b, v, ranks
+                for r in per_b[b]:
+                    most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
+                    for ranks in range(schedule.min_pp, min(most, nodes, blocks // v) + 1):
+                        yield b, v, ranks, r
 
 
 def _floor_text(floor: LayerFloor, base: Training) -> str:
