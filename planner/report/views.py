@@ -61,6 +61,23 @@ def print_plan(result, console: Console | None = None) -> None:
     status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
     console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
                   + (f"; searched on {result.decomposition}" if result.decomposition != "exact" else ""))
+    line = any_runtime_line(result)
+    if line:
+        console.print(line)
+
+
+def any_runtime_line(result) -> str | None:
+    """What `--runtime any` would gain over the plan's runtime (SearchResult.any_runtime_step_s)."""
+    if result.plan.training.runtime == "any":
+        return None
+    if result.any_runtime_step_s is None:
+        return f"--runtime any: {esc(result.any_runtime_note)}" if result.any_runtime_note else None
+    gain = result.any_runtime_gain()
+    if gain < 5e-4:
+        return (f"a runtime with uneven shares and per-stage TP would be no faster: this plan is optimal "
+                f"under --runtime any too")
+    return (f"a runtime with uneven shares and per-stage TP would be {gain:.1%} faster "
+            f"({result.any_runtime_step_s:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
 
 
 def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:

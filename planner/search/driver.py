@@ -75,7 +75,11 @@ from ..schedules import search_schedule
 from .stages import INF, Problem, Restriction, SolverOptions, searched_recompute_modes, share_cap
 from .uniform import UniformSpace, improving_uniform, stages_on_whole_nodes
 
-__all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+__all__ = ["NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+
+
+class NothingFaster(NoFeasiblePlan):
+    """The search was complete and found no plan faster than SolverOptions.upper_bound_s."""
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,26 @@ class SearchResult:
     bundles: int  # 1: the whole cluster searched node by node; else nodes in its largest part
     method: str = "dp+ilp"
     decomposition: str = "exact"  # planner.search.decompose.Decomposition.describe
+    # the same search under `--runtime any` (api.plan): its step time, or None with why not
+    any_runtime_step_s: float | None = None
+    any_runtime_note: str | None = None
 
     def solver_json(self) -> dict:
-        return {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
-                "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
-                "decomposition": self.decomposition,
-                "lower_bound_step_time_s": self.lower_bound_s}
+        out = {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
+               "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
+               "decomposition": self.decomposition,
+               "lower_bound_step_time_s": self.lower_bound_s}
+        if self.plan.training.runtime != "any":
+            out["any_runtime_step_s"] = self.any_runtime_step_s
+            if self.any_runtime_note:
+                out["any_runtime_note"] = self.any_runtime_note
+        return out
+
+    def any_runtime_gain(self) -> float | None:
+        """How much faster the `--runtime any` plan is (0.1 = 10 %), None when not known."""
+        if self.any_runtime_step_s is None:
+            return None
+        return max(0.0, 1.0 - self.any_runtime_step_s / self.estimate.step_time_s)
 
 
 def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
@@ -198,7 +216,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     shortfall = None
     problem = None
     plain: dict[tuple, Problem] = {}  # the 1F1B problem per micro-batch and restriction, shared with interleaved ones
-    incumbent_s = INF  # the best uniform configuration off whole nodes (seed), which prunes the DP
+    # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
+    incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
 
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
@@ -206,7 +225,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap, whole_nodes=False),
                                       options.params_mapping(), clock,
                                       lambda p: not _in_search_space(p) and not violations(p, space)):
-            incumbent_s = seed[1].step_time_s
+            incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction in subproblems:
             if problem is None or (problem.b, problem.v, problem.restriction) != (b, v, restriction):
@@ -284,6 +303,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             f"re-priced step {estimate.step_time_s} differs from the search's {step}"
     elif seed is not None:
         plan, estimate = seed
+    elif complete and options.upper_bound_s is not None:
+        raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
     elif not complete:
         raise NoFeasiblePlan(f"no plan found within the time limit of {options.time_limit_s:g} s "
                              f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
@@ -292,6 +313,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
+    assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
     assert estimate.fits, "solver built a plan that does not fit"
     optimal = complete and parts.exact
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)

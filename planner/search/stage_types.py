@@ -43,6 +43,9 @@ class SolverOptions:
     # the runtime whose capability bounds the search (planner.cost.runtimes.capability);
     # None: the one the plan is priced for (Training.runtime)
     space: str | None = None
+    # a step time some plan of the space is known to reach (e.g. a narrower runtime's optimum):
+    # the search looks only for faster plans and raises driver.NothingFaster when there is none
+    upper_bound_s: float | None = None
 
     def params_for(self, gpu_name: str) -> CostParams:
         return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
