@@ -61,7 +61,7 @@ CAPABILITIES: dict[str, Capability] = {
     ANY: Capability(
         runtime=ANY, version="the planner's search space", pipeline=True, tensor_parallel=True,
         per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved"), zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
+        schedules=("1f1b", "interleaved", "gpipe"), zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True),
     "megatron": Capability(
