@@ -68,16 +68,17 @@ def print_plan(result, console: Console | None = None) -> None:
 
 def any_runtime_line(result) -> str | None:
     """What `--runtime any` would gain over the plan's runtime (SearchResult.any_runtime_step_s)."""
+    step, note = getattr(result, "any_runtime_step_s", None), getattr(result, "any_runtime_note", None)
     if result.plan.training.runtime == "any":
         return None
-    if result.any_runtime_step_s is None:
-        return f"--runtime any: {esc(result.any_runtime_note)}" if result.any_runtime_note else None
-    gain = result.any_runtime_gain()
+    if step is None:
+        return f"--runtime any: {esc(note)}" if note else None
+    gain = max(0.0, 1.0 - step / result.estimate.step_time_s)
     if gain < 5e-4:
         return (f"a runtime with uneven shares and per-stage TP would be no faster: this plan is optimal "
                 f"under --runtime any too")
     return (f"a runtime with uneven shares and per-stage TP would be {gain:.1%} faster "
-            f"({result.any_runtime_step_s:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
+            f"({step:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
 
 
 def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:
