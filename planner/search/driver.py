@@ -417,6 +417,9 @@ def _subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opt
                 for r in per_b[b]:
                     most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
                     for ranks in range(schedule.min_pp, min(most, nodes, blocks // v) + 1):
+                        # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
+                        if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
+                            continue
                         yield b, v, ranks, r
 
 

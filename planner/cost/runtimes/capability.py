@@ -37,6 +37,8 @@ class Capability:
     uneven_shares: bool  # replicas may take different numbers of micro-batches
     layer_split: str  # "any": any contiguous layer ranges; "equal": every stage the same decoder blocks
     schedules: tuple[str, ...]  # pipeline schedules (planner.schedules names)
+    # interleaving needs each replica's micro-batches to be a multiple of the pipeline depth
+    interleaved_microbatch_multiple: bool
     zero_stages: tuple[int, ...]  # ZeRO/FSDP stages with dp > 1 and one pipeline stage (0: plain DP)
     zero_stages_with_pp: tuple[int, ...]  # ... with more than one pipeline stage
     per_stage_zero: bool  # stages may use different ZeRO stages
@@ -61,7 +63,8 @@ CAPABILITIES: dict[str, Capability] = {
     ANY: Capability(
         runtime=ANY, version="the planner's search space", pipeline=True, tensor_parallel=True,
         per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved", "gpipe"), zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
+        schedules=("1f1b", "interleaved", "gpipe"), interleaved_microbatch_multiple=False,
+        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True),
     "megatron": Capability(
@@ -78,6 +81,10 @@ CAPABILITIES: dict[str, Capability] = {
         # core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
         # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout)
         schedules=("1f1b", "interleaved"),
+        # get_forward_backward_func raised "number of microbatches is not divisible by
+        # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
+        # apex); kept as a conservative requirement for the pinned version
+        interleaved_microbatch_multiple=True,
         # --use-distributed-optimizer shards the optimizer state over DP (ZeRO-1), with or without
         # PP; ZeRO-0 without it. Megatron FSDP (--use-custom-fsdp) is not modelled here.
         zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,
@@ -94,7 +101,7 @@ CAPABILITIES: dict[str, Capability] = {
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
         # megatron/model/transformer.py ParallelTransformer: num_layers // pipeline size per stage
         # (asserted divisible); the planner plans 1F1B only for it
-        layer_split="equal", schedules=("1f1b",),
+        layer_split="equal", schedules=("1f1b",), interleaved_microbatch_multiple=True,
         zero_stages=(0,), zero_stages_with_pp=(0,), per_stage_zero=False,  # no distributed optimizer yet (2022)
         recompute_modes=("none", "full"), per_stage_recompute=False,  # --checkpoint-activations (global)
         sequence_parallel=False,  # arrived in 2022 (Korthikanti et al.)
@@ -109,6 +116,9 @@ CAPABILITIES: dict[str, Capability] = {
         # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe (and zero-bubble
         # ones the planner does not search)
         schedules=("1f1b", "interleaved", "gpipe"),
+        # torch.distributed.pipelining Interleaved1F1B: "n_microbatches must be a multiple of the
+        # number of stages per rank" in older torch; the planner keeps the multiple of pp
+        interleaved_microbatch_multiple=True,
         # FSDP2 (dp_shard): reshard_after_forward True = ZeRO-3, False = ZeRO-2 (the "default"
         # policy under PP); no ZeRO-1; plain DDP (dp_replicate) = ZeRO-0
         zero_stages=(0, 2, 3), zero_stages_with_pp=(0, 2, 3), per_stage_zero=False,
@@ -124,7 +134,7 @@ CAPABILITIES: dict[str, Capability] = {
         # "type:regex"): no explicit boundaries; the planner plans only equal block counts,
         # which every method yields when the stages divide the blocks
         layer_split="equal",
-        schedules=("1f1b",),  # runtime/pipe/schedule.py TrainSchedule
+        schedules=("1f1b",), interleaved_microbatch_multiple=True,  # runtime/pipe/schedule.py TrainSchedule
         # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1), per_stage_zero=False,
         recompute_modes=("none", "full"), per_stage_recompute=False,  # activation_checkpoint_interval, global
@@ -133,7 +143,7 @@ CAPABILITIES: dict[str, Capability] = {
     "fsdp1": Capability(
         runtime="fsdp1", version="PyTorch FSDP1 (llm-foundry)", pipeline=False, tensor_parallel=False,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False, layer_split="equal",
-        schedules=("1f1b",),
+        schedules=("1f1b",), interleaved_microbatch_multiple=True,
         # llm-foundry fsdp_config sharding_strategy FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP (ZeRO-2)
         zero_stages=(2, 3), zero_stages_with_pp=(), per_stage_zero=False,
         recompute_modes=("none", "full"), per_stage_recompute=False,  # fsdp_config activation_checkpointing
@@ -183,6 +193,10 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
                    f"{', '.join(map(str, decoder_blocks(plan)))})")
     if pp > 1 and plan.training.schedule not in cap.schedules:
         out.append(f"{name} has no {plan.training.schedule} schedule (it has {', '.join(cap.schedules)})")
+    if pp > 1 and plan.training.virtual_stages > 1 and cap.interleaved_microbatch_multiple \
+            and plan.num_microbatches % pp:
+        out.append(f"{name} interleaves only when each replica's micro-batches ({plan.num_microbatches}) are a "
+                   f"multiple of the pipeline depth ({pp})")
     allowed_zero = cap.zero_stages_with_pp if pp > 1 else cap.zero_stages
     zeros = sorted({s.zero for s in stages if s.dp > 1})
     bad_zero = [z for z in zeros if z not in allowed_zero]
