@@ -124,7 +124,8 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
 
     left = None if options.time_limit_s is None else options.time_limit_s - result.seconds
     if left is not None and left < ANY_RUNTIME_MIN_S:
-        return replace(result, any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
+        return replace(result, any_runtime_step_s=None,
+                       any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
     try:
         # the plan found bounds the wider search: only faster plans are looked for
         other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left,
@@ -132,9 +133,9 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
     except NothingFaster:
         return replace(result, any_runtime_step_s=result.estimate.step_time_s)
     except NoFeasiblePlan:
-        return replace(result, any_runtime_note="not found within the time limit")
+        return replace(result, any_runtime_step_s=None, any_runtime_note="not found within the time limit")
     if not other.optimal and other.estimate.step_time_s >= result.estimate.step_time_s:
-        return replace(result, any_runtime_note="not proven within the time limit")
+        return replace(result, any_runtime_step_s=None, any_runtime_note="not proven within the time limit")
     return replace(result, any_runtime_step_s=min(other.estimate.step_time_s, result.estimate.step_time_s))
 
 

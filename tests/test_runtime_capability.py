@@ -92,3 +92,25 @@ def test_plan_is_never_slower_than_the_best_uniform_configuration_of_its_runtime
     if uniform is not None:
         assert result.estimate.step_time_s <= uniform[1].step_time_s * (1 + 1e-9)
     assert evaluate(result.plan).step_time_s == pytest.approx(result.estimate.step_time_s, rel=1e-9)
+
+
+def test_plan_reports_what_any_would_gain_and_skips_it_without_time():
+    from planner import api
+    from planner.verify.plan_checks import check_plan_data as check
+
+    model, cluster, base = pipeline_instance(3)
+    request = api.PlanRequest(model=model, cluster=cluster, global_batch=base.global_batch, seq_len=base.seq_len,
+                              dtype="fp16", micro_batches=(1, 2), virtual_stages=(1, 2), time_limit_s=None,
+                              runtime="megatron")
+    result = api.plan(request)
+    free = api.plan(replace(request, runtime="any"))  # the same physics (any is priced as megatron)
+    assert "any_runtime_step_s" not in api.plan_json(free)["solver"]
+    assert result.any_runtime_step_s == pytest.approx(free.estimate.step_time_s, rel=1e-9)
+    assert result.any_runtime_step_s <= result.estimate.step_time_s
+    data = api.plan_json(result)
+    assert data["solver"]["any_runtime_step_s"] == result.any_runtime_step_s
+    assert check(data, memory=False)[1] == []  # the schema takes the new keys
+    # a limit the search itself uses up leaves no time for the comparison: said, not guessed
+    skipped = api._with_any_runtime(replace(result, seconds=10.0), model, cluster, base,
+                                    SolverOptions(time_limit_s=10.0))
+    assert skipped.any_runtime_step_s is None and "time limit" in skipped.any_runtime_note

@@ -224,7 +224,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
         for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap, whole_nodes=False),
                                       options.params_mapping(), clock,
-                                      lambda p: not _in_search_space(p) and not violations(p, space)):
+                                      # on parts of nodes the search may miss whole-node uniform plans too
+                                      lambda p: not (parts.exact and _in_search_space(p)) and not violations(p, space)):
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction in subproblems:
