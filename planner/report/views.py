@@ -75,8 +75,8 @@ def any_runtime_line(result) -> str | None:
         return f"--runtime any: {esc(note)}" if note else None
     gain = max(0.0, 1.0 - step / result.estimate.step_time_s)
     if gain < 5e-4:
-        return (f"a runtime with uneven shares and per-stage TP would be no faster: this plan is optimal "
-                f"under --runtime any too")
+        return ("a runtime with uneven shares and per-stage TP would be no faster: this plan is optimal "
+                "under --runtime any too")
     return (f"a runtime with uneven shares and per-stage TP would be {gain:.1%} faster "
             f"({step:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
 

@@ -55,8 +55,7 @@ the full space, so such a search reports optimal=false with the gap to a lower b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from itertools import product
+from dataclasses import dataclass
 from typing import Callable
 
 from .bound import compute_lower_bound_s
@@ -65,15 +64,17 @@ from .decompose import decompose
 from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
-from ..cost.runtimes.capability import Capability, capability, violations
+from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import GIB, Cluster
 from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_layer
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
-from ..schedules import search_schedule
-from .stages import INF, Problem, Restriction, SolverOptions, searched_recompute_modes, share_cap
-from .uniform import UniformSpace, improving_uniform, stages_on_whole_nodes
+from .space import in_search_space, subproblems as runtime_subproblems, uniform_space, within
+from .stages import INF, Problem, SolverOptions, share_cap
+from .uniform import improving_uniform
+
+_uniform_space = uniform_space  # the name tests/test_decompose.py knows
 
 __all__ = ["NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
 
@@ -207,7 +208,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         raise _layer_too_big(floor, base)
     parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(_subproblems(model, cluster, base, sum(parts.counts), options, cap))
+    subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap))
     clock.subproblems_total = len(subproblems)
     best: tuple | None = None
     seed: tuple[Plan, Estimate] | None = None
@@ -222,10 +223,10 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
-        for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap, whole_nodes=False),
+        for seed in improving_uniform(model, cluster, base, uniform_space(options, cap, whole_nodes=False),
                                       options.params_mapping(), clock,
                                       # on parts of nodes the search may miss whole-node uniform plans too
-                                      lambda p: not (parts.exact and _in_search_space(p)) and not violations(p, space)):
+                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space)):
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction in subproblems:
@@ -287,7 +288,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         # in the time left may beat what the exact search found so far, or be the only plan
         previous = seed
         try:
-            for seed in improving_uniform(model, cluster, base, _uniform_space(options, cap),
+            for seed in improving_uniform(model, cluster, base, uniform_space(options, cap),
                                           options.params_mapping(), clock, lambda p: not violations(p, space)):
                 if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
                     seed = previous
@@ -320,108 +321,6 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())
-
-
-def within(options: SolverOptions, cap: Capability) -> SolverOptions:
-    """The options cut to what the runtime can run: its TP, recompute modes, ZeRO stages and
-    schedules (interleaving needs any layer split), one stage without pipelining. ZeRO-0 is
-    left out only where ZeRO-1, which dominates it, is allowed."""
-    allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
-    zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
-    if 0 in allowed_zero and 1 not in allowed_zero and 0 not in zeros:
-        zeros = (0,) + zeros
-    interleave = "interleaved" in cap.schedules and cap.layer_split == "any"
-    return replace(options,
-                   tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
-                   recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes),
-                   zero_stages=zeros,
-                   virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
-                   max_stages=options.max_stages if cap.pipeline else 1)
-
-
-def _in_search_space(plan: Plan) -> bool:
-    """Whether a uniform plan is one the exact search covers (1F1B, stages on whole nodes)."""
-    return plan.training.virtual_stages == 1 and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp)
-
-
-def _uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = True) -> UniformSpace:
-    """The uniform configurations of the runtime: the options' degrees and modes, the most
-    memory-frugal first (highest tp, smallest micro-batch, full recompute, highest ZeRO stage),
-    so a short time finds one that fits. `whole_nodes`: 1F1B, every stage on whole nodes (the
-    search space); else also stages on parts of nodes, interleaving and ZeRO-0."""
-    zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
-    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
-                        micro_batches=tuple(sorted(options.micro_batches)),
-                        recompute_modes=tuple(reversed(options.recompute_modes)),
-                        zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
-                        max_stages=options.max_stages, whole_nodes=whole_nodes,
-                        sequence_parallel=cap.sequence_parallel)
-
-
-def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
-                 b: int) -> list[Restriction]:
-    """The searches that together cover the runtime's space at micro-batch b (module docstring):
-    one free search for `any`; else one per (tp, dp, recompute, ZeRO) the runtime allows, and
-    per pipeline depth where it splits the blocks equally. Order: tp, dp, recompute, ZeRO, depth."""
-    sp = cap.sequence_parallel
-    even = not cap.uneven_shares
-    if not cap.uniform:
-        return [Restriction(even_shares=even, sequence_parallel=sp)]
-    heads = model.config.num_heads if model.config else 1
-    microbatches = base.global_batch // b
-    totals = {0}  # GPUs a stage on whole nodes can have
-    for g in cluster.groups:
-        totals = {t + k * g.gpus_per_node for t in totals for k in range(g.nodes + 1)}
-    modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
-    blocks = model.num_layers - 2
-    out = []
-    for tp in options.tp_degrees:
-        if heads % tp:
-            continue
-        for dp in sorted({t // tp for t in totals if t and t % tp == 0}):
-            if even and microbatches % dp:
-                continue
-            for mode, zero in product(modes if not cap.per_stage_recompute else (None,),
-                                      options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
-                most = options.max_stages
-                if zero is not None and zero not in cap.zero_stages_with_pp:
-                    most = 1
-                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most)
-                if cap.layer_split == "any":
-                    out.append(base_r)
-                    continue
-                for depth in range(1, min(most, blocks) + 1):
-                    if blocks % depth == 0:
-                        out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
-    return out
-
-
-def _subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
-                 cap: Capability):
-    """(micro-batch, virtual stages V, pipeline ranks, restriction) searched in turn: 1F1B
-    (V = 1) with any number of stages in one DP, interleaved with the number of ranks P fixed
-    per DP, since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches);
-    each once per restriction of the runtime (restrictions)."""
-    blocks = model.num_layers - 2
-    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
-    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
-    per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
-    # 1F1B first: its best plan bounds the interleaved searches, which cost more
-    for b in sizes:
-        for v, schedule in schedules:
-            if not schedule.depth_dependent():
-                for r in per_b[b]:
-                    yield b, v, None, r
-    for b in sizes:
-        for v, schedule in schedules:
-            if schedule.depth_dependent():
-                for r in per_b[b]:
-                    most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
-                    for ranks in range(schedule.min_pp, min(most, nodes, blocks // v) + 1):
-                        # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
-                        if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
-                            continue
-                        yield b, v, ranks, r
 
 
 def _floor_text(floor: LayerFloor, base: Training) -> str:
