@@ -1,6 +1,9 @@
 """Plan quality: the solver's predicted throughput against three baselines, per cluster.
 
-    python benchmarks/plan_quality.py
+    python benchmarks/plan_quality.py [--runtime any|megatron|torchtitan|...]
+
+--runtime (default any): the space the solver searches (planner.cost.runtimes.capability);
+every runtime is priced with its own physics, `any` as Megatron-LM. The baselines stay the same.
 
 (a) uniform: the best heterogeneity-blind configuration a Megatron-LM user would launch:
     the same tp/pp/dp everywhere over all GPUs, even layers, even batch (every tp, pp,
@@ -16,6 +19,7 @@ cluster and >= 1.0x over (b) and (c) everywhere.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from itertools import product
@@ -43,16 +47,19 @@ TP = (1, 2, 4, 8)
 RECOMPUTE = ("none", "full")
 
 
+RUNTIME = "any"  # set by --runtime
+
+
 def _request(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> api.PlanRequest:
-    """What `planner plan` searches for these inputs, without a time limit."""
+    """What `planner plan --runtime RUNTIME` searches for these inputs, without a time limit."""
     return api.PlanRequest(model=model, cluster=cluster, global_batch=global_batch, seq_len=seq_len, dtype=dtype,
-                       time_limit_s=None)
+                       time_limit_s=None, runtime=RUNTIME)
 
 
 def best_uniform_tokens_per_s(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
-    best = best_uniform(model, cluster, Training(global_batch, seq_len, dtype, 1),
+    best = best_uniform(model, cluster, Training(global_batch, seq_len, dtype, 1, runtime=RUNTIME),
                         UniformSpace(tp_degrees=TP, micro_batches=MICRO_BATCHES, recompute_modes=RECOMPUTE),
-                        cluster_params(cluster.gpu_types))
+                        cluster_params(cluster.gpu_types, RUNTIME))
     return 0.0 if best is None else best[1].tokens_per_s
 
 
@@ -101,13 +108,18 @@ def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int
             if not ok:
                 continue
             plan = Plan(model, cluster, Training(global_batch, seq_len, dtype, b), tuple(stages))
-            est = evaluate(plan, cluster_params(cluster.gpu_types))  # as the solver prices its plan
+            est = evaluate(plan, cluster_params(cluster.gpu_types, RUNTIME))  # as the solver prices its plan
             if est.fits:
                 best = max(best, est.tokens_per_s)
     return best
 
 
 def main() -> None:
+    global RUNTIME
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", default="any", help="the solver's runtime (default any)")
+    RUNTIME = parser.parse_args().runtime
+    print(f"runtime {RUNTIME}")
     print(f"{'cluster':20} {'model':11} {'solver tok/s':>12} {'(a) uniform':>12} {'(b) fastest':>12} "
           f"{'(c) propor.':>12} {'vs a':>6} {'vs b':>6} {'vs c':>6} {'pp':>3} {'V':>2} {'optimal':>7} {'solve s':>7}")
     for cluster_name, model_name, global_batch, seq_len in CASES:

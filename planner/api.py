@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from .core.clock import DEFAULT_TIME_LIMIT_S, Progress
-from .core.errors import BadInput
+from .core.errors import BadInput, NoFeasiblePlan
 from .inputs.hardware import GIB, Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                    load_profiles, per_gpu_params, require, resolve_dtype)
@@ -105,10 +105,41 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
     result = solve(model, cluster, base, options, on_progress)
+    if request.runtime != "any":
+        result = _with_any_runtime(result, model, cluster, base, options)
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
     return result
+
+
+ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any` search
+
+
+def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
+                      options) -> SearchResult:
+    """`result` with the step time of the same search under `--runtime any` (same cost physics,
+    every stage free), in the time the limit leaves; skipped, with a note, when too little is left
+    or that search does not finish in it."""
+    from dataclasses import replace
+
+    from .search.driver import NothingFaster, solve
+
+    left = None if options.time_limit_s is None else options.time_limit_s - result.seconds
+    if left is not None and left < ANY_RUNTIME_MIN_S:
+        return replace(result, any_runtime_step_s=None,
+                       any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
+    try:
+        # the plan found bounds the wider search: only faster plans are looked for
+        other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left,
+                                                    upper_bound_s=result.estimate.step_time_s))
+    except NothingFaster:
+        return replace(result, any_runtime_step_s=result.estimate.step_time_s)
+    except NoFeasiblePlan:
+        return replace(result, any_runtime_step_s=None, any_runtime_note="not found within the time limit")
+    if not other.optimal and other.estimate.step_time_s >= result.estimate.step_time_s:
+        return replace(result, any_runtime_step_s=None, any_runtime_note="not proven within the time limit")
+    return replace(result, any_runtime_step_s=min(other.estimate.step_time_s, result.estimate.step_time_s))
 
 
 def plan_json(result: SearchResult) -> dict:

@@ -2,8 +2,9 @@
 
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, context
-parallelism (cp_degrees, ring: tp x cp inside a node), recompute and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
-planner.cost.evaluate.evaluate.
+parallelism (cp_degrees, ring: tp x cp inside a node), recompute and ZeRO stage per stage, contiguous layer split,
+every share vector) and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans that runtime
+can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from itertools import combinations, product
 
 from planner.cost.evaluate import evaluate
+from planner.cost.runtimes.capability import capability, violations
 from planner.inputs.hardware import Cluster
 from planner.inputs.model import Model
 from planner.plan import Plan, Replica, Stage, Training
@@ -57,7 +59,8 @@ def layer_splits(items: int, stages: int, v: int):
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
-                cp_degrees=(1,)) -> tuple[float, Plan | None, int]:
+                cp_degrees=(1,), runtime: str = "any") -> tuple[float, Plan | None, int]:
+    sp = capability(runtime).sequence_parallel
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
@@ -67,7 +70,7 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
             continue
         m_total = base.global_batch // b
         training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
-                            v, base.attention)
+                            v, base.attention, runtime)
         for stages in range(1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
@@ -105,9 +108,11 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                 k = prank[index]
                                 (tp, cp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1,
-                                                         cp))
+                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
+                                                         sp and tp > 1, cp))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
+                            if violations(plan, runtime):
+                                continue
                             est = evaluate(plan)
                             count += 1
                             if est.fits and est.step_time_s < best:

@@ -58,7 +58,9 @@ def test_search_on_parts_lies_between_the_exact_optimum_and_the_uniform_fallback
     coarse = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS, max_exact_nodes=0, max_bundle_nodes=2))
     assert exact.optimal and not coarse.optimal and coarse.decomposition != "exact"
     assert coarse.estimate.step_time_s >= exact.estimate.step_time_s * (1 - 1e-9)
-    from planner.search.driver import _uniform_space
-    uniform = best_uniform(model, cluster, base, _uniform_space(SolverOptions(**TINY_OPTIONS)))
+    from planner.cost.runtimes.capability import capability
+    from planner.search.driver import _uniform_space, within
+    cap = capability(base.runtime)  # runtime: any (tiny_instance)
+    uniform = best_uniform(model, cluster, base, _uniform_space(within(SolverOptions(**TINY_OPTIONS), cap), cap))
     if uniform is not None:
         assert coarse.estimate.step_time_s <= uniform[1].step_time_s * (1 + 1e-9)

@@ -30,7 +30,7 @@ LAYOUTS = {("llama-3-8b", "dgx-a100"): (2, 8), ("llama-3-8b", "a100-v100-mix"): 
 
 
 def typed_plan(model_name: str, cluster_name: str, runtime: str = "megatron", *, zero: int = 1,
-               interleave: int = 1) -> Plan:
+               interleave: int = 1, global_batch: int = 512) -> Plan:
     """A plan its runtime runs: one TP and DP everywhere, pipeline rank k on cluster ranks
     [k*tp*dp, (k+1)*tp*dp) (so stages sit on GPU types), decoder layers split in proportion to each
     rank's GPU peak (uneven), equal batch shares, full recompute."""
@@ -39,7 +39,7 @@ def typed_plan(model_name: str, cluster_name: str, runtime: str = "megatron", *,
     dtype = "bf16" if all(g.supports("bf16") for g in cluster.gpu_types) else "fp16"
     if runtime == "torchtitan":
         dtype = "bf16" if dtype == "bf16" else "fp32"
-    training = Training(512, 4096, dtype, 1, "interleaved" if interleave > 1 else "1f1b", interleave,
+    training = Training(global_batch, 4096, dtype, 1, "interleaved" if interleave > 1 else "1f1b", interleave,
                         runtime=runtime)
     pp = cluster.num_gpus // (tp * dp)
     peak = [dict(next(g for g in cluster.gpu_types if g.name == cluster.device(k * tp * dp).gpu).peak_flops)["fp16"]
@@ -171,7 +171,8 @@ def test_runnable_plan_exports_to_torchtitan_exactly(model, cluster, tmp_path):
 
 
 def test_interleaved_runnable_plan_uses_a_layout_with_virtual_stages(tmp_path):
-    plan = typed_plan("llama-3-8b", "a100-v100-mix", interleave=2)
+    # 576 / dp 8 = 72 micro-batches per replica, a multiple of pp 3 (capability.interleaved_microbatch_multiple)
+    plan = typed_plan("llama-3-8b", "a100-v100-mix", interleave=2, global_batch=576)
     result = invoke("export", write(plan, tmp_path / "plan.json"), "--to", "megatron")
     assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
     a = megatron_flags(result.stdout)
@@ -183,7 +184,8 @@ def test_interleaved_runnable_plan_uses_a_layout_with_virtual_stages(tmp_path):
 def test_lossy_form_keeps_the_layer_split_and_stage_gpus():
     from planner.search.driver import solve
 
-    plan = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1)).plan
+    plan = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"),
+                 Training(512, 4096, "fp16", 1, runtime="any")).plan
     assert runtime_problems(plan, "megatron")  # per-stage TP (runtime: any)
     for tp in sorted({s.tp for s in plan.stages}):
         form = runnable_form(plan, "megatron", tp)

@@ -9,7 +9,10 @@ import pytest
 from planner.core.errors import NoFeasiblePlan
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
+from dataclasses import replace
+
 from planner.plan import Training
+from planner.cost.runtimes.capability import violations
 from planner.search.driver import SolverOptions, solve
 
 from .oracle import brute_force
@@ -42,7 +45,8 @@ def tiny_instance(seed: int):
                        "inter_node": {"bandwidth_GBps": rng.choice([10, 100, 400]),
                                       "latency_us": rng.choice([5, 50])}})
     cluster = cluster_from_spec({"name": f"tiny-{seed}", "gpus": gpus, "node_groups": groups})
-    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1)
+    # runtime: any (per-stage TP and DP, uneven shares); tests of a runtime replace it
+    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")
 
 
 @pytest.mark.parametrize("seed", range(50))
@@ -79,7 +83,7 @@ def pipeline_instance(seed: int):
     groups = [{"name": f"g{i}", "gpu": g, "nodes": n, "gpus_per_node": 1,
                "inter_node": {"bandwidth_GBps": 400, "latency_us": 5}} for i, (g, n) in enumerate(zip(types, nodes))]
     cluster = cluster_from_spec({"name": f"pipe-{seed}", "gpus": gpus, "node_groups": groups})
-    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1)
+    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -90,6 +94,44 @@ def test_solver_equals_brute_force_on_forced_pipelines_with_interleaving(seed):
     result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+RUNTIME_CASES = [(runtime, seed) for runtime in ("megatron", "torchtitan", "deepspeed", "megatron-2021", "fsdp1")
+                 for seed in range(12)]
+
+
+@pytest.mark.parametrize("runtime,seed", RUNTIME_CASES)
+def test_solver_equals_brute_force_within_each_runtime(runtime, seed):
+    """The search under --runtime R is exact within what R can run: the brute force over
+    every plan, keeping those capability.violations allows, finds the same optimum."""
+    model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
+    base = replace(base, runtime=runtime)
+    expected, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+                                 TINY_OPTIONS["recompute_modes"], zero_stages=(0, 1, 2, 3),
+                                 virtual_stages=TINY_OPTIONS["virtual_stages"], runtime=runtime)
+    try:
+        result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    except NoFeasiblePlan:
+        assert expected == float("inf")
+        return
+    assert not violations(result.plan, runtime)
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_runtime_oracle_instances_cover_constrained_and_free_differences():
+    """Megatron's space is narrower on the oracle instances: some plan of `any` is faster."""
+    faster = 0
+    for seed in range(0, 12):
+        model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
+        free = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).estimate.step_time_s
+        try:
+            mega = solve(model, cluster, replace(base, runtime="megatron"), SolverOptions(**TINY_OPTIONS))
+        except NoFeasiblePlan:
+            continue
+        assert mega.estimate.step_time_s >= free * (1 - 1e-9)
+        faster += mega.estimate.step_time_s > free * (1 + 1e-6)
+    assert faster >= 2, faster
 
 
 def test_interleaved_schedule_is_chosen_where_its_smaller_bubble_wins():

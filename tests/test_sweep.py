@@ -409,3 +409,22 @@ def test_run_ray_interrupted_cancels_what_is_in_flight(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         executors.run_ray(fake, 3, combinations(["nope"], ["nope"], [1, 2, 3, 4, 5], [7]), None, None, on_row)
     assert len(fake.cancelled) == 2 and set(fake.cancelled) == set(fake.results)
+
+
+def test_rows_name_their_runtime_and_what_any_would_reach(base):
+    _, _, rows, _ = base
+    for r in rows:
+        assert r["runtime"] == "megatron"  # the default, as `planner plan`
+        if r["status"] == "ok":
+            assert 0 < float(r["any_runtime_step_s"]) <= float(r["step_time_s"])
+
+
+def test_runtime_option_plans_for_that_runtime(tmp_path):
+    out = tmp_path / "any.csv"
+    result = run_sweep("--runtime", "any", "-o", out, models=("gpt2",), batches=(32,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    _, rows = read_csv(out)
+    assert rows[0]["status"] == "ok" and rows[0]["runtime"] == "any" and rows[0]["any_runtime_step_s"] == ""
+    bad = run_sweep("--runtime", "colossalai", "-o", tmp_path / "bad.csv", models=("gpt2",), batches=(32,),
+                    grp=group(PlannerGroup))
+    assert bad.exit_code == 2 and "--runtime" in bad.stderr and not (tmp_path / "bad.csv").exists()

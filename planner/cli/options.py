@@ -27,8 +27,10 @@ def common_options(func: Callable) -> Callable:
     return func
 
 
-RUNTIME_HELP = ("Software stack the cost model prices: megatron (Megatron-LM, megatron-core), megatron-2021, "
-                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry). Default megatron; a plan file is re-priced under its own.")
+RUNTIME_HELP = ("Software stack the cost model prices and `plan` plans for (only what it can run: "
+                "planner.cost.runtimes.capability): megatron (Megatron-LM, megatron-core), megatron-2021, "
+                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry), or any (per-stage TP and DP, "
+                "uneven shares; priced as megatron). Default megatron; a plan file is re-priced under its own.")
 
 
 def measurement_options(func: Callable) -> Callable:

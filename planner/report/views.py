@@ -61,6 +61,24 @@ def print_plan(result, console: Console | None = None) -> None:
     status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
     console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
                   + (f"; searched on {result.decomposition}" if result.decomposition != "exact" else ""))
+    line = any_runtime_line(result)
+    if line:
+        console.print(line)
+
+
+def any_runtime_line(result) -> str | None:
+    """What `--runtime any` would gain over the plan's runtime (SearchResult.any_runtime_step_s)."""
+    step, note = getattr(result, "any_runtime_step_s", None), getattr(result, "any_runtime_note", None)
+    if result.plan.training.runtime == "any":
+        return None
+    if step is None:
+        return f"--runtime any: {esc(note)}" if note else None
+    gain = max(0.0, 1.0 - step / result.estimate.step_time_s)
+    if gain < 5e-4:
+        return ("a runtime with uneven shares and per-stage TP would be no faster: this plan is optimal "
+                "under --runtime any too")
+    return (f"a runtime with uneven shares and per-stage TP would be {gain:.1%} faster "
+            f"({step:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
 
 
 def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:

@@ -36,6 +36,16 @@ the closed-form makespan (shares.min_makespan); the final plan's shares are solv
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
 
+Runtimes. The space is what the target runtime can run (planner.cost.runtimes.capability,
+SolverOptions.space, default Training.runtime): `any` is all of the above. A runtime with one
+TP and one DP degree for every stage (Megatron-LM, torchtitan, DeepSpeed) gets one search per
+(tp, dp, recompute, ZeRO) it allows, each with only those stage configurations and even batch
+shares (shares.even_makespan); a runtime that splits the blocks equally gets one search per
+pipeline depth P with every stage holding blocks / P. The union of these searches is the
+runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
+(planner.search.uniform) that the runtime can run are priced first: the faster of those and the
+search's plan is returned, so a plan is never slower than the best uniform configuration.
+
 Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
@@ -54,16 +64,23 @@ from .decompose import decompose
 from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
+from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import GIB, Cluster
 from .layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, layer_floors, sequence_floor, sequence_floor_text, unplaceable_layer
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
-from ..schedules import search_schedule
+from .space import in_search_space, subproblems as runtime_subproblems, uniform_space, within
 from .stages import INF, Problem, SolverOptions, share_cap
-from .uniform import UniformSpace, improving_uniform
+from .uniform import improving_uniform
 
-__all__ = ["SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+_uniform_space = uniform_space  # the name tests/test_decompose.py knows
+
+__all__ = ["NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+
+
+class NothingFaster(NoFeasiblePlan):
+    """The search was complete and found no plan faster than SolverOptions.upper_bound_s."""
 
 
 @dataclass(frozen=True)
@@ -78,12 +95,26 @@ class SearchResult:
     bundles: int  # 1: the whole cluster searched node by node; else nodes in its largest part
     method: str = "dp+ilp"
     decomposition: str = "exact"  # planner.search.decompose.Decomposition.describe
+    # the same search under `--runtime any` (api.plan): its step time, or None with why not
+    any_runtime_step_s: float | None = None
+    any_runtime_note: str | None = None
 
     def solver_json(self) -> dict:
-        return {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
-                "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
-                "decomposition": self.decomposition,
-                "lower_bound_step_time_s": self.lower_bound_s}
+        out = {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
+               "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
+               "decomposition": self.decomposition,
+               "lower_bound_step_time_s": self.lower_bound_s}
+        if self.plan.training.runtime != "any":
+            out["any_runtime_step_s"] = self.any_runtime_step_s
+            if self.any_runtime_note:
+                out["any_runtime_note"] = self.any_runtime_note
+        return out
+
+    def any_runtime_gain(self) -> float | None:
+        """How much faster the `--runtime any` plan is (0.1 = 10 %), None when not known."""
+        if self.any_runtime_step_s is None:
+            return None
+        return max(0.0, 1.0 - self.any_runtime_step_s / self.estimate.step_time_s)
 
 
 def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
@@ -115,12 +146,18 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         in_flight = problem.in_flight(c.from_end, c.ranks)
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
         caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
-        solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
-                                    [caps[t] for t in replica_type], problem.options.ilp)
-        if not solution.optimal:
-            raise RuntimeError("the share ILP did not prove optimality")
+        if problem.restriction.even_shares:
+            load = problem.microbatches // len(replicas_ranks)  # shares.even_makespan
+            assert load * len(replicas_ranks) == problem.microbatches and all(caps[t] >= load for t in replica_type)
+            shares = [load] * len(replicas_ranks)
+        else:
+            solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
+                                        [caps[t] for t in replica_type], problem.options.ilp)
+            if not solution.optimal:
+                raise RuntimeError("the share ILP did not prove optimality")
+            shares = solution.shares
         rank_replicas.append(tuple(Replica(d, n * b, ranks)
-                                   for d, (n, ranks) in enumerate(zip(solution.shares, replicas_ranks))))
+                                   for d, (n, ranks) in enumerate(zip(shares, replicas_ranks))))
     stages = []
     first = 0
     pp = len(choices)
@@ -129,7 +166,8 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, c.config.tp > 1, c.config.cp, c.config.cp_kind))
+                                rank_replicas[k], k, problem.restriction.sequence_parallel and c.config.tp > 1,
+                                c.config.cp, c.config.cp_kind))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
@@ -159,8 +197,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     re-pricing of one plan) with the best plan found so far, or raises NoFeasiblePlan saying
     that none was found in time: the exact search stops at 3/4 of the limit, and the rest
     goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
-    `on_progress` is called about every quarter second."""
+    `on_progress` is called about every quarter second. The space is what the runtime
+    `options.space` (default base.runtime) can run (module docstring)."""
     clock = SearchClock(options.time_limit_s, on_progress)
+    space = options.space or base.runtime
+    cap = capability(space)
+    options = within(options, cap)
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
@@ -169,7 +211,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
         raise _layer_too_big(floor, base, _long_sequence(model, cluster, base, options))
     parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(_subproblems(model, base, sum(parts.counts), options))
+    subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap))
     clock.subproblems_total = len(subproblems)
     best: tuple | None = None
     seed: tuple[Plan, Estimate] | None = None
@@ -177,21 +219,32 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     complete = True
     shortfall = None
     problem = None
-    plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
+    plain: dict[tuple, Problem] = {}  # the 1F1B problem per micro-batch and restriction, shared with interleaved ones
+    # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
+    incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
 
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
-        for b, v, ranks in subproblems:
-            if problem is None or (problem.b, problem.v) != (b, v):
-                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock)
+        for seed in improving_uniform(model, cluster, base, uniform_space(options, cap, whole_nodes=False),
+                                      options.params_mapping(), clock,
+                                      # on parts of nodes the search may miss whole-node uniform plans too
+                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space)):
+            incumbent_s = min(incumbent_s, seed[1].step_time_s)
+            clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
+        for b, v, ranks, restriction in subproblems:
+            if problem is None or (problem.b, problem.v, problem.restriction) != (b, v, restriction):
+                problem = Problem(model, cluster, base, b, parts, options, v, plain.get((b, restriction)), clock,
+                                  restriction)
                 if not problem.chunked:
-                    plain[b] = problem
+                    plain[(b, restriction)] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:
                 """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
                 nonlocal best
-                finals, layers, moves = run_dp(problem, bound, ranks, INF if best is None else best[0], clock)
+                # ties within 1e-6 of the seed go to the search's plan
+                cutoff = min(INF if best is None else best[0], incumbent_s * (1 + 2e-6))
+                finals, layers, moves = run_dp(problem, bound, ranks, cutoff, clock)
                 if not finals:
                     return None
                 found = None
@@ -210,7 +263,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
             evaluations_before = problem.evaluations
             try:
-                found = explore(INF if best is None else best[0])
+                found = explore(min(INF if best is None else best[0], incumbent_s * (1 + 2e-6)))
                 # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found
                 # the least sum of latencies S for plans with X <= bound, and a plan p with that S.
                 # A plan with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S
@@ -219,7 +272,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                 while found is not None:
                     clock.check()
                     sum_tau, max_x = found
-                    bound = min(max_x, best[0] - sum_tau)
+                    bound = min(max_x, min(best[0], incumbent_s * (1 + 2e-6)) - sum_tau)
                     bound -= abs(bound) * 1e-12 + 1e-15
                     if bound <= 0:
                         break
@@ -236,9 +289,13 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     if not complete and 1 in options.virtual_stages:
         # cut short: the best uniform configuration of the space (1F1B, stages on whole nodes)
         # in the time left may beat what the exact search found so far, or be the only plan
+        previous = seed
         try:
-            for seed in improving_uniform(model, cluster, base, _uniform_space(options),
-                                          options.params_mapping(), clock):
+            for seed in improving_uniform(model, cluster, base, uniform_space(options, cap),
+                                          options.params_mapping(), clock, lambda p: not violations(p, space)):
+                if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
+                    seed = previous
+                    continue
                 clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
         except SearchTimeout:
             pass
@@ -251,6 +308,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             f"re-priced step {estimate.step_time_s} differs from the search's {step}"
     elif seed is not None:
         plan, estimate = seed
+    elif complete and options.upper_bound_s is not None:
+        raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
     elif not complete:
         raise NoFeasiblePlan(f"no plan found within the time limit of {options.time_limit_s:g} s "
                              f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
@@ -260,41 +319,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                        _long_sequence(model, cluster, base, options))
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
+    assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
     assert estimate.fits, "solver built a plan that does not fit"
     optimal = complete and parts.exact
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())
-
-
-def _uniform_space(options: SolverOptions) -> UniformSpace:
-    """The uniform configurations inside the search space (module docstring): 1F1B, stages on
-    whole nodes, the options' degrees and modes, the most memory-frugal first (highest tp,
-    smallest micro-batch, full recompute, highest ZeRO stage), so a short time finds one that fits."""
-    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
-                        micro_batches=tuple(sorted(options.micro_batches)),
-                        recompute_modes=tuple(reversed(options.recompute_modes)),
-                        zero_stages=tuple(sorted(options.zero_stages, reverse=True)),
-                        virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
-
-
-def _subproblems(model: Model, base: Training, nodes: int, options: SolverOptions):
-    """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
-    any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
-    since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
-    blocks = model.num_layers - 2
-    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
-    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
-    # 1F1B first: its best plan bounds the interleaved searches, which cost more
-    for b in sizes:
-        for v, schedule in schedules:
-            if not schedule.depth_dependent():
-                yield b, v, None
-    for b in sizes:
-        for v, schedule in schedules:
-            if schedule.depth_dependent():
-                for ranks in range(schedule.min_pp, min(options.max_stages, nodes, blocks // v) + 1):
-                    yield b, v, ranks
 
 
 def _long_sequence(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:

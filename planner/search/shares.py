@@ -21,6 +21,23 @@ import pulp
 UNCAPPED = 1 << 40
 
 
+def even_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
+                  caps: Sequence[np.ndarray]) -> np.ndarray:
+    """The makespan when every replica takes total / replicas micro-batches (a runtime without
+    uneven shares, planner.cost.runtimes.capability): the slowest replica's time; inf where the
+    replicas do not divide the micro-batches or a replica's memory cap is below its share."""
+    shape = np.broadcast(*times, *caps).shape
+    replicas = sum(counts)
+    if replicas == 0 or total % replicas:
+        return np.full(shape, np.inf)
+    load = total // replicas
+    slowest = np.full(shape, -np.inf)
+    for t, c in zip(times, caps):
+        t = np.broadcast_to(np.asarray(t, dtype=float), shape)
+        slowest = np.maximum(slowest, np.where(np.broadcast_to(np.asarray(c), shape) >= load, t, np.inf))
+    return np.where(np.isfinite(slowest), load * slowest, np.inf)
+
+
 def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
                  caps: Sequence[np.ndarray]) -> np.ndarray:
     """Smallest C such that replicas of type g (counts[g] of them, per-micro-batch time

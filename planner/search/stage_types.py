@@ -44,6 +44,12 @@ class SolverOptions:
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
     gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
+    # the runtime whose capability bounds the search (planner.cost.runtimes.capability);
+    # None: the one the plan is priced for (Training.runtime)
+    space: str | None = None
+    # a step time some plan of the space is known to reach (e.g. a narrower runtime's optimum):
+    # the search looks only for faster plans and raises driver.NothingFaster when there is none
+    upper_bound_s: float | None = None
 
     def params_for(self, gpu_name: str) -> CostParams:
         return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
@@ -51,6 +57,28 @@ class SolverOptions:
     def params_mapping(self) -> dict[str, CostParams]:
         """The form planner.cost.evaluate.evaluate takes: per GPU type, '*' for the rest."""
         return {"*": self.params, **dict(self.gpu_params)}
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """What one search fixes for every stage, from the runtime's capability
+    (planner.cost.runtimes.capability; planner.search.driver enumerates them): None is free."""
+
+    tp: int | None = None
+    dp: int | None = None  # data-parallel replicas of every stage
+    recompute: str | None = None
+    zero: int | None = None  # with dp > 1
+    even_shares: bool = False  # every replica takes the same number of micro-batches
+    sequence_parallel: bool = True  # with tp > 1
+    blocks: int | None = None  # decoder blocks of every stage (an equal layer split)
+    max_stages: int | None = None  # None: the options'
+    cp: int | None = None  # context-parallel degree of every stage
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("tp", self.tp), ("dp", self.dp), ("recompute", self.recompute),
+                                           ("zero", self.zero), ("blocks", self.blocks),
+                                           ("cp", self.cp)) if v is not None]
+        return ", ".join(parts) or "free"
 
 
 # --- stage configurations and their cost as a function of the block count ----------------
@@ -140,10 +168,11 @@ class ProblemInputs:
     microbatches: int  # per step, all replicas of a stage together
     blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
     blocks_index: np.ndarray  # the same as integers
+    restriction: Restriction = Restriction()
 
     @classmethod
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
-           virtual_stages: int) -> "ProblemInputs":
+           virtual_stages: int, restriction: Restriction = Restriction()) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
                      base.runtime)
@@ -153,7 +182,7 @@ class ProblemInputs:
                    schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
                    parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
                    num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float),
-                   np.arange(num_blocks + 1))
+                   np.arange(num_blocks + 1), restriction)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,20 @@ from .context_parallel import cp_choices, places
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
-from .shares import UNCAPPED, min_makespan
-from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
+from .shares import UNCAPPED, even_makespan, min_makespan
+from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
+                          StageCost,
                           TypeArrays, Variant, share_cap)
 
-__all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
+__all__ = ["INF", "Problem", "Restriction", "searched_recompute_modes", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
+
+
+def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str) -> list[str]:
+    """The recompute modes the search tries: Megatron's selective recompute is identical to none
+    under flash attention; a runtime whose selective checkpointing is per-op (torchtitan) saves
+    less, so it stays a choice."""
+    per_op = options.params_for(gpu_name).selective_recompute == "op"
+    return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
 
 
 class Problem:
@@ -37,15 +46,16 @@ class Problem:
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
-                 clock: SearchClock | None = None):
-        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages)
+                 clock: SearchClock | None = None, restriction: Restriction = Restriction()):
+        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction)
         self.catalog = Catalog()
         self.tables = PriceTables()
         self.state = SearchState(clock)
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
         if self.inputs.chunked:
-            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock)
+            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+                                                restriction=restriction)
 
     # the search's shorthands (planner.search.driver, planner.search.dp) -----------------------------
 
@@ -62,20 +72,24 @@ class Problem:
     num_blocks = property(lambda self: self.inputs.num_blocks)
     microbatches = property(lambda self: self.inputs.microbatches)
     config_list = property(lambda self: self.catalog.configs)
+    restriction = property(lambda self: self.inputs.restriction)
     evaluations = property(lambda self: self.state.evaluations)
     smallest_overflow = property(lambda self: self.state.smallest_overflow)
 
     # configurations -------------------------------------------------------------------
 
+    @property
+    def max_stages(self) -> int:
+        """Pipeline stages a plan may have: the options', less where the restriction says."""
+        fixed = self.inputs.restriction.max_stages
+        return self.inputs.options.max_stages if fixed is None else min(fixed, self.inputs.options.max_stages)
+
     def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
         inputs = self.inputs
+        fixed = inputs.restriction
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
-        # Megatron's selective recompute is identical to none under flash attention; a runtime
-        # whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice
-        per_op = inputs.options.params_for(inputs.groups[0].gpu.name).selective_recompute == "op"
-        modes = [m for m in inputs.options.recompute_modes
-                 if not (m == "selective" and inputs.t.attention == "flash" and not per_op)]
+        modes = searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
         for take in product(*ranges):
             if not any(take):
                 continue
@@ -84,15 +98,23 @@ class Problem:
                 self.state.clock.check()
             gpn = [inputs.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
             for tp in inputs.options.tp_degrees:
-                if any(g % tp for g in gpn) or heads % tp:
+                if any(g % tp for g in gpn) or heads % tp or fixed.tp not in (None, tp):
                     continue
                 for cp, kind in cp_choices(inputs.model, inputs.t, inputs.options, tp):
+                    if fixed.cp not in (None, cp):
+                        continue
                     if not places([(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n], tp * cp):
                         continue
                     dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                               for i, n in enumerate(nodes)))
+                    if fixed.dp not in (None, dp):
+                        continue
                     for mode in modes:
+                        if fixed.recompute not in (None, mode):
+                            continue
                         for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                            if dp > 1 and fixed.zero not in (None, zero):
+                                continue
                             yield StageConfig(nodes, tp, mode, zero, cp, kind)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
@@ -160,11 +182,11 @@ class Problem:
         """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""
         dims = self.tables.dims.get(config)
         if dims is None:
-            shape = StageDims(config.tp, config.tp > 1, cp=config.cp)
+            sp = self.inputs.restriction.sequence_parallel and config.tp > 1
+            shape = StageDims(config.tp, sp, cp=config.cp)
             dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
                      for i, n in enumerate(config.nodes) if n)
-            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero, config.cp,
-                                                        config.cp_kind)
+            dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind)
         return dims
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
@@ -351,11 +373,12 @@ class Problem:
         for counts, items in pending.items():
             all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
             self.state.evaluations += len(items)
-            busy_all = min_makespan(inputs.microbatches, list(counts),
-                                    [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
-                                                     for times, item in zip(all_times, items)])
-                                     for g in range(len(counts))],
-                                    [np.concatenate([item[3][g] for item in items]) for g in range(len(counts))])
+            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
+            busy_all = makespan(inputs.microbatches, list(counts),
+                                [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
+                                                 for times, item in zip(all_times, items)])
+                                 for g in range(len(counts))],
+                                [np.concatenate([item[3][g] for item in items]) for g in range(len(counts))])
             row = 0
             for (base_key, types, rooms, caps), times in zip(items, all_times):
                 cid, flags, link = base_key
@@ -412,6 +435,8 @@ class Problem:
             x[..., :inputs.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
             x[..., 0] = INF  # a stage holds at least one layer
+        if inputs.restriction.blocks is not None:
+            x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
         slope = None
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from ..core.clock import SearchClock
 from ..cost.formulas import CostParams
@@ -81,15 +81,18 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
 
 def improving_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
                       params: CostParams | Mapping[str, CostParams] | None = None,
-                      clock: SearchClock | None = None) -> Iterator[tuple[Plan, Estimate]]:
+                      clock: SearchClock | None = None,
+                      accept: Callable[[Plan], bool] | None = None) -> Iterator[tuple[Plan, Estimate]]:
     """Each uniform plan of `space` that fits and is faster than every one before it, in
     candidate order (so ties keep the first); the last one yielded is the fastest. A caller
-    cut off by the clock keeps the best so far."""
+    cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced."""
     best_s = float("inf")
     seen: set = set()
     for plan in uniform_candidates(model, cluster, base, space):
         if clock is not None:
             clock.check()
+        if accept is not None and not accept(plan):
+            continue
         key = (plan.training, plan.stages)
         if key in seen:  # dp = 1 makes every ZeRO stage the same plan
             continue

@@ -28,7 +28,7 @@ from ..core.io import json_text
 from ..core.outfile import commit, discard, open_temp, replacing
 
 COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s", "tokens_per_s",
-           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds")
+           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds", "runtime", "any_runtime_step_s")
 STATUSES = ("ok", "infeasible", "error")
 FORMATS = (".csv", ".jsonl")
 FSYNC_EVERY_S = 1.0  # appended rows reach the disk at least this often (and at every stop)

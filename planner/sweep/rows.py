@@ -134,10 +134,10 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _empty_row(combo: Combination, status: str, reason: str) -> dict:
+def _empty_row(combo: Combination, status: str, reason: str, runtime: str | None = None) -> dict:
     row = {c: None for c in COLUMNS}
     row.update(model=combo.model, cluster=combo.cluster, global_batch=combo.global_batch,
-               seq_len=combo.seq_len, status=status, reason=_one_line(reason))
+               seq_len=combo.seq_len, status=status, reason=_one_line(reason), runtime=runtime)
     return row
 
 
@@ -150,30 +150,32 @@ def plan_combination(combo: Combination, request: PlanRequest | None, want_plan:
     same inputs. Every executor runs this for every row; `model` and `cluster`, when given,
     are the loaded forms of combo.model and combo.cluster."""
     started = time.perf_counter()
+    template = request if request is not None else PlanRequest(time_limit_s=None)
     try:
         from ..api import plan, plan_json
 
         model = model if model is not None else _model(combo.model)
         cluster = cluster if cluster is not None else _cluster(combo.cluster)
-        template = request if request is not None else PlanRequest(time_limit_s=None)
         result = plan(replace(template, model=model, cluster=cluster, global_batch=combo.global_batch,
                               seq_len=combo.seq_len))
         est, planned = result.estimate, result.plan
         row = _empty_row(combo, "ok", "")
         row.update(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
                    tp=max(s.tp for s in planned.stages), dp=max(s.dp for s in planned.stages),
-                   num_gpus_used=est.num_gpus_used, solver_seconds=result.seconds)
+                   num_gpus_used=est.num_gpus_used, solver_seconds=result.seconds,
+                   any_runtime_step_s=result.any_runtime_step_s)
+        row["runtime"] = template.runtime
         return row, plan_json(result) if want_plan else None
     except NoFeasiblePlan as exc:
-        row = _empty_row(combo, "infeasible", exc.message)
+        row = _empty_row(combo, "infeasible", exc.message, template.runtime)
         row["solver_seconds"] = time.perf_counter() - started
         return row, None
     except BadInput as exc:
-        return _empty_row(combo, "error", str(exc)), None
+        return _empty_row(combo, "error", str(exc), template.runtime), None
     except RecursionError:
-        return _empty_row(combo, "error", "input too deeply nested"), None
+        return _empty_row(combo, "error", "input too deeply nested", template.runtime), None
     except Exception as exc:  # noqa: BLE001 - one bad combination never stops the others
-        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}"), None
+        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}", template.runtime), None
 
 
 def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str | None) -> dict:

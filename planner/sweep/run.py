@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 from ..api import PlanRequest, require
 from ..core.errors import BadInput
+from ..cost.runtimes import get_runtime
 from ..core.outfile import check_output, exclusive_lock, input_paths
 from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, rows_on_disk, sigterm_interrupts, \
     write_all, output_format, read_rows, start_output
@@ -38,7 +39,8 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
           output: str, *, jobs: int | None = 1, plans_dir: str | None = None, resume: bool = False,
           shard: tuple[int, int] | None = None, time_limit: float | None = None,
           progress: Callable[[int, int], Any] | None = None, executor: str = "local",
-          micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = ()) -> dict[str, int]:
+          micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = (),
+          runtime: str = "megatron") -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.
 
     `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
@@ -47,7 +49,8 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
     Ctrl-C or SIGTERM: the workers stop, every row written stays, SweepInterrupted is raised.
     A second sweep on the same output while one runs is BadInput (see exclusive_lock).
     Every row is planned as `planner plan` would with `time_limit` (None: none),
-    `micro_batches` and `virtual_stages` (empty: plan's defaults)."""
+    `micro_batches` and `virtual_stages` (empty: plan's defaults) and `runtime` (every row's
+    `runtime` column; `any_runtime_step_s` is what `--runtime any` would reach, as plan reports)."""
     fmt = output_format(output)
     if time_limit is not None:
         require(time_limit, "--time-limit")
@@ -55,8 +58,9 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
         require(b, "--micro-batch")
     for v in virtual_stages:
         require(v, "--virtual-stages")
+    get_runtime(runtime)  # an unknown name is bad input before any work
     request = PlanRequest(time_limit_s=time_limit, micro_batches=tuple(micro_batches),
-                          virtual_stages=tuple(virtual_stages))
+                          virtual_stages=tuple(virtual_stages), runtime=runtime)
     models, clusters = list(models), list(clusters)
     combos = combinations(models, clusters, batches, seq_lens)
     if plans_dir is not None:

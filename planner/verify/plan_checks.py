@@ -8,7 +8,8 @@ the earlier one's guarantees):
    for 4 or "false" for false is an error, never coerced;
 2. the plan's invariants (plan.structural_problems) and its self-consistency (the counts it
    repeats match what it describes; `devices` lists exactly the ranks used, where cluster.spec
-   places them, so a spec edited after planning that moves or retypes a used rank is caught);
+   places them, so a spec edited after planning that moves or retypes a used rank is caught),
+   and what its runtime (training.runtime) can run (planner.cost.runtimes.capability.violations);
 3. memory: the plan is re-priced with the cost model and every rank that overflows is listed.
 
 `predicted` is not compared with a re-price: it may come from measured times (`--profile`)
@@ -166,6 +167,15 @@ def memory_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
     return problems
 
 
+def runtime_problems(plan: Plan) -> list[Problem]:
+    """What the plan's runtime cannot run (capability.violations), at training.runtime; a plan
+    for a runtime that cannot run it is planned with `--runtime any`."""
+    from ..cost.runtimes.capability import violations
+
+    return [("training.runtime", f"{reason}; plan with --runtime any or for another runtime")
+            for reason in violations(plan, plan.training.runtime)]
+
+
 def check_plan_data(data: Any, where: str = "plan", *,
                     memory: bool = True) -> tuple[Plan | None, list[Problem]]:
     """The plan a parsed plan file describes and every problem of it, as (json_path, message)
@@ -182,6 +192,8 @@ def check_plan_data(data: Any, where: str = "plan", *,
     except BadInput as exc:
         return None, [bad_input_problem(exc, where)]
     problems = structural_problems(plan) + consistency_problems(data, plan)
+    if not problems:
+        problems = runtime_problems(plan)
     if problems or not memory:
         return plan, problems
     return plan, memory_problems(data, plan)

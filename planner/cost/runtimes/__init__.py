@@ -6,6 +6,7 @@ are composed over the GPU architecture's (planner.cost.architectures): `stack_pa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 from ..architectures import architecture_params
@@ -14,9 +15,12 @@ from ...inputs.devices import GpuSpec
 from ...core.errors import BadInput
 from . import deepspeed, fsdp1, megatron, megatron_2021, torchtitan
 from .base import Runtime
+from .capability import ANY, Capability, capability, violations
 
 RUNTIMES: dict[str, Runtime] = {m.RUNTIME.name: m.RUNTIME
                                 for m in (megatron, megatron_2021, deepspeed, torchtitan, fsdp1)}
+# `any`: the whole search space (capability.CAPABILITIES["any"]), priced with Megatron-LM's physics
+RUNTIMES[ANY] = replace(megatron.RUNTIME, name=ANY, title="any runtime (priced as Megatron-LM)")
 DEFAULT_RUNTIME = "megatron"
 
 
@@ -39,4 +43,4 @@ def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUN
     return {gpu.name: stack_params(gpu, runtime) for gpu in gpus}
 
 
-__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "cluster_params", "get_runtime", "stack_params"]
+__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "violations", "cluster_params", "get_runtime", "stack_params"]

@@ -1,0 +1,226 @@
+"""What each runtime can express, for a pinned version: the plan search's space under `--runtime`.
+
+A plan is runnable by a runtime when `violations(plan, runtime)` is empty. The search
+(planner.search.driver) searches exactly the plans a runtime's Capability allows; `any` is
+everything the search supports (per-stage TP, DP, ZeRO and recomputation, uneven batch
+shares, any contiguous layer ranges, 1F1B and interleaved 1F1B).
+
+Pinned versions and sources (each field's source is in a comment next to it):
+  megatron    Megatron-LM core_r0.13 (megatron-core 0.13)
+  megatron-2021  Megatron-LM v2.x as of Narayanan et al. 2021 (SC'21)
+  torchtitan  torchtitan 0.2.2
+  deepspeed   DeepSpeed 0.19.8 pipeline engine under Megatron-DeepSpeed
+  fsdp1       PyTorch FSDP1 under llm-foundry (Composer)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...core.errors import BadInput
+
+if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
+    from ...plan import Plan
+
+ANY = "any"
+
+
+@dataclass(frozen=True)
+class Capability:
+    runtime: str
+    version: str
+    pipeline: bool  # more than one pipeline stage
+    tensor_parallel: bool  # tp > 1
+    per_stage_tp: bool  # stages may have different TP degrees
+    per_stage_dp: bool  # stages may have different numbers of data-parallel replicas
+    uneven_shares: bool  # replicas may take different numbers of micro-batches
+    layer_split: str  # "any": any contiguous layer ranges; "equal": every stage the same decoder blocks
+    schedules: tuple[str, ...]  # pipeline schedules (planner.schedules names)
+    # interleaving needs each replica's micro-batches to be a multiple of the pipeline depth
+    interleaved_microbatch_multiple: bool
+    zero_stages: tuple[int, ...]  # ZeRO/FSDP stages with dp > 1 and one pipeline stage (0: plain DP)
+    zero_stages_with_pp: tuple[int, ...]  # ... with more than one pipeline stage
+    per_stage_zero: bool  # stages may use different ZeRO stages
+    recompute_modes: tuple[str, ...]
+    per_stage_recompute: bool  # stages may recompute differently
+    sequence_parallel: bool  # Megatron-style sequence parallelism with tp > 1
+    # stages on chosen nodes (GPU types), one stage's replicas on several types, nodes left idle
+    stage_placement: bool
+
+    @property
+    def uniform(self) -> bool:
+        """One TP degree and one DP degree for every stage (a rectangular device mesh)."""
+        return not self.per_stage_tp or not self.per_stage_dp
+
+    def describe(self) -> str:
+        return CAPABILITY_TITLES.get(self.runtime, self.runtime) + f" ({self.version})"
+
+
+_ALL_RECOMPUTE = ("none", "selective", "full")
+
+CAPABILITIES: dict[str, Capability] = {
+    ANY: Capability(
+        runtime=ANY, version="the planner's search space", pipeline=True, tensor_parallel=True,
+        per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
+        schedules=("1f1b", "interleaved", "gpipe"), interleaved_microbatch_multiple=False,
+        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
+        per_stage_zero=True, recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=True,
+        sequence_parallel=True, stage_placement=True),
+    "megatron": Capability(
+        runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
+        # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
+        # and one data-parallel size for the whole world (world = tp * cp * pp * dp)
+        per_stage_tp=False, per_stage_dp=False,
+        # megatron/core/num_microbatches_calculator.py: every DP rank runs
+        # global_batch / (micro_batch * dp) micro-batches
+        uneven_shares=False,
+        # --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py,
+        # docs "Custom Pipeline Model Parallel Layout"): any decoder layers per (virtual) stage
+        layer_split="any",
+        # core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
+        # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout)
+        schedules=("1f1b", "interleaved"),
+        # get_forward_backward_func raised "number of microbatches is not divisible by
+        # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
+        # apex); kept as a conservative requirement for the pinned version
+        interleaved_microbatch_multiple=True,
+        # --use-distributed-optimizer shards the optimizer state over DP (ZeRO-1), with or without
+        # PP; ZeRO-0 without it. Megatron FSDP (--use-custom-fsdp) is not modelled here.
+        zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,
+        # --recompute-granularity {full,selective} with --recompute-method/--recompute-num-layers:
+        # one setting for every pipeline stage (megatron/training/arguments.py)
+        recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=False,
+        sequence_parallel=True,  # --sequence-parallel (Korthikanti et al. 2022), global
+        # rank order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator): pp is outermost, so each
+        # stage is a contiguous block of tp * dp ranks and torchrun's --node-rank decides which
+        # nodes (GPU types) hold which stage; unlaunched nodes stay idle
+        stage_placement=True),
+    "megatron-2021": Capability(
+        runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
+        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
+        # megatron/model/transformer.py ParallelTransformer: num_layers // pipeline size per stage
+        # (asserted divisible); the planner plans 1F1B only for it
+        layer_split="equal", schedules=("1f1b",), interleaved_microbatch_multiple=True,
+        zero_stages=(0,), zero_stages_with_pp=(0,), per_stage_zero=False,  # no distributed optimizer yet (2022)
+        recompute_modes=("none", "full"), per_stage_recompute=False,  # --checkpoint-activations (global)
+        sequence_parallel=False,  # arrived in 2022 (Korthikanti et al.)
+        stage_placement=True),  # mpu rank order: pipeline outermost
+    "torchtitan": Capability(
+        runtime="torchtitan", version="torchtitan 0.2.2", pipeline=True, tensor_parallel=True,
+        # torchtitan/distributed/parallel_dims.py: one DeviceMesh ["pp", "dp_replicate",
+        # "dp_shard", "cp", "tp"], the same degrees for every stage
+        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
+        # parallelism.module_fqns_per_model_part: any layers per stage (pipeline_parallel.py)
+        layer_split="any",
+        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe (and zero-bubble
+        # ones the planner does not search)
+        schedules=("1f1b", "interleaved", "gpipe"),
+        # torch.distributed.pipelining Interleaved1F1B: "n_microbatches must be a multiple of the
+        # number of stages per rank" in older torch; the planner keeps the multiple of pp
+        interleaved_microbatch_multiple=True,
+        # FSDP2 (dp_shard): reshard_after_forward True = ZeRO-3, False = ZeRO-2 (the "default"
+        # policy under PP); no ZeRO-1; plain DDP (dp_replicate) = ZeRO-0
+        zero_stages=(0, 2, 3), zero_stages_with_pp=(0, 2, 3), per_stage_zero=False,
+        # activation_checkpoint.mode {none, selective, full}: one setting for the model
+        recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=False,
+        sequence_parallel=True,  # its TP plan shards norms/dropout on the sequence (SequenceParallel)
+        stage_placement=True),  # pp outermost in the mesh: node rank picks nodes
+    "deepspeed": Capability(
+        runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
+        # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
+        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
+        # runtime/pipe/module.py PipelineModule partition_method ("parameters", "uniform",
+        # "type:regex"): no explicit boundaries; the planner plans only equal block counts,
+        # which every method yields when the stages divide the blocks
+        layer_split="equal",
+        schedules=("1f1b",), interleaved_microbatch_multiple=True,  # runtime/pipe/schedule.py TrainSchedule
+        # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1), per_stage_zero=False,
+        recompute_modes=("none", "full"), per_stage_recompute=False,  # activation_checkpoint_interval, global
+        sequence_parallel=False,  # Megatron-DeepSpeed's SP is Ulysses, not Megatron-style SP
+        stage_placement=True),  # pipe axis outermost: hostfile order picks nodes
+    "fsdp1": Capability(
+        runtime="fsdp1", version="PyTorch FSDP1 (llm-foundry)", pipeline=False, tensor_parallel=False,
+        per_stage_tp=False, per_stage_dp=False, uneven_shares=False, layer_split="equal",
+        schedules=("1f1b",), interleaved_microbatch_multiple=True,
+        # llm-foundry fsdp_config sharding_strategy FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP (ZeRO-2)
+        zero_stages=(2, 3), zero_stages_with_pp=(), per_stage_zero=False,
+        recompute_modes=("none", "full"), per_stage_recompute=False,  # fsdp_config activation_checkpointing
+        sequence_parallel=False, stage_placement=True),
+}
+
+CAPABILITY_TITLES = {ANY: "any runtime", "megatron": "Megatron-LM", "megatron-2021": "Megatron-LM (2021)",
+                     "torchtitan": "torchtitan", "deepspeed": "DeepSpeed", "fsdp1": "FSDP1"}
+
+
+def capability(runtime: str) -> Capability:
+    """The Capability of `runtime` (a planner.cost.runtimes name or `any`)."""
+    if runtime not in CAPABILITIES:
+        raise BadInput(f"unknown runtime {runtime!r}, expected one of {', '.join(CAPABILITIES)}", "--runtime")
+    return CAPABILITIES[runtime]
+
+
+def decoder_blocks(plan: "Plan") -> list[int]:
+    """Decoder blocks of each stage (chunk), by stage order."""
+    kinds = [layer.kind for layer in plan.model.layers]
+    return [sum(1 for k in kinds[s.layers[0]:s.layers[1]] if k == "decoder") for s in plan.stages]
+
+
+def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
+    """Why `runtime` cannot run `plan`, one human reason each; () when it can."""
+    cap = capability(runtime)
+    name = cap.describe()
+    out: list[str] = []
+    stages = plan.stages
+    pp = plan.pp
+    if pp > 1 and not cap.pipeline:
+        out.append(f"{name} has no pipeline parallelism (the plan has {pp} stages)")
+    tps = sorted({s.tp for s in stages})
+    if not cap.tensor_parallel and tps != [1]:
+        out.append(f"{name} has no tensor parallelism (the plan uses tp {tps[-1]})")
+    if not cap.per_stage_tp and len(tps) > 1:
+        out.append(f"{name} runs one TP degree in every stage (the plan has {', '.join(map(str, tps))})")
+    cps = sorted({s.cp for s in stages})
+    if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
+        out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
+    dps = sorted({s.dp for s in stages})
+    if not cap.per_stage_dp and len(dps) > 1:
+        out.append(f"{name} runs one DP degree in every stage (the plan has {', '.join(map(str, dps))})")
+    shares = sorted({r.batch_share for s in stages for r in s.replicas})
+    if not cap.uneven_shares and len(shares) > 1:
+        out.append(f"{name} gives every replica the same batch share (the plan has "
+                   f"{', '.join(map(str, shares))} samples)")
+    if cap.layer_split == "equal" and len(set(decoder_blocks(plan))) > 1:
+        out.append(f"{name} splits the decoder blocks evenly over the stages (the plan has "
+                   f"{', '.join(map(str, decoder_blocks(plan)))})")
+    if pp > 1 and plan.training.schedule not in cap.schedules:
+        out.append(f"{name} has no {plan.training.schedule} schedule (it has {', '.join(cap.schedules)})")
+    if pp > 1 and plan.training.virtual_stages > 1 and cap.interleaved_microbatch_multiple \
+            and plan.num_microbatches % pp:
+        out.append(f"{name} interleaves only when each replica's micro-batches ({plan.num_microbatches}) are a "
+                   f"multiple of the pipeline depth ({pp})")
+    allowed_zero = cap.zero_stages_with_pp if pp > 1 else cap.zero_stages
+    zeros = sorted({s.zero for s in stages if s.dp > 1})
+    bad_zero = [z for z in zeros if z not in allowed_zero]
+    if bad_zero:
+        with_pp = " with pipeline parallelism" if pp > 1 else ""
+        out.append(f"{name} cannot run ZeRO-{bad_zero[0]}{with_pp} "
+                   f"(it has {', '.join(f'ZeRO-{z}' for z in allowed_zero) or 'none'})")
+    if not cap.per_stage_zero and len(zeros) > 1:
+        out.append(f"{name} runs one ZeRO stage in every stage (the plan has {', '.join(map(str, zeros))})")
+    modes = sorted({s.recompute for s in stages})
+    bad_modes = [m for m in modes if m not in cap.recompute_modes]
+    if bad_modes:
+        out.append(f"{name} has no {bad_modes[0]} recomputation (it has {', '.join(cap.recompute_modes)})")
+    if not cap.per_stage_recompute and len(modes) > 1:
+        out.append(f"{name} recomputes alike in every stage (the plan has {', '.join(modes)})")
+    sps = {s.sequence_parallel for s in stages if s.tp > 1}
+    if True in sps and not cap.sequence_parallel:
+        out.append(f"{name} has no Megatron-style sequence parallelism")
+    elif len(sps) > 1 and not cap.per_stage_tp:
+        out.append(f"{name} turns sequence parallelism on or off for every stage at once")
+    return tuple(out)
+
+
+__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "violations"]

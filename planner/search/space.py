@@ -1,0 +1,122 @@
+"""The runtime's search space (planner.cost.runtimes.capability) as the searches the driver runs:
+the options cut to what the runtime can run, the restrictions whose union is its space, the
+(micro-batch, V, ranks, restriction) subproblems in order, and the uniform configurations that
+seed and back up the search (planner.search.driver)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+
+from ..cost.runtimes.capability import Capability
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Plan, Training
+from ..schedules import search_schedule
+from .context_parallel import cp_choices
+from .stages import Restriction, SolverOptions, searched_recompute_modes
+from .uniform import UniformSpace, stages_on_whole_nodes
+
+__all__ = ["in_search_space", "restrictions", "subproblems", "uniform_space", "within"]
+
+
+def within(options: SolverOptions, cap: Capability) -> SolverOptions:
+    """The options cut to what the runtime can run: its TP, recompute modes, ZeRO stages and
+    schedules (interleaving needs any layer split), one stage without pipelining. ZeRO-0 is
+    left out only where ZeRO-1, which dominates it, is allowed."""
+    allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
+    zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
+    if 0 in allowed_zero and 1 not in allowed_zero and 0 not in zeros:
+        zeros = (0,) + zeros
+    interleave = "interleaved" in cap.schedules and cap.layer_split == "any"
+    return replace(options,
+                   tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
+                   recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes),
+                   zero_stages=zeros,
+                   virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
+                   max_stages=options.max_stages if cap.pipeline else 1)
+
+
+def in_search_space(plan: Plan) -> bool:
+    """Whether a uniform plan is one the exact search covers (1F1B, stages on whole nodes)."""
+    return plan.training.virtual_stages == 1 and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp)
+
+
+def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = True) -> UniformSpace:
+    """The uniform configurations of the runtime: the options' degrees and modes, the most
+    memory-frugal first (highest tp, smallest micro-batch, full recompute, highest ZeRO stage),
+    so a short time finds one that fits. `whole_nodes`: 1F1B, every stage on whole nodes (the
+    search space); else also stages on parts of nodes, interleaving and ZeRO-0."""
+    zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
+    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
+                        micro_batches=tuple(sorted(options.micro_batches)),
+                        recompute_modes=tuple(reversed(options.recompute_modes)),
+                        zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
+                        max_stages=options.max_stages, whole_nodes=whole_nodes,
+                        sequence_parallel=cap.sequence_parallel)
+
+
+def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
+                 b: int) -> list[Restriction]:
+    """The searches that together cover the runtime's space at micro-batch b (module docstring):
+    one free search for `any`; else one per (tp, cp, dp, recompute, ZeRO) the runtime allows, and
+    per pipeline depth where it splits the blocks equally. Order: tp, dp, recompute, ZeRO, depth."""
+    sp = cap.sequence_parallel
+    even = not cap.uneven_shares
+    if not cap.uniform:
+        return [Restriction(even_shares=even, sequence_parallel=sp)]
+    heads = model.config.num_heads if model.config else 1
+    microbatches = base.global_batch // b
+    totals = {0}  # GPUs a stage on whole nodes can have
+    for g in cluster.groups:
+        totals = {t + k * g.gpus_per_node for t in totals for k in range(g.nodes + 1)}
+    modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
+    blocks = model.num_layers - 2
+    out = []
+    for tp, cp in ((tp, cp) for tp in options.tp_degrees if heads % tp == 0
+                   for cp, _ in cp_choices(model, base, options, tp)):
+        group = tp * cp  # one replica: tp x cp GPUs (core.dims.StageDims.group_gpus)
+        for dp in sorted({t // group for t in totals if t and t % group == 0}):
+            if even and microbatches % dp:
+                continue
+            for mode, zero in product(modes if not cap.per_stage_recompute else (None,),
+                                      options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
+                most = options.max_stages
+                if zero is not None and zero not in cap.zero_stages_with_pp:
+                    most = 1
+                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp)
+                if cap.layer_split == "any":
+                    out.append(base_r)
+                    continue
+                for depth in range(1, min(most, blocks) + 1):
+                    if blocks % depth == 0:
+                        out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
+    return out
+
+
+def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
+                 cap: Capability):
+    """(micro-batch, virtual stages V, pipeline ranks, restriction) searched in turn: 1F1B
+    (V = 1) with any number of stages in one DP, interleaved with the number of ranks P fixed
+    per DP, since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches);
+    each once per restriction of the runtime (restrictions)."""
+    blocks = model.num_layers - 2
+    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
+    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
+    per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
+    # 1F1B first: its best plan bounds the interleaved searches, which cost more
+    for b in sizes:
+        for v, schedule in schedules:
+            if not schedule.depth_dependent():
+                for r in per_b[b]:
+                    yield b, v, None, r
+    for b in sizes:
+        for v, schedule in schedules:
+            if schedule.depth_dependent():
+                for r in per_b[b]:
+                    most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
+                    for ranks in range(schedule.min_pp, min(most, nodes, blocks // v) + 1):
+                        # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
+                        if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
+                            continue
+                        yield b, v, ranks, r

@@ -1,0 +1,116 @@
+"""Runtime capability models: what each runtime can run (violations), the verify step that
+rejects a plan its runtime cannot run, and the guarantee that a runtime's plan is never slower
+than the best uniform configuration that runtime can run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from planner.cost.evaluate import evaluate
+from planner.cost.runtimes import RUNTIMES
+from planner.cost.runtimes.capability import CAPABILITIES, capability, violations
+from planner.core.errors import BadInput, NoFeasiblePlan
+from planner.plan import Plan, Replica, Stage, plan_to_json, uniform_plan
+from planner.search.driver import SolverOptions, solve
+from planner.search.uniform import UniformSpace, improving_uniform
+from planner.verify.plan_checks import check_plan_data
+
+from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+
+
+def test_every_runtime_has_a_capability_and_any_is_a_runtime():
+    assert set(RUNTIMES) == set(CAPABILITIES)
+    assert capability("any").per_stage_tp and capability("any").uneven_shares
+    with pytest.raises(BadInput):
+        capability("colossalai")
+
+
+def per_stage_plan(runtime: str) -> Plan:
+    """Two stages with tp 2 and 1 and uneven shares on the first: what only `any` can run."""
+    model, cluster, base = pipeline_instance(0)
+    cluster_ranks = cluster.num_gpus
+    assert cluster_ranks >= 2
+    training = replace(base, global_batch=3, runtime=runtime)
+    items = model.num_layers
+    stages = (Stage(0, (0, items // 2), 1, 0, "none", (Replica(0, 3, (0,)),), 0, False),
+              Stage(1, (items // 2, items), 1, 0, "full", (Replica(0, 3, (1,)),), 1, False))
+    return Plan(model, cluster, training, stages)
+
+
+def test_violations_name_what_the_runtime_cannot_express():
+    plan = per_stage_plan("megatron")
+    assert violations(plan, "any") == ()
+    reasons = violations(plan, "megatron")
+    assert any("recomputes alike" in r for r in reasons), reasons
+    assert any("no pipeline" in r for r in violations(plan, "fsdp1"))
+
+
+def test_uniform_plans_are_runnable_by_megatron_and_torchtitan():
+    model, cluster, base = tiny_instance(3)
+    plan = uniform_plan(model, cluster, replace(base, global_batch=cluster.num_gpus * 2, runtime="megatron"),
+                        tp=1, pp=1, dp=cluster.num_gpus, zero=1)
+    assert violations(plan, "megatron") == ()
+    assert any("ZeRO-1" in r for r in violations(plan, "torchtitan"))
+
+
+def test_verify_rejects_a_plan_its_runtime_cannot_run():
+    plan = per_stage_plan("megatron")
+    data = plan_to_json(plan, None, None)
+    _, problems = check_plan_data(data, memory=False)
+    assert problems and problems[0][0] == "training.runtime" and "--runtime any" in problems[0][1]
+    data_any = plan_to_json(replace(plan, training=replace(plan.training, runtime="any")), None, None)
+    assert check_plan_data(data_any, memory=False)[1] == []
+
+
+def best_runnable_uniform(model, cluster, base, runtime):
+    """The fastest uniform configuration (plan_quality's wide space: any node boundaries, ZeRO-0
+    and 1, interleaving) that `runtime` can run."""
+    space = UniformSpace(tp_degrees=(1, 2), micro_batches=(1, 2), recompute_modes=("none", "full"),
+                         zero_stages=(0, 1, 2, 3), virtual_stages=(1, 2),
+                         sequence_parallel=capability(runtime).sequence_parallel)
+    best = None
+    for best in improving_uniform(model, cluster, replace(base, runtime=runtime), space,
+                                  accept=lambda p: not violations(p, runtime)):
+        pass
+    return best
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "torchtitan", "deepspeed", "any"])
+@pytest.mark.parametrize("seed", range(8))
+def test_plan_is_never_slower_than_the_best_uniform_configuration_of_its_runtime(runtime, seed):
+    model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
+    base = replace(base, runtime=runtime)
+    uniform = best_runnable_uniform(model, cluster, base, runtime)
+    try:
+        result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    except NoFeasiblePlan:
+        assert uniform is None
+        return
+    assert not violations(result.plan, runtime)
+    if uniform is not None:
+        assert result.estimate.step_time_s <= uniform[1].step_time_s * (1 + 1e-9)
+    assert evaluate(result.plan).step_time_s == pytest.approx(result.estimate.step_time_s, rel=1e-9)
+
+
+def test_plan_reports_what_any_would_gain_and_skips_it_without_time():
+    from planner import api
+    from planner.verify.plan_checks import check_plan_data as check
+
+    model, cluster, base = pipeline_instance(3)
+    request = api.PlanRequest(model=model, cluster=cluster, global_batch=base.global_batch, seq_len=base.seq_len,
+                              dtype="fp16", micro_batches=(1, 2), virtual_stages=(1, 2), time_limit_s=None,
+                              runtime="megatron")
+    result = api.plan(request)
+    free = api.plan(replace(request, runtime="any"))  # the same physics (any is priced as megatron)
+    assert "any_runtime_step_s" not in api.plan_json(free)["solver"]
+    assert result.any_runtime_step_s == pytest.approx(free.estimate.step_time_s, rel=1e-9)
+    assert result.any_runtime_step_s <= result.estimate.step_time_s
+    data = api.plan_json(result)
+    assert data["solver"]["any_runtime_step_s"] == result.any_runtime_step_s
+    assert check(data, memory=False)[1] == []  # the schema takes the new keys
+    # a limit the search itself uses up leaves no time for the comparison: said, not guessed
+    skipped = api._with_any_runtime(replace(result, seconds=10.0), model, cluster, base,
+                                    SolverOptions(time_limit_s=10.0))
+    assert skipped.any_runtime_step_s is None and "time limit" in skipped.any_runtime_note
