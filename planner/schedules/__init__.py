@@ -4,7 +4,7 @@ plan loader and `--schedule` ask the registry, never a schedule's name."""
 
 from __future__ import annotations
 
-from . import gpipe, interleaved, one_f_one_b
+from . import gpipe, interleaved, looped_bfs, one_f_one_b, zbv, zero_bubble
 from .base import Order, Schedule
 
 __all__ = ["SCHEDULES", "Order", "Schedule", "get_schedule", "register", "search_schedule"]
@@ -17,7 +17,7 @@ def register(schedule: Schedule) -> Schedule:
     return schedule
 
 
-for _module in (one_f_one_b, interleaved, gpipe):
+for _module in (one_f_one_b, interleaved, gpipe, zero_bubble, zbv, looped_bfs):
     register(_module.SCHEDULE)
 
 

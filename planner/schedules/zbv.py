@@ -1,0 +1,56 @@
+"""ZB-V (Qi et al. 2023, Zero Bubble Pipeline Parallelism, sec 6; torch.distributed.pipelining
+ScheduleZBVZeroBubble, torchtitan's "ZBVZeroBubble"): two chunks per rank placed as a V, rank
+k holding chunks k and 2p - 1 - k, so a micro-batch turns around on the last rank without a
+send; the backward is split into B and W as in ZB-H1, and the W passes fill the fill and
+drain. The paper's bubble is (p - 1)(T_F + T_B - 2 T_W) in units of one chunk (zero when
+T_F = T_B = T_W) with 1F1B's peak activation memory, p micro-batches, on every rank.
+
+Runtimes: torchtitan (torch ScheduleZBVZeroBubble, exactly 2 stages per rank); not Megatron-LM
+(1F1B and interleaved only) nor DeepSpeed (its own 1F1B)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Order, Schedule
+from .zero_bubble import zb_h1_order
+
+
+def v_shape_rank(chunk_index: int, pp: int) -> int:
+    """The rank of chunk `chunk_index` of 2p: down the ranks, then back up (the V)."""
+    return chunk_index if chunk_index < pp else 2 * pp - 1 - chunk_index
+
+
+@dataclass(frozen=True)
+class ZeroBubbleV(Schedule):
+    def chunks_per_rank(self, virtual_stages: int) -> int:
+        return virtual_stages
+
+    def chunk_rank(self, chunk_index: int, pp: int, virtual_stages: int) -> int:
+        return v_shape_rank(chunk_index, pp)
+
+    def in_flight_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                               num_microbatches: int) -> float:
+        # p micro-batches through the rank's two chunks, the deferred W passes' inputs included
+        # (Qi et al. 2023, sec 6: ZB-V keeps 1F1B's peak, p M_B, on every rank)
+        return float(min(pp, num_microbatches))
+
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
+        # (T_F + T_B - 2 T_W) per rank of chunk passes, each half the rank's (Qi et al. 2023, sec 6),
+        # with rank_s = T_F + T_B + T_W; never below zero
+        return max(0.0, rank_s - 3 * wgrad_s) / 2
+
+    def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
+        # drawn as ZB-H1 over the rank's two chunks together (drawn_as)
+        return zb_h1_order(pipeline_rank, pp, num_microbatches)
+
+    def title(self, virtual_stages: int) -> str:
+        return "ZB-V"
+
+
+SCHEDULE = ZeroBubbleV(
+    "zbv", searched=False, min_virtual_stages=2, max_virtual_stages=2, min_pp=2, split_backward=True,
+    runtime_names={"megatron": None, "deepspeed": None, "torchtitan": "ZBVZeroBubble"},
+    unsupported_because={"megatron": "Megatron-LM runs 1F1B and interleaved 1F1B only",
+                         "deepspeed": "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)"},
+    drawn_as="ZB-H1 over each rank's two chunks together")
