@@ -254,6 +254,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
+            by_chunk = schedule.chunk_in_flight(k, pp, v, n_micro)
+            if by_chunk is not None and price.span.act_bytes > 0:  # the chunks' counts, weighed by their activations
+                in_flight = sum(c.span.act_bytes * n for c, n in zip(price.chunks, by_chunk)) / price.span.act_bytes
             deferred = schedule.deferred_w_microbatches(k, pp, v, n_micro)
             mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred)
             for rank in replica.ranks:

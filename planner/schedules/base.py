@@ -61,6 +61,13 @@ class Schedule:
         micro-batch through all of that rank's layers."""
         raise NotImplementedError
 
+    def chunk_in_flight(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                        num_microbatches: int) -> tuple[float, ...] | None:
+        """Micro-batches each of the rank's chunks holds at its peak, when they differ by chunk
+        (then evaluate weighs them by each chunk's activations); None: in_flight_microbatches
+        for the rank as a whole."""
+        return None
+
     def deferred_w_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
                                 num_microbatches: int) -> float:
         """Micro-batches past their B whose W pass still waits at the rank's peak, each keeping

@@ -3,7 +3,8 @@ ScheduleZBVZeroBubble, torchtitan's "ZBVZeroBubble"): two chunks per rank placed
 k holding chunks k and 2p - 1 - k, so a micro-batch turns around on the last rank without a
 send; the backward is split into B and W as in ZB-H1, and the W passes fill the fill and
 drain. The paper's bubble is (p - 1)(T_F + T_B - 2 T_W) in units of one chunk (zero when
-T_F = T_B = T_W) with 1F1B's peak activation memory, p micro-batches, on every rank.
+T_F = T_B = T_W) with about 1F1B's peak activation memory, p micro-batches, on every rank
+(chunk_in_flight).
 
 Runtimes: torchtitan (torch ScheduleZBVZeroBubble, exactly 2 stages per rank); not Megatron-LM
 (1F1B and interleaved only) nor DeepSpeed (its own 1F1B)."""
@@ -29,11 +30,20 @@ class ZeroBubbleV(Schedule):
     def chunk_rank(self, chunk_index: int, pp: int, virtual_stages: int) -> int:
         return v_shape_rank(chunk_index, pp)
 
+    def chunk_in_flight(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                        num_microbatches: int) -> tuple[float, ...]:
+        """1F1B's rule over the V's 2p chunk stages (Narayanan et al. 2021, sec 2.2.1: stage c
+        holds 2p - c): rank k's first chunk min(m, 2p - k), its second min(m, k + 1); with
+        equal chunks p + 1/2 micro-batches of the whole rank on every rank, a bound just above
+        the p M_B of Qi et al. 2023, sec 6, that takes the deferred W inputs in (the head's chunk
+        on rank 0 holds one)."""
+        k, m = pipeline_rank, num_microbatches
+        return float(min(m, 2 * pp - k)), float(min(m, k + 1))
+
     def in_flight_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
                                num_microbatches: int) -> float:
-        # p micro-batches through the rank's two chunks, the deferred W passes' inputs included
-        # (Qi et al. 2023, sec 6: ZB-V keeps 1F1B's peak, p M_B, on every rank)
-        return float(min(pp, num_microbatches))
+        """The chunks' counts (chunk_in_flight) for equal chunks."""
+        return sum(self.chunk_in_flight(pipeline_rank, pp, virtual_stages, num_microbatches)) / 2
 
     def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
         # (T_F + T_B - 2 T_W) per rank of chunk passes, each half the rank's (Qi et al. 2023, sec 6),
