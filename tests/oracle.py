@@ -1,7 +1,7 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
-Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
-interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
+Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B,
+interleaved with V chunks per rank, chunks of any sizes, and the schedules asked for: ZB-H1), ordered stages on disjoint node sets, tp, recompute
 and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
 planner.cost.evaluate.evaluate.
 """
@@ -13,7 +13,8 @@ from itertools import combinations, product
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import Cluster
 from planner.inputs.model import Model
-from planner.plan import Plan, Replica, Stage, Training
+from planner.plan import Plan, Replica, Stage, Training, structural_problems
+from planner.schedules import get_schedule
 
 
 def compositions(total: int, parts: int):
@@ -56,20 +57,31 @@ def layer_splits(items: int, stages: int, v: int):
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,)) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
+                schedules: tuple[str, ...] = ()) -> tuple[float, Plan | None, int]:
+    """`schedules`: more schedules to try beside 1F1B (V = 1) and interleaved (V > 1), each
+    with the virtual stages it accepts; a split-backward one (zero bubble) on plans whose
+    stages each sit on one GPU type and give every replica P micro-batches (the search's
+    space for it, planner.search.stages.Problem._zero_bubble_shares)."""
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
     best, best_plan, count = float("inf"), None, 0
-    for b, v in product(micro_batches, virtual_stages):
+    runs = [(b, v, "interleaved" if v > 1 else "1f1b") for b, v in product(micro_batches, virtual_stages)]
+    runs += [(b, v, name) for name in schedules for b, v in product(micro_batches, virtual_stages)
+             if get_schedule(name).accepts_virtual_stages(v)]
+    for b, v, name in runs:
         if base.global_batch % b:
             continue
+        split = get_schedule(name).split_backward
         m_total = base.global_batch // b
-        training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
-                            v, base.attention)
+        training = Training(base.global_batch, base.seq_len, base.dtype, b, name, v, base.attention)
         for stages in range(1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
+                if split and (stages < get_schedule(name).min_pp
+                              or any(len({g.gpu.name for g, _ in mem}) > 1 for mem in members)):
+                    continue
                 options = []
                 for mem in members:
                     gpn = {g.gpus_per_node for g, _ in mem}
@@ -104,6 +116,8 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
                                 plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
+                            if split and structural_problems(plan):  # fewer than P micro-batches somewhere
+                                continue
                             est = evaluate(plan)
                             count += 1
                             if est.fits and est.step_time_s < best:

@@ -198,3 +198,39 @@ def test_megatron_and_deepspeed_refuse_the_schedules_they_lack_with_the_reason(s
     if schedule == "zb-h1":
         with pytest.raises(BadInput, match="at least 2 stages per rank"):
             titan_settings(plan, lambda text: None)
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+
+def test_the_search_tries_zb_h1_only_where_the_runtime_runs_it():
+    from planner.schedules import searched_schedules
+    assert [s.name for s in searched_schedules(1, "any")] == ["1f1b", "zb-h1"]
+    for runtime in ("megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
+        assert [s.name for s in searched_schedules(1, runtime)] == ["1f1b"]
+        assert [s.name for s in searched_schedules(2, runtime)] == ["interleaved"]
+
+
+# (instance maker, seed): where ZB-H1 wins (pipeline 3 and 7, tiny 0 and 5) and where 1F1B or
+# interleaved does (pipeline 1 and 9, tiny 10)
+ORACLE_CASES = [("pipeline", 3), ("pipeline", 7), ("pipeline", 1), ("pipeline", 9), ("tiny", 0), ("tiny", 5),
+                ("tiny", 10)]
+
+
+@pytest.mark.parametrize("maker,seed", ORACLE_CASES)
+def test_solver_with_zb_h1_equals_brute_force_optimum(maker, seed):
+    """runtime: any (the unconstrained space, where ZB-H1 is searched)."""
+    import dataclasses
+    from planner.search.driver import SolverOptions, solve
+    from .oracle import brute_force
+    from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+    model, cluster, base = (pipeline_instance if maker == "pipeline" else tiny_instance)(seed)
+    base = dataclasses.replace(base, runtime="any")
+    expected, best, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+                                    TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
+                                    schedules=("zb-h1",))
+    result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+    assert (result.plan.training.schedule == "zb-h1") == (best.training.schedule == "zb-h1")
+    assert not structural_problems(result.plan)

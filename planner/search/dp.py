@@ -45,7 +45,8 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     A State is (nodes used per group, stages placed, signature id of the last placed
     stage, signature id of the first stage); its value is an array over the number of
     layer items placed from the end. 1F1B (`ranks` None): any number of stages, the first
-    stage's signature is unused (-1). Interleaved: exactly `ranks` pipeline ranks, and the
+    stage's signature is unused (-1). ZB-H1 (`ranks` set, one chunk per rank): exactly `ranks`
+    ranks, no wrap-around. Interleaved: exactly `ranks` pipeline ranks, and the
     last rank sends around to the first, so the search starts once per possible signature
     of the first rank and keeps only plans whose first rank has it.
 
@@ -58,6 +59,9 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     if ranks is None:
         firsts = [-1]
         max_stages = min(problem.options.max_stages, sum(problem.bundle_nodes), items)
+    elif not problem.chunked:  # a depth-dependent schedule on one chunk per rank (zero bubble): no wrap-around
+        firsts = [-1]
+        max_stages = ranks
     else:
         firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
         max_stages = ranks
@@ -91,7 +95,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                 values = np.stack([layers[placed][key].value for key, _, _ in sources])
                 sig = sources[0][2]
                 for has_emb in front_choices:
-                    if ranks is not None and has_emb and sig != first:
+                    if ranks is not None and problem.chunked and has_emb and sig != first:
                         continue
                     for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:

@@ -59,7 +59,7 @@ from .layer_floor import LAYER_WORDS, LayerFloor, layer_floors, unplaceable_laye
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from .shares import solve_shares_ilp
-from ..schedules import search_schedule
+from ..schedules import search_schedule, searched_schedules
 from .stages import INF, Problem, SolverOptions, share_cap
 from .uniform import UniformSpace, improving_uniform
 
@@ -110,9 +110,10 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
         flags = (c.has_head, c.has_emb)
-        in_flight = problem.in_flight(c.from_end, c.ranks)
+        in_flight, deferred = problem.in_flight(c.from_end, c.ranks), problem.deferred(c.from_end, c.ranks)
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
-        caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
+        caps = [int(share_cap(ta.room[flags][c.blocks], in_flight, deferred,
+                              ta.wratio[flags][c.blocks] if deferred else None)) for ta in types]
         solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
                                     [caps[t] for t in replica_type], problem.options.ilp)
         if not solution.optimal:
@@ -176,14 +177,15 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     shortfall = None
     problem = None
     plain: dict[int, Problem] = {}  # the 1F1B problem per micro-batch, shared with interleaved ones
+    schedule_of = {(v, s.name): s for v in set(options.virtual_stages) for s in searched_schedules(v, base.runtime)}
 
     try:
         # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
         clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
-        for b, v, ranks in subproblems:
-            if problem is None or (problem.b, problem.v) != (b, v):
-                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock)
-                if not problem.chunked:
+        for b, v, ranks, name in subproblems:
+            if problem is None or (problem.b, problem.v, problem.schedule.name) != (b, v, name):
+                problem = Problem(model, cluster, base, b, parts, options, v, plain.get(b), clock, schedule_of[(v, name)])
+                if not problem.chunked and name == search_schedule(v).name:
                     plain[b] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:
@@ -197,7 +199,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                     choices = trace(problem, key, layers, moves, bound, ranks)
                     step, sum_tau, max_x = price(problem, choices)
                     used = sum(sum(c.config.nodes) for c in choices)
-                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages, then
+                    # the schedule searched first (1F1B and interleaved before zero bubble)
                     if best is None or (step, used, b, v) < best[0:4]:
                         best = (step, used, b, v, problem, choices)
                         clock.best_step_s = min(step, clock.best_step_s or INF)
@@ -276,22 +279,29 @@ def _uniform_space(options: SolverOptions) -> UniformSpace:
 
 
 def _subproblems(model: Model, base: Training, nodes: int, options: SolverOptions):
-    """(micro-batch, virtual stages V, pipeline ranks) searched in turn: 1F1B (V = 1) with
-    any number of stages in one DP, interleaved with the number of ranks P fixed per DP,
-    since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches)."""
+    """(micro-batch, virtual stages V, pipeline ranks, schedule) searched in turn: 1F1B (V = 1)
+    with any number of stages in one DP; interleaved, and the schedules the runtime adds
+    (planner.schedules.searched_schedules: ZB-H1 where the runtime runs it), with the number of
+    ranks P fixed per DP, since a rank's in-flight micro-batches depend on P
+    (Schedule.in_flight_microbatches). A split-backward schedule needs P micro-batches per
+    replica, so no more ranks than micro-batches."""
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
-    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
+    schedules = [(v, schedule) for v in sorted(set(options.virtual_stages))
+                 for schedule in searched_schedules(v, base.runtime)]
     # 1F1B first: its best plan bounds the interleaved searches, which cost more
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
-                yield b, v, None
+                yield b, v, None, schedule.name
     for b in sizes:
         for v, schedule in schedules:
             if schedule.depth_dependent():
-                for ranks in range(schedule.min_pp, min(options.max_stages, nodes, blocks // v) + 1):
-                    yield b, v, ranks
+                most = min(options.max_stages, nodes, blocks // v if schedule.chunks_per_rank(v) > 1 else blocks + 2)
+                if schedule.split_backward:
+                    most = min(most, base.global_batch // b)
+                for ranks in range(schedule.min_pp, most + 1):
+                    yield b, v, ranks, schedule.name
 
 
 def _floor_text(floor: LayerFloor, base: Training) -> str:

@@ -78,6 +78,10 @@ class TypeArrays:
     # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
     # chunk, the chunk with the embedding, the chunk with the head
     chunk: dict[str, np.ndarray] = field(default_factory=dict)
+    # a split backward (zero bubble): the weight-gradient part of `time`, and what a deferred
+    # W keeps per micro-batch relative to the saved activations (wgrad_act_bytes / act_bytes)
+    wgrad: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
+    wratio: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
 
 
 class StageCost(NamedTuple):
@@ -102,10 +106,18 @@ class Variant:
     runs: tuple  # (config id, where the variant uses it, slope of its tau or None), by config id
 
 
-def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
+def share_cap(room: np.ndarray, in_flight: float, deferred: float = 0.0, ratio: np.ndarray | None = None) -> np.ndarray:
     """The most micro-batches a replica may take: unbounded when its memory holds the
-    in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
-    return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+    in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight)).
+    With `deferred` W passes (zero bubble, Schedule.deferred_w_microbatches) the micro-batches
+    past the in-flight ones keep `ratio` of a micro-batch each, up to `deferred` of them."""
+    if not deferred:
+        return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
+    safe = np.where(ratio > 0, ratio, 1.0)
+    with np.errstate(invalid="ignore"):
+        past = in_flight + np.floor((room - in_flight) / safe)
+    cap = np.where(room < in_flight, np.maximum(np.floor(room), 0), past)
+    return np.where(room >= in_flight + deferred * ratio, UNCAPPED, cap).astype(np.int64)
 
 
 # --- the parts of a stages.Problem ---------------------------------------------------------
@@ -135,8 +147,8 @@ class ProblemInputs:
 
     @classmethod
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
-           virtual_stages: int) -> "ProblemInputs":
-        schedule = search_schedule(virtual_stages)
+           virtual_stages: int, schedule: Schedule | None = None) -> "ProblemInputs":
+        schedule = schedule or search_schedule(virtual_stages)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
                      base.runtime)
         groups = tuple(cluster.groups)

@@ -16,6 +16,7 @@ from ..core.dims import StageDims
 from ..cost.paths import collective_links, pair_link, slowest
 from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
+from ..schedules import Schedule
 from ..inputs.model import Model
 from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
@@ -36,8 +37,8 @@ class Problem:
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
-                 clock: SearchClock | None = None):
-        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages)
+                 clock: SearchClock | None = None, schedule: Schedule | None = None):
+        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, schedule)
         self.catalog = Catalog()
         self.tables = PriceTables()
         self.state = SearchState(clock)
@@ -55,6 +56,7 @@ class Problem:
     parts = property(lambda self: self.inputs.parts)
     v = property(lambda self: self.inputs.v)
     t = property(lambda self: self.inputs.t)
+    schedule = property(lambda self: self.inputs.schedule)
     chunked = property(lambda self: self.inputs.chunked)
     groups = property(lambda self: self.inputs.groups)
     bundle_nodes = property(lambda self: self.inputs.bundle_nodes)
@@ -122,7 +124,7 @@ class Problem:
             p = inputs.options.params_for(gpu.name)
             dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
-            times, bwds, params, rooms = {}, {}, {}, {}
+            times, bwds, params, rooms, wgrads, wratios = {}, {}, {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
@@ -130,6 +132,10 @@ class Problem:
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
+                wgrads[(has_head, has_emb)] = span.wgrad_s
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    wratios[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes / np.where(acts > 0, acts, 1.0),
+                                                            0.0)
                 free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
@@ -141,7 +147,8 @@ class Problem:
                     need = -(-inputs.num_blocks // most_stages)
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p))
+            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p,
+                                  wgrad=wgrads, wratio=wratios))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -197,7 +204,8 @@ class Problem:
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
         so variant j holds the j-th such config by tau. Usually one variant remains."""
-        key = (fid, self.in_flight(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
+        key = (fid, self.in_flight(stage_from_end, ranks), self.deferred(stage_from_end, ranks), stage_from_end == 1,
+               has_emb, successor_id, ranks if self.inputs.schedule.split_backward else None)
         cached = self.tables.family.get(key)
         if cached is not None:
             return cached
@@ -267,6 +275,14 @@ class Problem:
             ranks = stage_from_end
         return inputs.schedule.in_flight_microbatches(ranks - stage_from_end, ranks, inputs.v, inputs.microbatches)
 
+    def deferred(self, stage_from_end: int, ranks: int | None) -> float:
+        """W passes a rank holds back at its peak (Schedule.deferred_w_microbatches; 0 unless
+        the backward is split, whose schedules fix the depth P = `ranks`)."""
+        inputs = self.inputs
+        if not inputs.schedule.split_backward:
+            return 0.0
+        return inputs.schedule.deferred_w_microbatches(ranks - stage_from_end, ranks, inputs.v, inputs.microbatches)
+
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
                    ranks: int | None = None) -> StageCost:
         """StageCost (tau, X, slope, min X, split) over block counts for a pipeline rank placed
@@ -289,26 +305,29 @@ class Problem:
         inputs, tables = self.inputs, self.tables
         has_head = stage_from_end == 1
         in_flight = self.in_flight(stage_from_end, ranks)
+        deferred = self.deferred(stage_from_end, ranks)
+        # zero bubble: every replica needs P micro-batches (plan.structural_problems)
+        few = inputs.schedule.split_backward and ranks is not None
         flags = (has_head, has_emb)
         out: list = [None] * len(cids)
         pending: dict[tuple[int, ...], list] = {}
         for index, cid in enumerate(cids):
-            key = (cid, in_flight, has_head, has_emb, successor_id)
+            key = (cid, in_flight, deferred, has_head, has_emb, successor_id, ranks if few else None)
             cached = tables.stage.get(key)
             if cached is not None:
                 out[index] = cached
                 continue
             types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
-            caps_entry = tables.caps.get((cid, flags, in_flight))
+            caps_entry = tables.caps.get((cid, flags, in_flight, deferred))
             if caps_entry is None:
-                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-                caps_entry = tables.caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps))
+                caps = [share_cap(ta.room[flags], in_flight, deferred, ta.wratio.get(flags)) for ta in types]
+                caps_entry = tables.caps[(cid, flags, in_flight, deferred)] = (caps, b"".join(c.tobytes() for c in caps))
             caps, caps_bytes = caps_entry
             # the in-flight count matters only through the caps, which are mostly the same for
             # every position in the pipeline (memory to spare), and the successor only through
             # the boundary link: price each distinct (caps, link) once
             link = self.link(cid, successor_id)
-            caps_key = (cid, has_head, has_emb, link, caps_bytes)
+            caps_key = (cid, has_head, has_emb, link, caps_bytes, ranks if few else None)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 tables.stage[key] = out[index] = cached
@@ -329,9 +348,16 @@ class Problem:
                         cached = tables.latencies[latency_key] = chunk_latency(types, flags, caps_key[3], inputs.v,
                                                                               inputs.num_blocks)
                     latency, split = cached
+                elif inputs.schedule.split_backward:
+                    # Schedule.latency_s with each replica type's weight-gradient time (zero bubble)
+                    latency = reduce(np.maximum, [inputs.schedule.latency_s(tm, tm, inputs.v, ta.wgrad[flags])
+                                                  for tm, ta in zip(times, types)])
+                    split = None
                 else:
                     latency, split = reduce(np.maximum, times), None
                 result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags)
+                if few and not self._zero_bubble_shares(types, ranks):
+                    result = result._replace(x=np.full_like(result.x, INF), x_min=INF)
                 tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = result
         return out
 
@@ -381,6 +407,15 @@ class Problem:
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
         return StageCost(tau, x, slope, float(x.min()), split)
+
+    def _zero_bubble_shares(self, types: list[TypeArrays], ranks: int) -> bool:
+        """Whether every replica of a stage surely gets P = `ranks` micro-batches: the search
+        plans a split-backward schedule on stages of one GPU type only (their replicas take
+        balanced shares, each at least M - (R - 1) ceil(M / R) of the M micro-batches)."""
+        if len(types) > 1:
+            return False
+        m, r = self.inputs.microbatches, types[0].count
+        return m - (r - 1) * -(-m // r) >= ranks
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
