@@ -234,3 +234,20 @@ def test_solver_with_zb_h1_equals_brute_force_optimum(maker, seed):
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
     assert (result.plan.training.schedule == "zb-h1") == (best.training.schedule == "zb-h1")
     assert not structural_problems(result.plan)
+
+
+def test_evaluate_flags_refuse_zero_bubble_with_fewer_micro_batches_than_ranks_and_zbv_with_three_chunks():
+    from planner import api
+    flags = dict(model="gpt2", cluster=cluster_from_spec(SPEC), seq_len=512, tp=1, pp=4, dp=2, micro_batch=1)
+    with pytest.raises(BadInput, match="zb-h1 schedule needs at least --pp 4 micro-batches per replica"):
+        api.plan_from_flags(api.EvaluateRequest(schedule="zb-h1", global_batch=6, **flags))
+    assert api.plan_from_flags(api.EvaluateRequest(schedule="zb-h1", global_batch=8, **flags)).training.schedule == "zb-h1"
+    with pytest.raises(BadInput, match="zbv schedule takes --virtual-stages 2"):
+        api.plan_from_flags(api.EvaluateRequest(schedule="zbv", global_batch=8, virtual_stages=3, **flags))
+
+
+@pytest.mark.parametrize("schedule,v", [("zb-h1", 1), ("zbv", 2), ("looped-bfs", 2)])
+def test_planner_run_refuses_the_schedules_it_does_not_execute(schedule, v):
+    from planner.runner.layout import check_runnable
+    with pytest.raises(BadInput, match=f"does not run the {schedule} schedule"):
+        check_runnable(_plan(schedule, v=v, model="gpt2"), v)

@@ -27,6 +27,7 @@ class Schedule:
     runtime_names: Mapping[str, str | None] = field(default_factory=dict)
     drawn_as: str | None = None  # the approximation `planner show` draws it with, if any
     split_backward: bool = False  # runs the weight-gradient pass W apart from B (order has "W" ops)
+    runs_in_planner_run: bool = True  # the reference runtime (planner.runner) executes its order
     # why a runtime without it (runtime_names None) cannot run it, for the export's refusal
     unsupported_because: Mapping[str, str] = field(default_factory=dict)
 
