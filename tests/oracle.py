@@ -62,7 +62,7 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
     """`schedules`: more schedules to try beside 1F1B (V = 1) and interleaved (V > 1), each
     with the virtual stages it accepts; a split-backward one (zero bubble) on plans whose
     stages each sit on one GPU type and give every replica P micro-batches (the search's
-    space for it, planner.search.stages.Problem._zero_bubble_shares)."""
+    space for it, planner.search.stage_types.zero_bubble_shares)."""
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads

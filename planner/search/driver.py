@@ -3,7 +3,9 @@
 Search space (all of it searched jointly):
   * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
     per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
-    possible but for the embedding's or head's chunk, which takes what is fastest;
+    possible but for the embedding's or head's chunk, which takes what is fastest; where the
+    runtime runs it (planner.schedules.searched_schedules), ZB-H1 (the zero-bubble 1F1B) on
+    stages of one GPU type with P micro-batches per replica;
   * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
     head with the last);
   * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit

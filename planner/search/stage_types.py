@@ -120,6 +120,16 @@ def share_cap(room: np.ndarray, in_flight: float, deferred: float = 0.0, ratio: 
     return np.where(room >= in_flight + deferred * ratio, UNCAPPED, cap).astype(np.int64)
 
 
+def zero_bubble_shares(microbatches: int, counts: list[int], ranks: int) -> bool:
+    """Whether every replica of a stage surely gets P = `ranks` micro-batches (a split-backward
+    schedule's need, plan.structural_problems): the search plans one on stages of one GPU type
+    only, whose R replicas take balanced shares, each at least M - (R - 1) ceil(M / R)."""
+    if len(counts) > 1:
+        return False
+    m, r = microbatches, counts[0]
+    return m - (r - 1) * -(-m // r) >= ranks
+
+
 # --- the parts of a stages.Problem ---------------------------------------------------------
 
 

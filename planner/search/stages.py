@@ -24,7 +24,7 @@ from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2
 from ..cost.sharding import Sharding
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
-                          TypeArrays, Variant, share_cap)
+                          TypeArrays, Variant, share_cap, zero_bubble_shares)
 
 __all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
@@ -356,7 +356,7 @@ class Problem:
                 else:
                     latency, split = reduce(np.maximum, times), None
                 result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags)
-                if few and not self._zero_bubble_shares(types, ranks):
+                if few and not zero_bubble_shares(inputs.microbatches, [ta.count for ta in types], ranks):
                     result = result._replace(x=np.full_like(result.x, INF), x_min=INF)
                 tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = result
         return out
@@ -407,15 +407,6 @@ class Problem:
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
         return StageCost(tau, x, slope, float(x.min()), split)
-
-    def _zero_bubble_shares(self, types: list[TypeArrays], ranks: int) -> bool:
-        """Whether every replica of a stage surely gets P = `ranks` micro-batches: the search
-        plans a split-backward schedule on stages of one GPU type only (their replicas take
-        balanced shares, each at least M - (R - 1) ceil(M / R) of the M micro-batches)."""
-        if len(types) > 1:
-            return False
-        m, r = self.inputs.microbatches, types[0].count
-        return m - (r - 1) * -(-m // r) >= ranks
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
