@@ -133,6 +133,11 @@ class ReplicaPrice:
         return max(c.time_s for c in self.chunks)
 
     @property
+    def forward_s(self) -> float:
+        """The forward part of per_microbatch_s (ChunkTime.forward_s)."""
+        return sum(c.forward_s for c in self.chunks)
+
+    @property
     def wgrad_s(self) -> float:
         """The weight-gradient (W) part of per_microbatch_s (a split backward's)."""
         return sum(c.span.wgrad_s for c in self.chunks)
@@ -248,7 +253,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             replica_busy = n_micro * price.per_microbatch_s
             if replica_busy > stage_busy:
                 stage_busy, stage_btl, stage_replica = replica_busy, price, replica
-            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s)
+            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s, price.forward_s)
             if tau > stage_tau:
                 stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
             min_bwd = min(min_bwd, price.span.bwd_s)

@@ -90,11 +90,12 @@ class Schedule:
         from the end (then the search fixes P per dynamic programme)."""
         return False
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         """c_k of evaluate.pipeline_time_s: the latency of one micro-batch through a rank whose
         whole pass takes `rank_s` (of which `wgrad_s` is weight-gradient work, a split
-        backward's W) and whose slowest chunk `slowest_chunk_s`. Linear in its arguments
-        (explain.latency_shares splits it by kind)."""
+        backward's W, and `forward_s` the forward) and whose slowest chunk `slowest_chunk_s`.
+        Linear in its arguments but for ZB-V's floor (explain.latency_shares splits it by kind)."""
         return rank_s
 
     def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:

@@ -34,7 +34,8 @@ class LoopedBFS(Schedule):
     def zero_once_per_loop(self) -> bool:
         return True
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         # the looped pipeline's fill: one chunk per rank (Lamy-Poirier 2023, sec 4), as interleaved
         return slowest_chunk_s
 

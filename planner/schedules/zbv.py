@@ -3,7 +3,7 @@ ScheduleZBVZeroBubble, torchtitan's "ZBVZeroBubble"): two chunks per rank placed
 k holding chunks k and 2p - 1 - k, so a micro-batch turns around on the last rank without a
 send; the backward is split into B and W as in ZB-H1, and the W passes fill the fill and
 drain. The paper's bubble is (p - 1)(T_F + T_B - 2 T_W) in units of one chunk (zero when
-T_F = T_B = T_W) with about 1F1B's peak activation memory, p micro-batches, on every rank
+T_F = T_B = T_W), floored here at the last rank's idle start, (p - 1) chunk forwards, with about 1F1B's peak activation memory, p micro-batches, on every rank
 (chunk_in_flight).
 
 Runtimes: torchtitan (torch ScheduleZBVZeroBubble, exactly 2 stages per rank); not Megatron-LM
@@ -45,10 +45,13 @@ class ZeroBubbleV(Schedule):
         """The chunks' counts (chunk_in_flight) for equal chunks."""
         return sum(self.chunk_in_flight(pipeline_rank, pp, virtual_stages, num_microbatches)) / 2
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         # (T_F + T_B - 2 T_W) per rank of chunk passes, each half the rank's (Qi et al. 2023, sec 6),
-        # with rank_s = T_F + T_B + T_W; never below zero
-        return max(0.0, rank_s - 3 * wgrad_s) / 2
+        # with rank_s = T_F + T_B + T_W; never below a chunk forward T_F / 2: every pass of the
+        # last rank waits for a micro-batch's first chunk to cross the ranks before it (its idle
+        # start, (p - 1) T_F / 2, bounds any V schedule)
+        return max(forward_s, rank_s - 3 * wgrad_s) / 2
 
     def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
         # drawn as ZB-H1 over the rank's two chunks together (drawn_as)

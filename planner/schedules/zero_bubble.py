@@ -61,7 +61,8 @@ class ZeroBubbleH1(Schedule):
     def depth_dependent(self) -> bool:
         return True  # the deferred W count is the distance from the first rank
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         # T_F + T_B - T_W per rank (Qi et al. 2023, sec 3.1), with rank_s = T_F + T_B + T_W
         return rank_s - 2 * wgrad_s
 
