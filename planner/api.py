@@ -224,11 +224,19 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     if r.virtual_stages < schedule.min_virtual_stages:
         raise BadInput(f"the {schedule.name} schedule needs --virtual-stages >= {schedule.min_virtual_stages}",
                        "--schedule")
+    if schedule.max_virtual_stages is not None and r.virtual_stages > schedule.max_virtual_stages > 1:
+        raise BadInput(f"the {schedule.name} schedule takes --virtual-stages {schedule.max_virtual_stages}",
+                       "--virtual-stages")
     if not schedule.accepts_virtual_stages(r.virtual_stages):
         raise BadInput(f"--virtual-stages {r.virtual_stages} needs --schedule "
                        f"{search_schedule(r.virtual_stages).name}", "--virtual-stages")
     if r.pp < schedule.min_pp:
         raise BadInput(f"the {schedule.name} schedule needs --pp >= {schedule.min_pp}", "--schedule")
+    if schedule.split_backward and r.dp * r.micro_batch and r.global_batch // (r.dp * r.micro_batch) < r.pp:
+        # its bubble formula holds with a micro-batch per rank at least (Qi et al. 2023, sec 3.1)
+        raise BadInput(f"the {schedule.name} schedule needs at least --pp {r.pp} micro-batches per replica, "
+                       f"--global-batch / (--dp x --micro-batch) = {r.global_batch // (r.dp * r.micro_batch)}",
+                       "--schedule")
     model = _model(r.model)
     cluster = _cluster(r.cluster)
     dtype = resolve_dtype(cluster, r.dtype, r.runtime)

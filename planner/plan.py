@@ -135,8 +135,9 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         bounds.append((first, end))
     stages = []
     group = tp * cp
+    schedule = SCHEDULES.get(training.schedule)
     for c, (first, end) in enumerate(bounds):
-        p_rank = c % pp
+        p_rank = schedule.chunk_rank(c, pp, v) if schedule is not None else c % pp
         replicas = tuple(
             Replica(d, share, tuple(p_rank * group * dp + d * group + i for i in range(group)))
             for d in range(dp))
@@ -368,9 +369,17 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     v = t.virtual_stages
     if v > 1 and len(plan.stages) != len(pranks) * v:
         problems.append(("stages", f"{len(plan.stages)} stages, expected pp x v = {len(pranks)} x {v}"))
-    if v > 1 and any(s.pipeline_rank != s.index % len(pranks) for s in plan.stages):
-        problems.append(("stages", "interleaved stages must cycle over pipeline ranks in order"))
     schedule = SCHEDULES.get(t.schedule)
+    chunk_rank = schedule.chunk_rank if schedule is not None else (lambda c, pp, v: c % pp)
+    if v > 1 and any(s.pipeline_rank != chunk_rank(s.index, len(pranks), v) for s in plan.stages):
+        problems.append(("stages", f"the {t.schedule} schedule's stages must follow its placement over the "
+                                   "pipeline ranks (interleaved: cycle in order; zbv: down, then back up)"))
+    if schedule is not None and schedule.split_backward and pranks:
+        fewest = min(r.batch_share // t.micro_batch for s in plan.stages for r in s.replicas)
+        if fewest < len(pranks):
+            # the zero-bubble bubbles hold with at least p micro-batches (Qi et al. 2023, sec 3.1)
+            problems.append(("training.schedule", f"{t.schedule} needs at least pp = {len(pranks)} micro-batches "
+                             f"on every replica; one has {fewest}"))
     if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
         problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
                          "schedule"))

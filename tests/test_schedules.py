@@ -50,8 +50,11 @@ def test_op_order_runs_every_forward_once_before_its_backward(name):
     for pp, n in product((1, 2, 3, 4, 8), (1, 2, 5, 16)):
         for k in range(pp):
             order = schedule.order(k, pp, n)
-            assert sorted(order) == sorted([("F", j) for j in range(n)] + [("B", j) for j in range(n)])
+            passes = ("F", "B", "W") if schedule.split_backward else ("F", "B")
+            assert sorted(order) == sorted((kind, j) for kind in passes for j in range(n))
             assert all(order.index(("F", j)) < order.index(("B", j)) for j in range(n))
+            if schedule.split_backward:  # a weight gradient after its own input gradient
+                assert all(order.index(("B", j)) < order.index(("W", j)) for j in range(n))
 
 
 def test_gpipe_order_is_all_forwards_then_all_backwards_and_1f1b_warms_up_pp_minus_rank_minus_one():
@@ -63,20 +66,25 @@ def test_gpipe_order_is_all_forwards_then_all_backwards_and_1f1b_warms_up_pp_min
 def test_registry_names_are_the_plan_files_and_the_schemas_schedules():
     schema = json.loads((DATA / "plan.schema.json").read_text())
     enum = schema["properties"]["training"]["properties"]["schedule"]["enum"]
-    assert list(SCHEDULES) == list(plan_module.SCHEDULES) == enum == ["1f1b", "interleaved", "gpipe"]
+    assert list(SCHEDULES) == list(plan_module.SCHEDULES) == enum == ["1f1b", "interleaved", "gpipe", "zb-h1", "zbv",
+                                                                       "looped-bfs"]
     assert all(name == schedule.name for name, schedule in SCHEDULES.items())
 
 
-def test_search_plans_1f1b_and_interleaved_but_not_gpipe():
+def test_search_plans_1f1b_and_interleaved_only():
+    # gpipe, zb-h1, zbv and looped-bfs are priced by evaluate, not searched (yet)
     assert {name for name, s in SCHEDULES.items() if s.searched} == {"1f1b", "interleaved"}
     assert search_schedule(1).name == "1f1b"
     assert [search_schedule(v).name for v in (2, 3, 8)] == ["interleaved"] * 3
 
 
 def test_chunks_per_rank_and_runtime_names():
-    assert [get_schedule(n).chunks_per_rank(3) for n in ("1f1b", "interleaved", "gpipe")] == [1, 3, 1]
+    assert [get_schedule(n).chunks_per_rank(3) for n in ("1f1b", "interleaved", "gpipe", "zb-h1", "looped-bfs")] == [
+        1, 3, 1, 1, 3]
+    # torch.distributed.pipelining.get_schedule_class's names (torchtitan's pipeline_parallel_schedule)
     assert {n: s.runtime_names["torchtitan"] for n, s in SCHEDULES.items()} == {
-        "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+        "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb-h1": None, "zbv": "ZBVZeroBubble",
+        "looped-bfs": "LoopedBFS"}
     assert get_schedule("interleaved").runtime_names["deepspeed"] is None
 
 

@@ -132,6 +132,16 @@ class ReplicaPrice:
     def slowest_chunk_s(self) -> float:
         return max(c.time_s for c in self.chunks)
 
+    @property
+    def forward_s(self) -> float:
+        """The forward part of per_microbatch_s (ChunkTime.forward_s)."""
+        return sum(c.forward_s for c in self.chunks)
+
+    @property
+    def wgrad_s(self) -> float:
+        """The weight-gradient (W) part of per_microbatch_s (a split backward's)."""
+        return sum(c.span.wgrad_s for c in self.chunks)
+
 
 class PlanPricer:
     """Prices a plan's pipeline ranks on their replicas (planner.cost.pricing), once for the
@@ -156,12 +166,16 @@ class PlanPricer:
         return self._layouts[st.index]
 
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
-        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU)."""
+        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU).
+        A breadth-first schedule's ZeRO collectives run once per loop for the replica's
+        micro-batches (Schedule.zero_once_per_loop, ZeroComm.per_microbatch)."""
         cluster, layers = self.plan.cluster, self.plan.model.layers
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
-        key = (chunks[0].index, gpu.name, tp_link, cp_link, p)
+        t = self.plan.training
+        loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
+        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches)
         if key in self._replicas:
             return self._replicas[key]
         times = []
@@ -170,13 +184,14 @@ class PlanPricer:
             span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
-            if successor is not None:
+            if successor is not None and successor.pipeline_rank != st.pipeline_rank:  # (a V turns on one rank)
                 if st.index not in self._links:
                     self._links[st.index] = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
                                                           [r.ranks[0] for r in successor.replicas])
                 link, intra = self._links[st.index]
                 send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
-            times.append(ChunkTime(span, zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p), send))
+            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p).per_microbatch(loop_microbatches)
+            times.append(ChunkTime(span, zero, send))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
         return self._replicas[key]
@@ -194,6 +209,11 @@ def grad_reduce_ranks(st: Stage) -> list[int]:
     """One rank per replica and cp position at TP position 0: a weight shard's gradient is
     reduced over these (StageDims.grad_reduce_ranks)."""
     return [r.ranks[c * st.tp] for r in st.replicas for c in range(st.cp)]
+
+
+def busy_of(price: ReplicaPrice, busy_s: float) -> float:
+    """The micro-batches a replica that is busy `busy_s` runs."""
+    return busy_s / price.per_microbatch_s if price.per_microbatch_s > 0 else 0.0
 
 
 def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float]) -> tuple[float, int]:
@@ -248,13 +268,17 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             replica_busy = n_micro * price.per_microbatch_s
             if replica_busy > stage_busy:
                 stage_busy, stage_btl, stage_replica = replica_busy, price, replica
-            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v)
+            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s, price.forward_s)
             if tau > stage_tau:
                 stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params)
+            by_chunk = schedule.chunk_in_flight(k, pp, v, n_micro)
+            if by_chunk is not None and price.span.act_bytes > 0:  # the chunks' counts, weighed by their activations
+                in_flight = sum(c.span.act_bytes * n for c, n in zip(price.chunks, by_chunk)) / price.span.act_bytes
+            deferred = schedule.deferred_w_microbatches(k, pp, v, n_micro)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred)
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
@@ -262,8 +286,11 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                 flops_by_rank[rank] = dims.compute_share(rank_flops * replica.batch_share)
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
+        # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
+        loops = schedule.gradient_loops(v)
+        loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values()))
+                                min_bwd, steppers.values(), loops, loop_bwd))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)

@@ -76,7 +76,10 @@ def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Part
     shares = []
     for i, c in enumerate(chunks):
         p = chunk_parts(c)
-        shares.append(Parts(*(schedule.latency_s(getattr(p, f), getattr(p, f) if i == slow else 0.0, v)
+        # a split backward's W work is compute (Schedule.latency_s takes it with the compute part)
+        shares.append(Parts(*(schedule.latency_s(getattr(p, f), getattr(p, f) if i == slow else 0.0, v,
+                                                 c.span.wgrad_s if f == "compute_s" else 0.0,
+                                                 c.span.fwd_s if f == "compute_s" else 0.0)
                               for f in ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s"))))
     return shares
 

@@ -109,6 +109,9 @@ class LayerTime:
     recompute_s: float  # forward work repeated in backward
     tp_comm_fwd_s: float
     tp_comm_bwd_s: float  # includes the all-reduces of a recomputed forward
+    # the weight-gradient part of bwd_s (the W pass of a split backward; the rest, with the
+    # recomputation, is the input-gradient B pass): Qi et al. 2023, Zero Bubble, sec 2
+    wgrad_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -229,13 +232,17 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
         # measured over whole sequences: CP splits the work cp ways (StageDims.compute_share)
         fwd, bwd = fwd / sh.dims.cp, bwd / sh.dims.cp
         recompute_s = fwd if recompute == "full" else 0.0
+        # a measured backward is not split: its weight-gradient GEMMs repeat the forward's
+        # FLOPs (Narayanan et al. 2021, sec 5.1), at most half the backward (Qi et al. 2023, sec 2)
+        wgrad = min(fwd, bwd / 2)
         return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, seq_len, tp, sequence_parallel, recompute,
-                             tp_link, nb, params)
+                             tp_link, nb, params, wgrad)
     if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
         flops = sh.dims.compute_share(layer.fwd_flops_per_sample(sh.seq_len) * b)
         fwd = flops / (peak * params.gemm_efficiency)
         recompute_s = fwd if recompute == "full" else 0.0
-        return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0)
+        # backward = input-gradient + weight-gradient GEMMs, each the forward's FLOPs (Qi et al. 2023, sec 2)
+        return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0, fwd)
     hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
 
     # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
@@ -285,8 +292,11 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     else:
         recompute_s = 0.0
 
+    # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
+    # GEMM backward; attention scores, elementwise kernels and the host time belong to the input
+    # gradient (Qi et al. 2023, Zero Bubble, sec 2: T_W ~ T_B for the GEMMs)
     return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
-                         tp_link, nb, params)
+                         tp_link, nb, params, gemm_fwd)
 
 
 def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
@@ -305,7 +315,7 @@ def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
 
 def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm_fwd: float, b: int,
                   seq_len: int, tp: int, sequence_parallel: bool, recompute: str, tp_link: Link, nb: int,
-                  params: CostParams) -> LayerTime:
+                  params: CostParams, wgrad_s: float = 0.0) -> LayerTime:
     """Add the tensor-parallel communication of one layer for one micro-batch.
 
     Korthikanti et al. 2022, sec 4.2.2: a block all-reduces b*s*h twice forward and twice
@@ -333,7 +343,7 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
             tp_fwd = one
         else:
             tp_bwd = one
-    return LayerTime(fwd, bwd, recompute_s, tp_fwd, tp_bwd)
+    return LayerTime(fwd, bwd, recompute_s, tp_fwd, tp_bwd, wgrad_s)
 
 
 def optimizer_step_s(params_on_device: float, gpu: GpuSpec, params: CostParams) -> float:

@@ -85,6 +85,20 @@ def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
                                       sh.dtype_bytes) * sh.micro_batch
 
 
+def wgrad_input_bytes(layer: Layer, sh: Sharding) -> float:
+    """What a deferred weight-gradient pass (W) keeps of one micro-batch until it runs: the
+    inputs X of the layer's weight GEMMs (dW = X^T dY; Qi et al. 2023, Zero Bubble, sec 2),
+    on one TP rank; a column-parallel GEMM's input (k = hidden) is split by sequence
+    parallelism like the other replicated activations (StageDims.activation_share)."""
+    c = layer.config
+    if c is None:
+        return 0.0
+    gemms = layer.gemms(sh.seq_len, 1)  # a replica's, split below
+    replicated = sum(g.count * g.rows * g.k for g in gemms if g.k == c.hidden)
+    sharded = sum(g.count * g.rows * g.k for g in gemms if g.k != c.hidden)
+    return sh.dims.activation_share(replicated, sharded) * sh.dtype_bytes * sh.micro_batch
+
+
 def boundary_bytes(layer: Layer, sh: Sharding) -> float:
     """What one TP rank sends on after `layer` for one micro-batch (StageDims.boundary_share)."""
     return sh.dims.boundary_share(layer.out_bytes_per_sample(sh.local_seq_len, sh.dtype_bytes) * sh.micro_batch)
@@ -108,6 +122,8 @@ class LayerPrice:
     cp_comm_bwd_s: float = 0.0
     cp_comm_s: float = 0.0
     fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
+    wgrad_s: float = 0.0  # the weight-gradient part of bwd_s (LayerTime.wgrad_s)
+    wgrad_act_bytes: float = 0.0  # kept for a deferred weight-gradient pass (wgrad_input_bytes)
 
 
 @lru_cache(maxsize=65536)
@@ -122,7 +138,8 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
                       transient_activation_bytes(layer, sh), layer.weight_params,
-                      cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe))
+                      cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
+                      t.wgrad_s, wgrad_input_bytes(layer, sh))
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -178,6 +195,8 @@ class SpanPrice:
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
     fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
                              "(fp8.weight_cache_bytes).", per_gpu=True)
+    wgrad_s = _Total("wgrad_s", "The weight-gradient part of bwd_s (a split backward's W pass).")
+    wgrad_act_bytes = _Total("wgrad_act_bytes", "What a deferred W pass keeps of one micro-batch (wgrad_input_bytes).")
 
     @property
     def transient_bytes(self):
@@ -235,6 +254,14 @@ class ZeroComm:
 
     def exposed_s(self, span: "SpanPrice"):
         return self.forward_exposed_s(span.fwd_s) + self.backward_exposed_s(span.bwd_s)
+
+    def per_microbatch(self, microbatches: int) -> "ZeroComm":
+        """The collectives of a schedule that runs them once for `microbatches` micro-batches
+        (breadth-first: one gather and one reduce-scatter per loop; Lamy-Poirier 2023, sec 3.3),
+        spread over them."""
+        if microbatches <= 1 or not self.total_s:
+            return self
+        return ZeroComm(self.reduce_scatter_s / microbatches, self.gather_s / microbatches, self.overlap)
 
 
 def zero_exposed_s(comm_s, compute_s, overlap: float):
@@ -308,14 +335,18 @@ class ChunkTime:
 # --- memory ---------------------------------------------------------------------------------
 
 
-def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams) -> MemoryBreakdown:
+def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
+                   deferred=0.0) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
-    (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
+    (Schedule.in_flight_microbatches), the weight-GEMM inputs of `deferred` micro-batches whose
+    W pass waits (Schedule.deferred_w_microbatches), full recomputation's working set, and the reserve."""
     weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
-    return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
-                           p.reserved_memory_bytes)
+    activations = span.act_bytes * in_flight + span.transient_bytes
+    if np.ndim(deferred) or deferred:
+        activations = activations + span.wgrad_act_bytes * deferred
+    return MemoryBreakdown(weights, grads, optimizer, activations, p.reserved_memory_bytes)
 
 
 # --- after the last micro-batch -------------------------------------------------------------
@@ -338,11 +369,22 @@ def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams):
     return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
 
 
-def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
+def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
+    """The gradient reduction still running after the last backward when a rank's `loops`
+    chunks finish their backwards one loop (`loop_bwd_s`) apart and each reduces its 1/loops
+    of the gradients as soon as its loop ends, one reduction after the other: the last to
+    finish of (j + 1) reduce/loops - j loop_bwd (Lamy-Poirier 2023, Breadth-First Pipeline
+    Parallelism, sec 3.2: the reduction of earlier loops overlaps the remaining backwards)."""
+    return reduce(_maximum, ((j + 1) * reduce_s / loops - j * loop_bwd_s for j in range(loops)))
+
+
+def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s,
+                  loops: int = 1, loop_bwd_s=0.0):
     """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
     volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
     all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
-    With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP)."""
+    With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP).
+    A breadth-first schedule's `loops` reduce as each loop ends (looped_reduce_s)."""
     if layout.replicas <= 1 or dims.zero >= 3:
         return 0.0
     if dtype == "bf16" and p.bf16_fp32_grad_allreduce and dims.zero <= 1:
@@ -356,16 +398,19 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
         seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
     if dims.zero == 2:
         seconds = seconds / 2
+    if loops > 1:
+        seconds = looped_reduce_s(seconds, loops, loop_bwd_s)
     if p.overlap_grad_reduce:
-        seconds = _maximum(0.0, seconds - min_bwd_s)
+        seconds = _maximum(0.0, seconds - min_bwd_s / loops)
     return seconds
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]]) -> StageTail:
+               steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
-    backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
-    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s)
+    backward `min_bwd_s`; breadth-first `loops`, grad_reduce_s) and the slowest optimizer
+    step of its replicas' GPU types."""
+    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s)
     step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p) for gpu, p in steppers))
     return StageTail(reduce_s, step)

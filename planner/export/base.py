@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..core.dims import StageDims
+from ..core.errors import BadInput
 from ..plan import Plan
+from ..schedules import get_schedule
 from ..report.routes import stage_routes
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
@@ -79,6 +81,10 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     """`placed`: the launch keeps the plan's placement (planner.export.launch.placeable), so mixed GPU
     types and the placement are kept, not reported."""
     t = plan.training
+    schedule = get_schedule(t.schedule)
+    if plan.pp > 1 and target in schedule.unsupported_because and not schedule.supported_by(target):
+        # a schedule the runtime lacks changes the step's time and memory: no lossy stand-in
+        raise BadInput(f"cannot export: {schedule.refusal(target)}", "--to")
     stages = plan.stages
     tps = sorted({s.tp for s in stages})
     tp = tps[-1]

@@ -8,6 +8,8 @@ The timeline (`--svg FILE`, needs matplotlib) draws one step of the pipeline, on
 pipeline rank. Per-micro-batch forward and backward times come from the same prices as
 evaluate's (evaluate.PlanPricer, planner.cost.pricing.ChunkTime), for the replica that sets the
 rank's busy time (micro-batches x time per micro-batch, the same replica evaluate picks);
+a schedule that splits the backward (zero bubble) draws its input-gradient (B) and
+weight-gradient (W) passes as distinct boxes, W being the weight GEMMs' time (LayerTime.wgrad_s);
 the rank's per-micro-batch communication is split between the boxes: TP all-reduces where
 cost.layer_time puts them, the pipeline send/receive half to the forward and half to the
 backward, ZeRO-2 reduce-scatters to the backward, ZeRO-3 gathers one to each. So forward
@@ -71,7 +73,8 @@ class RankTiming:
     dp_rank: int
     num_microbatches: int
     fwd_s: float
-    bwd_s: float
+    bwd_s: float  # the whole backward: B and, for a split backward, W
+    wgrad_s: float = 0.0  # its weight-gradient part (a split backward's W pass, LayerTime.wgrad_s)
 
     @property
     def per_microbatch_s(self) -> float:
@@ -98,7 +101,8 @@ def rank_timings(plan: Plan, params: CostParams | Mapping[str, CostParams] | Non
             fwd = sum(c.forward_s for c in price.chunks)
             bwd = sum(c.backward_s for c in price.chunks)
             timing = RankTiming(k, tuple(st.index for st in rank_chunks), price.gpu.name, replica.dp_rank,
-                                replica.batch_share // plan.training.micro_batch, fwd, bwd)
+                                replica.batch_share // plan.training.micro_batch, fwd, bwd,
+                                sum(c.span.wgrad_s for c in price.chunks))
             if best is None or timing.busy_s > best.busy_s:
                 best = timing
         out.append(best)
@@ -111,7 +115,7 @@ def rank_timings(plan: Plan, params: CostParams | Mapping[str, CostParams] | Non
 @dataclass(frozen=True)
 class Op:
     pipeline_rank: int
-    kind: str  # "F" or "B"
+    kind: str  # "F", "B" or "W" (a split backward's weight gradient)
     microbatch: int
     start_s: float
     end_s: float
@@ -123,7 +127,17 @@ def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
     waiting for their neighbours (module docstring)."""
     pp = len(timings)
     counts = [t.num_microbatches for t in timings]
+    split = get_schedule(schedule).split_backward
     order = get_schedule(schedule).order
+
+    def duration(k: int, kind: str) -> float:
+        """F the forward; B the whole backward, or split its input-gradient part; W the rest."""
+        t = timings[k]
+        if kind == "F":
+            return t.fwd_s
+        if kind == "W":
+            return t.wgrad_s
+        return t.bwd_s - t.wgrad_s if split else t.bwd_s
     queues = [order(k, pp, counts[k]) for k in range(pp)]
     heads = [0] * pp
     free = [0.0] * pp
@@ -131,6 +145,8 @@ def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
     ops: list[Op] = []
 
     def dependency(k: int, kind: str, j: int) -> tuple[int, str, int] | None:
+        if kind == "W":  # the weight gradient needs its own B only
+            return (k, "B", j)
         if kind == "F":
             if k == 0:
                 return None
@@ -152,7 +168,7 @@ def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
                 kind, j = queues[k][heads[k]]
                 dep = dependency(k, kind, j)
                 start = max(free[k], done[dep] if dep is not None else 0.0)
-                end = start + (timings[k].fwd_s if kind == "F" else timings[k].bwd_s)
+                end = start + duration(k, kind)
                 done[(k, kind, j)] = end
                 free[k] = end
                 ops.append(Op(k, kind, j, start, end))
@@ -295,9 +311,10 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
     ax = fig.add_subplot()
     x_end = max(end_s, 0.0 if truncated else est.step_time_s) * scale * 1.01
     points_per_unit = 0.8 * width_in * 72 / x_end  # the axes span about 80% of the figure
-    colours = {"F": "#4C72B0", "B": "#55A868"}
+    colours = {"F": "#4C72B0", "B": "#55A868", "W": "#DD8452"}
+    kinds = ("F", "B", "W") if get_schedule(t.schedule).split_backward else ("F", "B")
     for k in range(pp):
-        for kind in ("F", "B"):  # one collection per row and kind keeps long pipelines quick
+        for kind in kinds:  # one collection per row and kind keeps long pipelines quick
             spans = [(op.start_s * scale, (op.end_s - op.start_s) * scale)
                      for op in drawn if op.pipeline_rank == k and op.kind == kind]
             ax.broken_barh(spans, (k - 0.4, 0.8), facecolors=colours[kind], edgecolor="white", linewidth=0.5)
@@ -325,11 +342,16 @@ def write_timeline_svg(plan: Plan, est: Estimate, timings: list[RankTiming], pat
     ax.set_title(title, fontsize=9, parse_math=False)  # a `$` in a name is not TeX
     ax.grid(axis="x", linewidth=0.3, alpha=0.5)
     ax.set_axisbelow(True)
-    handles = [Patch(color=colours["F"], label="forward"), Patch(color=colours["B"], label="backward")]
+    handles = [Patch(color=colours["F"], label="forward")]
+    if "W" in kinds:
+        handles += [Patch(color=colours["B"], label="backward: input gradient (B)"),
+                    Patch(color=colours["W"], label="backward: weight gradient (W)")]
+    else:
+        handles.append(Patch(color=colours["B"], label="backward"))
     if not truncated:
         handles.append(Patch(facecolor="white", edgecolor="#C44E52", linestyle="--",
                              label="predicted step (with gradient reduction and optimizer)"))
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
     svg = io.BytesIO()
     fig.savefig(svg, format="svg", metadata={"Date": None})

@@ -158,6 +158,12 @@ def check_runnable(plan: Plan, chunks: int) -> None:
     if config.model_type not in SUPPORTED_TYPES:
         raise BadInput(f"the runtime builds {', '.join(SUPPORTED_TYPES)} models, not {config.model_type!r}",
                        "plan", "model.config.model_type")
+    schedule = get_schedule(plan.training.schedule)
+    if not schedule.runs_in_planner_run:
+        # the reference runtime runs whole backwards in Megatron's orders; the zero-bubble and
+        # breadth-first schedules run under torchtitan (planner export --to torchtitan)
+        raise BadInput(f"planner run does not run the {schedule.name} schedule (1F1B, interleaved and GPipe only); "
+                       "export it with --to torchtitan", "plan", "training.schedule")
     for s in plan.stages:
         if s.cp > 1:
             raise BadInput(f"the runtime has no context parallelism (stage {s.index} has cp={s.cp}); export the plan "

@@ -4,10 +4,10 @@ plan loader and `--schedule` ask the registry, never a schedule's name."""
 
 from __future__ import annotations
 
-from . import gpipe, interleaved, one_f_one_b
+from . import gpipe, interleaved, looped_bfs, one_f_one_b, zbv, zero_bubble
 from .base import Order, Schedule
 
-__all__ = ["SCHEDULES", "Order", "Schedule", "get_schedule", "register", "search_schedule"]
+__all__ = ["SCHEDULES", "Order", "Schedule", "get_schedule", "register", "search_schedule", "searched_schedules"]
 
 SCHEDULES: dict[str, Schedule] = {}
 
@@ -17,7 +17,7 @@ def register(schedule: Schedule) -> Schedule:
     return schedule
 
 
-for _module in (one_f_one_b, interleaved, gpipe):
+for _module in (one_f_one_b, interleaved, gpipe, zero_bubble, zbv, looped_bfs):
     register(_module.SCHEDULE)
 
 
@@ -33,3 +33,12 @@ def search_schedule(virtual_stages: int) -> Schedule:
         if schedule.searched and schedule.accepts_virtual_stages(virtual_stages):
             return schedule
     raise KeyError(f"no searched schedule takes {virtual_stages} virtual stages")
+
+
+def searched_schedules(virtual_stages: int, runtime: str) -> list[Schedule]:
+    """The schedules the plan search tries with `virtual_stages` chunks per rank under
+    `runtime`: the default one (search_schedule), then every other searched schedule that
+    takes them and that the runtime runs (Schedule.supported_by; "any": all)."""
+    default = search_schedule(virtual_stages)
+    return [default] + [s for s in SCHEDULES.values() if s is not default and s.searched
+                        and s.accepts_virtual_stages(virtual_stages) and s.supported_by(runtime)]

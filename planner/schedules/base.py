@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-Order = list[tuple[str, int]]  # ("F" or "B", micro-batch), in the order one rank runs them
+Order = list[tuple[str, int]]  # ("F", "B" or "W", micro-batch), in the order one rank runs them
+# a split backward (Qi et al. 2023, Zero Bubble, sec 2): "B" the input gradient, "W" the weight
+# gradient; a schedule that does not split runs "B" as the whole backward
+RUNTIMES = ("megatron", "deepspeed", "torchtitan")  # the runtimes whose schedule support is recorded
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,23 @@ class Schedule:
     min_pp: int = 1
     runtime_names: Mapping[str, str | None] = field(default_factory=dict)
     drawn_as: str | None = None  # the approximation `planner show` draws it with, if any
+    split_backward: bool = False  # runs the weight-gradient pass W apart from B (order has "W" ops)
+    runs_in_planner_run: bool = True  # the reference runtime (planner.runner) executes its order
+    # why a runtime without it (runtime_names None) cannot run it, for the export's refusal
+    unsupported_because: Mapping[str, str] = field(default_factory=dict)
+
+    def supported_by(self, runtime: str) -> bool:
+        """Whether `runtime` runs this schedule ("any": the unconstrained space); a runtime
+        not in RUNTIMES (megatron_2021, fsdp1) keeps what it was always searched with,
+        Megatron's schedules."""
+        if runtime == "any":
+            return True
+        return bool(self.runtime_names.get(runtime if runtime in RUNTIMES else "megatron"))
+
+    def refusal(self, runtime: str) -> str:
+        """Why `runtime` cannot run this schedule (export's message)."""
+        because = self.unsupported_because.get(runtime)
+        return f"{runtime} has no {self.name} schedule" + (f" ({because})" if because else "")
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (
@@ -32,20 +52,50 @@ class Schedule:
         """Model chunks each pipeline rank runs: 1 unless the schedule interleaves."""
         return 1
 
+    def chunk_rank(self, chunk_index: int, pp: int, virtual_stages: int) -> int:
+        """The pipeline rank of chunk (stage) `chunk_index`: round-robin over the ranks."""
+        return chunk_index % pp
+
     def in_flight_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
                                num_microbatches: int) -> float:
         """Micro-batches whose activations a pipeline rank holds at its peak, in units of one
         micro-batch through all of that rank's layers."""
         raise NotImplementedError
 
+    def chunk_in_flight(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                        num_microbatches: int) -> tuple[float, ...] | None:
+        """Micro-batches each of the rank's chunks holds at its peak, when they differ by chunk
+        (then evaluate weighs them by each chunk's activations); None: in_flight_microbatches
+        for the rank as a whole."""
+        return None
+
+    def deferred_w_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
+                                num_microbatches: int) -> float:
+        """Micro-batches past their B whose W pass still waits at the rank's peak, each keeping
+        its weight-GEMM inputs (pricing.wgrad_input_bytes); 0 unless the backward is split."""
+        return 0.0
+
+    def gradient_loops(self, virtual_stages: int) -> int:
+        """How many times a step's gradients become ready, one loop of chunks at a time (1:
+        all after the last backward; breadth-first: once per chunk, pricing.looped_reduce_s)."""
+        return 1
+
+    def zero_once_per_loop(self) -> bool:
+        """Whether the ZeRO-2/3 collectives run once per loop for all its micro-batches (breadth-first)
+        rather than once per micro-batch."""
+        return False
+
     def depth_dependent(self) -> bool:
         """Whether a rank's in-flight count depends on the pipeline depth P beyond its distance
         from the end (then the search fixes P per dynamic programme)."""
         return False
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         """c_k of evaluate.pipeline_time_s: the latency of one micro-batch through a rank whose
-        whole pass takes `rank_s` and whose slowest chunk `slowest_chunk_s`."""
+        whole pass takes `rank_s` (of which `wgrad_s` is weight-gradient work, a split
+        backward's W, and `forward_s` the forward) and whose slowest chunk `slowest_chunk_s`.
+        Linear in its arguments but for ZB-V's floor (explain.latency_shares splits it by kind)."""
         return rank_s
 
     def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:

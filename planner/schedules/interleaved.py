@@ -54,7 +54,8 @@ class Interleaved(Schedule):
     def depth_dependent(self) -> bool:
         return True
 
-    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int) -> float:
+    def latency_s(self, rank_s: float, slowest_chunk_s: float, virtual_stages: int, wgrad_s: float = 0.0,
+                  forward_s: float = 0.0) -> float:
         return slowest_chunk_s if virtual_stages > 1 else rank_s
 
     def order(self, pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
