@@ -146,6 +146,8 @@ class EvaluateRequest:
     recompute: str = "none"
     zero: int = 0
     sequence_parallel: bool = False
+    ep: int = 1  # expert parallelism (StageDims.ep)
+    etp: int | None = None  # expert tensor parallelism; None: as tp
     schedule: str | None = None
     virtual_stages: int = 1
     profiles: tuple[str, ...] = ()
@@ -192,11 +194,19 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
     if r.sequence_parallel and r.tp == 1:
         raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
+    for value, flag in ((r.ep, "--ep"), (r.etp, "--etp")):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime)
     check_training_inputs(model, training)
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
-                        sequence_parallel=r.sequence_parallel)
+                        sequence_parallel=r.sequence_parallel, ep=r.ep, etp=_etp(r.etp, r.tp))
+
+
+def _etp(etp: int | None, tp: int) -> int:
+    """--etp as StageDims.etp (0: as tp)."""
+    return 0 if etp is None or etp == tp else etp
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
@@ -232,7 +242,8 @@ def describe_plan(plan: Plan) -> dict:
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
             "attention": t.attention, "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
-                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel}
+                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+                        **({"ep": s.ep, "etp": s.dims.expert_tp} if s.ep > 1 or s.etp else {})}
                        for s in plan.stages]}
 
 

@@ -28,6 +28,9 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="Expert-parallel degree (MoE): carved from the TP x DP ranks; divides the experts.")
+@click.option("--etp", type=int, default=None, help="Expert tensor-parallel degree [default: --tp].")
 @click.option("--schedule", type=click.Choice(tuple(SCHEDULES)), default=None,
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
@@ -37,7 +40,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-                     recompute, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
+                     recompute, zero, sequence_parallel, ep, etp, schedule, virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
@@ -62,7 +65,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
-            sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
+            sequence_parallel=sequence_parallel, ep=ep, etp=etp, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron"), warn)
     plan, estimate = result.plan, result.estimate
     emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,

@@ -25,7 +25,7 @@ from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_pri
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding
-from .paths import boundary_link, dp_layout, route_name, slowest_gpu, tp_group_link
+from .paths import boundary_link, dp_layout, ep_group_link, route_name, slowest_gpu, tp_group_link
 
 
 @dataclass(frozen=True)
@@ -154,19 +154,34 @@ class PlanPricer:
             self._layouts[st.index] = dp_layout(self.plan.cluster, [r.ranks[0] for r in st.replicas])
         return self._layouts[st.index]
 
+    def ep_link(self, st: Stage, replica: Replica) -> tuple[Link | None, bool]:
+        """The link of `replica`'s expert-parallel all-to-all (paths.ep_group_ranks), None without EP."""
+        if st.ep <= 1:
+            return None, True
+        return ep_group_link(self.plan.cluster, self.ep_ranks(st, replica))
+
+    @staticmethod
+    def ep_ranks(st: Stage, replica: Replica) -> list[int]:
+        """The expert-parallel group of `replica`'s first GPU (paths.ep_group_ranks)."""
+        replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
+        ranks = [r for rep in replicas for r in rep.ranks]
+        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.tp
+        return [ranks[i] for i in st.dims.ep_group(position)]
+
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
         """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU)."""
         cluster, layers = self.plan.cluster, self.plan.model.layers
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link = tp_group_link(cluster, replica.ranks)
-        key = (chunks[0].index, gpu.name, tp_link, p)
+        ep_link, ep_intra = self.ep_link(chunks[0], replica)
+        key = (chunks[0].index, gpu.name, tp_link, p, ep_link, ep_intra)
         if key in self._replicas:
             return self._replicas[key]
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, ep_link, ep_intra)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None:
@@ -248,7 +263,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values()))
+                                min_bwd, steppers.values(), stage_btl.span.expert_params))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)
@@ -304,6 +319,10 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
     if head.tp > 1:
         links.append(link_use("tp", route_name(cluster, replica.ranks), tp_group_link(cluster, replica.ranks),
                               n_micro * own.tp_comm_s))
+    if head.ep > 1:
+        ep_link, _ = pricer.ep_link(head, replica)
+        links.append(link_use("ep", route_name(cluster, pricer.ep_ranks(head, replica)), ep_link,
+                              n_micro * own.ep_comm_s))
     senders = [st for st in rank_chunks if st.index in pricer._links]
     if senders:  # the boundary it sends over (interleaved: its slowest)
         st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))

@@ -62,6 +62,13 @@ class CostParams:
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
     # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
     selective_recompute: str = "attention"
+    # MoE under expert parallelism: the busiest EP rank's routed tokens over the mean, which the
+    # whole group waits for at the combine all-to-all. Switch Transformer trains with capacity
+    # factors 1.0-1.25 (Fedus et al. 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and
+    # Megatron-core's --moe-expert-capacity-factor bounds the load the same way; 1.25 takes the
+    # upper end for dropless routing with an auxiliary balancing loss. Not fitted (no MoE run
+    # among the published measurements).
+    moe_imbalance: float = 1.25
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -99,6 +106,12 @@ class LayerTime:
     recompute_s: float  # forward work repeated in backward
     tp_comm_fwd_s: float
     tp_comm_bwd_s: float  # includes the all-reduces of a recomputed forward
+    ep_comm_fwd_s: float = 0.0  # the MoE dispatch + combine all-to-all (moe_alltoall_s)
+    ep_comm_bwd_s: float = 0.0
+
+    @property
+    def ep_comm_s(self) -> float:
+        return self.ep_comm_fwd_s + self.ep_comm_bwd_s
 
     @property
     def compute_s(self) -> float:
@@ -176,14 +189,57 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
 
+def alltoall_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
+    """All-to-all of a `nbytes` buffer per rank: (n-1)/n of it leaves each rank, every rank
+    sending at once (NCCL's alltoall as grouped send/recv, one latency per peer; nccl-tests'
+    bus bandwidth for alltoall counts the same (n-1)/n). A measured link prices it by its
+    all_to_all curve (planner.inputs.linkcurve)."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    if link.curves:
+        return collective_s("all_to_all", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
+
+
+def moe_alltoall_s(layer: Layer, micro_batch: int, seq_len: int, dims: StageDims, nb: int, link: Link,
+                   params: CostParams, intra: bool) -> tuple[float, float]:
+    """(forward, backward) expert-parallel all-to-all of one MoE layer for one micro-batch on
+    one GPU: dispatch the routed token copies to their experts' ranks and combine them back
+    (GShard, Lepikhin et al. 2020, sec 3.2; Megatron-core's MoEAlltoAllTokenDispatcher); the
+    backward sends the gradients the same way. A GPU holds its tp share of the replica's tokens
+    (sequence parallel) and sends each to top_k experts: b s / tp x top_k x h elements."""
+    c = layer.config
+    if dims.ep <= 1 or c is None or layer.kind != "decoder" or c.num_experts <= 1:
+        return 0.0, 0.0
+    nbytes = micro_batch * seq_len / dims.tp * c.experts_top_k * c.hidden * nb
+    one = alltoall_s(nbytes, dims.ep, link, link_efficiency(link, params, intra))
+    return 2 * one, 2 * one  # dispatch + combine, each way
+
+
 @lru_cache(maxsize=65536)
-def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams,
+               ep_link: Link | None = None, ep_intra: bool = True) -> LayerTime:
     """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
-    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean)."""
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean);
+    `ep_link` carries the expert-parallel all-to-all (needed when sh.dims.ep > 1)."""
     if layer.blend:
-        times = [(layer_time(part, gpu, sh, tp_link, params), n) for part, n in layer.blend]
+        times = [(layer_time(part, gpu, sh, tp_link, params, ep_link, ep_intra), n) for part, n in layer.blend]
         total = sum(n for _, n in times)
         return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
+    timed = _layer_time(layer, gpu, sh, tp_link, params)
+    if sh.dims.ep <= 1:
+        return timed
+    assert ep_link is not None, "expert parallelism needs the EP group's link"
+    nb = DTYPE_BYTES[sh.dtype]
+    ep_fwd, ep_bwd = moe_alltoall_s(layer, sh.micro_batch, sh.seq_len, sh.dims, nb, ep_link, params, ep_intra)
+    if sh.recompute == "full":
+        ep_bwd += ep_fwd  # the recomputed forward dispatches and combines again
+    return replace(timed, ep_comm_fwd_s=ep_fwd, ep_comm_bwd_s=ep_bwd)
+
+
+def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """layer_time of one layer shape, without the expert-parallel all-to-all."""
     dtype, micro_batch, seq_len, attention, recompute = sh.dtype, sh.micro_batch, sh.seq_len, sh.attention, sh.recompute
     tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
     peak = matmul_peak(gpu, dtype, params)
@@ -206,10 +262,13 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
 
     # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
     # (Narayanan et al. 2021, sec 5.1).
+    # Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance).
     gemm_times = []
-    for g in layer.gemms(seq_len, tp):
+    imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
+    for g in layer.gemms(seq_len, tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
-        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params)))
+        seconds = g.count * 2.0 * rows * g.n * g.k / (peak * gemm_efficiency(rows, g.n, g.k, params))
+        gemm_times.append(seconds * imbalance if g.expert else seconds)
     gemm_fwd = sum(gemm_times)
 
     # Attention scores: FlashAttention-2 runs QK^T and PV in one kernel and skips the causal

@@ -108,3 +108,9 @@ def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
     groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
     groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
     return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
+
+
+def ep_group_link(cluster: Cluster, ranks) -> tuple[Link, bool]:
+    """The link an expert-parallel all-to-all over `ranks` runs at (as a TP group's,
+    tp_group_link), and whether it stays inside one node."""
+    return tp_group_link(cluster, ranks), len(nodes_of(cluster, ranks)) == 1

@@ -97,14 +97,24 @@ class LayerPrice:
     act_bytes: float  # saved for the backward
     transient_bytes: float  # full recomputation's working set while this layer's backward runs
     weight_params: int  # of the whole layer (not divided by tp)
+    expert_params: int = 0  # of weight_params, the routed experts' (StageDims.weight_share)
+    ep_comm_fwd_s: float = 0.0  # the MoE all-to-all under expert parallelism (cost.moe_alltoall_s)
+    ep_comm_bwd_s: float = 0.0
+
+    @property
+    def ep_comm_s(self) -> float:
+        return self.ep_comm_fwd_s + self.ep_comm_bwd_s
 
 
 @lru_cache(maxsize=65536)
-def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> LayerPrice:
-    t = layer_time(layer, gpu, sh, tp_link, p)
+def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
+                ep_link: Link | None = None, ep_intra: bool = True) -> LayerPrice:
+    """`ep_link`: the expert-parallel group's link (`ep_intra`: inside one node), when sh.dims.ep > 1."""
+    t = layer_time(layer, gpu, sh, tp_link, p, ep_link, ep_intra)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      t.compute_s + t.tp_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
-                      transient_activation_bytes(layer, sh), layer.weight_params)
+                      t.compute_s + t.tp_comm_s + t.ep_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
+                      transient_activation_bytes(layer, sh), layer.weight_params, layer.expert_params,
+                      t.ep_comm_fwd_s, t.ep_comm_bwd_s)
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -151,9 +161,22 @@ class SpanPrice:
     tp_comm_fwd_s = _Total("tp_comm_fwd_s")
     tp_comm_bwd_s = _Total("tp_comm_bwd_s")
     tp_comm_s = _Total("tp_comm_s")
-    time_s = _Total("time_s", "Compute and TP communication (no ZeRO collectives, no pipeline send).")
-    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
-                           "(StageDims.weight_share).", per_gpu=True)
+    ep_comm_fwd_s = _Total("ep_comm_fwd_s")
+    ep_comm_bwd_s = _Total("ep_comm_bwd_s")
+    ep_comm_s = _Total("ep_comm_s", "The MoE all-to-all under expert parallelism.")
+    time_s = _Total("time_s", "Compute, TP and EP communication (no ZeRO collectives, no pipeline send).")
+    all_params = _Total("weight_params", "Weight parameters of the span's layers (whole layers).")
+    all_expert_params = _Total("expert_params", "Of them, the routed experts'.")
+
+    @property
+    def weight_params(self):
+        """Weight parameters on one GPU of the TP group (StageDims.weight_share)."""
+        return self.dims.weight_share(self.all_params, self.all_expert_params)
+
+    @property
+    def expert_params(self):
+        """Of weight_params, the routed experts' on one GPU (1/(etp x ep) of them)."""
+        return self.dims.weight_share(self.all_expert_params, self.all_expert_params)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
 
     @property
@@ -167,9 +190,10 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
     return SpanPrice(tuple(parts), dims.within_replica)
 
 
-def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> SpanPrice:
+def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
+                 ep_link: Link | None = None, ep_intra: bool = True) -> SpanPrice:
     """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.dims)
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, ep_link, ep_intra)) for layer in layers), sh.dims)
 
 
 # --- communication --------------------------------------------------------------------------
@@ -270,14 +294,14 @@ class ChunkTime:
 
     @property
     def forward_s(self):
-        """The forward's part (planner.report.show): its TP collectives, half the send, the exposed ZeRO-3 gather."""
-        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.send_s / 2
+        """The forward's part (planner.report.show): its TP and EP collectives, half the send, the exposed ZeRO-3 gather."""
+        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.ep_comm_fwd_s + self.send_s / 2
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
-        """The rest: backward, recomputation, its TP collectives, half the send, the exposed reduce-scatter and gather."""
-        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.send_s / 2
+        """The rest: backward, recomputation, its TP and EP collectives, half the send, the exposed reduce-scatter and gather."""
+        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.ep_comm_bwd_s + self.send_s / 2
                 + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
@@ -286,9 +310,16 @@ class ChunkTime:
 
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
-    dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
+    dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
+    group, StageDims.edp), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
-    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
+    if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
+        weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
+    else:
+        experts = span.expert_params
+        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.dp)
+        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp)
+        weights, grads, optimizer = (d + e for d, e in zip(dense, expert))
     return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 
@@ -306,11 +337,15 @@ class StageTail:
         return self.grad_reduce_s + self.optimizer_s
 
 
-def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams):
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
-    al. 2020, sec 5.1; StageDims.state_divisors)."""
-    return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+    al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
+    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
+    if dims.ep == 1 and not dims.etp:
+        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+    return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
+                            + expert_params / dims.expert_state_divisors[2], gpu, p)
 
 
 def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
@@ -337,10 +372,10 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]]) -> StageTail:
+               steppers: Iterable[tuple[GpuSpec, CostParams]], expert_params=0.0) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
     reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p) for gpu, p in steppers))
+    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params) for gpu, p in steppers))
     return StageTail(reduce_s, step)
