@@ -3,7 +3,9 @@
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
 and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
-planner.cost.evaluate.evaluate.
+planner.cost.evaluate.evaluate. With `ep_degrees`, an MoE model's stages also take each expert-parallel
+degree dividing its experts and the stage's replicas, where the search offers it (1F1B, a stage of one
+GPU type whose replicas take equal shares: the lock-step all-to-all).
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ def layer_splits(items: int, stages: int, v: int):
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,)) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
+                ep_degrees=(1,)) -> tuple[float, Plan | None, int]:
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
+    experts = model.config.num_experts
     best, best_plan, count = float("inf"), None, 0
     for b, v in product(micro_batches, virtual_stages):
         if base.global_batch % b:
@@ -75,11 +79,15 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                     gpn = {g.gpus_per_node for g, _ in mem}
                     gpus = sum(g.gpus_per_node for g, _ in mem)
                     tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
-                    options.append([(tp, rc, zero) for tp in tps for rc in recompute_modes
-                                    for zero in (zero_stages if gpus // tp > 1 else (0,))])
+                    one_type = len({g.name for g, _ in mem}) == 1
+                    options.append([(tp, rc, zero, ep) for tp in tps for rc in recompute_modes
+                                    for zero in (zero_stages if gpus // tp > 1 else (0,))
+                                    for ep in ep_degrees
+                                    if ep == 1 or (v == 1 and one_type and experts % ep == 0
+                                                   and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, _, _) in zip(members, choice):
+                    for mem, (tp, _, _, _) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
                             for slot in range(g.gpus_per_node // tp):
@@ -94,15 +102,16 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                         share_options = [[sh for sh in compositions(m_total, len(r))
                                           if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
                                                  if cluster.group_of_rank(r[i][0]).name
-                                                 == cluster.group_of_rank(r[i + 1][0]).name)]
-                                         for r in replica_ranks]
+                                                 == cluster.group_of_rank(r[i + 1][0]).name)
+                                          and (c[3] == 1 or len(set(sh)) == 1)]
+                                         for r, c in zip(replica_ranks, choice)]
                         for shares in product(*share_options):
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
-                                (tp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
+                                (tp, rc, zero, ep), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1))
+                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1, ep))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1

@@ -107,6 +107,11 @@ class StageDims:
             return params / self.tp
         return (params - expert_params) / self.tp + expert_params / (self.expert_tp * self.ep)
 
+    def dispatch_share(self, tokens):
+        """Tokens one GPU of the group routes to the experts: its sequence-parallel share of the
+        replica's (Megatron's MoE layer takes the SP-split hidden states)."""
+        return tokens / self.tp
+
     def expert_gemm_rows(self, tokens, num_experts: int, top_k: int):
         """Rows of one local expert's GEMM on one GPU from a replica's `tokens`: the replica's
         token copies (tokens x top_k) spread evenly over the experts; a GPU's tp share of them

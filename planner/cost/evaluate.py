@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .formulas import DEFAULT_PARAMS, CostParams, MemoryBreakdown
+from .formulas import DEFAULT_PARAMS, AllToAllGroup, CostParams, MemoryBreakdown
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
@@ -25,7 +25,7 @@ from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_pri
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding
-from .paths import boundary_link, dp_layout, ep_group_link, route_name, slowest_gpu, tp_group_link
+from .paths import boundary_link, dp_layout, alltoall_group, route_name, slowest_gpu, tp_group_link
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,11 @@ class PlanPricer:
             self._layouts[st.index] = dp_layout(self.plan.cluster, [r.ranks[0] for r in st.replicas])
         return self._layouts[st.index]
 
-    def ep_link(self, st: Stage, replica: Replica) -> tuple[Link | None, bool]:
-        """The link of `replica`'s expert-parallel all-to-all (paths.ep_group_ranks), None without EP."""
+    def ep_group(self, st: Stage, replica: Replica) -> AllToAllGroup | None:
+        """Where `replica`'s expert-parallel all-to-all runs (paths.alltoall_group), None without EP."""
         if st.ep <= 1:
-            return None, True
-        return ep_group_link(self.plan.cluster, self.ep_ranks(st, replica))
+            return None
+        return alltoall_group(self.plan.cluster, self.ep_ranks(st, replica))
 
     @staticmethod
     def ep_ranks(st: Stage, replica: Replica) -> list[int]:
@@ -174,14 +174,14 @@ class PlanPricer:
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link = tp_group_link(cluster, replica.ranks)
-        ep_link, ep_intra = self.ep_link(chunks[0], replica)
-        key = (chunks[0].index, gpu.name, tp_link, p, ep_link, ep_intra)
+        ep_group = self.ep_group(chunks[0], replica)
+        key = (chunks[0].index, gpu.name, tp_link, p, ep_group)
         if key in self._replicas:
             return self._replicas[key]
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, ep_link, ep_intra)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, ep_group)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None:
@@ -320,8 +320,9 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
         links.append(link_use("tp", route_name(cluster, replica.ranks), tp_group_link(cluster, replica.ranks),
                               n_micro * own.tp_comm_s))
     if head.ep > 1:
-        ep_link, _ = pricer.ep_link(head, replica)
-        links.append(link_use("ep", route_name(cluster, pricer.ep_ranks(head, replica)), ep_link,
+        group = pricer.ep_group(head, replica)
+        links.append(link_use("ep", route_name(cluster, pricer.ep_ranks(head, replica)),
+                              group.inter if group.nodes > 1 else group.intra,
                               n_micro * own.ep_comm_s))
     senders = [st for st in rank_chunks if st.index in pricer._links]
     if senders:  # the boundary it sends over (interleaved: its slowest)

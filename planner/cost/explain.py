@@ -10,7 +10,8 @@ rank (the pipeline's fill and drain). Each of those terms is split by what it is
   compute    the critical replica's forward, backward and recomputation;
   tp_comm    TP collectives on the critical path: the critical replica's, and those inside
              the other ranks' fill/drain micro-batch;
-  ep_comm    the MoE dispatch/combine all-to-all under expert parallelism, likewise;
+  ep_comm    the MoE dispatch/combine all-to-all under expert parallelism, likewise (only
+             in a plan with expert parallelism);
   pp_comm    pipeline sends on the critical path, likewise (see below);
   dp_comm    the exposed gradient reduction and ZeRO-2/3 collectives, likewise;
   bubble     the other ranks' compute during fill and drain (the critical rank idles);
@@ -168,7 +169,11 @@ class CriticalPath:
 def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: float) -> dict[str, float]:
     """breakdown_s from the critical replica's busy time, the other ranks' fill and drain,
     and the critical rank's tail (module docstring); the parts sum to the step."""
-    return {"compute": critical.compute_s, "tp_comm": critical.tp_comm_s + fill.tp_comm_s,
-            "pp_comm": critical.pp_comm_s + fill.pp_comm_s,
-            "dp_comm": grad_reduce_s + critical.zero_comm_s + fill.zero_comm_s,
-            "bubble": fill.compute_s, "optimizer": optimizer_s, "ep_comm": critical.ep_comm_s + fill.ep_comm_s}
+    parts = {"compute": critical.compute_s, "tp_comm": critical.tp_comm_s + fill.tp_comm_s,
+             "pp_comm": critical.pp_comm_s + fill.pp_comm_s,
+             "dp_comm": grad_reduce_s + critical.zero_comm_s + fill.zero_comm_s,
+             "bubble": fill.compute_s, "optimizer": optimizer_s}
+    ep_comm = critical.ep_comm_s + fill.ep_comm_s
+    if ep_comm:  # a plan with expert parallelism (an additive key, absent otherwise)
+        parts["ep_comm"] = ep_comm
+    return parts

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..inputs.hardware import Cluster, GpuSpec, Link
+from .formulas import AllToAllGroup
 from .pricing import DpLayout
 
 
@@ -110,7 +111,12 @@ def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
     return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
 
 
-def ep_group_link(cluster: Cluster, ranks) -> tuple[Link, bool]:
-    """The link an expert-parallel all-to-all over `ranks` runs at (as a TP group's,
-    tp_group_link), and whether it stays inside one node."""
-    return tp_group_link(cluster, ranks), len(nodes_of(cluster, ranks)) == 1
+def alltoall_group(cluster: Cluster, ranks) -> AllToAllGroup:
+    """Where an all-to-all over `ranks` runs (formulas.group_alltoall_s): its ranks per node and
+    the intra- and per-GPU inter-node links (collective_links)."""
+    nodes = nodes_of(cluster, ranks)
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    intra, inter = collective_links(cluster, per_group)
+    return AllToAllGroup(len(ranks), max(nodes.values()), intra, inter)

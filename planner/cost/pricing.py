@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
+from .formulas import (AllToAllGroup, CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
                        model_state_bytes, optimizer_step_s)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
@@ -108,9 +108,9 @@ class LayerPrice:
 
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
-                ep_link: Link | None = None, ep_intra: bool = True) -> LayerPrice:
-    """`ep_link`: the expert-parallel group's link (`ep_intra`: inside one node), when sh.dims.ep > 1."""
-    t = layer_time(layer, gpu, sh, tp_link, p, ep_link, ep_intra)
+                ep_group: AllToAllGroup | None = None) -> LayerPrice:
+    """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1."""
+    t = layer_time(layer, gpu, sh, tp_link, p, ep_group)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       t.compute_s + t.tp_comm_s + t.ep_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
                       transient_activation_bytes(layer, sh), layer.weight_params, layer.expert_params,
@@ -191,9 +191,9 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
 
 
 def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
-                 ep_link: Link | None = None, ep_intra: bool = True) -> SpanPrice:
+                 ep_group: AllToAllGroup | None = None) -> SpanPrice:
     """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, ep_link, ep_intra)) for layer in layers), sh.dims)
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, ep_group)) for layer in layers), sh.dims)
 
 
 # --- communication --------------------------------------------------------------------------

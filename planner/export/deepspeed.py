@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries, uniform_form
@@ -11,6 +12,10 @@ from .base import Warn, route_entries, uniform_form
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
     u = uniform_form(plan, "deepspeed", warn)
+    if u.ep > 1 or u.etp:
+        raise BadInput(f"the plan uses expert parallelism (ep={u.ep}), which DeepSpeed sets in the model code "
+                       "(deepspeed.moe.layer.MoE(ep_size=...)), not in its config; export --to megatron or "
+                       "--to rankmap", "--to deepspeed")
     zero = u.zero
     if u.pp > 1 and zero >= 2:
         warn(f"ZeRO-{zero} cannot run with DeepSpeed's pipeline engine (pp={u.pp}); exported ZeRO-1: "

@@ -117,6 +117,11 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags += [("--attention-dropout", 0), ("--hidden-dropout", 0)]
     if c.num_experts > 1:
         flags += [("--num-experts", c.num_experts), ("--moe-router-topk", c.experts_top_k)]
+        if u.ep > 1 or u.etp:
+            # the EP the plan priced (cost.formulas.moe_alltoall_s: the alltoall token dispatcher,
+            # grouped expert GEMMs); --expert-tensor-parallel-size defaults to the TP size
+            flags += [("--expert-model-parallel-size", u.ep), ("--expert-tensor-parallel-size", u.etp or u.tp),
+                      ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
     if u.dtype == "bf16":
         flags.append(("--bf16", None))
     elif u.dtype == "fp16":

@@ -30,6 +30,9 @@ class SolverOptions:
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
+    # expert parallelism of an MoE model's stages (StageDims.ep): the degrees that divide its
+    # experts and the stage's replicas, on stages of one GPU type whose replicas take equal shares
+    ep_degrees: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16
@@ -58,6 +61,7 @@ class StageConfig:
     tp: int
     recompute: str
     zero: int
+    ep: int = 1  # expert parallelism (StageDims.ep; expert TP as tp)
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
@@ -72,6 +76,7 @@ class TypeArrays:
     time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
     bwd: dict[tuple[bool, bool], np.ndarray]
     params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
+    experts: dict[tuple[bool, bool], np.ndarray]  # of them, the routed experts' (StageDims.weight_share)
     room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
     boundary_bytes: float
     cost_params: CostParams

@@ -20,6 +20,7 @@ from ..inputs.model import Model
 from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
+from ..cost.formulas import AllToAllGroup
 from ..cost.sharding import Sharding
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
@@ -87,9 +88,22 @@ class Problem:
                     continue
                 dp = StageDims(tp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                                     for i, n in enumerate(nodes)))
-                for mode in modes:
-                    for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
-                        yield StageConfig(nodes, tp, mode, zero)
+                for ep in self.ep_degrees(nodes, dp):
+                    for mode in modes:
+                        for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                            yield StageConfig(nodes, tp, mode, zero, ep)
+
+    def ep_degrees(self, nodes: tuple[int, ...], dp: int) -> tuple[int, ...]:
+        """Expert-parallel degrees a stage on `nodes` with `dp` replicas can take: 1, and for an
+        MoE model those of SolverOptions.ep_degrees dividing its experts and dp, when the stage
+        has one GPU type and its replicas take equal shares (the micro-batches divide over dp),
+        as the lock-step all-to-all needs (plan.structural_problems)."""
+        config = self.inputs.model.config
+        experts = config.num_experts if config is not None else 1
+        if (experts <= 1 or sum(1 for n in nodes if n) != 1 or self.inputs.chunked
+                or self.inputs.microbatches % dp):
+            return (1,)
+        return (1,) + tuple(e for e in self.inputs.options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -110,6 +124,7 @@ class Problem:
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        ep_group = self.ep_group(config)
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -120,13 +135,14 @@ class Problem:
             group = inputs.groups[i]
             gpu = group.gpu
             p = inputs.options.params_for(gpu.name)
-            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, ep_group)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
-            times, bwds, params, rooms = {}, {}, {}, {}
+            times, bwds, params, rooms, experts = {}, {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 w = params[(has_head, has_emb)] = span.weight_params
+                experts[(has_head, has_emb)] = span.expert_params
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
@@ -141,7 +157,7 @@ class Problem:
                     need = -(-inputs.num_blocks // most_stages)
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p))
+            out.append(TypeArrays(count, group, times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -155,8 +171,22 @@ class Problem:
             shape = StageDims(config.tp, config.tp > 1)
             dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
                      for i, n in enumerate(config.nodes) if n)
-            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero)
+            dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero, config.ep)
         return dims
+
+    def ep_group(self, config: StageConfig) -> AllToAllGroup | None:
+        """Where a stage's expert-parallel all-to-all runs (formulas.group_alltoall_s): the
+        stage's nodes are whole and of one group, and its EP group is ep consecutive replicas
+        (tp x ep GPUs in rank order, StageDims.ep_group), as many per node as it holds replicas."""
+        if config.ep <= 1:
+            return None
+        inputs = self.inputs
+        (i, _), = [(i, n) for i, n in enumerate(config.nodes) if n]
+        group = inputs.groups[i]
+        per_node = min(config.ep, self.dims(config).replicas_on(group.gpus_per_node))
+        nodes = -(-config.ep // per_node)
+        intra, inter = collective_links(inputs.cluster, {group.name: nodes})
+        return AllToAllGroup(config.ep, per_node, intra, inter)
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
         """How a stage's data-parallel collectives run (cost.paths.dp_layout): its nodes,
@@ -389,5 +419,5 @@ class Problem:
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types])
+                          [(ta.group.gpu, ta.cost_params) for ta in types], types[0].experts[flags])
         return tail.total_s
