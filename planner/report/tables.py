@@ -112,7 +112,7 @@ def shares_text(replicas: list[Replica]) -> str:
 def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: str,
                  per_microbatch: Mapping[int, str] | None = None) -> Table:
     """One row per stage and GPU type: layers, GPUs with their ranks and batch shares,
-    tp/dp/zero, recomputation, and either each type's peak memory against capacity or (with
+    tp/dp/zero (and ep), recomputation, and either each type's peak memory against capacity or (with
     `per_microbatch`, text by pipeline rank) the time per micro-batch."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("stage", justify="right", overflow="fold")
@@ -128,6 +128,9 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
     for s in plan.stages:
         label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if interleaved else "")
         recompute = s.recompute + ("\n+seq-par" if s.sequence_parallel else "")
+        # expert parallelism (and expert TP where it is not tp) under the tp/dp/zero figures
+        degrees = f"{s.tp}/{s.dp}/{s.zero}" + (f"\nep {s.ep}" + (f" etp {s.etp}" if s.etp and s.etp != s.tp else "")
+                                               if s.ep > 1 or s.etp else "")
         for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, s.replicas).items()):
             ranks = [x for r in replicas for x in r.ranks]
             head = i == 0
@@ -138,5 +141,5 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
                 last = per_microbatch[s.pipeline_rank] if head else ""
             table.add_row(label if head else "", layer_span(plan, s) if head else "",
                           f"{len(ranks)}× {esc(labels[gpu])}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
-                          f"{s.tp}/{s.dp}/{s.zero}" if head else "", recompute if head else "", last)
+                          degrees if head else "", recompute if head else "", last)
     return table
