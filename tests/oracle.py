@@ -5,7 +5,7 @@ interleaved with V chunks per rank, chunks of any sizes), ordered stages on disj
 and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
 planner.cost.evaluate.evaluate. With `ep_degrees`, an MoE model's stages also take each expert-parallel
 degree dividing its experts and the stage's replicas, where the search offers it (1F1B, a stage of one
-GPU type whose replicas take equal shares: the lock-step all-to-all).
+GPU type whose replicas take equal shares: the lock-step all-to-all; the largest degree inside one node).
 """
 
 from __future__ import annotations
@@ -80,11 +80,15 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                     gpus = sum(g.gpus_per_node for g, _ in mem)
                     tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
                     one_type = len({g.name for g, _ in mem}) == 1
+                    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node)
+                    def ep_fits(tp, ep, gpus=gpus, one_type=one_type, gpn=gpn):
+                        return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
+                                and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)
+                    largest = {tp: max([1] + [e for e in ep_degrees if ep_fits(tp, e)]) for tp in tps}
                     options.append([(tp, rc, zero, ep) for tp in tps for rc in recompute_modes
                                     for zero in (zero_stages if gpus // tp > 1 else (0,))
                                     for ep in ep_degrees
-                                    if ep == 1 or (v == 1 and one_type and experts % ep == 0
-                                                   and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)])
+                                    if ep == 1 or ep == largest[tp]])
                 for choice in product(*options):
                     replica_ranks = []
                     for mem, (tp, _, _, _) in zip(members, choice):

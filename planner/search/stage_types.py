@@ -33,6 +33,9 @@ class SolverOptions:
     # expert parallelism of an MoE model's stages (StageDims.ep): the degrees that divide its
     # experts and the stage's replicas, on stages of one GPU type whose replicas take equal shares
     ep_degrees: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    # EP groups inside one node only (tp x ep <= GPUs per node): across nodes the all-to-all runs
+    # at the NIC's share, which rarely wins, and every degree multiplies the configurations priced
+    ep_inside_node: bool = True
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16

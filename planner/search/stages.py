@@ -88,22 +88,29 @@ class Problem:
                     continue
                 dp = StageDims(tp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                                     for i, n in enumerate(nodes)))
-                for ep in self.ep_degrees(nodes, dp):
+                for ep in self.ep_degrees(nodes, dp, tp):
                     for mode in modes:
                         for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                             yield StageConfig(nodes, tp, mode, zero, ep)
 
-    def ep_degrees(self, nodes: tuple[int, ...], dp: int) -> tuple[int, ...]:
-        """Expert-parallel degrees a stage on `nodes` with `dp` replicas can take: 1, and for an
-        MoE model those of SolverOptions.ep_degrees dividing its experts and dp, when the stage
-        has one GPU type and its replicas take equal shares (the micro-batches divide over dp),
-        as the lock-step all-to-all needs (plan.structural_problems)."""
+    def ep_degrees(self, nodes: tuple[int, ...], dp: int, tp: int) -> tuple[int, ...]:
+        """Expert-parallel degrees a stage on `nodes` with `dp` replicas of `tp` GPUs can take: 1,
+        and for an MoE model those of SolverOptions.ep_degrees dividing its experts and dp (with
+        ep_inside_node: the largest with tp x ep within one node), when the stage has one GPU type and its replicas
+        take equal shares (the micro-batches divide over dp), as the lock-step all-to-all needs
+        (plan.structural_problems)."""
         config = self.inputs.model.config
         experts = config.num_experts if config is not None else 1
         if (experts <= 1 or sum(1 for n in nodes if n) != 1 or self.inputs.chunked
                 or self.inputs.microbatches % dp):
             return (1,)
-        return (1,) + tuple(e for e in self.inputs.options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0)
+        options = self.inputs.options
+        (group,) = [self.inputs.groups[i] for i, n in enumerate(nodes) if n]
+        degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0
+                        and not (options.ep_inside_node and tp * e > group.gpus_per_node))
+        # inside a node the all-to-all grows only as (ep - 1) / ep while the experts' memory falls
+        # as 1 / ep and their GEMMs grow: the largest degree stands for the smaller ones
+        return (1,) + degrees[-1:] if options.ep_inside_node else (1,) + degrees
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
