@@ -62,6 +62,7 @@ class PlanRequest:
     attention: str = "flash"
     micro_batches: tuple[int, ...] = ()
     virtual_stages: tuple[int, ...] = ()
+    ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     max_bundle_nodes: int = 4
     solver: str = "highs"
@@ -87,6 +88,9 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         require(b, "--micro-batch")
     for v in request.virtual_stages:
         require(v, "--virtual-stages")
+    for ep in request.ep_degrees:
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            raise BadInput(f"must be a positive integer, got {ep!r}", "--ep")
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype)
@@ -97,7 +101,9 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
-                            gpu_params=tuple(sorted(measured.items())))
+                            gpu_params=tuple(sorted(measured.items())),
+                            **({"ep_degrees": tuple(sorted(set(request.ep_degrees) | {1}))}
+                               if request.ep_degrees else {}))
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
