@@ -56,7 +56,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
-                                          ("--dtype", dtype), ("--links", links)) if value is not None]
+                                          ("--dtype", dtype), ("--links", links),
+                                          ("--ep", None if ep == 1 else ep), ("--etp", etp)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
