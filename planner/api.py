@@ -102,7 +102,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
-                            **({"ep_degrees": tuple(sorted(set(request.ep_degrees) | {1}))}
+                            # degrees given: each of them, across nodes too
+                            **({"ep_degrees": tuple(sorted(set(request.ep_degrees) | {1})), "ep_inside_node": False}
                                if request.ep_degrees else {}))
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "

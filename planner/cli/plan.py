@@ -24,8 +24,8 @@ from .output import emit, search_progress, warn
               help="Pipeline chunks per rank to search (repeatable): 1 is 1F1B, V > 1 the interleaved "
                    "schedule with V chunks per rank [default: 1 2].")
 @click.option("--ep", "ep_degrees", type=int, multiple=True,
-              help="Expert-parallel degrees an MoE model's stages may take (repeatable; --ep 1: none) "
-                   "[default: 1 and the largest inside a node].")
+              help="Expert-parallel degrees an MoE model's stages may take, across nodes too (repeatable; "
+                   "--ep 1: none) [default: 1 and the largest inside a node].")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True,
               help="Return within S seconds with the best plan found so far and its gap (exit 1 if none).")
 @click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
