@@ -13,7 +13,8 @@ from planner.cli import main
 from planner.core.dims import StageDims
 from planner.core.errors import BadInput, NoFeasiblePlan
 from planner.cost.evaluate import evaluate
-from planner.cost.formulas import AllToAllGroup, CostParams, alltoall_s, group_alltoall_s, moe_alltoall_s
+from planner.cost.formulas import CostParams
+from planner.cost.moe import AllToAllGroup, alltoall_s, group_alltoall_s, moe_alltoall_s
 from planner.inputs.hardware import GIB, Link, cluster_from_spec
 from planner.inputs.linkcurve import LinkCurve
 from planner.inputs.model import load_model, model_from_dict

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..inputs.hardware import Cluster, GpuSpec, Link
-from .formulas import AllToAllGroup
+from .moe import AllToAllGroup
 from .pricing import DpLayout
 
 

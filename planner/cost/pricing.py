@@ -25,7 +25,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .formulas import (AllToAllGroup, CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
+from .moe import AllToAllGroup, with_moe_alltoall
+from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
                        model_state_bytes, optimizer_step_s)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
@@ -110,7 +111,7 @@ class LayerPrice:
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
                 ep_group: AllToAllGroup | None = None) -> LayerPrice:
     """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1."""
-    t = layer_time(layer, gpu, sh, tp_link, p, ep_group)
+    t = with_moe_alltoall(layer_time(layer, gpu, sh, tp_link, p), layer, sh, ep_group, p)
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       t.compute_s + t.tp_comm_s + t.ep_comm_s, saved_activation_bytes(layer, sh, p.selective_recompute),
                       transient_activation_bytes(layer, sh), layer.weight_params, layer.expert_params,

@@ -20,7 +20,7 @@ from ..inputs.model import Model
 from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
-from ..cost.formulas import AllToAllGroup
+from ..cost.moe import AllToAllGroup
 from ..cost.sharding import Sharding
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
