@@ -20,7 +20,7 @@ from ..inputs.model import Model
 from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
-from ..cost.moe import AllToAllGroup
+from .experts import ep_degrees, stage_ep_group
 from ..cost.sharding import Sharding
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
@@ -88,29 +88,10 @@ class Problem:
                     continue
                 dp = StageDims(tp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
                                                                     for i, n in enumerate(nodes)))
-                for ep in self.ep_degrees(nodes, dp, tp):
+                for ep in ep_degrees(inputs, nodes, dp, tp):
                     for mode in modes:
                         for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                             yield StageConfig(nodes, tp, mode, zero, ep)
-
-    def ep_degrees(self, nodes: tuple[int, ...], dp: int, tp: int) -> tuple[int, ...]:
-        """Expert-parallel degrees a stage on `nodes` with `dp` replicas of `tp` GPUs can take: 1,
-        and for an MoE model those of SolverOptions.ep_degrees dividing its experts and dp (with
-        ep_inside_node: the largest with tp x ep within one node), when the stage has one GPU type and its replicas
-        take equal shares (the micro-batches divide over dp), as the lock-step all-to-all needs
-        (plan.structural_problems)."""
-        config = self.inputs.model.config
-        experts = config.num_experts if config is not None else 1
-        if (experts <= 1 or sum(1 for n in nodes if n) != 1 or self.inputs.chunked
-                or self.inputs.microbatches % dp):
-            return (1,)
-        options = self.inputs.options
-        (group,) = [self.inputs.groups[i] for i, n in enumerate(nodes) if n]
-        degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0
-                        and not (options.ep_inside_node and tp * e > group.gpus_per_node))
-        # inside a node the all-to-all grows only as (ep - 1) / ep while the experts' memory falls
-        # as 1 / ep and their GEMMs grow: the largest degree stands for the smaller ones
-        return (1,) + degrees[-1:] if options.ep_inside_node else (1,) + degrees
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -131,7 +112,7 @@ class Problem:
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
-        ep_group = self.ep_group(config)
+        ep_group = stage_ep_group(inputs, config, dims)
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -180,20 +161,6 @@ class Problem:
                      for i, n in enumerate(config.nodes) if n)
             dims = self.tables.dims[config] = StageDims(config.tp, config.tp > 1, dp, config.zero, config.ep)
         return dims
-
-    def ep_group(self, config: StageConfig) -> AllToAllGroup | None:
-        """Where a stage's expert-parallel all-to-all runs (formulas.group_alltoall_s): the
-        stage's nodes are whole and of one group, and its EP group is ep consecutive replicas
-        (tp x ep GPUs in rank order, StageDims.ep_group), as many per node as it holds replicas."""
-        if config.ep <= 1:
-            return None
-        inputs = self.inputs
-        (i, _), = [(i, n) for i, n in enumerate(config.nodes) if n]
-        group = inputs.groups[i]
-        per_node = min(config.ep, self.dims(config).replicas_on(group.gpus_per_node))
-        nodes = -(-config.ep // per_node)
-        intra, inter = collective_links(inputs.cluster, {group.name: nodes})
-        return AllToAllGroup(config.ep, per_node, intra, inter)
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
         """How a stage's data-parallel collectives run (cost.paths.dp_layout): its nodes,
