@@ -64,6 +64,7 @@ class PlanRequest:
     micro_batches: tuple[int, ...] = ()
     virtual_stages: tuple[int, ...] = ()
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
+    ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     max_bundle_nodes: int = 4
     solver: str = "highs"
@@ -89,6 +90,9 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         require(b, "--micro-batch")
     for v in request.virtual_stages:
         require(v, "--virtual-stages")
+    for ep in request.ep_degrees:
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            raise BadInput(f"must be a positive integer, got {ep!r}", "--ep")
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
@@ -100,7 +104,10 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
-                            gpu_params=tuple(sorted(measured.items())))
+                            gpu_params=tuple(sorted(measured.items())),
+                            # degrees given: each of them, across nodes too
+                            **({"ep_degrees": tuple(sorted(set(request.ep_degrees) | {1})), "ep_inside_node": False}
+                               if request.ep_degrees else {}))
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
@@ -180,6 +187,8 @@ class EvaluateRequest:
     recompute: str = "none"
     zero: int = 0
     sequence_parallel: bool = False
+    ep: int = 1  # expert parallelism (StageDims.ep)
+    etp: int | None = None  # expert tensor parallelism; None: as tp
     schedule: str | None = None
     virtual_stages: int = 1
     profiles: tuple[str, ...] = ()
@@ -249,11 +258,20 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput(cp_problem, "--cp-kind" if r.cp_kind != "ring" else "--cp")
     if r.sequence_parallel and r.tp == 1:
         raise BadInput("sequence parallelism needs --tp > 1", "--sequence-parallel")
+    for value, flag in ((r.ep, "--ep"), (r.etp, "--etp")):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime)
     check_training_inputs(model, training)
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
-                        sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind)
+                        sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
+                        ep=r.ep, etp=_etp(r.etp, r.tp))
+
+
+def _etp(etp: int | None, tp: int) -> int:
+    """--etp as StageDims.etp (0: as tp)."""
+    return 0 if etp is None or etp == tp else etp
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
@@ -306,7 +324,8 @@ def describe_plan(plan: Plan) -> dict:
             "attention": t.attention, "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
-                        **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {})}
+                        **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),
+                        **({"ep": s.ep, "etp": s.dims.expert_tp} if s.ep > 1 or s.etp else {})}
                        for s in plan.stages]}
 
 

@@ -37,6 +37,8 @@ class Stage:
     sequence_parallel: bool = False
     cp: int = 1  # context parallelism (StageDims.cp)
     cp_kind: str = "ring"
+    ep: int = 1  # expert parallelism (StageDims.ep)
+    etp: int = 0  # expert tensor parallelism; 0: as tp
 
     @property
     def dp(self) -> int:
@@ -44,7 +46,8 @@ class Stage:
 
     @property
     def dims(self) -> StageDims:
-        return StageDims(self.tp, self.sequence_parallel, self.dp, self.zero, self.cp, self.cp_kind)
+        return StageDims(self.tp, self.sequence_parallel, self.dp, self.zero, cp=self.cp, cp_kind=self.cp_kind,
+                         ep=self.ep, etp=self.etp)
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,16 @@ def even_split(num_items: int, parts: int) -> list[int]:
 
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
                  zero: int = 0, recompute: str = "none", sequence_parallel: bool = False, cp: int = 1,
-                 cp_kind: str = "ring") -> Plan:
+                 cp_kind: str = "ring", ep: int = 1, etp: int = 0) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
     order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
-    equal batch shares."""
+    equal batch shares. Expert parallelism `ep` (and expert TP `etp`) is carved from the
+    TP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp)."""
+    problem = StageDims(tp, dp=dp, cp=cp, ep=ep, etp=etp).expert_problem(
+        model.config.num_experts if model.config else 1)
+    if problem:
+        raise BadInput(problem, field="--ep/--etp")
     if tp * cp * pp * dp != cluster.num_gpus:
         shown = f"tp x cp x pp x dp = {tp}x{cp}x{pp}x{dp}" if cp > 1 else f"tp x pp x dp = {tp}x{pp}x{dp}"
         raise BadInput(f"{shown} = {tp * cp * pp * dp}, but the cluster has "
@@ -141,7 +149,8 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         replicas = tuple(
             Replica(d, share, tuple(p_rank * group * dp + d * group + i for i in range(group)))
             for d in range(dp))
-        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind))
+        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind,
+                            ep, etp))
     return Plan(model, cluster, training, tuple(stages))
 
 
@@ -172,7 +181,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
              **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),
-             "pipeline_rank": s.pipeline_rank,
+             "pipeline_rank": s.pipeline_rank, **_expert_keys(s),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -183,6 +192,13 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
     if solver is not None:
         out["solver"] = dict(solver)
     return out
+
+
+def _expert_keys(s: Stage) -> dict:
+    """A stage's `ep` and `etp` (formats.md section 6: written when used): etp as it runs."""
+    if s.ep == 1 and not s.etp:
+        return {}
+    return {"ep": s.ep, "etp": s.dims.expert_tp}
 
 
 def _int(data: Mapping[str, Any], key: str, where: str, path: str, minimum: int = 1) -> int:
@@ -280,13 +296,36 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind))
+            sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
+            ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
+            etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))
 
 
 # --- structural validation ---------------------------------------------------------------
+
+
+def _expert_problems(plan: Plan, s: Stage, path: str) -> list[tuple[str, str]]:
+    """Expert parallelism: its degrees fit the model and the stage (StageDims.expert_problem),
+    and the replicas of one EP group take equal batch shares (their all-to-alls run in lock-step)."""
+    if s.ep == 1 and not s.etp:
+        return []
+    c = plan.model.config
+    problem = s.dims.expert_problem(c.num_experts if c is not None else 1)
+    if problem:
+        return [(f"{path}.ep", problem)]
+    if len({len(r.ranks) for r in s.replicas}) != 1 or len(s.replicas[0].ranks) != s.tp:
+        return []  # reported with the ranks
+    replicas = sorted(s.replicas, key=lambda r: r.dp_rank)
+    dims = s.dims
+    for j in range(len(replicas)):
+        shares = {replicas[q // s.tp].batch_share for q in dims.ep_group(j * s.tp)}
+        if len(shares) > 1:
+            return [(f"{path}.replicas", f"the replicas of one expert-parallel group (ep={s.ep}) take "
+                                         f"different batch shares {sorted(shares)}; their all-to-alls run in lock-step")]
+    return []
 
 
 def structural_problems(plan: Plan) -> list[tuple[str, str]]:
@@ -340,6 +379,7 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
             problems.append((f"{path}.cp", cp_problem))
         if total != t.global_batch:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
+        problems += _expert_problems(plan, s, path)
         # without interleaving, stage i is pipeline rank i (trainers place stages by position)
         if t.virtual_stages == 1 and s.pipeline_rank in seen_by_prank:
             problems.append((f"{path}.pipeline_rank", f"pipeline rank {s.pipeline_rank} already runs stage "

@@ -4,7 +4,9 @@ Independent of planner.search.driver: it enumerates every plan (micro-batch, sch
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, context
 parallelism (cp_degrees, ring: tp x cp inside a node), recompute and ZeRO stage per stage, contiguous layer split,
 every share vector) and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans that runtime
-can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all.
+can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all. With `ep_degrees`, an MoE model's stages also take each expert-parallel
+degree dividing its experts and the stage's replicas, where the search offers it (1F1B, a stage of one
+GPU type whose replicas take equal shares: the lock-step all-to-all; the largest degree inside one node).
 """
 
 from __future__ import annotations
@@ -59,11 +61,12 @@ def layer_splits(items: int, stages: int, v: int):
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
-                cp_degrees=(1,), runtime: str = "any") -> tuple[float, Plan | None, int]:
+                cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,)) -> tuple[float, Plan | None, int]:
     sp = capability(runtime).sequence_parallel
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
+    experts = model.config.num_experts
     best, best_plan, count = float("inf"), None, 0
     for b, v in product(micro_batches, virtual_stages):
         if base.global_batch % b:
@@ -81,11 +84,20 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                     tps = [(tp, cp) for tp in tp_degrees for cp in cp_degrees
                            if all(x % (tp * cp) == 0 for x in gpn) and heads % tp == 0
                            and base.seq_len % (2 * cp) == 0]
-                    options.append([(tp, cp, rc, zero) for tp, cp in tps for rc in recompute_modes
-                                    for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))])
+                    one_type = len({g.name for g, _ in mem}) == 1
+                    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node);
+                    # not beside context parallelism (StageDims.expert_problem)
+                    def ep_fits(tp, ep, gpus=gpus, one_type=one_type, gpn=gpn):
+                        return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
+                                and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)
+                    largest = {tp: max([1] + [e for e in ep_degrees if ep_fits(tp, e)]) for tp, _ in tps}
+                    options.append([(tp, cp, rc, zero, ep) for tp, cp in tps for rc in recompute_modes
+                                    for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))
+                                    for ep in ep_degrees
+                                    if ep == 1 or (cp == 1 and ep == largest[tp])])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, cp, _, _) in zip(members, choice):
+                    for mem, (tp, cp, _, _, _) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
                             for slot in range(g.gpus_per_node // (tp * cp)):
@@ -100,16 +112,17 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                         share_options = [[sh for sh in compositions(m_total, len(r))
                                           if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
                                                  if cluster.group_of_rank(r[i][0]).name
-                                                 == cluster.group_of_rank(r[i + 1][0]).name)]
-                                         for r in replica_ranks]
+                                                 == cluster.group_of_rank(r[i + 1][0]).name)
+                                          and (c[4] == 1 or len(set(sh)) == 1)]
+                                         for r, c in zip(replica_ranks, choice)]
                         for shares in product(*share_options):
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
-                                (tp, cp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
+                                (tp, cp, rc, zero, ep), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
                                 plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
-                                                         sp and tp > 1, cp))
+                                                         sp and tp > 1, cp, ep=ep))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             if violations(plan, runtime):
                                 continue

@@ -32,6 +32,9 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
               help="Context-parallel degree: GPUs sharing each sequence (each replica is tp x cp GPUs).")
 @click.option("--cp-kind", type=click.Choice(("ring", "all-to-all")), default="ring", show_default=True,
               help="ring: Ring Attention (Megatron CP, torchtitan CP); all-to-all: DeepSpeed-Ulysses.")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="Expert-parallel degree (MoE): carved from the TP x DP ranks; divides the experts.")
+@click.option("--etp", type=int, default=None, help="Expert tensor-parallel degree [default: --tp].")
 @click.option("--schedule", type=click.Choice(tuple(SCHEDULES)), default=None,
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")
 @click.option("--virtual-stages", type=int, default=1, show_default=True, help="Interleaved chunks per rank.")
@@ -41,7 +44,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-                     recompute, zero, sequence_parallel, cp, cp_kind, schedule, virtual_stages, plan_file, runtime, profiles,
+                     recompute, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule, virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
@@ -58,7 +61,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
                                           ("--dtype", dtype), ("--links", links),
-                                          ("--cp", cp if cp != 1 else None)) if value is not None]
+                                          ("--cp", cp if cp != 1 else None),
+                                          ("--ep", None if ep == 1 else ep), ("--etp", etp)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
@@ -69,7 +73,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
             micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",
-            cp=cp, cp_kind=cp_kind), warn)
+            cp=cp, cp_kind=cp_kind, ep=ep, etp=etp), warn)
     plan, estimate = result.plan, result.estimate
     emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
          input_files(model_name, cluster_name, profiles, calibrations, plan_file, links))

@@ -26,6 +26,9 @@ from .output import emit, search_progress, warn
 @click.option("--cp", "cp_degrees", type=int, multiple=True,
               help="Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "
                    "sequences of 16,384 tokens or more; --cp 1: no context parallelism].")
+@click.option("--ep", "ep_degrees", type=int, multiple=True,
+              help="Expert-parallel degrees an MoE model's stages may take, across nodes too (repeatable; "
+                   "--ep 1: none) [default: 1 and the largest inside a node].")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True,
               help="Return within S seconds with the best plan found so far and its gap (exit 1 if none).")
 @click.option("--max-bundle-nodes", type=click.IntRange(1, 64), default=4, show_default=True,
@@ -38,7 +41,7 @@ from .output import emit, search_progress, warn
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, micro_batches, virtual_stages,
-                 cp_degrees, time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
+                 cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -62,6 +65,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
         seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
         micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), time_limit_s=time_limit,
         cp_degrees=tuple(cp_degrees),
+        ep_degrees=tuple(ep_degrees),
         max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),
         calibrations=tuple(calibrations), runtime=runtime)
     with search_progress(sys.stderr.isatty()) as on_progress:

@@ -25,6 +25,14 @@ context_parallel docs: "gradients are all-reduced across dp x cp"). Kinds: "ring
 around the ring, causal load balancing: each rank holds chunks i and 2cp-1-i) and
 "all-to-all" (Jacobs et al. 2023, DeepSpeed-Ulysses: the sequence split is exchanged for a
 head split around attention). Their collectives: planner.cost.formulas.cp_comm.
+
+Expert parallelism (Lepikhin et al. 2020, GShard; Megatron-core MoE "parallel folding") splits
+the routed experts of an MoE layer over `ep` ranks carved out of the stage's data-parallel
+ranks, each expert's GEMMs over `etp` ranks (expert tensor parallelism, Megatron's
+--expert-tensor-parallel-size; 0 = tp, Megatron's default). The dense part of a layer keeps
+the tp x dp grid; the experts use etp x ep x edp over the same GPUs, edp = tp x dp / (etp x ep)
+the expert-data-parallel group ZeRO shards their states over (`expert_state_divisors`). The
+dispatch and combine all-to-all is priced in cost.formulas.moe_alltoall_s.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ class StageDims:
     zero: int = 0  # ZeRO stage over the dp replicas
     cp: int = 1  # context-parallel ranks sharing one sequence (module docstring)
     cp_kind: str = "ring"  # "ring" (Ring Attention / Megatron CP) or "all-to-all" (Ulysses)
+    ep: int = 1  # expert parallelism: ranks the routed experts are split over (from the dp replicas)
+    etp: int = 0  # expert tensor parallelism; 0: as tp (Megatron's default)
 
     # --- the GPUs ---------------------------------------------------------------------------
 
@@ -61,14 +71,69 @@ class StageDims:
         """The dimensions that split one replica's layers (a layer's time depends on these only)."""
         if self.dp == 1 and self.zero == 0:
             return self
-        return StageDims(self.tp, self.sequence_parallel, cp=self.cp, cp_kind=self.cp_kind)
+        return StageDims(self.tp, self.sequence_parallel, cp=self.cp, cp_kind=self.cp_kind, ep=self.ep, etp=self.etp)
+
+    # --- experts (Megatron-core MoE parallel folding) ----------------------------------------
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks one expert's GEMMs are split over."""
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """The expert-data-parallel group: the stage's GPUs over one expert grid (etp x ep)."""
+        return max(1, self.tp * self.dp // (self.expert_tp * self.ep))
+
+    def ep_group(self, position: int) -> list[int]:
+        """The expert-parallel group of the GPU at `position` among the stage's tp x dp GPUs
+        listed replica by replica (tp innermost): Megatron-core's expert grid orders the same
+        GPUs etp-ep-edp (MoE parallel folding), so the group is `ep` positions `etp` apart."""
+        etp = self.expert_tp
+        base = position - ((position // etp) % self.ep) * etp
+        return [base + k * etp for k in range(self.ep)]
+
+    def expert_problem(self, num_experts: int) -> str:
+        """Why these degrees cannot run an MoE layer of `num_experts` experts ('' if they can):
+        ep must divide the experts and etp x ep the stage's tp x dp GPUs (Megatron-core's
+        parallel_state checks the same); expert parallelism beside context parallelism is not
+        modelled yet (the expert grid would fold over tp x cp x dp)."""
+        if self.ep == 1 and self.expert_tp == self.tp:
+            return ""
+        if self.cp > 1:
+            return f"ep={self.ep} together with cp={self.cp} is not modelled yet (use --cp 1 or --ep 1)"
+        if num_experts <= 1 and self.ep > 1:
+            return f"ep={self.ep} needs an MoE model (this one has no routed experts)"
+        if num_experts % self.ep:
+            return f"ep={self.ep} does not divide the {num_experts} experts"
+        if (self.tp * self.dp) % (self.expert_tp * self.ep):
+            return (f"etp x ep = {self.expert_tp}x{self.ep} does not divide the stage's tp x dp = "
+                    f"{self.tp}x{self.dp} GPUs")
+        return ""
 
     # --- divisions of a replica's figures ----------------------------------------------------
 
-    def weight_share(self, params):
+    def weight_share(self, params, expert_params=0.0):
         """Weight parameters on one GPU of the group: 1/tp of every weight (Megatron's
-        column- and row-parallel GEMMs, the vocabulary-parallel embedding and head)."""
-        return params / self.tp
+        column- and row-parallel GEMMs, the vocabulary-parallel embedding and head), of which
+        the routed experts' `expert_params` are 1/(etp x ep) instead (each GPU holds
+        num_experts / ep experts, each split over etp)."""
+        if self.ep == 1 and self.expert_tp == self.tp:
+            return params / self.tp
+        return (params - expert_params) / self.tp + expert_params / (self.expert_tp * self.ep)
+
+    def dispatch_share(self, tokens):
+        """Tokens one GPU of the group routes to the experts: its sequence-parallel share of the
+        replica's (Megatron's MoE layer takes the SP-split hidden states)."""
+        return tokens / self.tp
+
+    def expert_gemm_rows(self, tokens, num_experts: int, top_k: int):
+        """Rows of one local expert's GEMM on one GPU from a replica's `tokens`: the replica's
+        token copies (tokens x top_k) spread evenly over the experts; a GPU's tp share of them
+        is gathered over etp and comes from ep replicas (Megatron's alltoall token dispatcher),
+        so the GPU runs num_experts / ep GEMMs of these rows with n / etp columns: FLOPs
+        tokens x top_k x (expert FLOPs) / tp, as without EP."""
+        return tokens * top_k * self.expert_tp * self.ep / (self.tp * num_experts)
 
     def compute_share(self, flops):
         """A layer's work on one GPU of the group when nothing finer is known (a layer-profile
@@ -120,6 +185,13 @@ class StageDims:
         replicas x the cp ranks holding the same weights (Megatron's distributed optimizer and
         torchtitan's FSDP shard over dp x cp)."""
         return zero_divisors(self.zero, self.grad_reduce_ranks)
+
+    @property
+    def expert_state_divisors(self) -> tuple[int, int, int]:
+        """Over how many GPUs ZeRO shards the routed experts' (weights, gradients, optimizer
+        states): the expert-data-parallel group (Megatron's distributed optimizer shards expert
+        parameters over it)."""
+        return zero_divisors(self.zero, self.edp)
 
 
 def zero_divisors(zero: int, dp: int) -> tuple[int, int, int]:

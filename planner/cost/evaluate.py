@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .formulas import DEFAULT_PARAMS, CostParams, MemoryBreakdown
+from .moe import AllToAllGroup
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
@@ -25,7 +26,7 @@ from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_pri
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding
-from .paths import boundary_link, dp_layout, route_name, slowest_gpu, tp_group_link
+from .paths import boundary_link, dp_layout, alltoall_group, route_name, slowest_gpu, tp_group_link
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,20 @@ class PlanPricer:
             self._layouts[st.index] = dp_layout(self.plan.cluster, grad_reduce_ranks(st))
         return self._layouts[st.index]
 
+    def ep_group(self, st: Stage, replica: Replica) -> AllToAllGroup | None:
+        """Where `replica`'s expert-parallel all-to-all runs (paths.alltoall_group), None without EP."""
+        if st.ep <= 1:
+            return None
+        return alltoall_group(self.plan.cluster, self.ep_ranks(st, replica))
+
+    @staticmethod
+    def ep_ranks(st: Stage, replica: Replica) -> list[int]:
+        """The expert-parallel group of `replica`'s first GPU (paths.ep_group_ranks)."""
+        replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
+        ranks = [r for rep in replicas for r in rep.ranks]
+        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.tp
+        return [ranks[i] for i in st.dims.ep_group(position)]
+
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
         """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU).
         A breadth-first schedule's ZeRO collectives run once per loop for the replica's
@@ -173,15 +188,16 @@ class PlanPricer:
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
+        ep_group = self.ep_group(chunks[0], replica)
         t = self.plan.training
         loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
-        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches)
+        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group)
         if key in self._replicas:
             return self._replicas[key]
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None and successor.pipeline_rank != st.pipeline_rank:  # (a V turns on one rank)
@@ -290,7 +306,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         loops = schedule.gradient_loops(v)
         loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values(), loops, loop_bwd))
+                                min_bwd, steppers.values(), loops, loop_bwd, stage_btl.span.expert_params))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)
@@ -349,6 +365,11 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
         links.append(link_use("tp", route_name(cluster, replica.ranks[:head.tp]), tp_link, n_micro * own.tp_comm_s))
     if cp_link is not None:
         links.append(link_use("cp", route_name(cluster, replica.ranks[::head.tp]), cp_link, n_micro * own.cp_comm_s))
+    if head.ep > 1:
+        group = pricer.ep_group(head, replica)
+        links.append(link_use("ep", route_name(cluster, pricer.ep_ranks(head, replica)),
+                              group.inter if group.nodes > 1 else group.intra,
+                              n_micro * own.ep_comm_s))
     senders = [st for st in rank_chunks if st.index in pricer._links]
     if senders:  # the boundary it sends over (interleaved: its slowest)
         st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))

@@ -11,6 +11,8 @@ rank (the pipeline's fill and drain). Each of those terms is split by what it is
   tp_comm    TP collectives on the critical path: the critical replica's, and those inside
              the other ranks' fill/drain micro-batch;
   cp_comm    context-parallel collectives attention does not hide (formulas.cp_comm), likewise;
+  ep_comm    the MoE dispatch/combine all-to-all under expert parallelism, likewise (only
+             in a plan with expert parallelism);
   pp_comm    pipeline sends on the critical path, likewise (see below);
   dp_comm    the exposed gradient reduction and ZeRO-2/3 collectives, likewise;
   bubble     the other ranks' compute during fill and drain (the critical rank idles);
@@ -48,24 +50,26 @@ class Parts:
     pp_comm_s: float = 0.0
     zero_comm_s: float = 0.0
     cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.zero_comm_s + self.cp_comm_s
+        return sum(getattr(self, f) for f in PART_FIELDS)
 
     def times(self, n: float) -> "Parts":
-        return Parts(n * self.compute_s, n * self.tp_comm_s, n * self.pp_comm_s, n * self.zero_comm_s,
-                     n * self.cp_comm_s)
+        return Parts(*(n * getattr(self, f) for f in PART_FIELDS))
 
     def plus(self, other: "Parts") -> "Parts":
-        return Parts(self.compute_s + other.compute_s, self.tp_comm_s + other.tp_comm_s,
-                     self.pp_comm_s + other.pp_comm_s, self.zero_comm_s + other.zero_comm_s,
-                     self.cp_comm_s + other.cp_comm_s)
+        return Parts(*(getattr(self, f) + getattr(other, f) for f in PART_FIELDS))
+
+
+PART_FIELDS = ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s", "ep_comm_s")
 
 
 def chunk_parts(chunk: ChunkTime) -> Parts:
     """One micro-batch through one chunk: ChunkTime.time_s split (they sum to it)."""
-    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s, chunk.span.cp_comm_s)
+    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s, chunk.span.cp_comm_s,
+                 chunk.span.ep_comm_s)
 
 
 def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Parts]:
@@ -80,7 +84,7 @@ def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Part
         shares.append(Parts(*(schedule.latency_s(getattr(p, f), getattr(p, f) if i == slow else 0.0, v,
                                                  c.span.wgrad_s if f == "compute_s" else 0.0,
                                                  c.span.fwd_s if f == "compute_s" else 0.0)
-                              for f in ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s"))))
+                              for f in PART_FIELDS)))
     return shares
 
 
@@ -172,11 +176,15 @@ def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: f
               context_parallel: bool = False) -> dict[str, float]:
     """breakdown_s from the critical replica's busy time, the other ranks' fill and drain,
     and the critical rank's tail (module docstring); the parts sum to the step. The key
-    cp_comm is there when the plan uses context parallelism (`context_parallel`)."""
+    cp_comm is there when the plan uses context parallelism (`context_parallel`), ep_comm when it
+    uses expert parallelism (additive keys, absent otherwise)."""
     out = {"compute": critical.compute_s, "tp_comm": critical.tp_comm_s + fill.tp_comm_s}
     if context_parallel:
         out["cp_comm"] = critical.cp_comm_s + fill.cp_comm_s
     out.update({"pp_comm": critical.pp_comm_s + fill.pp_comm_s,
                 "dp_comm": grad_reduce_s + critical.zero_comm_s + fill.zero_comm_s,
                 "bubble": fill.compute_s, "optimizer": optimizer_s})
+    ep_comm = critical.ep_comm_s + fill.ep_comm_s
+    if ep_comm:
+        out["ep_comm"] = ep_comm
     return out

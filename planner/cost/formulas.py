@@ -69,6 +69,14 @@ class CostParams:
     # runtime's recipe (planner.cost.fp8.RECIPES; "" = the runtime has no fp8 path)
     fp8_gemm_efficiency: float | None = None
     fp8_recipe: str = ""
+
+    # MoE under expert parallelism: the busiest EP rank's routed tokens over the mean, which the
+    # whole group waits for at the combine all-to-all. Switch Transformer trains with capacity
+    # factors 1.0-1.25 (Fedus et al. 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and
+    # Megatron-core's --moe-expert-capacity-factor bounds the load the same way; 1.25 takes the
+    # upper end for dropless routing with an auxiliary balancing loss. Not fitted (no MoE run
+    # among the published measurements).
+    moe_imbalance: float = 1.25
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -112,6 +120,12 @@ class LayerTime:
     # the weight-gradient part of bwd_s (the W pass of a split backward; the rest, with the
     # recomputation, is the input-gradient B pass): Qi et al. 2023, Zero Bubble, sec 2
     wgrad_s: float = 0.0
+    ep_comm_fwd_s: float = 0.0  # the MoE dispatch + combine all-to-all (moe_alltoall_s)
+    ep_comm_bwd_s: float = 0.0
+
+    @property
+    def ep_comm_s(self) -> float:
+        return self.ep_comm_fwd_s + self.ep_comm_bwd_s
 
     @property
     def compute_s(self) -> float:
@@ -211,13 +225,19 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
 @lru_cache(maxsize=65536)
 def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
     """Time of one layer for one micro-batch on one rank of a TP group of `sh.tp` GPUs (a
-    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean); with
+    blend of decoder shapes, model.Model.decoder_stand_in: their count-weighted mean), without
+    the expert-parallel all-to-all (planner.cost.moe.with_moe_alltoall adds it); with
     context parallelism on one of its cp ranks, every figure but the attention scores at the
     GPU's seq_len / cp tokens (StageDims.local_seq_len; its collectives: cost.context_parallel)."""
     if layer.blend:
         times = [(layer_time(part, gpu, sh, tp_link, params), n) for part, n in layer.blend]
         total = sum(n for _, n in times)
         return LayerTime(*(sum(getattr(t, f.name) * n for t, n in times) / total for f in fields(LayerTime)))
+    return _layer_time(layer, gpu, sh, tp_link, params)
+
+
+def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """layer_time of one layer shape, without the expert-parallel all-to-all."""
     dtype, micro_batch, attention, recompute = sh.dtype, sh.micro_batch, sh.attention, sh.recompute
     seq_len = sh.dims.local_seq_len(sh.seq_len)
     tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel
@@ -249,10 +269,12 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
     # (Narayanan et al. 2021, sec 5.1).
     # Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
     # and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
+    # Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance).
     fp8 = dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
+    imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
     gemm_times, cast_fwd_bytes, cast_bwd_bytes = [], 0.0, 0.0
-    for g in layer.gemms(seq_len, tp):
+    for g in layer.gemms(seq_len, tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
         if recipe is not None:
             shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
@@ -262,7 +284,8 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
             rate = peak * gemm_efficiency(rows, g.n, g.k, params)
-        gemm_times.append(g.count * 2.0 * rows * g.n * g.k / rate)
+        seconds = g.count * 2.0 * rows * g.n * g.k / rate
+        gemm_times.append(seconds * imbalance if g.expert else seconds)
     gemm_fwd = sum(gemm_times)
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..inputs.hardware import Cluster, GpuSpec, Link
+from .moe import AllToAllGroup
 from .pricing import DpLayout
 
 
@@ -108,3 +109,14 @@ def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
     groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
     groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
     return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
+
+
+def alltoall_group(cluster: Cluster, ranks) -> AllToAllGroup:
+    """Where an all-to-all over `ranks` runs (formulas.group_alltoall_s): its ranks per node and
+    the intra- and per-GPU inter-node links (collective_links)."""
+    nodes = nodes_of(cluster, ranks)
+    per_group: dict[str, int] = {}
+    for g, _ in nodes:
+        per_group[g] = per_group.get(g, 0) + 1
+    intra, inter = collective_links(cluster, per_group)
+    return AllToAllGroup(len(ranks), max(nodes.values()), intra, inter)

@@ -25,6 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .moe import AllToAllGroup, with_moe_alltoall
 from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
                        model_state_bytes, optimizer_step_s)
 from ..core.dims import StageDims
@@ -124,13 +125,21 @@ class LayerPrice:
     fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
     wgrad_s: float = 0.0  # the weight-gradient part of bwd_s (LayerTime.wgrad_s)
     wgrad_act_bytes: float = 0.0  # kept for a deferred weight-gradient pass (wgrad_input_bytes)
+    expert_params: int = 0  # of weight_params, the routed experts' (StageDims.weight_share)
+    ep_comm_fwd_s: float = 0.0  # the MoE all-to-all under expert parallelism (cost.moe_alltoall_s)
+    ep_comm_bwd_s: float = 0.0
+
+    @property
+    def ep_comm_s(self) -> float:
+        return self.ep_comm_fwd_s + self.ep_comm_bwd_s
 
 
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
-                cp_link: Link | None = None) -> LayerPrice:
-    t = layer_time(layer, gpu, sh, tp_link, p)
-    time = t.compute_s + t.tp_comm_s
+                cp_link: Link | None = None, ep_group: AllToAllGroup | None = None) -> LayerPrice:
+    """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1."""
+    t = with_moe_alltoall(layer_time(layer, gpu, sh, tp_link, p), layer, sh, ep_group, p)
+    time = t.compute_s + t.tp_comm_s + t.ep_comm_s
     cp_fwd = cp_bwd = 0.0
     if sh.dims.cp > 1:  # cp_link: the CP ring's, default the TP group's
         cp_fwd, cp_bwd = cp_comm(layer, sh, gpu, tp_link if cp_link is None else cp_link, p)
@@ -139,7 +148,7 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
                       time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
                       transient_activation_bytes(layer, sh), layer.weight_params,
                       cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
-                      t.wgrad_s, wgrad_input_bytes(layer, sh))
+                      t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -189,9 +198,22 @@ class SpanPrice:
     cp_comm_fwd_s = _Total("cp_comm_fwd_s")
     cp_comm_bwd_s = _Total("cp_comm_bwd_s")
     cp_comm_s = _Total("cp_comm_s", "Exposed context-parallel communication (formulas.cp_comm).")
-    time_s = _Total("time_s", "Compute, TP and exposed CP communication (no ZeRO collectives, no pipeline send).")
-    weight_params = _Total("weight_params", "Weight parameters on one GPU of the TP group "
-                           "(StageDims.weight_share).", per_gpu=True)
+    ep_comm_fwd_s = _Total("ep_comm_fwd_s")
+    ep_comm_bwd_s = _Total("ep_comm_bwd_s")
+    ep_comm_s = _Total("ep_comm_s", "The MoE all-to-all under expert parallelism.")
+    time_s = _Total("time_s", "Compute, TP, EP and exposed CP communication (no ZeRO collectives, no pipeline send).")
+    all_params = _Total("weight_params", "Weight parameters of the span's layers (whole layers).")
+    all_expert_params = _Total("expert_params", "Of them, the routed experts'.")
+
+    @property
+    def weight_params(self):
+        """Weight parameters on one GPU of the TP group (StageDims.weight_share)."""
+        return self.dims.weight_share(self.all_params, self.all_expert_params)
+
+    @property
+    def expert_params(self):
+        """Of weight_params, the routed experts' on one GPU (1/(etp x ep) of them)."""
+        return self.dims.weight_share(self.all_expert_params, self.all_expert_params)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
     fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
                              "(fp8.weight_cache_bytes).", per_gpu=True)
@@ -210,9 +232,9 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
 
 
 def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
-                 cp_link: Link | None = None) -> SpanPrice:
+                 cp_link: Link | None = None, ep_group: AllToAllGroup | None = None) -> SpanPrice:
     """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, cp_link)) for layer in layers), sh.dims)
+    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, cp_link, ep_group)) for layer in layers), sh.dims)
 
 
 # --- communication --------------------------------------------------------------------------
@@ -321,14 +343,16 @@ class ChunkTime:
 
     @property
     def forward_s(self):
-        """The forward's part (planner.report.show): its TP collectives, half the send, the exposed ZeRO-3 gather."""
-        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.send_s / 2
+        """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
+        return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
+                + self.send_s / 2
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
-        """The rest: backward, recomputation, its TP collectives, half the send, the exposed reduce-scatter and gather."""
-        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.send_s / 2
+        """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
+        return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
+                + self.send_s / 2
                 + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
@@ -338,10 +362,17 @@ class ChunkTime:
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
                    deferred=0.0) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
-    dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
+    dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
+    group, StageDims.edp), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches), the weight-GEMM inputs of `deferred` micro-batches whose
     W pass waits (Schedule.deferred_w_microbatches), full recomputation's working set, and the reserve."""
-    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
+    if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
+        weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
+    else:
+        experts = span.expert_params
+        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks)
+        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp)
+        weights, grads, optimizer = (d + e for d, e in zip(dense, expert))
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
     activations = span.act_bytes * in_flight + span.transient_bytes
     if np.ndim(deferred) or deferred:
@@ -362,11 +393,15 @@ class StageTail:
         return self.grad_reduce_s + self.optimizer_s
 
 
-def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams):
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
-    al. 2020, sec 5.1; StageDims.state_divisors)."""
-    return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+    al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
+    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
+    if dims.ep == 1 and not dims.etp:
+        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+    return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
+                            + expert_params / dims.expert_state_divisors[2], gpu, p)
 
 
 def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
@@ -406,11 +441,12 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0) -> StageTail:
+               steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
+               expert_params=0.0) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`; breadth-first `loops`, grad_reduce_s) and the slowest optimizer
     step of its replicas' GPU types."""
     reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p) for gpu, p in steppers))
+    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params) for gpu, p in steppers))
     return StageTail(reduce_s, step)

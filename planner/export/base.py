@@ -67,6 +67,8 @@ class Uniform:
     decoders: list[int] = field(default_factory=list)  # per stage (chunk), planned
     cp: int = 1  # context parallelism (StageDims.cp)
     cp_kind: str = "ring"
+    ep: int = 1  # expert parallelism (Megatron-core MoE parallel folding: carved from tp x dp)
+    etp: int = 0  # expert tensor parallelism; 0: as tp
 
     @property
     def world(self) -> int:
@@ -145,7 +147,28 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
     if len(sps) > 1:
         warn("sequence parallelism on some TP stages only; exported on")
+    ep, etp = _expert_form(plan, tp, dp, warn)
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
-                   decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind)
+                   decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind, ep=ep, etp=etp)
+
+
+def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:
+    """One expert-parallel degree (and expert TP) for every stage: the plan's largest that the
+    exported tp x dp grid and the experts allow (StageDims.expert_problem), each loss warned."""
+    stages = plan.stages
+    eps = sorted({s.ep for s in stages})
+    etps = sorted({s.etp for s in stages})
+    ep, etp = eps[-1], etps[-1]
+    if len(eps) > 1 or len(etps) > 1:
+        warn(f"per-stage expert parallelism differs ({', '.join(f'stage {s.index}: ep {s.ep}' for s in stages)}); "
+             f"exported ep={ep}")
+    experts = plan.model.config.num_experts if plan.model.config is not None else 1
+    while ep > 1 and StageDims(tp, dp=dp, ep=ep, etp=etp).expert_problem(experts):
+        ep -= 1
+    if etp and StageDims(tp, dp=dp, ep=ep, etp=etp).expert_problem(experts):
+        etp = 0
+    if (ep, etp) != (eps[-1], etps[-1]):
+        warn(f"expert parallelism ep={eps[-1]} does not fit the exported tp {tp} x dp {dp}; exported ep={ep}")
+    return ep, etp

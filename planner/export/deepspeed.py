@@ -20,6 +20,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         raise BadInput(f"the plan uses context parallelism (cp={u.cp}); DeepSpeed's config has no setting for "
                        "it (Ulysses is wired into the model code): export it --to megatron or --to torchtitan",
                        "--to deepspeed")
+    if u.ep > 1 or u.etp:
+        raise BadInput(f"the plan uses expert parallelism (ep={u.ep}), which DeepSpeed sets in the model code "
+                       "(deepspeed.moe.layer.MoE(ep_size=...)), not in its config; export --to megatron or "
+                       "--to rankmap", "--to deepspeed")
     zero = u.zero
     if u.pp > 1 and zero >= 2:
         warn(f"ZeRO-{zero} cannot run with DeepSpeed's pipeline engine (pp={u.pp}); exported ZeRO-1: "

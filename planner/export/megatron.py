@@ -113,7 +113,12 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
     if moe:
         flags += [("--num-experts", c.num_experts), ("--moe-router-topk", c.experts_top_k),
                   ("--moe-ffn-hidden-size", c.ffn_hidden),
-                  ("--expert-model-parallel-size", max(getattr(s.dims, "ep", 1) for s in plan.stages))]
+                  ("--expert-model-parallel-size", max(s.ep for s in plan.stages))]
+        if any(s.ep > 1 or s.etp for s in plan.stages):
+            # the EP the plan priced (cost.moe.moe_alltoall_s: the alltoall token dispatcher, grouped
+            # expert GEMMs); --expert-tensor-parallel-size defaults to the TP size
+            flags += [("--expert-tensor-parallel-size", max(s.dims.expert_tp for s in plan.stages)),
+                      ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
         if c.shared_expert_ffn:
             flags.append(("--moe-shared-expert-intermediate-size", c.shared_expert_ffn))
             if c.shared_expert_gate:

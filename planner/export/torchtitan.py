@@ -107,6 +107,9 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     if u.tp > 1 and not u.sequence_parallel:
         warn("torchtitan's tensor parallelism always shards the sequence (sequence parallel on)")
     par["pipeline_parallel_degree"] = u.pp
+    if u.ep > 1:  # torchtitan's MoE models (ParallelismConfig.expert_parallel_degree, carved from dp x tp)
+        par["expert_parallel_degree"] = u.ep
+        par["expert_tensor_parallel_degree"] = u.etp or u.tp
     if u.pp > 1:
         par["pipeline_parallel_schedule"] = get_schedule(u.schedule).runtime_names["torchtitan"]
         par["pipeline_parallel_microbatch_size"] = u.micro

@@ -19,8 +19,8 @@ from ..core.errors import BadInput
 from .hardware import PROFILES_DIR
 from ..core import ranges
 from ..core.io import MAX_NUMBER, load_mapping
-from .model_families import (SUPPORTED_TYPES, Mla, attention_params, hf_dimensions,  # noqa: F401 (re-exported)
-                             mlp_params)
+from .model_families import (SUPPORTED_TYPES, Mla, attention_params, expert_params,  # noqa: F401 (re-exported)
+                             hf_dimensions, mlp_params)
 from ..core.names import check_name
 
 MODELS_DIR = PROFILES_DIR / "models"
@@ -133,6 +133,7 @@ class Layer:
     # the search's stand-in for decoders of several shapes (Model.decoder_stand_in): each
     # distinct decoder with its count; time is their count-weighted mean, memory their max
     blend: tuple[tuple["Layer", int], ...] = ()
+    expert_params: int = 0  # of weight_params, the routed experts' (split by expert parallelism)
 
     # --- FLOPs -------------------------------------------------------------------------
 
@@ -145,11 +146,13 @@ class Layer:
         return sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1)) \
             + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
 
-    def gemms(self, seq_len: int, tp: int) -> tuple["Gemm", ...]:
+    def gemms(self, seq_len: int, tp: int, ep: int = 1, etp: int = 0) -> tuple["Gemm", ...]:
         """The layer's weight GEMMs, as shards on one of `tp` tensor-parallel ranks.
 
         Megatron's sharding (Shoeybi et al. 2019): QKV and MLP-in split columns, attention
-        out and MLP-out split rows, the LM head splits the vocabulary.
+        out and MLP-out split rows, the LM head splits the vocabulary. Routed experts run as
+        a grouped GEMM (Megatron-core's GroupedMLP): num_experts / ep GEMMs of the tokens
+        routed to each, columns split over `etp` (StageDims.expert_gemm_rows).
         """
         c = self.config
         if c is None or self.kind == "embedding":
@@ -158,7 +161,6 @@ class Layer:
             return (Gemm(seq_len, c.vocab / tp, c.hidden, 1),)
         h, f = c.hidden, c.ffn_hidden
         mlp_in = 2 * f if c.gated_mlp else f
-        experts_active = c.experts_top_k if c.num_experts > 1 else 1
         if c.mla is None:
             gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1)]  # QKV projection
         else:  # down-projections replicated, up-projections split by heads (Megatron's MLA)
@@ -171,11 +173,14 @@ class Layer:
             gemms += [Gemm(seq_len, heads * c.head_dim, q_in, 1),
                       Gemm(seq_len, m.kv_lora_rank + m.qk_rope_head_dim, h, 1),
                       Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
-        gemms += [
-            Gemm(seq_len, h, c.o_dim / tp, 1),  # attention output projection
-            Gemm(seq_len, mlp_in / tp, h, experts_active),  # MLP up (+ gate)
-            Gemm(seq_len, h, f / tp, experts_active),  # MLP down
-        ]
+        gemms.append(Gemm(seq_len, h, c.o_dim / tp, 1))  # attention output projection
+        if c.num_experts == 1:
+            gemms += [Gemm(seq_len, mlp_in / tp, h, 1), Gemm(seq_len, h, f / tp, 1)]  # MLP up (+ gate), down
+        else:  # the routed experts' up (+ gate) and down
+            dims = StageDims(tp, ep=ep, etp=etp)
+            rows, local = dims.expert_gemm_rows(seq_len, c.num_experts, c.experts_top_k), c.num_experts // ep
+            gemms += [Gemm(rows, mlp_in / dims.expert_tp, h, local, expert=True),
+                      Gemm(rows, h, f / dims.expert_tp, local, expert=True)]
         if c.num_experts > 1:
             gemms.append(Gemm(seq_len, c.num_experts, h, 1))  # router (replicated)
         if c.shared_expert_ffn:
@@ -297,15 +302,17 @@ def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:
 
 @dataclass(frozen=True)
 class Gemm:
-    """One weight GEMM per sample: (rows=seq_len) x n x k, repeated `count` times."""
+    """One weight GEMM per sample: rows x n x k (rows = seq_len, or for a routed expert the
+    tokens routed to it), repeated `count` times."""
 
-    rows: int
+    rows: float
     n: float
     k: float
     count: int
+    expert: bool = False  # a routed expert's (its time scales with the load imbalance under EP)
 
     def flops_per_sample(self, seq_len: int) -> float:
-        return 2.0 * seq_len * self.n * self.k * self.count
+        return 2.0 * self.rows * self.n * self.k * self.count
 
 
 @dataclass(frozen=True)
@@ -399,7 +406,7 @@ def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
     for i in range(c.num_layers):
         lc = c.layer_config(i)
         block = attention_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
-        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc))
+        layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc, expert_params=expert_params(lc)))
     head_params = c.norm_params + (0 if c.tied_embeddings else head_matrix)
     layers.append(Layer(c.num_layers + 1, "head", "head", head_params, c.norm_params + head_matrix, c))
     return tuple(layers)

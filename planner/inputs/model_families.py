@@ -342,18 +342,27 @@ def attention_params(c: Any) -> int:
     return params
 
 
+def _ffn_params(c: Any, f: int) -> int:
+    return (3 if c.gated_mlp else 2) * c.hidden * f + (f + c.hidden if c.linear_bias else 0)
+
+
+def expert_params(c: Any) -> int:
+    """The routed experts of an MoE layer (what expert parallelism splits); 0 for a dense MLP."""
+    return c.num_experts * _ffn_params(c, c.ffn_hidden) if c.num_experts > 1 else 0
+
+
 def mlp_params(c: Any) -> int:
     """A dense MLP, or every routed expert, the router (and its bias), the shared experts
     (and their gate)."""
     h = c.hidden
 
     def ffn(f: int) -> int:
-        return (3 if c.gated_mlp else 2) * h * f + (f + h if c.linear_bias else 0)
+        return _ffn_params(c, f)
 
     if c.num_experts == 1:
         params = ffn(c.ffn_hidden)
     else:
-        params = c.num_experts * ffn(c.ffn_hidden) + h * c.num_experts + (c.num_experts if c.router_bias else 0)
+        params = expert_params(c) + h * c.num_experts + (c.num_experts if c.router_bias else 0)
     if c.shared_expert_ffn:
         params += ffn(c.shared_expert_ffn) + (h if c.shared_expert_gate else 0)
     return params

@@ -36,8 +36,10 @@ MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fi
 
 
 def dims_text(s) -> str:
-    """A stage's 'tp/dp/zero' cell; with context parallelism a second line 'cp N ring'."""
-    return f"{s.tp}/{s.dp}/{s.zero}" + (f"\ncp {s.cp} {s.cp_kind}" if s.cp > 1 else "")
+    """A stage's 'tp/dp/zero' cell; with context parallelism a line 'cp N ring', with expert
+    parallelism a line 'ep N' (and 'etp N' where it is not tp)."""
+    return (f"{s.tp}/{s.dp}/{s.zero}" + (f"\ncp {s.cp} {s.cp_kind}" if s.cp > 1 else "")
+            + (f"\nep {s.ep}" + (f" etp {s.etp}" if s.etp and s.etp != s.tp else "") if s.ep > 1 or s.etp else ""))
 
 def headline(plan: Plan, est: Estimate) -> str:
     """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""

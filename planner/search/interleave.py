@@ -43,7 +43,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
                                                                    (one.gather_s, two.gather_s))), one.overlap)
             chunk_times[kind] = span.time_s + zero.exposed_s(span)
         times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
-        out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.room, ta.boundary_bytes, p,
+        out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.experts, ta.room, ta.boundary_bytes, p,
                               chunk_times, ta.cp_link))
     return out
 

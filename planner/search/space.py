@@ -59,7 +59,7 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
 def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
                  b: int) -> list[Restriction]:
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
-    one free search for `any`; else one per (tp, cp, dp, recompute, ZeRO) the runtime allows, and
+    one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO) the runtime allows, and
     per pipeline depth where it splits the blocks equally. Order: tp, dp, recompute, ZeRO, depth."""
     sp = cap.sequence_parallel
     even = not cap.uneven_shares
@@ -79,12 +79,13 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
         for dp in sorted({t // group for t in totals if t and t % group == 0}):
             if even and microbatches % dp:
                 continue
-            for mode, zero in product(modes if not cap.per_stage_recompute else (None,),
-                                      options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
+            for ep, mode, zero in product(_ep_choices(model, cluster, options, tp, cp, dp),
+                                          modes if not cap.per_stage_recompute else (None,),
+                                          options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
                 most = options.max_stages
                 if zero is not None and zero not in cap.zero_stages_with_pp:
                     most = 1
-                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp)
+                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp, ep)
                 if cap.layer_split == "any":
                     out.append(base_r)
                     continue
@@ -92,6 +93,19 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
                     if blocks % depth == 0:
                         out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
     return out
+
+
+def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, tp: int, cp: int, dp: int) -> tuple[int, ...]:
+    """The expert-parallel degrees one restriction may fix (planner.search.experts.ep_degrees
+    offers the same per stage): 1, and for an MoE model without CP the options' degrees dividing
+    its experts and dp (with ep_inside_node: the largest with tp x ep within one node)."""
+    experts = model.config.num_experts if model.config is not None else 1
+    if experts <= 1 or cp > 1:
+        return (1,)
+    widest = max(g.gpus_per_node for g in cluster.groups)
+    degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0
+                    and not (options.ep_inside_node and tp * e > widest))
+    return (1,) + (degrees[-1:] if options.ep_inside_node else degrees)
 
 
 def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,

@@ -34,6 +34,12 @@ class SolverOptions:
     cp_min_seq_len: int = 16384
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
+    # expert parallelism of an MoE model's stages (StageDims.ep): the degrees that divide its
+    # experts and the stage's replicas, on stages of one GPU type whose replicas take equal shares
+    ep_degrees: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    # EP groups inside one node only (tp x ep <= GPUs per node): across nodes the all-to-all runs
+    # at the NIC's share, which rarely wins, and every degree multiplies the configurations priced
+    ep_inside_node: bool = True
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16
@@ -73,11 +79,12 @@ class Restriction:
     blocks: int | None = None  # decoder blocks of every stage (an equal layer split)
     max_stages: int | None = None  # None: the options'
     cp: int | None = None  # context-parallel degree of every stage
+    ep: int | None = None  # expert-parallel degree of every stage
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("tp", self.tp), ("dp", self.dp), ("recompute", self.recompute),
                                            ("zero", self.zero), ("blocks", self.blocks),
-                                           ("cp", self.cp)) if v is not None]
+                                           ("cp", self.cp), ("ep", self.ep)) if v is not None]
         return ", ".join(parts) or "free"
 
 
@@ -92,6 +99,7 @@ class StageConfig:
     zero: int
     cp: int = 1
     cp_kind: str = "ring"
+    ep: int = 1  # expert parallelism (StageDims.ep; expert TP as tp)
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
@@ -106,6 +114,7 @@ class TypeArrays:
     time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
     bwd: dict[tuple[bool, bool], np.ndarray]
     params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
+    experts: dict[tuple[bool, bool], np.ndarray]  # of them, the routed experts' (StageDims.weight_share)
     room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
     boundary_bytes: float
     cost_params: CostParams

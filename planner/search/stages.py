@@ -21,6 +21,7 @@ from ..plan import Training
 from .context_parallel import cp_choices, places
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
+from .experts import ep_degrees, stage_ep_group
 from ..cost.sharding import Sharding
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
@@ -109,13 +110,17 @@ class Problem:
                                                               for i, n in enumerate(nodes)))
                     if fixed.dp not in (None, dp):
                         continue
-                    for mode in modes:
-                        if fixed.recompute not in (None, mode):
+                    # expert parallelism beside context parallelism is not modelled (StageDims.expert_problem)
+                    for ep in (ep_degrees(inputs, nodes, dp, tp) if cp == 1 else (1,)):
+                        if fixed.ep not in (None, ep):
                             continue
-                        for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
-                            if dp > 1 and fixed.zero not in (None, zero):
+                        for mode in modes:
+                            if fixed.recompute not in (None, mode):
                                 continue
-                            yield StageConfig(nodes, tp, mode, zero, cp, kind)
+                            for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                                if dp > 1 and fixed.zero not in (None, zero):
+                                    continue
+                                yield StageConfig(nodes, tp, mode, zero, cp, kind, ep)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -136,6 +141,7 @@ class Problem:
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        ep_group = stage_ep_group(inputs, config, dims)
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -149,13 +155,14 @@ class Problem:
             cp_link = None
             if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (evaluate.replica_links)
                 cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
-            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link)
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
-            times, bwds, params, rooms = {}, {}, {}, {}
+            times, bwds, params, rooms, experts = {}, {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 w = params[(has_head, has_emb)] = span.weight_params
+                experts[(has_head, has_emb)] = span.expert_params
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
@@ -170,7 +177,7 @@ class Problem:
                     need = -(-inputs.num_blocks // most_stages)
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
-            out.append(TypeArrays(count, group, times, bwds, params, rooms, boundary_bytes(inputs.dec, sh), p,
+            out.append(TypeArrays(count, group, times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p,
                                   cp_link=cp_link))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
@@ -186,7 +193,8 @@ class Problem:
             shape = StageDims(config.tp, sp, cp=config.cp)
             dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
                      for i, n in enumerate(config.nodes) if n)
-            dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind)
+            dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind,
+                                                        ep=config.ep)
         return dims
 
     def dp_layout(self, config: StageConfig) -> DpLayout:
@@ -449,6 +457,7 @@ class Problem:
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types])
+                          [(ta.group.gpu, ta.cost_params) for ta in types],
+                          expert_params=types[0].experts[flags])
         return tail.total_s
 

@@ -184,6 +184,9 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     cps = sorted({s.cp for s in stages})
     if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
         out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
+    eps = sorted({s.ep for s in stages})
+    if not cap.per_stage_tp and len(eps) > 1:
+        out.append(f"{name} runs one EP degree in every stage (the plan has {', '.join(map(str, eps))})")
     dps = sorted({s.dp for s in stages})
     if not cap.per_stage_dp and len(dps) > 1:
         out.append(f"{name} runs one DP degree in every stage (the plan has {', '.join(map(str, dps))})")

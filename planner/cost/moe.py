@@ -1,0 +1,92 @@
+"""MoE expert parallelism's communication: the dispatch and combine all-to-all of every MoE layer
+(GShard, Lepikhin et al. 2020, sec 3.2; Megatron-core's MoEAlltoAllTokenDispatcher), priced over
+the EP group's links (one all-to-all cost function, measured curves where a link has them).
+Pure: no I/O. The expert GEMMs themselves (grouped, StageDims.expert_gemm_rows) and the load
+imbalance (CostParams.moe_imbalance) are in cost.layer_time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core.dims import StageDims
+from ..inputs.hardware import Link
+from ..inputs.linkcurve import collective_s
+from ..inputs.model import DTYPE_BYTES, Layer
+from .formulas import CostParams, LayerTime, link_efficiency
+from .sharding import Sharding
+
+
+@dataclass(frozen=True)
+class AllToAllGroup:
+    """Where an expert-parallel all-to-all runs: `ranks` GPUs, at most `per_node` of them in one
+    node; `intra` the intra-node link, `inter` one GPU's share of the inter-node one."""
+
+    ranks: int
+    per_node: int
+    intra: Link
+    inter: Link
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.ranks // self.per_node)
+
+
+def alltoall_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
+    """All-to-all of a `nbytes` buffer per rank: (n-1)/n of it leaves each rank, every rank
+    sending at once (NCCL's alltoall as grouped send/recv, one latency per peer; nccl-tests'
+    bus bandwidth for alltoall counts the same (n-1)/n). A measured link prices it by its
+    all_to_all curve (planner.inputs.linkcurve)."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    if link.curves:
+        return collective_s("all_to_all", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+    bw = link.bandwidth_bytes_per_s * efficiency
+    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
+
+
+def group_alltoall_s(nbytes: float, group: AllToAllGroup, params: CostParams) -> float:
+    """All-to-all over a group spanning nodes: of each rank's buffer, the (per_node - 1)/ranks
+    bound to its own node's peers go over the intra-node link and the (ranks - per_node)/ranks
+    to other nodes over its NIC share, at once (NCCL runs the peers' sends concurrently); the
+    slower of the two sets the time. One node: alltoall_s."""
+    if group.nodes <= 1:
+        return alltoall_s(nbytes, group.ranks, group.intra, link_efficiency(group.intra, params))
+    k, n = group.per_node, group.ranks
+    # alltoall_s over n ranks moves (n-1)/n of its buffer: scale the buffers to these shares
+    intra = alltoall_s(nbytes * (k - 1) / (n - 1), n, group.intra, link_efficiency(group.intra, params)) if k > 1 else 0.0
+    inter = alltoall_s(nbytes * (n - k) / (n - 1), n, group.inter, link_efficiency(group.inter, params, intra=False))
+    return max(intra, inter)
+
+
+def moe_alltoall_s(layer: Layer, micro_batch: int, seq_len: int, dims: StageDims, nb: int, group: AllToAllGroup,
+                   params: CostParams) -> tuple[float, float]:
+    """(forward, backward) expert-parallel all-to-all of one MoE layer for one micro-batch on
+    one GPU: dispatch the routed token copies to their experts' ranks and combine them back
+    (GShard, Lepikhin et al. 2020, sec 3.2; Megatron-core's MoEAlltoAllTokenDispatcher); the
+    backward sends the gradients the same way. A GPU holds its tp share of the replica's tokens
+    (StageDims.dispatch_share) and sends each to top_k experts, h elements a copy."""
+    c = layer.config
+    if dims.ep <= 1 or c is None or layer.kind != "decoder" or c.num_experts <= 1:
+        return 0.0, 0.0
+    nbytes = dims.dispatch_share(micro_batch * seq_len) * c.experts_top_k * c.hidden * nb
+    one = group_alltoall_s(nbytes, group, params)
+    return 2 * one, 2 * one  # dispatch + combine, each way
+
+
+def with_moe_alltoall(t: LayerTime, layer: Layer, sh: Sharding, group: AllToAllGroup | None,
+                      params: CostParams) -> LayerTime:
+    """`t` (cost.layer_time) with the layer's expert-parallel all-to-all when sh.dims.ep > 1
+    (a blend of decoder shapes: their count-weighted mean, as layer_time's)."""
+    if sh.dims.ep <= 1:
+        return t
+    assert group is not None and group.ranks == sh.dims.ep, "expert parallelism needs its group"
+    parts = layer.blend or ((layer, 1),)
+    total = sum(n for _, n in parts)
+    nb = DTYPE_BYTES[sh.dtype]
+    ep_fwd = ep_bwd = 0.0
+    for part, n in parts:
+        fwd, bwd = moe_alltoall_s(part, sh.micro_batch, sh.seq_len, sh.dims, nb, group, params)
+        if sh.recompute == "full":
+            bwd += fwd  # the recomputed forward dispatches and combines again
+        ep_fwd, ep_bwd = ep_fwd + fwd * n / total, ep_bwd + bwd * n / total
+    return replace(t, ep_comm_fwd_s=ep_fwd, ep_comm_bwd_s=ep_bwd)
