@@ -291,8 +291,8 @@ NEMO_MODELS = {"gpt3-5b": (24, 4096, 16384, 32, 32), "gpt3-20b": (44, 6144, 2457
 
 @lru_cache(maxsize=None)
 def _nemo_model(name: str, seq_len: int) -> Model:
-    if name.startswith("llama2"):
-        return _load_model(name.replace("llama2", "llama-2"))
+    if name.startswith("llama2") or name.startswith("llama3"):  # the catalog's Llama 2 and Llama 3 configs
+        return _load_model(name.replace("llama2", "llama-2").replace("llama3", "llama-3"))
     layers, hidden, ffn, heads, kv = NEMO_MODELS[name]
     if name.startswith("gpt3"):
         config = {"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers, "vocab_size": 50304,
@@ -311,11 +311,12 @@ def _nemo(run: dict) -> Plan:
     gpus = run["hardware"]["total_gpus"]
     cluster = cluster_from_spec(_cluster("H100-SXM5-80GB", gpus, 8), "nemo")
     vp = p.get("vp") or 1
-    dp = gpus // (p["tp"] * p["pp"])
+    cp = p.get("cp") or 1  # Megatron-core context parallelism (ring, --cp-comm-type p2p)
+    dp = gpus // (p["tp"] * p["pp"] * cp)
     schedule = search_schedule(vp).name
     training = Training(run["global_batch"], run["seq_len"], _dtype(run), run["micro_batch"], schedule, vp, "flash")
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=1, recompute="none",
-                        sequence_parallel=p["tp"] > 1)
+                        sequence_parallel=p["tp"] > 1, cp=cp)
 
 BUILDERS = {"amp-t4": _amp, "sailor-mit": _sailor, "sailor-gh200": _sailor, "llm-foundry": _foundry,
             "torchtitan": _titan, "bloom": _bloom, "nemo": _nemo}

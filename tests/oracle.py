@@ -131,3 +131,16 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                             if est.fits and est.step_time_s < best:
                                 best, best_plan = est.step_time_s, plan
     return best, best_plan, count
+
+
+def on_whole_nodes(plan) -> bool:
+    """Whether every node the plan uses is whole and serves one pipeline rank (the oracle's space)."""
+    nodes = {}
+    for s in plan.stages:
+        for r in s.replicas:
+            for rank in r.ranks:
+                dev = plan.cluster.device(rank)
+                nodes.setdefault((dev.group, dev.node), set()).add(s.pipeline_rank)
+    return all(len(v) == 1 for v in nodes.values()) and \
+        sum(len(r.ranks) for s in plan.stages for r in s.replicas) == sum(
+            plan.cluster.group(g).gpus_per_node for g, _ in nodes)

@@ -19,7 +19,7 @@ from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 from planner.search.driver import SolverOptions, solve
 
-from .oracle import brute_force
+from .oracle import brute_force, on_whole_nodes
 
 H100X2 = "profiles/clusters/dgx-h100-2node.yaml"
 
@@ -171,24 +171,12 @@ def test_solver_with_cp_equals_brute_force_optimum(seed, runtime):
         assert expected == float("inf"), e
         return
     assert result.optimal
-    if runtime != "any" and not _on_whole_nodes(result.plan):
+    if runtime != "any" and not on_whole_nodes(result.plan):
         # the uniform seed of a constrained runtime may use parts of nodes, outside the oracle's
         # space (stages on disjoint node sets): never slower than the oracle's optimum there
         assert result.estimate.step_time_s <= expected * (1 + 1e-9)
         return
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
-
-
-def _on_whole_nodes(plan) -> bool:
-    nodes = {}
-    for s in plan.stages:
-        for r in s.replicas:
-            for rank in r.ranks:
-                dev = plan.cluster.device(rank)
-                nodes.setdefault((dev.group, dev.node), set()).add(s.pipeline_rank)
-    return all(len(v) == 1 for v in nodes.values()) and \
-        sum(len(r.ranks) for s in plan.stages for r in s.replicas) == sum(
-            plan.cluster.group(g).gpus_per_node for g, _ in nodes)
 
 
 def test_cp_oracle_instances_choose_cp_somewhere():

@@ -70,7 +70,7 @@ def test_a100_80gb_data_sheet_figures():
 # --- cluster files ---------------------------------------------------------------------------
 
 
-EXAMPLE_SIZES = {"a100-v100-mix": 48, "consumer-3090-4090": 16, "dgx-a100": 32, "h100-a100-v100": 48,
+EXAMPLE_SIZES = {"a100-v100-mix": 48, "consumer-3090-4090": 16, "dgx-a100": 32, "dgx-h100-2node": 16, "h100-a100-v100": 48,
                  "two-rack-a100-spine": 32, "two-region-a100": 32}
 
 
