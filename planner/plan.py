@@ -245,7 +245,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     if lacking:
         raise BadInput(f"{', '.join(lacking)} has no {dtype} support", where, "training.dtype")
     schedule = tr.get("schedule", "1f1b")
-    if schedule not in SCHEDULES:
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
         raise BadInput(f"unknown schedule {schedule!r}", where, "training.schedule")
     attention = tr.get("attention", "flash")
     if attention not in ("flash", "standard"):
