@@ -21,7 +21,7 @@ from .inputs.hardware import GIB, Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                    load_profiles, per_gpu_params, require, resolve_dtype)
 from .inputs.model import Model, load_model
-from .plan import Plan, Training, structural_problems, uniform_plan
+from .plan import STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
 from .verify.plan_checks import load_plan_file
 from .schedules import SCHEDULES, get_schedule, search_schedule
 
@@ -144,6 +144,7 @@ class EvaluateRequest:
     dtype: str | None = None
     attention: str = "flash"
     recompute: str = "none"
+    recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     zero: int = 0
     sequence_parallel: bool = False
     schedule: str | None = None
@@ -195,8 +196,15 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime)
     check_training_inputs(model, training)
+    if r.recompute not in STAGE_RECOMPUTE_MODES:
+        raise BadInput(f"unknown recompute {r.recompute!r}, expected one of {', '.join(STAGE_RECOMPUTE_MODES)}",
+                       "--recompute")
+    if r.recompute_layers and r.recompute != "block":
+        raise BadInput("--recompute-layers needs --recompute block", "--recompute-layers")
+    if r.recompute_layers < 0:
+        raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
-                        sequence_parallel=r.sequence_parallel)
+                        sequence_parallel=r.sequence_parallel, recompute_layers=r.recompute_layers)
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
@@ -232,7 +240,8 @@ def describe_plan(plan: Plan) -> dict:
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
             "attention": t.attention, "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
-                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel}
+                        "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+                        **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {})}
                        for s in plan.stages]}
 
 

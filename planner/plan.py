@@ -11,10 +11,12 @@ from .inputs.hardware import Cluster, cluster_from_spec
 from .core import ranges
 from . import schedules
 from .core.io import MAX_NUMBER, get_str
-from .inputs.model import Model, model_from_dict
+from .inputs.model import RECOMPUTE_MODES, Model, model_from_dict
 from .core.names import check_name
 
 PLAN_FORMAT = "planner.plan/v1"
+# a stage's recompute: a layer's (model.RECOMPUTE_MODES) for all its layers, or "block" (Stage.recompute_layers)
+STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
@@ -35,6 +37,12 @@ class Stage:
     replicas: tuple[Replica, ...]
     pipeline_rank: int
     sequence_parallel: bool = False
+    # recompute "block": the first recompute_layers decoder blocks of the stage recompute their
+    # whole forward, the rest save their activations (Megatron --recompute-method block)
+    recompute_layers: int = 0
+
+    def decoder_blocks(self, model: Model) -> int:
+        return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")
 
     @property
     def dp(self) -> int:
@@ -95,10 +103,12 @@ def even_split(num_items: int, parts: int) -> list[int]:
 
 
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
-                 zero: int = 0, recompute: str = "none", sequence_parallel: bool = False) -> Plan:
+                 zero: int = 0, recompute: str = "none", sequence_parallel: bool = False,
+                 recompute_layers: int = 0) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x PP x DP ranks laid out TP-innermost, then DP, then PP; decoder layers split as
-    evenly as possible over PP x V chunks; equal batch shares."""
+    evenly as possible over PP x V chunks; equal batch shares. Recompute "block" recomputes
+    the first `recompute_layers` decoder blocks of every chunk (all of a smaller chunk's)."""
     if tp * pp * dp != cluster.num_gpus:
         raise BadInput(f"tp x pp x dp = {tp}x{pp}x{dp} = {tp * pp * dp}, but the cluster has "
                        f"{cluster.num_gpus} GPUs", field="--tp/--pp/--dp")
@@ -131,7 +141,9 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         replicas = tuple(
             Replica(d, share, tuple(p_rank * tp * dp + d * tp + t for t in range(tp)))
             for d in range(dp))
-        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel))
+        blocks = sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
+        k = min(recompute_layers, blocks) if recompute == "block" else 0
+        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, k))
     return Plan(model, cluster, training, tuple(stages))
 
 
@@ -155,6 +167,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
              "pipeline_rank": s.pipeline_rank,
+             **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -233,8 +246,9 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
             raise BadInput("must be [first, end)", where, f"{path}.layers")
         recompute = st.get("recompute", "none")
-        if recompute not in ("none", "selective", "full"):
+        if recompute not in STAGE_RECOMPUTE_MODES:
             raise BadInput(f"unknown recompute {recompute!r}", where, f"{path}.recompute")
+        recompute_layers = _int(st, "recompute_layers", where, path, 0) if recompute == "block" else 0
         zero = st.get("zero", 0)
         if zero not in (0, 1, 2, 3):
             raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
@@ -257,7 +271,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=_bool(st, "sequence_parallel", where, path)))
+            sequence_parallel=_bool(st, "sequence_parallel", where, path), recompute_layers=recompute_layers))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))

@@ -2,8 +2,8 @@
 
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
-and ZeRO stage per stage, contiguous layer split, every share vector) and prices each with
-planner.cost.evaluate.evaluate.
+(with "block", every count of recomputed blocks, 1F1B only) and ZeRO stage per stage, contiguous layer
+split, every share vector) and prices each with planner.cost.evaluate.evaluate.
 """
 
 from __future__ import annotations
@@ -96,13 +96,22 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                                  if cluster.group_of_rank(r[i][0]).name
                                                  == cluster.group_of_rank(r[i + 1][0]).name)]
                                          for r in replica_ranks]
-                        for shares in product(*share_options):
+                        # recompute "block": every count of recomputed decoder blocks (1F1B only,
+                        # as the search)
+                        block_counts = [range(sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
+                                              + 1) if choice[prank[index]][1] == "block" else (0,)
+                                        for index, (first, end) in enumerate(bounds)]
+                        if v > 1 and any(len(c) > 1 or choice[prank[i]][1] == "block"
+                                         for i, c in enumerate(block_counts)):
+                            continue
+                        for shares, recomputed in product(product(*share_options), product(*block_counts)):
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
                                 (tp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1))
+                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1,
+                                                         recomputed[index]))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1

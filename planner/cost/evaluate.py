@@ -166,7 +166,7 @@ class PlanPricer:
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, st.recompute_layers)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None:

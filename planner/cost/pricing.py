@@ -19,7 +19,7 @@ reduction and the optimizer step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, reduce
 from typing import Iterable
 
@@ -167,9 +167,26 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
     return SpanPrice(tuple(parts), dims.within_replica)
 
 
-def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams) -> SpanPrice:
-    """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.dims)
+def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
+                 recompute_layers: int = 0) -> SpanPrice:
+    """The span of these layers, each counted once (a plan's stage). Recompute "block"
+    recomputes the whole forward of the first `recompute_layers` decoder blocks and none of
+    the rest (Megatron-LM transformer_block.py _checkpointed_forward, recompute_method
+    "block"): those blocks priced as "full", the others as "none"."""
+    if sh.recompute != "block":
+        return span_price(((1, layer_price(layer, sh, gpu, tp_link, p)) for layer in layers), sh.dims)
+    full, none = block_shardings(sh)
+    parts, seen = [], 0
+    for layer in layers:
+        recomputed = layer.kind == "decoder" and seen < recompute_layers
+        seen += layer.kind == "decoder"
+        parts.append((1, layer_price(layer, full if recomputed else none, gpu, tp_link, p)))
+    return span_price(parts, sh.dims)
+
+
+def block_shardings(sh: Sharding) -> tuple[Sharding, Sharding]:
+    """The shardings of a "block" stage's recomputed and kept layers: "full" and "none"."""
+    return replace(sh, recompute="full"), replace(sh, recompute="none")
 
 
 # --- communication --------------------------------------------------------------------------

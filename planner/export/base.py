@@ -11,7 +11,7 @@ from ..core.dims import StageDims
 from ..plan import Plan
 from ..report.routes import stage_routes
 
-RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_ORDER = {"none": 0, "selective": 1, "block": 2, "full": 3}
 
 Warn = Callable[[str], None]
 
@@ -63,6 +63,8 @@ class Uniform:
     schedule: str
     dtype: str
     decoders: list[int] = field(default_factory=list)  # per stage (chunk), planned
+    # recompute "block": per stage (chunk), the decoder blocks planned to recompute (0 elsewhere)
+    recompute_layers: list[int] = field(default_factory=list)
 
     @property
     def world(self) -> int:
@@ -120,6 +122,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     modes = sorted({s.recompute for s in stages}, key=RECOMPUTE_ORDER.get)
     if len(modes) > 1:
         warn(f"per-stage recompute differs ({', '.join(modes)}); exported {modes[-1]} everywhere")
+    recomputed = [s.recompute_layers if s.recompute == "block" else 0 for s in stages]
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
     sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
     if len(sps) > 1:
@@ -127,4 +130,31 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
-                   decoders=decoder_counts(plan))
+                   decoders=decoder_counts(plan), recompute_layers=recomputed)
+
+
+def block_recompute_layers(u: Uniform, warn: Warn) -> int:
+    """Recompute "block" as one count for every stage (Megatron's --recompute-num-layers applies
+    to each pipeline stage): the largest any stage plans (the others recompute more than planned:
+    more time, less memory)."""
+    k = max(u.recompute_layers)
+    if len(set(u.recompute_layers)) > 1:
+        warn(f"per-stage recomputed blocks differ ({u.recompute_layers}); exported {k} for every stage")
+    return k
+
+
+def layer_sac_frequency(u: Uniform, warn: Warn) -> int:
+    """Recompute "block" as torchtitan's per-layer selective checkpointing, which wraps every
+    N-th decoder block (torchtitan distributed/activation_checkpoint.py _apply_layer_sac):
+    N = min over stages of floor(blocks / recomputed), so every stage recomputes at least its
+    planned count (floor(blocks / N) >= recomputed)."""
+    planned = [(n, k) for n, k in zip(u.decoders, u.recompute_layers) if k > 0]
+    if not planned:
+        return 0
+    freq = min(n // k for n, k in planned)
+    exact = all(n // freq == k for n, k in zip(u.decoders, u.recompute_layers))
+    if not exact:
+        warn(f"recompute block ({u.recompute_layers} of {u.decoders} blocks per stage) exported as "
+             f"selective_ac_option {freq!r}: every {freq}-th block recomputes "
+             f"({[n // freq for n in u.decoders]} per stage)")
+    return freq

@@ -41,6 +41,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         if u.recompute == "selective":
             warn("DeepSpeed checkpoints whole layers: selective recompute exported as full activation "
                  "checkpointing (less memory, about one extra forward pass of compute)")
+        elif u.recompute == "block":
+            warn("DeepSpeed's pipeline checkpoints every layer or none (activation_checkpoint_interval): "
+                 f"recompute block ({u.recompute_layers} of {u.decoders} blocks per stage) exported as full "
+                 "activation checkpointing (less memory, more recomputation)")
         config["activation_checkpointing"] = {
             "partition_activations": u.tp > 1, "cpu_checkpointing": False,
             "contiguous_memory_optimization": False, "number_checkpoints": None,

@@ -8,7 +8,7 @@ from typing import Any
 from ..core.errors import BadInput
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
-from .base import Warn, comment_line, route_comments, uniform_form
+from .base import Warn, block_recompute_layers, comment_line, route_comments, uniform_form
 
 
 def megatron_split(chunks: list[int], pp: int, v: int) -> tuple[list[int], tuple[int, int] | None, bool]:
@@ -76,6 +76,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags.append(("--sequence-parallel", None))
     if u.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
+    elif u.recompute == "block" and max(u.recompute_layers) > 0:
+        # Megatron-LM transformer_block.py _checkpointed_forward: the first N layers of each stage
+        flags += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                  ("--recompute-num-layers", block_recompute_layers(u, warn))]
     elif u.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]

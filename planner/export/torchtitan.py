@@ -12,7 +12,7 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..inputs.titan_flavors import titan_llama3_flavor
-from .base import Warn, comment_line, route_comments, uniform_form
+from .base import Warn, comment_line, layer_sac_frequency, route_comments, uniform_form
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -91,6 +91,10 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     ac: dict[str, Any] = {"mode": u.recompute}
     if u.recompute == "selective":
         ac["selective_ac_option"] = "op"
+    elif u.recompute == "block":
+        freq = layer_sac_frequency(u, warn)
+        # per-layer selective checkpointing: every freq-th block (1: all, as "full")
+        ac = {"mode": "selective", "selective_ac_option": str(freq)} if freq else {"mode": "none"}
     job = {"dump_folder": "./outputs", "description": f"{plan.model.name} on {plan.cluster.name} (planner)"}
     return {"job": job, "model": model, "training": training, "parallelism": par,
             "activation_checkpoint": ac}, comments

@@ -92,8 +92,12 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     cluster, b, v = problem.cluster, problem.b, problem.v
     next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.search.decompose)
     rank_replicas = []
+    recompute_layers = []
     for c in choices:
-        types = problem.type_arrays(c.config)
+        flags = (c.has_head, c.has_emb)
+        in_flight = problem.in_flight(c.from_end, c.ranks)
+        types, k = problem.priced_types(c.cid, flags, in_flight)
+        recompute_layers.append(0 if k is None else int(k[c.blocks]))
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
         type_index = 0
@@ -109,8 +113,6 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
-        flags = (c.has_head, c.has_emb)
-        in_flight = problem.in_flight(c.from_end, c.ranks)
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
         caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
         solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
@@ -127,7 +129,7 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, c.config.tp > 1))
+                                rank_replicas[k], k, c.config.tp > 1, recompute_layers[k]))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
@@ -270,7 +272,7 @@ def _uniform_space(options: SolverOptions) -> UniformSpace:
     smallest micro-batch, full recompute, highest ZeRO stage), so a short time finds one that fits."""
     return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
                         micro_batches=tuple(sorted(options.micro_batches)),
-                        recompute_modes=tuple(reversed(options.recompute_modes)),
+                        recompute_modes=tuple(m for m in reversed(options.recompute_modes) if m != "block"),
                         zero_stages=tuple(sorted(options.zero_stages, reverse=True)),
                         virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
 

@@ -54,7 +54,9 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     tp = max(tps)
 
     def need(mode: str) -> float:
-        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
+        # recompute "block" holds at least what "full" does (every block recomputed)
+        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1),
+                      "full" if mode == "block" else mode)
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)

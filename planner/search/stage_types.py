@@ -28,7 +28,8 @@ INF = float("inf")
 class SolverOptions:
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
-    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    # "block" (planner.search.block) after "full": where it recomputes every block it ties full and full is kept
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full", "block")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
@@ -178,6 +179,8 @@ class PriceTables:
     stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
+    block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
+    block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
 
 
 @dataclass

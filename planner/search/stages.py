@@ -4,6 +4,7 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 from itertools import product
 from typing import Iterator
@@ -21,6 +22,7 @@ from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
+from .block import BlockPrices, block_type_arrays, useless_where
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
                           TypeArrays, Variant, share_cap)
@@ -73,8 +75,11 @@ class Problem:
         # Megatron's selective recompute is identical to none under flash attention; a runtime
         # whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice
         per_op = inputs.options.params_for(inputs.groups[0].gpu.name).selective_recompute == "op"
+        # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
+        # 1F1B fixes per position; the interleaved search leaves it out (planner.search.block)
         modes = [m for m in inputs.options.recompute_modes
-                 if not (m == "selective" and inputs.t.attention == "flash" and not per_op)]
+                 if not (m == "selective" and inputs.t.attention == "flash" and not per_op)
+                 and not (m == "block" and inputs.chunked)]
         for take in product(*ranges):
             if not any(take):
                 continue
@@ -109,7 +114,21 @@ class Problem:
                 self.state.smallest_overflow = base_overflow
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
-        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        block = config.recompute == "block"  # priced here as "none", per position by priced_types
+        if block and "none" in inputs.options.recompute_modes:
+            none = self.type_arrays(replace(config, recompute="none"))
+            sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "full")
+            self.tables.block_prices[config] = [
+                BlockPrices(*(layer_price(layer, mode_sh, ta.group.gpu, ta.group.intra_node, ta.cost_params)
+                              for layer, mode_sh in ((inputs.dec, replace(sh, recompute="none")), (inputs.dec, sh),
+                                                     (inputs.emb, replace(sh, recompute="none")),
+                                                     (inputs.head, replace(sh, recompute="none")))))
+                for ta in none]
+            self.tables.types[config] = none
+            return none
+        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
+        if block:
+            self.tables.block_prices[config] = []
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -122,6 +141,9 @@ class Problem:
             p = inputs.options.params_for(gpu.name)
             dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
+            if block:
+                full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p)
+                self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
@@ -298,11 +320,15 @@ class Problem:
             if cached is not None:
                 out[index] = cached
                 continue
-            types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+            types, k = self.priced_types(cid, flags, in_flight)
+            if k is not None and (k < 0).all():  # "block" repeats another mode everywhere
+                tables.stage[key] = out[index] = self._nowhere()
+                continue
             caps_entry = tables.caps.get((cid, flags, in_flight))
             if caps_entry is None:
                 caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-                caps_entry = tables.caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps))
+                caps_entry = tables.caps[(cid, flags, in_flight)] = (caps, b"".join(c.tobytes() for c in caps)
+                                                                     + (b"" if k is None else k.tobytes()))
             caps, caps_bytes = caps_entry
             # the in-flight count matters only through the caps, which are mostly the same for
             # every position in the pipeline (memory to spare), and the successor only through
@@ -331,7 +357,8 @@ class Problem:
                     latency, split = cached
                 else:
                     latency, split = reduce(np.maximum, times), None
-                result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags)
+                result = self._finish(self.catalog.configs[cid], types, latency, split, busy_all[row], flags,
+                                      caps_key[4])
                 tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = result
         return out
 
@@ -356,17 +383,44 @@ class Problem:
             link = self.tables.links[key] = self.boundary(config, successor)
         return link
 
+    def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
+                     ) -> tuple[list[TypeArrays], np.ndarray | None]:
+        """Config `cid`'s type arrays at a position holding `in_flight` micro-batches, and for
+        recompute "block" the recomputed-block count per block count (else None)."""
+        tables = self.tables
+        types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+        config = self.catalog.configs[cid]
+        if config.recompute != "block":
+            return types, None
+        key = (cid, flags, in_flight)
+        if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
+            tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
+        if key not in tables.block_types:
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            n = self.inputs.blocks
+            block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
+                                               self.inputs.t.dtype, layout, flags, in_flight, n)
+            k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
+            tables.block_types[key] = (block_types, k)
+        return tables.block_types[key]
+
+    def _nowhere(self) -> StageCost:
+        """A configuration the search leaves out at this position: infeasible at every block count."""
+        never = np.full(len(self.inputs.blocks), INF)
+        return StageCost(never, never, None, INF, None)
+
     def _types_for(self, cid: int) -> list[TypeArrays]:
         while len(self.tables.types_by_id) <= cid:
             self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
-                busy: np.ndarray, flags: tuple[bool, bool]) -> StageCost:
+                busy: np.ndarray, flags: tuple[bool, bool], caps_bytes: bytes = b"") -> StageCost:
         inputs = self.inputs
         has_head, has_emb = flags
         tau = latency
-        tail_key = (config, flags)
+        # "block": the tail's backward (what hides the gradient reduction) depends on k, in the caps' bytes
+        tail_key = (config, flags, caps_bytes if config.recompute == "block" else b"")
         tail = self.tables.tails.get(tail_key)
         if tail is None:
             tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
@@ -377,6 +431,8 @@ class Problem:
             x[:inputs.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
             x[0] = INF  # a stage holds at least one layer
+        if config.recompute == "block":
+            x = np.where(np.frombuffer(caps_bytes[-8 * len(x):], dtype=np.int64) >= 0, x, INF)
         slope = None
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
