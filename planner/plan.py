@@ -17,6 +17,8 @@ from .core.names import check_name
 PLAN_FORMAT = "planner.plan/v1"
 # a stage's recompute: a layer's (model.RECOMPUTE_MODES) for all its layers, or "block" (Stage.recompute_layers)
 STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
+# a training's optimizer (Training.optimizer): planner.cost.formulas.OPTIMIZERS prices each
+OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "sgd")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
@@ -63,6 +65,7 @@ class Training:
     virtual_stages: int = 1
     attention: str = "flash"
     runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
+    optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.formulas.OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
         "training": {"global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
                      "micro_batch": t.micro_batch, "num_microbatches": plan.num_microbatches,
                      "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-                     "attention": t.attention, "runtime": t.runtime},
+                     "attention": t.attention, "runtime": t.runtime,
+                     **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -229,13 +233,17 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     attention = tr.get("attention", "flash")
     if attention not in ("flash", "standard"):
         raise BadInput(f"unknown attention {attention!r}", where, "training.attention")
+    optimizer = tr.get("optimizer", "adamw")
+    if optimizer not in OPTIMIZER_NAMES:
+        raise BadInput(f"unknown optimizer {optimizer!r}", where, "training.optimizer")
     training = Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
         dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
-        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"))
+        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
+        optimizer=optimizer)
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"

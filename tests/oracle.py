@@ -66,7 +66,7 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
             continue
         m_total = base.global_batch // b
         training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
-                            v, base.attention)
+                            v, base.attention, base.runtime, base.optimizer)
         for stages in range(1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]

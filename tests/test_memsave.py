@@ -119,3 +119,47 @@ def test_block_recompute_exports_torchtitan_every_nth_layer():
 
     sections, _ = titan_settings(_uniform("block", 4), lambda message: None)
     assert sections["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+
+
+def test_optimizer_names_match_the_priced_table():
+    from planner.cost.formulas import OPTIMIZERS
+    from planner.plan import OPTIMIZER_NAMES
+
+    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES
+
+
+def _with_optimizer(name):
+    from planner.api import EvaluateRequest, plan_from_flags
+
+    return plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=256, seq_len=4096,
+                                           tp=2, pp=4, dp=4, micro_batch=1, optimizer=name))
+
+
+@pytest.mark.parametrize("name,state_bytes", [("adamw", 12), ("adamw-8bit", 6.0039), ("adafactor", 4.0078),
+                                              ("sgd", 8)])
+def test_optimizer_states_per_parameter_and_step_traffic_order(name, state_bytes):
+    plan = _with_optimizer(name)
+    est = evaluate(plan)
+    params = sum(layer.weight_params for layer in plan.model.layers[plan.stages[1].layers[0]:plan.stages[1].layers[1]])
+    rank = plan.stages[1].replicas[0].ranks[0]
+    assert est.memory_by_rank[rank].optimizer_bytes == pytest.approx(params / 2 * state_bytes, rel=1e-3)
+    adamw = evaluate(_with_optimizer("adamw"))
+    if name != "adamw":  # every other optimizer moves less memory per step than fused AdamW
+        assert est.breakdown_s["optimizer"] < adamw.breakdown_s["optimizer"]
+
+
+def test_optimizer_is_kept_in_plan_json_and_refused_by_runtimes_without_it():
+    from planner.core.errors import BadInput
+    from planner.export.deepspeed import export_deepspeed
+    from planner.export.megatron import export_megatron
+    from planner.plan import plan_from_json, plan_to_json
+
+    plan = _with_optimizer("adamw-8bit")
+    data = plan_to_json(plan)
+    assert data["training"]["optimizer"] == "adamw-8bit"
+    assert plan_from_json(data).training.optimizer == "adamw-8bit"
+    with pytest.raises(BadInput, match="no adamw-8bit optimizer"):
+        export_megatron(plan, lambda message: None)
+    with pytest.raises(BadInput, match="no adamw-8bit optimizer"):
+        export_deepspeed(plan, lambda message: None)
+    assert "--optimizer sgd" in export_megatron(_with_optimizer("sgd"), lambda message: None)

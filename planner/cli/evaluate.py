@@ -38,7 +38,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
-def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
+def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, optimizer, tp, pp, dp, micro_batch,
                      recompute, recompute_layers, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
@@ -63,7 +63,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         cluster = cluster_with_links(require(cluster_name, "--cluster"), links) if links else cluster_name
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-            micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute,
+            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, recompute=recompute,
             recompute_layers=recompute_layers, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron"), warn)

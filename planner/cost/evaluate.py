@@ -239,7 +239,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, t.optimizer)
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
@@ -248,7 +248,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values()))
+                                min_bwd, steppers.values(), t.optimizer))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)

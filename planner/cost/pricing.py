@@ -301,12 +301,13 @@ class ChunkTime:
 # --- memory ---------------------------------------------------------------------------------
 
 
-def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams) -> MemoryBreakdown:
+def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
+                   optimizer: str = "adamw") -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
-    weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp)
-    return MemoryBreakdown(weights, grads, optimizer, span.act_bytes * in_flight + span.transient_bytes,
+    weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp, optimizer)
+    return MemoryBreakdown(weights, grads, states, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
 
 
@@ -323,11 +324,11 @@ class StageTail:
         return self.grad_reduce_s + self.optimizer_s
 
 
-def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams):
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, optimizer: str = "adamw"):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
     al. 2020, sec 5.1; StageDims.state_divisors)."""
-    return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+    return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer)
 
 
 def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s):
@@ -354,10 +355,10 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]]) -> StageTail:
+               steppers: Iterable[tuple[GpuSpec, CostParams]], optimizer: str = "adamw") -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
     reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p) for gpu, p in steppers))
+    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, optimizer) for gpu, p in steppers))
     return StageTail(reduce_s, step)

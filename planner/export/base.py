@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..core.dims import StageDims
+from ..core.errors import BadInput
 from ..plan import Plan
 from ..report.routes import stage_routes
 
@@ -131,6 +132,16 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
                    decoders=decoder_counts(plan), recompute_layers=recomputed)
+
+
+def runtime_optimizer(plan: Plan, target: str, names: dict[str, str]) -> str:
+    """The runtime's name of the plan's optimizer (`names`, by planner name); a typed refusal,
+    with the reason, where the runtime has none."""
+    name = plan.training.optimizer
+    if name not in names:
+        raise BadInput(f"{target} has no {name} optimizer (it offers {', '.join(names)}); plan with "
+                       f"--optimizer {' or '.join(names)} to export to {target}", f"--to {target}")
+    return names[name]
 
 
 def block_recompute_layers(u: Uniform, warn: Warn) -> int:

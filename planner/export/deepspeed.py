@@ -6,10 +6,13 @@ from typing import Any
 
 from ..core.io import json_text
 from ..plan import Plan
-from .base import Warn, route_entries, uniform_form
+from .base import Warn, route_entries, runtime_optimizer, uniform_form
 
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
+    # DeepSpeed's engine builds its own AdamW, else the torch.optim class of that name
+    # (runtime/engine.py _configure_basic_optimizer); the training script may pass its own
+    optimizer = runtime_optimizer(plan, "deepspeed", {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"})
     u = uniform_form(plan, "deepspeed", warn)
     zero = u.zero
     if u.pp > 1 and zero >= 2:
@@ -32,6 +35,9 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "gradient_accumulation_steps": u.grad_accum,
         "zero_optimization": {"stage": zero},
     }
+    if optimizer != "AdamW":
+        config["optimizer"] = {"type": optimizer, "params": {"lr": 1e-4}}
+        warn(f"{optimizer} exported with lr 1e-4: set the learning rate (and momentum) of your run")
     if u.dtype == "bf16":
         config["bf16"] = {"enabled": True}
     elif u.dtype == "fp16":

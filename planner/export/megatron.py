@@ -8,7 +8,7 @@ from typing import Any
 from ..core.errors import BadInput
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
-from .base import Warn, block_recompute_layers, comment_line, route_comments, uniform_form
+from .base import Warn, block_recompute_layers, runtime_optimizer, comment_line, route_comments, uniform_form
 
 
 def megatron_split(chunks: list[int], pp: int, v: int) -> tuple[list[int], tuple[int, int] | None, bool]:
@@ -54,6 +54,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     if c is None:
         raise BadInput("the plan's model is a layer profile without a config: Megatron needs the "
                        "architecture (hidden size, heads, ...)", "--to megatron")
+    # megatron/training/arguments.py --optimizer {adam, sgd}; adam is AdamW (decoupled weight decay)
+    optimizer = runtime_optimizer(plan, "megatron", {"adamw": "adam", "sgd": "sgd"})
     u = uniform_form(plan, "megatron", warn)
     exported, uneven, exact = megatron_split(u.decoders, u.pp, u.v)
     if not exact:
@@ -83,6 +85,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     elif u.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]
+    if optimizer != "adam":
+        flags.append(("--optimizer", optimizer))
     if u.zero >= 1:
         flags.append(("--use-distributed-optimizer", None))
         if u.zero >= 2:

@@ -12,7 +12,7 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..inputs.titan_flavors import titan_llama3_flavor
-from .base import Warn, comment_line, layer_sac_frequency, route_comments, uniform_form
+from .base import Warn, comment_line, runtime_optimizer, layer_sac_frequency, route_comments, uniform_form
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -40,6 +40,8 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
                        "model name and flavor", "--to torchtitan")
     model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
+    # torchtitan components/optimizer.py builds torch.optim Adam or AdamW by [optimizer] name
+    runtime_optimizer(plan, "torchtitan", {"adamw": "AdamW"})
     u = uniform_form(plan, "torchtitan", warn)
     seq_len = plan.training.seq_len
     if seq_len % (2 * u.tp):

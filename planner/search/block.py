@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.dims import StageDims
+from ..plan import Training
 from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, replica_memory, span_price, zero_comm
 from .shares import UNCAPPED
 from .stage_types import TypeArrays
@@ -39,7 +40,7 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
     return np.minimum(k, n).astype(np.int64)
 
 
-def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, dtype: str,
+def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
                       layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
                       n: np.ndarray) -> tuple[list[TypeArrays], np.ndarray]:
     """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
@@ -50,7 +51,8 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
     needed = []
     for ta, bp in zip(types, prices):
         none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
-        free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, dtype, dims, ta.cost_params).total_bytes
+        free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, t.dtype, dims, ta.cost_params,
+                                                          t.optimizer).total_bytes
         saved = bp.kept.act_bytes - bp.recomputed.act_bytes
         needed.append(smallest_fitting_k(free, none.act_bytes, saved, bp.recomputed.transient_bytes, in_flight, n))
     k = np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
@@ -60,9 +62,10 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
         span = span_price(((n - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
                            (float(has_emb), bp.emb)), dims)
         w = span.weight_params
-        time = ChunkTime(span, zero_comm(w, dims, dtype, layout, ta.cost_params)).time_s
+        time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params)).time_s
         acts = span.act_bytes
-        free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, dtype, dims, ta.cost_params).total_bytes
+        free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, ta.cost_params,
+                                                          t.optimizer).total_bytes
         with np.errstate(divide="ignore", invalid="ignore"):
             room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), np.inf)
         room = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))

@@ -62,7 +62,8 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     mode = min(options.recompute_modes, key=need)
     dp = max(1, StageDims(tp).replicas_on(num_gpus))
     dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0)
-    states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp))
+    states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp,
+                                   base.optimizer))
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free)

@@ -139,7 +139,7 @@ class ProblemInputs:
            virtual_stages: int) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
-                     base.runtime)
+                     base.runtime, base.optimizer)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,

@@ -152,7 +152,7 @@ class Problem:
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
-                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p).total_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, t.optimizer).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
                 rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
@@ -399,7 +399,7 @@ class Problem:
             layout = self.dp_layout(config) if config.zero >= 2 else None
             n = self.inputs.blocks
             block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
-                                               self.inputs.t.dtype, layout, flags, in_flight, n)
+                                               self.inputs.t, layout, flags, in_flight, n)
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
@@ -445,5 +445,5 @@ class Problem:
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types])
+                          [(ta.group.gpu, ta.cost_params) for ta in types], self.inputs.t.optimizer)
         return tail.total_s
