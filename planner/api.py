@@ -63,6 +63,7 @@ class PlanRequest:
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
+    offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     virtual_stages: tuple[int, ...] = ()
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     max_bundle_nodes: int = 4
@@ -100,6 +101,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
+                            offload=request.offload,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())))
     if not any(global_batch % b == 0 for b in options.micro_batches):
@@ -150,6 +152,7 @@ class EvaluateRequest:
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
+    offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
     zero: int = 0
     sequence_parallel: bool = False
     schedule: str | None = None
@@ -210,7 +213,8 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     if r.recompute_layers < 0:
         raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
-                        sequence_parallel=r.sequence_parallel, recompute_layers=r.recompute_layers)
+                        sequence_parallel=r.sequence_parallel, recompute_layers=r.recompute_layers,
+                        offload=r.offload)
 
 
 def _check_optimizer(name: str) -> None:

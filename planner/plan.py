@@ -42,6 +42,9 @@ class Stage:
     # recompute "block": the first recompute_layers decoder blocks of the stage recompute their
     # whole forward, the rest save their activations (Megatron --recompute-method block)
     recompute_layers: int = 0
+    # ZeRO-Offload (Ren et al. 2021): fp32 master weights and optimizer states in host memory,
+    # the optimizer step on the CPU
+    offload: bool = False
 
     def decoder_blocks(self, model: Model) -> int:
         return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")
@@ -107,7 +110,7 @@ def even_split(num_items: int, parts: int) -> list[int]:
 
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
                  zero: int = 0, recompute: str = "none", sequence_parallel: bool = False,
-                 recompute_layers: int = 0) -> Plan:
+                 recompute_layers: int = 0, offload: bool = False) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x PP x DP ranks laid out TP-innermost, then DP, then PP; decoder layers split as
     evenly as possible over PP x V chunks; equal batch shares. Recompute "block" recomputes
@@ -146,7 +149,7 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
             for d in range(dp))
         blocks = sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
         k = min(recompute_layers, blocks) if recompute == "block" else 0
-        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, k))
+        stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, k, offload))
     return Plan(model, cluster, training, tuple(stages))
 
 
@@ -172,6 +175,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
              "pipeline_rank": s.pipeline_rank,
              **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {}),
+             **({"offload": True} if s.offload else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -279,7 +283,8 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
             replicas=tuple(replicas),
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=_bool(st, "sequence_parallel", where, path), recompute_layers=recompute_layers))
+            sequence_parallel=_bool(st, "sequence_parallel", where, path), recompute_layers=recompute_layers,
+            offload=_bool(st, "offload", where, path)))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))

@@ -2,7 +2,8 @@
 
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, recompute
-(with "block", every count of recomputed blocks, 1F1B only) and ZeRO stage per stage, contiguous layer
+(with "block", every count of recomputed blocks, 1F1B only), ZeRO stage and (with `offload`) ZeRO-Offload
+per stage, contiguous layer
 split, every share vector) and prices each with planner.cost.evaluate.evaluate.
 """
 
@@ -56,7 +57,8 @@ def layer_splits(items: int, stages: int, v: int):
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
-                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,)) -> tuple[float, Plan | None, int]:
+                recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
+                offload=False) -> tuple[float, Plan | None, int]:
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
@@ -75,11 +77,12 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                     gpn = {g.gpus_per_node for g, _ in mem}
                     gpus = sum(g.gpus_per_node for g, _ in mem)
                     tps = [tp for tp in tp_degrees if all(x % tp == 0 for x in gpn) and heads % tp == 0]
-                    options.append([(tp, rc, zero) for tp in tps for rc in recompute_modes
-                                    for zero in (zero_stages if gpus // tp > 1 else (0,))])
+                    options.append([(tp, rc, zero, off) for tp in tps for rc in recompute_modes
+                                    for zero in (zero_stages if gpus // tp > 1 else (0,))
+                                    for off in ((False, True) if offload else (False,))])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, _, _) in zip(members, choice):
+                    for mem, (tp, _, _, _) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
                             for slot in range(g.gpus_per_node // tp):
@@ -108,10 +111,10 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
-                                (tp, rc, zero), ranks, sh = choice[k], replica_ranks[k], shares[k]
+                                (tp, rc, zero, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
                                 plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k, tp > 1,
-                                                         recomputed[index]))
+                                                         recomputed[index], off))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             est = evaluate(plan)
                             count += 1

@@ -18,7 +18,9 @@ from .oracle import brute_force
 
 # runtime: any (per-stage tp, recompute and ZeRO)
 BLOCK_OPTIONS = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none", "full", "block"),
-                     virtual_stages=(1,))
+                     virtual_stages=(1,), offload=False)
+OFFLOAD_OPTIONS = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none", "block"), virtual_stages=(1,),
+                       offload=True)
 
 
 def block_instance(seed: int):
@@ -163,3 +165,62 @@ def test_optimizer_is_kept_in_plan_json_and_refused_by_runtimes_without_it():
     with pytest.raises(BadInput, match="no adamw-8bit optimizer"):
         export_deepspeed(plan, lambda message: None)
     assert "--optimizer sgd" in export_megatron(_with_optimizer("sgd"), lambda message: None)
+
+
+@pytest.mark.parametrize("seed", (6, 8, 10))  # offload wins in 6 and 10 (with block in 10)
+def test_offload_search_equals_brute_force_with_offload_per_stage(seed):
+    model, cluster, base = block_instance(seed)
+    expected, plan, _ = brute_force(model, cluster, base, OFFLOAD_OPTIONS["micro_batches"],
+                                    OFFLOAD_OPTIONS["tp_degrees"], OFFLOAD_OPTIONS["recompute_modes"],
+                                    virtual_stages=(1,), offload=True)
+    try:
+        result = solve(model, cluster, base, SolverOptions(**OFFLOAD_OPTIONS))
+    except NoFeasiblePlan:
+        assert expected == float("inf")
+        return
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_offload_frees_the_optimizer_states_and_prices_the_cpu_step():
+    from planner.api import EvaluateRequest, plan_from_flags
+
+    def priced(offload):
+        return evaluate(plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=256,
+                                                        seq_len=4096, tp=2, pp=4, dp=4, micro_batch=1, zero=1,
+                                                        offload=offload)))
+
+    on_gpu, offloaded = priced(False), priced(True)
+    rank = 8  # a middle stage
+    assert offloaded.memory_by_rank[rank].optimizer_bytes == 0
+    assert on_gpu.memory_by_rank[rank].optimizer_bytes > 0
+    assert offloaded.breakdown_s["optimizer"] > 10 * on_gpu.breakdown_s["optimizer"]
+
+
+def test_offload_beyond_host_memory_does_not_fit():
+    from planner.api import EvaluateRequest, plan_from_flags
+    from planner.inputs.hardware import cluster_from_spec
+
+    cluster = cluster_from_spec({"name": "small-host", "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 8, "host": {"memory_GiB": 16}}]})
+    est = evaluate(plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster=cluster, global_batch=64, seq_len=4096,
+                                                   tp=1, pp=1, dp=8, micro_batch=1, zero=1, offload=True)))
+    assert not est.fits and "host memory" in est.overflows[0].gpu
+
+
+def test_offload_exports_deepspeed_offload_optimizer_and_megatron_cpu_offload_and_torchtitan_refuses():
+    import json
+
+    from planner.api import EvaluateRequest, plan_from_flags
+    from planner.core.errors import BadInput
+    from planner.export.deepspeed import export_deepspeed
+    from planner.export.megatron import export_megatron
+    from planner.export.torchtitan import titan_settings
+
+    plan = plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=256, seq_len=4096,
+                                           tp=2, pp=4, dp=4, micro_batch=1, zero=1, offload=True))
+    config = json.loads(export_deepspeed(plan, lambda message: None))
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "--optimizer-cpu-offload" in export_megatron(plan, lambda message: None)
+    with pytest.raises(BadInput, match="no optimizer-only offload"):
+        titan_settings(plan, lambda message: None)

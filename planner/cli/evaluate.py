@@ -28,6 +28,8 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
               help="block: recompute only the first --recompute-layers decoder blocks of each chunk.")
 @click.option("--recompute-layers", type=click.IntRange(0), default=0, show_default=True,
               help="With --recompute block: decoder blocks per chunk that recompute (Megatron --recompute-num-layers).")
+@click.option("--offload", is_flag=True,
+              help="ZeRO-Offload: optimizer states and fp32 master weights in host memory, the step on the CPU.")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
 @click.option("--schedule", type=click.Choice(tuple(SCHEDULES)), default=None,
@@ -39,7 +41,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, optimizer, tp, pp, dp, micro_batch,
-                     recompute, recompute_layers, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
+                     recompute, recompute_layers, offload, zero, sequence_parallel, schedule, virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
@@ -64,7 +66,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, recompute=recompute,
-            recompute_layers=recompute_layers, zero=zero,
+            recompute_layers=recompute_layers, offload=offload, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron"), warn)
     plan, estimate = result.plan, result.estimate

@@ -21,7 +21,7 @@ from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
-from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding
@@ -215,6 +215,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
+    host_overflows: list[Overflow] = []
 
     for k in range(pp):
         rank_chunks = chunks[k]
@@ -224,6 +225,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         stage_tau_price = None
         min_bwd = float("inf")
         steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+        offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
         rank_flops = layers_model_flops_per_sample((layer for st in rank_chunks
                                                     for layer in model.layers[st.layers[0]:st.layers[1]]), s)
         for replica in head.replicas:
@@ -239,7 +241,16 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
             in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, t.optimizer)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, t.optimizer, head.offload)
+            if head.offload:
+                # ZeRO-Offload: each GPU's states take its share of its node's host memory
+                hosted = offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
+                for rank in replica.ranks:
+                    group = cluster.group_of_rank(rank)
+                    offload_hosts[(group.host, group.gpus_per_node)] = None
+                    share = group.host.memory_bytes / group.gpus_per_node
+                    if hosted > share:
+                        host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
@@ -248,7 +259,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values(), t.optimizer))
+                                min_bwd, steppers.values(), t.optimizer, tuple(offload_hosts)))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)
@@ -277,7 +288,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
     peak_sum = sum(peak_by_rank.values())
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
-                      for r in sorted(memory) if memory[r].total_bytes > capacity[r])
+                      for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(host_overflows)
     flops_per_s = {r: f / step_s for r, f in flops_by_rank.items()}
     critical = _critical_path(pricer, chunks, k_star, critical_replicas[k_star], btl, round(n_btl), own, fills,
                               tail, breakdown, flops_per_s, peak_by_rank)

@@ -26,9 +26,9 @@ from typing import Iterable
 import numpy as np
 
 from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
-                       model_state_bytes, optimizer_step_s)
+                       get_optimizer, model_state_bytes, optimizer_step_s)
 from ..core.dims import StageDims
-from ..inputs.hardware import GpuSpec, Link
+from ..inputs.hardware import GpuSpec, HostSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
@@ -302,13 +302,38 @@ class ChunkTime:
 
 
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
-                   optimizer: str = "adamw") -> MemoryBreakdown:
+                   optimizer: str = "adamw", offload: bool = False) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes), the saved activations of `in_flight` micro-batches
     (Schedule.in_flight_microbatches) plus full recomputation's working set, and the reserve."""
     weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.dp, optimizer)
+    if offload:
+        states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     return MemoryBreakdown(weights, grads, states, span.act_bytes * in_flight + span.transient_bytes,
                            p.reserved_memory_bytes)
+
+
+def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer: str):
+    """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
+    and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
+    return model_state_bytes(weight_params, dtype, dims.zero, dims.dp, optimizer)[2]
+
+
+def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
+    """Whether one GPU's offloaded states fit its share of its node's host memory."""
+    return offloaded_state_bytes(weight_params, dims, dtype, optimizer) <= host.memory_bytes / gpus_per_node
+
+
+def offload_step_s(params_on_device, host: HostSpec, gpus_per_node: int, dtype: str, optimizer: str):
+    """ZeRO-Offload's optimizer step for one GPU (Ren et al. 2021, sec 4.1-4.2): its 16-bit
+    gradients down over PCIe, the step on the CPU streaming the states in host memory at the
+    GPU's share of the node's memory bandwidth (the optimizer's traffic, Optimizer), the updated
+    16-bit weights up; counted after the last backward, none of it overlapped (no delayed
+    parameter update, sec 4.3)."""
+    pcie_s = params_on_device * (gradient_bytes(dtype) + DTYPE_BYTES[dtype]) / host.pcie_bytes_per_s
+    cpu_s = (params_on_device * get_optimizer(optimizer).step_traffic_bytes
+             / (host.memory_bandwidth_bytes_per_s / gpus_per_node))
+    return pcie_s + cpu_s
 
 
 # --- after the last micro-batch -------------------------------------------------------------
@@ -355,10 +380,17 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]], optimizer: str = "adamw") -> StageTail:
+               steppers: Iterable[tuple[GpuSpec, CostParams]], optimizer: str = "adamw",
+               offload_hosts: Iterable[tuple[HostSpec, int]] = ()) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`) and the slowest optimizer step of its replicas' GPU types."""
     reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, optimizer) for gpu, p in steppers))
+    offload_hosts = tuple(offload_hosts)
+    if offload_hosts:  # the stage's optimizer runs on the CPUs of its nodes (`host`, GPUs per node)
+        params = weight_params / dims.state_divisors[2]
+        step = reduce(_maximum, (offload_step_s(params, host, per_node, dtype, optimizer)
+                                 for host, per_node in offload_hosts))
+    else:
+        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, optimizer) for gpu, p in steppers))
     return StageTail(reduce_s, step)

@@ -66,6 +66,7 @@ class Uniform:
     decoders: list[int] = field(default_factory=list)  # per stage (chunk), planned
     # recompute "block": per stage (chunk), the decoder blocks planned to recompute (0 elsewhere)
     recompute_layers: list[int] = field(default_factory=list)
+    offload: bool = False  # ZeRO-Offload of the optimizer (any stage's)
 
     @property
     def world(self) -> int:
@@ -124,6 +125,9 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     if len(modes) > 1:
         warn(f"per-stage recompute differs ({', '.join(modes)}); exported {modes[-1]} everywhere")
     recomputed = [s.recompute_layers if s.recompute == "block" else 0 for s in stages]
+    offloads = {s.offload for s in stages}
+    if len(offloads) > 1:
+        warn("ZeRO-Offload on some stages only; exported on every stage (less GPU memory, slower steps)")
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
     sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
     if len(sps) > 1:
@@ -131,7 +135,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn) -> Uniform:
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
-                   decoders=decoder_counts(plan), recompute_layers=recomputed)
+                   decoders=decoder_counts(plan), recompute_layers=recomputed, offload=True in offloads)
 
 
 def runtime_optimizer(plan: Plan, target: str, names: dict[str, str]) -> str:

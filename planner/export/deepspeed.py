@@ -35,6 +35,11 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         "gradient_accumulation_steps": u.grad_accum,
         "zero_optimization": {"stage": zero},
     }
+    if u.offload:  # ZeRO-Offload (DeepSpeed runtime/zero/offload_config.py): the optimizer on the CPU
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if zero == 0:
+            warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
+            config["zero_optimization"]["stage"] = 1
     if optimizer != "AdamW":
         config["optimizer"] = {"type": optimizer, "params": {"lr": 1e-4}}
         warn(f"{optimizer} exported with lr 1e-4: set the learning rate (and momentum) of your run")

@@ -87,6 +87,11 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
                   ("--recompute-num-layers", 1)]
     if optimizer != "adam":
         flags.append(("--optimizer", optimizer))
+    if u.offload:
+        # megatron-core optimizer/cpu_offloading (HybridDeviceOptimizer): needs the distributed optimizer
+        flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0)]
+        if u.zero == 0:
+            flags.append(("--use-distributed-optimizer", None))
     if u.zero >= 1:
         flags.append(("--use-distributed-optimizer", None))
         if u.zero >= 2:

@@ -43,6 +43,10 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     # torchtitan components/optimizer.py builds torch.optim Adam or AdamW by [optimizer] name
     runtime_optimizer(plan, "torchtitan", {"adamw": "AdamW"})
     u = uniform_form(plan, "torchtitan", warn)
+    if u.offload:
+        raise BadInput("torchtitan has no optimizer-only offload (FSDP2's CPUOffloadPolicy moves the parameters "
+                       "and gradients too, and steps on the CPU every layer); plan without offload to export "
+                       "to torchtitan", "--to torchtitan")
     seq_len = plan.training.seq_len
     if seq_len % (2 * u.tp):
         # torchtitan's parallelize_llama asserts seq_len % ParallelDims.seq_len_divisor == 0

@@ -42,7 +42,7 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
 
 def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
                       layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
-                      n: np.ndarray) -> tuple[list[TypeArrays], np.ndarray]:
+                      n: np.ndarray, offload: bool = False) -> tuple[list[TypeArrays], np.ndarray]:
     """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
     the stage's recomputed-block count k per block count: the largest any replica type needs
     (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
@@ -52,7 +52,7 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
     for ta, bp in zip(types, prices):
         none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
         free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, t.dtype, dims, ta.cost_params,
-                                                          t.optimizer).total_bytes
+                                                          t.optimizer, offload).total_bytes
         saved = bp.kept.act_bytes - bp.recomputed.act_bytes
         needed.append(smallest_fitting_k(free, none.act_bytes, saved, bp.recomputed.transient_bytes, in_flight, n))
     k = np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
@@ -65,10 +65,10 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
         time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params)).time_s
         acts = span.act_bytes
         free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, ta.cost_params,
-                                                          t.optimizer).total_bytes
+                                                          t.optimizer, offload).total_bytes
         with np.errstate(divide="ignore", invalid="ignore"):
             room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), np.inf)
-        room = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+        room = np.where((free < 0) | (ta.room[flags] < 0), -1.0, np.minimum(room, float(UNCAPPED)))
         out.append(TypeArrays(ta.count, ta.group, {flags: time}, {flags: span.bwd_s}, {flags: w}, {flags: room},
                               ta.boundary_bytes, ta.cost_params))
     return out, k

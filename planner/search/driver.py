@@ -129,7 +129,7 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, c.config.tp > 1, recompute_layers[k]))
+                                rank_replicas[k], k, c.config.tp > 1, recompute_layers[k], c.config.offload))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 

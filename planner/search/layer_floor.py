@@ -62,8 +62,9 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     mode = min(options.recompute_modes, key=need)
     dp = max(1, StageDims(tp).replicas_on(num_gpus))
     dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0)
-    states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp,
-                                   base.optimizer))
+    states = model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp,
+                               base.optimizer)
+    states = sum(states[:2]) if options.offload else sum(states)  # ZeRO-Offload keeps the optimizer's on the host
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free)

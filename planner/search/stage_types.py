@@ -31,6 +31,7 @@ class SolverOptions:
     # "block" (planner.search.block) after "full": where it recomputes every block it ties full and full is kept
     recompute_modes: tuple[str, ...] = ("none", "selective", "full", "block")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
+    offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16
@@ -59,6 +60,7 @@ class StageConfig:
     tp: int
     recompute: str
     zero: int
+    offload: bool = False  # ZeRO-Offload (planner.plan.Stage.offload)
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)

@@ -19,7 +19,7 @@ from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
 from ..plan import Training
-from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
+from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
 from .block import BlockPrices, block_type_arrays, useless_where
@@ -95,6 +95,8 @@ class Problem:
                 for mode in modes:
                     for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                         yield StageConfig(nodes, tp, mode, zero)
+                        if inputs.options.offload:
+                            yield StageConfig(nodes, tp, mode, zero, True)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -152,10 +154,14 @@ class Problem:
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
-                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, t.optimizer).total_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, t.optimizer,
+                                                         config.offload).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
                 rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+                if config.offload:  # the host memory of its nodes holds the states
+                    fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                    rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
                 if (has_head, has_emb) == (False, False):
                     # some stage must hold this many blocks; its overflow with one
                     # micro-batch in flight is what a "does not fit" message reports
@@ -390,6 +396,8 @@ class Problem:
         tables = self.tables
         types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
         config = self.catalog.configs[cid]
+        if config.offload and self._offload_never_needed(config, flags, in_flight):
+            return types, np.full(len(self.inputs.blocks), -1)
         if config.recompute != "block":
             return types, None
         key = (cid, flags, in_flight)
@@ -399,10 +407,16 @@ class Problem:
             layout = self.dp_layout(config) if config.zero >= 2 else None
             n = self.inputs.blocks
             block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
-                                               self.inputs.t, layout, flags, in_flight, n)
+                                               self.inputs.t, layout, flags, in_flight, n, config.offload)
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
+
+    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], in_flight: float) -> bool:
+        """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
+        where the same configuration on the GPU alone cannot hold its in-flight micro-batches."""
+        on_gpu = self.type_arrays(replace(config, offload=False))
+        return all((ta.room[flags] >= in_flight).all() for ta in on_gpu)
 
     def _nowhere(self) -> StageCost:
         """A configuration the search leaves out at this position: infeasible at every block count."""
@@ -445,5 +459,6 @@ class Problem:
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types], self.inputs.t.optimizer)
+                          [(ta.group.gpu, ta.cost_params) for ta in types], self.inputs.t.optimizer,
+                          [(ta.group.host, ta.group.gpus_per_node) for ta in types] if config.offload else ())
         return tail.total_s
