@@ -1,4 +1,5 @@
-"""Recompute "block" in the search: a stage recomputes the whole forward of only k of its
+"""The memory savers in the search (planner.search.stages.Problem's MemorySavers part): ZeRO-Offload
+per stage, considered only where memory binds, and recompute "block": a stage recomputes the whole forward of only k of its
 decoder blocks and saves the activations of the rest (Megatron-LM --recompute-method block
 --recompute-num-layers k). More recomputed blocks only add time and only free memory, so a
 stage's best k is the smallest that fits its in-flight micro-batches: derived in closed form
@@ -7,15 +8,17 @@ the embedding's and head's recomputation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from ..core.dims import StageDims
 from ..plan import Training
-from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, replica_memory, span_price, zero_comm
+from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
+from ..cost.sharding import Sharding
 from .shares import UNCAPPED
-from .stage_types import TypeArrays
+from .stage_types import INF, StageConfig, StageCost, TypeArrays
 
 
 class BlockPrices(NamedTuple):
@@ -82,3 +85,60 @@ def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes:
     repeats_none = (k == 0) & ("none" in modes)
     repeats_full = (k == n) & (k > 0) & ("full" in modes) & (not any(flags))
     return repeats_none | repeats_full
+
+
+class MemorySavers:
+    """The memory savers' part of planner.search.stages.Problem: a configuration's type arrays
+    at a pipeline position, with recompute "block"'s count and offload's pruning."""
+
+    def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
+                     ) -> tuple[list[TypeArrays], np.ndarray | None]:
+        """Config `cid`'s type arrays at a position holding `in_flight` micro-batches, and for
+        recompute "block" the recomputed-block count per block count (else None); -1 where the
+        search leaves the config out (block repeating another mode, offload where memory does
+        not bind)."""
+        tables = self.tables
+        types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+        config = self.catalog.configs[cid]
+        if config.offload and self._offload_never_needed(config, flags, in_flight):
+            return types, np.full(len(self.inputs.blocks), -1)
+        if config.recompute != "block":
+            return types, None
+        key = (cid, flags, in_flight)
+        if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
+            tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
+        if key not in tables.block_types:
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            n = self.inputs.blocks
+            block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
+                                               self.inputs.t, layout, flags, in_flight, n, config.offload)
+            k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
+            tables.block_types[key] = (block_types, k)
+        return tables.block_types[key]
+
+    def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
+        """A "block" config's position-free type arrays: those of the same config with "none"
+        (priced per position by priced_types), and its BlockPrices."""
+        inputs, t = self.inputs, self.inputs.t
+        dims = self.dims(config)
+        none = self.type_arrays(replace(config, recompute="none"))
+        sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
+        full = replace(sh, recompute="full")
+        self.tables.block_prices[config] = [
+            BlockPrices(*(layer_price(layer, mode, ta.group.gpu, ta.group.intra_node, ta.cost_params)
+                          for layer, mode in ((inputs.dec, sh), (inputs.dec, full), (inputs.emb, sh),
+                                              (inputs.head, sh))))
+            for ta in none]
+        self.tables.types[config] = none
+        return none
+
+    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], in_flight: float) -> bool:
+        """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
+        where the same configuration on the GPU alone cannot hold its in-flight micro-batches."""
+        on_gpu = self.type_arrays(replace(config, offload=False))
+        return all((ta.room[flags] >= in_flight).all() for ta in on_gpu)
+
+    def _nowhere(self) -> StageCost:
+        """A configuration the search leaves out at this position: infeasible at every block count."""
+        never = np.full(len(self.inputs.blocks), INF)
+        return StageCost(never, never, None, INF, None)

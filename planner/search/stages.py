@@ -22,7 +22,7 @@ from ..plan import Training
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory, span_price, stage_tail,
                             zero_comm)
 from ..cost.sharding import Sharding
-from .block import BlockPrices, block_type_arrays, useless_where
+from .block import BlockPrices, MemorySavers
 from .shares import UNCAPPED, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState, SolverOptions, StageConfig, StageCost,
                           TypeArrays, Variant, share_cap)
@@ -30,7 +30,7 @@ from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, SearchState,
 __all__ = ["INF", "Problem", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
-class Problem:
+class Problem(MemorySavers):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -118,16 +118,7 @@ class Problem:
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
         block = config.recompute == "block"  # priced here as "none", per position by priced_types
         if block and "none" in inputs.options.recompute_modes:
-            none = self.type_arrays(replace(config, recompute="none"))
-            sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "full")
-            self.tables.block_prices[config] = [
-                BlockPrices(*(layer_price(layer, mode_sh, ta.group.gpu, ta.group.intra_node, ta.cost_params)
-                              for layer, mode_sh in ((inputs.dec, replace(sh, recompute="none")), (inputs.dec, sh),
-                                                     (inputs.emb, replace(sh, recompute="none")),
-                                                     (inputs.head, replace(sh, recompute="none")))))
-                for ta in none]
-            self.tables.types[config] = none
-            return none
+            return self.block_from_none(config)
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
         if block:
             self.tables.block_prices[config] = []
@@ -388,40 +379,6 @@ class Problem:
             config, successor = self.catalog.configs[cid], self.catalog.signatures[successor_id]
             link = self.tables.links[key] = self.boundary(config, successor)
         return link
-
-    def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
-                     ) -> tuple[list[TypeArrays], np.ndarray | None]:
-        """Config `cid`'s type arrays at a position holding `in_flight` micro-batches, and for
-        recompute "block" the recomputed-block count per block count (else None)."""
-        tables = self.tables
-        types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
-        config = self.catalog.configs[cid]
-        if config.offload and self._offload_never_needed(config, flags, in_flight):
-            return types, np.full(len(self.inputs.blocks), -1)
-        if config.recompute != "block":
-            return types, None
-        key = (cid, flags, in_flight)
-        if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
-            tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
-        if key not in tables.block_types:
-            layout = self.dp_layout(config) if config.zero >= 2 else None
-            n = self.inputs.blocks
-            block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
-                                               self.inputs.t, layout, flags, in_flight, n, config.offload)
-            k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
-            tables.block_types[key] = (block_types, k)
-        return tables.block_types[key]
-
-    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], in_flight: float) -> bool:
-        """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
-        where the same configuration on the GPU alone cannot hold its in-flight micro-batches."""
-        on_gpu = self.type_arrays(replace(config, offload=False))
-        return all((ta.room[flags] >= in_flight).all() for ta in on_gpu)
-
-    def _nowhere(self) -> StageCost:
-        """A configuration the search leaves out at this position: infeasible at every block count."""
-        never = np.full(len(self.inputs.blocks), INF)
-        return StageCost(never, never, None, INF, None)
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
         while len(self.tables.types_by_id) <= cid:
