@@ -98,10 +98,10 @@ class MemorySavers:
         search leaves the config out (block repeating another mode, offload where memory does
         not bind)."""
         tables = self.tables
-        types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
         config = self.catalog.configs[cid]
         if config.offload and self._offload_never_needed(config, flags, in_flight):
-            return types, np.full(len(self.inputs.blocks), -1)
+            return [], np.full(len(self.inputs.blocks), -1)  # (its own arrays never priced)
+        types = tables.types_by_id.get(cid) or self._types_for(cid)
         if config.recompute != "block":
             return types, None
         key = (cid, flags, in_flight)

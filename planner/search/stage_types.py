@@ -170,7 +170,7 @@ class PriceTables:
     successor link, memory caps)."""
 
     types: dict[StageConfig, list[TypeArrays] | None] = field(default_factory=dict)
-    types_by_id: list[list[TypeArrays]] = field(default_factory=list)
+    types_by_id: dict[int, list[TypeArrays]] = field(default_factory=dict)
     dims: dict[StageConfig, StageDims] = field(default_factory=dict)
     dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)

@@ -222,6 +222,12 @@ class Problem(MemorySavers):
             return cached
         members = self.catalog.families[fid]
         costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
+            kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
+            members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
+            if not members:
+                self.tables.family[key] = ()
+                return ()
         costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
@@ -381,8 +387,8 @@ class Problem(MemorySavers):
         return link
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
-        while len(self.tables.types_by_id) <= cid:
-            self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
+        if cid not in self.tables.types_by_id:
+            self.tables.types_by_id[cid] = self.type_arrays(self.catalog.configs[cid])
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray, split: np.ndarray | None,
