@@ -32,8 +32,10 @@ class SolverOptions:
     # (below it attention is a small share of the work and CP only adds communication)
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_seq_len: int = 16384
-    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    # "block" (planner.search.block) after "full": where it recomputes every block it ties full and full is kept
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full", "block")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
+    offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16
@@ -73,11 +75,12 @@ class Restriction:
     blocks: int | None = None  # decoder blocks of every stage (an equal layer split)
     max_stages: int | None = None  # None: the options'
     cp: int | None = None  # context-parallel degree of every stage
+    offload: bool | None = None  # ZeRO-Offload on every stage (True) or none (False)
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("tp", self.tp), ("dp", self.dp), ("recompute", self.recompute),
                                            ("zero", self.zero), ("blocks", self.blocks),
-                                           ("cp", self.cp)) if v is not None]
+                                           ("cp", self.cp), ("offload", self.offload)) if v is not None]
         return ", ".join(parts) or "free"
 
 
@@ -92,6 +95,7 @@ class StageConfig:
     zero: int
     cp: int = 1
     cp_kind: str = "ring"
+    offload: bool = False  # ZeRO-Offload (planner.plan.Stage.offload)
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
@@ -175,7 +179,7 @@ class ProblemInputs:
            virtual_stages: int, restriction: Restriction = Restriction()) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
-                     base.runtime)
+                     base.runtime, base.optimizer)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,
@@ -205,7 +209,7 @@ class PriceTables:
     successor link, memory caps)."""
 
     types: dict[StageConfig, list[TypeArrays] | None] = field(default_factory=dict)
-    types_by_id: list[list[TypeArrays]] = field(default_factory=list)
+    types_by_id: dict[int, list[TypeArrays]] = field(default_factory=dict)
     dims: dict[StageConfig, StageDims] = field(default_factory=dict)
     dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)
@@ -217,6 +221,8 @@ class PriceTables:
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
+    block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
+    block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
 
 
 @dataclass

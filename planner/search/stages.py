@@ -4,6 +4,7 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 from itertools import product
 from typing import Iterator
@@ -19,9 +20,10 @@ from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
 from ..plan import Training
 from .context_parallel import cp_choices, places
-from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
-                            zero_comm)
+from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory,
+                            span_price, stage_tail, zero_comm)
 from ..cost.sharding import Sharding
+from .block import BlockPrices, MemorySavers
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
@@ -38,7 +40,7 @@ def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str)
     return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
 
 
-class Problem:
+class Problem(MemorySavers):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -89,7 +91,12 @@ class Problem:
         fixed = inputs.restriction
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
-        modes = searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+        # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
+        # 1F1B fixes per position; the interleaved search leaves it out (planner.search.block)
+        modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+                 if not (m == "block" and inputs.chunked)]
+        # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
+        offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
         for take in product(*ranges):
             if not any(take):
                 continue
@@ -115,7 +122,8 @@ class Problem:
                         for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                             if dp > 1 and fixed.zero not in (None, zero):
                                 continue
-                            yield StageConfig(nodes, tp, mode, zero, cp, kind)
+                            for offload in offloads:
+                                yield StageConfig(nodes, tp, mode, zero, cp, kind, offload)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -135,7 +143,12 @@ class Problem:
                 self.state.smallest_overflow = base_overflow
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
-        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        block = config.recompute == "block"  # priced here as "none", per position by priced_types
+        if block and "none" in inputs.options.recompute_modes:
+            return self.block_from_none(config)
+        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
+        if block:
+            self.tables.block_prices[config] = []
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -151,6 +164,9 @@ class Problem:
                 cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
             dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
+            if block:
+                full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link)
+                self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
             times, bwds, params, rooms = {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
@@ -159,10 +175,14 @@ class Problem:
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
-                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p).total_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
+                                                         offload=config.offload).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
                 rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+                if config.offload:  # the host memory of its nodes holds the states
+                    fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                    rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
                 if (has_head, has_emb) == (False, False):
                     # some stage must hold this many blocks; its overflow with one
                     # micro-batch in flight is what a "does not fit" message reports
@@ -238,6 +258,12 @@ class Problem:
             return cached
         members = self.catalog.families[fid]
         costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
+            kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
+            members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
+            if not members:
+                self.tables.family[key] = ()
+                return ()
         costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
@@ -329,14 +355,23 @@ class Problem:
         in_flight = self.in_flight(stage_from_end, ranks)
         flags = (has_head, has_emb)
         out: list = [None] * len(cids)
-        todo = []
+        todo, blocks = [], []
         for index, cid in enumerate(cids):
             key = (cid, in_flight, has_head, has_emb, successor_id)
             cached = tables.stage.get(key)
             if cached is not None:
                 out[index] = cached
                 continue
+            config = self.catalog.configs[cid]
+            if config.offload and self._offload_never_needed(config, flags, in_flight):
+                tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+                continue
+            if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
+                blocks.append((index, key, cid, self.link(cid, successor_id)))
+                continue
             todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
+        if blocks:
+            self._price_blocks(blocks, flags, in_flight, out)
         missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
         if missing:
             self._price_levels(list(dict.fromkeys(missing)))
@@ -362,7 +397,7 @@ class Problem:
         pending: dict[tuple[int, ...], list] = {}
         for base_key in base_keys:
             cid, flags, link = base_key
-            types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+            types = self._types_for(cid)
             rooms = np.stack([ta.room[flags] for ta in types])
             rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
             capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
@@ -392,6 +427,40 @@ class Problem:
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
 
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, out: list) -> None:
+        """stage_costs for recompute "block" configs at one in-flight count: their type arrays
+        and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
+        (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
+        inputs, tables = self.inputs, self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        for index, key, cid, link in items:
+            types, k = self.priced_types(cid, flags, in_flight)
+            if (k < 0).all():  # "block" repeats another mode everywhere
+                tables.stage[key] = out[index] = self._nowhere()
+                continue
+            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+            caps_key = ("block", cid, flags, link, b"".join(c.tobytes() for c in caps) + k.tobytes())
+            cached = tables.stage_by_caps.get(caps_key)
+            if cached is not None:
+                tables.stage[key] = out[index] = cached
+                continue
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key,
+                                                                             types, caps, k))
+        for counts, group in pending.items():
+            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
+            self.state.evaluations += len(group)
+            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
+            busy_all = makespan(inputs.microbatches, list(counts),
+                                [np.stack([np.broadcast_to(times[g], item[6][g].shape)
+                                           for times, item in zip(all_times, group)])
+                                 for g in range(len(counts))],
+                                [np.stack([item[6][g] for item in group]) for g in range(len(counts))])
+            for row, ((index, key, cid, link, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
+                latency = reduce(np.maximum, times)
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
+                cost = StageCost(latency, x, slope, float(x.min()), None)
+                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
         stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
@@ -414,17 +483,20 @@ class Problem:
         return link
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
-        while len(self.tables.types_by_id) <= cid:
-            self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
+        if cid not in self.tables.types_by_id:
+            self.tables.types_by_id[cid] = self.type_arrays(self.catalog.configs[cid])
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
-                busy: np.ndarray, flags: tuple[bool, bool]) -> tuple[np.ndarray, float | None]:
-        """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine."""
+                busy: np.ndarray, flags: tuple[bool, bool], k: np.ndarray | None = None
+                ) -> tuple[np.ndarray, float | None]:
+        """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
+        "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
         inputs = self.inputs
         has_head, has_emb = flags
         tau = latency
-        tail_key = (config, flags)
+        # "block": the tail's backward (what hides the gradient reduction) depends on k
+        tail_key = (config, flags, b"" if k is None else k.tobytes())
         tail = self.tables.tails.get(tail_key)
         if tail is None:
             tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
@@ -437,6 +509,8 @@ class Problem:
             x[..., 0] = INF  # a stage holds at least one layer
         if inputs.restriction.blocks is not None:
             x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
+        if k is not None:
+            x = np.where(k >= 0, x, INF)
         slope = None
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
@@ -449,6 +523,8 @@ class Problem:
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types])
+                          [(ta.group.gpu, ta.cost_params) for ta in types], optimizer=self.inputs.t.optimizer,
+                          offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
+                          if config.offload else ())
         return tail.total_s
 
