@@ -138,8 +138,12 @@ class MemorySavers:
         A search whose restriction puts offload on every stage (a runtime's one setting) keeps it."""
         if self.inputs.restriction.offload:
             return False
-        on_gpu = self.type_arrays(replace(config, offload=False))
-        return all((ta.room[flags] >= in_flight).all() for ta in on_gpu)
+        key = (config, flags)
+        least = self.tables.least_room.get(key)
+        if least is None:  # the least room of the config on the GPU alone, over its types and block counts
+            on_gpu = self.type_arrays(replace(config, offload=False))
+            least = self.tables.least_room[key] = min(float(ta.room[flags].min()) for ta in on_gpu)
+        return least >= in_flight
 
     def _nowhere(self) -> StageCost:
         """A configuration the search leaves out at this position: infeasible at every block count."""

@@ -223,6 +223,7 @@ class PriceTables:
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
     block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
     block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
+    least_room: dict[tuple, float] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
 
 
 @dataclass

@@ -496,7 +496,7 @@ class Problem(MemorySavers):
         has_head, has_emb = flags
         tau = latency
         # "block": the tail's backward (what hides the gradient reduction) depends on k
-        tail_key = (config, flags, b"" if k is None else k.tobytes())
+        tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
         tail = self.tables.tails.get(tail_key)
         if tail is None:
             tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
