@@ -3,6 +3,7 @@ searched and exported."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -224,3 +225,60 @@ def test_offload_exports_deepspeed_offload_optimizer_and_megatron_cpu_offload_an
     assert "--optimizer-cpu-offload" in export_megatron(plan, lambda message: None)
     with pytest.raises(BadInput, match="no optimizer-only offload"):
         titan_settings(plan, lambda message: None)
+
+
+@pytest.mark.parametrize("seed", (6, 10))  # offload wins in both under `any`
+def test_megatron_search_with_offload_equals_brute_force_within_megatron(seed):
+    # runtime: megatron (one tp/dp grid, even shares, one recompute and one offload setting for
+    # every stage, offload with a distributed optimizer: capability.violations)
+    model, cluster, base = block_instance(seed)
+    base = dataclasses.replace(base, runtime="megatron")
+    options = dict(OFFLOAD_OPTIONS, recompute_modes=("none", "full"))
+    expected, plan, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                                    options["recompute_modes"], virtual_stages=(1,), runtime="megatron",
+                                    offload=True)
+    try:
+        result = solve(model, cluster, base, SolverOptions(**options))
+    except NoFeasiblePlan:
+        assert expected == float("inf")
+        return
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+    assert len({s.offload for s in result.plan.stages}) == 1
+
+
+def test_runtime_capability_of_block_counts_and_offload():
+    from planner.cost.runtimes.capability import violations
+    from planner.export.runnable import runtime_problems
+
+    plan = _uniform("block", 3)  # 8 blocks per stage, 3 recomputed in each
+    assert violations(plan, "megatron") == () and runtime_problems(plan, "megatron") == []
+    stages = list(plan.stages)
+    stages[1] = dataclasses.replace(stages[1], recompute_layers=5)
+    uneven = dataclasses.replace(plan, stages=tuple(stages))
+    assert any("same number of blocks" in v for v in violations(uneven, "megatron"))
+    assert violations(uneven, "any") == ()
+    assert any("--recompute-num-layers" in p for p in runtime_problems(uneven, "megatron"))
+    offloaded = plan_with(offload=True, zero=1)
+    assert violations(offloaded, "megatron") == () and runtime_problems(offloaded, "megatron") == []
+    assert any("ZeRO-Offload" in v for v in violations(offloaded, "torchtitan"))
+    assert any("ZeRO-0" in p for p in runtime_problems(plan_with(offload=True, zero=0), "megatron"))
+    some = dataclasses.replace(offloaded, stages=(dataclasses.replace(offloaded.stages[0], offload=False),)
+                               + offloaded.stages[1:])
+    assert any("every stage or of none" in v for v in violations(some, "megatron"))
+
+
+def test_exact_megatron_exports_of_block_and_offload_warn_nothing():
+    from planner.export.megatron import export_megatron
+
+    for plan in (_uniform("block", 3), plan_with(offload=True, zero=1)):
+        warnings = []
+        export_megatron(plan, warnings.append)
+        assert warnings == []
+
+
+def plan_with(**flags):
+    from planner.api import EvaluateRequest, plan_from_flags
+
+    return plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=256, seq_len=4096,
+                                           tp=2, pp=4, dp=4, micro_batch=1, **flags))
