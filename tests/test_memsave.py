@@ -282,3 +282,10 @@ def plan_with(**flags):
 
     return plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=256, seq_len=4096,
                                            tp=2, pp=4, dp=4, micro_batch=1, **flags))
+
+
+def test_torchtitan_runs_block_as_every_nth_block_only_where_the_counts_match():
+    from planner.cost.runtimes.capability import violations
+
+    assert not any("N-th" in v for v in violations(_uniform("block", 4), "torchtitan"))  # 8 blocks: every 2nd
+    assert any("N-th" in v for v in violations(_uniform("block", 3), "torchtitan"))  # no N recomputes 3 of 8

@@ -14,7 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import one_block_count
+from ..cost.runtimes.capability import every_nth, one_block_count
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -104,13 +104,11 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
             out.append("fp16: torchtitan has bf16 or fp32 mixed precision only")
         if True in offloads:
             out.append("ZeRO-Offload: torchtitan has no optimizer-only offload")
-        if block:
+        if block and every_nth(block) is None:
             # per-layer selective checkpointing wraps every N-th block (activation_checkpoint.py
             # _apply_layer_sac): exact when each stage's count is floor(blocks / N)
-            freq = min(n // k for k, n in block if k > 0) if any(k > 0 for k, _ in block) else 0
-            if freq == 0 or any(n // freq != k for k, n in zip((s.recompute_layers for s in stages), blocks)):
-                out.append("recompute block (" + ", ".join(f"{k} of {n}" for k, n in block)
-                           + "): torchtitan recomputes every N-th block, the same N in every stage")
+            out.append("recompute block (" + ", ".join(f"{k} of {n}" for k, n in block)
+                       + "): torchtitan recomputes every N-th block, the same N in every stage")
     return out
 
 

@@ -35,7 +35,7 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     return replace(options,
                    tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
                    recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes
-                                         and (m != "block" or cap.per_stage_recompute_layers)),
+                                         and (m != "block" or cap.recompute_layers == "per-stage")),
                    offload=options.offload and cap.offload,
                    zero_stages=zeros,
                    virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),

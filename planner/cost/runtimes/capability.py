@@ -48,9 +48,10 @@ class Capability:
     sequence_parallel: bool  # Megatron-style sequence parallelism with tp > 1
     # stages on chosen nodes (GPU types), one stage's replicas on several types, nodes left idle
     stage_placement: bool
-    # recompute "block" (the first k decoder blocks of each stage): stages may have different k;
-    # without it one k for every stage (a stage with fewer blocks recomputes all of its own)
-    per_stage_recompute_layers: bool = False
+    # recompute "block" (k of a stage's decoder blocks recompute): "per-stage" any k per stage;
+    # "first": one count K for every stage, each recomputing its first min(K, blocks); "every-nth":
+    # one N for every stage, each recomputing every N-th block, floor(blocks / N) of them
+    recompute_layers: str = "first"
     offload: bool = False  # ZeRO-Offload: optimizer states and their step on the CPU
     per_stage_offload: bool = False  # some stages offload, others not
     offload_min_zero: int = 0  # the ZeRO stage offload needs (1: a distributed optimizer)
@@ -75,7 +76,7 @@ CAPABILITIES: dict[str, Capability] = {
         schedules=("1f1b", "interleaved", "gpipe"), interleaved_microbatch_multiple=False,
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
-        sequence_parallel=True, stage_placement=True, per_stage_recompute_layers=True,
+        sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
         offload=True, per_stage_offload=True),
     "megatron": Capability(
         runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
@@ -108,7 +109,7 @@ CAPABILITIES: dict[str, Capability] = {
         # rank order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator): pp is outermost, so each
         # stage is a contiguous block of tp * dp ranks and torchrun's --node-rank decides which
         # nodes (GPU types) hold which stage; unlaunched nodes stay idle
-        stage_placement=True, per_stage_recompute_layers=False,
+        stage_placement=True, recompute_layers="first",
         # --optimizer-cpu-offload (core/optimizer/cpu_offloading HybridDeviceOptimizer), global;
         # arguments.py asserts --use-distributed-optimizer with it
         offload=True, per_stage_offload=False, offload_min_zero=1),
@@ -138,10 +139,13 @@ CAPABILITIES: dict[str, Capability] = {
         # FSDP2 (dp_shard): reshard_after_forward True = ZeRO-3, False = ZeRO-2 (the "default"
         # policy under PP); no ZeRO-1; plain DDP (dp_replicate) = ZeRO-0
         zero_stages=(0, 2, 3), zero_stages_with_pp=(0, 2, 3), per_stage_zero=False,
-        # activation_checkpoint.mode {none, selective, full}: one setting for the model
-        recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=False,
+        # activation_checkpoint.mode {none, selective, full}: one setting for the model; "block" as
+        # per-layer selective checkpointing, selective_ac_option "N": every N-th block
+        # (distributed/activation_checkpoint.py _apply_layer_sac)
+        recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
         sequence_parallel=True,  # its TP plan shards norms/dropout on the sequence (SequenceParallel)
-        stage_placement=True),  # pp outermost in the mesh: node rank picks nodes
+        stage_placement=True,  # pp outermost in the mesh: node rank picks nodes
+        recompute_layers="every-nth"),
     "deepspeed": Capability(
         runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
         # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
@@ -235,8 +239,9 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     if not cap.per_stage_recompute and len(modes) > 1:
         out.append(f"{name} recomputes alike in every stage (the plan has {', '.join(modes)})")
     block = [(s.recompute_layers, n) for s, n in zip(stages, decoder_blocks(plan)) if s.recompute == "block"]
-    if block and not cap.per_stage_recompute_layers and not one_block_count(block):
-        out.append(f"{name} recomputes the same number of blocks in every stage (the plan recomputes "
+    if block and not runs_block_counts(block, cap.recompute_layers):
+        rule = "every N-th block, one N" if cap.recompute_layers == "every-nth" else "the same number of blocks"
+        out.append(f"{name} recomputes {rule} in every stage (the plan recomputes "
                    f"{', '.join(f'{k} of {n}' for k, n in block)})")
     offloads = sorted({s.offload for s in stages})
     if True in offloads and not cap.offload:
@@ -261,4 +266,22 @@ def one_block_count(block: list[tuple[int, int]]) -> bool:
     return all(k == min(most, n) for k, n in block)
 
 
-__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "one_block_count", "violations"]
+def every_nth(block: list[tuple[int, int]]) -> int | None:
+    """The N with which recomputing every N-th block gives every stage's (recomputed, blocks)
+    in `block` (floor(blocks / N) each; torchtitan's per-layer selective checkpointing), else None."""
+    counted = [(k, n) for k, n in block if k > 0]
+    if not counted:
+        return None
+    freq = min(n // k for k, n in counted)
+    return freq if all(n // freq == k for k, n in block) else None
+
+
+def runs_block_counts(block: list[tuple[int, int]], rule: str) -> bool:
+    """Whether (recomputed, blocks) per "block" stage follow Capability.recompute_layers `rule`."""
+    if rule == "per-stage":
+        return True
+    return one_block_count(block) if rule == "first" else every_nth(block) is not None
+
+
+__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "every_nth", "one_block_count",
+           "runs_block_counts", "violations"]
