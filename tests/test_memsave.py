@@ -289,3 +289,20 @@ def test_torchtitan_runs_block_as_every_nth_block_only_where_the_counts_match():
 
     assert not any("N-th" in v for v in violations(_uniform("block", 4), "torchtitan"))  # 8 blocks: every 2nd
     assert any("N-th" in v for v in violations(_uniform("block", 3), "torchtitan"))  # no N recomputes 3 of 8
+
+
+@pytest.mark.parametrize("seed", (0, 4, 7))  # block with offload and cp 2 (4), with cp 1 (0); block beside cp 2 (7)
+def test_search_with_cp_block_and_offload_equals_brute_force(seed):
+    # runtime: any (per-stage cp, recompute block counts and offload)
+    from .test_context_parallel import cp_instance
+
+    model, cluster, base = cp_instance(seed)
+    base = dataclasses.replace(base, runtime="any")
+    options = dict(micro_batches=(1,), tp_degrees=(1, 2), recompute_modes=("none", "full", "block"),
+                   virtual_stages=(1,), cp_degrees=(1, 2), cp_min_seq_len=1, offload=True)
+    expected, _, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                                 options["recompute_modes"], cp_degrees=options["cp_degrees"], runtime="any",
+                                 offload=True)
+    result = solve(model, cluster, base, SolverOptions(**options))
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
