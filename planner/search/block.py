@@ -9,6 +9,7 @@ the embedding's and head's recomputation."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import reduce
 from typing import NamedTuple
 
 import numpy as np
@@ -17,8 +18,8 @@ from ..core.dims import StageDims
 from ..plan import Training
 from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
 from ..cost.sharding import Sharding
-from .shares import UNCAPPED
-from .stage_types import INF, StageConfig, StageCost, TypeArrays
+from .shares import UNCAPPED, even_makespan, min_makespan
+from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap
 
 
 class BlockPrices(NamedTuple):
@@ -115,6 +116,40 @@ class MemorySavers:
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
+
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, out: list) -> None:
+        """stage_costs for recompute "block" configs at one in-flight count: their type arrays
+        and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
+        (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
+        inputs, tables = self.inputs, self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        for index, key, cid, link in items:
+            types, k = self.priced_types(cid, flags, in_flight)
+            if (k < 0).all():  # "block" repeats another mode everywhere
+                tables.stage[key] = out[index] = self._nowhere()
+                continue
+            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+            caps_key = ("block", cid, flags, link, b"".join(c.tobytes() for c in caps) + k.tobytes())
+            cached = tables.stage_by_caps.get(caps_key)
+            if cached is not None:
+                tables.stage[key] = out[index] = cached
+                continue
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key,
+                                                                             types, caps, k))
+        for counts, group in pending.items():
+            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
+            self.state.evaluations += len(group)
+            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
+            busy_all = makespan(inputs.microbatches, list(counts),
+                                [np.stack([np.broadcast_to(times[g], item[6][g].shape)
+                                           for times, item in zip(all_times, group)])
+                                 for g in range(len(counts))],
+                                [np.stack([item[6][g] for item in group]) for g in range(len(counts))])
+            for row, ((index, key, cid, link, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
+                latency = reduce(np.maximum, times)
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
+                cost = StageCost(latency, x, slope, float(x.min()), None)
+                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
 
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"
