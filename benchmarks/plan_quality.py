@@ -1,6 +1,6 @@
 """Plan quality: the solver's predicted throughput against three baselines, per cluster.
 
-    python benchmarks/plan_quality.py [--runtime any|megatron|torchtitan|...]
+    python benchmarks/plan_quality.py [--runtime any|megatron|torchtitan|...] [--memory]
 
 --runtime (default any): the space the solver searches (planner.cost.runtimes.capability);
 every runtime is priced with its own physics, `any` as Megatron-LM. The baselines stay the same.
@@ -15,6 +15,11 @@ every runtime is priced with its own physics, `any` as Megatron-LM. The baseline
 Every candidate is priced by planner.cost.evaluate and must fit in memory. Prints tokens/s and
 the solver's speed-up over each baseline; targets: >= 1.3x over (a) on the A100 + V100
 cluster and >= 1.0x over (b) and (c) everywhere.
+
+Memory-bound cases (MEMORY_CASES, `--memory` prints only these): the solver's plan without and
+with the searched memory savers, recompute "block" (a stage recomputes only some of its
+blocks) and ZeRO-Offload (a stage's optimizer on the host), under AdamW and, as the user's
+choice, 8-bit AdamW.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ CASES = [  # cluster, model, global batch, sequence length
     ("consumer-3090-4090", "llama-2-7b", 128, 2048),
     ("two-region-a100", "llama-3-8b", 512, 4096),
 ]
+# cluster, model, global batch, sequence length: where activations and optimizer states bind
+MEMORY_CASES = [
+    ("consumer-3090-4090", "llama-3-8b", 32, 16384),
+    ("consumer-3090-4090", "llama-3-70b", 64, 4096),
+]
+WITHOUT_BLOCK = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8)
 TP = (1, 2, 4, 8)
 RECOMPUTE = ("none", "full")
@@ -114,12 +125,45 @@ def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int
     return best
 
 
+def memory_bound() -> None:
+    """The solver's tokens/s on MEMORY_CASES without and with recompute "block" and offload,
+    under AdamW and 8-bit AdamW (0: the search proves no plan fits)."""
+    print(f"{'cluster':20} {'model':11} {'seq':>6} {'optimizer':10} {'without':>10} {'with':>10} {'gain':>6}  "
+          f"stages (block: recomputed/blocks, +off: offloaded)")
+    for cluster_name, model_name, global_batch, seq_len in MEMORY_CASES:
+        cluster, model = load_cluster(cluster_name), load_model(model_name)
+        dtype = cluster.common_dtype()
+        for optimizer in ("adamw", "adamw-8bit"):
+            runs = [_solve(api.PlanRequest(model=model, cluster=cluster, global_batch=global_batch, seq_len=seq_len,
+                                           dtype=dtype, optimizer=optimizer, recompute_modes=modes, offload=offload,
+                                           time_limit_s=None, runtime=RUNTIME))
+                    for modes, offload in ((WITHOUT_BLOCK, False), (WITHOUT_BLOCK + ("block",), True))]
+            without, with_savers = (0.0 if r is None else r.estimate.tokens_per_s for r in runs)
+            stages = [("block " + f"{s.recompute_layers}/{s.decoder_blocks(model)}" if s.recompute == "block"
+                       else s.recompute) + (" +off" if s.offload else "") for s in runs[1].plan.stages] if runs[1] else []
+            gain = f"{with_savers / without:5.3f}x" if without else "   new"
+            print(f"{cluster_name:20} {model_name:11} {seq_len:>6} {optimizer:10} {without:10,.0f} {with_savers:10,.0f} "
+                  f"{gain:>6}  {', '.join(stages) or '-'}")
+
+
+def _solve(request: api.PlanRequest):
+    try:
+        return api.plan(request)
+    except NoFeasiblePlan:
+        return None
+
+
 def main() -> None:
     global RUNTIME
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", default="any", help="the solver's runtime (default any)")
-    RUNTIME = parser.parse_args().runtime
+    parser.add_argument("--memory", action="store_true", help="print only the memory-bound cases")
+    args = parser.parse_args()
+    RUNTIME = args.runtime
     print(f"runtime {RUNTIME}")
+    if args.memory:
+        memory_bound()
+        return
     print(f"{'cluster':20} {'model':11} {'solver tok/s':>12} {'(a) uniform':>12} {'(b) fastest':>12} "
           f"{'(c) propor.':>12} {'vs a':>6} {'vs b':>6} {'vs c':>6} {'pp':>3} {'V':>2} {'optimal':>7} {'solve s':>7}")
     for cluster_name, model_name, global_batch, seq_len in CASES:
@@ -139,6 +183,8 @@ def main() -> None:
         print(f"{cluster_name:20} {model_name:11} {ours:12,.0f} {a:12,.0f} {b:12,.0f} {c:12,.0f} "
               f"{ratio(a):>6} {ratio(b):>6} {ratio(c):>6} {result.plan.pp:>3} {result.plan.training.virtual_stages:>2} "
               f"{str(result.optimal):>7} {seconds:7.1f}")
+    print()
+    memory_bound()
 
 
 if __name__ == "__main__":

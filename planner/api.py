@@ -21,7 +21,7 @@ from .inputs.hardware import GIB, Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                    load_profiles, per_gpu_params, require, resolve_dtype)
 from .inputs.model import Model, load_model
-from .plan import CP_KINDS, Plan, Training, structural_problems, uniform_plan
+from .plan import CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
 from .cost.runtimes import get_runtime
 from .verify.plan_checks import load_plan_file
 from .schedules import SCHEDULES, get_schedule, search_schedule
@@ -61,7 +61,10 @@ class PlanRequest:
     seq_len: int = DEFAULT_PLAN["seq_len"]
     dtype: str | None = None
     attention: str = "flash"
+    optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     micro_batches: tuple[int, ...] = ()
+    recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
+    offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     virtual_stages: tuple[int, ...] = ()
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
@@ -96,13 +99,16 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
-    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime)
+    _check_optimizer(request.optimizer)
+    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer)
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
+                            **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
+                            offload=request.offload,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
                             # degrees given: each of them, across nodes too
@@ -184,7 +190,10 @@ class EvaluateRequest:
     micro_batch: int | None = None
     dtype: str | None = None
     attention: str = "flash"
+    optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
     recompute: str = "none"
+    recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
+    offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
     zero: int = 0
     sequence_parallel: bool = False
     ep: int = 1  # expert parallelism (StageDims.ep)
@@ -262,16 +271,29 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         if value is not None and (not isinstance(value, int) or value < 1):
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention, r.runtime)
+                        r.attention, r.runtime, r.optimizer)
+    _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
+    if r.recompute not in STAGE_RECOMPUTE_MODES:
+        raise BadInput(f"unknown recompute {r.recompute!r}, expected one of {', '.join(STAGE_RECOMPUTE_MODES)}",
+                       "--recompute")
+    if r.recompute_layers and r.recompute != "block":
+        raise BadInput("--recompute-layers needs --recompute block", "--recompute-layers")
+    if r.recompute_layers < 0:
+        raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
-                        ep=r.ep, etp=_etp(r.etp, r.tp))
+                        ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload)
 
 
 def _etp(etp: int | None, tp: int) -> int:
     """--etp as StageDims.etp (0: as tp)."""
     return 0 if etp is None or etp == tp else etp
+
+
+def _check_optimizer(name: str) -> None:
+    if name not in OPTIMIZER_NAMES:
+        raise BadInput(f"unknown optimizer {name!r}, expected one of {', '.join(OPTIMIZER_NAMES)}", "--optimizer")
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),
@@ -321,11 +343,12 @@ def describe_plan(plan: Plan) -> dict:
     return {"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
             "global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-            "attention": t.attention, "pp": plan.pp,
+            "attention": t.attention, "optimizer": t.optimizer, "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),
-                        **({"ep": s.ep, "etp": s.dims.expert_tp} if s.ep > 1 or s.etp else {})}
+                        **({"ep": s.ep, "etp": s.dims.expert_tp} if s.ep > 1 or s.etp else {}),
+                        **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {})}
                        for s in plan.stages]}
 
 

@@ -11,10 +11,14 @@ from .inputs.hardware import Cluster, cluster_from_spec
 from .core import ranges
 from . import schedules
 from .core.io import MAX_NUMBER, get_str
-from .inputs.model import Model, model_from_dict
+from .inputs.model import RECOMPUTE_MODES, Model, model_from_dict
 from .core.names import check_name
 
 PLAN_FORMAT = "planner.plan/v1"
+# a stage's recompute: a layer's (model.RECOMPUTE_MODES) for all its layers, or "block" (Stage.recompute_layers)
+STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
+# a training's optimizer (Training.optimizer): planner.cost.formulas.OPTIMIZERS prices each
+OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "sgd")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
@@ -39,6 +43,15 @@ class Stage:
     cp_kind: str = "ring"
     ep: int = 1  # expert parallelism (StageDims.ep)
     etp: int = 0  # expert tensor parallelism; 0: as tp
+    # recompute "block": the first recompute_layers decoder blocks of the stage recompute their
+    # whole forward, the rest save their activations (Megatron --recompute-method block)
+    recompute_layers: int = 0
+    # ZeRO-Offload (Ren et al. 2021): fp32 master weights and optimizer states in host memory,
+    # the optimizer step on the CPU
+    offload: bool = False
+
+    def decoder_blocks(self, model: Model) -> int:
+        return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")
 
     @property
     def dp(self) -> int:
@@ -60,6 +73,7 @@ class Training:
     virtual_stages: int = 1
     attention: str = "flash"
     runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
+    optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.formulas.OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -101,12 +115,15 @@ def even_split(num_items: int, parts: int) -> list[int]:
 
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
                  zero: int = 0, recompute: str = "none", sequence_parallel: bool = False, cp: int = 1,
-                 cp_kind: str = "ring", ep: int = 1, etp: int = 0) -> Plan:
+                 cp_kind: str = "ring", ep: int = 1, etp: int = 0, recompute_layers: int = 0,
+                 offload: bool = False) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
     order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
     equal batch shares. Expert parallelism `ep` (and expert TP `etp`) is carved from the
-    TP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp)."""
+    TP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp). Recompute
+    "block" recomputes the first `recompute_layers` decoder blocks of every chunk (all of a
+    smaller chunk's)."""
     problem = StageDims(tp, dp=dp, cp=cp, ep=ep, etp=etp).expert_problem(
         model.config.num_experts if model.config else 1)
     if problem:
@@ -149,8 +166,10 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         replicas = tuple(
             Replica(d, share, tuple(p_rank * group * dp + d * group + i for i in range(group)))
             for d in range(dp))
+        blocks = sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
+        k = min(recompute_layers, blocks) if recompute == "block" else 0
         stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind,
-                            ep, etp))
+                            ep, etp, k, offload))
     return Plan(model, cluster, training, tuple(stages))
 
 
@@ -176,12 +195,15 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
         "training": {"global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
                      "micro_batch": t.micro_batch, "num_microbatches": plan.num_microbatches,
                      "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-                     "attention": t.attention, "runtime": t.runtime},
+                     "attention": t.attention, "runtime": t.runtime,
+                     **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
              **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),
              "pipeline_rank": s.pipeline_rank, **_expert_keys(s),
+             **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {}),
+             **({"offload": True} if s.offload else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -250,13 +272,17 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     attention = tr.get("attention", "flash")
     if attention not in ("flash", "standard"):
         raise BadInput(f"unknown attention {attention!r}", where, "training.attention")
+    optimizer = tr.get("optimizer", "adamw")
+    if optimizer not in OPTIMIZER_NAMES:
+        raise BadInput(f"unknown optimizer {optimizer!r}", where, "training.optimizer")
     training = Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
         dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
-        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"))
+        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
+        optimizer=optimizer)
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"
@@ -267,8 +293,9 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
             raise BadInput("must be [first, end)", where, f"{path}.layers")
         recompute = st.get("recompute", "none")
-        if recompute not in ("none", "selective", "full"):
+        if recompute not in STAGE_RECOMPUTE_MODES:
             raise BadInput(f"unknown recompute {recompute!r}", where, f"{path}.recompute")
+        recompute_layers = _int(st, "recompute_layers", where, path, 0) if recompute == "block" else 0
         zero = st.get("zero", 0)
         if zero not in (0, 1, 2, 3):
             raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
@@ -298,7 +325,8 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
             sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
             ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
-            etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0))
+            etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
+            recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path)))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))

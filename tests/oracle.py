@@ -2,11 +2,13 @@
 
 Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, context
-parallelism (cp_degrees, ring: tp x cp inside a node), recompute and ZeRO stage per stage, contiguous layer split,
-every share vector) and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans that runtime
-can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all. With `ep_degrees`, an MoE model's stages also take each expert-parallel
-degree dividing its experts and the stage's replicas, where the search offers it (1F1B, a stage of one
-GPU type whose replicas take equal shares: the lock-step all-to-all; the largest degree inside one node).
+parallelism (cp_degrees, ring: tp x cp inside a node), recompute (with "block", every count of recomputed blocks,
+1F1B only), ZeRO stage and (with `offload`) ZeRO-Offload per stage, contiguous layer split, every share vector)
+and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans that runtime
+can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all. With `ep_degrees`,
+an MoE model's stages also take each expert-parallel degree dividing its experts and the stage's replicas, where
+the search offers it (1F1B, a stage of one GPU type whose replicas take equal shares: the lock-step all-to-all;
+the largest degree inside one node).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def layer_splits(items: int, stages: int, v: int):
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
-                cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,)) -> tuple[float, Plan | None, int]:
+                cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False) -> tuple[float, Plan | None, int]:
     sp = capability(runtime).sequence_parallel
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
@@ -73,7 +75,7 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
             continue
         m_total = base.global_batch // b
         training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
-                            v, base.attention, runtime)
+                            v, base.attention, runtime, base.optimizer)
         for stages in range(1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
@@ -91,13 +93,14 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                         return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
                                 and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)
                     largest = {tp: max([1] + [e for e in ep_degrees if ep_fits(tp, e)]) for tp, _ in tps}
-                    options.append([(tp, cp, rc, zero, ep) for tp, cp in tps for rc in recompute_modes
+                    options.append([(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in recompute_modes
                                     for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))
                                     for ep in ep_degrees
-                                    if ep == 1 or (cp == 1 and ep == largest[tp])])
+                                    if ep == 1 or (cp == 1 and ep == largest[tp])
+                                    for off in ((False, True) if offload else (False,))])
                 for choice in product(*options):
                     replica_ranks = []
-                    for mem, (tp, cp, _, _, _) in zip(members, choice):
+                    for mem, (tp, cp, *_) in zip(members, choice):
                         ranks = []
                         for g, n in mem:
                             for slot in range(g.gpus_per_node // (tp * cp)):
@@ -115,14 +118,22 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                                  == cluster.group_of_rank(r[i + 1][0]).name)
                                           and (c[4] == 1 or len(set(sh)) == 1)]
                                          for r, c in zip(replica_ranks, choice)]
-                        for shares in product(*share_options):
+                        # recompute "block": every count of recomputed decoder blocks (1F1B only,
+                        # as the search)
+                        block_counts = [range(sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
+                                              + 1) if choice[prank[index]][2] == "block" else (0,)
+                                        for index, (first, end) in enumerate(bounds)]
+                        if v > 1 and any(choice[prank[i]][2] == "block" for i in range(len(bounds))):
+                            continue
+                        for shares, recomputed in product(product(*share_options), product(*block_counts)):
                             plan_stages = []
                             for index, (first, end) in enumerate(bounds):
                                 k = prank[index]
-                                (tp, cp, rc, zero, ep), ranks, sh = choice[k], replica_ranks[k], shares[k]
+                                (tp, cp, rc, zero, ep, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
                                 replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
                                 plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
-                                                         sp and tp > 1, cp, ep=ep))
+                                                         sp and tp > 1, cp, "ring", ep=ep,
+                                                         recompute_layers=recomputed[index], offload=off))
                             plan = Plan(model, cluster, training, tuple(plan_stages))
                             if violations(plan, runtime):
                                 continue

@@ -19,7 +19,7 @@ from .oracle import brute_force
 
 GPU_CHOICES = ["A100-SXM4-80GB", "V100-SXM2-32GB", "T4", "RTX-4090", "H100-SXM5-80GB"]
 TINY_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"),
-                    virtual_stages=(1, 2))
+                    virtual_stages=(1, 2), offload=False)  # offload: tests/test_memsave.py
 
 
 def tiny_instance(seed: int):

@@ -11,8 +11,7 @@ from ..core.errors import BadInput
 from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files, require
 from ..inputs.links import cluster_with_links
 from ..inputs.hardware import GIB
-from ..inputs.model import RECOMPUTE_MODES
-from ..plan import SCHEDULES
+from ..plan import SCHEDULES, STAGE_RECOMPUTE_MODES
 from ..cost.runtimes import get_runtime
 from ..report.views import print_estimate
 from .options import common_options, links_option, measurement_options
@@ -25,7 +24,12 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--pp", type=int, help="Pipeline-parallel degree.")
 @click.option("--dp", type=int, help="Data-parallel degree.")
 @click.option("--micro-batch", type=int, help="Sequences per micro-batch.")
-@click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
+@click.option("--recompute", type=click.Choice(STAGE_RECOMPUTE_MODES), default="none", show_default=True,
+              help="block: recompute only the first --recompute-layers decoder blocks of each chunk.")
+@click.option("--recompute-layers", type=click.IntRange(0), default=0, show_default=True,
+              help="With --recompute block: decoder blocks per chunk that recompute (Megatron --recompute-num-layers).")
+@click.option("--offload", is_flag=True,
+              help="ZeRO-Offload: optimizer states and fp32 master weights in host memory, the step on the CPU.")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
 @click.option("--cp", type=int, default=1, show_default=True,
@@ -43,8 +47,9 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
-def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, tp, pp, dp, micro_batch,
-                     recompute, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule, virtual_stages, plan_file, runtime, profiles,
+def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, optimizer, tp, pp, dp, micro_batch,
+                     recompute, recompute_layers, offload, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
+                     virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
@@ -70,7 +75,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         cluster = cluster_with_links(require(cluster_name, "--cluster"), links) if links else cluster_name
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-            micro_batch=micro_batch, dtype=dtype, attention=attention, recompute=recompute, zero=zero,
+            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, recompute=recompute,
+            recompute_layers=recompute_layers, offload=offload, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",
             cp=cp, cp_kind=cp_kind, ep=ep, etp=etp), warn)

@@ -7,10 +7,11 @@ from typing import Callable
 import click
 
 from ..inputs.model import ATTENTION_KINDS
+from ..plan import OPTIMIZER_NAMES
 
 
 def common_options(func: Callable) -> Callable:
-    """--model, --cluster, --global-batch, --seq-len, --dtype, --attention (plan, evaluate)."""
+    """--model, --cluster, --global-batch, --seq-len, --dtype, --attention, --optimizer (plan, evaluate)."""
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
         click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
@@ -21,6 +22,9 @@ def common_options(func: Callable) -> Callable:
                           "GEMMs in fp8 (Ada, Hopper, Blackwell, MI300X; runtimes megatron, torchtitan)."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZER_NAMES), default="adamw", show_default=True,
+                     help="Its states set the memory per parameter and its step time (a training choice, "
+                          "not searched): adamw 12 B, adamw-8bit 6 B, adafactor 4 B, sgd (momentum) 8 B."),
     ]
     for option in reversed(options):
         func = option(func)

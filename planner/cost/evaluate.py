@@ -22,7 +22,7 @@ from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
-from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, replica_memory,
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding
@@ -197,7 +197,8 @@ class PlanPricer:
         times = []
         for st in chunks:
             sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group)
+            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group,
+                                st.recompute_layers)
             send = 0.0
             successor = self.stage_by_index.get(st.index + 1)
             if successor is not None and successor.pipeline_rank != st.pipeline_rank:  # (a V turns on one rank)
@@ -266,6 +267,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     memory: dict[int, MemoryBreakdown] = {}
     capacity: dict[int, float] = {}
     gpu_by_rank: dict[int, str] = {}
+    host_overflows: list[Overflow] = []
 
     for k in range(pp):
         rank_chunks = chunks[k]
@@ -275,6 +277,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         stage_tau_price = None
         min_bwd = float("inf")
         steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+        offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
         rank_flops = layers_model_flops_per_sample((layer for st in rank_chunks
                                                     for layer in model.layers[st.layers[0]:st.layers[1]]), s)
         for replica in head.replicas:
@@ -294,7 +297,16 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             if by_chunk is not None and price.span.act_bytes > 0:  # the chunks' counts, weighed by their activations
                 in_flight = sum(c.span.act_bytes * n for c, n in zip(price.chunks, by_chunk)) / price.span.act_bytes
             deferred = schedule.deferred_w_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer, head.offload)
+            if head.offload:
+                # ZeRO-Offload: each GPU's states take its share of its node's host memory
+                hosted = offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
+                for rank in replica.ranks:
+                    group = cluster.group_of_rank(rank)
+                    offload_hosts[(group.host, group.gpus_per_node)] = None
+                    share = group.host.memory_bytes / group.gpus_per_node
+                    if hosted > share:
+                        host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
             for rank in replica.ranks:
                 memory[rank] = mem
                 capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
@@ -306,7 +318,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         loops = schedule.gradient_loops(v)
         loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values(), loops, loop_bwd, stage_btl.span.expert_params))
+                                min_bwd, steppers.values(), loops, loop_bwd,
+                                expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
+                                offload_hosts=tuple(offload_hosts)))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)
@@ -336,7 +350,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
     peak_sum = sum(peak_by_rank.values())
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
-                      for r in sorted(memory) if memory[r].total_bytes > capacity[r])
+                      for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(host_overflows)
     flops_per_s = {r: f / step_s for r, f in flops_by_rank.items()}
     critical = _critical_path(pricer, chunks, k_star, critical_replicas[k_star], btl, round(n_btl), own, fills,
                               tail, breakdown, flops_per_s, peak_by_rank)

@@ -19,7 +19,7 @@ reduction and the optimizer step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, reduce
 from typing import Iterable
 
@@ -27,9 +27,9 @@ import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
 from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
-                       model_state_bytes, optimizer_step_s)
+                       get_optimizer, model_state_bytes, optimizer_step_s)
 from ..core.dims import StageDims
-from ..inputs.hardware import GpuSpec, Link
+from ..inputs.hardware import GpuSpec, HostSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .context_parallel import cp_comm
@@ -232,9 +232,27 @@ def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> S
 
 
 def layers_price(layers: Iterable[Layer], sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
-                 cp_link: Link | None = None, ep_group: AllToAllGroup | None = None) -> SpanPrice:
-    """The span of these layers, each counted once (a plan's stage)."""
-    return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, cp_link, ep_group)) for layer in layers), sh.dims)
+                 cp_link: Link | None = None, ep_group: AllToAllGroup | None = None,
+                 recompute_layers: int = 0) -> SpanPrice:
+    """The span of these layers, each counted once (a plan's stage). Recompute "block"
+    recomputes the whole forward of the first `recompute_layers` decoder blocks and none of
+    the rest (Megatron-LM transformer_block.py _checkpointed_forward, recompute_method
+    "block"): those blocks priced as "full", the others as "none"."""
+    if sh.recompute != "block":
+        return span_price(((1, layer_price(layer, sh, gpu, tp_link, p, cp_link, ep_group)) for layer in layers),
+                          sh.dims)
+    full, none = block_shardings(sh)
+    parts, seen = [], 0
+    for layer in layers:
+        recomputed = layer.kind == "decoder" and seen < recompute_layers
+        seen += layer.kind == "decoder"
+        parts.append((1, layer_price(layer, full if recomputed else none, gpu, tp_link, p, cp_link, ep_group)))
+    return span_price(parts, sh.dims)
+
+
+def block_shardings(sh: Sharding) -> tuple[Sharding, Sharding]:
+    """The shardings of a "block" stage's recomputed and kept layers: "full" and "none"."""
+    return replace(sh, recompute="full"), replace(sh, recompute="none")
 
 
 # --- communication --------------------------------------------------------------------------
@@ -360,24 +378,51 @@ class ChunkTime:
 
 
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
-                   deferred=0.0) -> MemoryBreakdown:
+                   deferred=0.0, optimizer: str = "adamw", offload: bool = False) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
-    group, StageDims.edp), the saved activations of `in_flight` micro-batches
-    (Schedule.in_flight_microbatches), the weight-GEMM inputs of `deferred` micro-batches whose
-    W pass waits (Schedule.deferred_w_microbatches), full recomputation's working set, and the reserve."""
+    group, StageDims.edp; with `offload` the optimizer states live in host memory), the saved
+    activations of `in_flight` micro-batches (Schedule.in_flight_microbatches), the weight-GEMM
+    inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
+    full recomputation's working set, and the reserve."""
     if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
-        weights, grads, optimizer = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks)
+        weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
+                                                   optimizer)
     else:
         experts = span.expert_params
-        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks)
-        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp)
-        weights, grads, optimizer = (d + e for d, e in zip(dense, expert))
+        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
+        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
+        weights, grads, states = (d + e for d, e in zip(dense, expert))
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
+    if offload:
+        states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     activations = span.act_bytes * in_flight + span.transient_bytes
     if np.ndim(deferred) or deferred:
         activations = activations + span.wgrad_act_bytes * deferred
-    return MemoryBreakdown(weights, grads, optimizer, activations, p.reserved_memory_bytes)
+    return MemoryBreakdown(weights, grads, states, activations, p.reserved_memory_bytes)
+
+
+def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer: str):
+    """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
+    and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
+    return model_state_bytes(weight_params, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)[2]
+
+
+def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
+    """Whether one GPU's offloaded states fit its share of its node's host memory."""
+    return offloaded_state_bytes(weight_params, dims, dtype, optimizer) <= host.memory_bytes / gpus_per_node
+
+
+def offload_step_s(params_on_device, host: HostSpec, gpus_per_node: int, dtype: str, optimizer: str):
+    """ZeRO-Offload's optimizer step for one GPU (Ren et al. 2021, sec 4.1-4.2): its 16-bit
+    gradients down over PCIe, the step on the CPU streaming the states in host memory at the
+    GPU's share of the node's memory bandwidth (the optimizer's traffic, Optimizer), the updated
+    16-bit weights up; counted after the last backward, none of it overlapped (no delayed
+    parameter update, sec 4.3)."""
+    pcie_s = params_on_device * (gradient_bytes(dtype) + DTYPE_BYTES[dtype]) / host.pcie_bytes_per_s
+    cpu_s = (params_on_device * get_optimizer(optimizer).step_traffic_bytes
+             / (host.memory_bandwidth_bytes_per_s / gpus_per_node))
+    return pcie_s + cpu_s
 
 
 # --- after the last micro-batch -------------------------------------------------------------
@@ -393,15 +438,16 @@ class StageTail:
         return self.grad_reduce_s + self.optimizer_s
 
 
-def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0):
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0,
+                optimizer: str = "adamw"):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
     al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
     weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
     if dims.ep == 1 and not dims.etp:
-        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p)
+        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer)
     return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
-                            + expert_params / dims.expert_state_divisors[2], gpu, p)
+                            + expert_params / dims.expert_state_divisors[2], gpu, p, optimizer)
 
 
 def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
@@ -442,11 +488,19 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
                steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
-               expert_params=0.0) -> StageTail:
+               expert_params=0.0, optimizer: str = "adamw",
+               offload_hosts: Iterable[tuple[HostSpec, int]] = ()) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`; breadth-first `loops`, grad_reduce_s) and the slowest optimizer
-    step of its replicas' GPU types."""
+    step of its replicas' GPU types (ZeRO-Offload: of its nodes' CPUs, offload_step_s)."""
     reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s)
-    step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params) for gpu, p in steppers))
+    offload_hosts = tuple(offload_hosts)
+    if offload_hosts:  # the stage's optimizer runs on the CPUs of its nodes (`host`, GPUs per node)
+        params = weight_params / dims.state_divisors[2]
+        step = reduce(_maximum, (offload_step_s(params, host, per_node, dtype, optimizer)
+                                 for host, per_node in offload_hosts))
+    else:
+        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer)
+                                 for gpu, p in steppers))
     return StageTail(reduce_s, step)

@@ -9,11 +9,12 @@ from typing import Callable
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
+from ..cost.runtimes.capability import one_block_count
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..report.routes import stage_routes
 
-RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_ORDER = {"none": 0, "selective": 1, "block": 2, "full": 3}
 
 Warn = Callable[[str], None]
 
@@ -69,6 +70,9 @@ class Uniform:
     cp_kind: str = "ring"
     ep: int = 1  # expert parallelism (Megatron-core MoE parallel folding: carved from tp x dp)
     etp: int = 0  # expert tensor parallelism; 0: as tp
+    # recompute "block": per stage (chunk), the decoder blocks planned to recompute (0 elsewhere)
+    recompute_layers: list[int] = field(default_factory=list)
+    offload: bool = False  # ZeRO-Offload of the optimizer (any stage's)
 
     @property
     def world(self) -> int:
@@ -143,6 +147,10 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     modes = sorted({s.recompute for s in stages}, key=RECOMPUTE_ORDER.get)
     if len(modes) > 1:
         warn(f"per-stage recompute differs ({', '.join(modes)}); exported {modes[-1]} everywhere")
+    recomputed = [s.recompute_layers if s.recompute == "block" else 0 for s in stages]
+    offloads = {s.offload for s in stages}
+    if len(offloads) > 1:
+        warn("ZeRO-Offload on some stages only; exported on every stage (less GPU memory, slower steps)")
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
     sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
     if len(sps) > 1:
@@ -151,7 +159,8 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
-                   decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind, ep=ep, etp=etp)
+                   decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind, ep=ep, etp=etp,
+                   recompute_layers=recomputed, offload=True in offloads)
 
 
 def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:
@@ -172,3 +181,42 @@ def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:
     if (ep, etp) != (eps[-1], etps[-1]):
         warn(f"expert parallelism ep={eps[-1]} does not fit the exported tp {tp} x dp {dp}; exported ep={ep}")
     return ep, etp
+
+
+def runtime_optimizer(plan: Plan, target: str, names: dict[str, str]) -> str:
+    """The runtime's name of the plan's optimizer (`names`, by planner name); a typed refusal,
+    with the reason, where the runtime has none."""
+    name = plan.training.optimizer
+    if name not in names:
+        raise BadInput(f"{target} has no {name} optimizer (it offers {', '.join(names)}); plan with "
+                       f"--optimizer {' or '.join(names)} to export to {target}", f"--to {target}")
+    return names[name]
+
+
+def block_recompute_layers(u: Uniform, warn: Warn) -> int:
+    """Recompute "block" as one count for every stage (Megatron's --recompute-num-layers applies
+    to each pipeline stage, a stage with fewer blocks recomputing all of its own): the largest
+    any stage plans (where that is not every stage's plan, the others recompute more than
+    planned: more time, less memory)."""
+    k = max(u.recompute_layers)
+    block = [(r, n) for r, n in zip(u.recompute_layers, u.decoders) if r > 0]
+    if len(set(u.recompute_layers)) > 1 and not (len(block) == len(u.decoders) and one_block_count(block)):
+        warn(f"per-stage recomputed blocks differ ({u.recompute_layers}); exported {k} for every stage")
+    return k
+
+
+def layer_sac_frequency(u: Uniform, warn: Warn) -> int:
+    """Recompute "block" as torchtitan's per-layer selective checkpointing, which wraps every
+    N-th decoder block (torchtitan distributed/activation_checkpoint.py _apply_layer_sac):
+    N = min over stages of floor(blocks / recomputed), so every stage recomputes at least its
+    planned count (floor(blocks / N) >= recomputed)."""
+    planned = [(n, k) for n, k in zip(u.decoders, u.recompute_layers) if k > 0]
+    if not planned:
+        return 0
+    freq = min(n // k for n, k in planned)
+    exact = all(n // freq == k for n, k in zip(u.decoders, u.recompute_layers))
+    if not exact:
+        warn(f"recompute block ({u.recompute_layers} of {u.decoders} blocks per stage) exported as "
+             f"selective_ac_option {freq!r}: every {freq}-th block recomputes "
+             f"({[n // freq for n in u.decoders]} per stage)")
+    return freq

@@ -7,11 +7,14 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
-from .base import Warn, route_entries, uniform_form
+from .base import Warn, route_entries, runtime_optimizer, uniform_form
 from .launch import node_launches, placeable
 
 
 def export_deepspeed(plan: Plan, warn: Warn) -> str:
+    # DeepSpeed's engine builds its own AdamW, else the torch.optim class of that name
+    # (runtime/engine.py _configure_basic_optimizer); the training script may pass its own
+    optimizer = runtime_optimizer(plan, "deepspeed", {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"})
     placed = placeable(plan)
     u = uniform_form(plan, "deepspeed", warn, placed)
     if u.cp > 1:
@@ -49,6 +52,14 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         raise BadInput("DeepSpeed's pipeline engine has no fp8 training path (no Transformer Engine or "
                        "torchao float8 linears): export --to megatron or --to torchtitan, or plan in bf16",
                        "--to deepspeed")
+    if u.offload:  # ZeRO-Offload (DeepSpeed runtime/zero/offload_config.py): the optimizer on the CPU
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if zero == 0:
+            warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
+            config["zero_optimization"]["stage"] = 1
+    if optimizer != "AdamW":
+        config["optimizer"] = {"type": optimizer, "params": {"lr": 1e-4}}
+        warn(f"{optimizer} exported with lr 1e-4: set the learning rate (and momentum) of your run")
     if u.dtype == "bf16":
         config["bf16"] = {"enabled": True}
     elif u.dtype == "fp16":
@@ -58,6 +69,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
         if u.recompute == "selective":
             warn("DeepSpeed checkpoints whole layers: selective recompute exported as full activation "
                  "checkpointing (less memory, about one extra forward pass of compute)")
+        elif u.recompute == "block":
+            warn("DeepSpeed's pipeline checkpoints every layer or none (activation_checkpoint_interval): "
+                 f"recompute block ({u.recompute_layers} of {u.decoders} blocks per stage) exported as full "
+                 "activation checkpointing (less memory, more recomputation)")
         config["activation_checkpointing"] = {
             "partition_activations": u.tp > 1, "cpu_checkpointing": False,
             "contiguous_memory_optimization": False, "number_checkpoints": None,

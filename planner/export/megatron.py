@@ -9,7 +9,7 @@ from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
-from .base import Warn, comment_line, route_comments, uniform_form
+from .base import Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
 
@@ -137,6 +137,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     if c is None:
         raise BadInput("the plan's model is a layer profile without a config: Megatron needs the "
                        "architecture (hidden size, heads, ...)", "--to megatron")
+    # megatron/training/arguments.py --optimizer {adam, sgd}; adam is AdamW (decoupled weight decay)
+    optimizer = runtime_optimizer(plan, "megatron", {"adamw": "adam", "sgd": "sgd"})
     placed = placeable(plan)
     u = uniform_form(plan, "megatron", warn, placed)
     layout = None
@@ -159,9 +161,20 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags.append(("--sequence-parallel", None))
     if u.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
+    elif u.recompute == "block" and max(u.recompute_layers) > 0:
+        # Megatron-LM transformer_block.py _checkpointed_forward: the first N layers of each stage
+        flags += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                  ("--recompute-num-layers", block_recompute_layers(u, warn))]
     elif u.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]
+    if optimizer != "adam":
+        flags.append(("--optimizer", optimizer))
+    if u.offload:
+        # megatron-core optimizer/cpu_offloading (HybridDeviceOptimizer): needs the distributed optimizer
+        flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0)]
+        if u.zero == 0:
+            flags.append(("--use-distributed-optimizer", None))
     if u.zero >= 1:
         flags.append(("--use-distributed-optimizer", None))
         if u.zero >= 2:

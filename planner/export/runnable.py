@@ -14,6 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
+from ..cost.runtimes.capability import every_nth, one_block_count
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -58,6 +59,11 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
         out.append(f"per-stage recompute differs ({', '.join(modes)})")
     if len({s.sequence_parallel for s in stages if s.tp > 1}) > 1:
         out.append("sequence parallelism on some TP stages only")
+    blocks = decoder_counts(plan)
+    block = [(s.recompute_layers, n) for s, n in zip(stages, blocks) if s.recompute == "block"]
+    offloads = {s.offload for s in stages}
+    if len(offloads) > 1:
+        out.append("ZeRO-Offload on some stages only")
     zero, tp, dp = zeros[-1], tps[-1], dps[-1]
     if len(tps) == len(dps) == 1:
         try:
@@ -66,6 +72,14 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
             out.append(f"placement: {exc.message}")
     if target == "megatron" and zero >= 2:
         out.append(f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer states only (ZeRO-1)")
+    if target == "megatron" and block and not one_block_count(block):
+        # --recompute-num-layers: the first k layers of every stage's block (transformer_block.py)
+        out.append("per-stage recomputed blocks differ (" + ", ".join(f"{k} of {n}" for k, n in block)
+                   + "): Megatron's --recompute-num-layers is one count for every stage")
+    if target in ("megatron", "deepspeed") and True in offloads and zero == 0 and dp > 1:
+        # megatron arguments.py: --optimizer-cpu-offload needs --use-distributed-optimizer;
+        # DeepSpeed offload_optimizer needs ZeRO >= 1
+        out.append("ZeRO-Offload with ZeRO-0: the runtime offloads a sharded (ZeRO-1) optimizer")
     c = plan.model.config
     if target == "megatron" and c is not None and c.num_kv_heads % tp:
         # megatron/core/transformer/attention.py divides the query groups over TP
@@ -77,6 +91,8 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
             out.append(f"ZeRO-{zero} with pp={plan.pp}: DeepSpeed's pipeline engine allows ZeRO-1 at most")
         if "selective" in modes:
             out.append("selective recompute: DeepSpeed checkpoints whole layers")
+        if "block" in modes:
+            out.append("recompute block: DeepSpeed checkpoints every layer or none (activation_checkpoint_interval)")
     if target.startswith("torchtitan"):
         ddp = zero == 0 and (dp == 1 or (tp == 1 and plan.pp == 1))
         if not ddp and zero < 3 and dp > 1:
@@ -86,6 +102,13 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
             out.append("TP without sequence parallelism: torchtitan's TP always shards the sequence")
         if t.dtype == "fp16":
             out.append("fp16: torchtitan has bf16 or fp32 mixed precision only")
+        if True in offloads:
+            out.append("ZeRO-Offload: torchtitan has no optimizer-only offload")
+        if block and every_nth(block) is None:
+            # per-layer selective checkpointing wraps every N-th block (activation_checkpoint.py
+            # _apply_layer_sac): exact when each stage's count is floor(blocks / N)
+            out.append("recompute block (" + ", ".join(f"{k} of {n}" for k, n in block)
+                       + "): torchtitan recomputes every N-th block, the same N in every stage")
     return out
 
 
@@ -121,7 +144,8 @@ def runnable_forms(plan: Plan, target: str) -> list[Plan]:
     the fastest that fits. BadInput when none exists."""
     out, first_error = [], None
     strongest = max(RECOMPUTE_ORDER[s.recompute] for s in plan.stages)
-    modes = [m for m in RECOMPUTE_ORDER if RECOMPUTE_ORDER[m] >= strongest]
+    modes = [m for m in RECOMPUTE_ORDER if RECOMPUTE_ORDER[m] >= strongest
+             and (m != "block" or any(s.recompute == "block" for s in plan.stages))]
     tps = {s.tp for s in plan.stages}
     tps |= {t >> k for t in tps for k in range(t.bit_length()) if t % (t >> k) == 0}  # and their halvings
     for tp in sorted(tps):
@@ -195,9 +219,18 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
             bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
             training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
     share = t.global_batch // dp
+    kinds = [layer.kind for layer in plan.model.layers]
+    # recompute "block": the plan's largest count on every stage (a smaller stage recomputes all its
+    # blocks); ZeRO-Offload on every stage where the plan has any and the target has it
+    most = max((s.recompute_layers for s in plan.stages if s.recompute == "block"), default=0)
+    offload = any(s.offload for s in plan.stages) and not target.startswith("torchtitan")
+    if offload and target in ("megatron", "deepspeed") and dp > 1:
+        zero = max(zero, 1)
     stages = tuple(
         Stage(i, rng, tp, zero, recompute,
-              tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp)
+              tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp,
+              recompute_layers=min(most, sum(1 for kind in kinds[rng[0]:rng[1]] if kind == "decoder"))
+              if recompute == "block" else 0, offload=offload)
         for i, (rng, k) in enumerate(zip(layers, prank)))
     out = Plan(plan.model, plan.cluster, training, stages)
     problems = capability_problems(out, target)

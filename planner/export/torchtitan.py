@@ -14,7 +14,7 @@ from ..schedules import get_schedule
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.titan_flavors import (TITAN_LLAMA3_NORM_EPS, TITAN_LLAMA3_ROPE_SCALING, TITAN_LLAMA3_ROPE_THETA,
                                     titan_llama3_flavor)
-from .base import Warn, comment_line, route_comments, uniform_form
+from .base import Warn, comment_line, layer_sac_frequency, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
 
@@ -43,6 +43,8 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
                        "model name and flavor", "--to torchtitan")
     model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
+    # torchtitan components/optimizer.py builds torch.optim Adam or AdamW by [optimizer] name
+    runtime_optimizer(plan, "torchtitan", {"adamw": "AdamW"})
     extra = rope_and_norm(plan.model.raw, c.model_type, plan.model.name)
     if (extra.rope_theta, extra.norm_eps) != (TITAN_LLAMA3_ROPE_THETA, TITAN_LLAMA3_NORM_EPS):
         raise BadInput(f"torchtitan's llama3 flavour {model['flavor']} has rope_theta {TITAN_LLAMA3_ROPE_THETA:g} and "
@@ -52,6 +54,10 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     same_scaling = scaling.get("rope_type", scaling.get("type")) == "llama3" and all(
         float(scaling.get(k, -1)) == v for k, v in TITAN_LLAMA3_ROPE_SCALING.items() if k != "rope_type")
     u = uniform_form(plan, "torchtitan", warn, placeable(plan))
+    if u.offload:
+        raise BadInput("torchtitan has no optimizer-only offload (FSDP2's CPUOffloadPolicy moves the parameters "
+                       "and gradients too, and steps on the CPU every layer); plan without offload to export "
+                       "to torchtitan", "--to torchtitan")
     seq_len = plan.training.seq_len
     if seq_len % (2 * u.tp):
         # torchtitan's parallelize_llama asserts seq_len % ParallelDims.seq_len_divisor == 0
@@ -117,6 +123,10 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     ac: dict[str, Any] = {"mode": u.recompute}
     if u.recompute == "selective":
         ac["selective_ac_option"] = "op"
+    elif u.recompute == "block":
+        freq = layer_sac_frequency(u, warn)
+        # per-layer selective checkpointing: every freq-th block (1: all, as "full")
+        ac = {"mode": "selective", "selective_ac_option": str(freq)} if freq else {"mode": "none"}
     job = {"dump_folder": "./outputs", "description": f"{plan.model.name} on {plan.cluster.name} (planner)"}
     sections = {"job": job, "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
     if u.dtype == "fp8":

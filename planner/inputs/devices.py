@@ -58,6 +58,19 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """A node's host side, what ZeRO-Offload uses (Ren et al. 2021): its memory, one GPU's PCIe
+    link to it (one direction) and the host memory bandwidth the CPU optimizer step streams
+    at, shared by the node's GPUs. Defaults (a cluster file may state `host:` per node group):
+    256 GiB, PCIe 4.0 x16 at ~25 GB/s achieved of 32 GB/s, 100 GB/s of host memory bandwidth
+    (8 DDR4-3200 channels reach ~150 GB/s of 205 GB/s theoretical; CPU Adam streams well below)."""
+
+    memory_bytes: float = 256 * 2**30
+    pcie_bytes_per_s: float = 25e9
+    memory_bandwidth_bytes_per_s: float = 100e9
+
+
+@dataclass(frozen=True)
 class NodeGroup:
     name: str
     gpu: GpuSpec
@@ -66,6 +79,7 @@ class NodeGroup:
     intra_node: Link
     inter_node: Link  # whole node NIC, one direction
     first_rank: int
+    host: HostSpec = HostSpec()  # the node's CPU side (a cluster file's `host:`)
 
     @property
     def num_gpus(self) -> int:

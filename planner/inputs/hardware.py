@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core import ranges
-from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, Link, NodeGroup, read_link  # noqa: F401
+from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, HostSpec, Link, NodeGroup, read_link  # noqa: F401
 from ..core.errors import BadInput
 from ..core.io import get_str, load_mapping
 from ..core.names import check_name
@@ -233,7 +233,7 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
             intra_node=read_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
             inter_node=read_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
-            first_rank=first_rank))
+            first_rank=first_rank, host=read_host(g.get("host"), where, f"{prefix}.host")))
         first_rank += nodes * per_node
 
 
@@ -243,3 +243,28 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     else:
         cluster_name = check_name(Path(where).stem, where, "(the name taken from the file name)")
     return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec))
+
+
+HOST_KEYS = {"memory_GiB": 2**30, "pcie_GBps": GB, "memory_bandwidth_GBps": GB}
+
+
+def read_host(data: Any, where: str, path: str) -> HostSpec:
+    """A node group's optional `host:` {memory_GiB, pcie_GBps, memory_bandwidth_GBps}; what
+    is left out keeps HostSpec's default."""
+    if data is None:
+        return HostSpec()
+    if not isinstance(data, dict):
+        raise BadInput("must be a mapping of memory_GiB, pcie_GBps, memory_bandwidth_GBps", where, path)
+    unknown = sorted(set(data) - set(HOST_KEYS))
+    if unknown:
+        raise BadInput(f"unknown key {unknown[0]!r} (expected {', '.join(HOST_KEYS)})", where, f"{path}.{unknown[0]}")
+    values = {}
+    for key, unit in HOST_KEYS.items():
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise BadInput(f"must be a positive number, got {value!r}", where, f"{path}.{key}")
+            values[key] = value * unit
+    default = HostSpec()
+    return HostSpec(values.get("memory_GiB", default.memory_bytes), values.get("pcie_GBps", default.pcie_bytes_per_s),
+                    values.get("memory_bandwidth_GBps", default.memory_bandwidth_bytes_per_s))

@@ -134,7 +134,8 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
     interleaved = len(plan.stages) != plan.pp
     for s in plan.stages:
         label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if interleaved else "")
-        recompute = s.recompute + ("\n+seq-par" if s.sequence_parallel else "")
+        recompute = (f"block {s.recompute_layers}" if s.recompute == "block" else s.recompute) \
+            + ("\n+seq-par" if s.sequence_parallel else "") + ("\n+offload" if s.offload else "")
         for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, s.replicas).items()):
             ranks = [x for r in replicas for x in r.ranks]
             head = i == 0

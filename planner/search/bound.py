@@ -66,7 +66,8 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
         # in billions of parameters: the solver drops coefficients below 1e-9 (seconds per parameter are ~1e-11)
         prob += pulp.lpSum(stepped.values()) == sum(layer.weight_params for layer in model.layers) / 1e9, "b_steps"
         for name, (_, group) in sorted(gpus.items()):
-            busy[name].append(stepped[name] * optimizer_step_s(1e9, group.gpu, options.params_for(group.gpu.name)))
+            busy[name].append(stepped[name] * optimizer_step_s(1e9, group.gpu, options.params_for(group.gpu.name),
+                                                                        base.optimizer))
     for name, (count, _) in sorted(gpus.items()):
         prob += pulp.lpSum(busy[name]) <= count * step, f"c_{name}"
     with _quiet_stdout():

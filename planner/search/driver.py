@@ -123,8 +123,12 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     cluster, b, v = problem.cluster, problem.b, problem.v
     next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.search.decompose)
     rank_replicas = []
+    recompute_layers = []
     for c in choices:
-        types = problem.type_arrays(c.config)
+        flags = (c.has_head, c.has_emb)
+        in_flight = problem.in_flight(c.from_end, c.ranks)
+        types, k = problem.priced_types(c.cid, flags, in_flight)
+        recompute_layers.append(0 if k is None else int(k[c.blocks]))
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
         type_index = 0
@@ -142,8 +146,6 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
-        flags = (c.has_head, c.has_emb)
-        in_flight = problem.in_flight(c.from_end, c.ranks)
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
         caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
         if problem.restriction.even_shares:
@@ -167,7 +169,8 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
                                 rank_replicas[k], k, problem.restriction.sequence_parallel and c.config.tp > 1,
-                                c.config.cp, c.config.cp_kind, ep=c.config.ep))
+                                c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
+                                offload=c.config.offload))
             first = end
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 

@@ -57,14 +57,18 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     cp, kind = largest_cp(model, base, options, tp, group)
 
     def need(mode: str) -> float:
+        # recompute "block" holds at least what "full" does (every block recomputed)
         sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1, cp=cp,
-                                                                                        cp_kind=kind), mode)
+                                                                                        cp_kind=kind),
+                      "full" if mode == "block" else mode)
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)
     dp = max(1, StageDims(tp, cp=cp).replicas_on(num_gpus))
     dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0, cp, kind)
-    states = sum(model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp))
+    states = model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp,
+                               base.optimizer)
+    states = sum(states[:2]) if options.offload else sum(states)  # ZeRO-Offload keeps the optimizer's on the host
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free, cp)
@@ -158,8 +162,10 @@ def sequence_floor(model: Model, cluster: Cluster, base: Training, options: Solv
     tp = max(tps)
     cp, kind = largest_cp(model, base, options, tp, group)
     runs_cp = len(cp_choices(model, base, options, tp)) > 1
-    # the model states at their least: ZeRO-3 over every GPU of the cluster
-    states = sum(model_state_bytes(model.params, base.dtype, 3, cluster.num_gpus))
+    # the model states at their least: ZeRO-3 over every GPU of the cluster (ZeRO-Offload: the
+    # optimizer's on the host)
+    states = model_state_bytes(model.params, base.dtype, 3, cluster.num_gpus, base.optimizer)
+    states = sum(states[:2]) if options.offload else sum(states)
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     sizes = [b for b in options.micro_batches if base.global_batch % b == 0]

@@ -23,7 +23,10 @@ __all__ = ["in_search_space", "restrictions", "subproblems", "uniform_space", "w
 def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     """The options cut to what the runtime can run: its TP, recompute modes, ZeRO stages and
     schedules (interleaving needs any layer split), one stage without pipelining. ZeRO-0 is
-    left out only where ZeRO-1, which dominates it, is allowed."""
+    left out only where ZeRO-1, which dominates it, is allowed. Recompute "block" is searched
+    only where stages may recompute different block counts (the search derives each stage's
+    count from its position, planner.search.block); a runtime with one count runs it as
+    evaluated (`planner evaluate --recompute block`). ZeRO-Offload only where the runtime has it."""
     allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
     zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
     if 0 in allowed_zero and 1 not in allowed_zero and 0 not in zeros:
@@ -31,7 +34,9 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     interleave = "interleaved" in cap.schedules and cap.layer_split == "any"
     return replace(options,
                    tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
-                   recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes),
+                   recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes
+                                         and (m != "block" or cap.recompute_layers == "per-stage")),
+                   offload=options.offload and cap.offload,
                    zero_stages=zeros,
                    virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
                    max_stages=options.max_stages if cap.pipeline else 1)
@@ -50,7 +55,7 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
     zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
     return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
                         micro_batches=tuple(sorted(options.micro_batches)),
-                        recompute_modes=tuple(reversed(options.recompute_modes)),
+                        recompute_modes=tuple(m for m in reversed(options.recompute_modes) if m != "block"),
                         zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
                         max_stages=options.max_stages, whole_nodes=whole_nodes,
                         sequence_parallel=cap.sequence_parallel)
@@ -59,8 +64,9 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
 def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
                  b: int) -> list[Restriction]:
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
-    one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO) the runtime allows, and
-    per pipeline depth where it splits the blocks equally. Order: tp, dp, recompute, ZeRO, depth."""
+    one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO, offload) the runtime allows,
+    and per pipeline depth where it splits the blocks equally. Order: tp, dp, ep, recompute, ZeRO,
+    offload (off first), depth."""
     sp = cap.sequence_parallel
     even = not cap.uneven_shares
     if not cap.uniform:
@@ -79,13 +85,18 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
         for dp in sorted({t // group for t in totals if t and t % group == 0}):
             if even and microbatches % dp:
                 continue
-            for ep, mode, zero in product(_ep_choices(model, cluster, options, tp, cp, dp),
-                                          modes if not cap.per_stage_recompute else (None,),
-                                          options.zero_stages if dp > 1 and not cap.per_stage_zero else (None,)):
+            offloads = (False, True) if options.offload and not cap.per_stage_offload else (None,)
+            for ep, mode, zero, offload in product(_ep_choices(model, cluster, options, tp, cp, dp),
+                                                   modes if not cap.per_stage_recompute else (None,),
+                                                   options.zero_stages if dp > 1 and not cap.per_stage_zero
+                                                   else (None,),
+                                                   offloads):
+                if offload and dp > 1 and (zero or 0) < cap.offload_min_zero:
+                    continue  # (Capability.offload_min_zero)
                 most = options.max_stages
                 if zero is not None and zero not in cap.zero_stages_with_pp:
                     most = 1
-                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp, ep)
+                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp, ep, offload)
                 if cap.layer_split == "any":
                     out.append(base_r)
                     continue

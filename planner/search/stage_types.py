@@ -32,7 +32,8 @@ class SolverOptions:
     # (below it attention is a small share of the work and CP only adds communication)
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_seq_len: int = 16384
-    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    # "block" (planner.search.block) after "full": where it recomputes every block it ties full and full is kept
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full", "block")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     # expert parallelism of an MoE model's stages (StageDims.ep): the degrees that divide its
     # experts and the stage's replicas, on stages of one GPU type whose replicas take equal shares
@@ -40,6 +41,7 @@ class SolverOptions:
     # EP groups inside one node only (tp x ep <= GPUs per node): across nodes the all-to-all runs
     # at the NIC's share, which rarely wins, and every degree multiplies the configurations priced
     ep_inside_node: bool = True
+    offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16
@@ -80,11 +82,13 @@ class Restriction:
     max_stages: int | None = None  # None: the options'
     cp: int | None = None  # context-parallel degree of every stage
     ep: int | None = None  # expert-parallel degree of every stage
+    offload: bool | None = None  # ZeRO-Offload on every stage (True) or none (False)
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("tp", self.tp), ("dp", self.dp), ("recompute", self.recompute),
                                            ("zero", self.zero), ("blocks", self.blocks),
-                                           ("cp", self.cp), ("ep", self.ep)) if v is not None]
+                                           ("cp", self.cp), ("ep", self.ep), ("offload", self.offload))
+                   if v is not None]
         return ", ".join(parts) or "free"
 
 
@@ -100,6 +104,7 @@ class StageConfig:
     cp: int = 1
     cp_kind: str = "ring"
     ep: int = 1  # expert parallelism (StageDims.ep; expert TP as tp)
+    offload: bool = False  # ZeRO-Offload (planner.plan.Stage.offload)
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
@@ -184,7 +189,7 @@ class ProblemInputs:
            virtual_stages: int, restriction: Restriction = Restriction()) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
-                     base.runtime)
+                     base.runtime, base.optimizer)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,
@@ -214,7 +219,7 @@ class PriceTables:
     successor link, memory caps)."""
 
     types: dict[StageConfig, list[TypeArrays] | None] = field(default_factory=dict)
-    types_by_id: list[list[TypeArrays]] = field(default_factory=list)
+    types_by_id: dict[int, list[TypeArrays]] = field(default_factory=dict)
     dims: dict[StageConfig, StageDims] = field(default_factory=dict)
     dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)
@@ -226,6 +231,9 @@ class PriceTables:
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
+    block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
+    block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
+    least_room: dict[tuple, float] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
 
 
 @dataclass

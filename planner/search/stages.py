@@ -4,6 +4,7 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 from itertools import product
 from typing import Iterator
@@ -19,10 +20,11 @@ from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
 from ..plan import Training
 from .context_parallel import cp_choices, places
-from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, replica_memory, span_price, stage_tail,
-                            zero_comm)
+from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory,
+                            span_price, stage_tail, zero_comm)
 from .experts import ep_degrees, stage_ep_group
 from ..cost.sharding import Sharding
+from .block import BlockPrices, MemorySavers
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
@@ -39,7 +41,7 @@ def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str)
     return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
 
 
-class Problem:
+class Problem(MemorySavers):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -90,7 +92,12 @@ class Problem:
         fixed = inputs.restriction
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
-        modes = searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+        # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
+        # 1F1B fixes per position; the interleaved search leaves it out (planner.search.block)
+        modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+                 if not (m == "block" and inputs.chunked)]
+        # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
+        offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
         for take in product(*ranges):
             if not any(take):
                 continue
@@ -120,7 +127,8 @@ class Problem:
                             for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
                                 if dp > 1 and fixed.zero not in (None, zero):
                                     continue
-                                yield StageConfig(nodes, tp, mode, zero, cp, kind, ep)
+                                for offload in offloads:
+                                    yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
@@ -140,8 +148,13 @@ class Problem:
                 self.state.smallest_overflow = base_overflow
             return self.tables.types[config]
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
-        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, config.recompute)
+        block = config.recompute == "block"  # priced here as "none", per position by priced_types
+        if block and "none" in inputs.options.recompute_modes:
+            return self.block_from_none(config)
+        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
         ep_group = stage_ep_group(inputs, config, dims)
+        if block:
+            self.tables.block_prices[config] = []
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
                   for i, n in enumerate(config.nodes) if n}
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
@@ -157,6 +170,10 @@ class Problem:
                 cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
             dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
                               for layer in (inputs.dec, inputs.emb, inputs.head))
+            if block:
+                full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link,
+                                   ep_group)
+                self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
             times, bwds, params, rooms, experts = {}, {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
@@ -166,10 +183,14 @@ class Problem:
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
-                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p).total_bytes
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
+                                                         offload=config.offload).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
                     room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
                 rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+                if config.offload:  # the host memory of its nodes holds the states
+                    fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                    rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
                 if (has_head, has_emb) == (False, False):
                     # some stage must hold this many blocks; its overflow with one
                     # micro-batch in flight is what a "does not fit" message reports
@@ -246,6 +267,12 @@ class Problem:
             return cached
         members = self.catalog.families[fid]
         costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
+            kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
+            members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
+            if not members:
+                self.tables.family[key] = ()
+                return ()
         costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
@@ -337,14 +364,23 @@ class Problem:
         in_flight = self.in_flight(stage_from_end, ranks)
         flags = (has_head, has_emb)
         out: list = [None] * len(cids)
-        todo = []
+        todo, blocks = [], []
         for index, cid in enumerate(cids):
             key = (cid, in_flight, has_head, has_emb, successor_id)
             cached = tables.stage.get(key)
             if cached is not None:
                 out[index] = cached
                 continue
+            config = self.catalog.configs[cid]
+            if config.offload and self._offload_never_needed(config, flags, in_flight):
+                tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+                continue
+            if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
+                blocks.append((index, key, cid, self.link(cid, successor_id)))
+                continue
             todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
+        if blocks:
+            self._price_blocks(blocks, flags, in_flight, out)
         missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
         if missing:
             self._price_levels(list(dict.fromkeys(missing)))
@@ -370,7 +406,7 @@ class Problem:
         pending: dict[tuple[int, ...], list] = {}
         for base_key in base_keys:
             cid, flags, link = base_key
-            types = tables.types_by_id[cid] if cid < len(tables.types_by_id) else self._types_for(cid)
+            types = self._types_for(cid)
             rooms = np.stack([ta.room[flags] for ta in types])
             rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
             capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
@@ -422,17 +458,20 @@ class Problem:
         return link
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
-        while len(self.tables.types_by_id) <= cid:
-            self.tables.types_by_id.append(self.type_arrays(self.catalog.configs[len(self.tables.types_by_id)]))
+        if cid not in self.tables.types_by_id:
+            self.tables.types_by_id[cid] = self.type_arrays(self.catalog.configs[cid])
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
-                busy: np.ndarray, flags: tuple[bool, bool]) -> tuple[np.ndarray, float | None]:
-        """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine."""
+                busy: np.ndarray, flags: tuple[bool, bool], k: np.ndarray | None = None
+                ) -> tuple[np.ndarray, float | None]:
+        """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
+        "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
         inputs = self.inputs
         has_head, has_emb = flags
         tau = latency
-        tail_key = (config, flags)
+        # "block": the tail's backward (what hides the gradient reduction) depends on k
+        tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
         tail = self.tables.tails.get(tail_key)
         if tail is None:
             tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
@@ -445,6 +484,8 @@ class Problem:
             x[..., 0] = INF  # a stage holds at least one layer
         if inputs.restriction.blocks is not None:
             x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
+        if k is not None:
+            x = np.where(k >= 0, x, INF)
         slope = None
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
@@ -458,6 +499,8 @@ class Problem:
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
                           [(ta.group.gpu, ta.cost_params) for ta in types],
-                          expert_params=types[0].experts[flags])
+                          expert_params=types[0].experts[flags], optimizer=self.inputs.t.optimizer,
+                          offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
+                          if config.offload else ())
         return tail.total_s
 

@@ -71,7 +71,7 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
             if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                 continue
             training = Training(base.global_batch, base.seq_len, base.dtype, b,
-                                schedule.name, v, base.attention, base.runtime)
+                                schedule.name, v, base.attention, base.runtime, base.optimizer)
             try:
                 yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
                                    recompute=recompute, sequence_parallel=space.sequence_parallel and tp > 1)

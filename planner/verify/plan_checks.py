@@ -118,6 +118,9 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
         if config is not None and config.num_heads % stage.tp:
             problems.append((f"stages[{i}].tp", f"{config.num_heads} attention heads do not split over "
                                                 f"tp={stage.tp}"))
+        if stage.recompute == "block" and stage.recompute_layers > stage.decoder_blocks(plan.model):
+            problems.append((f"stages[{i}].recompute_layers", f"is {stage.recompute_layers}, the stage has "
+                                                            f"{stage.decoder_blocks(plan.model)} decoder blocks"))
     devices = data.get("devices")
     if isinstance(devices, list):
         used = set(plan.used_ranks())

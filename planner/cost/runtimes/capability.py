@@ -2,8 +2,9 @@
 
 A plan is runnable by a runtime when `violations(plan, runtime)` is empty. The search
 (planner.search.driver) searches exactly the plans a runtime's Capability allows; `any` is
-everything the search supports (per-stage TP, DP, ZeRO and recomputation, uneven batch
-shares, any contiguous layer ranges, 1F1B and interleaved 1F1B).
+everything the search supports (per-stage TP, DP, ZeRO, recomputation (with "block": per-stage
+counts of recomputed blocks) and ZeRO-Offload, uneven batch shares, any contiguous layer ranges,
+1F1B and interleaved 1F1B).
 
 Pinned versions and sources (each field's source is in a comment next to it):
   megatron    Megatron-LM core_r0.13 (megatron-core 0.13)
@@ -47,6 +48,13 @@ class Capability:
     sequence_parallel: bool  # Megatron-style sequence parallelism with tp > 1
     # stages on chosen nodes (GPU types), one stage's replicas on several types, nodes left idle
     stage_placement: bool
+    # recompute "block" (k of a stage's decoder blocks recompute): "per-stage" any k per stage;
+    # "first": one count K for every stage, each recomputing its first min(K, blocks); "every-nth":
+    # one N for every stage, each recomputing every N-th block, floor(blocks / N) of them
+    recompute_layers: str = "first"
+    offload: bool = False  # ZeRO-Offload: optimizer states and their step on the CPU
+    per_stage_offload: bool = False  # some stages offload, others not
+    offload_min_zero: int = 0  # the ZeRO stage offload needs (1: a distributed optimizer)
 
     @property
     def uniform(self) -> bool:
@@ -58,6 +66,8 @@ class Capability:
 
 
 _ALL_RECOMPUTE = ("none", "selective", "full")
+# recompute "block" (planner.search.block): Megatron-LM --recompute-method block --recompute-num-layers k
+_WITH_BLOCK = _ALL_RECOMPUTE + ("block",)
 
 CAPABILITIES: dict[str, Capability] = {
     ANY: Capability(
@@ -65,8 +75,9 @@ CAPABILITIES: dict[str, Capability] = {
         per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
         schedules=("1f1b", "interleaved", "gpipe"), interleaved_microbatch_multiple=False,
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
-        per_stage_zero=True, recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=True,
-        sequence_parallel=True, stage_placement=True),
+        per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
+        sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
+        offload=True, per_stage_offload=True),
     "megatron": Capability(
         runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
@@ -90,12 +101,18 @@ CAPABILITIES: dict[str, Capability] = {
         zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,
         # --recompute-granularity {full,selective} with --recompute-method/--recompute-num-layers:
         # one setting for every pipeline stage (megatron/training/arguments.py)
-        recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=False,
+        # --recompute-method block --recompute-num-layers k: the first k layers of every pipeline
+        # stage's (chunk's) block (core/transformer/transformer_block.py _checkpointed_forward):
+        # one k for all stages
+        recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
         sequence_parallel=True,  # --sequence-parallel (Korthikanti et al. 2022), global
         # rank order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator): pp is outermost, so each
         # stage is a contiguous block of tp * dp ranks and torchrun's --node-rank decides which
         # nodes (GPU types) hold which stage; unlaunched nodes stay idle
-        stage_placement=True),
+        stage_placement=True, recompute_layers="first",
+        # --optimizer-cpu-offload (core/optimizer/cpu_offloading HybridDeviceOptimizer), global;
+        # arguments.py asserts --use-distributed-optimizer with it
+        offload=True, per_stage_offload=False, offload_min_zero=1),
     "megatron-2021": Capability(
         runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
@@ -122,10 +139,13 @@ CAPABILITIES: dict[str, Capability] = {
         # FSDP2 (dp_shard): reshard_after_forward True = ZeRO-3, False = ZeRO-2 (the "default"
         # policy under PP); no ZeRO-1; plain DDP (dp_replicate) = ZeRO-0
         zero_stages=(0, 2, 3), zero_stages_with_pp=(0, 2, 3), per_stage_zero=False,
-        # activation_checkpoint.mode {none, selective, full}: one setting for the model
-        recompute_modes=_ALL_RECOMPUTE, per_stage_recompute=False,
+        # activation_checkpoint.mode {none, selective, full}: one setting for the model; "block" as
+        # per-layer selective checkpointing, selective_ac_option "N": every N-th block
+        # (distributed/activation_checkpoint.py _apply_layer_sac)
+        recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
         sequence_parallel=True,  # its TP plan shards norms/dropout on the sequence (SequenceParallel)
-        stage_placement=True),  # pp outermost in the mesh: node rank picks nodes
+        stage_placement=True,  # pp outermost in the mesh: node rank picks nodes
+        recompute_layers="every-nth"),
     "deepspeed": Capability(
         runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
         # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
@@ -139,7 +159,10 @@ CAPABILITIES: dict[str, Capability] = {
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1), per_stage_zero=False,
         recompute_modes=("none", "full"), per_stage_recompute=False,  # activation_checkpoint_interval, global
         sequence_parallel=False,  # Megatron-DeepSpeed's SP is Ulysses, not Megatron-style SP
-        stage_placement=True),  # pipe axis outermost: hostfile order picks nodes
+        stage_placement=True,  # pipe axis outermost: hostfile order picks nodes
+        # zero_optimization.offload_optimizer {device: cpu} (runtime/zero/offload_config.py), for the
+        # whole engine, with ZeRO >= 1
+        offload=True, per_stage_offload=False, offload_min_zero=1),
     "fsdp1": Capability(
         runtime="fsdp1", version="PyTorch FSDP1 (llm-foundry)", pipeline=False, tensor_parallel=False,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False, layer_split="equal",
@@ -218,6 +241,19 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
         out.append(f"{name} has no {bad_modes[0]} recomputation (it has {', '.join(cap.recompute_modes)})")
     if not cap.per_stage_recompute and len(modes) > 1:
         out.append(f"{name} recomputes alike in every stage (the plan has {', '.join(modes)})")
+    block = [(s.recompute_layers, n) for s, n in zip(stages, decoder_blocks(plan)) if s.recompute == "block"]
+    if block and not runs_block_counts(block, cap.recompute_layers):
+        rule = "every N-th block, one N" if cap.recompute_layers == "every-nth" else "the same number of blocks"
+        out.append(f"{name} recomputes {rule} in every stage (the plan recomputes "
+                   f"{', '.join(f'{k} of {n}' for k, n in block)})")
+    offloads = sorted({s.offload for s in stages})
+    if True in offloads and not cap.offload:
+        out.append(f"{name} has no ZeRO-Offload of the optimizer alone")
+    elif len(offloads) > 1 and not cap.per_stage_offload:
+        out.append(f"{name} offloads the optimizer of every stage or of none (the plan offloads some)")
+    elif True in offloads and any(s.zero < cap.offload_min_zero for s in stages if s.dp > 1):
+        out.append(f"{name} offloads the optimizer only with ZeRO-{cap.offload_min_zero} or above "
+                   "(a distributed optimizer)")
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
     if True in sps and not cap.sequence_parallel:
         out.append(f"{name} has no Megatron-style sequence parallelism")
@@ -226,4 +262,29 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "violations"]
+def one_block_count(block: list[tuple[int, int]]) -> bool:
+    """Whether one count K of recomputed blocks (each stage the first min(K, its blocks)) gives
+    every stage's (recomputed, blocks) in `block`: Megatron's --recompute-num-layers."""
+    most = max(k for k, _ in block)
+    return all(k == min(most, n) for k, n in block)
+
+
+def every_nth(block: list[tuple[int, int]]) -> int | None:
+    """The N with which recomputing every N-th block gives every stage's (recomputed, blocks)
+    in `block` (floor(blocks / N) each; torchtitan's per-layer selective checkpointing), else None."""
+    counted = [(k, n) for k, n in block if k > 0]
+    if not counted:
+        return None
+    freq = min(n // k for k, n in counted)
+    return freq if all(n // freq == k for k, n in block) else None
+
+
+def runs_block_counts(block: list[tuple[int, int]], rule: str) -> bool:
+    """Whether (recomputed, blocks) per "block" stage follow Capability.recompute_layers `rule`."""
+    if rule == "per-stage":
+        return True
+    return one_block_count(block) if rule == "first" else every_nth(block) is not None
+
+
+__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "every_nth", "one_block_count",
+           "runs_block_counts", "violations"]

@@ -1,0 +1,190 @@
+"""The memory savers in the search (planner.search.stages.Problem's MemorySavers part): ZeRO-Offload
+per stage, considered only where memory binds, and recompute "block": a stage recomputes the whole forward of only k of its
+decoder blocks and saves the activations of the rest (Megatron-LM --recompute-method block
+--recompute-num-layers k). More recomputed blocks only add time and only free memory, so a
+stage's best k is the smallest that fits its in-flight micro-batches: derived in closed form
+per block count, not enumerated. With k = 0 it is "none", with every block "full" without
+the embedding's and head's recomputation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import reduce
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core.dims import StageDims
+from ..plan import Training
+from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
+from ..cost.sharding import Sharding
+from .experts import stage_ep_group
+from .shares import UNCAPPED, even_makespan, min_makespan
+from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap
+
+
+class BlockPrices(NamedTuple):
+    """One replica type's layers under a "block" config: a decoder block kept and recomputed."""
+
+    kept: LayerPrice  # recompute "none"
+    recomputed: LayerPrice  # recompute "full"
+    emb: LayerPrice
+    head: LayerPrice
+
+
+def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: float, transient: float,
+                       in_flight: float, n: np.ndarray) -> np.ndarray:
+    """The fewest recomputed blocks (0..n) with which `in_flight` micro-batches of activations fit
+    in `free` bytes: `acts` per micro-batch with none recomputed, each recomputed block saving
+    `saved_per_block` and any recomputation adding one block's working set `transient`
+    (pricing.transient_activation_bytes); n where even all recomputed do not fit."""
+    need = in_flight * acts - free  # bytes over with none recomputed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9) if saved_per_block > 0 else n
+    k = np.where(need <= 0, 0, np.clip(k, 1, None))
+    return np.minimum(k, n).astype(np.int64)
+
+
+def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+                      layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
+                      n: np.ndarray, offload: bool = False) -> tuple[list[TypeArrays], np.ndarray]:
+    """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
+    the stage's recomputed-block count k per block count: the largest any replica type needs
+    (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
+    are those of the span with k blocks recomputed, priced as planner.cost.evaluate prices it."""
+    has_head, has_emb = flags
+    needed = []
+    for ta, bp in zip(types, prices):
+        none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
+        free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, t.dtype, dims, ta.cost_params,
+                                                          optimizer=t.optimizer, offload=offload).total_bytes
+        saved = bp.kept.act_bytes - bp.recomputed.act_bytes
+        needed.append(smallest_fitting_k(free, none.act_bytes, saved, bp.recomputed.transient_bytes, in_flight, n))
+    k = np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
+    kf = k.astype(float)
+    out = []
+    for ta, bp in zip(types, prices):
+        span = span_price(((n - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
+                           (float(has_emb), bp.emb)), dims)
+        w = span.weight_params
+        time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params)).time_s
+        acts = span.act_bytes
+        free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, ta.cost_params,
+                                                          optimizer=t.optimizer, offload=offload).total_bytes
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), np.inf)
+        room = np.where((free < 0) | (ta.room[flags] < 0), -1.0, np.minimum(room, float(UNCAPPED)))
+        out.append(TypeArrays(ta.count, ta.group, {flags: time}, {flags: span.bwd_s}, {flags: w},
+                              {flags: span.expert_params}, {flags: room}, ta.boundary_bytes, ta.cost_params,
+                              cp_link=ta.cp_link))
+    return out, k
+
+
+def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes: tuple[str, ...]) -> np.ndarray:
+    """Block counts where "block" only repeats another mode of the search, so the search leaves
+    it out there (it considers block only where memory binds): none recomputed is "none";
+    every block recomputed is "full" on a stage without the embedding or head (whose
+    recomputation "full" also charges)."""
+    repeats_none = (k == 0) & ("none" in modes)
+    repeats_full = (k == n) & (k > 0) & ("full" in modes) & (not any(flags))
+    return repeats_none | repeats_full
+
+
+class MemorySavers:
+    """The memory savers' part of planner.search.stages.Problem: a configuration's type arrays
+    at a pipeline position, with recompute "block"'s count and offload's pruning."""
+
+    def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
+                     ) -> tuple[list[TypeArrays], np.ndarray | None]:
+        """Config `cid`'s type arrays at a position holding `in_flight` micro-batches, and for
+        recompute "block" the recomputed-block count per block count (else None); -1 where the
+        search leaves the config out (block repeating another mode, offload where memory does
+        not bind)."""
+        tables = self.tables
+        config = self.catalog.configs[cid]
+        if config.offload and self._offload_never_needed(config, flags, in_flight):
+            return [], np.full(len(self.inputs.blocks), -1)  # (its own arrays never priced)
+        types = self._types_for(cid)
+        if config.recompute != "block":
+            return types, None
+        key = (cid, flags, in_flight)
+        if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
+            tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
+        if key not in tables.block_types:
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            n = self.inputs.blocks
+            block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
+                                               self.inputs.t, layout, flags, in_flight, n, config.offload)
+            k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
+            tables.block_types[key] = (block_types, k)
+        return tables.block_types[key]
+
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, out: list) -> None:
+        """stage_costs for recompute "block" configs at one in-flight count: their type arrays
+        and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
+        (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
+        inputs, tables = self.inputs, self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        for index, key, cid, link in items:
+            types, k = self.priced_types(cid, flags, in_flight)
+            if (k < 0).all():  # "block" repeats another mode everywhere
+                tables.stage[key] = out[index] = self._nowhere()
+                continue
+            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+            caps_key = ("block", cid, flags, link, b"".join(c.tobytes() for c in caps) + k.tobytes())
+            cached = tables.stage_by_caps.get(caps_key)
+            if cached is not None:
+                tables.stage[key] = out[index] = cached
+                continue
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key,
+                                                                             types, caps, k))
+        for counts, group in pending.items():
+            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
+            self.state.evaluations += len(group)
+            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
+            busy_all = makespan(inputs.microbatches, list(counts),
+                                [np.stack([np.broadcast_to(times[g], item[6][g].shape)
+                                           for times, item in zip(all_times, group)])
+                                 for g in range(len(counts))],
+                                [np.stack([item[6][g] for item in group]) for g in range(len(counts))])
+            for row, ((index, key, cid, link, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
+                latency = reduce(np.maximum, times)
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
+                cost = StageCost(latency, x, slope, float(x.min()), None)
+                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+
+    def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
+        """A "block" config's position-free type arrays: those of the same config with "none"
+        (priced per position by priced_types), and its BlockPrices."""
+        inputs, t = self.inputs, self.inputs.t
+        dims = self.dims(config)
+        none = self.type_arrays(replace(config, recompute="none"))
+        sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
+        full = replace(sh, recompute="full")
+        ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.experts)
+        self.tables.block_prices[config] = [
+            BlockPrices(*(layer_price(layer, mode, ta.group.gpu, ta.group.intra_node, ta.cost_params, ta.cp_link,
+                                      ep_group)
+                          for layer, mode in ((inputs.dec, sh), (inputs.dec, full), (inputs.emb, sh),
+                                              (inputs.head, sh))))
+            for ta in none]
+        self.tables.types[config] = none
+        return none
+
+    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], in_flight: float) -> bool:
+        """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
+        where the same configuration on the GPU alone cannot hold its in-flight micro-batches.
+        A search whose restriction puts offload on every stage (a runtime's one setting) keeps it."""
+        if self.inputs.restriction.offload:
+            return False
+        key = (config, flags)
+        least = self.tables.least_room.get(key)
+        if least is None:  # the least room of the config on the GPU alone, over its types and block counts
+            on_gpu = self.type_arrays(replace(config, offload=False))
+            least = self.tables.least_room[key] = min(float(ta.room[flags].min()) for ta in on_gpu)
+        return least >= in_flight
+
+    def _nowhere(self) -> StageCost:
+        """A configuration the search leaves out at this position: infeasible at every block count."""
+        never = np.full(len(self.inputs.blocks), INF)
+        return StageCost(never, never, None, INF, None)
