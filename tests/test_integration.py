@@ -38,6 +38,7 @@ import pytest
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.api import lossy_form
+from planner.core.errors import BadInput
 from planner.export import TARGET_RUNTIMES, runtime_problems
 from planner.plan import Training, plan_to_json, uniform_plan
 from planner.verify.plan_checks import load_plan_file
@@ -54,18 +55,19 @@ SOLVED = {
     "mixed-a100-v100": ("llama-3-8b", "a100-v100-mix", 512, 4096),  # fp16 (V100), lossy
     "mixed-3090-4090": ("llama-3-8b", "consumer-3090-4090", 64, 4096),  # bf16, lossy
 }
-# Layouts set by hand (llama-3-8b on dgx-a100), for what the solver does not pick there.
+# Layouts set by hand (llama-3-8b on dgx-a100), for what the solver does not pick there; made for
+# runtime `any` (ZeRO-3, GPipe, ZeRO-2 with pipelines: each target gets its runnable form, lossy_form).
 UNIFORM = {
-    "pp2-zero1-selective": (Training(256, 4096, "bf16", 1),
+    "pp2-zero1-selective": (Training(256, 4096, "bf16", 1, runtime="any"),
                             dict(tp=4, pp=2, dp=4, zero=1, recompute="selective", sequence_parallel=True)),
-    "zero3-full": (Training(256, 4096, "bf16", 2),
+    "zero3-full": (Training(256, 4096, "bf16", 2, runtime="any"),
                    dict(tp=2, pp=1, dp=16, zero=3, recompute="full", sequence_parallel=True)),
-    "zero2-pp2": (Training(256, 4096, "bf16", 1), dict(tp=4, pp=2, dp=4, zero=2, sequence_parallel=True)),
-    "interleaved-zero0": (Training(256, 4096, "bf16", 1, "interleaved", 2),
+    "zero2-pp2": (Training(256, 4096, "bf16", 1, runtime="any"), dict(tp=4, pp=2, dp=4, zero=2, sequence_parallel=True)),
+    "interleaved-zero0": (Training(256, 4096, "bf16", 1, "interleaved", 2, runtime="any"),
                           dict(tp=4, pp=4, dp=2, sequence_parallel=True)),
-    "gpipe-zero0": (Training(128, 2048, "bf16", 2, "gpipe", 1),
+    "gpipe-zero0": (Training(128, 2048, "bf16", 2, "gpipe", 1, runtime="any"),
                     dict(tp=2, pp=2, dp=8, zero=0, sequence_parallel=True)),
-    "ddp": (Training(64, 2048, "bf16", 1), dict(tp=1, pp=1, dp=32, zero=0), "b200"),
+    "ddp": (Training(64, 2048, "bf16", 1, runtime="any"), dict(tp=1, pp=1, dp=32, zero=0), "b200"),
 }
 # unsharded llama-3-8b states (about 128 GiB) need bigger GPUs than dgx-a100's
 CLUSTERS = {"b200": {"name": "b200-x4", "node_groups": [{
@@ -94,7 +96,10 @@ def plan_file(tmp_path_factory):
             return made[key]
         plan = load_plan_file(str(case_plan(name)))
         if runtime_problems(plan, target):
-            form = lossy_form(plan, target)[2]
+            try:
+                form = lossy_form(plan, target)[2]
+            except BadInput as exc:  # e.g. DeepSpeed's even block split at a depth that does not divide the blocks
+                pytest.skip(f"{target} runs no form of the {name} plan: {exc}")
             if not form.fits:  # `export --lossy` writes it all the same; a plan file must fit
                 pytest.skip(f"{target}'s nearest form of the {name} plan does not fit in memory")
             plan = form.plan

@@ -160,7 +160,8 @@ def test_megatron_core_takes_the_exported_layout(model, cluster, mcore, tmp_path
     from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
     for interleave in (1, 2):
-        plan = typed_plan(model, cluster, interleave=interleave)
+        # 1536 samples: each replica's micro-batches a multiple of pp (capability.interleaved_microbatch_multiple)
+        plan = typed_plan(model, cluster, interleave=interleave, global_batch=1536 if interleave > 1 else 512)
         a = export_megatron(plan, tmp_path)
         pp = int(a["--pipeline-model-parallel-size"])
         planned = [sum(1 for i in range(*s.layers) if plan.model.layers[i].kind == "decoder") for s in plan.stages]

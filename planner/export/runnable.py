@@ -14,7 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import every_nth, one_block_count
+from ..cost.runtimes.capability import capability, every_nth, one_block_count, violations
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -155,7 +155,9 @@ def runnable_forms(plan: Plan, target: str) -> list[Plan]:
             except BadInput as exc:
                 first_error = first_error or exc
                 continue
-            if form not in out:  # DeepSpeed's selective is its full
+            # a form the target's capability model refuses (e.g. DeepSpeed's equal block split) is
+            # left out: the runtime could not run it and the plan loader would refuse the file
+            if form not in out and not violations(form, form.training.runtime):  # DeepSpeed's selective is its full
                 out.append(form)
             # and the uniform configuration over the whole cluster with the plan's pipeline depth
             # (planner.plan.uniform_plan: ranks TP-innermost from rank 0, layers split evenly)
@@ -166,10 +168,12 @@ def runnable_forms(plan: Plan, target: str) -> list[Plan]:
                                                   sequence_parallel=_sp(plan.stages, tp)), target)
             except BadInput:
                 continue
-            if form not in out:
+            if form not in out and not violations(form, form.training.runtime):
                 out.append(form)
     if not out:
-        assert first_error is not None
+        if first_error is None:  # every form broke a capability rule of the target
+            reasons = violations(form, form.training.runtime)
+            first_error = BadInput(f"no runnable form for {target}: {reasons[0]}", "--lossy")
         raise first_error
     return out
 
@@ -190,8 +194,11 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
                        "for one TP group", "--lossy")
     zero = max(s.zero for s in plan.stages)
     recompute = recompute or max((s.recompute for s in plan.stages), key=RECOMPUTE_ORDER.get)
-    sp = _sp(plan.stages, tp)
+    # sequence parallelism only where the runtime has it (DeepSpeed's pipeline engine has none)
+    sp = _sp(plan.stages, tp) and capability(PRICING_RUNTIME[target]).sequence_parallel
     training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target])
+    if t.virtual_stages == 1 and t.schedule not in capability(PRICING_RUNTIME[target]).schedules:
+        training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
     layers = [s.layers for s in plan.stages]
     prank = [s.pipeline_rank for s in plan.stages]
     if target == "megatron":
