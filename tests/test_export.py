@@ -190,11 +190,10 @@ def test_deepspeed(group, homogeneous, heterogeneous):
     assert ds["planner_pipeline"]["parts"] == [0, 17, 34]
     assert "activation_checkpointing" in ds
     assert run(group, heterogeneous, "--to", "deepspeed").exit_code == 2
+    # no form of it keeps to DeepSpeed's capability model (capability.py: an equal block split,
+    # no sequence parallelism), so --lossy refuses with the reason
     result = run(group, heterogeneous, "--to", "deepspeed", "--lossy")
-    assert result.exit_code == 0 and "lossy:" in result.stderr and "warning" not in result.stderr
-    ds = json.loads(result.stdout)
-    dp = ds["planner_pipeline"]["data_parallel_size"]
-    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * dp
+    assert result.exit_code == 2 and "no runnable form for deepspeed" in result.stderr, result.stderr
 
 
 def test_deepspeed_lowers_zero2_with_pipelines(group, tmp_path):
