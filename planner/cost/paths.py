@@ -82,19 +82,23 @@ def tp_group_link(cluster: Cluster, ranks) -> Link:
     nodes = nodes_of(cluster, ranks)
     if len(nodes) == 1:
         return cluster.group(next(iter(nodes))[0]).intra_node
+    per_group = group_node_counts(nodes)
+    return collective_links(cluster, per_group)[1]
+
+
+def group_node_counts(nodes) -> dict[str, int]:
+    """How many of `nodes` ((group, node) keys, nodes_of) each node group holds."""
     per_group: dict[str, int] = {}
     for g, _ in nodes:
         per_group[g] = per_group.get(g, 0) + 1
-    return collective_links(cluster, per_group)[1]
+    return per_group
 
 
 def dp_layout(cluster: Cluster, ranks) -> DpLayout:
     """How a collective over `ranks` (one rank per TP position) runs: nodes, ranks per node,
     the intra- and per-GPU inter-node links (collective_links)."""
     nodes = nodes_of(cluster, ranks)
-    per_group: dict[str, int] = {}
-    for g, _ in nodes:
-        per_group[g] = per_group.get(g, 0) + 1
+    per_group = group_node_counts(nodes)
     intra, inter = collective_links(cluster, per_group)
     return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
 
@@ -115,8 +119,6 @@ def alltoall_group(cluster: Cluster, ranks) -> AllToAllGroup:
     """Where an all-to-all over `ranks` runs (formulas.group_alltoall_s): its ranks per node and
     the intra- and per-GPU inter-node links (collective_links)."""
     nodes = nodes_of(cluster, ranks)
-    per_group: dict[str, int] = {}
-    for g, _ in nodes:
-        per_group[g] = per_group.get(g, 0) + 1
+    per_group = group_node_counts(nodes)
     intra, inter = collective_links(cluster, per_group)
     return AllToAllGroup(len(ranks), max(nodes.values()), intra, inter)

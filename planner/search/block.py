@@ -19,7 +19,7 @@ from ..plan import Training
 from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
 from ..cost.sharding import Sharding
 from .experts import stage_ep_group
-from .shares import UNCAPPED, even_makespan, min_makespan
+from .shares import UNCAPPED
 from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap
 
 
@@ -123,7 +123,7 @@ class MemorySavers:
         """stage_costs for recompute "block" configs at one in-flight count: their type arrays
         and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
         (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
-        inputs, tables = self.inputs, self.tables
+        tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
         for index, key, cid, link in items:
             types, k = self.priced_types(cid, flags, in_flight)
@@ -141,8 +141,7 @@ class MemorySavers:
         for counts, group in pending.items():
             all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
             self.state.evaluations += len(group)
-            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
-            busy_all = makespan(inputs.microbatches, list(counts),
+            busy_all = self.makespan(counts,
                                 [np.stack([np.broadcast_to(times[g], item[6][g].shape)
                                            for times, item in zip(all_times, group)])
                                  for g in range(len(counts))],

@@ -417,8 +417,7 @@ class Problem(MemorySavers):
         for counts, items in pending.items():
             all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
             self.state.evaluations += len(items)
-            makespan = even_makespan if inputs.restriction.even_shares else min_makespan
-            busy_all = makespan(inputs.microbatches, list(counts),
+            busy_all = self.makespan(counts,
                                 [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
                                                  for times, item in zip(all_times, items)])
                                  for g in range(len(counts))],
@@ -435,6 +434,12 @@ class Problem(MemorySavers):
                     latency, split = reduce(np.maximum, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+
+    def makespan(self, counts, times, caps) -> np.ndarray:
+        """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
+        gives every replica the same share (Restriction.even_shares)."""
+        fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
+        return fn(self.inputs.microbatches, list(counts), times, caps)
 
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
