@@ -44,8 +44,12 @@ wheel-check: $(STAMP)
 	./venv/bin/planner gpus > gpus.txt && ./venv/bin/planner plan > plan.txt && \
 	echo "wheel-check: $$(ls dist) installed outside the checkout; planner gpus and planner plan ran"
 
+# the suite runs on every core (pytest-xdist; tests share no state but temporary directories);
+# PYTEST_WORKERS= (empty) runs it in one process
+PYTEST_WORKERS ?= -n auto --dist worksteal
+
 test: wheel-check $(INTEGRATION_STAMP)
-	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
+	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
 integration: $(INTEGRATION_STAMP)
 	PLANNER_REQUIRE_INTEGRATION=1 $(BIN)/python -m pytest -q -m integration
