@@ -21,7 +21,7 @@ from ..inputs.hardware import GIB, GpuSpec, Link
 from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
-from .flops import check_credible, layers_model_flops_per_sample, model_flops_per_sample
+from .flops import check_credible, layer_model_flops_per_sample
 from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
@@ -269,6 +269,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     gpu_by_rank: dict[int, str] = {}
     host_overflows: list[Overflow] = []
 
+    layer_flops = [layer_model_flops_per_sample(layer, s) for layer in model.layers]  # model FLOPs per sample
     for k in range(pp):
         rank_chunks = chunks[k]
         head = rank_chunks[0]
@@ -278,8 +279,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         min_bwd = float("inf")
         steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
         offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
-        rank_flops = layers_model_flops_per_sample((layer for st in rank_chunks
-                                                    for layer in model.layers[st.layers[0]:st.layers[1]]), s)
+        rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
         for replica in head.replicas:
             price = pricer.replica(rank_chunks, replica)
             measured = measured or price.params.measured is not None
@@ -344,7 +344,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
 
     used = plan.used_ranks()
     tokens = t.global_batch * s
-    model_flops = model_flops_per_sample(model, s) * t.global_batch
+    model_flops = sum(layer_flops) * t.global_batch  # flops.model_flops_per_sample, from the per-layer list
     recompute_full = all(st.recompute == "full" for st in plan.stages)
     hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
     peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
