@@ -243,8 +243,9 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
             if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
                                    problem.inputs.least_share) != (b, v, restriction, schedule, least):
-                problem = Problem(model, cluster, base, b, parts, options, v, plain.get((b, restriction)), clock,
-                                  restriction, schedule, least)
+                one_chunk = plain.get((b, restriction))
+                problem = Problem(model, cluster, base, b, parts, options, v, one_chunk, clock, restriction, schedule,
+                                  least, one_chunk if least > 1 else None)
                 if not problem.chunked and schedule == search_schedule(v).name:
                     plain[(b, restriction)] = problem
 

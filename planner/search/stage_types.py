@@ -259,6 +259,13 @@ class PriceTables:
     block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
     least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
 
+    def position_free(self) -> "PriceTables":
+        """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
+        layouts, tails, least rooms), which one-chunk problems of the same micro-batch and
+        restriction have in common whatever their schedule and depth (the zero-bubble ones)."""
+        return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
+                           block_prices=self.block_prices, least_room=self.least_room)
+
 
 @dataclass
 class SearchState:

@@ -51,11 +51,13 @@ class Problem(MemorySavers, DeferredW):
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
                  clock: SearchClock | None = None, restriction: Restriction = Restriction(),
-                 schedule_name: str | None = None, least_share: int = 1):
+                 schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None):
         self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction,
                                        schedule_name, least_share)
         self.catalog = Catalog()
         self.tables = PriceTables()
+        if shared is not None:  # a one-chunk problem of the same b and restriction: its position-free prices
+            self.tables = shared.tables.position_free()
         self.state = SearchState(clock)
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
