@@ -66,6 +66,7 @@ class PlanRequest:
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     virtual_stages: tuple[int, ...] = ()
+    zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
@@ -108,7 +109,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
-                            offload=request.offload,
+                            offload=request.offload, zero_bubble=request.zero_bubble,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
                             # degrees given: each of them, across nodes too
