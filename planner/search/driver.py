@@ -1,7 +1,9 @@
 """Plan search: the fastest plan under the cost model, with a proof of optimality.
 
 Search space (all of it searched jointly):
-  * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
+  * micro-batch size b (options); the 1F1B schedule, ZB-H1 where the runtime runs it (`any`;
+    planner.search.deferred: its deferred W inputs in the memory caps per position, at least
+    P micro-batches per replica, a DP per depth P), or interleaved 1F1B with V chunks
     per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
     possible but for the embedding's or head's chunk, which takes what is fastest;
   * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
