@@ -116,3 +116,15 @@ def test_least_share_makespan_equals_enumeration_and_the_ilp():
             ilp = solve_shares_ilp(total, [t for t, _ in replicas], [c for _, c in replicas], least=least)
             assert min(ilp.shares) >= least and sum(ilp.shares) == total
             assert max(x * t for x, (t, _) in zip(ilp.shares, replicas)) == pytest.approx(best)
+
+
+@pytest.mark.parametrize("seed", (6, 8))  # 6: 1F1B with a stage offloaded; 8: ZB-H1
+def test_search_with_zero_bubble_and_offload_equals_brute_force(seed):
+    from .test_memsave import OFFLOAD_OPTIONS, block_instance
+    model, cluster, base = block_instance(seed)
+    options = {**OFFLOAD_OPTIONS, "zero_bubble": True}
+    expected, _, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                                 options["recompute_modes"], virtual_stages=(1,), offload=True, zero_bubble=True)
+    result = solve(model, cluster, base, SolverOptions(**options))
+    assert result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
