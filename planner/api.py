@@ -66,6 +66,7 @@ class PlanRequest:
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     virtual_stages: tuple[int, ...] = ()
+    zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
@@ -108,7 +109,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
-                            offload=request.offload,
+                            offload=request.offload, zero_bubble=request.zero_bubble,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
                             # degrees given: each of them, across nodes too
@@ -132,7 +133,7 @@ ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any`
 def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
                       options) -> SearchResult:
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
-    every stage free), in the time the limit leaves; skipped, with a note, when too little is left
+    every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
     or that search does not finish in it."""
     from dataclasses import replace
 
@@ -143,8 +144,11 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
         return replace(result, any_runtime_step_s=None,
                        any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
     try:
-        # the plan found bounds the wider search: only faster plans are looked for
-        other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left,
+        # the plan found bounds the wider search: only faster plans are looked for. It keeps the
+        # upstream runtimes' schedules (no ZB-H1, which none runs as one chunk per rank): the gain
+        # reported is that of the freer stages (uneven shares, per-stage TP), and the time of the
+        # default `planner plan` stays that of the two searches without zero bubble
+        other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left, zero_bubble=False,
                                                     upper_bound_s=result.estimate.step_time_s))
     except NothingFaster:
         return replace(result, any_runtime_step_s=result.estimate.step_time_s)

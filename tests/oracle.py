@@ -1,6 +1,7 @@
 """Brute-force enumerator over the solver's search space, for tiny inputs (the oracle).
 
-Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B or
+Independent of planner.search.driver: it enumerates every plan (micro-batch, schedule (1F1B, ZB-H1
+where the runtime runs it (`zero_bubble`; at least p micro-batches per replica, as planner.plan asks), or
 interleaved with V chunks per rank, chunks of any sizes), ordered stages on disjoint node sets, tp, context
 parallelism (cp_degrees, ring: tp x cp inside a node), recompute (with "block", every count of recomputed blocks,
 1F1B only), ZeRO stage and (with `offload`) ZeRO-Offload per stage, contiguous layer split, every share vector)
@@ -20,6 +21,7 @@ from planner.cost.runtimes.capability import capability, violations
 from planner.inputs.hardware import Cluster
 from planner.inputs.model import Model
 from planner.plan import Plan, Replica, Stage, Training
+from planner.schedules import get_schedule
 
 
 def compositions(total: int, parts: int):
@@ -63,20 +65,26 @@ def layer_splits(items: int, stages: int, v: int):
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
-                cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False) -> tuple[float, Plan | None, int]:
+                cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False,
+                zero_bubble=False) -> tuple[float, Plan | None, int]:
     sp = capability(runtime).sequence_parallel
+    # the one-chunk schedules: 1F1B, and ZB-H1 (2+ stages) where the runtime runs it
+    one_chunk = ("1f1b",) + (("zb-h1",) if zero_bubble and "zb-h1" in capability(runtime).schedules
+                             and get_schedule("zb-h1").supported_by(runtime) else ())
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
     heads = model.config.num_heads
     experts = model.config.num_experts
     best, best_plan, count = float("inf"), None, 0
-    for b, v in product(micro_batches, virtual_stages):
+    for b, v, schedule in ((b, v, s) for b, v in product(micro_batches, virtual_stages)
+                           for s in (one_chunk if v == 1 else ("interleaved",))):
         if base.global_batch % b:
             continue
         m_total = base.global_batch // b
-        training = Training(base.global_batch, base.seq_len, base.dtype, b, "interleaved" if v > 1 else "1f1b",
+        training = Training(base.global_batch, base.seq_len, base.dtype, b, schedule,
                             v, base.attention, runtime, base.optimizer)
-        for stages in range(1, min(len(nodes), items) + 1):
+        split = get_schedule(schedule).split_backward
+        for stages in range(2 if split else 1, min(len(nodes), items) + 1):
             for labels in node_assignments(len(nodes), stages):
                 members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
                 options = []
@@ -116,14 +124,15 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                                           if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
                                                  if cluster.group_of_rank(r[i][0]).name
                                                  == cluster.group_of_rank(r[i + 1][0]).name)
-                                          and (c[4] == 1 or len(set(sh)) == 1)]
+                                          and (c[4] == 1 or len(set(sh)) == 1)
+                                          and (not split or min(sh) >= stages)]
                                          for r, c in zip(replica_ranks, choice)]
                         # recompute "block": every count of recomputed decoder blocks (1F1B only,
                         # as the search)
                         block_counts = [range(sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
                                               + 1) if choice[prank[index]][2] == "block" else (0,)
                                         for index, (first, end) in enumerate(bounds)]
-                        if v > 1 and any(choice[prank[i]][2] == "block" for i in range(len(bounds))):
+                        if (v > 1 or split) and any(choice[prank[i]][2] == "block" for i in range(len(bounds))):
                             continue
                         for shares, recomputed in product(product(*share_options), product(*block_counts)):
                             plan_stages = []

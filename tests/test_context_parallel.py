@@ -134,7 +134,7 @@ def test_search_tries_cp_only_for_long_sequences():
 
 
 CP_TINY = dict(micro_batches=(1,), tp_degrees=(1, 2), recompute_modes=("none", "full"), virtual_stages=(1,),
-               cp_degrees=(1, 2), cp_min_seq_len=1, offload=False)  # offload: tests/test_memsave.py
+               cp_degrees=(1, 2), cp_min_seq_len=1, offload=False, zero_bubble=False)  # offload: tests/test_memsave.py; ZB-H1: tests/test_zero_bubble_search.py
 
 
 def cp_instance(seed: int):

@@ -251,7 +251,7 @@ def test_solver_with_ep_equals_brute_force_optimum(seed, runtime):
     model, cluster, base = moe_instance(seed)
     base = dataclasses.replace(base, runtime=runtime)
     options = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"),
-                   zero_stages=(1, 3), virtual_stages=(1,))
+                   zero_stages=(1, 3), virtual_stages=(1,), zero_bubble=False)
     expected, best, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
                                     options["recompute_modes"], options["zero_stages"], (1,), ep_degrees=(1, 2, 4, 8),
                                     runtime=runtime)

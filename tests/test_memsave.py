@@ -19,9 +19,9 @@ from .oracle import brute_force
 
 # runtime: any (per-stage tp, recompute and ZeRO)
 BLOCK_OPTIONS = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none", "full", "block"),
-                     virtual_stages=(1,), offload=False)
+                     virtual_stages=(1,), offload=False, zero_bubble=False)  # ZB-H1: tests/test_zero_bubble_search.py
 OFFLOAD_OPTIONS = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none", "block"), virtual_stages=(1,),
-                       offload=True)
+                       offload=True, zero_bubble=False)
 
 
 def block_instance(seed: int):
@@ -299,7 +299,7 @@ def test_search_with_cp_block_and_offload_equals_brute_force(seed):
     model, cluster, base = cp_instance(seed)
     base = dataclasses.replace(base, runtime="any")
     options = dict(micro_batches=(1,), tp_degrees=(1, 2), recompute_modes=("none", "full", "block"),
-                   virtual_stages=(1,), cp_degrees=(1, 2), cp_min_seq_len=1, offload=True)
+                   virtual_stages=(1,), cp_degrees=(1, 2), cp_min_seq_len=1, offload=True, zero_bubble=False)
     expected, _, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
                                  options["recompute_modes"], cp_degrees=options["cp_degrees"], runtime="any",
                                  offload=True)

@@ -128,7 +128,9 @@ def test_uneven_split_gives_fast_gpus_more_samples():
     """gpt2 on A100 + V100: one data-parallel stage over both types, A100 replicas take more."""
     cluster = load_cluster("a100-v100-mix")
     # runtime: any (uneven shares); Megatron gives every replica the same share
-    result = solve(load_model("gpt2"), cluster, Training(768, 1024, "fp16", 1, runtime="any"))
+    # (ZB-H1 left out: there its pipeline of single-type stages is faster than one mixed stage)
+    result = solve(load_model("gpt2"), cluster, Training(768, 1024, "fp16", 1, runtime="any"),
+                   SolverOptions(zero_bubble=False))
     mixed = 0
     for stage in result.plan.stages:
         shares: dict[str, set[int]] = {}

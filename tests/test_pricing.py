@@ -80,7 +80,8 @@ def test_search_prices_a_zero_0_replicated_stage_as_evaluate_does():
     cluster = cluster_from_spec({"name": "one-node", "node_groups": [
         {"name": "g", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 2}]})
     base = Training(2, 1024, "fp16", 1)
-    options = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none",), virtual_stages=(1,))
+    options = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none",), virtual_stages=(1,),
+                   zero_bubble=False)
     result = solve(model, cluster, base, SolverOptions(zero_stages=(0,), **options))
     assert [st.dp for st in result.plan.stages] == [2] and result.plan.stages[0].zero == 0
     expected, _, _ = brute_force(model, cluster, base, (1,), (1,), ("none",), zero_stages=(0,))

@@ -19,7 +19,8 @@ from .oracle import brute_force
 
 GPU_CHOICES = ["A100-SXM4-80GB", "V100-SXM2-32GB", "T4", "RTX-4090", "H100-SXM5-80GB"]
 TINY_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"),
-                    virtual_stages=(1, 2), offload=False)  # offload: tests/test_memsave.py
+                    virtual_stages=(1, 2), offload=False,  # offload: tests/test_memsave.py
+                    zero_bubble=False)  # ZB-H1: tests/test_zero_bubble_search.py
 
 
 def tiny_instance(seed: int):

@@ -204,10 +204,12 @@ def test_megatron_and_deepspeed_refuse_the_schedules_they_lack_with_the_reason(s
 # --- the search ---------------------------------------------------------------------------------
 
 
-def test_the_search_tries_no_zero_bubble_schedule_yet():
+def test_the_search_tries_zb_h1_under_any_only():
     from planner.schedules import searched_schedules
-    for runtime in ("any", "megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
+    assert [s.name for s in searched_schedules(1, "any")] == ["1f1b", "zb-h1"]
+    for runtime in ("megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
         assert [s.name for s in searched_schedules(1, runtime)] == ["1f1b"]
+    for runtime in ("any", "megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
         assert [s.name for s in searched_schedules(2, runtime)] == ["interleaved"]
 
 

@@ -23,6 +23,9 @@ from .output import emit, search_progress, warn
 @click.option("--virtual-stages", "virtual_stages", type=int, multiple=True,
               help="Pipeline chunks per rank to search (repeatable): 1 is 1F1B, V > 1 the interleaved "
                    "schedule with V chunks per rank [default: 1 2].")
+@click.option("--zero-bubble/--no-zero-bubble", "zero_bubble", default=True, show_default=True,
+              help="Search ZB-H1 (split backward, 1F1B's memory plus the deferred weight-gradient inputs) where "
+                   "the runtime runs it: --runtime any.")
 @click.option("--cp", "cp_degrees", type=int, multiple=True,
               help="Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "
                    "sequences of 16,384 tokens or more; --cp 1: no context parallelism].")
@@ -41,7 +44,7 @@ from .output import emit, search_progress, warn
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, optimizer, micro_batches, virtual_stages,
-                 cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
+                 zero_bubble, cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -64,7 +67,8 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, attenti
         global_batch=DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch,
         seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
         optimizer=optimizer,
-        micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), time_limit_s=time_limit,
+        micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), zero_bubble=zero_bubble,
+        time_limit_s=time_limit,
         cp_degrees=tuple(cp_degrees),
         ep_degrees=tuple(ep_degrees),
         max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),

@@ -5,6 +5,8 @@ shrinks from (p - 1)(T_F + T_B + T_W) to (p - 1)(T_F + T_B - T_W), a third of 1F
 T_F = T_B = T_W, and the peak stays 1F1B's p micro-batches (rank 0): rank k holds p - k
 micro-batches whole and the weight-GEMM inputs of k more.
 
+Searched (planner.search.deferred) where the runtime runs it: `--runtime any` only.
+
 Runtimes: none upstream. Megatron-LM runs 1F1B and interleaved only (the ZB-H1 code is the
 authors' fork, sail-sg/zero-bubble-pipeline-parallelism); DeepSpeed its own 1F1B
 (TrainSchedule); torchtitan's zero-bubble classes (InterleavedZeroBubble, ZBVZeroBubble) are
@@ -74,7 +76,7 @@ class ZeroBubbleH1(Schedule):
 
 
 SCHEDULE = ZeroBubbleH1(
-    "zb-h1", searched=False, min_pp=2, split_backward=True, runs_in_planner_run=False,
+    "zb-h1", searched=True, min_pp=2, split_backward=True, runs_in_planner_run=False,
     runtime_names={"megatron": None, "deepspeed": None, "torchtitan": None},
     unsupported_because={
         "megatron": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",

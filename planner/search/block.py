@@ -170,18 +170,22 @@ class MemorySavers:
         self.tables.types[config] = none
         return none
 
-    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], in_flight: float) -> bool:
+    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], position) -> bool:
         """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
-        where the same configuration on the GPU alone cannot hold its in-flight micro-batches.
+        where the same configuration on the GPU alone cannot hold its in-flight micro-batches (and
+        a split backward's deferred W inputs: `position` (in flight, deferred), or in flight alone).
         A search whose restriction puts offload on every stage (a runtime's one setting) keeps it."""
         if self.inputs.restriction.offload:
             return False
+        in_flight, deferred = position if isinstance(position, tuple) else (position, 0.0)
         key = (config, flags)
         least = self.tables.least_room.get(key)
         if least is None:  # the least room of the config on the GPU alone, over its types and block counts
             on_gpu = self.type_arrays(replace(config, offload=False))
-            least = self.tables.least_room[key] = min(float(ta.room[flags].min()) for ta in on_gpu)
-        return least >= in_flight
+            # and the most a deferred W keeps, as a share of a micro-batch (planner.search.deferred)
+            most_w = max((float(ta.wgrad_share[flags].max()) for ta in on_gpu if ta.wgrad_share), default=0.0)
+            least = self.tables.least_room[key] = (min(float(ta.room[flags].min()) for ta in on_gpu), most_w)
+        return least[0] >= in_flight + deferred * least[1]
 
     def _nowhere(self) -> StageCost:
         """A configuration the search leaves out at this position: infeasible at every block count."""

@@ -55,7 +55,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     """
     items = problem.num_blocks + 2
     zeros = tuple(0 for _ in problem.bundle_nodes)
-    if ranks is None:
+    if ranks is None or not problem.chunked:  # (zero bubble: P ranks, no send around to rank 0)
         firsts = [-1]
         max_stages = min(problem.max_stages, sum(problem.bundle_nodes), items)
     else:
@@ -96,7 +96,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                 sig = all_sources[0][2]
                 for has_emb in front_choices:
                     sources, values = all_sources, all_values
-                    if ranks is not None and has_emb:
+                    if ranks is not None and problem.chunked and has_emb:
                         # the first rank must have the signature the search started from
                         rows = [i for i, (key, _, _) in enumerate(all_sources) if key.first == sig]
                         if not rows:

@@ -1,7 +1,9 @@
 """Plan search: the fastest plan under the cost model, with a proof of optimality.
 
 Search space (all of it searched jointly):
-  * micro-batch size b (options); the 1F1B schedule, or interleaved 1F1B with V chunks
+  * micro-batch size b (options); the 1F1B schedule, ZB-H1 where the runtime runs it (`any`;
+    planner.search.deferred: its deferred W inputs in the memory caps per position, at least
+    P micro-batches per replica, a DP per depth P), or interleaved 1F1B with V chunks
     per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
     possible but for the embedding's or head's chunk, which takes what is fastest;
   * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
@@ -69,9 +71,10 @@ from ..inputs.hardware import GIB, Cluster
 from .layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, layer_floors, sequence_floor, sequence_floor_text, unplaceable_layer
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
+from ..schedules import get_schedule, search_schedule
 from .shares import solve_shares_ilp
 from .space import in_search_space, subproblems as runtime_subproblems, uniform_space, within
-from .stages import INF, Problem, SolverOptions, share_cap
+from .stages import INF, Problem, SolverOptions
 from .uniform import improving_uniform
 
 _uniform_space = uniform_space  # the name tests/test_decompose.py knows
@@ -126,8 +129,8 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     recompute_layers = []
     for c in choices:
         flags = (c.has_head, c.has_emb)
-        in_flight = problem.in_flight(c.from_end, c.ranks)
-        types, k = problem.priced_types(c.cid, flags, in_flight)
+        position = problem.position(c.from_end, c.ranks)
+        types, k = problem.priced_types(c.cid, flags, position[0])
         recompute_layers.append(0 if k is None else int(k[c.blocks]))
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
@@ -147,14 +150,16 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
-        caps = [int(share_cap(ta.room[flags][c.blocks], in_flight)) for ta in types]
+        caps = [int(cap[c.blocks]) for cap in problem.share_caps(types, flags, position)]
         if problem.restriction.even_shares:
             load = problem.microbatches // len(replicas_ranks)  # shares.even_makespan
             assert load * len(replicas_ranks) == problem.microbatches and all(caps[t] >= load for t in replica_type)
+            assert load >= problem.inputs.least_share
             shares = [load] * len(replicas_ranks)
         else:
             solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
-                                        [caps[t] for t in replica_type], problem.options.ilp)
+                                        [caps[t] for t in replica_type], problem.options.ilp,
+                                        problem.inputs.least_share)
             if not solution.optimal:
                 raise RuntimeError("the share ILP did not prove optimality")
             shares = solution.shares
@@ -235,11 +240,15 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                                       lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space)):
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
-        for b, v, ranks, restriction in subproblems:
-            if problem is None or (problem.b, problem.v, problem.restriction) != (b, v, restriction):
-                problem = Problem(model, cluster, base, b, parts, options, v, plain.get((b, restriction)), clock,
-                                  restriction)
-                if not problem.chunked:
+        for b, v, ranks, restriction, schedule in subproblems:
+            # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
+            least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
+            if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
+                                   problem.inputs.least_share) != (b, v, restriction, schedule, least):
+                one_chunk = plain.get((b, restriction))
+                problem = Problem(model, cluster, base, b, parts, options, v, one_chunk, clock, restriction, schedule,
+                                  least, one_chunk if least > 1 else None)
+                if not problem.chunked and schedule == search_schedule(v).name:
                     plain[(b, restriction)] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:

@@ -22,13 +22,14 @@ UNCAPPED = 1 << 40
 
 
 def even_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
-                  caps: Sequence[np.ndarray]) -> np.ndarray:
+                  caps: Sequence[np.ndarray], least: int = 1) -> np.ndarray:
     """The makespan when every replica takes total / replicas micro-batches (a runtime without
     uneven shares, planner.cost.runtimes.capability): the slowest replica's time; inf where the
-    replicas do not divide the micro-batches or a replica's memory cap is below its share."""
+    replicas do not divide the micro-batches, the share is below `least` or a replica's memory
+    cap is below its share."""
     shape = np.broadcast(*times, *caps).shape
     replicas = sum(counts)
-    if replicas == 0 or total % replicas:
+    if replicas == 0 or total % replicas or total // replicas < least:
         return np.full(shape, np.inf)
     load = total // replicas
     slowest = np.full(shape, -np.inf)
@@ -39,13 +40,27 @@ def even_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray]
 
 
 def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
-                 caps: Sequence[np.ndarray]) -> np.ndarray:
+                 caps: Sequence[np.ndarray], least: int = 1) -> np.ndarray:
     """Smallest C such that replicas of type g (counts[g] of them, per-micro-batch time
-    times[g], at most caps[g] each, at least one each) can take `total` micro-batches
+    times[g], at most caps[g] each, at least `least` each) can take `total` micro-batches
     with every replica finishing by C. Vectorised over the arrays' common shape; inf
     where infeasible. C is always j * times[g] for some type g and load j, and
     feasibility is monotone in C, so a binary search over j per type finds it.
+
+    With least L > 1 (a zero-bubble schedule's p micro-batches per replica) it is
+    max(C_1, L * slowest time), C_1 the makespan with at least one each: both bound it from
+    below, and at that C every replica may take between L and min(cap, C / t) >= L, which
+    together hold `total` since C >= C_1 (so it is reached), given total >= L x replicas
+    and every cap >= L.
     """
+    if least > 1:
+        shape = np.broadcast(*times, *caps).shape
+        if total < least * sum(counts):
+            return np.full(shape, np.inf)
+        one = min_makespan(total, counts, times, caps)
+        slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
+        ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
+        return np.where(ok, np.maximum(one, least * slowest), np.inf)
     shape = np.broadcast(*times, *caps).shape
     best = np.full(shape, np.inf)
     if total < sum(counts):
@@ -153,14 +168,14 @@ def _solver(options: IlpOptions):
 
 
 def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: Sequence[int],
-                     options: IlpOptions = IlpOptions()) -> ShareSolution:
+                     options: IlpOptions = IlpOptions(), least: int = 1) -> ShareSolution:
     """Integer program for the shares of one stage, aggregated by replica speed class.
 
     1. Variables: per class g, k_g (largest load of one replica, integer) and m_g (the
        class's micro-batches, integer); C, the makespan.
     2. Objective: minimise C.
-    3. Constraints: (a) k_g t_g <= C; (b) m_g <= n_g k_g; (c) m_g >= n_g (each replica at
-       least one); (d) k_g <= cap_g (memory); (e) sum_g m_g = total.
+    3. Constraints: (a) k_g t_g <= C; (b) m_g <= n_g k_g; (c) m_g >= n_g L (each replica at
+       least L = `least`, 1 but for zero bubble's p); (d) k_g <= cap_g (memory); (e) sum_g m_g = total.
     Accepts only a proven-optimal solution; shares are then spread evenly inside a class.
     """
     classes: dict[tuple[float, int], list[int]] = {}
@@ -170,7 +185,7 @@ def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: S
     prob = pulp.LpProblem("stage_shares", pulp.LpMinimize)
     # 1. variables
     makespan = prob.add_variable("C", lowBound=0)
-    load = {i: prob.add_variable(f"k_{i}", lowBound=1, upBound=min(cap, total), cat="Integer")
+    load = {i: prob.add_variable(f"k_{i}", lowBound=least, upBound=min(cap, total), cat="Integer")
             for i, (t, cap) in enumerate(keys)}
     assigned = {i: prob.add_variable(f"m_{i}", lowBound=0, upBound=total, cat="Integer")
                 for i in range(len(keys))}
@@ -181,7 +196,7 @@ def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: S
         n = len(classes[keys[i]])
         prob += load[i] * t <= makespan, f"a_makespan_{i}"
         prob += assigned[i] <= n * load[i], f"b_class_capacity_{i}"
-        prob += assigned[i] >= n, f"c_at_least_one_each_{i}"
+        prob += assigned[i] >= n * least, f"c_at_least_one_each_{i}"
     prob += pulp.lpSum(assigned.values()) == total, "e_all_microbatches"
     with _quiet_stdout():
         prob.solve(_solver(options))

@@ -12,7 +12,7 @@ from ..cost.runtimes.capability import Capability
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training
-from ..schedules import search_schedule
+from ..schedules import search_schedule, searched_schedules
 from .context_parallel import cp_choices
 from .stages import Restriction, SolverOptions, searched_recompute_modes
 from .uniform import UniformSpace, stages_on_whole_nodes
@@ -121,27 +121,38 @@ def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, tp: int,
 
 def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
                  cap: Capability):
-    """(micro-batch, virtual stages V, pipeline ranks, restriction) searched in turn: 1F1B
-    (V = 1) with any number of stages in one DP, interleaved with the number of ranks P fixed
-    per DP, since a rank's in-flight micro-batches depend on P (Schedule.in_flight_microbatches);
-    each once per restriction of the runtime (restrictions)."""
+    """(micro-batch, virtual stages V, pipeline ranks, restriction, schedule name) searched in
+    turn: 1F1B (V = 1) with any number of stages in one DP, interleaved and ZB-H1 with the
+    number of ranks P fixed per DP, since a rank's in-flight micro-batches (and deferred W
+    passes) depend on P (Schedule.in_flight_microbatches); each once per restriction of the
+    runtime (restrictions). The schedules are the searched ones the runtime runs
+    (schedules.searched_schedules, Capability.schedules); ZB-H1 where each replica can take
+    P micro-batches."""
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
-    schedules = [(v, search_schedule(v)) for v in sorted(set(options.virtual_stages))]
+    schedules = [(v, s) for v in sorted(set(options.virtual_stages))
+                 for s in searched_schedules(v, cap.runtime)
+                 if s is search_schedule(v) or (s.name in cap.schedules
+                                                and (options.zero_bubble or not s.split_backward))]
     per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
     # 1F1B first: its best plan bounds the interleaved searches, which cost more
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
                 for r in per_b[b]:
-                    yield b, v, None, r
+                    yield b, v, None, r, schedule.name
     for b in sizes:
         for v, schedule in schedules:
             if schedule.depth_dependent():
                 for r in per_b[b]:
                     most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
-                    for ranks in range(schedule.min_pp, min(most, nodes, blocks // v) + 1):
+                    # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
+                    layers = blocks // v if schedule.chunks_per_rank(v) > 1 else blocks + 2
+                    for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
                         # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
                         if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
                             continue
-                        yield b, v, ranks, r
+                        # zero bubble: every replica takes at least P micro-batches (planner.plan)
+                        if schedule.split_backward and base.global_batch // b < ranks * (r.dp or 1):
+                            continue
+                        yield b, v, ranks, r, schedule.name

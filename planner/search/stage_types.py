@@ -18,7 +18,7 @@ from ..inputs.hardware import Cluster, Link, NodeGroup
 from ..inputs.model import Layer, Model
 from ..plan import Training
 from ..cost.pricing import DpLayout
-from ..schedules import Schedule, search_schedule
+from ..schedules import Schedule, get_schedule, search_schedule
 from .shares import UNCAPPED, IlpOptions
 
 INF = float("inf")
@@ -48,6 +48,8 @@ class SolverOptions:
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
     # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
     virtual_stages: tuple[int, ...] = (1, 2)
+    # ZB-H1 (planner.search.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved)
+    zero_bubble: bool = True
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
@@ -127,6 +129,10 @@ class TypeArrays:
     # chunk, the chunk with the embedding, the chunk with the head
     chunk: dict[str, np.ndarray] = field(default_factory=dict)
     cp_link: Link | None = None  # a CP ring spanning nodes: its per-GPU inter-node link (None: inside a node)
+    # a split backward (zero bubble, planner.search.deferred): the weight-gradient time W per
+    # micro-batch, and a deferred W's kept inputs per micro-batch as a share of its activations
+    wgrad: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
+    wgrad_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
 
 
 class StageCost(NamedTuple):
@@ -157,6 +163,22 @@ def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
     return np.where(room >= in_flight, UNCAPPED, np.maximum(np.floor(room), 0)).astype(np.int64)
 
 
+def deferred_share_cap(room: np.ndarray, wgrad_share: np.ndarray, in_flight: float, deferred: float) -> np.ndarray:
+    """share_cap under a split backward whose rank holds back up to `deferred` W passes
+    (Schedule.deferred_w_microbatches): a replica with n micro-batches holds min(n, in-flight)
+    whole and the W inputs (`wgrad_share` of a whole one each) of min(deferred, n - in-flight)
+    more (planner.cost.pricing.replica_memory), so past the in-flight ones each further
+    micro-batch needs `wgrad_share` of room, up to `deferred` of them."""
+    cap = share_cap(room, in_flight)
+    if not deferred:
+        return cap
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extra = np.where(wgrad_share > 0, np.floor((room - in_flight) / np.where(wgrad_share > 0, wgrad_share, 1.0)),
+                         UNCAPPED)
+    whole = room >= in_flight + deferred * wgrad_share
+    return np.where(room < in_flight, cap, np.where(whole, UNCAPPED, in_flight + extra)).astype(np.int64)
+
+
 # --- the parts of a stages.Problem ---------------------------------------------------------
 
 
@@ -183,11 +205,13 @@ class ProblemInputs:
     blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
     blocks_index: np.ndarray  # the same as integers
     restriction: Restriction = Restriction()
+    least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.deferred)
 
     @classmethod
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
-           virtual_stages: int, restriction: Restriction = Restriction()) -> "ProblemInputs":
-        schedule = search_schedule(virtual_stages)
+           virtual_stages: int, restriction: Restriction = Restriction(),
+           schedule_name: str | None = None, least_share: int = 1) -> "ProblemInputs":
+        schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
         t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
                      base.runtime, base.optimizer)
         groups = tuple(cluster.groups)
@@ -196,7 +220,7 @@ class ProblemInputs:
                    schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
                    parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
                    num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float),
-                   np.arange(num_blocks + 1), restriction)
+                   np.arange(num_blocks + 1), restriction, least_share)
 
 
 @dataclass(frozen=True)
@@ -233,7 +257,14 @@ class PriceTables:
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
     block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
     block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
-    least_room: dict[tuple, float] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
+    least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
+
+    def position_free(self) -> "PriceTables":
+        """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
+        layouts, tails, least rooms), which one-chunk problems of the same micro-batch and
+        restriction have in common whatever their schedule and depth (the zero-bubble ones)."""
+        return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
+                           block_prices=self.block_prices, least_room=self.least_room)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, of
 from .experts import ep_degrees, stage_ep_group
 from ..cost.sharding import Sharding
 from .block import BlockPrices, MemorySavers
+from .deferred import DeferredW
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
@@ -41,7 +42,7 @@ def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str)
     return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
 
 
-class Problem(MemorySavers):
+class Problem(MemorySavers, DeferredW):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -49,10 +50,14 @@ class Problem(MemorySavers):
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
-                 clock: SearchClock | None = None, restriction: Restriction = Restriction()):
-        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction)
+                 clock: SearchClock | None = None, restriction: Restriction = Restriction(),
+                 schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None):
+        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction,
+                                       schedule_name, least_share)
         self.catalog = Catalog()
         self.tables = PriceTables()
+        if shared is not None:  # a one-chunk problem of the same b and restriction: its position-free prices
+            self.tables = shared.tables.position_free()
         self.state = SearchState(clock)
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
@@ -93,9 +98,10 @@ class Problem(MemorySavers):
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
-        # 1F1B fixes per position; the interleaved search leaves it out (planner.search.block)
+        # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
+        # (planner.search.block, planner.search.deferred)
         modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
-                 if not (m == "block" and inputs.chunked)]
+                 if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
         # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
         for take in product(*ranges):
@@ -174,7 +180,7 @@ class Problem(MemorySavers):
                 full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link,
                                    ep_group)
                 self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
-            times, bwds, params, rooms, experts = {}, {}, {}, {}, {}
+            times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
             worst = (-INF, "")
             for has_head, has_emb in product((False, True), repeat=2):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
@@ -183,6 +189,10 @@ class Problem(MemorySavers):
                 times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
+                wgrads[(has_head, has_emb)] = span.wgrad_s
+                with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.deferred)
+                    wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
+                                                                 / np.where(acts > 0, acts, 1.0), 0.0)
                 free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
                                                          offload=config.offload).total_bytes
                 with np.errstate(divide="ignore", invalid="ignore"):
@@ -199,7 +209,7 @@ class Problem(MemorySavers):
                     over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                     worst = max(worst, (over, gpu.name))
             out.append(TypeArrays(count, group, times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p,
-                                  cp_link=cp_link))
+                                  cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -261,7 +271,7 @@ class Problem(MemorySavers):
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
         so variant j holds the j-th such config by tau. Usually one variant remains."""
-        key = (fid, self.in_flight(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
+        key = (fid, self.position(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
         cached = self.tables.family.get(key)
         if cached is not None:
             return cached
@@ -361,18 +371,19 @@ class Problem(MemorySavers):
         (`_price_levels`), and a position picks its level per block count."""
         inputs, tables = self.inputs, self.tables
         has_head = stage_from_end == 1
-        in_flight = self.in_flight(stage_from_end, ranks)
+        position = self.position(stage_from_end, ranks)
+        in_flight, deferred = position
         flags = (has_head, has_emb)
         out: list = [None] * len(cids)
         todo, blocks = [], []
         for index, cid in enumerate(cids):
-            key = (cid, in_flight, has_head, has_emb, successor_id)
+            key = (cid, position, has_head, has_emb, successor_id)
             cached = tables.stage.get(key)
             if cached is not None:
                 out[index] = cached
                 continue
             config = self.catalog.configs[cid]
-            if config.offload and self._offload_never_needed(config, flags, in_flight):
+            if config.offload and self._offload_never_needed(config, flags, position):
                 tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
                 continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
@@ -381,6 +392,9 @@ class Problem(MemorySavers):
             todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
         if blocks:
             self._price_blocks(blocks, flags, in_flight, out)
+        if deferred and todo:  # zero bubble's caps at this position (planner.search.deferred)
+            self._price_deferred(todo, flags, position, out)
+            return out
         missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
         if missing:
             self._price_levels(list(dict.fromkeys(missing)))
@@ -431,7 +445,7 @@ class Problem(MemorySavers):
                 if inputs.chunked:
                     latency, split = chunk_latency(types, flags, link, inputs.v, inputs.num_blocks)
                 else:
-                    latency, split = reduce(np.maximum, times), None
+                    latency, split = self.latency(types, flags, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
 
@@ -439,7 +453,7 @@ class Problem(MemorySavers):
         """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
         gives every replica the same share (Restriction.even_shares)."""
         fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
-        return fn(self.inputs.microbatches, list(counts), times, caps)
+        return fn(self.inputs.microbatches, list(counts), times, caps, self.inputs.least_share)
 
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last

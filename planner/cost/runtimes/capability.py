@@ -73,7 +73,7 @@ CAPABILITIES: dict[str, Capability] = {
     ANY: Capability(
         runtime=ANY, version="the planner's search space", pipeline=True, tensor_parallel=True,
         per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved", "gpipe"), interleaved_microbatch_multiple=False,
+        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs"), interleaved_microbatch_multiple=False,
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
@@ -130,9 +130,10 @@ CAPABILITIES: dict[str, Capability] = {
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
         # parallelism.module_fqns_per_model_part: any layers per stage (pipeline_parallel.py)
         layer_split="any",
-        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe (and zero-bubble
-        # ones the planner does not search)
-        schedules=("1f1b", "interleaved", "gpipe"),
+        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe, ZBVZeroBubble and
+        # LoopedBFS (torch.distributed.pipelining.schedules; torchtitan/distributed/pipeline_parallel.py
+        # places "v" stages for ZBVZeroBubble, asserting 2 per rank, "loop" stages otherwise)
+        schedules=("1f1b", "interleaved", "gpipe", "zbv", "looped-bfs"),
         # torch.distributed.pipelining Interleaved1F1B: "n_microbatches must be a multiple of the
         # number of stages per rank" in older torch; the planner keeps the multiple of pp
         interleaved_microbatch_multiple=True,

@@ -1,0 +1,87 @@
+"""Zero bubble in the search (planner.search.stages.Problem's DeferredW part): ZB-H1 (Qi et al.
+2023, Zero Bubble, sec 3.1) runs 1F1B with the backward split into B and W, rank k holding back
+k W passes. Two things change against 1F1B, both per pipeline position:
+
+- the memory caps: a rank holds its in-flight micro-batches whole and the weight-GEMM inputs
+  of `deferred` more (Schedule.deferred_w_microbatches), so a replica type's cap at a position
+  is stagetypes.deferred_share_cap, not the floor of its room; the level pricing (caps = floor
+  of the room for the capped types) holds only where nothing is deferred (the first rank), so
+  the other positions are priced by their caps, each distinct (config, flags, link, caps) once;
+- the latency: T_F + T_B - T_W per rank (Schedule.latency_s), position-free, so the level
+  tables of a zero-bubble Problem carry it.
+
+Every replica takes at least p micro-batches (planner.plan: the zero-bubble bubble holds with
+p per replica), so a zero-bubble Problem is built per pipeline depth p (ProblemInputs.least_share).
+Recompute "block" derives its count from the in-flight micro-batches alone, so a zero-bubble
+search leaves it out, as the interleaved one does."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import numpy as np
+
+from .stage_types import StageCost, TypeArrays, deferred_share_cap, share_cap
+
+Position = tuple[float, float]  # (in-flight micro-batches, deferred W passes) of a pipeline rank
+
+
+class DeferredW:
+    """The split backward's part of planner.search.stages.Problem."""
+
+    def position(self, stage_from_end: int, ranks: int | None) -> Position:
+        """A rank's in-flight micro-batches (Problem.in_flight) and deferred W passes
+        (Schedule.deferred_w_microbatches, 0 but for a split backward)."""
+        inputs = self.inputs
+        in_flight = self.in_flight(stage_from_end, ranks)
+        if not inputs.schedule.split_backward:
+            return in_flight, 0.0
+        ranks = stage_from_end if ranks is None else ranks
+        return in_flight, inputs.schedule.deferred_w_microbatches(ranks - stage_from_end, ranks, inputs.v,
+                                                                  inputs.microbatches)
+
+    def share_caps(self, types: list[TypeArrays], flags: tuple[bool, bool], position: Position) -> list[np.ndarray]:
+        """Each replica type's most micro-batches per block count at `position`."""
+        in_flight, deferred = position
+        if not deferred:
+            return [share_cap(ta.room[flags], in_flight) for ta in types]
+        return [deferred_share_cap(ta.room[flags], ta.wgrad_share[flags], in_flight, deferred) for ta in types]
+
+    def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
+        """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
+        per micro-batch with its sends; ZB-H1: less 2 W)."""
+        schedule, v = self.inputs.schedule, self.inputs.v
+        if not schedule.split_backward:
+            return reduce(np.maximum, times)
+        return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
+
+    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, out: list) -> None:
+        """stage_costs for (index, key, (cid, flags, link)) at a position with deferred W passes:
+        each distinct (config, flags, link, caps) priced once, the makespans of the same replica
+        counts in one vectorised call (as Problem._price_levels)."""
+        tables = self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        for index, key, base_key in todo:
+            cid, _, link = base_key
+            types = self._types_for(cid)
+            caps = self.share_caps(types, flags, position)
+            caps_key = ("deferred", base_key, b"".join(c.tobytes() for c in caps))
+            cached = tables.stage_by_caps.get(caps_key)
+            if cached is not None:
+                tables.stage[key] = out[index] = cached
+                continue
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key, types,
+                                                                             caps))
+        for counts, group in pending.items():
+            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _ in group]
+            self.state.evaluations += len(group)
+            busy_all = self.makespan(counts,
+                                     [np.stack([np.broadcast_to(times[g], item[6][g].shape)
+                                                for times, item in zip(all_times, group)])
+                                      for g in range(len(counts))],
+                                     [np.stack([item[6][g] for item in group]) for g in range(len(counts))])
+            for row, ((index, key, cid, link, caps_key, types, _), times) in enumerate(zip(group, all_times)):
+                latency = self.latency(types, flags, times)
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
+                cost = StageCost(latency, x, slope, float(x.min()), None)
+                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
