@@ -17,7 +17,7 @@ from planner.search.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, improving_uniform
 from planner.verify.plan_checks import check_plan_data
 
-from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+from .test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance
 
 
 def test_every_runtime_has_a_capability_and_any_is_a_runtime():
@@ -81,7 +81,7 @@ def best_runnable_uniform(model, cluster, base, runtime):
 @pytest.mark.parametrize("seed", range(8))
 def test_plan_is_never_slower_than_the_best_uniform_configuration_of_its_runtime(runtime, seed):
     model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
-    base = replace(base, runtime=runtime)
+    base = runtime_base(cluster, base, runtime)
     uniform = best_runnable_uniform(model, cluster, base, runtime)
     try:
         result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
