@@ -109,7 +109,7 @@ def test_megatron_refuses_a_plan_it_cannot_run_unless_lossy(group, heterogeneous
     result = run(group, heterogeneous, "--to", "megatron")
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--runtime megatron" in lines[0] and "per-stage TP degrees differ" in lines[0]
+    assert len(lines) == 1 and "--runtime megatron" in lines[0] and "one TP degree in every stage" in lines[0]
     assert "--lossy" in lines[0]
     result = run(group, heterogeneous, "--to", "megatron", "--lossy")
     assert result.exit_code == 0, result.stderr

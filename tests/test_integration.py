@@ -255,7 +255,10 @@ def _planned_pipeline_module():
             super().__init__(**kwargs)
 
         def _partition_layers(self, method="uniform"):
-            assert method == "custom"
+            if method != "custom":  # DeepSpeed's own partitioning must give the plan's parts
+                super()._partition_layers(method)
+                assert list(self.parts) == self.planned_parts
+                return
             self.parts = self.planned_parts
             self._set_bounds(start=self.parts[self.stage_id], stop=self.parts[self.stage_id + 1])
 
@@ -286,8 +289,15 @@ def test_deepspeed_engine_starts_from_the_export(case, plan_file, ds_world):
             if pp > 1:
                 from deepspeed.pipe import LayerSpec
 
+                class TransformerLayer(nn.Linear):  # a decoder block, named as Megatron-DeepSpeed's are
+                    pass
+
+                # a plan of DeepSpeed's runtime splits the blocks evenly: DeepSpeed's own partitioning runs it
+                assert pipe["partition_method"] == "type:transformer"
+
+                kinds = [nn.Linear] + [TransformerLayer] * (f.n_layers - 2) + [nn.Linear]
                 model = _planned_pipeline_module()(
-                    pipe["parts"], layers=[LayerSpec(nn.Linear, 4, 4) for _ in range(f.n_layers)],
+                    pipe["parts"], layers=[LayerSpec(kind, 4, 4) for kind in kinds],
                     topology=topology, loss_fn=nn.MSELoss(), partition_method=pipe["partition_method"],
                     activation_checkpoint_interval=pipe["activation_checkpoint_interval"])
                 assert (model.stage_id, model._local_start, model._local_stop) == \

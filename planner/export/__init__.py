@@ -16,10 +16,13 @@ Targets and output formats (stdout, or FILE with -o):
 * ``deepspeed``: ``ds_config.json``. DeepSpeed ignores keys it does not know; the extra
   top-level key ``planner_pipeline`` carries what goes to ``PipelineModule`` instead:
   ``{"num_stages": P, "parts": [cumulative boundaries over the planner's layer list],
-  "partition_method": "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
+  "partition_method": "type:transformer" | "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
   "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool,
   "node_ranks": [which node starts as which node rank, on which GPUs]}``
-  (pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
+  (``type:transformer`` where every pipeline rank has the same decoder blocks, as DeepSpeed
+  runs plans of its runtime: its own partitioning over the layers named like "transformer", as
+  Megatron-DeepSpeed's GPTModelPipe does, gives ``parts``; ``custom`` for the reduced form of an
+  uneven split: pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
   LayerSpec list: entry 0 is the embedding, then the decoder blocks, then norm + head).
 * ``torchtitan``: the job-config TOML of torchtitan 0.2.x (``[job]``, ``[model]``,
   ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``), with
