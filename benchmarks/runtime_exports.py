@@ -74,8 +74,8 @@ def main() -> int:
                 print(f"{runtime:10} {model_name:11} {cluster_name:15} {dtype:5} {step:8.3f} "
                       f"{free if free is not None else float('nan'):8.3f} {u:9.3f} "
                       f"{str(data['solver'].get('optimal')):>7} {exported.returncode:6d} {warnings:8d}", flush=True)
-                if exported.returncode:
-                    print(f"    {exported.stderr.strip()}", flush=True)
+                if exported.returncode or warnings:
+                    print("    " + "\n    ".join(exported.stderr.strip().splitlines()), flush=True)
     return 1 if bad else 0
 
 

@@ -55,7 +55,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
     if u.offload:  # ZeRO-Offload (DeepSpeed runtime/zero/offload_config.py): the optimizer on the CPU
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if zero == 0:
-            warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
+            # one replica: ZeRO-1 shards nothing, so it is the priced ZeRO-0 (capability.offload_min_zero
+            # counts stages with dp > 1); more replicas: ZeRO-1 shards the optimizer states, unlike the plan
+            if u.dp > 1:
+                warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
             config["zero_optimization"]["stage"] = 1
     if optimizer != "AdamW":
         config["optimizer"] = {"type": optimizer, "params": {"lr": 1e-4}}
