@@ -61,10 +61,12 @@ plan (planner.api), still reduce it to the closest uniform form and report each 
   (most memory saved) on every stage;
 * DeepSpeed: ZeRO >= 2 with pp > 1 -> ZeRO-1; selective recompute -> full layer
   checkpointing; interleaving -> contiguous 1F1B stages of the same per-rank layer totals;
-* torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
-  when DP is the only parallelism, else FSDP without reshard after forward (torchtitan's
-  DDP refuses to combine with TP or PP), fp16 -> bfloat16 (float32 where a GPU has no
-  bf16).
+* torchtitan (exact: ZeRO-3 without PP as FSDP ``always``, ZeRO-1 with PP as FSDP ``never``,
+  which torch.distributed.pipelining gathers and reduce-scatters once per step, ZeRO-0 as DDP
+  when DP is the only parallelism; capability.py): other ZeRO stages -> FSDP without reshard
+  after forward, ZeRO-0 beside TP or PP -> the same (torchtitan's DDP refuses to combine with
+  them), fp16 -> bfloat16 (float32 where a GPU has no bf16), bf16 with TP or PP on one replica
+  -> reported (torchtitan then trains in fp32: mixed precision comes from FSDP).
 
 Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
 Megatron/torchtitan get a model without a config
