@@ -25,6 +25,7 @@ from planner.cost.runtimes import cluster_params  # noqa: E402
 from planner.cost.runtimes.capability import capability, violations  # noqa: E402
 from planner.inputs.hardware import load_cluster  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
+from planner.load import resolve_dtype  # noqa: E402
 from planner.plan import Training  # noqa: E402
 from planner.search.uniform import UniformSpace, improving_uniform  # noqa: E402
 
@@ -56,8 +57,8 @@ def main() -> None:
           f"{'any gain':>8} {'vs unif.':>8} {'pp':>3} {'tp':>6} {'dp':>6} {'optimal':>7} {'solve s':>7}")
     for cluster_name, model_name in cases:
         cluster, model = load_cluster(cluster_name), load_model(model_name)
-        dtype = cluster.common_dtype()
         for runtime in runtimes:
+            dtype = resolve_dtype(cluster, None, runtime)  # torchtitan has no fp16: fp32 on V100s
             started = time.perf_counter()
             result = api.plan(api.PlanRequest(model=model, cluster=cluster, global_batch=GLOBAL_BATCH,
                                               seq_len=SEQ_LEN, dtype=dtype, time_limit_s=None, runtime=runtime))

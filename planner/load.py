@@ -41,10 +41,17 @@ def input_files(*names: str | Iterable[str] | None) -> list[str]:
 
 
 def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = None) -> str:
-    """bf16 where every GPU supports it, else fp16; an explicit dtype some GPU lacks is bad input.
-    fp8 needs fp8 tensor cores on every GPU and a `runtime` with an fp8 path (planner.cost.fp8)."""
+    """bf16 where every GPU supports it, else fp16 (fp32 for a runtime without fp16: torchtitan,
+    capability.dtypes); an explicit dtype some GPU or the runtime lacks is bad input. fp8 needs fp8
+    tensor cores on every GPU and a `runtime` with an fp8 path (planner.cost.fp8)."""
+    from .cost.runtimes.capability import capability
+
+    dtypes = capability(runtime).dtypes if runtime is not None else ("fp32", "fp16", "bf16", "fp8")
     if dtype is None:
-        return cluster.common_dtype()
+        common = cluster.common_dtype()
+        return common if common in dtypes else "fp32"
+    if dtype not in dtypes and dtype != "fp8":  # fp8: check_fp8 names the runtime's fp8 path
+        raise BadInput(f"the {runtime} runtime has no {dtype} training (it has {', '.join(dtypes)})", "--dtype")
     if dtype == "fp8":
         from .cost.fp8 import check_fp8
         from .cost.runtimes import get_runtime

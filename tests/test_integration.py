@@ -74,6 +74,9 @@ CLUSTERS = {"b200": {"name": "b200-x4", "node_groups": [{
     "name": "b200", "gpu": "B200", "nodes": 4, "gpus_per_node": 8,
     "intra_node": {"bandwidth_GBps": 900, "latency_us": 3}, "inter_node": {"bandwidth_GBps": 50, "latency_us": 5}}]}}
 CASES = [*SOLVED, *UNIFORM]
+# `planner plan --runtime torchtitan`: exported as planned, no lossy form (torchtitan tests only)
+TITAN_SOLVED = {"titan-dgx-8b": ("llama-3-8b", "dgx-a100", 256, 4096)}
+TITAN_CASES = [*CASES, *TITAN_SOLVED]
 BF16_CASES = [c for c in CASES if c != "mixed-a100-v100"]
 
 TITAN_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
@@ -95,6 +98,8 @@ def plan_file(tmp_path_factory):
         if key in made:
             return made[key]
         plan = load_plan_file(str(case_plan(name)))
+        if name in TITAN_SOLVED and target.startswith("torchtitan"):
+            assert runtime_problems(plan, target) == []  # torchtitan's own plan: exact, never a lossy form
         if runtime_problems(plan, target):
             try:
                 form = lossy_form(plan, target)[2]
@@ -111,10 +116,13 @@ def plan_file(tmp_path_factory):
     def case_plan(name: str) -> Path:
         if name not in made:
             path = tmp_path_factory.mktemp("plans") / f"{name}.json"
-            if name in SOLVED:
-                model, cluster, global_batch, seq_len = SOLVED[name]
+            if name in SOLVED or name in TITAN_SOLVED:
+                model, cluster, global_batch, seq_len = SOLVED.get(name) or TITAN_SOLVED[name]
+                runtime = "torchtitan" if name in TITAN_SOLVED else "megatron"
+                # (torchtitan's case: micro-batch 1, which its optimum has, to keep the search short)
+                extra = ("--micro-batch", 1) if name in TITAN_SOLVED else ()
                 result = invoke("plan", "--model", model, "--cluster", cluster, "--global-batch", global_batch,
-                                "--seq-len", seq_len, "-o", path)
+                                "--seq-len", seq_len, "--runtime", runtime, *extra, "-o", path)
                 assert result.exit_code == 0, result.stderr
             else:
                 training, layout, *other = UNIFORM[name]
@@ -255,7 +263,10 @@ def _planned_pipeline_module():
             super().__init__(**kwargs)
 
         def _partition_layers(self, method="uniform"):
-            assert method == "custom"
+            if method != "custom":  # DeepSpeed's own partitioning must give the plan's parts
+                super()._partition_layers(method)
+                assert list(self.parts) == self.planned_parts
+                return
             self.parts = self.planned_parts
             self._set_bounds(start=self.parts[self.stage_id], stop=self.parts[self.stage_id + 1])
 
@@ -286,8 +297,15 @@ def test_deepspeed_engine_starts_from_the_export(case, plan_file, ds_world):
             if pp > 1:
                 from deepspeed.pipe import LayerSpec
 
+                class TransformerLayer(nn.Linear):  # a decoder block, named as Megatron-DeepSpeed's are
+                    pass
+
+                # a plan of DeepSpeed's runtime splits the blocks evenly: DeepSpeed's own partitioning runs it
+                assert pipe["partition_method"] == "type:transformer"
+
+                kinds = [nn.Linear] + [TransformerLayer] * (f.n_layers - 2) + [nn.Linear]
                 model = _planned_pipeline_module()(
-                    pipe["parts"], layers=[LayerSpec(nn.Linear, 4, 4) for _ in range(f.n_layers)],
+                    pipe["parts"], layers=[LayerSpec(kind, 4, 4) for kind in kinds],
                     topology=topology, loss_fn=nn.MSELoss(), partition_method=pipe["partition_method"],
                     activation_checkpoint_interval=pipe["activation_checkpoint_interval"])
                 assert (model.stage_id, model._local_start, model._local_stop) == \
@@ -346,7 +364,7 @@ def titan_configs(case, plan_file, titan, tmp_path):
     return facts(json.loads(path.read_text())), from_toml, from_cli, warnings
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", TITAN_CASES)
 def test_torchtitan_config_manager_parses_to_the_plan(case, plan_file, titan, tmp_path):
     f, config, from_cli, warnings = titan_configs(case, plan_file, titan, tmp_path)
     a, b = flat(config), flat(from_cli)
@@ -388,7 +406,7 @@ def test_torchtitan_config_manager_parses_to_the_plan(case, plan_file, titan, tm
 
 # a pipeline part lacks the modules of the other parts, whose TP plan keys torchtitan then skips
 @pytest.mark.filterwarnings("ignore:Parallelize plan key:UserWarning")
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", TITAN_CASES)
 def test_torchtitan_trainer_builds_the_plan(case, plan_file, titan, tmp_path, monkeypatch):
     """The trainer's steps up to the parallelized model, on every pipeline rank."""
     import torch
@@ -429,6 +447,8 @@ def test_torchtitan_trainer_builds_the_plan(case, plan_file, titan, tmp_path, mo
             assert accumulation * t.local_batch_size * dp == f.global_batch
             with torch.device("meta"):
                 model = spec.model_cls(model_args)
+            # torchtitan's model of the exported flavour is the planner's: the same parameter count
+            assert sum(p.numel() for p in model.parameters()) == load_model(f.name).params
             loss_fn = spec.build_loss_fn(config, parallel_dims=dims_)
             if pp == 1:
                 spec.parallelize_fn(model, dims_, config)

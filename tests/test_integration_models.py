@@ -201,7 +201,7 @@ def test_torchtitan_builds_the_exported_flavour(name, tmp_path):
     import torchtitan.models.llama3 as titan
     from torchtitan.models.llama3.model.model import Transformer
 
-    plan = typed_plan(name, "dgx-a100", "torchtitan", zero=3)
+    plan = typed_plan(name, "dgx-a100", "torchtitan", zero=1)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_to_json(plan)))
     result = invoke("export", path, "--to", "torchtitan")

@@ -4,6 +4,7 @@ searched and exported."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -258,11 +259,12 @@ def test_runtime_capability_of_block_counts_and_offload():
     uneven = dataclasses.replace(plan, stages=tuple(stages))
     assert any("same number of blocks" in v for v in violations(uneven, "megatron"))
     assert violations(uneven, "any") == ()
-    assert any("--recompute-num-layers" in p for p in runtime_problems(uneven, "megatron"))
+    # the export refuses it for the capability's reason (one source of truth)
+    assert runtime_problems(uneven, "megatron") == list(violations(uneven, "megatron"))
     offloaded = plan_with(offload=True, zero=1)
     assert violations(offloaded, "megatron") == () and runtime_problems(offloaded, "megatron") == []
     assert any("ZeRO-Offload" in v for v in violations(offloaded, "torchtitan"))
-    assert any("ZeRO-0" in p for p in runtime_problems(plan_with(offload=True, zero=0), "megatron"))
+    assert any("only with ZeRO-1 or above" in p for p in runtime_problems(plan_with(offload=True, zero=0), "megatron"))
     some = dataclasses.replace(offloaded, stages=(dataclasses.replace(offloaded.stages[0], offload=False),)
                                + offloaded.stages[1:])
     assert any("every stage or of none" in v for v in violations(some, "megatron"))
@@ -306,3 +308,19 @@ def test_search_with_cp_block_and_offload_equals_brute_force(seed):
     result = solve(model, cluster, base, SolverOptions(**options))
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_deepspeed_offload_on_one_replica_exports_zero1_without_a_warning():
+    """ZeRO-1 on one replica shards nothing: DeepSpeed's offload_optimizer (which needs ZeRO >= 1) runs
+    the priced ZeRO-0 plan exactly; with more replicas ZeRO-1 would shard the states: warned."""
+    from planner.api import EvaluateRequest, plan_from_flags
+    from planner.export import export_plan
+
+    for tp, dp, warned in ((8, 1, False), (4, 2, True)):
+        plan = plan_from_flags(EvaluateRequest(model="llama-3-8b", cluster="dgx-a100", global_batch=64, seq_len=1024,
+                                               tp=tp, pp=4, dp=dp, micro_batch=1, zero=0, offload=True,
+                                               runtime="deepspeed", recompute="full"))
+        lost: list[str] = []
+        config = json.loads(export_plan(plan, "deepspeed", lost.append))
+        assert config["zero_optimization"]["stage"] == 1 and config["zero_optimization"]["offload_optimizer"]
+        assert bool(lost) == warned, lost

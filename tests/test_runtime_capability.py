@@ -17,7 +17,7 @@ from planner.search.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, improving_uniform
 from planner.verify.plan_checks import check_plan_data
 
-from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+from .test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance
 
 
 def test_every_runtime_has_a_capability_and_any_is_a_runtime():
@@ -81,7 +81,7 @@ def best_runnable_uniform(model, cluster, base, runtime):
 @pytest.mark.parametrize("seed", range(8))
 def test_plan_is_never_slower_than_the_best_uniform_configuration_of_its_runtime(runtime, seed):
     model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
-    base = replace(base, runtime=runtime)
+    base = runtime_base(cluster, base, runtime)
     uniform = best_runnable_uniform(model, cluster, base, runtime)
     try:
         result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
@@ -115,3 +115,54 @@ def test_plan_reports_what_any_would_gain_and_skips_it_without_time():
     skipped = api._with_any_runtime(replace(result, seconds=10.0), model, cluster, base,
                                     SolverOptions(time_limit_s=10.0))
     assert skipped.any_runtime_step_s is None and "time limit" in skipped.any_runtime_note
+
+
+def test_torchtitan_capability_is_what_its_fsdp_ddp_and_amp_run():
+    """torchtitan 0.2.2: DDP only alone, FSDP "always" (ZeRO-3) without PP, FSDP under PP syncs once
+    per step (ZeRO-1), bf16 with TP or PP only through FSDP, TP always sequence-parallel, no fp16."""
+    from planner.inputs.hardware import load_cluster
+    from planner.inputs.model import load_model
+    from planner.load import resolve_dtype
+    from planner.plan import Training
+
+    model, cluster = load_model("llama-3-8b"), load_cluster("dgx-a100")
+
+    def titan(dtype="bf16", **layout):
+        return violations(uniform_plan(model, cluster, Training(256, 4096, dtype, 1, runtime="torchtitan"),
+                                       **layout), "torchtitan")
+
+    assert titan(tp=1, pp=1, dp=32, zero=0) == ()  # DDP
+    assert any("(ZeRO-0) only when" in r for r in titan(tp=2, pp=1, dp=16, zero=0, sequence_parallel=True))
+    assert titan(tp=2, pp=1, dp=16, zero=3, sequence_parallel=True) == ()
+    assert any("ZeRO-1" in r for r in titan(tp=2, pp=1, dp=16, zero=1, sequence_parallel=True))
+    assert titan(tp=2, pp=2, dp=8, zero=1, sequence_parallel=True) == ()
+    assert any("ZeRO-3 with pipeline" in r for r in titan(tp=2, pp=2, dp=8, zero=3, sequence_parallel=True))
+    assert any("FSDP shards" in r for r in titan(tp=8, pp=4, dp=1, sequence_parallel=True))
+    assert titan("fp32", tp=8, pp=4, dp=1, sequence_parallel=True) == ()
+    assert any("no fp16" in r for r in titan("fp16", tp=1, pp=1, dp=32, zero=3))
+    assert any("always shards the sequence" in r for r in titan(tp=2, pp=1, dp=16, zero=3))
+    # the default dtype is one the runtime has: fp32 where a GPU lacks bf16 (V100), never fp16
+    mixed = load_cluster("a100-v100-mix")
+    assert (resolve_dtype(mixed, None, "torchtitan"), resolve_dtype(mixed, None, "megatron")) == ("fp32", "fp16")
+    with pytest.raises(BadInput, match="no fp16 training"):
+        resolve_dtype(mixed, "fp16", "torchtitan")
+
+
+def test_torchtitan_search_keeps_zero1_pipelined():
+    """ZeRO-1 is torchtitan's only sharding under PP and none without: the search's ZeRO-1 plans have
+    at least two stages (Restriction.min_stages), its one-stage plans ZeRO-0 alone or ZeRO-3."""
+    from planner.search.space import restrictions, within
+    from planner.search.stage_types import SolverOptions as Options
+
+    model, cluster, base = pipeline_instance(0)
+    base = runtime_base(cluster, base, "torchtitan")
+    cap = capability("torchtitan")
+    found = restrictions(model, cluster, base, within(Options(), cap), cap, 1)
+    assert any(r.zero == 1 for r in found) and any(r.zero == 0 for r in found)
+    for r in found:
+        if r.zero == 1:
+            assert r.min_stages == 2
+        if r.zero in (0, 3):
+            assert r.max_stages == 1 and r.min_stages == 1
+        if r.zero == 0:
+            assert r.tp == 1

@@ -97,6 +97,16 @@ def test_solver_equals_brute_force_on_forced_pipelines_with_interleaving(seed):
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
 
 
+def runtime_base(cluster, base, runtime):
+    """`base` under `runtime`, in a dtype it has (fp16 instances: bf16 or fp32 for torchtitan,
+    as `planner plan --runtime torchtitan` picks; planner.load.resolve_dtype)."""
+    from planner.cost.runtimes.capability import capability
+    from planner.load import resolve_dtype
+
+    dtype = base.dtype if base.dtype in capability(runtime).dtypes else resolve_dtype(cluster, None, runtime)
+    return replace(base, runtime=runtime, dtype=dtype)
+
+
 RUNTIME_CASES = [(runtime, seed) for runtime in ("megatron", "torchtitan", "deepspeed", "megatron-2021", "fsdp1")
                  for seed in range(12)]
 
@@ -106,7 +116,7 @@ def test_solver_equals_brute_force_within_each_runtime(runtime, seed):
     """The search under --runtime R is exact within what R can run: the brute force over
     every plan, keeping those capability.violations allows, finds the same optimum."""
     model, cluster, base = tiny_instance(seed) if seed % 2 else pipeline_instance(seed)
-    base = replace(base, runtime=runtime)
+    base = runtime_base(cluster, base, runtime)
     expected, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
                                  TINY_OPTIONS["recompute_modes"], zero_stages=(0, 1, 2, 3),
                                  virtual_stages=TINY_OPTIONS["virtual_stages"], runtime=runtime)

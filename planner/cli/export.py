@@ -7,7 +7,7 @@ import os
 import click
 
 from ..core.errors import BadInput
-from ..export import TARGETS, describe_form, export_plan, launch_scripts, runtime_problems
+from ..export import TARGET_RUNTIMES, TARGETS, describe_form, export_plan, launch_scripts, runtime_problems
 from ..core.outfile import check_output, write_output
 from ..verify.plan_checks import load_plan_file
 from .output import bad_input_exit, err, warn
@@ -56,9 +56,12 @@ def export_command(plan_file: str, target: str, output: str | None, lossy: bool,
         plan = load_plan_file(plan_file)
         problems = runtime_problems(plan, target)
         if problems and not lossy:
-            raise BadInput(f"{target} cannot run this plan exactly: {'; '.join(problems)}. Plan with "
-                           f"--runtime {target.split('-')[0]}, or export with --lossy for the nearest plan it runs "
-                           "(re-priced)", "--to")
+            runtime = TARGET_RUNTIMES[target][0]
+            # a plan of the target's own runtime that it cannot run (made by hand, or by an older
+            # planner): planning again with --runtime would not help, so only the reasons are said
+            again = "" if plan.training.runtime in TARGET_RUNTIMES[target] else f"Plan with --runtime {runtime}, or e"
+            raise BadInput(f"{target} cannot run this plan exactly: {'; '.join(problems)}. "
+                           f"{again or 'E'}xport with --lossy for the nearest plan it runs (re-priced)", "--to")
         if problems:
             from ..api import lossy_form
 

@@ -16,10 +16,13 @@ Targets and output formats (stdout, or FILE with -o):
 * ``deepspeed``: ``ds_config.json``. DeepSpeed ignores keys it does not know; the extra
   top-level key ``planner_pipeline`` carries what goes to ``PipelineModule`` instead:
   ``{"num_stages": P, "parts": [cumulative boundaries over the planner's layer list],
-  "partition_method": "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
+  "partition_method": "type:transformer" | "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
   "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool,
   "node_ranks": [which node starts as which node rank, on which GPUs]}``
-  (pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
+  (``type:transformer`` where every pipeline rank has the same decoder blocks, as DeepSpeed
+  runs plans of its runtime: its own partitioning over the layers named like "transformer", as
+  Megatron-DeepSpeed's GPTModelPipe does, gives ``parts``; ``custom`` for the reduced form of an
+  uneven split: pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
   LayerSpec list: entry 0 is the embedding, then the decoder blocks, then norm + head).
 * ``torchtitan``: the job-config TOML of torchtitan 0.2.x (``[job]``, ``[model]``,
   ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``), with
@@ -58,10 +61,12 @@ plan (planner.api), still reduce it to the closest uniform form and report each 
   (most memory saved) on every stage;
 * DeepSpeed: ZeRO >= 2 with pp > 1 -> ZeRO-1; selective recompute -> full layer
   checkpointing; interleaving -> contiguous 1F1B stages of the same per-rank layer totals;
-* torchtitan: ZeRO-1/2 -> FSDP without reshard after forward, ZeRO-0 -> DDP (replicate)
-  when DP is the only parallelism, else FSDP without reshard after forward (torchtitan's
-  DDP refuses to combine with TP or PP), fp16 -> bfloat16 (float32 where a GPU has no
-  bf16).
+* torchtitan (exact: ZeRO-3 without PP as FSDP ``always``, ZeRO-1 with PP as FSDP ``never``,
+  which torch.distributed.pipelining gathers and reduce-scatters once per step, ZeRO-0 as DDP
+  when DP is the only parallelism; capability.py): other ZeRO stages -> FSDP without reshard
+  after forward, ZeRO-0 beside TP or PP -> the same (torchtitan's DDP refuses to combine with
+  them), fp16 -> bfloat16 (float32 where a GPU has no bf16), bf16 with TP or PP on one replica
+  -> reported (torchtitan then trains in fp32: mixed precision comes from FSDP).
 
 Exit 2 (refused) when there is no faithful form: the plan file is unreadable or invalid,
 Megatron/torchtitan get a model without a config

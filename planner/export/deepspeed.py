@@ -55,7 +55,10 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
     if u.offload:  # ZeRO-Offload (DeepSpeed runtime/zero/offload_config.py): the optimizer on the CPU
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if zero == 0:
-            warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
+            # one replica: ZeRO-1 shards nothing, so it is the priced ZeRO-0 (capability.offload_min_zero
+            # counts stages with dp > 1); more replicas: ZeRO-1 shards the optimizer states, unlike the plan
+            if u.dp > 1:
+                warn("ZeRO-Offload needs ZeRO >= 1 in DeepSpeed; exported ZeRO-1 with offload")
             config["zero_optimization"]["stage"] = 1
     if optimizer != "AdamW":
         config["optimizer"] = {"type": optimizer, "params": {"lr": 1e-4}}
@@ -77,8 +80,15 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
             "partition_activations": u.tp > 1, "cpu_checkpointing": False,
             "contiguous_memory_optimization": False, "number_checkpoints": None,
             "synchronize_checkpoint_boundary": False, "profile": False}
+    # the decoder blocks per pipeline rank; equal: DeepSpeed's own "type:transformer" partitioning
+    # (PipelineModule._partition_layers: partition_balanced over the layers whose class name matches,
+    # Megatron-DeepSpeed GPTModelPipe's default) gives exactly `parts` (capability layer_split "equal")
+    blocks = [0] * u.pp
+    for s, count in zip(plan.stages, u.decoders):
+        blocks[s.pipeline_rank] += count
+    method = "type:transformer" if len(set(blocks)) == 1 else "custom"
     config["planner_pipeline"] = {
-        "num_stages": u.pp, "parts": parts, "partition_method": "custom",
+        "num_stages": u.pp, "parts": parts, "partition_method": method,
         "layer_list": "planner layers: 0 = embedding, 1..L = decoder blocks, last = final norm + head",
         "activation_checkpoint_interval": 1 if u.recompute != "none" else 0,
         "tensor_parallel_size": u.tp, "data_parallel_size": u.dp,

@@ -14,7 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import capability, every_nth, one_block_count, violations
+from ..cost.runtimes.capability import Capability, capability, violations
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -35,80 +35,16 @@ def _sp(stages: tuple[Stage, ...], tp: int) -> bool:
 
 
 def capability_problems(plan: Plan, target: str) -> list[str]:
-    """The freedoms of `plan` that `target` cannot express, one line each (empty: runnable).
-
-    TODO(rtcap): replace with planner.cost.runtimes.capability.violations(plan, runtime) once that
-    module lands; this local check covers uniform TP/DP, even shares and the per-target options."""
+    """The freedoms of `plan` that `target` cannot express, one line each (empty: runnable): the
+    capability model of the target's runtime (capability.violations, the search's own space),
+    and a torchrun numbering of the nodes that gives the plan's placement (planner.export.launch)."""
+    out = list(violations(plan, PRICING_RUNTIME[target]))
     stages = plan.stages
-    t = plan.training
-    out: list[str] = []
-    tps = sorted({s.tp for s in stages})
-    if len(tps) > 1:
-        out.append("per-stage TP degrees differ (" + ", ".join(f"stage {s.index}: {s.tp}" for s in stages) + ")")
-    dps = sorted({s.dp for s in stages})
-    if len(dps) > 1:
-        out.append("per-stage DP degrees differ (" + ", ".join(f"stage {s.index}: {s.dp}" for s in stages) + ")")
-    uneven = [s.index for s in stages if len({r.batch_share for r in s.replicas}) > 1]
-    if uneven:
-        out.append(f"uneven batch shares (stages {uneven})")
-    zeros = sorted({s.zero for s in stages})
-    modes = sorted({s.recompute for s in stages}, key=RECOMPUTE_ORDER.get)
-    if len(zeros) > 1:
-        out.append(f"per-stage ZeRO stages differ ({zeros})")
-    if len(modes) > 1:
-        out.append(f"per-stage recompute differs ({', '.join(modes)})")
-    if len({s.sequence_parallel for s in stages if s.tp > 1}) > 1:
-        out.append("sequence parallelism on some TP stages only")
-    blocks = decoder_counts(plan)
-    block = [(s.recompute_layers, n) for s, n in zip(stages, blocks) if s.recompute == "block"]
-    offloads = {s.offload for s in stages}
-    if len(offloads) > 1:
-        out.append("ZeRO-Offload on some stages only")
-    zero, tp, dp = zeros[-1], tps[-1], dps[-1]
-    if len(tps) == len(dps) == 1:
+    if len({s.tp for s in stages}) == len({s.dp for s in stages}) == 1:
         try:
             node_launches(plan)
         except BadInput as exc:
             out.append(f"placement: {exc.message}")
-    if target == "megatron" and zero >= 2:
-        out.append(f"ZeRO-{zero}: Megatron's distributed optimizer shards optimizer states only (ZeRO-1)")
-    if target == "megatron" and block and not one_block_count(block):
-        # --recompute-num-layers: the first k layers of every stage's block (transformer_block.py)
-        out.append("per-stage recomputed blocks differ (" + ", ".join(f"{k} of {n}" for k, n in block)
-                   + "): Megatron's --recompute-num-layers is one count for every stage")
-    if target in ("megatron", "deepspeed") and True in offloads and zero == 0 and dp > 1:
-        # megatron arguments.py: --optimizer-cpu-offload needs --use-distributed-optimizer;
-        # DeepSpeed offload_optimizer needs ZeRO >= 1
-        out.append("ZeRO-Offload with ZeRO-0: the runtime offloads a sharded (ZeRO-1) optimizer")
-    c = plan.model.config
-    if target == "megatron" and c is not None and c.num_kv_heads % tp:
-        # megatron/core/transformer/attention.py divides the query groups over TP
-        out.append(f"{c.num_kv_heads} query groups do not split over tp={tp}")
-    if target == "deepspeed":
-        if t.virtual_stages > 1:
-            out.append("interleaved schedule: DeepSpeed's pipeline engine runs contiguous 1F1B stages")
-        if plan.pp > 1 and zero >= 2:
-            out.append(f"ZeRO-{zero} with pp={plan.pp}: DeepSpeed's pipeline engine allows ZeRO-1 at most")
-        if "selective" in modes:
-            out.append("selective recompute: DeepSpeed checkpoints whole layers")
-        if "block" in modes:
-            out.append("recompute block: DeepSpeed checkpoints every layer or none (activation_checkpoint_interval)")
-    if target.startswith("torchtitan"):
-        ddp = zero == 0 and (dp == 1 or (tp == 1 and plan.pp == 1))
-        if not ddp and zero < 3 and dp > 1:
-            out.append(f"ZeRO-{zero} on {dp} replicas: torchtitan shards with FSDP (ZeRO-3) or replicates "
-                       "(DDP, alone)")
-        if tp > 1 and not _sp(stages, tp):
-            out.append("TP without sequence parallelism: torchtitan's TP always shards the sequence")
-        if t.dtype == "fp16":
-            out.append("fp16: torchtitan has bf16 or fp32 mixed precision only")
-        if True in offloads:
-            out.append("ZeRO-Offload: torchtitan has no optimizer-only offload")
-        if block and every_nth(block) is None:
-            # per-layer selective checkpointing wraps every N-th block (activation_checkpoint.py
-            # _apply_layer_sac): exact when each stage's count is floor(blocks / N)
-            out.append("recompute block (" + ", ".join(f"{k} of {n}" for k, n in block)
-                       + "): torchtitan recomputes every N-th block, the same N in every stage")
     return out
 
 
@@ -122,6 +58,18 @@ def runtime_problems(plan: Plan, target: str) -> list[str]:
         out.append(f"the plan was made for runtime {plan.training.runtime!r}, not {runtimes[0]!r} "
                    f"(plan with --runtime {runtimes[0]})")
     return out + capability_problems(plan, target)
+
+
+def _allowed_zero(cap: Capability, zero: int, pp: int, parallel: bool) -> int:
+    """The ZeRO stage nearest `zero` that the runtime runs at `pp` stages (`parallel`: beside TP,
+    CP or PP, where Capability.plain_dp_alone forbids ZeRO-0): the least one above, else the
+    greatest below."""
+    allowed = [z for z in (cap.zero_stages_with_pp if pp > 1 else cap.zero_stages)
+               if not (z == 0 and cap.plain_dp_alone and parallel)]
+    if not allowed:
+        return zero
+    above = [z for z in allowed if z >= zero]
+    return min(above) if above else max(allowed)
 
 
 def _tp_groups(plan: Plan, stage: Stage, tp: int) -> list[tuple[int, ...]]:
@@ -192,47 +140,44 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     if dp < 1:
         raise BadInput(f"no runnable form for {target}: a pipeline rank has no node with {tp} GPUs of the plan "
                        "for one TP group", "--lossy")
+    cap = capability(PRICING_RUNTIME[target])
     zero = max(s.zero for s in plan.stages)
     recompute = recompute or max((s.recompute for s in plan.stages), key=RECOMPUTE_ORDER.get)
+    # a recompute mode the runtime lacks: the next stronger it has (DeepSpeed: selective -> full)
+    recompute = next((m for m in RECOMPUTE_ORDER if RECOMPUTE_ORDER[m] >= RECOMPUTE_ORDER[recompute]
+                      and m in cap.recompute_modes), recompute)
     # sequence parallelism only where the runtime has it (DeepSpeed's pipeline engine has none)
-    sp = _sp(plan.stages, tp) and capability(PRICING_RUNTIME[target]).sequence_parallel
+    sp = (_sp(plan.stages, tp) or (cap.sequence_parallel_always and tp > 1)) and cap.sequence_parallel
     training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target])
-    if t.virtual_stages == 1 and t.schedule not in capability(PRICING_RUNTIME[target]).schedules:
+    if t.virtual_stages == 1 and t.schedule not in cap.schedules:
         training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
     layers = [s.layers for s in plan.stages]
     prank = [s.pipeline_rank for s in plan.stages]
-    if target == "megatron":
-        zero = min(zero, 1)
-    elif target == "deepspeed":
-        if plan.pp > 1:
-            zero = min(zero, 1)
-        recompute = "full" if recompute == "selective" else recompute
-        if t.virtual_stages > 1:  # contiguous stages of each rank's layer total
-            per_rank = [0] * plan.pp
-            for s in plan.stages:
-                per_rank[s.pipeline_rank] += s.layers[1] - s.layers[0]
-            layers, start = [], 0
-            for count in per_rank:
-                layers.append((start, start + count))
-                start += count
-            prank = list(range(plan.pp))
-            training = dataclasses.replace(training, schedule="1f1b", virtual_stages=1)
-    else:  # torchtitan
-        sp = tp > 1
-        if not (zero == 0 and (dp == 1 or (tp == 1 and plan.pp == 1))) and zero < 3 and dp > 1:
-            zero = 3
-        if t.dtype == "fp16":
-            gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
-            bf16 = all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
-            training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
+    if t.virtual_stages > 1 and "interleaved" not in cap.schedules:  # contiguous stages of each rank's layer total
+        per_rank = [0] * plan.pp
+        for s in plan.stages:
+            per_rank[s.pipeline_rank] += s.layers[1] - s.layers[0]
+        layers, start = [], 0
+        for count in per_rank:
+            layers.append((start, start + count))
+            start += count
+        prank = list(range(plan.pp))
+        training = dataclasses.replace(training, schedule="1f1b", virtual_stages=1)
+    if t.dtype not in cap.dtypes:  # fp16 where the runtime has none (torchtitan): bf16 where every GPU has it
+        gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
+        bf16 = "bf16" in cap.dtypes and all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
+        training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
+    if cap.mixed_precision_needs_sharding and dp == 1 and (plan.pp > 1 or tp > 1):
+        training = dataclasses.replace(training, dtype="fp32")  # torchtitan: no mixed precision without FSDP
     share = t.global_batch // dp
     kinds = [layer.kind for layer in plan.model.layers]
     # recompute "block": the plan's largest count on every stage (a smaller stage recomputes all its
     # blocks); ZeRO-Offload on every stage where the plan has any and the target has it
     most = max((s.recompute_layers for s in plan.stages if s.recompute == "block"), default=0)
-    offload = any(s.offload for s in plan.stages) and not target.startswith("torchtitan")
-    if offload and target in ("megatron", "deepspeed") and dp > 1:
-        zero = max(zero, 1)
+    offload = any(s.offload for s in plan.stages) and cap.offload
+    if offload and dp > 1:
+        zero = max(zero, cap.offload_min_zero)
+    zero = _allowed_zero(cap, zero, plan.pp, plan.pp > 1 or tp > 1)
     stages = tuple(
         Stage(i, rng, tp, zero, recompute,
               tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp,

@@ -82,25 +82,34 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
                 "mixed_precision_param": precision}
     par: dict[str, Any] = {}
     # torchtitan's DDP (replicate only) refuses any other parallelism ("DDP has not supported
-    # > 1D parallelism"): with TP or PP, ZeRO-0 can only be FSDP
+    # > 1D parallelism"): with TP or PP, ZeRO-0 can only be FSDP (capability: plain_dp_alone)
     ddp = u.zero == 0 and (u.dp == 1 or (u.tp == 1 and u.pp == 1))
     if ddp:
         par["data_parallel_replicate_degree"] = u.dp
         par["data_parallel_shard_degree"] = 1
+        if u.dp == 1 and (u.tp > 1 or u.pp > 1) and u.dtype != "fp32":
+            # distributed/utils.py maybe_enable_amp: mixed precision with TP or PP only through fully_shard
+            warn(f"torchtitan applies {u.dtype} mixed precision with TP or PP only through FSDP (dp > 1): "
+                 "this layout trains in fp32")
     else:
         par["data_parallel_replicate_degree"] = 1
         par["data_parallel_shard_degree"] = u.dp
-        if u.zero < 3:
-            par["fsdp_reshard_after_forward"] = "never"
+        # FSDP2 under torch.distributed.pipelining gathers the weights once and reduce-scatters the
+        # gradients once per step with "never" (capability: ZeRO-1 with PP); without PP, "always"
+        # is ZeRO-3 (planner.cost.runtimes.capability, torchtitan's entry)
+        par["fsdp_reshard_after_forward"] = "always" if u.zero == 3 and u.pp == 1 else "never"
+        exact = (u.zero == 3 and u.pp == 1) or (u.zero == 1 and u.pp > 1)
+        if u.dp > 1 and not exact:
             if u.zero == 0:
                 warn(f"torchtitan's DDP does not combine with TP or PP: ZeRO-0 exported as FSDP "
                      f"(shard degree {u.dp}) without resharding after forward, which shards parameters, "
                      "gradients and optimizer states")
-            elif u.dp > 1:
-                warn(f"torchtitan has no ZeRO-{u.zero}: exported FSDP (shard degree {u.dp}) without "
-                     "resharding after forward, which also shards parameters between steps")
-        else:
-            par["fsdp_reshard_after_forward"] = "always"
+            elif u.pp > 1:
+                warn(f"torchtitan under pipelining syncs gradients once per step: ZeRO-{u.zero} exported as "
+                     f"FSDP (shard degree {u.dp}) without resharding after forward (ZeRO-1's memory and traffic)")
+            else:
+                warn(f"torchtitan has no ZeRO-{u.zero} without pipelining: exported FSDP (shard degree {u.dp}) "
+                     "without resharding after forward, which gathers the weights every micro-batch")
     par["tensor_parallel_degree"] = u.tp
     if u.cp > 1:
         if u.cp_kind != "ring":

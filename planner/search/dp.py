@@ -135,7 +135,8 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                 parent[finite & (winner == index)] = len(moves) - 1
             nxt[new_key] = Cell(value, parent)
         for key, cell in nxt.items():
-            if np.isfinite(cell.value[items]):
+            # Restriction.min_stages: fewer stages are placed but never final
+            if np.isfinite(cell.value[items]) and placed + 1 >= problem.restriction.min_stages:
                 finals[key] = cell
         layers.append(nxt)
         if not nxt:

@@ -29,8 +29,9 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     evaluated (`planner evaluate --recompute block`). ZeRO-Offload only where the runtime has it."""
     allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
     zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
-    if 0 in allowed_zero and 1 not in allowed_zero and 0 not in zeros:
-        zeros = (0,) + zeros
+    if 0 not in zeros and any(0 in allowed and 1 not in allowed
+                              for allowed in (cap.zero_stages, cap.zero_stages_with_pp)):
+        zeros = (0,) + zeros  # e.g. torchtitan: ZeRO-1 only under PP, DDP without
     interleave = "interleaved" in cap.schedules and cap.layer_split == "any"
     return replace(options,
                    tp_degrees=tuple(t for t in options.tp_degrees if cap.tensor_parallel or t == 1),
@@ -66,7 +67,9 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
     one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO, offload) the runtime allows,
     and per pipeline depth where it splits the blocks equally. Order: tp, dp, ep, recompute, ZeRO,
-    offload (off first), depth."""
+    offload (off first), depth. A ZeRO stage the runtime has only with (without) pipelining gets
+    at least two stages (one); Capability.plain_dp_alone and mixed_precision_needs_sharding
+    leave out the (tp, dp, ZeRO) they forbid and keep one stage where only PP would break them."""
     sp = cap.sequence_parallel
     even = not cap.uneven_shares
     if not cap.uniform:
@@ -79,7 +82,9 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
     modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
     blocks = model.num_layers - 2
     out = []
+    kv_heads = model.config.num_kv_heads if model.config else 1
     for tp, cp in ((tp, cp) for tp in options.tp_degrees if heads % tp == 0
+                   and not (cap.kv_heads_over_tp and kv_heads % tp)
                    for cp, _ in cp_choices(model, base, options, tp)):
         group = tp * cp  # one replica: tp x cp GPUs (core.dims.StageDims.group_gpus)
         for dp in sorted({t // group for t in totals if t and t % group == 0}):
@@ -93,14 +98,26 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
                                                    offloads):
                 if offload and dp > 1 and (zero or 0) < cap.offload_min_zero:
                     continue  # (Capability.offload_min_zero)
-                most = options.max_stages
+                most, least = options.max_stages, 1
                 if zero is not None and zero not in cap.zero_stages_with_pp:
                     most = 1
-                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp, ep, offload)
+                if zero is not None and zero not in cap.zero_stages:
+                    least = 2
+                if cap.plain_dp_alone and zero == 0:  # replicated DP (DDP) beside nothing else
+                    if tp > 1 or cp > 1 or ep > 1:
+                        continue
+                    most = 1
+                if cap.mixed_precision_needs_sharding and base.dtype != "fp32" and dp == 1 and cp == 1:
+                    if tp > 1:
+                        continue
+                    most = 1  # one GPU: autocast
+                if least > most:
+                    continue
+                base_r = Restriction(tp, dp, mode, zero, even, sp, None, most, cp, ep, offload, least)
                 if cap.layer_split == "any":
                     out.append(base_r)
                     continue
-                for depth in range(1, min(most, blocks) + 1):
+                for depth in range(least, min(most, blocks) + 1):
                     if blocks % depth == 0:
                         out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
     return out

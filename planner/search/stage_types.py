@@ -85,11 +85,13 @@ class Restriction:
     cp: int | None = None  # context-parallel degree of every stage
     ep: int | None = None  # expert-parallel degree of every stage
     offload: bool | None = None  # ZeRO-Offload on every stage (True) or none (False)
+    min_stages: int = 1  # e.g. 2: a ZeRO stage the runtime has only with pipelining
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("tp", self.tp), ("dp", self.dp), ("recompute", self.recompute),
                                            ("zero", self.zero), ("blocks", self.blocks),
-                                           ("cp", self.cp), ("ep", self.ep), ("offload", self.offload))
+                                           ("cp", self.cp), ("ep", self.ep), ("offload", self.offload),
+                                           ("min_stages", self.min_stages if self.min_stages > 1 else None))
                    if v is not None]
         return ", ".join(parts) or "free"
 

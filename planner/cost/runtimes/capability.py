@@ -55,6 +55,13 @@ class Capability:
     offload: bool = False  # ZeRO-Offload: optimizer states and their step on the CPU
     per_stage_offload: bool = False  # some stages offload, others not
     offload_min_zero: int = 0  # the ZeRO stage offload needs (1: a distributed optimizer)
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")  # training dtypes (Training.dtype)
+    # replicated data parallelism (ZeRO-0 with dp > 1) only when it is the only parallelism
+    plain_dp_alone: bool = False
+    # bf16/fp8 mixed precision with TP or PP only where the replicas shard (dp > 1) or CP > 1
+    mixed_precision_needs_sharding: bool = False
+    sequence_parallel_always: bool = False  # TP always shards the sequence (no TP without SP)
+    kv_heads_over_tp: bool = False  # the query groups (KV heads) split over TP: kv_heads % tp == 0
 
     @property
     def uniform(self) -> bool:
@@ -112,7 +119,9 @@ CAPABILITIES: dict[str, Capability] = {
         stage_placement=True, recompute_layers="first",
         # --optimizer-cpu-offload (core/optimizer/cpu_offloading HybridDeviceOptimizer), global;
         # arguments.py asserts --use-distributed-optimizer with it
-        offload=True, per_stage_offload=False, offload_min_zero=1),
+        offload=True, per_stage_offload=False, offload_min_zero=1,
+        # core/transformer/attention.py: num_query_groups // tensor-model-parallel size per rank
+        kv_heads_over_tp=True),
     "megatron-2021": Capability(
         runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
@@ -134,26 +143,44 @@ CAPABILITIES: dict[str, Capability] = {
         # LoopedBFS (torch.distributed.pipelining.schedules; torchtitan/distributed/pipeline_parallel.py
         # places "v" stages for ZBVZeroBubble, asserting 2 per rank, "loop" stages otherwise)
         schedules=("1f1b", "interleaved", "gpipe", "zbv", "looped-bfs"),
-        # torch.distributed.pipelining Interleaved1F1B: "n_microbatches must be a multiple of the
-        # number of stages per rank" in older torch; the planner keeps the multiple of pp
+        # torch.distributed.pipelining ScheduleInterleaved1F1B needs n_microbatches divisible by
+        # max(1, n_microbatches // pp) (schedules.py); a multiple of pp always is: kept as the rule
         interleaved_microbatch_multiple=True,
-        # FSDP2 (dp_shard): reshard_after_forward True = ZeRO-3, False = ZeRO-2 (the "default"
-        # policy under PP); no ZeRO-1; plain DDP (dp_replicate) = ZeRO-0
-        zero_stages=(0, 2, 3), zero_stages_with_pp=(0, 2, 3), per_stage_zero=False,
+        # models/llama3/infra/parallelize.py: data_parallel_shard_degree > 1 is FSDP2 (apply_fsdp),
+        # data_parallel_replicate_degree alone is DDP (apply_ddp), which raises "DDP has not
+        # supported > 1D parallelism" beside TP/PP/CP (plain_dp_alone). Without PP, torchtitan's
+        # train loop reduce-scatters every micro-batch: fsdp_reshard_after_forward "always" is
+        # ZeRO-3 (gather before forward and backward); "never" gathers again every micro-batch
+        # (reshard after backward), which no ZeRO stage prices, so no ZeRO-1/2. Under PP,
+        # torch.distributed.pipelining (stage.py backward_maybe_with_nosync) syncs gradients and
+        # reshards only on the last micro-batch: "never" (the PP "default") gathers the weights
+        # once and reduce-scatters the accumulated unsharded gradients once per step, with the
+        # optimizer states sharded: ZeRO-1's memory and traffic; "always" keeps unsharded
+        # gradients beside sharded weights, which no ZeRO stage prices. HSDP (replicate x shard)
+        # has no planner form.
+        zero_stages=(0, 3), zero_stages_with_pp=(1,), per_stage_zero=False, plain_dp_alone=True,
         # activation_checkpoint.mode {none, selective, full}: one setting for the model; "block" as
         # per-layer selective checkpointing, selective_ac_option "N": every N-th block
         # (distributed/activation_checkpoint.py _apply_layer_sac)
         recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
-        sequence_parallel=True,  # its TP plan shards norms/dropout on the sequence (SequenceParallel)
+        # its TP plan always shards norms on the sequence (parallelize.py apply_tp SequenceParallel)
+        sequence_parallel=True, sequence_parallel_always=True,
         stage_placement=True,  # pp outermost in the mesh: node rank picks nodes
-        recompute_layers="every-nth"),
+        recompute_layers="every-nth",
+        # config/job_config.py training.mixed_precision_param: bfloat16 or float32 (no fp16);
+        # fp8: torchao float8 linears (model.converters); distributed/utils.py maybe_enable_amp:
+        # with TP or PP mixed precision comes only from fully_shard (dp_shard > 1 or CP), else fp32
+        dtypes=("fp32", "bf16", "fp8"), mixed_precision_needs_sharding=True),
     "deepspeed": Capability(
         runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
         # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
-        # runtime/pipe/module.py PipelineModule partition_method ("parameters", "uniform",
-        # "type:regex"): no explicit boundaries; the planner plans only equal block counts,
-        # which every method yields when the stages divide the blocks
+        # runtime/pipe/module.py PipelineModule._partition_layers: "uniform" (partition_uniform:
+        # equal layer-list items +-1, the first parts one more), "parameters" and "type:regex"
+        # (partition_balanced over parameter counts / matching layers), no explicit boundaries.
+        # The export writes "type:transformer" (Megatron-DeepSpeed's GPTModelPipe default), which
+        # gives every stage the same decoder blocks when the stages divide them, the embedding in
+        # the first and the head in the last: the only split the planner plans for it
         layer_split="equal",
         schedules=("1f1b",), interleaved_microbatch_multiple=True,  # runtime/pipe/schedule.py TrainSchedule
         # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
@@ -163,7 +190,11 @@ CAPABILITIES: dict[str, Capability] = {
         stage_placement=True,  # pipe axis outermost: hostfile order picks nodes
         # zero_optimization.offload_optimizer {device: cpu} (runtime/zero/offload_config.py), for the
         # whole engine, with ZeRO >= 1
-        offload=True, per_stage_offload=False, offload_min_zero=1),
+        offload=True, per_stage_offload=False, offload_min_zero=1,
+        # ds_config fp16 / bf16 sections or fp32; no fp8 path in the pipeline engine
+        dtypes=("fp32", "fp16", "bf16"),
+        # Megatron-DeepSpeed's ParallelAttention divides the query groups over TP like Megatron's
+        kv_heads_over_tp=True),
     "fsdp1": Capability(
         runtime="fsdp1", version="PyTorch FSDP1 (llm-foundry)", pipeline=False, tensor_parallel=False,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False, layer_split="equal",
@@ -255,7 +286,24 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     elif True in offloads and any(s.zero < cap.offload_min_zero for s in stages if s.dp > 1):
         out.append(f"{name} offloads the optimizer only with ZeRO-{cap.offload_min_zero} or above "
                    "(a distributed optimizer)")
+    dtype = plan.training.dtype
+    if dtype not in cap.dtypes:
+        out.append(f"{name} has no {dtype} training (it has {', '.join(cap.dtypes)})")
+    if cap.plain_dp_alone and any(s.zero == 0 and s.dp > 1 for s in stages) \
+            and (pp > 1 or tps[-1] > 1 or cps[-1] > 1 or eps[-1] > 1):
+        out.append(f"{name} replicates data-parallel ranks (ZeRO-0) only when data parallelism is the only "
+                   f"parallelism (the plan has pp {pp}, tp {tps[-1]}" + (f", cp {cps[-1]}" if cps[-1] > 1 else "") + ")")
+    if cap.mixed_precision_needs_sharding and dtype != "fp32" and (pp > 1 or tps[-1] > 1) \
+            and dps[-1] == 1 and cps[-1] == 1:
+        out.append(f"{name} trains in {dtype} with TP or PP only where FSDP shards over dp > 1 or CP > 1 "
+                   "(the plan has dp 1: it would train in fp32)")
+    c = plan.model.config
+    if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
+        out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
+    if cap.sequence_parallel_always and False in sps:
+        out.append(f"{name}'s tensor parallelism always shards the sequence (the plan has TP without "
+                   "sequence parallelism)")
     if True in sps and not cap.sequence_parallel:
         out.append(f"{name} has no Megatron-style sequence parallelism")
     elif len(sps) > 1 and not cap.per_stage_tp:
