@@ -102,6 +102,10 @@ class CostParams:
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
     # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
     selective_recompute: str = "attention"
+    # how its ring context parallelism passes K and V (planner.cost.context_parallel.cp_comm):
+    # "p2p" (Megatron-core/TE: send/recv per step, each behind that step's attention) or
+    # "torch-allgather" (PyTorch's context_parallel under torchtitan)
+    cp_ring: str = "p2p"
     # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches, the
     # architecture's (planner.cost.architectures); None: its bf16 gemm_efficiency (on Hopper,
     # the one architecture with published fp8 runs, the two fits agree: 0.55), and the
