@@ -35,9 +35,15 @@ SUSTAINED_CLOCK: dict[str, tuple[float, str]] = {
     # tensor peak assumes the 1590 MHz boost (NVIDIA T4 datasheet; Jia et al. 2019, arXiv
     # 1903.07486, study its clock throttling under compute-bound load)
     "T4": (585 / 1590, "NVIDIA T4 datasheet: 585 MHz base, 1590 MHz boost, 70 W"),
+    # the 500 W part of torchtitan's benchmarks ("We used the default 500W power limit", benchmarks/
+    # llama3_h100_202412_torchtitan.md) against the 700 W the H100 SXM5 draws at its datasheet clock
+    # under dense tensor-core work (NVIDIA H100 datasheet: max TDP 700 W): CMOS dynamic power is
+    # C V^2 f with the voltage scaled with the clock (Hennessy & Patterson, Computer Architecture,
+    # 6th ed., sec 1.5), so a capped part sustains (500/700)^(1/3) of the clock
+    "H100-SXM5-96GB": ((500 / 700) ** (1 / 3), "500 W power limit of a 700 W part, cube-root clock law"),
 }
 
-COMPUTE_BOUND_FIELDS = ("gemm_efficiency", "attention_efficiency")
+COMPUTE_BOUND_FIELDS = ("gemm_efficiency", "attention_efficiency", "fp8_gemm_efficiency")
 
 
 def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None) -> dict[str, float]:
@@ -51,5 +57,7 @@ def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None)
     if gpu.name in SUSTAINED_CLOCK:
         clock = SUSTAINED_CLOCK[gpu.name][0]
         for name in COMPUTE_BOUND_FIELDS:
-            out[name] = out.get(name, getattr(DEFAULT_PARAMS, name)) * clock
+            value = out.get(name, getattr(DEFAULT_PARAMS, name))
+            if value is not None:  # fp8_gemm_efficiency None: the (scaled) gemm_efficiency
+                out[name] = value * clock
     return out
