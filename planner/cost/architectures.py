@@ -17,10 +17,10 @@ from ..inputs.devices import GpuSpec
 ARCHITECTURES: dict[str, dict[str, float]] = {
     # FlashAttention-2 reaches 35 % of H100's dense peak (Shah et al. 2024, FlashAttention-3,
     # sec 1); large GEMMs 55 % of the datasheet peak, fitted across Sailor's GH200 runs (TF32)
-    # and torchtitan's H100 runs (bf16, 500 W parts)
-    # fp8 GEMMs (planner.cost.fp8) at 55 % of the fp8 datasheet peak, fitted across NeMo 24.07's
+    # and torchtitan's H100 runs (bf16, 500 W parts at their SUSTAINED_CLOCK)
+    # fp8 GEMMs (planner.cost.fp8) at 60 % of the fp8 datasheet peak, fitted across NeMo 24.07's
     # DGX H100 runs (Transformer Engine) and torchtitan's H100/H200 runs (torchao float8)
-    "hopper": {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.55},
+    "hopper": {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.6},
     # Turing, datacenter and consumer alike: large GEMMs at this fraction of the datasheet peak
     # of the path they run on (tensor cores in fp16, CUDA cores in fp32) at the sustained clock
     # (SUSTAINED_CLOCK below). Fitted jointly on AMP's T4 runs (fp16 tensor cores) and Sailor's

@@ -112,7 +112,7 @@ class CostParams:
     tp_async: bool = False
     # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches, the
     # architecture's (planner.cost.architectures); None: its bf16 gemm_efficiency (on Hopper,
-    # the one architecture with published fp8 runs, the two fits agree: 0.55), and the
+    # the one architecture with published fp8 runs, the fits give 0.55 bf16 and 0.6 fp8), and the
     # runtime's recipe (planner.cost.fp8.RECIPES; "" = the runtime has no fp8 path)
     fp8_gemm_efficiency: float | None = None
     fp8_recipe: str = ""
