@@ -64,7 +64,7 @@ ASSUMPTIONS = {
              "squared-ReLU MLP, untied 256k vocab; the Llama 2 catalog configs), flash attention, "
              "sequence parallel with TP, the distributed optimizer (ZeRO-1), no recomputation (the recipes "
              "set none), no dropout, the interleaved schedule with the table's VP, the catalog DGX H100 links; "
-             "the two Llama 3 runs use context parallelism and stay skipped."),
+             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p)."),
     "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
 }
 
