@@ -152,7 +152,8 @@ def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
 
 
 def price(c: Case, overrides: dict | None = None) -> dict:
-    per_gpu = {g.name: params_for(g, c.runtime, overrides) for g in c.plan.cluster.gpu_types}
+    per_gpu = {g.name: params_for(g, c.runtime, overrides).with_updates(**dict(c.settings))
+               for g in c.plan.cluster.gpu_types}
     est = evaluate(c.plan, per_gpu)
     predicted = c.read(est)
     return {"source": c.source, "runtime": c.runtime, "run": c.id, "metric": c.metric,

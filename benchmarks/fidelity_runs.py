@@ -49,8 +49,11 @@ ASSUMPTIONS = {
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
-                   "train_configs default), as the torchtitan runtime prices it; runs with float8 linears "
-                   "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped)."),
+                   "train_configs default), as the torchtitan runtime prices it; 'selective layer' (selective_ac_option "
+                   "'2') as block recomputation of every second block; runs with float8 linears "
+                   "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped); "
+                   "async TP runs with the SP collectives fused with their forward GEMMs (CostParams.tp_async); "
+                   "with PP the micro-batches are the number of stages (pipeline_parallel_microbatches unset)."),
     "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
               "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
               "100 Gb/s links per node, no dropout, ALiBi (a GPT with a 2048 position table)."),
@@ -61,7 +64,7 @@ ASSUMPTIONS = {
              "squared-ReLU MLP, untied 256k vocab; the Llama 2 catalog configs), flash attention, "
              "sequence parallel with TP, the distributed optimizer (ZeRO-1), no recomputation (the recipes "
              "set none), no dropout, the interleaved schedule with the table's VP, the catalog DGX H100 links; "
-             "the two Llama 3 runs use context parallelism and stay skipped."),
+             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p)."),
     "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
 }
 
@@ -92,6 +95,8 @@ class Case:
     plan: Plan | None = None
     skip: str = ""
     read: Callable | None = None  # Estimate -> the metric
+    # CostParams fields the run's stated software options set (not fitted): e.g. async TP
+    settings: tuple[tuple[str, object], ...] = ()
     max_mem_bytes: float | None = None  # the peak memory the run logged, where it did
 
 
@@ -151,7 +156,9 @@ def skip_reason(run: dict, source: str) -> str:
     if source not in FP8_SOURCES and ("fp8" in precision or "float8" in precision):
         return "fp8 (not modelled for this source)"
     if "rowwise" in precision:
-        return "float8 rowwise scaling (not modelled)"
+        # torchao's rowwise recipe runs torch._scaled_mm's rowwise-scaled kernel, whose efficiency
+        # nothing published states; these runs are slower than their bf16 siblings (one source)
+        return "float8 rowwise scaling (no published kernel efficiency)"
     if (p.get("ep") or 1) > 1:
         return "expert parallelism"
     if not isinstance(p.get("tp"), int):
@@ -160,11 +167,16 @@ def skip_reason(run: dict, source: str) -> str:
         return "source flags the value as suspect"
     if "torchcompile" in run["id"]:
         return "torch.compile (not modelled)"
-    if p.get("async_tp") or run["id"].lower().endswith("-asynctp"):
+    if _async_tp(run) and source != "torchtitan":
         return "async TP (not modelled)"
-    if "selective layer" in str(run["recompute"]) or run["id"].endswith("selectivelayer"):
-        return "every-other-layer checkpointing"
+    if source == "torchtitan" and (p.get("pp") or 1) > 1 and "interleaved" in run["id"].lower():
+        return "interleaved pipeline: stages per rank not stated"
     return ""
+
+
+def _async_tp(run: dict) -> bool:
+    """The run fuses its TP collectives with their GEMMs (torchtitan enable_async_tensor_parallel)."""
+    return bool(run["parallel"].get("async_tp")) or run["id"].lower().endswith("-asynctp")
 
 
 def _dtype(run: dict, default: str = "bf16") -> str:
@@ -194,8 +206,10 @@ def case(run: dict) -> Case:
     plan = BUILDERS[source](run)
     t = plan.training
     gpus = len(plan.used_ranks())
+    settings = (("tp_async", True),) if _async_tp(run) else ()
     return Case(run["id"], source, runtime, metric, published, plan,
-                read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"))
+                read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
+                settings=settings)
 
 
 def _gpu(run: dict, index: int = 0) -> str:
@@ -263,13 +277,20 @@ def _titan(run: dict) -> Plan:
     cluster = cluster_from_spec(_cluster(_gpu(run), gpus, 8), "torchtitan")
     rc = str(run["recompute"]).lower()
     recompute = "full" if rc.startswith("full") else "selective" if rc.startswith("selective") else "none"
+    every_other = "selective layer" in rc or run["id"].endswith("selectivelayer")
+    layers = model.config.num_layers if model.config else 0
+    if every_other:  # selective_ac_option "2": every second block fully checkpointed
+        recompute = "block"
     dp = p["dp_shard"]
-    mb = run["micro_batch"]
-    training = Training(mb * dp, run["seq_len"] or 8192, _dtype(run), mb, "1f1b", 1, "flash")
+    local = run["micro_batch"]
+    # pipeline_parallel_microbatches: the number of stages unless set (torchtitan 9dec370 config_manager)
+    mb = local // p["pp"] if p["pp"] > 1 else local
+    training = Training(local * dp, run["seq_len"] or 8192, _dtype(run), mb, "1f1b", 1, "flash")
     # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
     # the local batch is per dp_shard rank, the cp ranks share its sequences
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
-                        sequence_parallel=p["tp"] > 1, cp=p.get("cp") or 1)
+                        sequence_parallel=p["tp"] > 1, cp=p.get("cp") or 1,
+                        recompute_layers=layers // (2 * p["pp"]) if every_other else 0)
 
 
 def _bloom(run: dict) -> Plan:

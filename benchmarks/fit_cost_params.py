@@ -25,6 +25,11 @@ hopper.fp8_gemm_efficiency 0.55 and hopper.gemm_efficiency 0.55, the values in u
 eager.layer_overhead_s 0.00025 where 0.0005 is kept (so that no bf16 run moves; one grid step).
 Leave-one-source-out with the fp8 runs: median 14.98 %, max 55.8 % (without nemo 11.7 %,
 sailor-gh200 16.0 %, torchtitan 6.1 %, the others as above).
+
+With torchtitan's async-TP, 405B PP/CP and every-other-layer runs priced and its 500 W H100s at
+their sustained clock (planner.cost.architectures.SUSTAINED_CLOCK) the fit gives
+hopper.fp8_gemm_efficiency 0.6 (in use) and eager.layer_overhead_s 0.00025 (0.0005 kept, as
+above); the rest as listed.
 """
 
 from __future__ import annotations

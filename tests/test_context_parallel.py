@@ -251,3 +251,49 @@ def test_planner_run_refuses_a_cp_plan_with_reason():
     from planner.runner.layout import check_runnable
     with pytest.raises(BadInput, match="no context parallelism"):
         check_runnable(_uniform_cp_plan(), 1)
+
+
+# --- PyTorch's ring (torchtitan) and async TP: layer-level, cheap -----------------------------
+
+def _decoder_and_h100():
+    from planner.cost.runtimes import stack_params
+    model, cluster = load_model("llama-3-8b"), load_cluster(H100X2)
+    group = cluster.groups[0]
+    layer = next(l for l in model.layers if l.kind == "decoder")
+    return layer, group, stack_params
+
+
+def test_torch_ring_pays_fp32_merges_and_moves_repeated_kv_where_megatron_ring_hides_all():
+    from planner.cost.context_parallel import cp_comm
+    from planner.cost.sharding import Sharding
+    layer, group, stack_params = _decoder_and_h100()
+    sh = Sharding("bf16", 1, 131072, "flash", StageDims(1, cp=4), "full")
+    megatron = cp_comm(layer, sh, group.gpu, group.intra_node, stack_params(group.gpu, "megatron"))
+    titan = cp_comm(layer, sh, group.gpu, group.intra_node, stack_params(group.gpu, "torchtitan"))
+    assert megatron == (0.0, 0.0)  # 32k-token blocks hide every send/recv inside a node
+    assert titan[0] > 0 and titan[1] > titan[0]  # the merges, the accumulations, the last dK/dV send
+    # short blocks across nodes: Megatron's kv_dim-wide send/recv per block still hides, the one
+    # all-gather of q_dim-wide K and V (4x Llama 3's kv_dim) behind the first block only does not
+    short = Sharding("bf16", 1, 16384, "flash", StageDims(1, cp=4), "none")
+    titan_p = stack_params(group.gpu, "torchtitan")
+    nic = group.inter_node.shared_by(group.gpus_per_node)  # one GPU's 400 Gb/s share
+    megatron_fwd = cp_comm(layer, short, group.gpu, nic, stack_params(group.gpu, "megatron"))[0]
+    across = cp_comm(layer, short, group.gpu, nic, titan_p)
+    inside = cp_comm(layer, short, group.gpu, group.intra_node, titan_p)  # the merges alone
+    assert across[0] - inside[0] > 10 * megatron_fwd
+
+
+def test_async_tp_hides_forward_tp_comm_behind_its_gemms_but_not_the_backward():
+    from planner.cost.formulas import layer_time
+    from planner.cost.sharding import Sharding
+    layer, group, stack_params = _decoder_and_h100()
+    p = stack_params(group.gpu, "torchtitan")
+    sh = Sharding("bf16", 1, 8192, "flash", StageDims(8, True), "none")
+    sync = layer_time(layer, group.gpu, sh, group.inter_node, p)
+    fused = layer_time(layer, group.gpu, sh, group.inter_node, p.with_updates(tp_async=True))
+    assert 0 < fused.tp_comm_fwd_s < sync.tp_comm_fwd_s
+    assert fused.tp_comm_bwd_s == sync.tp_comm_bwd_s
+    # without sequence parallelism there is no all-gather/reduce-scatter pair to fuse
+    plain = Sharding("bf16", 1, 8192, "flash", StageDims(8, False), "none")
+    assert layer_time(layer, group.gpu, plain, group.inter_node, p.with_updates(tp_async=True)) == \
+        layer_time(layer, group.gpu, plain, group.inter_node, p)

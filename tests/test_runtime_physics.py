@@ -37,6 +37,14 @@ def test_t4_prices_its_compute_at_its_power_capped_sustained_clock():
     assert "attention_efficiency" not in titan  # an uncapped Turing part keeps the default
 
 
+def test_the_500_w_h100_runs_its_tensor_cores_at_the_cube_root_of_its_power_cap():
+    capped, full = architecture_params(CATALOG["H100-SXM5-96GB"]), architecture_params(CATALOG["H100-SXM5-80GB"])
+    clock = (500 / 700) ** (1 / 3)
+    for field in ("gemm_efficiency", "attention_efficiency", "fp8_gemm_efficiency"):
+        assert capped[field] == pytest.approx(full[field] * clock)
+    assert CATALOG["H100-SXM5-96GB"].hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)  # HBM2e, as stated
+
+
 @pytest.fixture(scope="module")
 def llama():
     return load_model("llama-3-8b")

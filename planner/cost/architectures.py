@@ -17,10 +17,10 @@ from ..inputs.devices import GpuSpec
 ARCHITECTURES: dict[str, dict[str, float]] = {
     # FlashAttention-2 reaches 35 % of H100's dense peak (Shah et al. 2024, FlashAttention-3,
     # sec 1); large GEMMs 55 % of the datasheet peak, fitted across Sailor's GH200 runs (TF32)
-    # and torchtitan's H100 runs (bf16, 500 W parts)
-    # fp8 GEMMs (planner.cost.fp8) at 55 % of the fp8 datasheet peak, fitted across NeMo 24.07's
+    # and torchtitan's H100 runs (bf16, 500 W parts at their SUSTAINED_CLOCK)
+    # fp8 GEMMs (planner.cost.fp8) at 60 % of the fp8 datasheet peak, fitted across NeMo 24.07's
     # DGX H100 runs (Transformer Engine) and torchtitan's H100/H200 runs (torchao float8)
-    "hopper": {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.55},
+    "hopper": {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.6},
     # Turing, datacenter and consumer alike: large GEMMs at this fraction of the datasheet peak
     # of the path they run on (tensor cores in fp16, CUDA cores in fp32) at the sustained clock
     # (SUSTAINED_CLOCK below). Fitted jointly on AMP's T4 runs (fp16 tensor cores) and Sailor's
@@ -35,9 +35,15 @@ SUSTAINED_CLOCK: dict[str, tuple[float, str]] = {
     # tensor peak assumes the 1590 MHz boost (NVIDIA T4 datasheet; Jia et al. 2019, arXiv
     # 1903.07486, study its clock throttling under compute-bound load)
     "T4": (585 / 1590, "NVIDIA T4 datasheet: 585 MHz base, 1590 MHz boost, 70 W"),
+    # the 500 W part of torchtitan's benchmarks ("We used the default 500W power limit", benchmarks/
+    # llama3_h100_202412_torchtitan.md) against the 700 W the H100 SXM5 draws at its datasheet clock
+    # under dense tensor-core work (NVIDIA H100 datasheet: max TDP 700 W): CMOS dynamic power is
+    # C V^2 f with the voltage scaled with the clock (Hennessy & Patterson, Computer Architecture,
+    # 6th ed., sec 1.5), so a capped part sustains (500/700)^(1/3) of the clock
+    "H100-SXM5-96GB": ((500 / 700) ** (1 / 3), "500 W power limit of a 700 W part, cube-root clock law"),
 }
 
-COMPUTE_BOUND_FIELDS = ("gemm_efficiency", "attention_efficiency")
+COMPUTE_BOUND_FIELDS = ("gemm_efficiency", "attention_efficiency", "fp8_gemm_efficiency")
 
 
 def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None) -> dict[str, float]:
@@ -51,5 +57,7 @@ def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None)
     if gpu.name in SUSTAINED_CLOCK:
         clock = SUSTAINED_CLOCK[gpu.name][0]
         for name in COMPUTE_BOUND_FIELDS:
-            out[name] = out.get(name, getattr(DEFAULT_PARAMS, name)) * clock
+            value = out.get(name, getattr(DEFAULT_PARAMS, name))
+            if value is not None:  # fp8_gemm_efficiency None: the (scaled) gemm_efficiency
+                out[name] = value * clock
     return out

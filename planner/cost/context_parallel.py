@@ -8,7 +8,7 @@ from functools import lru_cache
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import Layer
-from .formulas import CostParams, attention_s, link_efficiency
+from .formulas import CostParams, attention_s, link_efficiency, ring_allgather_s
 from .sharding import Sharding
 
 
@@ -24,7 +24,9 @@ def cp_comm(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostPa
     max(0, transfer - that step's attention).
     all-to-all (Jacobs et al. 2023, DeepSpeed-Ulysses, sec 3.1): four all-to-alls forward (Q, K,
     V to a head split; the output back to the sequence split) and four backward, each moving
-    (cp-1)/cp of the GPU's buffer, not overlapped."""
+    (cp-1)/cp of the GPU's buffer, not overlapped.
+    `params.cp_ring` "torch-allgather": PyTorch's context_parallel as torchtitan runs it
+    (_torch_ring_s)."""
     dims = sh.dims
     cp = dims.cp
     if layer.blend:  # a blend of decoder shapes (model.Model.decoder_stand_in): the count-weighted mean
@@ -45,6 +47,8 @@ def cp_comm(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostPa
         else:
             one_pass = (cp - 1) / cp * nbytes / (link.bandwidth_bytes_per_s * eff) + (cp - 1) * link.latency_s
         fwd = bwd = one_pass
+    elif params.cp_ring == "torch-allgather":
+        fwd, bwd = _torch_ring_s(layer, sh, gpu, link, params, attn_fwd_s, attn_bwd_s, tokens, eff)
     else:
         kv_bytes = nb * tokens * dims.head_share(2 * c.kv_dim)
 
@@ -57,4 +61,51 @@ def cp_comm(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostPa
         bwd = (cp - 1) * max(0.0, step_s(2 * kv_bytes) - attn_bwd_s / cp)
     if sh.recompute == "full":
         bwd += fwd
+    return fwd, bwd
+
+
+# torch.distributed.tensor.experimental._attention (PyTorch 2.6, the ring torchtitan's
+# context_parallel_degree runs; torchtitan's default context_parallel_rotate_method "allgather"):
+# the output of every ring step is merged in fp32 (_ContextParallelOptions.convert_to_f32):
+# the cast of the block output (read nb, write 4 bytes) and out - sigmoid(lse_b - lse) * (out - out_b),
+# three fp32 elementwise ops reading 5 and writing 3 tensors (_SDPAMerger._merge_one): bytes per
+# element of the attention output, per step after the first
+TORCH_RING_MERGE_FP32_BYTES = 6 + 8 * 4
+# backward, per step after the first: dQ, dK, dV accumulated in fp32 from the block's 16-bit
+# gradients (read 4 + 2, write 4 each) and dK, dV concatenated for the send (read 4, write 4
+# each) (_templated_ring_attention_backward), per element of the attention output
+TORCH_RING_ACCUM_FP32_BYTES = 3 * (4 + 2 + 4) + 2 * 8
+
+
+def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostParams,
+                  attn_fwd_s: float, attn_bwd_s: float, tokens: float, eff: float) -> tuple[float, float]:
+    """PyTorch's ring attention (torch.distributed.tensor.experimental._attention, Dec 2024) under
+    torchtitan, per layer and micro-batch, the part attention does not hide: (forward, backward).
+
+    - torchtitan's Llama repeats K and V to every query head before SDPA (models/llama/model.py
+      repeat_kv), so the ring moves q_dim-wide keys and values, not kv_dim.
+    - _AllGatherRotater: one all-gather of every rank's K and V, issued before the first block
+      and waited for before the second: hidden behind the first block's attention only (1/cp).
+    - backward: K, V all-gathered again; dK, dV travel with their blocks in fp32 (convert_to_f32)
+      by a permute (all-to-all) after every block, waited for after the next block's backward,
+      the last one after the loop (cp sends, the last exposed).
+    - the fp32 merges and accumulations of every step after the first (TORCH_RING_*_BYTES),
+      memory-bound, the attention kernels do not hide them."""
+    c, dims, cp, nb = layer.config, sh.dims, sh.dims.cp, sh.dtype_bytes
+    kv_bytes = nb * tokens * dims.head_share(2 * c.q_dim)  # this rank's K and V, heads repeated
+    gather_s = ring_allgather_s(cp * kv_bytes, cp, link, eff)
+
+    def send_s(nbytes):
+        if link.curves:
+            return collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+        return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff)
+
+    dkv_s = send_s(2 * kv_bytes * 4 / nb)  # fp32 dK, dV
+    hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
+    out_elements = tokens * dims.head_share(c.o_dim)
+    merge_s = (cp - 1) * out_elements * TORCH_RING_MERGE_FP32_BYTES / hbm
+    accum_s = (cp - 1) * out_elements * TORCH_RING_ACCUM_FP32_BYTES / hbm
+    fwd = max(0.0, gather_s - attn_fwd_s / cp) + merge_s
+    bwd = (max(0.0, gather_s - attn_bwd_s / cp) + (cp - 1) * max(0.0, dkv_s - attn_bwd_s / cp) + dkv_s
+           + accum_s)
     return fwd, bwd

@@ -31,6 +31,7 @@ class Runtime:
     selective_recompute: str = "attention"  # what its selective checkpointing recomputes (CostParams)
     overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
     context_parallel: tuple[str, ...] = ()  # the CP kinds it runs (StageDims.cp_kind); () none
+    cp_ring: str = "p2p"  # how its ring CP passes K and V (CostParams.cp_ring)
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
@@ -51,5 +52,5 @@ class Runtime:
                                  elementwise_traffic_factor=self.elementwise_traffic_factor,
                                  layer_overhead_s=self.layer_overhead_s,
                                  bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
-                                 selective_recompute=self.selective_recompute,
+                                 selective_recompute=self.selective_recompute, cp_ring=self.cp_ring,
                                  overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe)

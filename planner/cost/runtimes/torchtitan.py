@@ -21,6 +21,9 @@ RUNTIME = Runtime(
     # parallelism.context_parallel_degree: ring attention through torch.distributed.tensor.experimental
     # context_parallel, causal load balancing (torchtitan docs/context_parallel)
     context_parallel=("ring",),
+    # torch.distributed.tensor.experimental._attention with torchtitan's default
+    # context_parallel_rotate_method "allgather" (planner.cost.context_parallel._torch_ring_s)
+    cp_ring="torch-allgather",
     # model.converters = ["float8"]: torchao float8 linears, dynamic tensorwise scaling by default
     # (torchtitan/components/quantization/float8.py)
     fp8_recipe="torchao-tensorwise",
