@@ -198,6 +198,7 @@ class EvaluateRequest:
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
+    offload_activations: int = 0  # activation offload: decoder blocks per chunk (its first) in host memory
     zero: int = 0
     sequence_parallel: bool = False
     ep: int = 1  # expert parallelism (StageDims.ep)
@@ -285,9 +286,12 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput("--recompute-layers needs --recompute block", "--recompute-layers")
     if r.recompute_layers < 0:
         raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
+    if not isinstance(r.offload_activations, int) or r.offload_activations < 0:
+        raise BadInput(f"must be an integer >= 0, got {r.offload_activations!r}", "--offload-activations")
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
-                        ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload)
+                        ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
+                        offload_activations=r.offload_activations)
 
 
 def _etp(etp: int | None, tp: int) -> int:

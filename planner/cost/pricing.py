@@ -340,12 +340,65 @@ def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
 
 
 @dataclass(frozen=True)
+class ActivationOffload:
+    """Activation offload of one micro-batch through a span (Megatron-core cpu_offloading, run by
+    Transformer Engine's cpu_offload.py AsyncDoubleBufferGroupOffloadHandler): the saved
+    activations of its first K decoder blocks are copied to host memory during the forward and
+    back before their backward, over the GPU's PCIe link."""
+
+    host_bytes: float = 0.0  # the offloaded blocks' saved activations (per micro-batch)
+    buffer_bytes: float = 0.0  # what stays on the GPU: the double buffer (the two largest blocks)
+    fwd_exposed_s: float = 0.0  # device->host copies their blocks' forward does not hide
+    bwd_exposed_s: float = 0.0  # host->device copies their blocks' backward does not hide
+
+    @property
+    def exposed_s(self) -> float:
+        return self.fwd_exposed_s + self.bwd_exposed_s
+
+
+NO_ACTIVATION_OFFLOAD = ActivationOffload()
+
+
+def activation_offload(layers, span: SpanPrice, blocks: int, pcie_bytes_per_s: float) -> ActivationOffload:
+    """The first `blocks` decoder blocks of `layers` (span.parts: one part per layer, as
+    layers_price builds it) offloaded. Each block's copy (act_bytes over PCIe, one direction)
+    overlaps that block's compute and collectives on its side of the pass: exposed
+    max(0, copy - forward) on the way out and max(0, copy - backward) on the way back (TE
+    cpu_offload.py: block i's offload runs on a side stream beside block i+1's forward, its
+    reload beside block i+1's backward; the blocks alike). The GPU keeps a double buffer: the
+    block being copied and the next (TE's double-buffer handler), the two largest here."""
+    if blocks <= 0:
+        return NO_ACTIVATION_OFFLOAD
+    host, sizes, fwd, bwd, seen = 0.0, [], 0.0, 0.0, 0
+    for layer, (_, lp) in zip(layers, span.parts):
+        if layer.kind != "decoder" or seen >= blocks:
+            continue
+        seen += 1
+        copy_s = lp.act_bytes / pcie_bytes_per_s  # one block's saved activations over PCIe (HostSpec)
+        fwd += max(0.0, copy_s - (lp.fwd_s + lp.tp_comm_fwd_s + lp.cp_comm_fwd_s + lp.ep_comm_fwd_s))
+        bwd += max(0.0, copy_s - (lp.bwd_s + lp.tp_comm_bwd_s + lp.cp_comm_bwd_s + lp.ep_comm_bwd_s))
+        host += lp.act_bytes
+        sizes.append(lp.act_bytes)
+    return ActivationOffload(host, sum(sorted(sizes)[-2:]), fwd, bwd)
+
+
+def merge_offloads(offloads: Iterable[ActivationOffload]) -> ActivationOffload:
+    """A pipeline rank's chunks' offloads together (their host bytes add; one double buffer, the largest)."""
+    offloads = [o for o in offloads if o.host_bytes]
+    if not offloads:
+        return NO_ACTIVATION_OFFLOAD
+    return ActivationOffload(sum(o.host_bytes for o in offloads), max(o.buffer_bytes for o in offloads),
+                             sum(o.fwd_exposed_s for o in offloads), sum(o.bwd_exposed_s for o in offloads))
+
+
+@dataclass(frozen=True)
 class ChunkTime:
     """One micro-batch through one chunk (a stage) on one replica."""
 
     span: SpanPrice
     zero: ZeroComm
     send_s: float = 0.0  # to the next stage (none after the last)
+    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its activation offload (activation_offload)
 
     @property
     def zero_s(self):
@@ -357,20 +410,22 @@ class ChunkTime:
     @property
     def time_s(self):
         time = self.span.time_s + self.zero_s
+        if self.act_offload is not NO_ACTIVATION_OFFLOAD:
+            time = time + self.act_offload.exposed_s
         return time + self.send_s if self.send_s else time  # (the search adds its sends later)
 
     @property
     def forward_s(self):
         """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
         return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
-                + self.send_s / 2
+                + self.send_s / 2 + self.act_offload.fwd_exposed_s
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
-                + self.send_s / 2
+                + self.send_s / 2 + self.act_offload.bwd_exposed_s
                 + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
@@ -378,13 +433,15 @@ class ChunkTime:
 
 
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
-                   deferred=0.0, optimizer: str = "adamw", offload: bool = False) -> MemoryBreakdown:
+                   deferred=0.0, optimizer: str = "adamw", offload: bool = False,
+                   act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
     group, StageDims.edp; with `offload` the optimizer states live in host memory), the saved
     activations of `in_flight` micro-batches (Schedule.in_flight_microbatches), the weight-GEMM
     inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
-    full recomputation's working set, and the reserve."""
+    full recomputation's working set, and the reserve. With `act_offload` the offloaded blocks'
+    activations of every micro-batch in flight are in host memory but for its double buffer."""
     if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
         weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
                                                    optimizer)
@@ -397,6 +454,8 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     if offload:
         states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     activations = span.act_bytes * in_flight + span.transient_bytes
+    if act_offload.host_bytes:  # in host memory: offloaded_activation_bytes; on the GPU: the double buffer
+        activations = activations - offloaded_activation_bytes(act_offload, in_flight) + act_offload.buffer_bytes
     if np.ndim(deferred) or deferred:
         activations = activations + span.wgrad_act_bytes * deferred
     return MemoryBreakdown(weights, grads, states, activations, p.reserved_memory_bytes)
@@ -406,6 +465,12 @@ def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer:
     """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
     and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
     return model_state_bytes(weight_params, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)[2]
+
+
+def offloaded_activation_bytes(act_offload: ActivationOffload, in_flight):
+    """What one GPU's activation offload keeps in host memory: the offloaded blocks' activations
+    of every micro-batch in flight (Schedule.in_flight_microbatches)."""
+    return act_offload.host_bytes * in_flight
 
 
 def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
