@@ -14,7 +14,7 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import capability, every_nth, one_block_count, violations
+from ..cost.runtimes.capability import activation_offload_violations, capability, every_nth, one_block_count, violations
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -80,6 +80,8 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
         # megatron arguments.py: --optimizer-cpu-offload needs --use-distributed-optimizer;
         # DeepSpeed offload_optimizer needs ZeRO >= 1
         out.append("ZeRO-Offload with ZeRO-0: the runtime offloads a sharded (ZeRO-1) optimizer")
+    if target in PRICING_RUNTIME:  # activation offload: whether the target has it, within its limits
+        out += activation_offload_violations(plan, capability(PRICING_RUNTIME[target]))
     c = plan.model.config
     if target == "megatron" and c is not None and c.num_kv_heads % tp:
         # megatron/core/transformer/attention.py divides the query groups over TP
@@ -231,13 +233,17 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     # blocks); ZeRO-Offload on every stage where the plan has any and the target has it
     most = max((s.recompute_layers for s in plan.stages if s.recompute == "block"), default=0)
     offload = any(s.offload for s in plan.stages) and not target.startswith("torchtitan")
+    # activation offload kept where Megatron runs it (one stage, no recomputation), dropped elsewhere
+    offloaded = max(s.offload_activations for s in plan.stages) if (
+        target == "megatron" and len(layers) == 1 and recompute == "none") else 0
     if offload and target in ("megatron", "deepspeed") and dp > 1:
         zero = max(zero, 1)
     stages = tuple(
         Stage(i, rng, tp, zero, recompute,
               tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp,
               recompute_layers=min(most, sum(1 for kind in kinds[rng[0]:rng[1]] if kind == "decoder"))
-              if recompute == "block" else 0, offload=offload)
+              if recompute == "block" else 0, offload=offload,
+              offload_activations=min(offloaded, max(0, sum(1 for kind in kinds[rng[0]:rng[1]] if kind == "decoder") - 1)))
         for i, (rng, k) in enumerate(zip(layers, prank)))
     out = Plan(plan.model, plan.cluster, training, stages)
     problems = capability_problems(out, target)
