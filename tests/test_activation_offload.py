@@ -1,0 +1,116 @@
+"""Activation offload (Stage.offload_activations): the first K decoder blocks' saved activations
+in host memory, priced with the node's PCIe link and host memory; Megatron's --cpu-offloading."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.api import EvaluateRequest, plan_from_flags
+from planner.core.errors import BadInput
+from planner.cost.evaluate import PlanPricer, evaluate
+
+FLAGS = dict(model="llama-3-8b", cluster="dgx-a100", global_batch=64, seq_len=16384, tp=8, pp=1, dp=4, micro_batch=1)
+
+
+def offloaded(k: int, **flags):
+    return plan_from_flags(EvaluateRequest(**{**FLAGS, **flags}, offload_activations=k))
+
+
+@pytest.fixture(scope="module")
+def priced():
+    return {k: evaluate(offloaded(k)) for k in (0, 1, 2, 6)}
+
+
+def _block(plan):
+    """A decoder block's LayerPrice on the plan's GPUs, and the PCIe bandwidth of its node."""
+    st = plan.stages[0]
+    price = PlanPricer(plan).replica([st], st.replicas[0])
+    layers = plan.model.layers[st.layers[0]:st.layers[1]]
+    lp = next(lp for layer, (_, lp) in zip(layers, price.span.parts) if layer.kind == "decoder")
+    return lp, plan.cluster.group_of_rank(0).host.pcie_bytes_per_s
+
+
+def test_offload_moves_all_but_a_double_buffer_of_blocks_off_the_gpu(priced):
+    lp, _ = _block(offloaded(6))
+    act = lambda k: priced[k].memory_by_rank[0].activations_bytes  # noqa: E731
+    # one or two blocks offloaded: the double buffer holds them, the GPU saves nothing
+    assert act(1) == pytest.approx(act(0), rel=1e-12) and act(2) == pytest.approx(act(0), rel=1e-12)
+    # six blocks, one micro-batch in flight (pp = 1): four blocks' activations leave the GPU
+    assert act(0) - act(6) == pytest.approx(4 * lp.act_bytes, rel=1e-9)
+    assert act(0) - act(6) > 2**30  # (a figure that matters: over 1 GiB here)
+
+
+def test_offload_exposes_the_pcie_copies_that_the_blocks_compute_does_not_hide(priced):
+    lp, pcie = _block(offloaded(6))
+    copy = lp.act_bytes / pcie
+    per_block = (max(0.0, copy - (lp.fwd_s + lp.tp_comm_fwd_s)) + max(0.0, copy - (lp.bwd_s + lp.tp_comm_bwd_s)))
+    n_micro = FLAGS["global_batch"] // FLAGS["dp"]
+    assert per_block > 0  # 16k tokens on tp 8: a block's copy outlasts its compute
+    assert priced[6].step_time_s - priced[0].step_time_s == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
+    assert priced[6].breakdown_s["offload"] == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
+    assert "offload" not in priced[0].breakdown_s
+    assert sum(priced[6].breakdown_s.values()) == pytest.approx(priced[6].step_time_s, rel=1e-9)
+
+
+def test_a_faster_pcie_link_hides_the_copies():
+    from planner.inputs.hardware import cluster_from_spec
+
+    cluster = cluster_from_spec({"name": "fast-pcie", "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 4, "gpus_per_node": 8,
+         "host": {"pcie_GBps": 10000}}]})
+    assert "offload" not in evaluate(offloaded(6, cluster=cluster)).breakdown_s
+
+
+def test_offloaded_activations_count_against_the_nodes_host_memory():
+    from planner.inputs.hardware import cluster_from_spec
+
+    cluster = cluster_from_spec({"name": "small-host", "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 4, "gpus_per_node": 8, "host": {"memory_GiB": 16}}]})
+    assert evaluate(offloaded(1, cluster=cluster)).fits  # 1 block: well under 2 GiB per GPU
+    est = evaluate(offloaded(30, cluster=cluster))  # 30 blocks: more than each GPU's 2 GiB share
+    assert not est.fits and "host memory" in est.overflows[0].gpu
+
+
+def test_plan_json_round_trips_offload_activations_and_checks_it_against_the_blocks():
+    from planner.plan import plan_from_json, plan_to_json
+    from planner.verify.plan_checks import validate_plan_data
+
+    plan = offloaded(6)
+    data = plan_to_json(plan)
+    assert data["stages"][0]["offload_activations"] == 6
+    assert validate_plan_data(data) == []
+    assert plan_from_json(data).stages == plan.stages
+    assert "offload_activations" not in plan_to_json(offloaded(0))["stages"][0]
+    data["stages"][0]["offload_activations"] = 33
+    assert any(path == "stages[0].offload_activations" for path, _ in validate_plan_data(data))
+
+
+def test_megatron_runs_activation_offload_with_one_stage_no_recompute_and_fewer_blocks():
+    from planner.cost.runtimes.capability import violations
+
+    assert violations(offloaded(6), "megatron") == ()
+    assert violations(offloaded(6, pp=2, dp=2), "any") == ()
+    assert any("without pipeline parallelism" in v for v in violations(offloaded(6, pp=2, dp=2), "megatron"))
+    assert any("without recomputation" in v for v in violations(offloaded(6, recompute="selective"), "megatron"))
+    # megatron-core: cpu_offloading_num_layers must be below num_layers (32 blocks here)
+    assert any("32 of 32" in v for v in violations(offloaded(32), "megatron"))
+    assert violations(offloaded(31), "megatron") == ()
+    for runtime in ("torchtitan", "deepspeed"):
+        assert any("no activation offload" in v for v in violations(offloaded(6), runtime))
+
+
+def test_activation_offload_exports_megatron_cpu_offloading_and_others_refuse():
+    from planner.export.deepspeed import export_deepspeed
+    from planner.export.megatron import export_megatron
+    from planner.export.torchtitan import titan_settings
+
+    warnings = []
+    text = export_megatron(offloaded(6), warnings.append)
+    assert "--cpu-offloading \\" in text and "--cpu-offloading-num-layers 6" in text
+    assert warnings == []
+    with pytest.raises(BadInput, match="without pipeline parallelism"):
+        export_megatron(offloaded(6, pp=2, dp=2), lambda message: None)
+    with pytest.raises(BadInput, match="no activation offload"):
+        titan_settings(offloaded(6), lambda message: None)
+    with pytest.raises(BadInput, match="no activation offload"):
+        export_deepspeed(offloaded(6), lambda message: None)
