@@ -9,6 +9,8 @@ from planner.api import EvaluateRequest, plan_from_flags
 from planner.core.errors import BadInput
 from planner.cost.evaluate import PlanPricer, evaluate
 
+import dataclasses
+
 FLAGS = dict(model="llama-3-8b", cluster="dgx-a100", global_batch=64, seq_len=16384, tp=8, pp=1, dp=4, micro_batch=1)
 
 
@@ -114,3 +116,54 @@ def test_activation_offload_exports_megatron_cpu_offloading_and_others_refuse():
         titan_settings(offloaded(6), lambda message: None)
     with pytest.raises(BadInput, match="no activation offload"):
         export_deepspeed(offloaded(6), lambda message: None)
+
+
+# --- the search (one-stage uniform plans that do not fit: planner.search.uniform.fewest_offloaded)
+
+
+def _box():
+    """One workstation of 4 RTX-4090 (24 GiB), GPT-2 XL at 16k tokens: no one-stage plan fits
+    without recomputation."""
+    from planner.inputs.hardware import cluster_from_spec
+    from planner.inputs.model import load_model
+    from planner.plan import Training
+
+    cluster = cluster_from_spec({"name": "box-4090", "node_groups": [
+        {"name": "a", "gpu": "RTX-4090", "nodes": 1, "gpus_per_node": 4}]})
+    return load_model("gpt2-xl"), cluster, Training(32, 16384, "bf16", 1, runtime="megatron")
+
+
+@pytest.mark.parametrize("tp", (1, 2))
+def test_fewest_offloaded_blocks_is_the_fastest_fitting_count_by_enumeration(tp):
+    from planner.plan import uniform_plan
+    from planner.search.uniform import fewest_offloaded
+
+    model, cluster, training = _box()
+    plan = uniform_plan(model, cluster, training, tp=tp, pp=1, dp=4 // tp, zero=1, sequence_parallel=tp > 1)
+    assert not evaluate(plan).fits
+    blocks = plan.stages[0].decoder_blocks(model)
+    best = None
+    for k in range(blocks):  # Megatron: fewer than the model's blocks
+        form = dataclasses.replace(plan, stages=(dataclasses.replace(plan.stages[0], offload_activations=k),))
+        est = evaluate(form)
+        if est.fits and (best is None or est.step_time_s < best[1]):
+            best = (k, est.step_time_s)
+    found = fewest_offloaded(plan)
+    assert best is not None and found is not None
+    assert (found[0].stages[0].offload_activations, found[1].step_time_s) == (best[0], pytest.approx(best[1], rel=1e-12))
+
+
+def test_megatron_search_offloads_activations_where_memory_binds_and_it_beats_recompute():
+    # runtime: megatron (activation offload with one stage, no recompute); torchtitan has none
+    from planner.search.driver import SolverOptions, solve
+
+    model, cluster, training = _box()
+    options = SolverOptions(micro_batches=(1,))
+    with_offload = solve(model, cluster, training, options)
+    without = solve(model, cluster, training, dataclasses.replace(options, activation_offload=False))
+    assert with_offload.plan.stages[0].offload_activations > 0 and with_offload.plan.pp == 1
+    assert with_offload.estimate.step_time_s < without.estimate.step_time_s
+    assert all(s.offload_activations == 0 for s in without.plan.stages)
+    assert not with_offload.optimal  # offload is priced on uniform one-stage plans, not proven
+    titan = solve(model, cluster, dataclasses.replace(training, runtime="torchtitan"), options)
+    assert all(s.offload_activations == 0 for s in titan.plan.stages)
