@@ -65,6 +65,7 @@ class PlanRequest:
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
+    activation_offload: bool = True  # ... and a one-stage plan's activations (SolverOptions.activation_offload)
     virtual_stages: tuple[int, ...] = ()
     zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
@@ -109,7 +110,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
-                            offload=request.offload, zero_bubble=request.zero_bubble,
+                            offload=request.offload, activation_offload=request.activation_offload,
+                            zero_bubble=request.zero_bubble,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
                             # degrees given: each of them, across nodes too
