@@ -103,7 +103,7 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
             continue
         seen.add(key)
         estimate = evaluate(plan, params)
-        if offloadable and not estimate.fits:
+        if offloadable and not estimate.fits and _activations_overflow(estimate):
             plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)
             accepted = accept is None or accept(plan)
         if accepted and estimate.fits and estimate.step_time_s < best_s:
@@ -114,6 +114,12 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
 def _gpu_fits(estimate: Estimate) -> bool:
     """Whether every GPU fits (host-memory overflows aside: evaluate's Overflow of a node's host)."""
     return all(o.gpu.startswith("host memory") for o in estimate.overflows)
+
+
+def _activations_overflow(estimate: Estimate) -> bool:
+    """Whether every GPU would fit without its activations (else offloading them cannot help)."""
+    return all(estimate.memory_by_rank[o.rank].total_bytes - estimate.memory_by_rank[o.rank].activations_bytes
+               <= o.capacity_bytes for o in estimate.overflows if not o.gpu.startswith("host memory"))
 
 
 def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None
