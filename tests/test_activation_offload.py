@@ -175,3 +175,25 @@ def test_megatron_search_offloads_activations_where_memory_binds_and_it_beats_re
     assert not with_offload.optimal  # offload is priced on uniform one-stage plans, not proven
     titan = solve(model, cluster, dataclasses.replace(training, runtime="torchtitan"), options)
     assert all(s.offload_activations == 0 for s in titan.plan.stages)
+
+
+def test_evaluate_flag_prices_activation_offload_and_a_plan_file_refuses_it(tmp_path):
+    import json
+
+    from planner.plan import plan_to_json
+
+    from .conftest import invoke
+
+    args = ["evaluate", "--model", "llama-3-8b", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "16384",
+            "--tp", "8", "--pp", "1", "--dp", "4", "--micro-batch", "1", "--json"]
+    result = invoke(*args, "--offload-activations", "6")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["breakdown_s"]["offload"] > 0
+    assert invoke(*args, "--offload-activations", "-1").exit_code == 2
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(offloaded(6))))
+    again = invoke("evaluate", "--plan", path, "--json")
+    assert again.exit_code == 0 and json.loads(again.output)["breakdown_s"]["offload"] == pytest.approx(
+        data["breakdown_s"]["offload"], rel=1e-12)
+    assert invoke("evaluate", "--plan", path, "--offload-activations", "3").exit_code == 2

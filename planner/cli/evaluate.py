@@ -70,7 +70,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
                                           ("--dtype", dtype), ("--links", links),
                                           ("--cp", cp if cp != 1 else None),
-                                          ("--ep", None if ep == 1 else ep), ("--etp", etp)) if value is not None]
+                                          ("--ep", None if ep == 1 else ep), ("--etp", etp),
+                                          ("--offload-activations", offload_activations or None)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
