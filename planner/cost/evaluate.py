@@ -22,8 +22,8 @@ from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layer_model_flops_per_sample
-from .pricing import (NO_ACTIVATION_OFFLOAD, ActivationOffload, ChunkTime, activation_offload, merge_offloads,
-                      offloaded_activation_bytes, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads, offloaded_activation_bytes
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
 from .sharding import Sharding

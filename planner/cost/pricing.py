@@ -34,6 +34,7 @@ from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .context_parallel import cp_comm
 from .sharding import Sharding
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activation_bytes
 from . import fp8 as fp8_cost
 
 
@@ -340,58 +341,6 @@ def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
 
 
 @dataclass(frozen=True)
-class ActivationOffload:
-    """Activation offload of one micro-batch through a span (Megatron-core cpu_offloading, run by
-    Transformer Engine's cpu_offload.py AsyncDoubleBufferGroupOffloadHandler): the saved
-    activations of its first K decoder blocks are copied to host memory during the forward and
-    back before their backward, over the GPU's PCIe link."""
-
-    host_bytes: float = 0.0  # the offloaded blocks' saved activations (per micro-batch)
-    buffer_bytes: float = 0.0  # what stays on the GPU: the double buffer (the two largest blocks)
-    fwd_exposed_s: float = 0.0  # device->host copies their blocks' forward does not hide
-    bwd_exposed_s: float = 0.0  # host->device copies their blocks' backward does not hide
-
-    @property
-    def exposed_s(self) -> float:
-        return self.fwd_exposed_s + self.bwd_exposed_s
-
-
-NO_ACTIVATION_OFFLOAD = ActivationOffload()
-
-
-def activation_offload(layers, span: SpanPrice, blocks: int, pcie_bytes_per_s: float) -> ActivationOffload:
-    """The first `blocks` decoder blocks of `layers` (span.parts: one part per layer, as
-    layers_price builds it) offloaded. Each block's copy (act_bytes over PCIe, one direction)
-    overlaps that block's compute and collectives on its side of the pass: exposed
-    max(0, copy - forward) on the way out and max(0, copy - backward) on the way back (TE
-    cpu_offload.py: block i's offload runs on a side stream beside block i+1's forward, its
-    reload beside block i+1's backward; the blocks alike). The GPU keeps a double buffer: the
-    block being copied and the next (TE's double-buffer handler), the two largest here."""
-    if blocks <= 0:
-        return NO_ACTIVATION_OFFLOAD
-    host, sizes, fwd, bwd, seen = 0.0, [], 0.0, 0.0, 0
-    for layer, (_, lp) in zip(layers, span.parts):
-        if layer.kind != "decoder" or seen >= blocks:
-            continue
-        seen += 1
-        copy_s = lp.act_bytes / pcie_bytes_per_s  # one block's saved activations over PCIe (HostSpec)
-        fwd += max(0.0, copy_s - (lp.fwd_s + lp.tp_comm_fwd_s + lp.cp_comm_fwd_s + lp.ep_comm_fwd_s))
-        bwd += max(0.0, copy_s - (lp.bwd_s + lp.tp_comm_bwd_s + lp.cp_comm_bwd_s + lp.ep_comm_bwd_s))
-        host += lp.act_bytes
-        sizes.append(lp.act_bytes)
-    return ActivationOffload(host, sum(sorted(sizes)[-2:]), fwd, bwd)
-
-
-def merge_offloads(offloads: Iterable[ActivationOffload]) -> ActivationOffload:
-    """A pipeline rank's chunks' offloads together (their host bytes add; one double buffer, the largest)."""
-    offloads = [o for o in offloads if o.host_bytes]
-    if not offloads:
-        return NO_ACTIVATION_OFFLOAD
-    return ActivationOffload(sum(o.host_bytes for o in offloads), max(o.buffer_bytes for o in offloads),
-                             sum(o.fwd_exposed_s for o in offloads), sum(o.bwd_exposed_s for o in offloads))
-
-
-@dataclass(frozen=True)
 class ChunkTime:
     """One micro-batch through one chunk (a stage) on one replica."""
 
@@ -465,12 +414,6 @@ def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer:
     """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
     and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
     return model_state_bytes(weight_params, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)[2]
-
-
-def offloaded_activation_bytes(act_offload: ActivationOffload, in_flight):
-    """What one GPU's activation offload keeps in host memory: the offloaded blocks' activations
-    of every micro-batch in flight (Schedule.in_flight_microbatches)."""
-    return act_offload.host_bytes * in_flight
 
 
 def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
