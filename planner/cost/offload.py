@@ -5,10 +5,7 @@ Megatron-core's cpu_offloading runs it through Transformer Engine's cpu_offload.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
-
-if TYPE_CHECKING:
-    from .pricing import SpanPrice
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -31,9 +28,9 @@ class ActivationOffload:
 NO_ACTIVATION_OFFLOAD = ActivationOffload()
 
 
-def activation_offload(layers, span: SpanPrice, blocks: int, pcie_bytes_per_s: float) -> ActivationOffload:
-    """The first `blocks` decoder blocks of `layers` (span.parts: one part per layer, as
-    layers_price builds it) offloaded. Each block's copy (act_bytes over PCIe, one direction)
+def activation_offload(layers, span, blocks: int, pcie_bytes_per_s: float) -> ActivationOffload:
+    """The first `blocks` decoder blocks of `layers` offloaded (`span`: their pricing.SpanPrice,
+    whose parts are one per layer, as layers_price builds it). Each block's copy (act_bytes over PCIe, one direction)
     overlaps that block's compute and collectives on its side of the pass: exposed
     max(0, copy - forward) on the way out and max(0, copy - backward) on the way back (TE
     cpu_offload.py: block i's offload runs on a side stream beside block i+1's forward, its
