@@ -18,7 +18,8 @@ cluster and >= 1.0x over (b) and (c) everywhere.
 
 Memory-bound cases (MEMORY_CASES, `--memory` prints only these): the solver's plan without and
 with the searched memory savers, recompute "block" (a stage recomputes only some of its
-blocks) and ZeRO-Offload (a stage's optimizer on the host), then with the ZB-H1 schedule
+blocks), ZeRO-Offload (a stage's optimizer on the host) and activation offload (a one-stage
+plan's blocks' activations on the host, +act K), then with the ZB-H1 schedule
 searched too (where the runtime runs it), under AdamW and, as the user's choice, 8-bit AdamW.
 """
 
@@ -52,7 +53,11 @@ MEMORY_CASES = [
     ("consumer-3090-4090", "llama-3-8b", 32, 16384),
     ("consumer-3090-4090", "llama-3-70b", 64, 4096),
     ("dgx-a100", "llama-3-70b", 64, 4096),  # 70B on 32 A100-80GB: a pipeline whose last stage is full
+    ("box-4090", "phi-3-mini", 32, 8192),  # one workstation: a one-stage plan with activations offloaded
 ]
+# clusters of MEMORY_CASES not among profiles/clusters
+INLINE_CLUSTERS = {"box-4090": {"name": "box-4090", "node_groups": [
+    {"name": "a", "gpu": "RTX-4090", "nodes": 1, "gpus_per_node": 4}]}}
 WITHOUT_BLOCK = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8)
 TP = (1, 2, 4, 8)
@@ -127,23 +132,27 @@ def proportional(model: Model, cluster: Cluster, global_batch: int, seq_len: int
 
 
 def memory_bound() -> None:
-    """The solver's tokens/s on MEMORY_CASES without and with recompute "block" and offload, and
+    """The solver's tokens/s on MEMORY_CASES without and with recompute "block" and both offloads, and
     with ZB-H1 searched too, under AdamW and 8-bit AdamW (0: the search proves no plan fits)."""
     print(f"{'cluster':20} {'model':11} {'seq':>6} {'optimizer':10} {'without':>10} {'with':>10} {'gain':>6} "
           f"{'+zb-h1':>10} {'gain':>6}  schedule: stages (block: recomputed/blocks, +off: offloaded)")
     for cluster_name, model_name, global_batch, seq_len in MEMORY_CASES:
-        cluster, model = load_cluster(cluster_name), load_model(model_name)
+        cluster = (cluster_from_spec(INLINE_CLUSTERS[cluster_name]) if cluster_name in INLINE_CLUSTERS
+                   else load_cluster(cluster_name))
+        model = load_model(model_name)
         dtype = cluster.common_dtype()
         for optimizer in ("adamw", "adamw-8bit"):
             runs = [_solve(api.PlanRequest(model=model, cluster=cluster, global_batch=global_batch, seq_len=seq_len,
                                            dtype=dtype, optimizer=optimizer, recompute_modes=modes, offload=offload,
-                                           time_limit_s=None, runtime=RUNTIME, zero_bubble=zb))
+                                           activation_offload=offload, time_limit_s=None, runtime=RUNTIME,
+                                           zero_bubble=zb))
                     for modes, offload, zb in ((WITHOUT_BLOCK, False, False), (WITHOUT_BLOCK + ("block",), True, False),
                                                (WITHOUT_BLOCK + ("block",), True, True))]
             without, with_savers, with_zb = (0.0 if r is None else r.estimate.tokens_per_s for r in runs)
             best = runs[2]
             stages = [("block " + f"{s.recompute_layers}/{s.decoder_blocks(model)}" if s.recompute == "block"
-                       else s.recompute) + (" +off" if s.offload else "") for s in best.plan.stages
+                       else s.recompute) + (" +off" if s.offload else "")
+                      + (f" +act {s.offload_activations}" if s.offload_activations else "") for s in best.plan.stages
                       if s.index < best.plan.pp] if best else []
             gain = f"{with_savers / without:5.3f}x" if without else "   new"
             gain_zb = f"{with_zb / with_savers:5.3f}x" if with_savers else ("   new" if with_zb else "     -")

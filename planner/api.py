@@ -65,6 +65,7 @@ class PlanRequest:
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
+    activation_offload: bool = True  # ... and a one-stage plan's activations (SolverOptions.activation_offload)
     virtual_stages: tuple[int, ...] = ()
     zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
@@ -109,7 +110,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
-                            offload=request.offload, zero_bubble=request.zero_bubble,
+                            offload=request.offload, activation_offload=request.activation_offload,
+                            zero_bubble=request.zero_bubble,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())),
                             # degrees given: each of them, across nodes too
@@ -198,6 +200,7 @@ class EvaluateRequest:
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
+    offload_activations: int = 0  # activation offload: decoder blocks per chunk (its first) in host memory
     zero: int = 0
     sequence_parallel: bool = False
     ep: int = 1  # expert parallelism (StageDims.ep)
@@ -285,9 +288,12 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput("--recompute-layers needs --recompute block", "--recompute-layers")
     if r.recompute_layers < 0:
         raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
+    if not isinstance(r.offload_activations, int) or r.offload_activations < 0:
+        raise BadInput(f"must be an integer >= 0, got {r.offload_activations!r}", "--offload-activations")
     return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
-                        ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload)
+                        ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
+                        offload_activations=r.offload_activations)
 
 
 def _etp(etp: int | None, tp: int) -> int:

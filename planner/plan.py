@@ -49,6 +49,9 @@ class Stage:
     # ZeRO-Offload (Ren et al. 2021): fp32 master weights and optimizer states in host memory,
     # the optimizer step on the CPU
     offload: bool = False
+    # activation offload (Megatron --cpu-offloading --cpu-offloading-num-layers K): the saved
+    # activations of the stage's first K decoder blocks go to host memory (pricing.activation_offload)
+    offload_activations: int = 0
 
     def decoder_blocks(self, model: Model) -> int:
         return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")
@@ -116,14 +119,15 @@ def even_split(num_items: int, parts: int) -> list[int]:
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
                  zero: int = 0, recompute: str = "none", sequence_parallel: bool = False, cp: int = 1,
                  cp_kind: str = "ring", ep: int = 1, etp: int = 0, recompute_layers: int = 0,
-                 offload: bool = False) -> Plan:
+                 offload: bool = False, offload_activations: int = 0) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
     order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
     equal batch shares. Expert parallelism `ep` (and expert TP `etp`) is carved from the
     TP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp). Recompute
     "block" recomputes the first `recompute_layers` decoder blocks of every chunk (all of a
-    smaller chunk's)."""
+    smaller chunk's). Activation offload moves the first `offload_activations` decoder blocks'
+    saved activations of every chunk (all of a smaller chunk's) to host memory."""
     problem = StageDims(tp, dp=dp, cp=cp, ep=ep, etp=etp).expert_problem(
         model.config.num_experts if model.config else 1)
     if problem:
@@ -169,7 +173,7 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
         blocks = sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
         k = min(recompute_layers, blocks) if recompute == "block" else 0
         stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind,
-                            ep, etp, k, offload))
+                            ep, etp, k, offload, min(offload_activations, blocks)))
     return Plan(model, cluster, training, tuple(stages))
 
 
@@ -204,6 +208,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
              "pipeline_rank": s.pipeline_rank, **_expert_keys(s),
              **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {}),
              **({"offload": True} if s.offload else {}),
+             **({"offload_activations": s.offload_activations} if s.offload_activations else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -326,7 +331,8 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
             ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
             etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
-            recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path)))
+            recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path),
+            offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0))
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
     return Plan(model, cluster, training, tuple(stages))

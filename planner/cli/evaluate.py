@@ -30,6 +30,9 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
               help="With --recompute block: decoder blocks per chunk that recompute (Megatron --recompute-num-layers).")
 @click.option("--offload", is_flag=True,
               help="ZeRO-Offload: optimizer states and fp32 master weights in host memory, the step on the CPU.")
+@click.option("--offload-activations", type=click.IntRange(0), default=0, show_default=True,
+              help="Activation offload: decoder blocks per chunk (its first) whose saved activations go to host "
+                   "memory over PCIe (Megatron --cpu-offloading-num-layers).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage.")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism.")
 @click.option("--cp", type=int, default=1, show_default=True,
@@ -48,7 +51,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, attention, optimizer, tp, pp, dp, micro_batch,
-                     recompute, recompute_layers, offload, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
+                     recompute, recompute_layers, offload, offload_activations, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
                      virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
@@ -67,7 +70,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
                                           ("--dtype", dtype), ("--links", links),
                                           ("--cp", cp if cp != 1 else None),
-                                          ("--ep", None if ep == 1 else ep), ("--etp", etp)) if value is not None]
+                                          ("--ep", None if ep == 1 else ep), ("--etp", etp),
+                                          ("--offload-activations", offload_activations or None)) if value is not None]
         if given:
             raise BadInput(f"a plan file carries its own configuration; drop {', '.join(given)}", "--plan")
         result = evaluate_plan_file(plan_file, tuple(profiles), tuple(calibrations), warn, runtime)
@@ -76,7 +80,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, att
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, recompute=recompute,
-            recompute_layers=recompute_layers, offload=offload, zero=zero,
+            recompute_layers=recompute_layers, offload=offload, offload_activations=offload_activations, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",
             cp=cp, cp_kind=cp_kind, ep=ep, etp=etp), warn)

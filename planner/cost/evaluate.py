@@ -22,6 +22,7 @@ from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layer_model_flops_per_sample
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads, offloaded_activation_bytes
 from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
                       span_price, stage_tail, zero_comm)
 from ..schedules import get_schedule
@@ -124,6 +125,7 @@ class ReplicaPrice:
     params: CostParams
     chunks: tuple[ChunkTime, ...]
     span: SpanPrice
+    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its chunks' together (memory)
 
     @property
     def per_microbatch_s(self) -> float:
@@ -191,7 +193,9 @@ class PlanPricer:
         ep_group = self.ep_group(chunks[0], replica)
         t = self.plan.training
         loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
-        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group)
+        # activation offload copies over the slowest PCIe link of the replica's GPUs (HostSpec)
+        pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
+        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
         if key in self._replicas:
             return self._replicas[key]
         times = []
@@ -208,9 +212,10 @@ class PlanPricer:
                 link, intra = self._links[st.index]
                 send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
             zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p).per_microbatch(loop_microbatches)
-            times.append(ChunkTime(span, zero, send))
+            offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
+            times.append(ChunkTime(span, zero, send, offloaded))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
-        self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole)
+        self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
         return self._replicas[key]
 
 
@@ -297,13 +302,17 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
             if by_chunk is not None and price.span.act_bytes > 0:  # the chunks' counts, weighed by their activations
                 in_flight = sum(c.span.act_bytes * n for c, n in zip(price.chunks, by_chunk)) / price.span.act_bytes
             deferred = schedule.deferred_w_microbatches(k, pp, v, n_micro)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer, head.offload)
-            if head.offload:
-                # ZeRO-Offload: each GPU's states take its share of its node's host memory
-                hosted = offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer, head.offload,
+                                 price.act_offload)
+            if head.offload or price.act_offload.host_bytes:
+                # ZeRO-Offload's states and offloaded activations: each GPU's take its share of its node's host memory
+                hosted = offloaded_activation_bytes(price.act_offload, in_flight)
+                if head.offload:
+                    hosted += offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
                 for rank in replica.ranks:
                     group = cluster.group_of_rank(rank)
-                    offload_hosts[(group.host, group.gpus_per_node)] = None
+                    if head.offload:
+                        offload_hosts[(group.host, group.gpus_per_node)] = None
                     share = group.host.memory_bytes / group.gpus_per_node
                     if hosted > share:
                         host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))

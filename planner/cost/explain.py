@@ -51,6 +51,7 @@ class Parts:
     zero_comm_s: float = 0.0
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
+    offload_s: float = 0.0  # activation offload's exposed PCIe copies (pricing.ActivationOffload)
 
     @property
     def total_s(self) -> float:
@@ -63,13 +64,13 @@ class Parts:
         return Parts(*(getattr(self, f) + getattr(other, f) for f in PART_FIELDS))
 
 
-PART_FIELDS = ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s", "ep_comm_s")
+PART_FIELDS = ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s", "ep_comm_s", "offload_s")
 
 
 def chunk_parts(chunk: ChunkTime) -> Parts:
     """One micro-batch through one chunk: ChunkTime.time_s split (they sum to it)."""
     return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s, chunk.span.cp_comm_s,
-                 chunk.span.ep_comm_s)
+                 chunk.span.ep_comm_s, chunk.act_offload.exposed_s)
 
 
 def latency_shares(chunks: tuple[ChunkTime, ...], schedule, v: int) -> list[Parts]:
@@ -177,7 +178,8 @@ def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: f
     """breakdown_s from the critical replica's busy time, the other ranks' fill and drain,
     and the critical rank's tail (module docstring); the parts sum to the step. The key
     cp_comm is there when the plan uses context parallelism (`context_parallel`), ep_comm when it
-    uses expert parallelism (additive keys, absent otherwise)."""
+    uses expert parallelism, offload when activation offload exposes copies (additive keys,
+    absent otherwise)."""
     out = {"compute": critical.compute_s, "tp_comm": critical.tp_comm_s + fill.tp_comm_s}
     if context_parallel:
         out["cp_comm"] = critical.cp_comm_s + fill.cp_comm_s
@@ -187,4 +189,7 @@ def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: f
     ep_comm = critical.ep_comm_s + fill.ep_comm_s
     if ep_comm:
         out["ep_comm"] = ep_comm
+    offload = critical.offload_s + fill.offload_s
+    if offload:  # activation offload's exposed copies (additive key, absent without them)
+        out["offload"] = offload
     return out

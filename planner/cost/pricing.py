@@ -34,6 +34,7 @@ from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .context_parallel import cp_comm
 from .sharding import Sharding
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activation_bytes
 from . import fp8 as fp8_cost
 
 
@@ -346,6 +347,7 @@ class ChunkTime:
     span: SpanPrice
     zero: ZeroComm
     send_s: float = 0.0  # to the next stage (none after the last)
+    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its activation offload (activation_offload)
 
     @property
     def zero_s(self):
@@ -357,20 +359,22 @@ class ChunkTime:
     @property
     def time_s(self):
         time = self.span.time_s + self.zero_s
+        if self.act_offload is not NO_ACTIVATION_OFFLOAD:
+            time = time + self.act_offload.exposed_s
         return time + self.send_s if self.send_s else time  # (the search adds its sends later)
 
     @property
     def forward_s(self):
         """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
         return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
-                + self.send_s / 2
+                + self.send_s / 2 + self.act_offload.fwd_exposed_s
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
-                + self.send_s / 2
+                + self.send_s / 2 + self.act_offload.bwd_exposed_s
                 + self.zero.backward_exposed_s(self.span.bwd_s))
 
 
@@ -378,13 +382,15 @@ class ChunkTime:
 
 
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
-                   deferred=0.0, optimizer: str = "adamw", offload: bool = False) -> MemoryBreakdown:
+                   deferred=0.0, optimizer: str = "adamw", offload: bool = False,
+                   act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
     """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
     dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
     group, StageDims.edp; with `offload` the optimizer states live in host memory), the saved
     activations of `in_flight` micro-batches (Schedule.in_flight_microbatches), the weight-GEMM
     inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
-    full recomputation's working set, and the reserve."""
+    full recomputation's working set, and the reserve. With `act_offload` the offloaded blocks'
+    activations of every micro-batch in flight are in host memory but for its double buffer."""
     if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
         weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
                                                    optimizer)
@@ -397,6 +403,8 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     if offload:
         states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     activations = span.act_bytes * in_flight + span.transient_bytes
+    if act_offload.host_bytes:  # in host memory: offloaded_activation_bytes; on the GPU: the double buffer
+        activations = activations - offloaded_activation_bytes(act_offload, in_flight) + act_offload.buffer_bytes
     if np.ndim(deferred) or deferred:
         activations = activations + span.wgrad_act_bytes * deferred
     return MemoryBreakdown(weights, grads, states, activations, p.reserved_memory_bytes)

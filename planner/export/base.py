@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import one_block_count
+from ..cost.runtimes.capability import CAPABILITIES, activation_offload_violations, capability, one_block_count
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..report.routes import stage_routes
@@ -73,6 +73,7 @@ class Uniform:
     # recompute "block": per stage (chunk), the decoder blocks planned to recompute (0 elsewhere)
     recompute_layers: list[int] = field(default_factory=list)
     offload: bool = False  # ZeRO-Offload of the optimizer (any stage's)
+    offload_activations: int = 0  # activation offload: decoder blocks in host memory (the plan's one stage)
 
     @property
     def world(self) -> int:
@@ -91,6 +92,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     if plan.pp > 1 and target in schedule.unsupported_because and not schedule.supported_by(target):
         # a schedule the runtime lacks changes the step's time and memory: no lossy stand-in
         raise BadInput(f"cannot export: {schedule.refusal(target)}", "--to")
+    offloaded = activation_offload_blocks(plan, target)
     stages = plan.stages
     tps = sorted({s.tp for s in stages})
     tp = tps[-1]
@@ -160,7 +162,22 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
                    decoders=decoder_counts(plan), cp=cp, cp_kind=cp_kind, ep=ep, etp=etp,
-                   recompute_layers=recomputed, offload=True in offloads)
+                   recompute_layers=recomputed, offload=True in offloads, offload_activations=offloaded)
+
+
+def activation_offload_blocks(plan: Plan, target: str) -> int:
+    """The decoder blocks whose activations the export offloads (0: none); BadInput when the
+    target's runtime cannot (capability.activation_offload_violations: no such option, or
+    Megatron-core's limits)."""
+    counts = [s.offload_activations for s in plan.stages]
+    if not any(counts):
+        return 0
+    runtime = "torchtitan" if target.startswith("torchtitan") else target
+    if runtime in CAPABILITIES:
+        reasons = activation_offload_violations(plan, capability(runtime))
+        if reasons:
+            raise BadInput(f"cannot export activation offload: {reasons[0]}; plan without it", "--to")
+    return max(counts)
 
 
 def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:

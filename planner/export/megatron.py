@@ -175,6 +175,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0)]
         if u.zero == 0:
             flags.append(("--use-distributed-optimizer", None))
+    if u.offload_activations:
+        # megatron-core model_parallel_config.py cpu_offloading / cpu_offloading_num_layers: the
+        # first K layers' activations to the CPU (Transformer Engine cpu_offload.py); one stage only
+        flags += [("--cpu-offloading", None), ("--cpu-offloading-num-layers", u.offload_activations)]
     if u.zero >= 1:
         flags.append(("--use-distributed-optimizer", None))
         if u.zero >= 2:

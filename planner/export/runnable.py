@@ -178,11 +178,15 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     if offload and dp > 1:
         zero = max(zero, cap.offload_min_zero)
     zero = _allowed_zero(cap, zero, plan.pp, plan.pp > 1 or tp > 1)
+    # activation offload kept where the target runs it (Megatron: one stage, no recomputation)
+    offloaded = max(s.offload_activations for s in plan.stages) if cap.activation_offload and (
+        not cap.activation_offload_alone or (len(layers) == 1 and recompute == "none")) else 0
     stages = tuple(
         Stage(i, rng, tp, zero, recompute,
               tuple(Replica(d, share, groups[k][d]) for d in range(dp)), k, sp,
               recompute_layers=min(most, sum(1 for kind in kinds[rng[0]:rng[1]] if kind == "decoder"))
-              if recompute == "block" else 0, offload=offload)
+              if recompute == "block" else 0, offload=offload,
+              offload_activations=min(offloaded, max(0, sum(1 for kind in kinds[rng[0]:rng[1]] if kind == "decoder") - 1)))
         for i, (rng, k) in enumerate(zip(layers, prank)))
     out = Plan(plan.model, plan.cluster, training, stages)
     problems = capability_problems(out, target)

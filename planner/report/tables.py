@@ -135,7 +135,8 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
     for s in plan.stages:
         label = str(s.index) + (f"\n(rank {s.pipeline_rank})" if interleaved else "")
         recompute = (f"block {s.recompute_layers}" if s.recompute == "block" else s.recompute) \
-            + ("\n+seq-par" if s.sequence_parallel else "") + ("\n+offload" if s.offload else "")
+            + ("\n+seq-par" if s.sequence_parallel else "") + ("\n+offload" if s.offload else "") \
+            + (f"\n+act offload {s.offload_activations}" if s.offload_activations else "")
         for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, s.replicas).items()):
             ranks = [x for r in replicas for x in r.ranks]
             head = i == 0

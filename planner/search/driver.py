@@ -339,7 +339,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     assert not problems, f"solver built an invalid plan: {problems}"
     assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
     assert estimate.fits, "solver built a plan that does not fit"
-    optimal = complete and parts.exact and not blended  # blended: best under the stand-in's prices
+    # activation offload is priced on one-stage uniform plans only (uniform.fewest_offloaded), not proven
+    optimal = complete and parts.exact and not blended and not any(s.offload_activations for s in plan.stages)
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())

@@ -26,7 +26,8 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     left out only where ZeRO-1, which dominates it, is allowed. Recompute "block" is searched
     only where stages may recompute different block counts (the search derives each stage's
     count from its position, planner.search.block); a runtime with one count runs it as
-    evaluated (`planner evaluate --recompute block`). ZeRO-Offload only where the runtime has it."""
+    evaluated (`planner evaluate --recompute block`). ZeRO-Offload and activation offload only where
+    the runtime has them."""
     allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
     zeros = tuple(z for z in options.zero_stages if z in allowed_zero)
     if 0 not in zeros and any(0 in allowed and 1 not in allowed
@@ -38,6 +39,7 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
                    recompute_modes=tuple(m for m in options.recompute_modes if m in cap.recompute_modes
                                          and (m != "block" or cap.recompute_layers == "per-stage")),
                    offload=options.offload and cap.offload,
+                   activation_offload=options.activation_offload and cap.activation_offload,
                    zero_stages=zeros,
                    virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
                    max_stages=options.max_stages if cap.pipeline else 1)
@@ -45,7 +47,8 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
 
 def in_search_space(plan: Plan) -> bool:
     """Whether a uniform plan is one the exact search covers (1F1B, stages on whole nodes)."""
-    return plan.training.virtual_stages == 1 and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp)
+    return (plan.training.virtual_stages == 1 and not any(s.offload_activations for s in plan.stages)
+            and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp))
 
 
 def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = True) -> UniformSpace:
@@ -59,7 +62,8 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         recompute_modes=tuple(m for m in reversed(options.recompute_modes) if m != "block"),
                         zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
                         max_stages=options.max_stages, whole_nodes=whole_nodes,
-                        sequence_parallel=cap.sequence_parallel)
+                        sequence_parallel=cap.sequence_parallel,
+                        activation_offload=options.activation_offload and cap.activation_offload)
 
 
 def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,

@@ -42,6 +42,8 @@ class SolverOptions:
     # at the NIC's share, which rarely wins, and every degree multiplies the configurations priced
     ep_inside_node: bool = True
     offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
+    # activation offload of one-stage uniform plans that do not fit (planner.search.uniform.fewest_offloaded)
+    activation_offload: bool = True
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     max_stages: int = 16

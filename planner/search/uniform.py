@@ -12,7 +12,7 @@ on parts of nodes) as its heterogeneity-blind baseline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Callable, Iterator, Mapping
 
@@ -38,6 +38,9 @@ class UniformSpace:
     max_stages: int | None = None  # None: any pp
     whole_nodes: bool = False  # every pipeline stage on whole nodes (the solver's space)
     sequence_parallel: bool = True  # with tp > 1
+    # a one-stage plan without recomputation that does not fit: also with the fewest decoder
+    # blocks' activations offloaded that fit (fewest_offloaded)
+    activation_offload: bool = False
 
 
 def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
@@ -91,16 +94,60 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     for plan in uniform_candidates(model, cluster, base, space):
         if clock is not None:
             clock.check()
-        if accept is not None and not accept(plan):
+        offloadable = space.activation_offload and len(plan.stages) == 1 and plan.stages[0].recompute == "none"
+        accepted = accept is None or accept(plan)
+        if not accepted and not offloadable:
             continue
         key = (plan.training, plan.stages)
         if key in seen:  # dp = 1 makes every ZeRO stage the same plan
             continue
         seen.add(key)
         estimate = evaluate(plan, params)
-        if estimate.fits and estimate.step_time_s < best_s:
+        if offloadable and not estimate.fits and _activations_overflow(estimate):
+            plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)
+            accepted = accept is None or accept(plan)
+        if accepted and estimate.fits and estimate.step_time_s < best_s:
             best_s = estimate.step_time_s
             yield plan, estimate
+
+
+def _gpu_fits(estimate: Estimate) -> bool:
+    """Whether every GPU fits (host-memory overflows aside: evaluate's Overflow of a node's host)."""
+    return all(o.gpu.startswith("host memory") for o in estimate.overflows)
+
+
+def _activations_overflow(estimate: Estimate) -> bool:
+    """Whether every GPU would fit without its activations (else offloading them cannot help)."""
+    return all(estimate.memory_by_rank[o.rank].total_bytes - estimate.memory_by_rank[o.rank].activations_bytes
+               <= o.capacity_bytes for o in estimate.overflows if not o.gpu.startswith("host memory"))
+
+
+def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None
+                     ) -> tuple[Plan, Estimate] | None:
+    """One-stage `plan` with the fewest decoder blocks' activations offloaded
+    (Stage.offload_activations) that fits, or None. Offloading K blocks keeps a double buffer
+    of two on the GPU (pricing.activation_offload), so K <= 2 frees nothing; from K = 2 on,
+    GPU memory falls and step time and host memory rise with K, so the fewest K that fits the
+    GPUs (bisection) is the fastest, and when the hosts cannot take it no larger K fits.
+    K stays below the stage's blocks (Megatron-core's cpu_offloading_num_layers < num_layers)."""
+    stage = plan.stages[0]
+    most = stage.decoder_blocks(plan.model) - 1
+
+    def priced(k: int) -> tuple[Plan, Estimate]:
+        form = replace(plan, stages=(replace(stage, offload_activations=k),))
+        return form, evaluate(form, params)
+
+    if most < 3 or not _gpu_fits(priced(most)[1]):
+        return None
+    low, high = 2, most  # K = low does not fit the GPUs, K = high does
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _gpu_fits(priced(middle)[1]):
+            high = middle
+        else:
+            low = middle
+    form, estimate = priced(high)
+    return (form, estimate) if estimate.fits else None
 
 
 def best_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,

@@ -121,6 +121,9 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
         if stage.recompute == "block" and stage.recompute_layers > stage.decoder_blocks(plan.model):
             problems.append((f"stages[{i}].recompute_layers", f"is {stage.recompute_layers}, the stage has "
                                                             f"{stage.decoder_blocks(plan.model)} decoder blocks"))
+        if stage.offload_activations > stage.decoder_blocks(plan.model):
+            problems.append((f"stages[{i}].offload_activations", f"is {stage.offload_activations}, the stage has "
+                                                               f"{stage.decoder_blocks(plan.model)} decoder blocks"))
     devices = data.get("devices")
     if isinstance(devices, list):
         used = set(plan.used_ranks())

@@ -62,6 +62,10 @@ class Capability:
     mixed_precision_needs_sharding: bool = False
     sequence_parallel_always: bool = False  # TP always shards the sequence (no TP without SP)
     kv_heads_over_tp: bool = False  # the query groups (KV heads) split over TP: kv_heads % tp == 0
+    # activation offload (Stage.offload_activations): some decoder blocks' saved activations in host memory
+    activation_offload: bool = False
+    # ... only as Megatron-core allows it: one pipeline stage, no recomputation, fewer blocks than the model's
+    activation_offload_alone: bool = False
 
     @property
     def uniform(self) -> bool:
@@ -84,7 +88,7 @@ CAPABILITIES: dict[str, Capability] = {
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
-        offload=True, per_stage_offload=True),
+        offload=True, per_stage_offload=True, activation_offload=True),
     "megatron": Capability(
         runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
@@ -121,7 +125,12 @@ CAPABILITIES: dict[str, Capability] = {
         # arguments.py asserts --use-distributed-optimizer with it
         offload=True, per_stage_offload=False, offload_min_zero=1,
         # core/transformer/attention.py: num_query_groups // tensor-model-parallel size per rank
-        kv_heads_over_tp=True),
+        kv_heads_over_tp=True,
+        # --cpu-offloading --cpu-offloading-num-layers K (model_parallel_config.py cpu_offloading,
+        # run by Transformer Engine's cpu_offload.py); megatron-core 0.16.1 transformer_config.py
+        # __post_init__ raises with pipeline parallelism, with any recompute granularity, and
+        # unless K < num_layers
+        activation_offload=True, activation_offload_alone=True),
     "megatron-2021": Capability(
         runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
@@ -300,6 +309,7 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")
+    out += activation_offload_violations(plan, cap)
     sps = {s.sequence_parallel for s in stages if s.tp > 1}
     if cap.sequence_parallel_always and False in sps:
         out.append(f"{name}'s tensor parallelism always shards the sequence (the plan has TP without "
@@ -309,6 +319,29 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     elif len(sps) > 1 and not cap.per_stage_tp:
         out.append(f"{name} turns sequence parallelism on or off for every stage at once")
     return tuple(out)
+
+
+def activation_offload_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot offload the plan's activations as planned (Capability.activation_offload)."""
+    name = cap.describe()
+    counts = [(s.offload_activations, n) for s, n in zip(plan.stages, decoder_blocks(plan))]
+    if not any(k for k, _ in counts):
+        return []
+    if not cap.activation_offload:
+        return [f"{name} has no activation offload to host memory"]
+    if not cap.activation_offload_alone:
+        return []
+    out = []
+    if len(plan.stages) > 1:
+        out.append(f"{name} offloads activations only without pipeline parallelism (the plan has "
+                   f"{len(plan.stages)} stages)")
+    recomputing = sorted({s.recompute for s in plan.stages} - {"none"})
+    if recomputing:
+        out.append(f"{name} offloads activations only without recomputation (the plan recomputes {recomputing[0]})")
+    if any(k >= n for k, n in counts):
+        out.append(f"{name} offloads fewer blocks than the stage holds (the plan offloads "
+                   f"{', '.join(f'{k} of {n}' for k, n in counts)})")
+    return out
 
 
 def one_block_count(block: list[tuple[int, int]]) -> bool:
