@@ -237,6 +237,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction in subproblems:
             if problem is None or (problem.b, problem.v, problem.restriction) != (b, v, restriction):
+                if problem is not None and not problem.chunked:
+                    problem.release_position_prices()  # its search is done; bounded memory
                 problem = Problem(model, cluster, base, b, parts, options, v, plain.get((b, restriction)), clock,
                                   restriction)
                 if not problem.chunked:
