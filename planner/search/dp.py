@@ -73,6 +73,8 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     finals: dict[State, Cell] = {}
     recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
     per_block_left = _per_block_left(problem)
+    if cutoff < INF and per_block_left(zeros) * problem.num_blocks * (1 - 1e-9) >= cutoff:
+        return {}, [{}], []  # the blocks alone keep every plan from beating the cutoff (completion)
     # blocks still to place once a stage leaves `l` items placed from the end (the embedding aside)
     blocks_left = np.maximum(items - 1 - np.arange(items + 1), 0)
     for placed in range(max_stages):
