@@ -28,6 +28,7 @@ A layer read from a layer-profile file (no shapes) counts the forward FLOPs the 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 from ..inputs.model import Layer, Model
@@ -36,6 +37,7 @@ BACKWARD_OVER_FORWARD = 2  # input and weight gradients: 2x the forward FLOPs
 CAUSAL_ATTENTION = True  # attention scores count their lower triangle only (module docstring)
 
 
+@lru_cache(maxsize=4096)  # a pure function of frozen inputs, asked per layer of every plan evaluated
 def layer_model_flops_per_sample(layer: Layer, seq_len: int) -> float:
     """Model FLOPs (forward + backward) of one sample of `seq_len` tokens through `layer`."""
     if layer.config is None:

@@ -50,9 +50,13 @@ class Cluster:
     topology: Topology  # the network between the groups, every pair's link resolved
     spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
 
-    @property
-    def num_gpus(self) -> int:
+    @cached_property
+    def num_gpus(self) -> int:  # (cached: evaluate asks it per rank)
         return sum(g.num_gpus for g in self.groups)
+
+    @cached_property
+    def _first_ranks(self) -> tuple[int, ...]:
+        return tuple(g.first_rank for g in self.groups)
 
     @cached_property
     def gpu_types(self) -> tuple[GpuSpec, ...]:
@@ -69,7 +73,7 @@ class Cluster:
 
     def group_of_rank(self, rank: int) -> NodeGroup:
         # groups hold consecutive rank ranges in order: the last group starting at or before rank
-        index = bisect_right([g.first_rank for g in self.groups], rank) - 1
+        index = bisect_right(self._first_ranks, rank) - 1
         if index < 0 or rank >= self.num_gpus:
             raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
         return self.groups[index]
