@@ -97,8 +97,11 @@ def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str 
 def in_child(name: str, time_limit_s: float | None, max_parts: int = 4, runtime: str = "megatron") -> dict:
     args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts), "--runtime", runtime]
     args += ["--time-limit", "none" if time_limit_s is None else str(time_limit_s)]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode:  # no plan (NoFeasiblePlan): the row says why instead of ending the table
+        lines = done.stderr.strip().splitlines() or ["exit status %d" % done.returncode]
+        return {"error": lines[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -120,11 +123,15 @@ def main() -> None:
     print("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|--:|--:|")
     for name in args.rows:
         row = in_child(name, limit, runtime=args.runtime)
+        if "error" in row:
+            print(f"| {name} | no plan: {row['error']} |", flush=True)
+            continue
         loss = "-"
         if args.loss_limit > 0 and name in LOSS_ROWS and not row["optimal"]:
             exact = in_child(name, args.loss_limit, max_parts=16, runtime=args.runtime)
-            mark = "" if exact["optimal"] else ">="  # the optimum may lie lower still
-            loss = f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)"
+            mark = "" if exact.get("optimal") else ">="  # the optimum may lie lower still
+            loss = (f"exact: no plan ({exact['error']})" if "error" in exact else
+                    f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)")
         print(f"| {name} | {row['gpus']:,} | {row['nodes']} | {row['decomposition']} | {row['wall_s']:.1f} "
               f"| {row['cpu_s']:.1f} | {row['peak_mib']:.0f} | {row['step_s']:.3f} | {row['pp']} | {row['v']} "
               f"| {row['optimal']} | {row['gap']:.1%} | {loss} |", flush=True)
