@@ -1,7 +1,7 @@
 """Planning time, peak memory and plan quality of `planner plan` for llama-3-70b on H100 + A100
 + V100 clusters of many shapes.
 
-    python benchmarks/planning_time.py [--rows NAME ...] [--time-limit 300] [--loss-limit 0]
+    python benchmarks/planning_time.py [--rows NAME ...] [--time-limit 300] [--loss-limit 0] [--runtime megatron]
 
 Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global batch is one
 4096-token sequence per GPU):
@@ -11,7 +11,9 @@ Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global ba
   * 16 one-node groups (6 H100, 5 A100, 5 V100, each its own group).
 Each row runs in its own child process (`--row NAME`), which reports its wall and CPU
 seconds and its peak resident memory (resource.getrusage ru_maxrss). `plan` runs as the CLI
-does, with the time limit (default: the CLI's, 300 s). Columns: the decomposition the
+does, with the time limit (default: the CLI's, 300 s) and the runtime (default: the CLI's,
+megatron, whose plan is then compared with the same search under `--runtime any`, which the
+row's time includes; `--runtime any` times the unconstrained search alone). Columns: the decomposition the
 search used (planner.search.decompose), the predicted step time, pipeline ranks and virtual stages,
 whether the plan is proven optimal, its gap to the lower bound (planner.search.bound) and, with
 `--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
@@ -76,11 +78,12 @@ ROWS = {  # name: cluster spec
 LOSS_ROWS = ("3+3+4", "4+4+5")  # 10-16 nodes: the exact search of the whole cluster is within reach
 
 
-def run_row(name: str, time_limit_s: float | None, max_parts: int) -> dict:
+def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str = "megatron") -> dict:
     """One row, in this process: what the parent prints."""
     cluster = cluster_from_spec(ROWS[name], "benchmark")
     request = PlanRequest(model=load_model("llama-3-70b"), cluster=cluster, global_batch=cluster.num_gpus,
-                          seq_len=4096, dtype="fp16", time_limit_s=time_limit_s, max_bundle_nodes=max_parts)
+                          seq_len=4096, dtype="fp16", time_limit_s=time_limit_s, max_bundle_nodes=max_parts,
+                          runtime=runtime)
     started, cpu = time.perf_counter(), time.process_time()
     result = plan(request)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -91,11 +94,14 @@ def run_row(name: str, time_limit_s: float | None, max_parts: int) -> dict:
             "gap": result.gap, "decomposition": result.decomposition}
 
 
-def in_child(name: str, time_limit_s: float | None, max_parts: int = 4) -> dict:
-    args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts)]
+def in_child(name: str, time_limit_s: float | None, max_parts: int = 4, runtime: str = "megatron") -> dict:
+    args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts), "--runtime", runtime]
     args += ["--time-limit", "none" if time_limit_s is None else str(time_limit_s)]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode:  # no plan (NoFeasiblePlan): the row says why instead of ending the table
+        lines = done.stderr.strip().splitlines() or ["exit status %d" % done.returncode]
+        return {"error": lines[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -104,23 +110,28 @@ def main() -> None:
     parser.add_argument("--time-limit", default=str(DEFAULT_TIME_LIMIT_S), help="seconds, or 'none'")
     parser.add_argument("--loss-limit", type=float, default=0.0,
                         help="seconds for the exact search of the LOSS_ROWS (0: skip)")
+    parser.add_argument("--runtime", default="megatron", help="the runtime whose space is searched (the CLI's default)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--max-parts", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     limit = None if args.time_limit == "none" else float(args.time_limit)
     if args.row:
-        print(json.dumps(run_row(args.row, limit, args.max_parts)))
+        print(json.dumps(run_row(args.row, limit, args.max_parts, args.runtime)))
         return
     print("| cluster | GPUs | nodes | searched as | wall s | CPU s | peak MiB | step s | pp | V | optimal "
           "| gap vs bound | loss vs exact |")
     print("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|--:|--:|")
     for name in args.rows:
-        row = in_child(name, limit)
+        row = in_child(name, limit, runtime=args.runtime)
+        if "error" in row:
+            print(f"| {name} | no plan: {row['error']} |", flush=True)
+            continue
         loss = "-"
         if args.loss_limit > 0 and name in LOSS_ROWS and not row["optimal"]:
-            exact = in_child(name, args.loss_limit, max_parts=16)
-            mark = "" if exact["optimal"] else ">="  # the optimum may lie lower still
-            loss = f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)"
+            exact = in_child(name, args.loss_limit, max_parts=16, runtime=args.runtime)
+            mark = "" if exact.get("optimal") else ">="  # the optimum may lie lower still
+            loss = (f"exact: no plan ({exact['error']})" if "error" in exact else
+                    f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)")
         print(f"| {name} | {row['gpus']:,} | {row['nodes']} | {row['decomposition']} | {row['wall_s']:.1f} "
               f"| {row['cpu_s']:.1f} | {row['peak_mib']:.0f} | {row['step_s']:.3f} | {row['pp']} | {row['v']} "
               f"| {row['optimal']} | {row['gap']:.1%} | {loss} |", flush=True)

@@ -8,7 +8,10 @@ from planner.search.bound import compute_lower_bound_s
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training
+from planner.search.completion import block_gpu_seconds, seconds_per_block_left
+from planner.search.decompose import decompose
 from planner.search.driver import SolverOptions, solve
+from planner.search.stage_types import ProblemInputs
 
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 from .test_time_limit import three_types
@@ -19,9 +22,17 @@ from .test_time_limit import three_types
 def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, seed):
     """The solver's optimum equals the brute-force oracle's on these (tests/test_search.py)."""
     model, cluster, base = make(seed)
-    result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
+    options = SolverOptions(**TINY_OPTIONS)
+    result = solve(model, cluster, base, options)
     assert result.optimal
     assert 0 < result.lower_bound_s <= result.estimate.step_time_s * (1 + 1e-9)
+    # the DP's completion bound (planner.search.completion) from the empty state, at the optimum's
+    # micro-batch: the least busy time its decoder blocks force on the whole cluster
+    inputs = ProblemInputs.of(model, cluster, base, result.plan.training.micro_batch,
+                              decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes), options, 1)
+    kappas = tuple(block_gpu_seconds(inputs, g) for g in range(len(inputs.groups)))
+    forced = seconds_per_block_left(inputs, kappas, (0,) * len(inputs.bundle_nodes)) * inputs.num_blocks
+    assert 0 < forced <= result.estimate.step_time_s * (1 + 1e-9)
 
 
 def test_lower_bound_counts_the_optimizer_step():

@@ -224,8 +224,18 @@ class SpanPrice:
     @property
     def transient_bytes(self):
         """The largest recomputation working set of a layer the span holds (one runs at a time)."""
-        return reduce(_maximum, (_where(count >= 1, lp.transient_bytes, 0.0) for count, lp in self.parts
-                                 if lp.transient_bytes), 0.0)
+        out = 0.0  # (as reduce(_maximum, _where(count >= 1, ...)), without the generic helpers: a hot path)
+        for count, lp in self.parts:
+            need = lp.transient_bytes
+            if not need:
+                continue
+            if type(count) is np.ndarray and count.ndim:
+                out = np.maximum(out, np.where(count >= 1, need, 0.0))
+            elif count >= 1:
+                out = np.maximum(out, need) if type(out) is np.ndarray else max(out, need)
+            elif type(out) is not np.ndarray:
+                out = max(out, 0.0)
+        return out
 
 
 def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> SpanPrice:

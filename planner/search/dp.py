@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.clock import SearchClock
+from .completion import block_gpu_seconds, seconds_per_block_left
 from .stages import INF, Problem, StageConfig, Variant
 
 
@@ -50,7 +51,9 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     of the first rank and keeps only plans whose first rank has it.
 
     `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
-    newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped.
+    newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped,
+    as is one whose sum of tau plus the least busy time its remaining blocks force on the nodes
+    left (planner.search.completion) reaches it.
     `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
     items = problem.num_blocks + 2
@@ -69,6 +72,11 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     moves: list[Move] = []
     finals: dict[State, Cell] = {}
     recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
+    per_block_left = _per_block_left(problem)
+    if cutoff < INF and per_block_left(zeros) * problem.num_blocks * (1 - 1e-9) >= cutoff:
+        return {}, [{}], []  # the blocks alone keep every plan from beating the cutoff (completion)
+    # blocks still to place once a stage leaves `l` items placed from the end (the embedding aside)
+    blocks_left = np.maximum(items - 1 - np.arange(items + 1), 0)
     for placed in range(max_stages):
         head = 1 if placed == 0 else 0
         front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
@@ -94,6 +102,12 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                     clock.check()
                 all_values = np.stack([layers[placed][key].value for key, _, _ in all_sources])
                 sig = all_sources[0][2]
+                all_future = None
+                if cutoff < INF:  # the least the remaining blocks add, per source row and item count
+                    rates = np.array([per_block_left(new_used) for _, new_used, _ in all_sources])
+                    with np.errstate(invalid="ignore"):
+                        all_future = np.where(blocks_left > 0, rates[:, None] * blocks_left, 0.0)
+                    all_future *= 1 - 1e-9  # never prune on rounding
                 for has_emb in front_choices:
                     sources, values = all_sources, all_values
                     if ranks is not None and problem.chunked and has_emb:
@@ -102,6 +116,9 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                         if not rows:
                             continue
                         sources, values = [all_sources[i] for i in rows], all_values[rows]
+                        future = None if all_future is None else all_future[rows]
+                    else:
+                        future = all_future
                     for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
                         if variant.x_min > bound:
                             continue
@@ -116,7 +133,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
                         if cands is None:
                             continue
                         if cutoff < INF:
-                            cands[cands + variant.x_min >= cutoff] = INF
+                            cands[cands + np.maximum(variant.x_min, future) >= cutoff] = INF
                         alive = np.isfinite(cands).any(axis=-1)
                         for row in np.flatnonzero(alive):
                             key, new_used, _ = sources[row]
@@ -142,6 +159,22 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         if not nxt:
             break
     return finals, layers, moves
+
+
+def _per_block_left(problem: Problem):
+    """new_used -> the least step time each remaining decoder block adds (completion), cached."""
+    tables = problem.tables
+    if not tables.kappas:
+        tables.kappas.update((g, block_gpu_seconds(problem.inputs, g)) for g in range(len(problem.groups)))
+    cache, inputs = tables.per_block_left, problem.inputs
+    kappas = tuple(tables.kappas[g] for g in range(len(problem.groups)))
+
+    def lookup(used: tuple[int, ...]) -> float:
+        value = cache.get(used)
+        if value is None:
+            value = cache[used] = seconds_per_block_left(inputs, kappas, used)
+        return value
+    return lookup
 
 
 def window_min(values: np.ndarray, width: int) -> np.ndarray:

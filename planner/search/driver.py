@@ -247,6 +247,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
             least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
             if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
                                    problem.inputs.least_share) != (b, v, restriction, schedule, least):
+                if problem is not None and not problem.chunked:
+                    problem.release_position_prices()  # its search is done; bounded memory
                 one_chunk = plain.get((b, restriction))
                 problem = Problem(model, cluster, base, b, parts, options, v, one_chunk, clock, restriction, schedule,
                                   least, one_chunk if least > 1 else None)

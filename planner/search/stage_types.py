@@ -262,6 +262,9 @@ class PriceTables:
     block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
     block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
     least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
+    # planner.search.completion: kappa per group, and per nodes used the least time a block left adds
+    kappas: dict[int, float] = field(default_factory=dict)
+    per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,

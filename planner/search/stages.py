@@ -65,6 +65,15 @@ class Problem(MemorySavers, DeferredW):
             self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
                                                 restriction=restriction)
 
+    def release_position_prices(self) -> None:
+        """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
+        per-config type arrays an interleaved problem of the same micro-batch derives its own from.
+        Anything dropped is priced again on use (tracing a plan), so only memory changes."""
+        t = self.tables
+        for table in (t.stage, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
+                      t.block_types, t.tails, t.caps, t.per_block_left):
+            table.clear()
+
     # the search's shorthands (planner.search.driver, planner.search.dp) -----------------------------
 
     model = property(lambda self: self.inputs.model)
