@@ -124,7 +124,9 @@ def test_llama3_8b_131k_on_16_h100_plans_with_cp_and_beats_the_best_plan_without
     assert any(s.cp > 1 for s in with_cp.plan.stages)
     assert all(s.cp == 1 for s in without.plan.stages)
     assert with_cp.estimate.step_time_s < without.estimate.step_time_s
-    assert with_cp.optimal and without.optimal
+    assert with_cp.optimal
+    # without CP the best plan may offload activations, a candidate outside the exact search
+    assert without.optimal or any(s.offload_activations for s in without.plan.stages)
 
 
 def test_search_tries_cp_only_for_long_sequences():

@@ -383,6 +383,12 @@ def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
     return sum(calls[1::2])
 
 
+def hidden_fraction_of_steps(steps: int) -> float:
+    """Share of a computation split into `steps` equal steps that can hide a transfer: every step
+    but the first, which has nothing to wait for (a decomposed collective-GEMM, Wang et al. 2022)."""
+    return (steps - 1) / steps
+
+
 def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm_fwd: float, b: int,
                   seq_len: int, tp: int, sequence_parallel: bool, recompute: str, tp_link: Link, nb: int,
                   params: CostParams, wgrad_s: float = 0.0) -> LayerTime:
@@ -408,7 +414,7 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
             # hide the transfers; the block's four collectives pooled against its forward GEMMs.
             # Forward only: the post measures ~29 % forward and ~8 % end-to-end speedup on Llama 3
             # 8B, what an unchanged backward (2/3 of the step) leaves; a recomputed forward is a forward
-            tp_fwd = max(0.0, 2 * one - gemm_fwd * (tp - 1) / tp)
+            tp_fwd = max(0.0, 2 * one - gemm_fwd * hidden_fraction_of_steps(tp))
             tp_bwd = 2 * one + (tp_fwd if recompute == "full" else 0.0)
         elif layer.kind == "decoder":
             tp_fwd, tp_bwd = 2 * one, 2 * one
