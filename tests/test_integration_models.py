@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -43,15 +42,15 @@ MEGATRON_MODELS = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b", "llama-2-7b", 
 
 
 @pytest.fixture(scope="module")
-def mcore():
-    """megatron-core with a one-process model-parallel world (tp = pp = 1)."""
+def mcore(tmp_path_factory):
+    """megatron-core with a one-process model-parallel world (tp = pp = 1), rendezvous through a
+    file (no TCP port: test workers and other jobs on the machine would contend for one)."""
     require("megatron.core", REQUIRE)
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    store = tmp_path_factory.mktemp("mcore") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     yield
     parallel_state.destroy_model_parallel()

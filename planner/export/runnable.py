@@ -163,6 +163,13 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
             start += count
         prank = list(range(plan.pp))
         training = dataclasses.replace(training, schedule="1f1b", virtual_stages=1)
+    blocks = sum(1 for layer in plan.model.layers if layer.kind == "decoder")
+    if cap.layer_split == "equal" and blocks % len(layers) == 0:
+        # the same decoder blocks on every stage (DeepSpeed's type:transformer partition): the
+        # embedding rides with the first stage, the head with the last
+        each, stages_n, end = blocks // len(layers), len(layers), len(plan.model.layers)
+        layers = [(0 if i == 0 else 1 + i * each, end if i == stages_n - 1 else 1 + (i + 1) * each)
+                  for i in range(stages_n)]
     if t.dtype not in cap.dtypes:  # fp16 where the runtime has none (torchtitan): bf16 where every GPU has it
         gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
         bf16 = "bf16" in cap.dtypes and all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
