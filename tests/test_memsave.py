@@ -169,6 +169,18 @@ def test_optimizer_is_kept_in_plan_json_and_refused_by_runtimes_without_it():
     assert "--optimizer sgd" in export_megatron(_with_optimizer("sgd"), lambda message: None)
 
 
+@pytest.mark.parametrize("seed,optimizer", [(1, "adamw-8bit"), (6, "adafactor"), (10, "sgd")])
+def test_search_with_a_lighter_optimizer_equals_brute_force(seed, optimizer):
+    # the optimizer's state bytes move what fits: the search and the oracle price the same states
+    model, cluster, base = block_instance(seed)
+    base = dataclasses.replace(base, optimizer=optimizer)
+    expected, _, _ = brute_force(model, cluster, base, BLOCK_OPTIONS["micro_batches"], BLOCK_OPTIONS["tp_degrees"],
+                                 BLOCK_OPTIONS["recompute_modes"], virtual_stages=(1,))
+    result = solve(model, cluster, base, SolverOptions(**BLOCK_OPTIONS))
+    assert result.optimal and result.plan.training.optimizer == optimizer
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
 @pytest.mark.parametrize("seed", (6, 8, 10))  # offload wins in 6 and 10 (with block in 10)
 def test_offload_search_equals_brute_force_with_offload_per_stage(seed):
     model, cluster, base = block_instance(seed)
