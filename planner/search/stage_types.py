@@ -52,6 +52,9 @@ class SolverOptions:
     virtual_stages: tuple[int, ...] = (1, 2)
     # ZB-H1 (planner.search.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved)
     zero_bubble: bool = True
+    # ZB-V (with zero_bubble) and looped BFS priced as uniform configurations where the runtime
+    # runs them (planner.search.space.uniform_schedules)
+    uniform_schedules: bool = True
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
