@@ -67,7 +67,7 @@ class PlanRequest:
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     activation_offload: bool = True  # ... and a one-stage plan's activations (SolverOptions.activation_offload)
     virtual_stages: tuple[int, ...] = ()
-    zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
+    zero_bubble: bool = True  # ZB-H1 and uniform ZB-V where the runtime runs them (SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S

@@ -47,6 +47,10 @@ pipeline depth P with every stage holding blocks / P. The union of these searche
 runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
 (planner.search.uniform) that the runtime can run are priced first: the faster of those and the
 search's plan is returned, so a plan is never slower than the best uniform configuration.
+Those include what the exact search does not plan: one-stage plans with activation offload, and
+the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts the embedding and
+the head on rank 0; looped BFS, whose ZeRO collectives run once per loop) where the runtime runs
+them (space.uniform_schedules); a plan of those is returned not proven optimal.
 
 Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts

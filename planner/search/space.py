@@ -17,7 +17,8 @@ from .context_parallel import cp_choices
 from .stages import Restriction, SolverOptions, searched_recompute_modes
 from .uniform import UniformSpace, stages_on_whole_nodes
 
-__all__ = ["in_search_space", "outside_exact_search", "uniform_schedules", "restrictions", "subproblems", "uniform_space", "within"]
+__all__ = ["in_search_space", "outside_exact_search", "restrictions", "subproblems", "uniform_schedules",
+           "uniform_space", "within"]
 
 
 def within(options: SolverOptions, cap: Capability) -> SolverOptions:
