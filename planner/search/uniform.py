@@ -80,6 +80,10 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                     continue
                 if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                     continue
+                # a schedule outside the exact search: ZeRO-0 only where ZeRO-1 is not in the space,
+                # which is never slower and never uses more memory under the cost model (planner.search.driver)
+                if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
+                    continue
                 training = Training(base.global_batch, base.seq_len, base.dtype, b,
                                     schedule.name, v, base.attention, base.runtime, base.optimizer)
                 try:
