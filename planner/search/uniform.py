@@ -8,6 +8,10 @@ holds a valid plan within a fraction of a second: that plan bounds the dynamic p
 from the start and is what a time limit returns when the exact search has found nothing
 better yet. benchmarks/plan_quality.py uses the wider space (ZeRO-0, interleaving, stages
 on parts of nodes) as its heterogeneity-blind baseline.
+
+UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS;
+planner.search.space.uniform_schedules): each V's searched schedule is tried first, then these at
+the V they accept, so a tie keeps the searched one.
 """
 
 from __future__ import annotations
