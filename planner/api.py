@@ -67,7 +67,7 @@ class PlanRequest:
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
     activation_offload: bool = True  # ... and a one-stage plan's activations (SolverOptions.activation_offload)
     virtual_stages: tuple[int, ...] = ()
-    zero_bubble: bool = True  # ZB-H1 where the runtime runs it (--runtime any; SolverOptions.zero_bubble)
+    zero_bubble: bool = True  # ZB-H1 and uniform ZB-V where the runtime runs them (SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
@@ -147,10 +147,12 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
                        any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
     try:
         # the plan found bounds the wider search: only faster plans are looked for. It keeps the
-        # upstream runtimes' schedules (no ZB-H1, which none runs as one chunk per rank): the gain
-        # reported is that of the freer stages (uneven shares, per-stage TP), and the time of the
-        # default `planner plan` stays that of the two searches without zero bubble
+        # upstream runtimes' schedules (no ZB-H1, which none runs as one chunk per rank) but for the
+        # uniform-only ones (ZB-V, looped BFS: uniform_schedules): the gain reported is that of the
+        # freer stages (uneven shares, per-stage TP), and the time of the default `planner plan`
+        # stays that of the two searches without zero bubble
         other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left, zero_bubble=False,
+                                                    uniform_schedules=False,
                                                     upper_bound_s=result.estimate.step_time_s))
     except NothingFaster:
         return replace(result, any_runtime_step_s=result.estimate.step_time_s)

@@ -25,7 +25,8 @@ from .output import emit, search_progress, warn
                    "schedule with V chunks per rank [default: 1 2].")
 @click.option("--zero-bubble/--no-zero-bubble", "zero_bubble", default=True, show_default=True,
               help="Search ZB-H1 (split backward, 1F1B's memory plus the deferred weight-gradient inputs) where "
-                   "the runtime runs it: --runtime any.")
+                   "the runtime runs it (--runtime any), and price uniform ZB-V plans (V = 2) where it runs "
+                   "that (torchtitan, any). Uniform looped-BFS plans are priced either way.")
 @click.option("--cp", "cp_degrees", type=int, multiple=True,
               help="Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "
                    "sequences of 16,384 tokens or more; --cp 1: no context parallelism].")

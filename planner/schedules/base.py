@@ -21,6 +21,9 @@ class Schedule:
 
     name: str
     searched: bool  # the plan search considers it
+    # not searched exactly, but priced by the plan search as uniform configurations (even
+    # layers, one tp/dp/ZeRO/recompute) where the runtime runs it (planner.search.uniform)
+    uniform_candidate: bool = False
     min_virtual_stages: int = 1
     max_virtual_stages: int | None = 1  # None: no upper limit
     min_pp: int = 1

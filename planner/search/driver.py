@@ -47,6 +47,10 @@ pipeline depth P with every stage holding blocks / P. The union of these searche
 runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
 (planner.search.uniform) that the runtime can run are priced first: the faster of those and the
 search's plan is returned, so a plan is never slower than the best uniform configuration.
+Those include what the exact search does not plan: one-stage plans with activation offload, and
+the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts the embedding and
+the head on rank 0; looped BFS, whose ZeRO collectives run once per loop) where the runtime runs
+them (space.uniform_schedules); a plan of those is returned not proven optimal.
 
 Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
@@ -73,7 +77,7 @@ from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from ..schedules import get_schedule, search_schedule
 from .shares import solve_shares_ilp
-from .space import in_search_space, subproblems as runtime_subproblems, uniform_space, within
+from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
 from .stages import INF, Problem, SolverOptions
 from .uniform import improving_uniform
 
@@ -341,8 +345,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     assert not problems, f"solver built an invalid plan: {problems}"
     assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
     assert estimate.fits, "solver built a plan that does not fit"
-    # activation offload is priced on one-stage uniform plans only (uniform.fewest_offloaded), not proven
-    optimal = complete and parts.exact and not blended and not any(s.offload_activations for s in plan.stages)
+    # activation offload (uniform.fewest_offloaded), ZB-V and looped BFS are priced on uniform plans only, not proven
+    optimal = complete and parts.exact and not blended and not outside_exact_search(plan)
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())

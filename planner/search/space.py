@@ -12,12 +12,13 @@ from ..cost.runtimes.capability import Capability
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training
-from ..schedules import search_schedule, searched_schedules
+from ..schedules import get_schedule, search_schedule, searched_schedules
 from .context_parallel import cp_choices
 from .stages import Restriction, SolverOptions, searched_recompute_modes
 from .uniform import UniformSpace, stages_on_whole_nodes
 
-__all__ = ["in_search_space", "restrictions", "subproblems", "uniform_space", "within"]
+__all__ = ["in_search_space", "outside_exact_search", "restrictions", "subproblems", "uniform_schedules",
+           "uniform_space", "within"]
 
 
 def within(options: SolverOptions, cap: Capability) -> SolverOptions:
@@ -51,11 +52,29 @@ def in_search_space(plan: Plan) -> bool:
             and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp))
 
 
+def outside_exact_search(plan: Plan) -> bool:
+    """Whether a plan holds what only uniform configurations price (planner.search.uniform): activation
+    offload, or a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS).
+    Such a plan is not proven optimal."""
+    return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched
+
+
+def uniform_schedules(options: SolverOptions, cap: Capability) -> tuple[str, ...]:
+    """The unsearched schedules priced as uniform configurations (Schedule.uniform_candidate):
+    those the runtime runs (Capability.schedules), with pipelining allowed and
+    options.uniform_schedules; a split backward (ZB-V) only with options.zero_bubble."""
+    if options.max_stages < 2 or not options.uniform_schedules:
+        return ()
+    return tuple(name for name in cap.schedules if get_schedule(name).uniform_candidate
+                 and (options.zero_bubble or not get_schedule(name).split_backward))
+
+
 def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = True) -> UniformSpace:
     """The uniform configurations of the runtime: the options' degrees and modes, the most
     memory-frugal first (highest tp, smallest micro-batch, full recompute, highest ZeRO stage),
     so a short time finds one that fits. `whole_nodes`: 1F1B, every stage on whole nodes (the
-    search space); else also stages on parts of nodes, interleaving and ZeRO-0."""
+    search space); else also stages on parts of nodes, interleaving, ZeRO-0 and the unsearched
+    schedules the runtime runs (uniform_schedules)."""
     zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
     return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
                         micro_batches=tuple(sorted(options.micro_batches)),
@@ -63,7 +82,8 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
                         max_stages=options.max_stages, whole_nodes=whole_nodes,
                         sequence_parallel=cap.sequence_parallel,
-                        activation_offload=options.activation_offload and cap.activation_offload)
+                        activation_offload=options.activation_offload and cap.activation_offload,
+                        schedules=() if whole_nodes else uniform_schedules(options, cap))
 
 
 def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,

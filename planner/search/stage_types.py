@@ -50,8 +50,12 @@ class SolverOptions:
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
     # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
     virtual_stages: tuple[int, ...] = (1, 2)
-    # ZB-H1 (planner.search.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved)
+    # ZB-H1 (planner.search.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved),
+    # and uniform ZB-V (uniform_schedules)
     zero_bubble: bool = True
+    # ZB-V (with zero_bubble) and looped BFS priced as uniform configurations where the runtime
+    # runs them (planner.search.space.uniform_schedules)
+    uniform_schedules: bool = True
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS

@@ -8,6 +8,10 @@ holds a valid plan within a fraction of a second: that plan bounds the dynamic p
 from the start and is what a time limit returns when the exact search has found nothing
 better yet. benchmarks/plan_quality.py uses the wider space (ZeRO-0, interleaving, stages
 on parts of nodes) as its heterogeneity-blind baseline.
+
+UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS;
+planner.search.space.uniform_schedules): each V's searched schedule is tried first, then these at
+the V they accept, so a tie keeps the searched one.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..cost.evaluate import Estimate, evaluate
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
-from ..schedules import search_schedule
+from ..schedules import Schedule, get_schedule, search_schedule
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class UniformSpace:
     # a one-stage plan without recomputation that does not fit: also with the fewest decoder
     # blocks' activations offloaded that fit (fewest_offloaded)
     activation_offload: bool = False
+    # schedules the exact search does not plan (planner.schedules, searched=False: ZB-V, looped
+    # BFS), each also tried at every V of virtual_stages it accepts, after the searched one
+    schedules: tuple[str, ...] = ()
 
 
 def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
@@ -51,7 +58,8 @@ def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
 
 def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: UniformSpace
                        ) -> Iterator[Plan]:
-    """Every uniform plan of `space`, in (tp, micro-batch, recompute, ZeRO, V, pp) order."""
+    """Every uniform plan of `space`, in (tp, micro-batch, recompute, ZeRO, V, schedule, pp)
+    order, the searched schedule of each V first."""
     n = cluster.num_gpus
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     heads = model.config.num_heads if model.config else 1
@@ -61,25 +69,39 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
             continue
         if base.global_batch % b or (recompute == "selective" and base.attention == "flash"):
             continue
-        schedule = search_schedule(v)
-        chunked = schedule.chunks_per_rank(v) > 1
-        for pp in range(1, n // tp + 1):
-            if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp or (chunked and blocks % (pp * v)):
-                continue
-            if space.max_stages is not None and pp > space.max_stages:
-                break
-            dp = n // (tp * pp)
-            if base.global_batch % (dp * b):
-                continue
-            if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
-                continue
-            training = Training(base.global_batch, base.seq_len, base.dtype, b,
-                                schedule.name, v, base.attention, base.runtime, base.optimizer)
-            try:
-                yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
-                                   recompute=recompute, sequence_parallel=space.sequence_parallel and tp > 1)
-            except BadInput:
-                continue
+        for schedule in _schedules(space, v):
+            chunked = schedule.chunks_per_rank(v) > 1
+            for pp in range(1, n // tp + 1):
+                if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp or (chunked and blocks % (pp * v)):
+                    continue
+                if space.max_stages is not None and pp > space.max_stages:
+                    break
+                dp = n // (tp * pp)
+                if base.global_batch % (dp * b):
+                    continue
+                # a split backward needs pp micro-batches per replica (planner.plan structural_problems)
+                if schedule.split_backward and base.global_batch // (dp * b) < pp:
+                    continue
+                if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
+                    continue
+                # a schedule outside the exact search: ZeRO-0 only where ZeRO-1 is not in the space,
+                # which is never slower and never uses more memory under the cost model (planner.search.driver)
+                if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
+                    continue
+                training = Training(base.global_batch, base.seq_len, base.dtype, b,
+                                    schedule.name, v, base.attention, base.runtime, base.optimizer)
+                try:
+                    yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                                       recompute=recompute,
+                                       sequence_parallel=space.sequence_parallel and tp > 1)
+                except BadInput:
+                    continue
+
+
+def _schedules(space: UniformSpace, v: int) -> list[Schedule]:
+    """The schedules tried at V: the searched one, then each of space.schedules that takes V."""
+    extra = [get_schedule(name) for name in space.schedules]
+    return [search_schedule(v)] + [s for s in extra if s.accepts_virtual_stages(v)]
 
 
 def improving_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,

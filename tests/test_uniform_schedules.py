@@ -1,0 +1,130 @@
+"""ZB-V and looped BFS in `plan` as uniform candidates (planner.search.space.uniform_schedules):
+priced by evaluate where the runtime runs them, they compete with the exact search's plan as
+seeds, and a plan that wins this way is reported not proven optimal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from itertools import product
+
+import pytest
+
+from planner.cost.evaluate import evaluate
+from planner.cost.runtimes.capability import capability, violations
+from planner.core.errors import BadInput
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import model_from_dict
+from planner.plan import Training, structural_problems, uniform_plan
+from planner.search.driver import SolverOptions, solve
+from planner.search.space import uniform_space, within
+
+OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"))
+EXTRA = ("zbv", "looped-bfs")
+
+
+def titan_instance(hidden: int, nodes: int, gpus_per_node: int):
+    """A 4-block llama on one-type nodes with slow links, bf16 under torchtitan (8 samples of 1024)."""
+    model = model_from_dict({"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 4,
+                             "num_attention_heads": 8, "num_key_value_heads": 8,
+                             "intermediate_size": hidden * 4, "vocab_size": 32000}, f"titan-{hidden}")
+    cluster = cluster_from_spec({"name": "titan", "gpus": {"A100-SXM4-80GB": {"memory_GiB": 8}}, "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": nodes, "gpus_per_node": gpus_per_node,
+         "inter_node": {"bandwidth_GBps": 25, "latency_us": 5}}]})
+    return model, cluster, Training(8, 1024, "bf16", 1, runtime="torchtitan")
+
+
+# (hidden, nodes, GPUs per node): where looped BFS wins, where ZB-V wins
+CASES = {"looped-bfs": (1024, 4, 1), "zbv": (2048, 2, 2)}
+
+
+def brute_force_extra(model, cluster, base):
+    """(step, schedule) of the fastest uniform ZB-V / looped-BFS plan (V = 2) the runtime runs, by
+    enumerating every tp, pp, dp, micro-batch, recompute mode and ZeRO stage of OPTIONS."""
+    best = None
+    n = cluster.num_gpus
+    for schedule, tp, b, recompute, zero in product(EXTRA, OPTIONS["tp_degrees"], OPTIONS["micro_batches"],
+                                                    OPTIONS["recompute_modes"], (0, 1, 2, 3)):
+        for pp in range(2, n // tp + 1):
+            if n % (tp * pp):
+                continue
+            training = replace(base, micro_batch=b, schedule=schedule, virtual_stages=2)
+            try:
+                dp = n // (tp * pp)
+                plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                                    recompute=recompute, sequence_parallel=tp > 1)
+            except BadInput:
+                continue
+            if structural_problems(plan) or violations(plan, base.runtime):
+                continue
+            estimate = evaluate(plan)
+            if estimate.fits and (best is None or estimate.step_time_s < best[0]):
+                best = (estimate.step_time_s, schedule)
+    return best
+
+
+@pytest.fixture(scope="module")
+def solved():
+    out = {}
+    for name, args in CASES.items():
+        model, cluster, base = titan_instance(*args)
+        out[name] = (model, cluster, base, solve(model, cluster, base, SolverOptions(**OPTIONS)),
+                     solve(model, cluster, base, SolverOptions(**OPTIONS, uniform_schedules=False)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_uniform_candidate_is_the_best_of_the_brute_force_enumeration(solved, name):
+    model, cluster, base, result, _ = solved[name]
+    expected = brute_force_extra(model, cluster, base)
+    assert expected is not None and expected[1] == name
+    assert result.plan.training.schedule == name and result.plan.training.virtual_stages == 2
+    assert result.estimate.step_time_s == pytest.approx(expected[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_winning_uniform_schedule_beats_the_exact_search_and_is_not_proven_optimal(solved, name):
+    _, _, _, result, without = solved[name]
+    assert without.plan.training.schedule not in EXTRA and without.optimal
+    assert result.estimate.step_time_s < without.estimate.step_time_s * (1 - 1e-9)
+    assert not result.optimal
+    assert not violations(result.plan, "torchtitan") and result.plan.pp >= 2
+
+
+def test_uniform_schedules_only_where_the_runtime_runs_them_and_no_zero_bubble_leaves_out_zbv():
+    def schedules(runtime, **flags):
+        cap = capability(runtime)
+        return uniform_space(within(SolverOptions(**flags), cap), cap, whole_nodes=False).schedules
+
+    assert schedules("torchtitan") == ("zbv", "looped-bfs") and schedules("any") == ("zbv", "looped-bfs")
+    assert schedules("megatron") == () and schedules("deepspeed") == ()
+    # --no-zero-bubble: no split backward (ZB-V); looped BFS is not a zero-bubble schedule
+    assert schedules("torchtitan", zero_bubble=False) == ("looped-bfs",)
+    assert schedules("any", uniform_schedules=False) == ()
+    assert schedules("torchtitan", max_stages=1) == ()
+    cap = capability("torchtitan")  # the whole-node space (the search's backup) has none
+    assert uniform_space(within(SolverOptions(), cap), cap).schedules == ()
+
+
+def test_plan_torchtitan_returns_zbv_for_llama_3_8b_and_its_export_is_clean(tmp_path):
+    # runtime: torchtitan; global batch 32 x 4096 on 4 DGX A100 nodes: ZB-V at pp 2 beats the
+    # best plan without it (tp 2 FSDP, one stage)
+    from planner.api import plan_json
+    from planner.inputs.hardware import load_cluster
+    from planner.inputs.model import load_model
+
+    from .conftest import invoke
+
+    model, cluster = load_model("llama-3-8b"), load_cluster("dgx-a100")
+    base = Training(32, 4096, "bf16", 1, runtime="torchtitan")
+    options = SolverOptions(micro_batches=(1, 2))
+    result = solve(model, cluster, base, options)
+    without = solve(model, cluster, base, replace(options, uniform_schedules=False))
+    assert result.plan.training.schedule == "zbv" and result.plan.pp == 2 and not result.optimal
+    assert without.plan.training.schedule not in EXTRA
+    assert result.estimate.step_time_s < without.estimate.step_time_s * (1 - 1e-9)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_json(result)))
+    exported = invoke("export", path, "--to", "torchtitan", "-o", tmp_path / "job.toml")
+    assert exported.exit_code == 0 and exported.stderr == ""
+    assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in (tmp_path / "job.toml").read_text()
