@@ -113,6 +113,13 @@ class Problem(MemorySavers, DeferredW):
                  if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
         # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
+        # interleaved: the rank time (planner.search.interleave, the 1F1B span plus V - 1 fixed parts)
+        # is exact only where no ZeRO collective is partly hidden; prefetching (pricing.zero_exposed_s)
+        # hides min(comm, compute) per chunk, not affine in a chunk's blocks. So ZeRO-2/3 is left out
+        # of interleaved searches under physics that overlap it (the FSDP runtimes, which run no
+        # ZeRO-2/3 beside interleaving anyway: capability.py)
+        overlaps = any(inputs.options.params_for(g.gpu.name).overlap_zero_comm for g in inputs.groups)
+        zeros = tuple(z for z in inputs.options.zero_stages if not (inputs.chunked and overlaps and z >= 2))
         for take in product(*ranges):
             if not any(take):
                 continue
@@ -139,7 +146,7 @@ class Problem(MemorySavers, DeferredW):
                         for mode in modes:
                             if fixed.recompute not in (None, mode):
                                 continue
-                            for zero in (inputs.options.zero_stages if dp > 1 else (0,)):
+                            for zero in (zeros if dp > 1 else (0,)):
                                 if dp > 1 and fixed.zero not in (None, zero):
                                     continue
                                 for offload in offloads:
