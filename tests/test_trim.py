@@ -39,15 +39,17 @@ def instance(memory_gib: float, runtime: str = "megatron"):
     return model, cluster, Training(12, 1024, "fp16", 1, runtime=runtime)
 
 
-@pytest.mark.parametrize("nodes, kept, idle", [
-    ((31, 47, 49), (24, 24, 48), 31),  # g = 24: 4 bundles of 24 nodes (g = 31 keeps 93)
-    ((31, 47, 50), (25, 25, 50), 28),
-    ((32, 32, 63), (31, 31, 62), 3),
-    ((3, 3, 4), (3, 3, 3), 1),  # g = 3 keeps 9 nodes, g = 2 only 8
+@pytest.mark.parametrize("nodes, bundles, kept, idle", [
+    ((31, 47, 49), 24, (24, 24, 48), 31),  # 24 bundles of 4 nodes (31 bundles of 3 keep 93)
+    ((31, 47, 50), 25, (25, 25, 50), 28),
+    ((32, 32, 63), 31, (31, 31, 62), 3),
+    ((3, 3, 4), 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
+    ((4, 4, 6), 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
 ])
-def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, kept, idle):
+def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, bundles, kept, idle):
     cut = trim(cluster_from_spec(three_types(*nodes)), 8, 4)
     assert tuple(g.nodes for g in cut.cluster.groups) == kept and cut.idle_nodes == idle
+    assert cut.bundles == bundles
     assert decompose(cut.cluster, 8, 4).kind == "bundles"
     # a trimmed group keeps its group's first nodes: rank for rank, node for node
     original = cluster_from_spec(three_types(*nodes))

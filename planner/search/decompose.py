@@ -188,7 +188,7 @@ class Trim:
 
     cluster: Cluster
     groups: tuple[int, ...]
-    bundle_nodes: int  # g: the nodes of every bundle
+    bundles: int  # g identical bundles of total / g nodes each (the kept nodes)
     idle_nodes: int  # nodes of the original cluster left out
     original_groups: int  # groups of the original cluster
 

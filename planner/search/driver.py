@@ -52,7 +52,9 @@ Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of no
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
 the full space, so such a search reports optimal=false with the gap to a lower bound
-(planner.search.bound).
+(planner.search.bound). A runtime with one DP degree for every stage can rarely use parts of
+unequal size (their stages' replica counts differ), so it also searches the cluster trimmed to
+identical bundles (decompose.trim; the other nodes idle) and keeps the faster plan (`solve`).
 """
 
 from __future__ import annotations
