@@ -39,28 +39,33 @@ def instance(memory_gib: float, runtime: str = "megatron"):
     return model, cluster, Training(12, 1024, "fp16", 1, runtime=runtime)
 
 
-@pytest.mark.parametrize("nodes, bundles, kept, idle", [
-    ((31, 47, 49), 24, (24, 24, 48), 31),  # 24 bundles of 4 nodes (31 bundles of 3 keep 93)
-    ((31, 47, 50), 25, (25, 25, 50), 28),
-    ((32, 32, 63), 31, (31, 31, 62), 3),
-    ((3, 3, 4), 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
-    ((4, 4, 6), 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
+@pytest.mark.parametrize("nodes, batch, bundles, kept, idle", [
+    ((31, 47, 49), 1015, 29, (29, 29, 29), 40),  # 31 bundles would keep 93, but 31 does not divide 1,015
+    ((31, 47, 49), 1016, 31, None, None),  # 1,016 = 8 x 127: 2, 4 or 8 bundles need more than 4 nodes each
+    ((31, 47, 50), 1024, 32, (0, 32, 32), 64),  # the H100 group is dropped
+    ((3, 3, 4), 81, 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
+    ((3, 3, 4), 80, 2, (2, 2, 4), 2),  # 3 does not divide 80; searched node by node
+    ((4, 4, 6), 12, 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
 ])
-def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, bundles, kept, idle):
-    cut = trim(cluster_from_spec(three_types(*nodes)), 8, 4)
-    assert tuple(g.nodes for g in cut.cluster.groups) == kept and cut.idle_nodes == idle
-    assert cut.bundles == bundles
-    assert decompose(cut.cluster, 8, 4).kind == "bundles"
-    # a trimmed group keeps its group's first nodes: rank for rank, node for node
+def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, batch, bundles, kept, idle):
     original = cluster_from_spec(three_types(*nodes))
+    cut = trim(original, 8, 4, batch)
+    if kept is None:
+        assert cut is None
+        return
+    assert cut.bundles == bundles and cut.idle_nodes == idle
+    assert tuple(g.nodes for g in cut.cluster.groups) == tuple(n for n in kept if n)
+    assert cut.describe("x").startswith(" / ".join(map(str, kept)) + " nodes")
+    assert decompose(cut.cluster, 8, 4).kind != "parts"
+    # a trimmed group keeps its group's first nodes: rank for rank, node for node
     last = cut.cluster.groups[-1]
     assert original.device(cut.original_rank(original, last.first_rank + 9)) == \
         original.device(original.groups[-1].first_rank + 9)
 
 
 def test_divisible_clusters_are_not_trimmed():
-    assert trim(cluster_from_spec(three_types(32, 32, 64)), 8, 4) is None
-    assert trim(cluster_from_spec(three_types(2, 2, 3)), 8, 4) is None  # searched whole
+    assert trim(cluster_from_spec(three_types(32, 32, 64)), 8, 4, 1024) is None
+    assert trim(cluster_from_spec(three_types(2, 2, 3)), 8, 4, 56) is None  # searched whole
 
 
 def valid_on_original_cluster(result, cluster):

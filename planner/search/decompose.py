@@ -28,8 +28,10 @@ gap is measured against a lower bound (planner.search.bound).
 Trimmed to identical bundles (`trim`): a runtime with one data-parallel degree for every
 stage (Megatron-LM) can rarely use parts of unequal size, whose stages' replica counts differ.
 For it the search also tries the cluster with floor(n_i / g) * g nodes of each group i (the
-rest idle), for the g whose bundles have at most `max_parts` nodes (total / g <= max_parts) and
-that keeps the most nodes (ties: the larger g): 31 + 47 + 49 nodes become 24 + 24 + 48, 31 idle.
+rest idle), for the g whose bundles have at most `max_parts` nodes (total / g <= max_parts),
+that divides the global batch (a stage on identical bundles has a multiple of g replicas when
+they sit inside nodes, and even shares need the batch divisible by them) and that keeps the most
+nodes (ties: the larger g): 31 + 47 + 50 nodes with a batch of 1,024 become 0 + 32 + 32.
 A trimmed group keeps the first nodes of its group, so a plan on it maps back rank for rank.
 """
 
@@ -217,16 +219,16 @@ class Trim:
         return f"{nodes} nodes {how}, {self.idle_nodes} idle"
 
 
-def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int) -> Trim | None:
+def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: int) -> Trim | None:
     """The cluster trimmed to identical bundles (module docstring), or None when `decompose`
-    does not cut it into parts of unequal size or no g > 1 leaves a bundle."""
+    does not cut it into parts of unequal size or no g > 1 dividing `global_batch` leaves a bundle."""
     if decompose(cluster, max_exact_nodes, max_parts).kind != "parts":
         return None
     counts = [g.nodes for g in cluster.groups]
     best: tuple[int, int] | None = None  # (nodes kept, g): the most nodes, ties to the larger g
     for g in range(2, max(counts) + 1):
         bundles = sum(n // g for n in counts)
-        if 0 < bundles <= max_parts and (best is None or (bundles * g, g) > best):
+        if global_batch % g == 0 and 0 < bundles <= max_parts and (best is None or (bundles * g, g) > best):
             best = (bundles * g, g)
     if best is None:
         return None

@@ -218,7 +218,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     returned (ties: the plan on parts)."""
     started = time.perf_counter()
     cap = capability(options.space or base.runtime)
-    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes)
+    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
+                                             base.global_batch)
     if cut is None:
         return _solve(model, cluster, base, options, on_progress, started)
     limit = options.time_limit_s
