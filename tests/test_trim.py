@@ -39,24 +39,26 @@ def instance(memory_gib: float, runtime: str = "megatron"):
     return model, cluster, Training(12, 1024, "fp16", 1, runtime=runtime)
 
 
-@pytest.mark.parametrize("nodes, batch, bundles, kept, idle", [
-    ((31, 47, 49), 1015, 29, (29, 29, 29), 40),  # 31 bundles would keep 93, but 31 does not divide 1,015
-    ((31, 47, 49), 1016, 31, None, None),  # 1,016 = 8 x 127: 2, 4 or 8 bundles need more than 4 nodes each
-    ((31, 47, 50), 1024, 32, (0, 32, 32), 64),  # the H100 group is dropped
-    ((3, 3, 4), 81, 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
-    ((3, 3, 4), 80, 2, (2, 2, 4), 2),  # 3 does not divide 80; searched node by node
-    ((4, 4, 6), 12, 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
+@pytest.mark.parametrize("nodes, batch, most, bundles, kept, idle", [
+    ((31, 47, 49), 1015, 4, 29, (29, 29, 29), 40),  # 31 bundles would keep 93, but 31 does not divide 1,015
+    ((31, 47, 49), 1016, 4, None, None, None),  # 1,016 = 8 x 127: 2, 4 or 8 bundles need more than 4 nodes each
+    ((31, 47, 49), 1016, 16, 8, (24, 40, 48), 15),  # bundles of 14 nodes
+    ((32, 32, 63), 1016, 16, 8, (32, 32, 56), 7),
+    ((31, 47, 50), 1024, 4, 32, (0, 32, 32), 64),  # the H100 group is dropped
+    ((3, 3, 4), 81, 4, 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
+    ((3, 3, 4), 80, 16, 2, (2, 2, 4), 2),  # 3 does not divide 80; searched node by node
+    ((4, 4, 6), 12, 4, 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
 ])
-def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, batch, bundles, kept, idle):
+def test_trim_keeps_the_most_nodes_in_bundles_of_a_bounded_size(nodes, batch, most, bundles, kept, idle):
     original = cluster_from_spec(three_types(*nodes))
-    cut = trim(original, 8, 4, batch)
+    cut = trim(original, 8, 4, batch, most)
     if kept is None:
         assert cut is None
         return
     assert cut.bundles == bundles and cut.idle_nodes == idle
     assert tuple(g.nodes for g in cut.cluster.groups) == tuple(n for n in kept if n)
     assert cut.describe("x").startswith(" / ".join(map(str, kept)) + " nodes")
-    assert decompose(cut.cluster, 8, 4).kind != "parts"
+    assert cut.bundle_nodes <= most and decompose(cut.cluster, 8, cut.bundle_nodes).kind != "parts"
     # a trimmed group keeps its group's first nodes: rank for rank, node for node
     last = cut.cluster.groups[-1]
     assert original.device(cut.original_rank(original, last.first_rank + 9)) == \
@@ -64,8 +66,8 @@ def test_trim_keeps_the_most_nodes_in_bundles_of_at_most_max_parts_nodes(nodes, 
 
 
 def test_divisible_clusters_are_not_trimmed():
-    assert trim(cluster_from_spec(three_types(32, 32, 64)), 8, 4, 1024) is None
-    assert trim(cluster_from_spec(three_types(2, 2, 3)), 8, 4, 56) is None  # searched whole
+    assert trim(cluster_from_spec(three_types(32, 32, 64)), 8, 4, 1024, 16) is None
+    assert trim(cluster_from_spec(three_types(2, 2, 3)), 8, 4, 56, 16) is None  # searched whole
 
 
 def valid_on_original_cluster(result, cluster):

@@ -28,10 +28,12 @@ gap is measured against a lower bound (planner.search.bound).
 Trimmed to identical bundles (`trim`): a runtime with one data-parallel degree for every
 stage (Megatron-LM) can rarely use parts of unequal size, whose stages' replica counts differ.
 For it the search also tries the cluster with floor(n_i / g) * g nodes of each group i (the
-rest idle), for the g whose bundles have at most `max_parts` nodes (total / g <= max_parts),
+rest idle), for the g whose bundles have at most `max_trimmed_parts` nodes (total / g; a search
+with one DP degree per stage stays cheap on more parts than `max_parts`, SolverOptions),
 that divides the global batch (a stage on identical bundles has a multiple of g replicas when
 they sit inside nodes, and even shares need the batch divisible by them) and that keeps the most
-nodes (ties: the larger g): 31 + 47 + 50 nodes with a batch of 1,024 become 0 + 32 + 32.
+nodes (ties: the larger g): 31 + 47 + 49 nodes with a batch of 1,016 become 24 + 40 + 48 in 8
+bundles of 14 nodes.
 A trimmed group keeps the first nodes of its group, so a plan on it maps back rank for rank.
 """
 
@@ -191,6 +193,12 @@ class Trim:
     cluster: Cluster
     groups: tuple[int, ...]
     bundles: int  # g identical bundles of total / g nodes each (the kept nodes)
+
+    @property
+    def bundle_nodes(self) -> int:
+        """Nodes of each bundle: the parts of the trimmed cluster's decomposition."""
+        return sum(g.nodes for g in self.cluster.groups) // self.bundles
+
     idle_nodes: int  # nodes of the original cluster left out
     original_groups: int  # groups of the original cluster
 
@@ -219,16 +227,18 @@ class Trim:
         return f"{nodes} nodes {how}, {self.idle_nodes} idle"
 
 
-def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: int) -> Trim | None:
-    """The cluster trimmed to identical bundles (module docstring), or None when `decompose`
-    does not cut it into parts of unequal size or no g > 1 dividing `global_batch` leaves a bundle."""
+def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: int,
+         max_trimmed_parts: int) -> Trim | None:
+    """The cluster trimmed to identical bundles of at most max(max_parts, max_trimmed_parts) nodes
+    (module docstring), or None when `decompose` does not cut it into parts of unequal size or no
+    g > 1 dividing `global_batch` leaves a bundle."""
     if decompose(cluster, max_exact_nodes, max_parts).kind != "parts":
         return None
     counts = [g.nodes for g in cluster.groups]
     best: tuple[int, int] | None = None  # (nodes kept, g): the most nodes, ties to the larger g
     for g in range(2, max(counts) + 1):
         bundles = sum(n // g for n in counts)
-        if global_batch % g == 0 and 0 < bundles <= max_parts and (best is None or (bundles * g, g) > best):
+        if global_batch % g == 0 and 0 < bundles <= max(max_parts, max_trimmed_parts) and (best is None or (bundles * g, g) > best):
             best = (bundles * g, g)
     if best is None:
         return None

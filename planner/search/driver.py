@@ -219,13 +219,14 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     started = time.perf_counter()
     cap = capability(options.space or base.runtime)
     cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
-                                             base.global_batch)
+                                             base.global_batch, options.max_trimmed_bundle_nodes)
     if cut is None:
         return _solve(model, cluster, base, options, on_progress, started)
     limit = options.time_limit_s
     trimmed = None
     try:
-        inner = _solve(model, cut.cluster, base, replace(options, time_limit_s=None if limit is None else limit / 2),
+        inner = _solve(model, cut.cluster, base, replace(options, time_limit_s=None if limit is None else limit / 2,
+                                                         max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes)),
                        on_progress, started)
         plan = cut.plan_on(cluster, inner.plan)
         trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
