@@ -238,7 +238,8 @@ def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: i
     best: tuple[int, int] | None = None  # (nodes kept, g): the most nodes, ties to the larger g
     for g in range(2, max(counts) + 1):
         bundles = sum(n // g for n in counts)
-        if global_batch % g == 0 and 0 < bundles <= max(max_parts, max_trimmed_parts) and (best is None or (bundles * g, g) > best):
+        fits = global_batch % g == 0 and 0 < bundles <= max(max_parts, max_trimmed_parts)
+        if fits and (best is None or (bundles * g, g) > best):
             best = (bundles * g, g)
     if best is None:
         return None

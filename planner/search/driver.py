@@ -225,9 +225,9 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     limit = options.time_limit_s
     trimmed = None
     try:
-        inner = _solve(model, cut.cluster, base, replace(options, time_limit_s=None if limit is None else limit / 2,
-                                                         max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes)),
-                       on_progress, started)
+        half = replace(options, time_limit_s=None if limit is None else limit / 2,
+                       max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
+        inner = _solve(model, cut.cluster, base, half, on_progress, started)
         plan = cut.plan_on(cluster, inner.plan)
         trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
         assert not structural_problems(plan) and not violations(plan, options.space or base.runtime), \
@@ -247,7 +247,8 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     if trimmed is None or (whole is not None and whole.estimate.step_time_s <= trimmed[1].step_time_s):
         return whole
     plan, estimate, inner = trimmed
-    lower_bound = whole.lower_bound_s if whole is not None else compute_lower_bound_s(model, cluster, base, within(options, cap))
+    lower_bound = (whole.lower_bound_s if whole is not None
+                   else compute_lower_bound_s(model, cluster, base, within(options, cap)))
     gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, False, gap, lower_bound,
                         inner.candidates + (whole.candidates if whole is not None else 0),
