@@ -107,3 +107,22 @@ def test_the_faster_of_the_parts_and_the_trimmed_plan_wins():
 def test_per_stage_dp_runtimes_search_the_parts_alone():
     model, cluster, base = instance(2.5, runtime="any")
     assert solve(model, cluster, base, SolverOptions(**OPTIONS)).decomposition == "parts 2 / 2 / 3"
+
+
+def test_the_trimmed_and_the_parts_search_share_the_time_limit():
+    # 31 + 47 + 49 nodes (a failed node): the trimmed search (8 bundles of 14 nodes) takes half the
+    # limit at most, the search on parts the rest; together they return within the limit
+    from planner.inputs.model import load_model
+    cluster = cluster_from_spec(three_types(31, 47, 49), "test")
+    started = time.perf_counter()
+    try:
+        result = solve(load_model("llama-3-70b"), cluster, Training(cluster.num_gpus, 4096, "fp16", 1),
+                       SolverOptions(time_limit_s=3.0))  # runtime: megatron (Training's default)
+    except NoFeasiblePlan as exc:
+        result = exc
+    seconds = time.perf_counter() - started
+    assert seconds <= 3.0 * 1.1 + 0.5, seconds  # the limit + 10 %, plus the final ILP and re-pricing
+    if isinstance(result, NoFeasiblePlan):
+        assert "time limit" in str(result)
+    else:
+        assert result.plan.cluster == cluster and violations(result.plan, "megatron") == ()
