@@ -193,14 +193,13 @@ class Trim:
     cluster: Cluster
     groups: tuple[int, ...]
     bundles: int  # g identical bundles of total / g nodes each (the kept nodes)
+    idle_nodes: int  # nodes of the original cluster left out
+    original_groups: int  # groups of the original cluster
 
     @property
     def bundle_nodes(self) -> int:
         """Nodes of each bundle: the parts of the trimmed cluster's decomposition."""
         return sum(g.nodes for g in self.cluster.groups) // self.bundles
-
-    idle_nodes: int  # nodes of the original cluster left out
-    original_groups: int  # groups of the original cluster
 
     def original_rank(self, original: Cluster, rank: int) -> int:
         """The original cluster's rank of `rank` of the trimmed cluster: the same group, node and
@@ -219,7 +218,7 @@ class Trim:
         return Plan(plan.model, original, plan.training, stages)
 
     def describe(self, inner: str) -> str:
-        """'24 / 24 / 48 nodes in 24 identical bundles, 31 idle' (nodes per original group;
+        """'24 / 40 / 48 nodes in 8 identical bundles, 15 idle' (nodes per original group;
         `inner` is the trimmed cluster's Decomposition.describe())."""
         kept = dict(zip(self.groups, (g.nodes for g in self.cluster.groups)))
         nodes = " / ".join(str(kept.get(i, 0)) for i in range(self.original_groups))
