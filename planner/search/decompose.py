@@ -24,15 +24,27 @@ slow group that would only stretch the pipeline). Planning time then depends on 
 number of parts and lanes, not on the node counts or their divisibility. A decomposed
 search covers a subset of the plans on whole nodes, so it never claims optimality; its
 gap is measured against a lower bound (planner.search.bound).
+
+Trimmed to identical bundles (`trim`): a runtime with one data-parallel degree for every
+stage (Megatron-LM) can rarely use parts of unequal size, whose stages' replica counts differ.
+For it the search also tries the cluster with floor(n_i / g) * g nodes of each group i (the
+rest idle), for the g whose bundles have at most `max_trimmed_parts` nodes (total / g; a search
+with one DP degree per stage stays cheap on more parts than `max_parts`, SolverOptions),
+that divides the global batch (a stage on identical bundles has a multiple of g replicas when
+they sit inside nodes, and even shares need the batch divisible by them) and that keeps the most
+nodes (ties: the larger g): 31 + 47 + 49 nodes with a batch of 1,016 become 24 + 40 + 48 in 8
+bundles of 14 nodes.
+A trimmed group keeps the first nodes of its group, so a plan on it maps back rank for rank.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from ..inputs.hardware import Cluster
+from ..plan import Plan
 
 
 @dataclass(frozen=True)
@@ -171,3 +183,72 @@ def decompose(cluster: Cluster, max_exact_nodes: int, max_parts: int) -> Decompo
     parts = _share(weights, max(max_parts, len(members)))
     lanes = [_lane(cluster, lane, p) for lane, p in zip(members, parts)]
     return Decomposition(tuple(lanes), len(groups), "parts")
+
+
+@dataclass(frozen=True)
+class Trim:
+    """The cluster cut to identical bundles (module docstring): `cluster` keeps the first nodes of
+    the groups `groups` (indices into the original cluster's groups, in order)."""
+
+    cluster: Cluster
+    groups: tuple[int, ...]
+    bundles: int  # g identical bundles of total / g nodes each (the kept nodes)
+    idle_nodes: int  # nodes of the original cluster left out
+    original_groups: int  # groups of the original cluster
+
+    @property
+    def bundle_nodes(self) -> int:
+        """Nodes of each bundle: the parts of the trimmed cluster's decomposition."""
+        return sum(g.nodes for g in self.cluster.groups) // self.bundles
+
+    def original_rank(self, original: Cluster, rank: int) -> int:
+        """The original cluster's rank of `rank` of the trimmed cluster: the same group, node and
+        local rank (a trimmed group's node j is its group's node j)."""
+        for index, group in zip(self.groups, self.cluster.groups):
+            if rank in group.ranks:
+                return original.groups[index].first_rank + rank - group.first_rank
+        raise IndexError(f"rank {rank} out of range 0..{self.cluster.num_gpus - 1}")
+
+    def plan_on(self, original: Cluster, plan: Plan) -> Plan:
+        """`plan` (on the trimmed cluster) as a plan on `original`: every replica on the same
+        nodes of the same groups (original_rank), the other nodes idle."""
+        stages = tuple(replace(stage, replicas=tuple(
+            replace(r, ranks=tuple(self.original_rank(original, rank) for rank in r.ranks))
+            for r in stage.replicas)) for stage in plan.stages)
+        return Plan(plan.model, original, plan.training, stages)
+
+    def describe(self, inner: str) -> str:
+        """'24 / 40 / 48 nodes in 8 identical bundles, 15 idle' (nodes per original group;
+        `inner` is the trimmed cluster's Decomposition.describe())."""
+        kept = dict(zip(self.groups, (g.nodes for g in self.cluster.groups)))
+        nodes = " / ".join(str(kept.get(i, 0)) for i in range(self.original_groups))
+        how = "searched node by node" if inner == "exact" else f"in {inner}"
+        return f"{nodes} nodes {how}, {self.idle_nodes} idle"
+
+
+def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: int,
+         max_trimmed_parts: int) -> Trim | None:
+    """The cluster trimmed to identical bundles of at most max(max_parts, max_trimmed_parts) nodes
+    (module docstring), or None when `decompose` does not cut it into parts of unequal size or no
+    g > 1 dividing `global_batch` leaves a bundle."""
+    if decompose(cluster, max_exact_nodes, max_parts).kind != "parts":
+        return None
+    counts = [g.nodes for g in cluster.groups]
+    best: tuple[int, int] | None = None  # (nodes kept, g): the most nodes, ties to the larger g
+    for g in range(2, max(counts) + 1):
+        bundles = sum(n // g for n in counts)
+        fits = global_batch % g == 0 and 0 < bundles <= max(max_parts, max_trimmed_parts)
+        if fits and (best is None or (bundles * g, g) > best):
+            best = (bundles * g, g)
+    if best is None:
+        return None
+    g = best[1]
+    groups, kept, first_rank = [], [], 0
+    for i, group in enumerate(cluster.groups):
+        nodes = counts[i] // g * g
+        if nodes:
+            groups.append(i)
+            kept.append(replace(group, nodes=nodes, first_rank=first_rank))
+            first_rank += nodes * group.gpus_per_node
+    trimmed = replace(cluster, groups=tuple(kept))
+    return Trim(trimmed, tuple(groups), g, sum(counts) - best[0], len(counts))

@@ -56,17 +56,20 @@ Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of no
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
 the full space, so such a search reports optimal=false with the gap to a lower bound
-(planner.search.bound).
+(planner.search.bound). A runtime with one DP degree for every stage can rarely use parts of
+unequal size (their stages' replica counts differ), so it also searches the cluster trimmed to
+identical bundles (decompose.trim; the other nodes idle) and keeps the faster plan (`solve`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .bound import compute_lower_bound_s
 from ..core.clock import Progress, SearchClock, SearchTimeout
-from .decompose import decompose
+from .decompose import decompose, trim
 from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
@@ -210,8 +213,57 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     that none was found in time: the exact search stops at 3/4 of the limit, and the rest
     goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
     `on_progress` is called about every quarter second. The space is what the runtime
-    `options.space` (default base.runtime) can run (module docstring)."""
-    clock = SearchClock(options.time_limit_s, on_progress)
+    `options.space` (default base.runtime) can run (module docstring).
+
+    A runtime with one DP degree for every stage on a cluster cut into parts of unequal size
+    (planner.search.decompose) is also searched on the cluster trimmed to identical bundles
+    (decompose.trim), first, within half the time limit; its plan, mapped back onto the
+    cluster with the other nodes idle, bounds the search on parts, and the faster plan is
+    returned (ties: the plan on parts)."""
+    started = time.perf_counter()
+    cap = capability(options.space or base.runtime)
+    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
+                                             base.global_batch, options.max_trimmed_bundle_nodes)
+    if cut is None:
+        return _solve(model, cluster, base, options, on_progress, started)
+    limit = options.time_limit_s
+    trimmed = None
+    try:
+        half = replace(options, time_limit_s=None if limit is None else limit / 2,
+                       max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
+        inner = _solve(model, cut.cluster, base, half, on_progress, started)
+        plan = cut.plan_on(cluster, inner.plan)
+        trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
+        assert not structural_problems(plan) and not violations(plan, options.space or base.runtime), \
+            f"a trimmed plan mapped back is invalid: {structural_problems(plan)}"
+        assert trimmed[1].fits, "a trimmed plan mapped back does not fit"
+    except NoFeasiblePlan:
+        pass  # the search on parts says why, if it finds nothing either
+    bound = options.upper_bound_s
+    if trimmed is not None:
+        bound = min(bound if bound is not None else INF, trimmed[1].step_time_s)
+    try:
+        whole = _solve(model, cluster, base, replace(options, upper_bound_s=bound), on_progress, started)
+    except NoFeasiblePlan:
+        if trimmed is None:
+            raise
+        whole = None
+    if trimmed is None or (whole is not None and whole.estimate.step_time_s <= trimmed[1].step_time_s):
+        return whole
+    plan, estimate, inner = trimmed
+    lower_bound = (whole.lower_bound_s if whole is not None
+                   else compute_lower_bound_s(model, cluster, base, within(options, cap)))
+    gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
+    return SearchResult(plan, estimate, False, gap, lower_bound,
+                        inner.candidates + (whole.candidates if whole is not None else 0),
+                        time.perf_counter() - started, inner.bundles,
+                        decomposition=cut.describe(inner.decomposition))
+
+
+def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+           on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
+    """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
+    clock = SearchClock(options.time_limit_s, on_progress, started=started)
     space = options.space or base.runtime
     cap = capability(space)
     if base.dtype not in cap.dtypes:  # (planner.load.resolve_dtype picks one the runtime has)

@@ -46,6 +46,10 @@ class SolverOptions:
     activation_offload: bool = True
     max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
+    # a runtime with one DP degree for every stage, on parts of unequal size, also searches the
+    # cluster trimmed to identical bundles of at most this many nodes (planner.search.decompose.trim):
+    # its searches fix the stages' replicas, so 14 parts take seconds (31+47+49 nodes, llama-3-70b: 2.4 s)
+    max_trimmed_bundle_nodes: int = 16
     max_stages: int = 16
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
     # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
