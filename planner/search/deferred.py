@@ -75,11 +75,7 @@ class DeferredW:
         for counts, group in pending.items():
             all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.makespan(counts,
-                                     [np.stack([np.broadcast_to(times[g], item[6][g].shape)
-                                                for times, item in zip(all_times, group)])
-                                      for g in range(len(counts))],
-                                     [np.stack([item[6][g] for item in group]) for g in range(len(counts))])
+            busy_all = self.stacked_makespans(counts, all_times, [item[6] for item in group])
             for row, ((index, key, cid, link, caps_key, types, _), times) in enumerate(zip(group, all_times)):
                 latency = self.latency(types, flags, times)
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)

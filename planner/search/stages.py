@@ -471,6 +471,15 @@ class Problem(MemorySavers, DeferredW):
         fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
         return fn(self.inputs.microbatches, list(counts), times, caps, self.inputs.least_share)
 
+    def stacked_makespans(self, counts, all_times, all_caps) -> np.ndarray:
+        """The makespans of several configurations with the same replica-type counts in one
+        vectorised call: row i from the times `all_times[i]` and the memory caps `all_caps[i]`
+        (one array per replica type each)."""
+        return self.makespan(counts,
+                             [np.stack([np.broadcast_to(times[g], caps[g].shape) for times, caps in zip(all_times, all_caps)])
+                              for g in range(len(counts))],
+                             [np.stack([caps[g] for caps in all_caps]) for g in range(len(counts))])
+
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
         stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
