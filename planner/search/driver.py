@@ -74,8 +74,9 @@ from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
 from ..cost.runtimes.capability import capability, violations
-from ..inputs.hardware import GIB, Cluster
-from .layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, layer_floors, sequence_floor, sequence_floor_text, unplaceable_layer
+from ..inputs.hardware import Cluster
+from .layer_floor import layer_floors, unplaceable_layer
+from .no_plan import layer_too_big, long_sequence, no_plan
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from ..schedules import get_schedule, search_schedule
@@ -274,7 +275,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
     floor = unplaceable_layer(model, cluster, base, options)
     if floor is not None:
-        raise _layer_too_big(floor, base, _long_sequence(model, cluster, base, options))
+        raise layer_too_big(floor, base, long_sequence(model, cluster, base, options))
     parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
     subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap))
@@ -391,8 +392,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                              f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
                              "raise --time-limit")
     else:
-        raise _no_plan(shortfall, layer_floors(model, cluster, base, options), base,
-                       _long_sequence(model, cluster, base, options))
+        raise no_plan(shortfall, layer_floors(model, cluster, base, options), base,
+                      long_sequence(model, cluster, base, options))
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
     assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
@@ -402,74 +403,3 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
                         1 if parts.exact else parts.largest_part, decomposition=parts.describe())
-
-
-def _long_sequence(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:
-    """The sequence floor when it explains a failed search (SequenceFloor.explains), else None."""
-    floor = sequence_floor(model, cluster, base, options)
-    return floor if floor is not None and floor.explains(base, options) else None
-
-
-def _floor_text(floor: LayerFloor, base: Training) -> str:
-    """'the activations of one 1,048,576-token sample in the output head need 129.2 GiB on
-    A100-SXM4-80GB even at tp 8 with sequence parallelism, more than the 77.8 GiB left there'."""
-    sample = (f"one {base.seq_len:,}-token sample" if floor.micro_batch == 1
-              else f"one micro-batch ({floor.micro_batch} samples of {base.seq_len:,} tokens)")
-    sharding = f"tp {floor.tp}" + (" with sequence parallelism" if floor.tp > 1 else "")
-    if floor.cp > 1:
-        sharding += f", cp {floor.cp}"
-    if floor.layer == "decoder":
-        sharding += f", recompute {floor.recompute}"
-    return (f"the activations of {sample} in {LAYER_WORDS[floor.layer]} need {floor.activation_bytes / GIB:.1f} GiB "
-            f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
-
-
-def _layer_too_big(floor: LayerFloor, base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
-    """The real cause when one layer alone fits no GPU: one sample's activations at this length
-    (and what would fit: a cp degree or a length, sequence_floor_text)."""
-    smaller = " or allow --micro-batch 1" if floor.micro_batch > 1 else ""
-    advice = f"shorten --seq-len{smaller}"
-    if sequence is not None:
-        advice += f"; {sequence_floor_text(sequence, base)}"
-    return NoFeasiblePlan(
-        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); {advice}",
-        shortfall_bytes=floor.over_bytes, device=floor.gpu)
-
-
-def _no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
-             base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
-    """Why the search found nothing; a long sequence whose activations overflow (`sequence`)
-    adds them and the cp degree or length that would fit, or is the reason when nothing finer is known."""
-    found = _no_plan_reason(shortfall, floors, base)
-    if sequence is None:
-        return found
-    text = sequence_floor_text(sequence, base)
-    if found.shortfall_bytes is None:
-        return NoFeasiblePlan(f"no configuration fits: {text}", shortfall_bytes=sequence.over_bytes,
-                              device=sequence.gpu)
-    return NoFeasiblePlan(f"{found.message}; {text}", shortfall_bytes=found.shortfall_bytes, device=found.device)
-
-
-def _no_plan_reason(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
-                    base: Training) -> NoFeasiblePlan:
-    if shortfall is None or shortfall[0] <= 0:
-        blocks = floors.get("decoder", [])
-        left_out = sorted((f for f in blocks if f.over_bytes > 0), key=lambda f: f.gpu)
-        if left_out and len(left_out) < len(blocks):
-            able = ", ".join(sorted(f.gpu for f in blocks if f.over_bytes <= 0))
-            worst = min(left_out, key=lambda f: f.over_bytes)
-            others = [f.gpu for f in left_out if f is not worst]
-            return NoFeasiblePlan(
-                f"no configuration in the search space fits: {_floor_text(worst, base)}"
-                + (f" ({', '.join(others)} cannot hold one either)" if others else "")
-                + f", and the {able} GPUs are too few for the model's layers with their micro-batches in "
-                "flight; shorten --seq-len or add GPUs with more memory",
-                shortfall_bytes=worst.over_bytes, device=worst.gpu)
-        return NoFeasiblePlan("no configuration in the search space fits (the global batch may be "
-                              "smaller than the replicas need, or the layers too few for the stages)")
-    over, gpu = shortfall
-    return NoFeasiblePlan(
-        f"nothing fits: the smallest memory shortfall found is {over / GIB:.1f} GiB on {gpu}; "
-        "add GPUs or use larger ones, or shorten --seq-len (the search already tried full recomputation, "
-        "ZeRO-1 and the smallest micro-batch)",
-        shortfall_bytes=over, device=gpu)
