@@ -22,6 +22,7 @@ from ..core.io import MAX_NUMBER, load_mapping
 from .model_families import (SUPPORTED_TYPES, Mla, attention_params, expert_params,  # noqa: F401 (re-exported)
                              hf_dimensions, mlp_params)
 from ..core.names import check_name
+from .model_config import ModelConfig  # noqa: F401 (re-exported)
 
 MODELS_DIR = PROFILES_DIR / "models"
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -30,84 +31,6 @@ ATTENTION_KINDS = ("flash", "standard")
 # are fp8 (planner.cost.fp8)
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
 MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps the math finite
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The dimensions the cost depends on, read once from a config file
-    (planner.inputs.model_families reads each Hugging Face family).
-
-    A model-level config describes the MoE layers of a mixed model; `layer_config(i)` gives
-    decoder i's own config (its dense MLP, its attention window), the one its Layer holds."""
-
-    name: str
-    model_type: str
-    hidden: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    ffn_hidden: int  # an expert's FFN width in an MoE layer
-    vocab: int
-    max_positions: int
-    gated_mlp: bool  # SwiGLU / GeGLU (three matrices) vs GeLU (two)
-    tied_embeddings: bool
-    num_experts: int = 1  # 1 = dense MLP; else routed experts
-    experts_top_k: int = 1
-    norm: str = "layernorm"  # or "rmsnorm"
-    linear_bias: bool = False  # biases on every linear (GPT-2, GPT-NeoX)
-    qkv_bias: bool = False  # biases on q, k, v only (Qwen2)
-    learned_positions: bool = False  # GPT-2's absolute position table
-    dropout: bool = False  # dropout masks are saved (GPT-2 style training)
-    attention_head_dim: int = 0  # the config's head_dim; 0: hidden / heads
-    qk_norm: str = "none"  # "head": RMSNorm of each q and k head (Qwen3, Gemma3); "proj": of all q, all k (OLMo2)
-    block_norms: int = 2  # norm layers per block (Gemma2/3: 4, before and after attention and MLP)
-    shared_expert_ffn: int = 0  # FFN width of the always-on shared expert(s) of an MoE layer
-    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
-    router_bias: bool = False  # DeepSeek-V3's per-expert e_score_correction_bias
-    mla: Mla | None = None
-    window: int = 0  # this layer's sliding attention window in tokens; 0: full attention
-    layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)
-    dense_layers: tuple[int, ...] = ()  # model level: decoders with a dense MLP in an MoE model
-    dense_ffn_hidden: int = 0  # their FFN width
-
-    @property
-    def head_dim(self) -> int:
-        """Per-head width of q and k (the config's head_dim when it gives one)."""
-        if self.mla is not None:
-            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
-        return self.attention_head_dim or self.hidden // self.num_heads
-
-    @property
-    def v_head_dim(self) -> int:
-        return self.mla.v_head_dim if self.mla is not None else self.head_dim
-
-    @property
-    def q_dim(self) -> int:
-        """Width of all query heads (hidden, unless head_dim x heads differs from it)."""
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of all key heads."""
-        return self.num_kv_heads * self.head_dim
-
-    # widths of all value heads, and the attention output projection's input (its heads' values)
-    v_dim = property(lambda self: self.num_kv_heads * self.v_head_dim)
-    o_dim = property(lambda self: self.num_heads * self.v_head_dim)
-
-    @property
-    def norm_params(self) -> int:
-        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
-
-    def layer_config(self, i: int) -> "ModelConfig":
-        """Decoder i's config: its attention window, a dense MLP if it is one of the
-        dense layers of an MoE model; the per-model patterns cleared."""
-        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (),
-                                   "window": self.layer_windows[i] if self.layer_windows else self.window}
-        if i in self.dense_layers:
-            changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
-                           shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Hugging Face model families: one small reader per `model_type`, each turning a parsed
-config.json into the fields of planner.inputs.model.ModelConfig (the model's name aside), and the
+config.json into the fields of planner.inputs.model_config.ModelConfig (the model's name aside), and the
 parameter counts of a block's attention and MLP for every family.
 
 No silent defaults: a dimension the cost depends on that the config leaves out is bad
