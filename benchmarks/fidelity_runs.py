@@ -53,6 +53,8 @@ ASSUMPTIONS = {
                    "'2') as block recomputation of every second block; runs with float8 linears "
                    "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped); "
                    "async TP runs with the SP collectives fused with their forward GEMMs (CostParams.tp_async); "
+                   "runs under torch.compile (the id, table title or command line says so) with "
+                   "TorchInductor's fused elementwise kernels (CostParams.torch_compile), the others eager; "
                    "with PP the micro-batches are the number of stages (pipeline_parallel_microbatches unset)."),
     "bloom": ("deepspeed", "BLOOM-176B (BigScience tr11): Megatron-DeepSpeed, bf16, full recompute, ZeRO-1 "
               "(its bf16 optimizer shards the states), 8 A100-80GB per node on the catalog NVLink, 4 Omni-Path "
@@ -165,13 +167,19 @@ def skip_reason(run: dict, source: str) -> str:
         return "parallel degrees not stated"
     if "do not use" in " ".join(run.get("notes") or []) or "suspect" in " ".join(run.get("notes") or []):
         return "source flags the value as suspect"
-    if "torchcompile" in run["id"]:
-        return "torch.compile (not modelled)"
     if _async_tp(run) and source != "torchtitan":
         return "async TP (not modelled)"
     if source == "torchtitan" and (p.get("pp") or 1) > 1 and "interleaved" in run["id"].lower():
         return "interleaved pipeline: stages per rank not stated"
     return ""
+
+
+def _compiled(run: dict) -> bool:
+    """The run's model ran under torch.compile: its id (torchtitan's "+ torch.compile" rows), its
+    table's title or command line (Table 2/4/5/6 "+ torch.compile", --training.compile) or its
+    framework field says so."""
+    words = " ".join((run["id"], str(run.get("quote", "")), str(run.get("framework", "")))).lower()
+    return "torchcompile" in words or "torch.compile" in words or "--training.compile" in words
 
 
 def _async_tp(run: dict) -> bool:
@@ -207,6 +215,8 @@ def case(run: dict) -> Case:
     t = plan.training
     gpus = len(plan.used_ranks())
     settings = (("tp_async", True),) if _async_tp(run) else ()
+    if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)
+        settings += (("torch_compile", True),)
     return Case(run["id"], source, runtime, metric, published, plan,
                 read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
                 settings=settings)

@@ -98,6 +98,12 @@ class CostParams:
     tf32_matmul: bool = False
     elementwise_traffic_factor: float = 1.0
     layer_overhead_s: float = 0.0
+    # the model runs under torch.compile (torchtitan's compile.enable / training.compile): TorchInductor
+    # fuses each chain of pointwise and reduction ops (RMSNorm, SwiGLU's silu * mul, RoPE, the
+    # residual adds) into one kernel that reads its inputs and writes its outputs once (Ansel et al.
+    # 2024, PyTorch 2, ASPLOS, sec 5), the fused traffic _elementwise_bytes counts: the
+    # runtime's elementwise_traffic_factor (its eager kernels) does not apply
+    torch_compile: bool = False
     bf16_fp32_grad_allreduce: bool = False  # under bf16 the DP reduction moves fp32 gradients
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
     # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
@@ -250,11 +256,18 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
 
+# FlashAttention-2 reaches up to 73 % of the peak in the forward pass and up to 63 % in the
+# backward (Dao 2023, FlashAttention-2, sec 1 and Figs. 4-6 on A100): its backward runs at this
+# fraction of the forward's efficiency (`attention_efficiency` is the forward's)
+FLASH_BWD_EFFICIENCY_RATIO = 63 / 73
+
+
 def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -> tuple[float, float]:
     """Forward and backward time of one GPU's attention scores (StageDims.attention_share of its
     TP rank's work over the whole sequence). FlashAttention-2 runs QK^T and PV in one kernel
     and skips the causal upper triangle; its backward does 2.5x the forward matmuls (Dao 2023,
-    sec 3). Standard attention runs them as batched GEMMs with head_dim as the inner dimension."""
+    sec 3) at FLASH_BWD_EFFICIENCY_RATIO of the forward's efficiency. Standard attention runs
+    them as batched GEMMs with head_dim as the inner dimension."""
     if layer.kind != "decoder" or layer.config is None:
         return 0.0, 0.0
     peak = matmul_peak(gpu, sh.dtype, params)
@@ -262,7 +275,7 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     if sh.attention == "flash":
         attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b)
         attn_fwd = attn_flops / (peak * params.attention_efficiency)
-        return attn_fwd, 2.5 * attn_fwd
+        return attn_fwd, 2.5 * attn_fwd / FLASH_BWD_EFFICIENCY_RATIO
     attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b)
     eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params)
     attn_fwd = attn_flops / (peak * eff)
@@ -338,7 +351,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
     other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
-    elem_fwd = other_bytes * b / hbm * params.elementwise_traffic_factor
+    elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
     score_fwd = score_bytes * b / hbm
     # Backward elementwise kernels read the saved tensor and the incoming gradient and write
     # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
