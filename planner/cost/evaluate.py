@@ -179,7 +179,7 @@ class PlanPricer:
         """The expert-parallel group of `replica`'s first GPU (paths.ep_group_ranks)."""
         replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
         ranks = [r for rep in replicas for r in rep.ranks]
-        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.tp
+        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.dims.group_gpus
         return [ranks[i] for i in st.dims.ep_group(position)]
 
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:

@@ -139,8 +139,7 @@ class Problem(MemorySavers, DeferredW):
                                                               for i, n in enumerate(nodes)))
                     if fixed.dp not in (None, dp):
                         continue
-                    # expert parallelism beside context parallelism is not modelled (StageDims.expert_problem)
-                    for ep in (ep_degrees(inputs, nodes, dp, tp) if cp == 1 else (1,)):
+                    for ep in ep_degrees(inputs, nodes, dp, tp, cp):
                         if fixed.ep not in (None, ep):
                             continue
                         for mode in modes:
