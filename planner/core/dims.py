@@ -99,6 +99,13 @@ class StageDims:
         base = position - ((position // etp) % self.ep) * etp
         return [base + k * etp for k in range(self.ep)]
 
+    def edp_group(self, position: int) -> list[int]:
+        """The expert-data-parallel group of the GPU at `position` (ep_group's order): the edp
+        positions etp x ep apart that hold the same experts and reduce their gradients (Megatron-core's
+        expert grid etp-ep-edp; torchtitan's efsdp mesh dimension)."""
+        span = self.expert_tp * self.ep
+        return [position % span + k * span for k in range(self.edp)]
+
     def expert_problem(self, num_experts: int) -> str:
         """Why these degrees cannot run an MoE layer of `num_experts` experts ('' if they can):
         ep must divide the experts and etp x ep the stage's tp x dp GPUs (Megatron-core's

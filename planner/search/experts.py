@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..core.dims import StageDims
 from ..cost.moe import AllToAllGroup
 from ..cost.paths import collective_links
+from ..cost.pricing import DpLayout
 from ..cost.runtimes.capability import Capability, capability
 from .stage_types import ProblemInputs, SolverOptions, StageConfig
 
@@ -52,3 +53,18 @@ def stage_ep_group(inputs: ProblemInputs, config: StageConfig, dims: StageDims) 
     nodes = -(-config.ep // per_node)
     intra, inter = collective_links(inputs.cluster, {group.name: nodes})
     return AllToAllGroup(config.ep, per_node, intra, inter)
+
+
+def stage_expert_layout(inputs: ProblemInputs, config: StageConfig, dims: StageDims) -> DpLayout | None:
+    """Where a stage's routed experts reduce their gradients (pricing.grad_reduce_s): the
+    expert-data-parallel group of its first GPU (StageDims.edp_group) over the stage's whole
+    nodes of one group, in rank order (as evaluate's PlanPricer.expert_layout), None without EP."""
+    if config.ep <= 1:
+        return None
+    (i,) = [i for i, n in enumerate(config.nodes) if n]
+    group = inputs.groups[i]
+    per_node: dict[int, int] = {}
+    for position in dims.edp_group(0):
+        per_node[position // group.gpus_per_node] = per_node.get(position // group.gpus_per_node, 0) + 1
+    intra, inter = collective_links(inputs.cluster, {group.name: len(per_node)})
+    return DpLayout(dims.edp, max(per_node.values()), len(per_node), intra, inter)

@@ -22,7 +22,7 @@ from ..plan import Training
 from .context_parallel import cp_choices, places
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory,
                             span_price, stage_tail, zero_comm)
-from .experts import ep_degrees, stage_ep_group
+from .experts import ep_degrees, stage_ep_group, stage_expert_layout
 from ..cost.sharding import Sharding
 from .block import BlockPrices, MemorySavers
 from .deferred import DeferredW
@@ -544,6 +544,7 @@ class Problem(MemorySavers, DeferredW):
                           [(ta.group.gpu, ta.cost_params) for ta in types],
                           expert_params=types[0].experts[flags], optimizer=self.inputs.t.optimizer,
                           offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
-                          if config.offload else ())
+                          if config.offload else (),
+                          expert_layout=stage_expert_layout(self.inputs, config, self.dims(config)))
         return tail.total_s
 
