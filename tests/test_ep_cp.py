@@ -55,7 +55,7 @@ def test_the_alltoall_carries_each_cp_ranks_local_tokens():
     assert split[0] == pytest.approx(whole[0] / 2) and split[1] == pytest.approx(whole[1] / 2)
 
 
-def test_expert_gradients_reduce_over_their_edp_group_on_the_nic():
+def test_expert_gradients_and_fsdp_collectives_run_over_their_edp_group_on_the_nic():
     # tp 1 x ep 8 in each node of 2: an expert's edp group is one GPU per node, so the experts'
     # gradients cross the NIC whole while the dense ones reduce inside the node first
     from planner.cost.pricing import DpLayout, grad_reduce_s
@@ -67,6 +67,12 @@ def test_expert_gradients_reduce_over_their_edp_group_on_the_nic():
     assert apart == pytest.approx(grad_reduce_s(2e9, dims, "bf16", dense, p, 0.0)
                                   + grad_reduce_s(8e9, dims, "bf16", edp, p, 0.0))
     assert apart > grad_reduce_s(10e9, dims, "bf16", dense, p, 0.0) * 2
+    # ZeRO-3 (torchtitan's FSDP): the experts' gathers and reduce-scatters over their efsdp group too
+    from planner.cost.pricing import zero_comm
+    fsdp = dataclasses.replace(dims, zero=3)
+    split = zero_comm(10e9, fsdp, "bf16", dense, p, 8e9, edp)
+    assert split.total_s == pytest.approx(zero_comm(2e9, fsdp, "bf16", dense, p).total_s
+                                          + zero_comm(8e9, fsdp, "bf16", edp, p).total_s)
 
 
 def test_evaluate_cp_with_ep_prices_both_and_the_megatron_export_carries_both(h100):

@@ -223,7 +223,8 @@ class PlanPricer:
                                                           [r.ranks[0] for r in successor.replicas])
                 link, intra = self._links[st.index]
                 send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
-            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p).per_microbatch(loop_microbatches)
+            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p, span.expert_params,
+                             self.expert_layout(st)).per_microbatch(loop_microbatches)
             offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
             times.append(ChunkTime(span, zero, send, offloaded))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims

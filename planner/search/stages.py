@@ -174,6 +174,7 @@ class Problem(MemorySavers, DeferredW):
             return self.block_from_none(config)
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
         ep_group = stage_ep_group(inputs, config, dims)
+        expert_layout = stage_expert_layout(inputs, config, dims) if dims.zero >= 2 else None
         if block:
             self.tables.block_prices[config] = []
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
@@ -201,7 +202,8 @@ class Problem(MemorySavers, DeferredW):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 w = params[(has_head, has_emb)] = span.weight_params
                 experts[(has_head, has_emb)] = span.expert_params
-                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
+                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
+                                                                       expert_layout)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
                 wgrads[(has_head, has_emb)] = span.wgrad_s
