@@ -102,6 +102,17 @@ def test_evaluate_cp_with_ep_prices_both_and_the_megatron_export_carries_both(h1
     assert ranks[9]["edp_group"] == [1, 9] and "ep_group" not in json.loads(export_rankmap(_ep_plan(ep=1), warned.append))["ranks"][0]
 
 
+def test_the_checks_accept_a_cp_ep_plan_and_report_an_ep_that_does_not_divide_cp_x_dp():
+    from planner.plan import plan_to_json, structural_problems
+    from planner.verify.plan_checks import validate_plan_data
+    plan = uniform_plan(load_model(QWEN), cluster_from_spec(H100), Training(16, 32768, "bf16", 1),
+                        tp=1, pp=1, dp=4, cp=4, ep=8, zero=1, recompute="full")
+    data = json.loads(json.dumps(plan_to_json(plan)))
+    assert validate_plan_data(data) == []
+    data["stages"][0]["ep"] = 32
+    assert any("tp x cp x dp = 1x4x4" in message for _, message in structural_problems(plan_from_json(data)))
+
+
 def test_the_runtimes_say_whether_they_run_ep_beside_cp():
     from planner.cost.runtimes.capability import capability
     assert capability("megatron").expert_parallel_with_cp and capability("torchtitan").expert_parallel_with_cp
