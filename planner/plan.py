@@ -124,7 +124,7 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
     TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
     order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
     equal batch shares. Expert parallelism `ep` (and expert TP `etp`) is carved from the
-    TP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp). Recompute
+    TP x CP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp). Recompute
     "block" recomputes the first `recompute_layers` decoder blocks of every chunk (all of a
     smaller chunk's). Activation offload moves the first `offload_activations` decoder blocks'
     saved activations of every chunk (all of a smaller chunk's) to host memory."""
@@ -350,12 +350,13 @@ def _expert_problems(plan: Plan, s: Stage, path: str) -> list[tuple[str, str]]:
     problem = s.dims.expert_problem(c.num_experts if c is not None else 1)
     if problem:
         return [(f"{path}.ep", problem)]
-    if len({len(r.ranks) for r in s.replicas}) != 1 or len(s.replicas[0].ranks) != s.tp:
+    dims = s.dims
+    size = dims.group_gpus  # a replica: cp groups of tp ranks
+    if len({len(r.ranks) for r in s.replicas}) != 1 or len(s.replicas[0].ranks) != size:
         return []  # reported with the ranks
     replicas = sorted(s.replicas, key=lambda r: r.dp_rank)
-    dims = s.dims
     for j in range(len(replicas)):
-        shares = {replicas[q // s.tp].batch_share for q in dims.ep_group(j * s.tp)}
+        shares = {replicas[q // size].batch_share for q in dims.ep_group(j * size)}
         if len(shares) > 1:
             return [(f"{path}.replicas", f"the replicas of one expert-parallel group (ep={s.ep}) take "
                                          f"different batch shares {sorted(shares)}; their all-to-alls run in lock-step")]

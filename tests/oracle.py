@@ -7,9 +7,9 @@ parallelism (cp_degrees, ring: tp x cp inside a node), recompute (with "block", 
 1F1B only), ZeRO stage and (with `offload`) ZeRO-Offload per stage, contiguous layer split, every share vector)
 and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans that runtime
 can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all. With `ep_degrees`,
-an MoE model's stages also take each expert-parallel degree dividing its experts and the stage's replicas, where
-the search offers it (1F1B, a stage of one GPU type whose replicas take equal shares: the lock-step all-to-all;
-the largest degree inside one node).
+an MoE model's stages also take each expert-parallel degree dividing its experts and the stage's cp x dp ranks
+(beside context parallelism too), where the search offers it (1F1B, a stage of one GPU type whose replicas take
+equal shares: the lock-step all-to-all; the largest degree inside one node).
 """
 
 from __future__ import annotations
@@ -95,16 +95,17 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                            if all(x % (tp * cp) == 0 for x in gpn) and heads % tp == 0
                            and base.seq_len % (2 * cp) == 0]
                     one_type = len({g.name for g, _ in mem}) == 1
-                    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node);
-                    # not beside context parallelism (StageDims.expert_problem)
-                    def ep_fits(tp, ep, gpus=gpus, one_type=one_type, gpn=gpn):
+                    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node),
+                    # carved from the cp x dp ranks of expert TP = tp (StageDims.expert_problem), the
+                    # replicas taking equal shares
+                    def ep_fits(tp, cp, ep, gpus=gpus, one_type=one_type, gpn=gpn):
                         return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
-                                and (gpus // tp) % ep == 0 and m_total % (gpus // tp) == 0)
-                    largest = {tp: max([1] + [e for e in ep_degrees if ep_fits(tp, e)]) for tp, _ in tps}
+                                and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0)
+                    largest = {(tp, cp): max([1] + [e for e in ep_degrees if ep_fits(tp, cp, e)]) for tp, cp in tps}
                     options.append([(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in recompute_modes
                                     for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))
                                     for ep in ep_degrees
-                                    if ep == 1 or (cp == 1 and ep == largest[tp])
+                                    if ep == 1 or ep == largest[(tp, cp)]
                                     for off in ((False, True) if offload else (False,))])
                 for choice in product(*options):
                     replica_ranks = []

@@ -276,20 +276,3 @@ def test_some_oracle_instance_is_won_by_expert_parallelism():
                                  ep_degrees=(1, 2, 4, 8))
         won.append(best is not None and any(st.ep > 1 for st in best.stages))
     assert any(won)
-
-
-# --- the search on the model ---------------------------------------------------------
-
-
-def test_qwen3_30b_a3b_plans_with_ep_on_four_h100_nodes_and_beats_the_plan_without(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    spec = dict(H100, name="h100-4x8", node_groups=[dict(H100["node_groups"][0], nodes=4)])
-    (tmp_path / "c.yaml").write_text(json.dumps(spec))
-    args = ["plan", "--model", QWEN, "--cluster", "c.yaml", "--global-batch", "32", "--seq-len", "4096", "--json"]
-    with_ep, without = CliRunner().invoke(main, args), CliRunner().invoke(main, args + ["--ep", "1"])
-    assert with_ep.exit_code == 0 and without.exit_code == 0, with_ep.output + without.output
-    a, b = json.loads(with_ep.stdout), json.loads(without.stdout)
-    assert any(st.get("ep", 1) > 1 for st in a["stages"]) and all("ep" not in st for st in b["stages"])
-    assert a["predicted"]["step_time_s"] < b["predicted"]["step_time_s"]
-    from planner.export.megatron import export_megatron
-    assert "--expert-model-parallel-size" in export_megatron(plan_from_json(a), lambda message: None)

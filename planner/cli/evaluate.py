@@ -40,7 +40,7 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @click.option("--cp-kind", type=click.Choice(("ring", "all-to-all")), default="ring", show_default=True,
               help="ring: Ring Attention (Megatron CP, torchtitan CP); all-to-all: DeepSpeed-Ulysses.")
 @click.option("--ep", type=int, default=1, show_default=True,
-              help="Expert-parallel degree (MoE): carved from the TP x DP ranks; divides the experts.")
+              help="Expert-parallel degree (MoE): carved from the TP x CP x DP ranks; divides the experts.")
 @click.option("--etp", type=int, default=None, help="Expert tensor-parallel degree [default: --tp].")
 @click.option("--schedule", type=click.Choice(tuple(SCHEDULES)), default=None,
               help="Pipeline schedule [default: interleaved if --virtual-stages > 1, else 1f1b].")

@@ -27,12 +27,16 @@ around the ring, causal load balancing: each rank holds chunks i and 2cp-1-i) an
 head split around attention). Their collectives: planner.cost.formulas.cp_comm.
 
 Expert parallelism (Lepikhin et al. 2020, GShard; Megatron-core MoE "parallel folding") splits
-the routed experts of an MoE layer over `ep` ranks carved out of the stage's data-parallel
-ranks, each expert's GEMMs over `etp` ranks (expert tensor parallelism, Megatron's
+the routed experts of an MoE layer over `ep` ranks carved out of the stage's tp x cp x dp
+GPUs, each expert's GEMMs over `etp` ranks (expert tensor parallelism, Megatron's
 --expert-tensor-parallel-size; 0 = tp, Megatron's default). The dense part of a layer keeps
-the tp x dp grid; the experts use etp x ep x edp over the same GPUs, edp = tp x dp / (etp x ep)
-the expert-data-parallel group ZeRO shards their states over (`expert_state_divisors`). The
-dispatch and combine all-to-all is priced in cost.formulas.moe_alltoall_s.
+the tp x cp x dp grid; the experts use etp x ep x edp over the same GPUs, edp = tp x cp x dp /
+(etp x ep) the expert-data-parallel group ZeRO shards their states over
+(`expert_state_divisors`). Beside context parallelism the MoE layers see each cp rank's
+seq_len / cp tokens as tokens of their own (the expert grid has no cp: megatron-core 0.16.1
+parallel_state.initialize_model_parallel builds the expert RankGenerator with cp=1 over the
+world / pp GPUs; torchtitan 0.2.2 ParallelDims.build_mesh: efsdp = dp_shard x cp x tp /
+(etp x ep)). The dispatch and combine all-to-all is priced in cost.moe.moe_alltoall_s.
 """
 
 from __future__ import annotations
@@ -82,33 +86,40 @@ class StageDims:
 
     @property
     def edp(self) -> int:
-        """The expert-data-parallel group: the stage's GPUs over one expert grid (etp x ep)."""
-        return max(1, self.tp * self.dp // (self.expert_tp * self.ep))
+        """The expert-data-parallel group: the stage's tp x cp x dp GPUs over one expert grid
+        (etp x ep); the cp ranks fold into it (module docstring)."""
+        return max(1, self.gpus // (self.expert_tp * self.ep))
 
     def ep_group(self, position: int) -> list[int]:
-        """The expert-parallel group of the GPU at `position` among the stage's tp x dp GPUs
-        listed replica by replica (tp innermost): Megatron-core's expert grid orders the same
-        GPUs etp-ep-edp (MoE parallel folding), so the group is `ep` positions `etp` apart."""
+        """The expert-parallel group of the GPU at `position` among the stage's tp x cp x dp GPUs
+        listed replica by replica (tp innermost, then cp: Megatron's tp-cp-dp order): Megatron-core's
+        expert grid orders the same GPUs etp-ep-edp (MoE parallel folding), so the group is `ep`
+        positions `etp` apart (with cp > 1 and etp = tp: a replica's cp ranks, then the next replica's)."""
         etp = self.expert_tp
         base = position - ((position // etp) % self.ep) * etp
         return [base + k * etp for k in range(self.ep)]
 
+    def edp_group(self, position: int) -> list[int]:
+        """The expert-data-parallel group of the GPU at `position` (ep_group's order): the edp
+        positions etp x ep apart that hold the same experts and reduce their gradients (Megatron-core's
+        expert grid etp-ep-edp; torchtitan's efsdp mesh dimension)."""
+        span = self.expert_tp * self.ep
+        return [position % span + k * span for k in range(self.edp)]
+
     def expert_problem(self, num_experts: int) -> str:
         """Why these degrees cannot run an MoE layer of `num_experts` experts ('' if they can):
         ep must divide the experts and etp x ep the stage's tp x dp GPUs (Megatron-core's
-        parallel_state checks the same); expert parallelism beside context parallelism is not
-        modelled yet (the expert grid would fold over tp x cp x dp)."""
+        parallel_state checks the same over world / pp = tp x cp x dp)."""
         if self.ep == 1 and self.expert_tp == self.tp:
             return ""
-        if self.cp > 1:
-            return f"ep={self.ep} together with cp={self.cp} is not modelled yet (use --cp 1 or --ep 1)"
         if num_experts <= 1 and self.ep > 1:
             return f"ep={self.ep} needs an MoE model (this one has no routed experts)"
         if num_experts % self.ep:
             return f"ep={self.ep} does not divide the {num_experts} experts"
-        if (self.tp * self.dp) % (self.expert_tp * self.ep):
-            return (f"etp x ep = {self.expert_tp}x{self.ep} does not divide the stage's tp x dp = "
-                    f"{self.tp}x{self.dp} GPUs")
+        if self.gpus % (self.expert_tp * self.ep):
+            grid, sizes = ("tp x cp x dp", f"{self.tp}x{self.cp}x{self.dp}") if self.cp > 1 else \
+                ("tp x dp", f"{self.tp}x{self.dp}")
+            return f"etp x ep = {self.expert_tp}x{self.ep} does not divide the stage's {grid} = {sizes} GPUs"
         return ""
 
     # --- divisions of a replica's figures ----------------------------------------------------
@@ -123,14 +134,16 @@ class StageDims:
         return (params - expert_params) / self.tp + expert_params / (self.expert_tp * self.ep)
 
     def dispatch_share(self, tokens):
-        """Tokens one GPU of the group routes to the experts: its sequence-parallel share of the
-        replica's (Megatron's MoE layer takes the SP-split hidden states)."""
-        return tokens / self.tp
+        """Tokens one GPU of the group routes to the experts: its context-parallel and
+        sequence-parallel share of the replica's (Megatron's MoE layer takes the SP-split hidden
+        states of the GPU's seq_len / cp tokens)."""
+        return tokens / (self.tp * self.cp)
 
     def expert_gemm_rows(self, tokens, num_experts: int, top_k: int):
         """Rows of one local expert's GEMM on one GPU from a replica's `tokens`: the replica's
         token copies (tokens x top_k) spread evenly over the experts; a GPU's tp share of them
-        is gathered over etp and comes from ep replicas (Megatron's alltoall token dispatcher),
+        is gathered over etp and comes from ep ranks (Megatron's alltoall token dispatcher; with
+        cp > 1 `tokens` are the GPU's seq_len / cp, StageDims.local_seq_len),
         so the GPU runs num_experts / ep GEMMs of these rows with n / etp columns: FLOPs
         tokens x top_k x (expert FLOPs) / tp, as without EP."""
         return tokens * top_k * self.expert_tp * self.ep / (self.tp * num_experts)

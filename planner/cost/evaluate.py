@@ -155,6 +155,7 @@ class PlanPricer:
         self.stage_by_index = {st.index: st for st in plan.stages}
         self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor
         self._layouts: dict[int, DpLayout] = {}
+        self._expert_layouts: dict[int, DpLayout] = {}
         self._replicas: dict[tuple, ReplicaPrice] = {}
 
     def sharding(self, st: Stage) -> Sharding:
@@ -168,6 +169,17 @@ class PlanPricer:
             self._layouts[st.index] = dp_layout(self.plan.cluster, grad_reduce_ranks(st))
         return self._layouts[st.index]
 
+    def expert_layout(self, st: Stage) -> DpLayout | None:
+        """Where the stage's routed experts reduce their gradients under expert parallelism: the
+        expert-data-parallel group of its first GPU (StageDims.edp_group), None without an expert grid."""
+        if st.ep == 1 and not st.etp:
+            return None
+        if st.index not in self._expert_layouts:
+            replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
+            ranks = [r for rep in replicas for r in rep.ranks]
+            self._expert_layouts[st.index] = dp_layout(self.plan.cluster, [ranks[i] for i in st.dims.edp_group(0)])
+        return self._expert_layouts[st.index]
+
     def ep_group(self, st: Stage, replica: Replica) -> AllToAllGroup | None:
         """Where `replica`'s expert-parallel all-to-all runs (paths.alltoall_group), None without EP."""
         if st.ep <= 1:
@@ -179,7 +191,7 @@ class PlanPricer:
         """The expert-parallel group of `replica`'s first GPU (paths.ep_group_ranks)."""
         replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
         ranks = [r for rep in replicas for r in rep.ranks]
-        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.tp
+        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.dims.group_gpus
         return [ranks[i] for i in st.dims.ep_group(position)]
 
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
@@ -211,7 +223,8 @@ class PlanPricer:
                                                           [r.ranks[0] for r in successor.replicas])
                 link, intra = self._links[st.index]
                 send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
-            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p).per_microbatch(loop_microbatches)
+            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p, span.expert_params,
+                             self.expert_layout(st)).per_microbatch(loop_microbatches)
             offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
             times.append(ChunkTime(span, zero, send, offloaded))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
@@ -329,7 +342,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
                                 min_bwd, steppers.values(), loops, loop_bwd,
                                 expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
-                                offload_hosts=tuple(offload_hosts)))
+                                offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head)))
         busy.append(stage_busy)
         latencies.append(stage_tau)
         bottlenecks.append(stage_btl)

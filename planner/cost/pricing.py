@@ -328,15 +328,23 @@ def zero_exposed_s(comm_s, compute_s, overlap: float):
 NO_ZERO_COMM = ZeroComm()
 
 
-def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | None, p: CostParams) -> ZeroComm:
+def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | None, p: CostParams,
+              expert_params=0.0, expert_layout: DpLayout | None = None) -> ZeroComm:
     """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
     also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
-    sec 5.2 and 7.2); each moves half an all-reduce's traffic. (`layout` may be None below
-    ZeRO-2.)"""
-    if dims.zero < 2 or layout.replicas <= 1:
+    sec 5.2 and 7.2); each moves half an all-reduce's traffic. With `expert_layout` (expert
+    parallelism) the routed experts' `expert_params` (of weight_params) run over their
+    expert-data-parallel group instead (torchtitan's FSDP of the experts over its efsdp mesh
+    dimension, parallelize.py apply_fsdp edp_mesh). (`layout` may be None below ZeRO-2.)"""
+    if dims.zero < 2:
         return NO_ZERO_COMM
-    reduce_scatter = layout.allreduce_s(weight_params * gradient_bytes(dtype), p) / 2
-    gather = layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2 if dims.zero >= 3 else 0.0
+    parts = [(weight_params, layout)] if expert_layout is None else \
+        [(weight_params - expert_params, layout), (expert_params, expert_layout)]
+    parts = [(w, where) for w, where in parts if where.replicas > 1]
+    if not parts:
+        return NO_ZERO_COMM
+    reduce_scatter = sum(where.allreduce_s(w * gradient_bytes(dtype), p) / 2 for w, where in parts)
+    gather = sum(where.allreduce_s(w * DTYPE_BYTES[dtype], p) / 2 for w, where in parts) if dims.zero >= 3 else 0.0
     return ZeroComm(reduce_scatter, gather, p.overlap_zero_comm)
 
 
@@ -478,13 +486,33 @@ def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
 
 
 def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s,
-                  loops: int = 1, loop_bwd_s=0.0):
+                  loops: int = 1, loop_bwd_s=0.0, expert_params=0.0, expert_layout: DpLayout | None = None):
     """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
     volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
     all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
+    With `expert_layout` (expert parallelism) the routed experts' `expert_params` (of
+    weight_params) reduce over their expert-data-parallel group instead, after the dense ones
+    (Megatron-core DistributedDataParallel: the expert parameters in their own buffers, reduced
+    over the expert-data-parallel group; StageDims.edp_group).
     With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP).
     A breadth-first schedule's `loops` reduce as each loop ends (looped_reduce_s)."""
-    if layout.replicas <= 1 or dims.zero >= 3:
+    if dims.zero >= 3 or (layout.replicas <= 1 and (expert_layout is None or expert_layout.replicas <= 1)):
+        return 0.0
+    if expert_layout is None:
+        seconds = _reduce_volume_s(weight_params, dims, dtype, layout, p)
+    else:
+        seconds = (_reduce_volume_s(weight_params - expert_params, dims, dtype, layout, p)
+                   + _reduce_volume_s(expert_params, dims, dtype, expert_layout, p))
+    if loops > 1:
+        seconds = looped_reduce_s(seconds, loops, loop_bwd_s)
+    if p.overlap_grad_reduce:
+        seconds = _maximum(0.0, seconds - min_bwd_s / loops)
+    return seconds
+
+
+def _reduce_volume_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams):
+    """grad_reduce_s of `weight_params` over `layout`, before overlap."""
+    if layout.replicas <= 1:
         return 0.0
     if dtype == "bf16" and p.bf16_fp32_grad_allreduce and dims.zero <= 1:
         # DeepSpeed's pipeline engine under bf16 all-reduces its BF16 optimizer's fp32 gradients
@@ -497,22 +525,21 @@ def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, 
         seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
     if dims.zero == 2:
         seconds = seconds / 2
-    if loops > 1:
-        seconds = looped_reduce_s(seconds, loops, loop_bwd_s)
-    if p.overlap_grad_reduce:
-        seconds = _maximum(0.0, seconds - min_bwd_s / loops)
     return seconds
 
 
 def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
                steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
                expert_params=0.0, optimizer: str = "adamw",
-               offload_hosts: Iterable[tuple[HostSpec, int]] = ()) -> StageTail:
+               offload_hosts: Iterable[tuple[HostSpec, int]] = (),
+               expert_layout: DpLayout | None = None) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
-    backward `min_bwd_s`; breadth-first `loops`, grad_reduce_s) and the slowest optimizer
-    step of its replicas' GPU types (ZeRO-Offload: of its nodes' CPUs, offload_step_s)."""
-    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s)
+    backward `min_bwd_s`; breadth-first `loops`; the experts' over `expert_layout` under
+    expert parallelism; grad_reduce_s) and the slowest optimizer step of its replicas' GPU
+    types (ZeRO-Offload: of its nodes' CPUs, offload_step_s)."""
+    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s,
+                             expert_params, expert_layout)
     offload_hosts = tuple(offload_hosts)
     if offload_hosts:  # the stage's optimizer runs on the CPUs of its nodes (`host`, GPUs per node)
         params = weight_params / dims.state_divisors[2]

@@ -157,7 +157,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     sp = tp > 1 and (any(sps) or (not sps and any(s.sequence_parallel for s in stages)))
     if len(sps) > 1:
         warn("sequence parallelism on some TP stages only; exported on")
-    ep, etp = _expert_form(plan, tp, dp, warn)
+    ep, etp = _expert_form(plan, tp, dp, warn, cp)
     return Uniform(tp=tp, pp=plan.pp, dp=dp, v=t.virtual_stages, micro=t.micro_batch,
                    global_batch=t.global_batch, zero=zeros[-1], recompute=modes[-1],
                    sequence_parallel=sp, schedule=t.schedule, dtype=t.dtype,
@@ -180,9 +180,9 @@ def activation_offload_blocks(plan: Plan, target: str) -> int:
     return max(counts)
 
 
-def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:
+def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn, cp: int = 1) -> tuple[int, int]:
     """One expert-parallel degree (and expert TP) for every stage: the plan's largest that the
-    exported tp x dp grid and the experts allow (StageDims.expert_problem), each loss warned."""
+    exported tp x cp x dp grid and the experts allow (StageDims.expert_problem), each loss warned."""
     stages = plan.stages
     eps = sorted({s.ep for s in stages})
     etps = sorted({s.etp for s in stages})
@@ -191,12 +191,13 @@ def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn) -> tuple[int, int]:
         warn(f"per-stage expert parallelism differs ({', '.join(f'stage {s.index}: ep {s.ep}' for s in stages)}); "
              f"exported ep={ep}")
     experts = plan.model.config.num_experts if plan.model.config is not None else 1
-    while ep > 1 and StageDims(tp, dp=dp, ep=ep, etp=etp).expert_problem(experts):
+    while ep > 1 and StageDims(tp, dp=dp, cp=cp, ep=ep, etp=etp).expert_problem(experts):
         ep -= 1
-    if etp and StageDims(tp, dp=dp, ep=ep, etp=etp).expert_problem(experts):
+    if etp and StageDims(tp, dp=dp, cp=cp, ep=ep, etp=etp).expert_problem(experts):
         etp = 0
     if (ep, etp) != (eps[-1], etps[-1]):
-        warn(f"expert parallelism ep={eps[-1]} does not fit the exported tp {tp} x dp {dp}; exported ep={ep}")
+        grid = f"tp {tp} x cp {cp} x dp {dp}" if cp > 1 else f"tp {tp} x dp {dp}"
+        warn(f"expert parallelism ep={eps[-1]} does not fit the exported {grid}; exported ep={ep}")
     return ep, etp
 
 

@@ -201,7 +201,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
     header = [comment_line(text) for text in (
         f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
-        f"tp {u.tp} x pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
+        f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
+        + (f"ep {u.ep} over the " + ("cp x dp" if u.cp > 1 else "dp") + " ranks, " if u.ep > 1 else "") +
         f"{u.grad_accum} micro-batches of {u.micro} per replica per step",
         f"decoder layers per pipeline stage: {u.decoders}" + (f" (layout {layout})" if layout else ""),
         f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "

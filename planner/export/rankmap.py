@@ -14,6 +14,9 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
     t = plan.training
     entries: dict[int, dict[str, Any]] = {}
     for s in plan.stages:
+        # the stage's GPUs replica by replica (the expert grid's positions, StageDims.ep_group)
+        flat = [rank for rep in sorted(s.replicas, key=lambda rep: rep.dp_rank) for rank in rep.ranks]
+        position = {rank: q for q, rank in enumerate(flat)}
         for r in s.replicas:
             for i, rank in enumerate(r.ranks):
                 e = entries.get(rank)
@@ -27,6 +30,11 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
                         **({"cp_rank": cp_rank, "cp_group": list(r.ranks[tp_rank::s.tp])} if s.cp > 1 else {}),
                         "dp_rank": r.dp_rank,
                         "dp_group": [rep.ranks[i] for rep in s.replicas],
+                        # MoE expert parallelism: the ranks its all-to-all spans and those holding
+                        # the same experts (Megatron-core's expert-model- and expert-data-parallel groups)
+                        **({"ep_group": [flat[q] for q in s.dims.ep_group(position[rank])],
+                            "edp_group": [flat[q] for q in s.dims.edp_group(position[rank])]}
+                           if s.ep > 1 or s.etp else {}),
                         "batch_share": r.batch_share, "micro_batches": r.batch_share // t.micro_batch,
                         "gpu": dev.gpu, "group": dev.group, "node": dev.node, "local_rank": dev.local_rank}
                 e["stages"].append(s.index)

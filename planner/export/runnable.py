@@ -206,5 +206,6 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
 def describe_form(plan: Plan) -> str:
     """`tp 4 x pp 3 x dp 2 = 24 GPUs, layers [20, 40, 20]`."""
     s0 = plan.stages[0]
-    return (f"tp {s0.tp} x pp {plan.pp} x dp {s0.dp} = {StageDims(s0.tp).group_gpus * s0.dp * plan.pp} GPUs, "
+    return (f"tp {s0.tp} x " + (f"cp {s0.cp} x " if s0.cp > 1 else "")
+            + f"pp {plan.pp} x dp {s0.dp} = {StageDims(s0.tp, cp=s0.cp).group_gpus * s0.dp * plan.pp} GPUs, "
             f"decoder layers {decoder_counts(plan)}")

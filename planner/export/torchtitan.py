@@ -122,7 +122,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     if u.tp > 1 and not u.sequence_parallel:
         warn("torchtitan's tensor parallelism always shards the sequence (sequence parallel on)")
     par["pipeline_parallel_degree"] = u.pp
-    if u.ep > 1:  # torchtitan's MoE models (ParallelismConfig.expert_parallel_degree, carved from dp x tp)
+    if u.ep > 1:  # torchtitan's MoE models (ParallelismConfig.expert_parallel_degree, carved from dp_shard x cp x tp)
         par["expert_parallel_degree"] = u.ep
         par["expert_tensor_parallel_degree"] = u.etp or u.tp
     if u.pp > 1:

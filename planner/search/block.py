@@ -18,7 +18,7 @@ from ..core.dims import StageDims
 from ..plan import Training
 from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
 from ..cost.sharding import Sharding
-from .experts import stage_ep_group
+from .experts import stage_ep_group, stage_expert_layout
 from .shares import UNCAPPED
 from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap
 
@@ -47,7 +47,8 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
 
 def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
                       layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
-                      n: np.ndarray, offload: bool = False) -> tuple[list[TypeArrays], np.ndarray]:
+                      n: np.ndarray, offload: bool = False,
+                      expert_layout: DpLayout | None = None) -> tuple[list[TypeArrays], np.ndarray]:
     """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
     the stage's recomputed-block count k per block count: the largest any replica type needs
     (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
@@ -67,7 +68,8 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
         span = span_price(((n - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
                            (float(has_emb), bp.emb)), dims)
         w = span.weight_params
-        time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params)).time_s
+        time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params, span.expert_params,
+                                         expert_layout)).time_s
         acts = span.act_bytes
         free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, ta.cost_params,
                                                           optimizer=t.optimizer, offload=offload).total_bytes
@@ -113,8 +115,10 @@ class MemorySavers:
         if key not in tables.block_types:
             layout = self.dp_layout(config) if config.zero >= 2 else None
             n = self.inputs.blocks
+            expert_layout = stage_expert_layout(self.inputs, config, self.dims(config)) if config.zero >= 2 else None
             block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
-                                               self.inputs.t, layout, flags, in_flight, n, config.offload)
+                                               self.inputs.t, layout, flags, in_flight, n, config.offload,
+                                               expert_layout)
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]

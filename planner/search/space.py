@@ -14,6 +14,7 @@ from ..inputs.model import Model
 from ..plan import Plan, Training
 from ..schedules import get_schedule, search_schedule, searched_schedules
 from .context_parallel import cp_choices
+from .experts import expert_degrees
 from .stages import Restriction, SolverOptions, searched_recompute_modes
 from .uniform import UniformSpace, stages_on_whole_nodes
 
@@ -115,7 +116,7 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
             if even and microbatches % dp:
                 continue
             offloads = (False, True) if options.offload and not cap.per_stage_offload else (None,)
-            for ep, mode, zero, offload in product(_ep_choices(model, cluster, options, tp, cp, dp),
+            for ep, mode, zero, offload in product(_ep_choices(model, cluster, options, cap, tp, cp, dp),
                                                    modes if not cap.per_stage_recompute else (None,),
                                                    options.zero_stages if dp > 1 and not cap.per_stage_zero
                                                    else (None,),
@@ -147,17 +148,13 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
     return out
 
 
-def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, tp: int, cp: int, dp: int) -> tuple[int, ...]:
+def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, cap: Capability, tp: int, cp: int,
+                dp: int) -> tuple[int, ...]:
     """The expert-parallel degrees one restriction may fix (planner.search.experts.ep_degrees
-    offers the same per stage): 1, and for an MoE model without CP the options' degrees dividing
-    its experts and dp (with ep_inside_node: the largest with tp x ep within one node)."""
+    offers the same per stage): 1, and for an MoE model experts.expert_degrees on the widest node."""
     experts = model.config.num_experts if model.config is not None else 1
-    if experts <= 1 or cp > 1:
-        return (1,)
     widest = max(g.gpus_per_node for g in cluster.groups)
-    degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0
-                    and not (options.ep_inside_node and tp * e > widest))
-    return (1,) + (degrees[-1:] if options.ep_inside_node else degrees)
+    return (1,) + expert_degrees(options, cap, experts, tp, cp, dp, widest)
 
 
 def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,

@@ -22,7 +22,7 @@ from ..plan import Training
 from .context_parallel import cp_choices, places
 from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory,
                             span_price, stage_tail, zero_comm)
-from .experts import ep_degrees, stage_ep_group
+from .experts import ep_degrees, stage_ep_group, stage_expert_layout
 from ..cost.sharding import Sharding
 from .block import BlockPrices, MemorySavers
 from .deferred import DeferredW
@@ -139,8 +139,7 @@ class Problem(MemorySavers, DeferredW):
                                                               for i, n in enumerate(nodes)))
                     if fixed.dp not in (None, dp):
                         continue
-                    # expert parallelism beside context parallelism is not modelled (StageDims.expert_problem)
-                    for ep in (ep_degrees(inputs, nodes, dp, tp) if cp == 1 else (1,)):
+                    for ep in ep_degrees(inputs, nodes, dp, tp, cp):
                         if fixed.ep not in (None, ep):
                             continue
                         for mode in modes:
@@ -175,6 +174,7 @@ class Problem(MemorySavers, DeferredW):
             return self.block_from_none(config)
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
         ep_group = stage_ep_group(inputs, config, dims)
+        expert_layout = stage_expert_layout(inputs, config, dims) if dims.zero >= 2 else None
         if block:
             self.tables.block_prices[config] = []
         counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
@@ -202,7 +202,8 @@ class Problem(MemorySavers, DeferredW):
                 span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 w = params[(has_head, has_emb)] = span.weight_params
                 experts[(has_head, has_emb)] = span.expert_params
-                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p)).time_s
+                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
+                                                                       expert_layout)).time_s
                 bwds[(has_head, has_emb)] = span.bwd_s
                 acts = span.act_bytes
                 wgrads[(has_head, has_emb)] = span.wgrad_s
@@ -545,6 +546,7 @@ class Problem(MemorySavers, DeferredW):
                           [(ta.group.gpu, ta.cost_params) for ta in types],
                           expert_params=types[0].experts[flags], optimizer=self.inputs.t.optimizer,
                           offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
-                          if config.offload else ())
+                          if config.offload else (),
+                          expert_layout=stage_expert_layout(self.inputs, config, self.dims(config)))
         return tail.total_s
 

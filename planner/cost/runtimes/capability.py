@@ -66,6 +66,9 @@ class Capability:
     activation_offload: bool = False
     # ... only as Megatron-core allows it: one pipeline stage, no recomputation, fewer blocks than the model's
     activation_offload_alone: bool = False
+    # MoE expert parallelism (ep > 1) beside context parallelism (cp > 1) in one stage, the expert
+    # grid folded over tp x cp x dp (core.dims.StageDims.edp)
+    expert_parallel_with_cp: bool = False
 
     @property
     def uniform(self) -> bool:
@@ -88,7 +91,7 @@ CAPABILITIES: dict[str, Capability] = {
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
-        offload=True, per_stage_offload=True, activation_offload=True),
+        offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True),
     "megatron": Capability(
         runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
@@ -130,7 +133,11 @@ CAPABILITIES: dict[str, Capability] = {
         # run by Transformer Engine's cpu_offload.py); megatron-core 0.16.1 transformer_config.py
         # __post_init__ raises with pipeline parallelism, with any recompute granularity, and
         # unless K < num_layers
-        activation_offload=True, activation_offload_alone=True),
+        activation_offload=True, activation_offload_alone=True,
+        # megatron-core 0.16.1 parallel_state.initialize_model_parallel: the expert RankGenerator
+        # (tp=etp, ep, dp=edp, cp=1) spans world / pp = tp x cp x dp, so --expert-model-parallel-size
+        # runs beside --context-parallel-size (the MoE layers take each cp rank's tokens)
+        expert_parallel_with_cp=True),
     "megatron-2021": Capability(
         runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
@@ -179,7 +186,11 @@ CAPABILITIES: dict[str, Capability] = {
         # config/job_config.py training.mixed_precision_param: bfloat16 or float32 (no fp16);
         # fp8: torchao float8 linears (model.converters); distributed/utils.py maybe_enable_amp:
         # with TP or PP mixed precision comes only from fully_shard (dp_shard > 1 or CP), else fp32
-        dtypes=("fp32", "bf16", "fp8"), mixed_precision_needs_sharding=True),
+        dtypes=("fp32", "bf16", "fp8"), mixed_precision_needs_sharding=True,
+        # distributed/parallel_dims.py build_mesh: sparse mesh ["pp", "dp_replicate", "efsdp", "ep",
+        # "etp"], efsdp = dp_shard x cp x tp / (etp x ep): expert_parallel_degree beside
+        # context_parallel_degree (models/qwen3, deepseek_v3 infra/parallelize.py apply both)
+        expert_parallel_with_cp=True),
     "deepspeed": Capability(
         runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
         # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
@@ -251,6 +262,10 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     eps = sorted({s.ep for s in stages})
     if not cap.per_stage_tp and len(eps) > 1:
         out.append(f"{name} runs one EP degree in every stage (the plan has {', '.join(map(str, eps))})")
+    both = next((s for s in stages if s.ep > 1 and s.cp > 1), None)
+    if both is not None and not cap.expert_parallel_with_cp:
+        out.append(f"{name} has no expert parallelism beside context parallelism (the plan has ep {both.ep} "
+                   f"with cp {both.cp})")
     dps = sorted({s.dp for s in stages})
     if not cap.per_stage_dp and len(dps) > 1:
         out.append(f"{name} runs one DP degree in every stage (the plan has {', '.join(map(str, dps))})")
