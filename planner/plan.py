@@ -17,7 +17,7 @@ from .core.names import check_name
 PLAN_FORMAT = "planner.plan/v1"
 # a stage's recompute: a layer's (model.RECOMPUTE_MODES) for all its layers, or "block" (Stage.recompute_layers)
 STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
-# a training's optimizer (Training.optimizer): planner.cost.formulas.OPTIMIZERS prices each
+# a training's optimizer (Training.optimizer): planner.cost.states.OPTIMIZERS prices each
 OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "sgd")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
@@ -76,7 +76,7 @@ class Training:
     virtual_stages: int = 1
     attention: str = "flash"
     runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
-    optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.formulas.OPTIMIZERS
+    optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.states.OPTIMIZERS
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cost import formulas as cost
-from planner.cost.formulas import (hierarchical_allreduce_s, model_state_bytes,
-                                   ring_allgather_s, ring_allreduce_s)
+from planner.cost.formulas import hierarchical_allreduce_s, ring_allgather_s, ring_allreduce_s
+from planner.cost.states import model_state_bytes
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import GIB, Link, cluster_from_spec
 from planner.inputs.model import load_model

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.cost.formulas import model_state_bytes
+from planner.cost.states import model_state_bytes
 from planner.core.dims import StageDims, zero_divisors
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model

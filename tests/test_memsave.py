@@ -126,7 +126,7 @@ def test_block_recompute_exports_torchtitan_every_nth_layer():
 
 
 def test_optimizer_names_match_the_priced_table():
-    from planner.cost.formulas import OPTIMIZERS
+    from planner.cost.states import OPTIMIZERS
     from planner.plan import OPTIMIZER_NAMES
 
     assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.cost.formulas import DEFAULT_PARAMS, gradient_bytes, model_state_bytes
+from planner.cost.formulas import DEFAULT_PARAMS
+from planner.cost.states import gradient_bytes, model_state_bytes
 from planner.core.dims import StageDims
 from planner.cost.evaluate import PlanPricer, evaluate
 from planner.inputs.hardware import cluster_from_spec, load_cluster

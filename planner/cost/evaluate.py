@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .formulas import DEFAULT_PARAMS, CostParams, MemoryBreakdown
+from .formulas import DEFAULT_PARAMS, CostParams
+from .states import MemoryBreakdown
 from .moe import AllToAllGroup
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..plan import Plan, Replica, Stage

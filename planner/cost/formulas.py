@@ -17,59 +17,11 @@ import numpy as np
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.measured import MeasuredTimes
-from ..core.dims import StageDims, zero_divisors
-from ..core.errors import BadInput
+from ..core.dims import StageDims
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
 from . import fp8 as fp8_cost
-
-# Adam in mixed precision (Rajbhandari et al. 2020, ZeRO, sec 3.1): 2 bytes of 16-bit
-# weights, 2 of 16-bit gradients and K = 12 of fp32 master weights, momentum and variance.
-WEIGHT_BYTES_FP32_TRAINING = 4
-OPTIMIZER_BYTES_MIXED = 12
-OPTIMIZER_BYTES_FP32 = 8  # fp32 training needs no master copy: momentum + variance
-# The fused Adam step reads master weights, gradient, m, v and writes master, m, v and the
-# 16-bit copy: 4+2+4+4 + 4+4+4+2 = 28 bytes per parameter, memory-bound.
-ADAM_TRAFFIC_BYTES = 28
-
-
-@dataclass(frozen=True)
-class Optimizer:
-    """An optimizer's memory and step cost per parameter (Training.optimizer)."""
-
-    name: str
-    state_bytes_mixed: float  # fp32 master weights and the optimizer's states (16-bit training)
-    state_bytes_fp32: float  # fp32 training: the states only (the weights are the master copy)
-    step_traffic_bytes: float  # memory read and written by one fused step (memory-bound)
-
-
-# 8-bit AdamW (Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization, sec 2): both
-# moments in 8 bits, one fp32 absolute maximum per block of 2048 values each
-QUANT_SCALE_BYTES = 2 * 4 / 2048
-# Adafactor (Shazeer & Stern 2018, sec 3): the second moment of an r x c matrix factored into
-# fp32 row and column sums, 4(r + c)/(rc) bytes per parameter: at most 8/1024 for r, c >= 1024;
-# no first moment (beta1 = 0, sec 6)
-FACTORED_BYTES = 8 / 1024
-OPTIMIZERS = {
-    # Rajbhandari et al. 2020 (ZeRO, sec 3.1): master, momentum, variance; traffic ADAM_TRAFFIC_BYTES
-    "adamw": Optimizer("adamw", OPTIMIZER_BYTES_MIXED, OPTIMIZER_BYTES_FP32, ADAM_TRAFFIC_BYTES),
-    # master 4 + two 8-bit moments; reads master, gradient, m, v (4+2+1+1), writes master, m, v, copy (4+1+1+2)
-    "adamw-8bit": Optimizer("adamw-8bit", 4 + 2 + QUANT_SCALE_BYTES, 2 + QUANT_SCALE_BYTES, 16),
-    # master 4 + factored statistics; reads master and the gradient twice (its row and column
-    # means, then the update: 4+2+2), writes master and copy (4+2)
-    "adafactor": Optimizer("adafactor", 4 + FACTORED_BYTES, FACTORED_BYTES, 14),
-    # SGD with momentum (Sutskever et al. 2013): master 4 + momentum 4; reads master, gradient,
-    # momentum (4+2+4), writes master, momentum, copy (4+4+2)
-    "sgd": Optimizer("sgd", 8, 4, 20),
-}
-
-
-def get_optimizer(name: str) -> Optimizer:
-    optimizer = OPTIMIZERS.get(name)
-    if optimizer is None:
-        raise BadInput(f"unknown optimizer {name!r}, expected one of {', '.join(OPTIMIZERS)}", field="--optimizer")
-    return optimizer
-
+from .states import get_optimizer
 
 @dataclass(frozen=True)
 class CostParams:
@@ -448,50 +400,9 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
 
 def optimizer_step_s(params_on_device: float, gpu: GpuSpec, params: CostParams, optimizer: str = "adamw") -> float:
     """A fused optimizer step over the device's (ZeRO-sharded) parameters: memory-bound
-    traffic (Optimizer.step_traffic_bytes; fused Adam: ADAM_TRAFFIC_BYTES)."""
+    traffic (planner.cost.states: Optimizer.step_traffic_bytes; fused Adam: ADAM_TRAFFIC_BYTES)."""
     return (params_on_device * get_optimizer(optimizer).step_traffic_bytes
             / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency))
-
-
-# --- memory -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    reserved_bytes: float
-
-    @property
-    def total_bytes(self) -> float:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.reserved_bytes)
-
-
-def gradient_bytes(dtype: str) -> int:
-    """Bytes of one gradient element: fp32 training keeps fp32 gradients, mixed precision
-    16-bit ones (Rajbhandari et al. 2020, sec 3.1)."""
-    return WEIGHT_BYTES_FP32_TRAINING if dtype == "fp32" else DTYPE_BYTES[dtype]
-
-
-def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int,
-                      optimizer: str = "adamw") -> tuple[float, float, float]:
-    """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
-    Figure 1; dims.zero_divisors; the optimizer's states, Optimizer). `weight_params` is
-    already divided by the TP degree."""
-    grad_b = gradient_bytes(dtype)
-    opt = get_optimizer(optimizer)
-    if dtype == "fp32":
-        weight_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, opt.state_bytes_fp32
-    else:
-        weight_b, opt_b = DTYPE_BYTES[dtype], opt.state_bytes_mixed
-    weights_div, grads_div, optimizer_div = zero_divisors(zero, dp)
-    weights = weight_params * weight_b / weights_div
-    grads = weight_params * grad_b / grads_div
-    optimizer = weight_params * opt_b / optimizer_div
-    return weights, grads, optimizer
 
 
 def hierarchical_allreduce_s(nbytes: float, ranks_per_node: int, nodes: int, intra: Link,

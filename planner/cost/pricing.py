@@ -26,8 +26,8 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
-                       get_optimizer, model_state_bytes, optimizer_step_s)
+from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency, optimizer_step_s
+from .states import MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, HostSpec, Link
 from ..inputs.linkcurve import collective_s

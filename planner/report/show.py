@@ -36,7 +36,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..cost.formulas import CostParams, MemoryBreakdown
+from ..cost.formulas import CostParams
+from ..cost.states import MemoryBreakdown
 from ..core.errors import BadInput
 from ..cost.evaluate import Estimate, PlanPricer
 from ..inputs.hardware import GIB

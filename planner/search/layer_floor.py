@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cost.formulas import model_state_bytes
+from ..cost.states import model_state_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GIB, Cluster
 from ..inputs.model import Layer, Model
