@@ -127,7 +127,7 @@ def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster
     `--profile` measurements and `--calibration` efficiencies over them."""
     from .cost.runtimes import cluster_params
 
-    base = cluster_params(cluster.gpu_types, runtime)
+    base = cluster_params(cluster.gpu_types, runtime, training.fp8_recipe)
     return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
                                                                               base)})
 
