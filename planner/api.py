@@ -21,8 +21,7 @@ from .inputs.hardware import GIB, Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                    load_profiles, per_gpu_params, require, resolve_dtype)
 from .inputs.model import Model, load_model
-from .plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, fp8_recipe_problem,
-                   structural_problems, uniform_plan)
+from .plan import CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
 from .cost.runtimes import get_runtime
 from .verify.plan_checks import load_plan_file
 from .schedules import SCHEDULES, get_schedule, search_schedule
@@ -104,7 +103,6 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
-    _check_fp8_recipe(request.fp8_recipe, dtype)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe)
     check_training_inputs(model, base)
@@ -287,7 +285,6 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime, r.optimizer, r.fp8_recipe)
     _check_optimizer(r.optimizer)
-    _check_fp8_recipe(r.fp8_recipe, dtype)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
         raise BadInput(f"unknown recompute {r.recompute!r}, expected one of {', '.join(STAGE_RECOMPUTE_MODES)}",
@@ -312,12 +309,6 @@ def _etp(etp: int | None, tp: int) -> int:
 def _check_optimizer(name: str) -> None:
     if name not in OPTIMIZER_NAMES:
         raise BadInput(f"unknown optimizer {name!r}, expected one of {', '.join(OPTIMIZER_NAMES)}", "--optimizer")
-
-
-def _check_fp8_recipe(name: str, dtype: str) -> None:
-    problem = fp8_recipe_problem(name, dtype)
-    if problem:
-        raise BadInput(problem, "--fp8-recipe")
 
 
 def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = (),

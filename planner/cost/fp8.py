@@ -15,7 +15,9 @@ training as 2 bytes per element, and this module adds what fp8 changes:
 
 The runtime's recipe (planner.cost.runtimes: Runtime.fp8_recipe) names its scaling:
 Transformer Engine's delayed scaling (Megatron-LM) or torchao float8's dynamic tensorwise
-scaling (torchtitan); a runtime without fp8 is refused.
+scaling (torchtitan); a runtime without fp8 is refused. A training may choose another recipe of
+the same library (Training.fp8_recipe, `--fp8-recipe`: torchao's rowwise scaling under
+torchtitan), which prices its own casts and GEMM kernel rate (Fp8Recipe.gemm_rate).
 """
 
 from __future__ import annotations
@@ -63,11 +65,14 @@ class Fp8Recipe:
     bwd_gemm_rate: float = 1.0
 
 
-# torchao's rowwise GEMMs' rate over its tensorwise ones, derived from torchao's published
-# Llama3-8B 8xH100 torchtitan table (torchao/float8/README.md, "e2e training benchmarks",
-# torchao 0.10: bf16 6150, tensorwise 7689.5, rowwise 6768 tokens/s): the rate at which this
-# model prices that run's rowwise/tensorwise throughput ratio as published (6768 / 7689.5);
-# `python benchmarks/derive_rowwise_rate.py` derives it
+# torchao's rowwise forward GEMM (torch._scaled_mm's CUTLASS rowwise kernel, fast accumulation)
+# over the tensorwise cuBLAS rate: derived, with everything else of the recipe priced as below,
+# from torchao's published Llama3-8B 8xH100 torchtitan table (torchao/float8/README.md, "e2e
+# training benchmarks", torchao 0.10: bf16 6150, tensorwise 7689.5, rowwise 6768 tokens/s), as
+# the rate at which this model prices that run's rowwise / tensorwise throughput as published
+# (`python benchmarks/derive_rowwise_rate.py`: 0.715; the table's earlier version, PR #1793 at
+# batch 2, gives 0.962). pytorch/pytorch#147971 measures the kernel at 90-100 % of tensorwise
+# for most shapes, down to 50 % for some.
 TORCHAO_ROWWISE_GEMM_RATE = 0.715
 
 RECIPES: dict[str, Fp8Recipe] = {
