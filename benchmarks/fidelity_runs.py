@@ -51,7 +51,8 @@ ASSUMPTIONS = {
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
                    "train_configs default), as the torchtitan runtime prices it; 'selective layer' (selective_ac_option "
                    "'2') as block recomputation of every second block; runs with float8 linears "
-                   "as torchao's dynamic tensorwise recipe (planner.cost.fp8; the rowwise ones stay skipped); "
+                   "as torchao's dynamic tensorwise recipe, those the table names 'float8 rowwise' as its "
+                   "rowwise recipe (planner.cost.fp8, --fp8-recipe torchao-rowwise); "
                    "async TP runs with the SP collectives fused with their forward GEMMs (CostParams.tp_async); "
                    "runs under torch.compile (the id, table title or command line says so) with "
                    "TorchInductor's fused elementwise kernels (CostParams.torch_compile), the others eager; "
@@ -157,10 +158,6 @@ def skip_reason(run: dict, source: str) -> str:
     p, precision = run["parallel"], str(run["precision"]).lower()
     if source not in FP8_SOURCES and ("fp8" in precision or "float8" in precision):
         return "fp8 (not modelled for this source)"
-    if "rowwise" in precision:
-        # torchao's rowwise recipe runs torch._scaled_mm's rowwise-scaled kernel, whose efficiency
-        # nothing published states; these runs are slower than their bf16 siblings (one source)
-        return "float8 rowwise scaling (no published kernel efficiency)"
     if (p.get("ep") or 1) > 1:
         return "expert parallelism"
     if not isinstance(p.get("tp"), int):
@@ -193,6 +190,11 @@ def _dtype(run: dict, default: str = "bf16") -> str:
     return "fp8" if "fp8" in precision or "float8" in precision else default
 
 
+def _fp8_recipe(run: dict) -> str:
+    """torchao's rowwise recipe where the run names float8 rowwise scaling, else the runtime's default."""
+    return "torchao-rowwise" if "rowwise" in str(run["precision"]).lower() else ""
+
+
 def _read(metric: str, tokens_per_step: float, gpus: int) -> Callable:
     if metric == "iteration_time":
         return lambda est: est.step_time_s
@@ -217,6 +219,8 @@ def case(run: dict) -> Case:
     settings = (("tp_async", True),) if _async_tp(run) else ()
     if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)
         settings += (("torch_compile", True),)
+    if t.fp8_recipe:  # the recipe the run states (stack_params applies it for a plan's own runtime)
+        settings += (("fp8_recipe", t.fp8_recipe),)
     return Case(run["id"], source, runtime, metric, published, plan,
                 read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
                 settings=settings)
@@ -295,7 +299,8 @@ def _titan(run: dict) -> Plan:
     local = run["micro_batch"]
     # pipeline_parallel_microbatches: the number of stages unless set (torchtitan 9dec370 config_manager)
     mb = local // p["pp"] if p["pp"] > 1 else local
-    training = Training(local * dp, run["seq_len"] or 8192, _dtype(run), mb, "1f1b", 1, "flash")
+    training = Training(local * dp, run["seq_len"] or 8192, _dtype(run), mb, "1f1b", 1, "flash",
+                        fp8_recipe=_fp8_recipe(run))
     # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
     # the local batch is per dp_shard rank, the cp ranks share its sequences
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,

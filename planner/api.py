@@ -62,6 +62,7 @@ class PlanRequest:
     dtype: str | None = None
     attention: str = "flash"
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
+    fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default (kept, not searched)
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
@@ -102,7 +103,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
-    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer)
+    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
+                    request.fp8_recipe)
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
@@ -199,6 +201,7 @@ class EvaluateRequest:
     dtype: str | None = None
     attention: str = "flash"
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
+    fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
@@ -280,7 +283,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         if value is not None and (not isinstance(value, int) or value < 1):
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention, r.runtime, r.optimizer)
+                        r.attention, r.runtime, r.optimizer, r.fp8_recipe)
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
@@ -355,7 +358,8 @@ def describe_plan(plan: Plan) -> dict:
     return {"model": plan.model.name, "cluster": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
             "global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-            "attention": t.attention, "optimizer": t.optimizer, "pp": plan.pp,
+            "attention": t.attention, "optimizer": t.optimizer,
+            **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

@@ -15,7 +15,7 @@ from .core import ranges
 from .core.errors import BadInput
 from .inputs.hardware import Cluster
 from .inputs.model import Model
-from .plan import Training
+from .plan import Training, fp8_recipe_problem
 
 Warn = Callable[[str], None]
 
@@ -66,6 +66,9 @@ def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = Non
 
 
 def check_training_inputs(model: Model, training: Training) -> None:
+    problem = fp8_recipe_problem(training.fp8_recipe, training.dtype)
+    if problem:
+        raise BadInput(problem, "--fp8-recipe")
     c = model.config
     if c is not None and c.learned_positions and training.seq_len > c.max_positions:
         raise BadInput(f"sequence length {training.seq_len} exceeds the model's {c.max_positions} "
@@ -127,7 +130,7 @@ def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster
     `--profile` measurements and `--calibration` efficiencies over them."""
     from .cost.runtimes import cluster_params
 
-    base = cluster_params(cluster.gpu_types, runtime)
+    base = cluster_params(cluster.gpu_types, runtime, training.fp8_recipe)
     return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
                                                                               base)})
 

@@ -19,6 +19,8 @@ PLAN_FORMAT = "planner.plan/v1"
 STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
 # a training's optimizer (Training.optimizer): planner.cost.states.OPTIMIZERS prices each
 OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "sgd")
+# a training's fp8 scaling recipe (Training.fp8_recipe): planner.cost.fp8.RECIPES prices each
+FP8_RECIPE_NAMES = ("te-delayed", "torchao-tensorwise", "torchao-rowwise")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
@@ -77,6 +79,8 @@ class Training:
     attention: str = "flash"
     runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
     optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.states.OPTIMIZERS
+    # under fp8: FP8_RECIPE_NAMES, the scaling recipe the runtime runs; "": the runtime's default
+    fp8_recipe: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,18 @@ def context_parallel_problem(model: Model, training: Training, tp: int, cp: int,
 # --- JSON ----------------------------------------------------------------------------------
 
 
+def fp8_recipe_problem(recipe: object, dtype: str) -> str:
+    """Why `recipe` cannot be a training's fp8_recipe under `dtype` ('' when it can): one of
+    FP8_RECIPE_NAMES, and only under fp8 ("" is always fine: the runtime's default)."""
+    if recipe == "":
+        return ""
+    if recipe not in FP8_RECIPE_NAMES:
+        return f"unknown fp8 recipe {recipe!r}, expected one of {', '.join(FP8_RECIPE_NAMES)}"
+    if dtype != "fp8":
+        return f"an fp8 recipe ({recipe}) needs dtype fp8, not {dtype}"
+    return ""
+
+
 def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                  solver: Mapping[str, Any] | None = None) -> dict:
     t = plan.training
@@ -200,7 +216,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      "micro_batch": t.micro_batch, "num_microbatches": plan.num_microbatches,
                      "schedule": t.schedule, "virtual_stages": t.virtual_stages,
                      "attention": t.attention, "runtime": t.runtime,
-                     **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {})},
+                     **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {}),
+                     **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -280,6 +297,10 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     optimizer = tr.get("optimizer", "adamw")
     if optimizer not in OPTIMIZER_NAMES:
         raise BadInput(f"unknown optimizer {optimizer!r}", where, "training.optimizer")
+    fp8_recipe = tr.get("fp8_recipe", "")
+    problem = fp8_recipe_problem(fp8_recipe, dtype)
+    if problem:
+        raise BadInput(problem, where, "training.fp8_recipe")
     training = Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
@@ -287,7 +308,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
         attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
-        optimizer=optimizer)
+        optimizer=optimizer, fp8_recipe=fp8_recipe)
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"

@@ -7,11 +7,11 @@ from typing import Callable
 import click
 
 from ..inputs.model import ATTENTION_KINDS
-from ..plan import OPTIMIZER_NAMES
+from ..plan import FP8_RECIPE_NAMES, OPTIMIZER_NAMES
 
 
 def common_options(func: Callable) -> Callable:
-    """--model, --cluster, --global-batch, --seq-len, --dtype, --attention, --optimizer (plan, evaluate)."""
+    """--model, --cluster, --global-batch, --seq-len, --dtype, --fp8-recipe, --attention, --optimizer (plan, evaluate)."""
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
         click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
@@ -20,6 +20,9 @@ def common_options(func: Callable) -> Callable:
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
                      help="Training dtype [default: bf16 if every GPU has it, else fp16]; fp8: the decoder "
                           "GEMMs in fp8 (Ada, Hopper, Blackwell, MI300X; runtimes megatron, torchtitan)."),
+        click.option("--fp8-recipe", type=click.Choice(FP8_RECIPE_NAMES), default=None,
+                     help="With --dtype fp8: the scaling recipe [default: the runtime's; megatron te-delayed, "
+                          "torchtitan torchao-tensorwise]; torchao-rowwise: torchao's per-row scales (torchtitan)."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
         click.option("--optimizer", type=click.Choice(OPTIMIZER_NAMES), default="adamw", show_default=True,

@@ -40,7 +40,7 @@ def show_command(plan_file: str, svg_file: str | None) -> None:
             if not Path(svg_file).resolve().parent.is_dir():
                 raise BadInput("cannot write: the folder does not exist", svg_file)
             check_output(svg_file, [plan_file])
-        params = cluster_params(plan.cluster.gpu_types, plan.training.runtime)  # as evaluate --plan prices it
+        params = cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe)  # as evaluate --plan prices it
         est = evaluate(plan, params)
         timings = rank_timings(plan, params)
         print_show(plan, est, timings, _console())

@@ -285,20 +285,23 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     fp8 = dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
     imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
-    gemm_times, cast_fwd_bytes, cast_bwd_bytes = [], 0.0, 0.0
+    gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
     for g in layer.gemms(seq_len, tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
         if recipe is not None:
             shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
             fp8_eff = params.gemm_efficiency if params.fp8_gemm_efficiency is None else params.fp8_gemm_efficiency
-            rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape)
-            fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe)
+            rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape, recipe.gemm_rate)
+            bwd_rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape, recipe.bwd_gemm_rate)
+            fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe, g.linears)
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
-            rate = peak * gemm_efficiency(rows, g.n, g.k, params)
+            rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params)
         seconds = g.count * 2.0 * rows * g.n * g.k / rate
         gemm_times.append(seconds * imbalance if g.expert else seconds)
-    gemm_fwd = sum(gemm_times)
+        bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
+        gemm_bwd_times.append(bwd_seconds * imbalance if g.expert else bwd_seconds)
+    gemm_fwd, gemm_bwd = sum(gemm_times), sum(gemm_bwd_times)
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
@@ -310,7 +313,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
     cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
     fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
-    bwd = 2 * gemm_fwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
+    bwd = gemm_bwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
 
     # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
     # repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
@@ -331,7 +334,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     # GEMM backward; attention scores, elementwise kernels and the host time belong to the input
     # gradient (Qi et al. 2023, Zero Bubble, sec 2: T_W ~ T_B for the GEMMs)
     return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
-                         tp_link, nb, params, gemm_fwd)
+                         tp_link, nb, params, gemm_bwd / 2)
 
 
 def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:

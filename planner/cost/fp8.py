@@ -15,7 +15,9 @@ training as 2 bytes per element, and this module adds what fp8 changes:
 
 The runtime's recipe (planner.cost.runtimes: Runtime.fp8_recipe) names its scaling:
 Transformer Engine's delayed scaling (Megatron-LM) or torchao float8's dynamic tensorwise
-scaling (torchtitan); a runtime without fp8 is refused.
+scaling (torchtitan); a runtime without fp8 is refused. A training may choose another recipe of
+the same library (Training.fp8_recipe, `--fp8-recipe`: torchao's rowwise scaling under
+torchtitan), which prices its own casts and GEMM kernel rate (Fp8Recipe.gemm_rate).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..inputs.devices import GpuSpec
 from ..inputs.model import Layer
+from ..plan import FP8_RECIPE_NAMES
 
 # the architectures with fp8 tensor cores: NVIDIA Ada (4th-gen tensor cores), Hopper (H100
 # whitepaper, "FP8 Tensor Core"), Blackwell; AMD CDNA3 (MI300X data sheet, FP8 matrix)
@@ -35,20 +38,42 @@ FP8_ARCHITECTURES = ("ada", "hopper", "blackwell", "cdna3")
 
 @dataclass(frozen=True)
 class Fp8Recipe:
-    """How a runtime runs its fp8 linears (all figures per element of a GEMM operand)."""
+    """How a runtime runs its fp8 linears. The cast figures are HBM bytes per element of a GEMM
+    operand moved to scale and cast it (reads of the bf16 tensor, writes of fp8 copies, any
+    transposed copy or rescaled GEMM output of that shape), in the pass that moves them: the
+    input X (rows x k), the output gradient dY (rows x n, backward only), the weight W (n x k)."""
 
     name: str
     title: str
-    # HBM bytes moved per element of an activation operand (forward input X, backward output
-    # gradient dY) to scale and cast it to fp8 (reads of the bf16 tensor, writes of fp8 copies)
-    act_cast_bytes: float
-    # HBM bytes per weight element per micro-batch to cast the weight (0: the fp8 copy is cached)
-    weight_cast_bytes: float
+    # the library that runs it: a runtime runs every recipe of its default recipe's library
+    # (torchtitan's float8 converter passes quantize.linear.float8.recipe_name to torchao)
+    library: str
+    x_fwd_bytes: float  # per element of X, forward
+    x_bwd_bytes: float  # per element of X, backward (a re-cast of X, the rescale of dX = X's shape)
+    dy_bwd_bytes: float  # per element of dY, backward
+    w_fwd_bytes: float  # per element of W, forward, per micro-batch (0: the fp8 copy is cached)
+    w_bwd_bytes: float  # per element of W, backward, per micro-batch (a re-cast, the rescale of dW)
     # resident fp8 copies of each weight element kept between micro-batches (bytes)
     weight_cache_bytes: float
     saves_fp8_inputs: bool  # the linear inputs saved for the backward are kept in fp8
     source: str
+    # each linear layer casts its own input (X bytes x Gemm.linears), not one cast per fused GEMM
+    input_cast_per_linear: bool = False
+    # the rate of the recipe's forward / backward fp8 GEMM kernels over the architecture's fp8
+    # GEMM rate (fp8_gemm_efficiency, fitted on per-tensor-scaled kernels): 1.0 for those
+    gemm_rate: float = 1.0
+    bwd_gemm_rate: float = 1.0
 
+
+# torchao's rowwise forward GEMM (torch._scaled_mm's CUTLASS rowwise kernel, fast accumulation)
+# over the tensorwise cuBLAS rate: derived, with everything else of the recipe priced as below,
+# from torchao's published Llama3-8B 8xH100 torchtitan table (torchao/float8/README.md, "e2e
+# training benchmarks", torchao 0.10: bf16 6150, tensorwise 7689.5, rowwise 6768 tokens/s), as
+# the rate at which this model prices that run's rowwise / tensorwise throughput as published
+# (`python benchmarks/derive_rowwise_rate.py`: 0.727; the table's earlier version, PR #1793 at
+# batch 2, gives 0.976). pytorch/pytorch#147971 measures the kernel at 90-100 % of tensorwise
+# for most shapes, down to 50 % for some.
+TORCHAO_ROWWISE_GEMM_RATE = 0.727
 
 RECIPES: dict[str, Fp8Recipe] = {
     # Transformer Engine, DelayedScaling (amax_history_len 1024, amax_compute_algo "max": the
@@ -59,17 +84,39 @@ RECIPES: dict[str, Fp8Recipe] = {
     # (transformer_engine/pytorch/module/linear.py), and Linear saves its fp8 input for the
     # weight-gradient GEMM (linear.py: ctx.save_for_backward(inputmat_t, ...))
     "te-delayed": Fp8Recipe("te-delayed", "Transformer Engine delayed scaling (HYBRID: E4M3 forward, E5M2 backward)",
-                            act_cast_bytes=4.0, weight_cast_bytes=0.0, weight_cache_bytes=2.0, saves_fp8_inputs=True,
+                            "transformer-engine",
+                            x_fwd_bytes=4.0, x_bwd_bytes=0.0, dy_bwd_bytes=4.0, w_fwd_bytes=0.0, w_bwd_bytes=0.0,
+                            weight_cache_bytes=2.0, saves_fp8_inputs=True,
                             source="transformer_engine/pytorch/module/linear.py, common/transpose/cast_transpose.cu"),
     # torchao float8, dynamic tensorwise scaling (Float8LinearConfig's default recipe): each
     # operand is scaled by its own amax computed now, a reduction pass (read 2 B) before the cast
     # (read 2 B, write 1 B), in the forward for X and W and in the backward for dY and again for
     # W^T (torchao/float8/float8_linear.py: matmul_with_hp_or_float8_args saves the
     # high-precision input and weight and re-casts them in the backward; no fp8 copies kept)
-    "torchao-tensorwise": Fp8Recipe("torchao-tensorwise", "torchao float8, dynamic tensorwise scaling",
-                                    act_cast_bytes=5.0, weight_cast_bytes=10.0, weight_cache_bytes=0.0,
-                                    saves_fp8_inputs=False,
+    "torchao-tensorwise": Fp8Recipe("torchao-tensorwise", "torchao float8, dynamic tensorwise scaling", "torchao",
+                                    x_fwd_bytes=5.0, x_bwd_bytes=0.0, dy_bwd_bytes=5.0, w_fwd_bytes=5.0,
+                                    w_bwd_bytes=5.0, weight_cache_bytes=0.0, saves_fp8_inputs=False,
                                     source="torchao/float8/float8_linear.py, float8_scaling_utils.py"),
+    # torchao float8, Float8LinearConfig.from_recipe_name("rowwise"): per-row scales (amax of
+    # each row, fp32, rounded to a power of 2) for X, W and dY along the GEMM's contraction, so
+    # the backward needs copies scaled along the other axis. torchao's own roofline
+    # (torchao/float8/roofline_utils.py, get_tensor_memory_traffic_ovhd_s, "rowwise", unfused):
+    # X and dY: read bf16, write fp8 + a bf16 transpose (2 + 1 + 2 B), then read the transpose,
+    # write fp8 (2 + 1 B): X 5 B forward, 3 B backward, dY 8 B backward; W: 3 B forward
+    # (read, write fp8), 2 x 2 B transpose and 3 B cast backward. The backward GEMMs run
+    # without fast accumulation, where torchao calls the tensorwise cuBLAS kernel and rescales
+    # the bf16 output afterwards (torchao/float8/float8_ops.py addmm_float8_unwrapped:
+    # output *= a_scale * b_scale): a read and a write (2 + 2 B) of dX (X's shape) and of dW
+    # (W's shape). Weights are all-gathered in bf16 (fp8 all-gather is tensorwise only:
+    # config.py), saved inputs stay bf16, nothing cached. Each Float8Linear casts its own input
+    # (float8_linear.py forward; the roofline prices each linear so): torchtitan's q, k, v and
+    # w1, w3 each cast the block input, under TP too (torchtitan parallelize_llama: float8 TP,
+    # one cast before the sequence-parallel all-gather, is tensorwise only).
+    "torchao-rowwise": Fp8Recipe("torchao-rowwise", "torchao float8, dynamic rowwise scaling", "torchao",
+                                 x_fwd_bytes=5.0, x_bwd_bytes=3.0 + 4.0, dy_bwd_bytes=8.0, w_fwd_bytes=3.0,
+                                 w_bwd_bytes=7.0 + 4.0, weight_cache_bytes=0.0, saves_fp8_inputs=False,
+                                 source="torchao/float8/roofline_utils.py, float8_ops.py, config.py",
+                                 gemm_rate=TORCHAO_ROWWISE_GEMM_RATE, input_cast_per_linear=True),
 }
 
 
@@ -79,6 +126,22 @@ def recipe_of(name: str) -> Fp8Recipe:
         raise BadInput("fp8 is priced only under a runtime with an fp8 path (megatron: Transformer Engine, "
                        "torchtitan: torchao float8)", "--dtype")
     return RECIPES[name]
+
+
+def runtime_recipe(default: str, chosen: str, runtime_name: str) -> str:
+    """The recipe a runtime whose default recipe is `default` prices fp8 with when the training
+    chose `chosen` (Training.fp8_recipe; "": the default). A recipe of another library is bad input."""
+    if not chosen or chosen == default:
+        return default
+    if chosen not in RECIPES:
+        raise BadInput(f"unknown fp8 recipe {chosen!r}, expected one of {', '.join(RECIPES)}", "--fp8-recipe")
+    if not default:
+        raise BadInput(f"runtime {runtime_name} has no fp8 training path", "--fp8-recipe")
+    library = RECIPES[default].library
+    if RECIPES[chosen].library != library:
+        runs = ", ".join(name for name, r in RECIPES.items() if r.library == library)
+        raise BadInput(f"runtime {runtime_name} runs fp8 through {library} ({runs}), not {chosen}", "--fp8-recipe")
+    return chosen
 
 
 def has_fp8(gpu: GpuSpec) -> bool:
@@ -97,18 +160,22 @@ def check_fp8(gpus: Iterable[GpuSpec], runtime_name: str, recipe: str, field: st
                        "(--runtime megatron) or torchao float8 (--runtime torchtitan))", field)
 
 
-def gemm_flops_per_s(gpu: GpuSpec, fp8_efficiency: float, shape_factor: float) -> float:
+def gemm_flops_per_s(gpu: GpuSpec, fp8_efficiency: float, shape_factor: float, kernel_rate: float) -> float:
     """Achieved FLOP/s of an fp8 GEMM: the fp8 peak x the architecture's fp8 GEMM efficiency
-    (planner.cost.architectures) x the shape's saturation (formulas.gemm_efficiency's curve)."""
-    return gpu.peak("fp8") * fp8_efficiency * shape_factor
+    (planner.cost.architectures) x the shape's saturation (formulas.gemm_efficiency's curve)
+    x the recipe's kernel rate in that pass (Fp8Recipe.gemm_rate, bwd_gemm_rate)."""
+    return gpu.peak("fp8") * fp8_efficiency * shape_factor * kernel_rate
 
 
-def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe) -> tuple[float, float]:
+def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe,
+               linears: int = 1) -> tuple[float, float]:
     """HBM bytes (forward, backward) of scaling and casting one GEMM's operands to fp8, per
-    micro-batch: the input X (rows x k) forward, the output gradient dY (rows x n) backward, the
-    weight (n x k) each pass where the recipe re-casts it (Fp8Recipe's figures)."""
-    fwd = count * (recipe.act_cast_bytes * rows * k + recipe.weight_cast_bytes / 2 * n * k)
-    bwd = count * (recipe.act_cast_bytes * rows * n + recipe.weight_cast_bytes / 2 * n * k)
+    micro-batch: the input X (rows x k; once per fused linear, Gemm.linears, where the recipe
+    casts per linear), the output gradient dY (rows x n), the weight (n x k), each at the
+    recipe's bytes per element in that pass (Fp8Recipe's figures)."""
+    x = rows * k * (linears if recipe.input_cast_per_linear else 1)
+    fwd = count * (recipe.x_fwd_bytes * x + recipe.w_fwd_bytes * n * k)
+    bwd = count * (recipe.x_bwd_bytes * x + recipe.dy_bwd_bytes * rows * n + recipe.w_bwd_bytes * n * k)
     return fwd, bwd
 
 
@@ -135,5 +202,7 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     return StageDims(tp, sequence_parallel).activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
 
 
-__all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "cast_bytes", "check_fp8", "gemm_flops_per_s", "has_fp8",
-           "recipe_of", "saved_input_saving", "weight_cache_bytes"]
+assert tuple(RECIPES) == FP8_RECIPE_NAMES, "planner.plan.FP8_RECIPE_NAMES names the recipes priced here"
+
+__all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "TORCHAO_ROWWISE_GEMM_RATE", "cast_bytes", "check_fp8",
+           "gemm_flops_per_s", "has_fp8", "recipe_of", "runtime_recipe", "saved_input_saving", "weight_cache_bytes"]

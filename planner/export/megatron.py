@@ -194,6 +194,9 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         # Transformer Engine fp8 linears over bf16 parameters: HYBRID format (E4M3 forward, E5M2
         # gradients), delayed scaling with TE's recipe defaults (amax history 1024, max),
         # megatron/training/arguments.py --fp8-format / --fp8-amax-history-len / --fp8-amax-compute-algo
+        if plan.training.fp8_recipe not in ("", "te-delayed"):
+            raise BadInput(f"Megatron-LM runs fp8 through Transformer Engine (te-delayed); the plan is priced with "
+                           f"{plan.training.fp8_recipe}: export --to torchtitan or re-plan", "--to")
         flags += [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-amax-history-len", 1024),
                   ("--fp8-amax-compute-algo", "max")]
     elif u.dtype == "fp16":

@@ -14,6 +14,8 @@ import dataclasses
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
+from ..cost.fp8 import RECIPES
+from ..cost.runtimes import get_runtime
 from ..cost.runtimes.capability import Capability, capability, violations
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
@@ -148,7 +150,11 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
                       and m in cap.recompute_modes), recompute)
     # sequence parallelism only where the runtime has it (DeepSpeed's pipeline engine has none)
     sp = (_sp(plan.stages, tp) or (cap.sequence_parallel_always and tp > 1)) and cap.sequence_parallel
-    training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target])
+    # an fp8 recipe of another library than the target's (torchao rowwise -> Megatron): its default
+    target_recipe = get_runtime(PRICING_RUNTIME[target]).fp8_recipe
+    same_library = (t.fp8_recipe and target_recipe
+                    and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
+    training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target], fp8_recipe=t.fp8_recipe if same_library else "")
     if t.virtual_stages == 1 and t.schedule not in cap.schedules:
         training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
     layers = [s.layers for s in plan.stages]

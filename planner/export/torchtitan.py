@@ -18,6 +18,11 @@ from .base import Warn, comment_line, layer_sac_frequency, route_comments, runti
 from .launch import placeable, placement_comments
 
 
+# planner.cost.fp8 recipe -> its [quantize.linear.float8] setting (torchtitan 0.2.2
+# config/job_config.py Float8Linear.recipe_name: None = tensorwise, "rowwise", "rowwise_with_gw_hp")
+TITAN_FP8_RECIPES: dict[str, dict[str, str]] = {"torchao-tensorwise": {}, "torchao-rowwise": {"recipe_name": "rowwise"}}
+
+
 def titan_fqns(plan: Plan) -> list[list[str]]:
     layers = plan.model.layers
     first_decoder = next((l.index for l in layers if l.kind == "decoder"), 0)
@@ -140,13 +145,20 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
     sections = {"job": job, "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
     if u.dtype == "fp8":
         # torchao float8 linears (torchtitan 0.2: config/job_config.py Float8Linear under
-        # quantize.linear.float8; the converter "quantize.linear.float8"), dynamic tensorwise
-        # scaling as planner.cost.fp8 prices it; the LM head ("output") stays bf16
-        model["converters"] = ["quantize.linear.float8"]
+        # quantize.linear.float8; the converter "quantize.linear.float8") in the plan's recipe as
+        # planner.cost.fp8 prices it; the LM head ("output") stays bf16. Tensorwise leaves
+        # recipe_name unset: components/quantization/float8.py refuses the float8 FSDP all-gather
+        # with any recipe_name and builds the tensorwise config itself; rowwise is recipe_name
+        # "rowwise" (Float8LinearConfig.from_recipe_name), its weights all-gathered in bf16
+        recipe = plan.training.fp8_recipe or "torchao-tensorwise"
+        if recipe not in TITAN_FP8_RECIPES:
+            raise BadInput(f"torchtitan runs fp8 through torchao ({', '.join(TITAN_FP8_RECIPES)}); the plan is "
+                           f"priced with {recipe}: re-plan with --runtime torchtitan", "--to")
+        fp8_gather = u.dp > 1 and not ddp and recipe == "torchao-tensorwise"
         sections["quantize"] = {"linear": {"float8": {
-            "enable_fsdp_float8_all_gather": u.dp > 1 and not ddp,
-            "precompute_float8_dynamic_scale_for_fsdp": u.dp > 1 and not ddp,
-            "recipe_name": "tensorwise", "filter_fqns": ["output"]}}}
+            "enable_fsdp_float8_all_gather": fp8_gather, "precompute_float8_dynamic_scale_for_fsdp": fp8_gather,
+            **TITAN_FP8_RECIPES[recipe], "filter_fqns": ["output"]}}}
+        model["converters"] = ["quantize.linear.float8"]
     return sections, comments
 
 

@@ -85,7 +85,7 @@ class Layer:
         h, f = c.hidden, c.ffn_hidden
         mlp_in = 2 * f if c.gated_mlp else f
         if c.mla is None:
-            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1)]  # QKV projection
+            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1, linears=3)]  # QKV projection
         else:  # down-projections replicated, up-projections split by heads (Megatron's MLA)
             m, heads = c.mla, c.num_heads / tp
             q_in = m.q_lora_rank or h
@@ -98,7 +98,8 @@ class Layer:
                       Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
         gemms.append(Gemm(seq_len, h, c.o_dim / tp, 1))  # attention output projection
         if c.num_experts == 1:
-            gemms += [Gemm(seq_len, mlp_in / tp, h, 1), Gemm(seq_len, h, f / tp, 1)]  # MLP up (+ gate), down
+            gemms += [Gemm(seq_len, mlp_in / tp, h, 1, linears=2 if c.gated_mlp else 1),
+                      Gemm(seq_len, h, f / tp, 1)]  # MLP up (+ gate), down
         else:  # the routed experts' up (+ gate) and down
             dims = StageDims(tp, ep=ep, etp=etp)
             rows, local = dims.expert_gemm_rows(seq_len, c.num_experts, c.experts_top_k), c.num_experts // ep
@@ -233,6 +234,9 @@ class Gemm:
     k: float
     count: int
     expert: bool = False  # a routed expert's (its time scales with the load imbalance under EP)
+    # the separate linear layers this GEMM fuses, all reading its input (HF and torchtitan models
+    # run q, k, v and gate, up as their own nn.Linear): what a per-linear fp8 cast repeats
+    linears: int = 1
 
     def flops_per_sample(self, seq_len: int) -> float:
         return 2.0 * self.rows * self.n * self.k * self.count

@@ -45,7 +45,8 @@ def headline(plan: Plan, est: Estimate) -> str:
     """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""
     t = plan.training
     return (f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/]: {est.num_gpus_used} of "
-            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}, "
+            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}"
+            f"{f' ({t.fp8_recipe})' if t.fp8_recipe else ''}, "
             f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
             + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
 

@@ -62,7 +62,7 @@ def predicted_step_time_s(plan: Plan, data: Mapping[str, Any]) -> float:
     from ..cost.evaluate import evaluate
     from ..cost.runtimes import cluster_params
 
-    return evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime)).step_time_s
+    return evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe)).step_time_s
 
 
 def _torch():

@@ -5,7 +5,7 @@ configurations met, the price tables derived on demand, and the search's changin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -224,8 +224,7 @@ class ProblemInputs:
            virtual_stages: int, restriction: Restriction = Restriction(),
            schedule_name: str | None = None, least_share: int = 1) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
-        t = Training(base.global_batch, base.seq_len, base.dtype, b, schedule.name, virtual_stages, base.attention,
-                     base.runtime, base.optimizer)
+        t = replace(base, micro_batch=b, schedule=schedule.name, virtual_stages=virtual_stages)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
         return cls(model, cluster, options, b, parts, virtual_stages, schedule,

@@ -88,8 +88,7 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 # which is never slower and never uses more memory under the cost model (planner.search.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
-                training = Training(base.global_batch, base.seq_len, base.dtype, b,
-                                    schedule.name, v, base.attention, base.runtime, base.optimizer)
+                training = replace(base, micro_batch=b, schedule=schedule.name, virtual_stages=v)
                 try:
                     yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
                                        recompute=recompute,

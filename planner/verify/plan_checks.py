@@ -160,7 +160,7 @@ def memory_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
     from ..cost.runtimes import cluster_params
     from ..inputs.hardware import GIB
 
-    estimate = evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime))
+    estimate = evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe))
     index = {}
     for j, entry in enumerate(data.get("devices") or []):
         if isinstance(entry, dict) and isinstance(entry.get("rank"), int):

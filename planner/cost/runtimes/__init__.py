@@ -11,6 +11,7 @@ from typing import Iterable
 
 from ..architectures import architecture_params
 from ..formulas import DEFAULT_PARAMS, CostParams
+from ..fp8 import runtime_recipe
 from ...inputs.devices import GpuSpec
 from ...core.errors import BadInput
 from . import deepspeed, fsdp1, megatron, megatron_2021, torchtitan
@@ -31,16 +32,21 @@ def get_runtime(name: str) -> Runtime:
 
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
-                 base: CostParams = DEFAULT_PARAMS) -> CostParams:
-    """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's."""
+                 base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "") -> CostParams:
+    """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's;
+    `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
-    return runtime.params(base.with_updates(**architecture_params(gpu)))
+    params = runtime.params(base.with_updates(**architecture_params(gpu)))
+    if fp8_recipe:
+        params = params.with_updates(fp8_recipe=runtime_recipe(runtime.fp8_recipe, fp8_recipe, runtime.name))
+    return params
 
 
-def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME) -> dict[str, CostParams]:
+def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME,
+                   fp8_recipe: str = "") -> dict[str, CostParams]:
     """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
-    return {gpu.name: stack_params(gpu, runtime) for gpu in gpus}
+    return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe) for gpu in gpus}
 
 
 __all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "violations", "cluster_params", "get_runtime", "stack_params"]
