@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from ..cost.formulas import layer_time, optimizer_step_s
+from ..cost.formulas import layer_time, model_state_bytes, optimizer_step_s
+from ..cost.pricing import layer_price
+from ..cost.runtimes.capability import capability
 from ..core.dims import StageDims
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training
 from ..cost.sharding import Sharding
-from .stage_types import SolverOptions
+from .context_parallel import cp_choices
+from .stage_types import INF, SolverOptions
 
 
 def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
                           with_optimizer: bool = True) -> float:
+    """A lower bound on any plan's step time: the larger of busy_bound_s (every GPU's compute
+    and optimizer step at its cheapest) and pipeline_bound_s (that plus the wait for the other
+    pipeline ranks which slow GPUs, or the memory that forces them onto more GPUs, impose)."""
+    return max(busy_bound_s(model, cluster, base, options, with_optimizer),
+               pipeline_bound_s(model, cluster, base, options, with_optimizer))
+
+
+def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+                 with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time, as a linear program.
 
     Each layer of each sample must run on some GPU type, costing at least its compute time
@@ -76,3 +88,167 @@ def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, option
         return 0.0
     return float(step.value())
 
+
+
+# --- the wait for the other pipeline ranks (pipeline_bound_s) ------------------------------------
+
+
+def _latency_floor_s(schedule: str, price, max_v: int) -> float:
+    """What one layer adds at least to a pipeline rank's latency c_k (Schedule.latency_s) under
+    `schedule`, from its LayerPrice: 1F1B and GPipe take the rank's whole pass (schedules.base);
+    interleaved and looped BFS its slowest chunk, at least the pass / V (interleaved.py,
+    looped_bfs.py); ZB-H1 the pass less twice its W (zero_bubble.py); ZB-V at least half its
+    forward (zbv.py). None for a schedule not listed (no floor)."""
+    if schedule in ("1f1b", "gpipe"):
+        return price.time_s
+    if schedule in ("interleaved", "looped-bfs"):
+        return price.time_s / max_v
+    if schedule == "zb-h1":
+        return price.time_s - 2 * price.wgrad_s
+    if schedule == "zbv":
+        return price.fwd_s / 2
+    return None
+
+
+def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules) -> dict:
+    """Per (GPU type, tp) a replica may have: (kappa, tau, cap) at micro-batch b, with kappa the least
+    GPU-seconds one decoder block of one sample costs it (tp x cp x LayerPrice.time_s / b, over
+    cp, sequence parallelism and recompute modes; the TP ring inside a node, the fastest it has),
+    tau the least a block adds to its rank's latency (_latency_floor_s, over the same and the
+    schedules), cap the most decoder blocks one of its GPUs holds: the blocks' weights and
+    gradients (cost.model_state_bytes, ZeRO over every GPU of the cluster; the optimizer states
+    only without ZeRO-Offload; no activations) beside the reserve within its memory."""
+    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
+    block_params = min(layer.weight_params for layer in decoders)
+    modes_rc = {"block": ("none", "full")}
+    recompute = sorted({m for mode in options.recompute_modes for m in modes_rc.get(mode, (mode,))} or {"none"})
+    zeros = sorted(set(options.zero_stages) | {0})
+    max_v = max(options.virtual_stages)
+    out: dict[tuple[str, int], tuple[float, float, float]] = {}
+    for g in cluster.groups:
+        name, p = g.gpu.name, options.params_for(g.gpu.name)
+        for tp in options.tp_degrees:
+            if g.gpus_per_node % tp:
+                continue
+            kappa = tau = INF
+            for cp, kind in cp_choices(model, base, options, tp):
+                for sp in ((False, True) if tp > 1 else (False,)):
+                    dims = StageDims(tp, sp, cp=cp, cp_kind=kind)
+                    for mode in recompute:
+                        sh = Sharding(base.dtype, b, base.seq_len, base.attention, dims, mode)
+                        for layer in decoders:
+                            price = layer_price(layer, sh, g.gpu, g.intra_node, p)
+                            kappa = min(kappa, tp * cp * price.time_s / b)
+                            floors = [_latency_floor_s(s, price, max_v) for s in schedules]
+                            tau = min(tau, 0.0 if None in floors else max(0.0, min(floors)))
+            dp = max(1, cluster.num_gpus // tp)
+            per_block = min(sum(model_state_bytes(block_params / tp, base.dtype, z, dp, base.optimizer)[:3 - options.offload])
+                            for z in zeros)
+            room = g.gpu.memory_bytes - p.reserved_memory_bytes
+            cap = INF if per_block <= 0 else max(0, int(room // per_block))
+            old = out.get((name, tp), (INF, INF, 0))
+            out[(name, tp)] = (min(old[0], kappa), min(old[1], tau), max(old[2], cap))
+    return out
+
+
+def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+                     with_optimizer: bool = True) -> float:
+    """A lower bound on any plan's step time that adds to the busy time the wait for the other
+    pipeline ranks that slow GPUs force, as a minimum of linear programs (0.0 for MoE models).
+
+    For every rank j, T >= B_j + E_j + R_j with R_j = sum over the other ranks k of c_k
+    (evaluate.pipeline_time_s). A replica is of a mode mu = (GPU type, tp) (_modes: kappa, tau,
+    cap); call the mode of a rank's replicas with the largest tau its slowest, s(k), and z_mu the
+    decoder blocks of the ranks whose slowest mode is mu (sum z = the model's blocks L). Rank k's
+    latency is at least l_k tau_s(k) (l_k its blocks), so R_j >= sum_mu tau_mu z_mu - tau_s(j) l_j,
+    and l_j <= min(z_s(j), cap_s(j)); the embedding and head add at least delta (<= 0, their
+    floors). A GPU of rank j computes and steps within B_j + E_j <= T - R_j. The replicas of modes
+    at least as slow as mu (the set U_mu) sit in ranks whose slowest mode is in U_mu, so the
+    block-samples they run are at most G sum_{U_mu} z. Relaxed: variables as in
+    compute_lower_bound_s (x per mode for decoder blocks, at kappa), z_mu >= 0 and S, for each
+    choice mu* of the rank j that subtracts most:
+      minimise T subject to (a), (b) as there; (c') per GPU type g: work on g <=
+      N_g (T - sum_mu tau_mu z_mu + S - delta); (d) for each mu: sum_{U_mu} x <= G sum_{U_mu} z;
+      (e) sum z = L; (f) 0 <= S <= tau_mu* z_mu*, S <= tau_mu* cap_mu*.
+    The least over mu* and over the micro-batches that divide the global batch bounds every plan.
+    """
+    import pulp
+
+    from .shares import _quiet_stdout
+
+    config = model.config
+    if config is not None and getattr(config, "num_experts", 1) > 1:
+        return 0.0
+    cap = capability(options.space or base.runtime)
+    schedules = [s for s in cap.schedules if s == "1f1b" or options.max_stages > 1]
+    sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
+    count = {"embedding": 0, "decoder": 0, "head": 0}
+    for layer in model.layers:
+        count[layer.kind] += 1
+    names = sorted({g.gpu.name for g in cluster.groups})
+    gpus = {name: sum(g.num_gpus for g in cluster.groups if g.gpu.name == name) for name in names}
+    params = sum(layer.weight_params for layer in model.layers) / 1e9  # billions (compute_lower_bound_s)
+    best = INF
+    for b in sizes:
+        modes = _modes(model, cluster, base, options, b, schedules)
+        order = sorted(modes, key=lambda mu: (-modes[mu][1], mu))  # slowest first, ties by (type, tp)
+        other_rate, delta = {}, 0.0
+        for kind in ("embedding", "head"):
+            layers = [layer for layer in model.layers if layer.kind == kind]
+            floor = 0.0
+            for name in names:
+                group = next(g for g in cluster.groups if g.gpu.name == name)
+                p = options.params_for(name)
+                sh = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(), "none")
+                other_rate[(kind, name)] = min((layer_time(layer, group.gpu, sh, group.intra_node, p).compute_s / b
+                                                for layer in layers), default=0.0)
+                for g in cluster.groups:
+                    for tp in options.tp_degrees:
+                        if g.gpus_per_node % tp:
+                            continue
+                        for mode in ("none", "full"):
+                            sh2 = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
+                            for layer in layers:
+                                price = layer_price(layer, sh2, g.gpu, g.intra_node, options.params_for(g.gpu.name))
+                                floors = [_latency_floor_s(s, price, max(options.virtual_stages)) for s in schedules]
+                                floor = min(floor, min(f for f in floors if f is not None) if None not in floors else 0.0)
+            delta += floor * len(layers)
+        for star in order:
+            tau_star, cap_star = modes[star][1], modes[star][2]
+            prob = pulp.LpProblem("pipeline_lower_bound", pulp.LpMinimize)
+            step = prob.add_variable("T", lowBound=0)
+            slack = prob.add_variable("S", lowBound=0)
+            x = {mu: prob.add_variable(f"x_{i}", lowBound=0) for i, mu in enumerate(order)}
+            z = {mu: prob.add_variable(f"z_{i}", lowBound=0) for i, mu in enumerate(order)}
+            xo = {(kind, name): prob.add_variable(f"o_{kind}_{j}", lowBound=0)
+                  for kind in ("embedding", "head") for j, name in enumerate(names)}
+            y = {name: prob.add_variable(f"y_{j}", lowBound=0) for j, name in enumerate(names)}
+            prob += step
+            prob += pulp.lpSum(x.values()) == base.global_batch * count["decoder"], "a_decoder"
+            for kind in ("embedding", "head"):
+                if count[kind]:
+                    prob += pulp.lpSum(xo[(kind, n)] for n in names) == base.global_batch * count[kind], f"a_{kind}"
+            if with_optimizer:
+                prob += pulp.lpSum(y.values()) == params, "b_steps"
+            wait = pulp.lpSum(modes[mu][1] * z[mu] for mu in order) - slack - delta
+            for j, name in enumerate(names):
+                work = [x[mu] * modes[mu][0] for mu in order if mu[0] == name]
+                work += [xo[(kind, name)] * other_rate[(kind, name)] for kind in ("embedding", "head") if count[kind]]
+                if with_optimizer:
+                    group = next(g for g in cluster.groups if g.gpu.name == name)
+                    work.append(y[name] * optimizer_step_s(1e9, group.gpu, options.params_for(name), base.optimizer))
+                prob += pulp.lpSum(work) <= gpus[name] * step - gpus[name] * wait, f"c_{j}"
+            for i in range(len(order)):
+                prefix = order[:i + 1]
+                prob += (pulp.lpSum(x[mu] for mu in prefix)
+                         <= base.global_batch * pulp.lpSum(z[mu] for mu in prefix)), f"d_{i}"
+            prob += pulp.lpSum(z.values()) == count["decoder"], "e_blocks"
+            prob += slack <= tau_star * z[star], "f_held"
+            if cap_star < INF:
+                prob += slack <= tau_star * cap_star, "f_memory"
+            with _quiet_stdout():
+                prob.solve(pulp.HiGHS(msg=False))
+            if prob.status != pulp.LpStatusOptimal:
+                return 0.0
+            best = min(best, float(step.value()))
+    return 0.0 if best == INF else best
