@@ -181,6 +181,7 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
         return 0.0
     cap = capability(options.space or base.runtime)
     schedules = [s for s in cap.schedules if s == "1f1b" or options.max_stages > 1]
+    even = not cap.uneven_shares
     sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
     count = {"embedding": 0, "decoder": 0, "head": 0}
     for layer in model.layers:
@@ -192,6 +193,8 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
     for b in sizes:
         modes = _modes(model, cluster, base, options, b, schedules)
         order = sorted(modes, key=lambda mu: (-modes[mu][1], mu))  # slowest first, ties by (type, tp)
+        # the replicas a rank of class mu may hold, as (type, tp): mu's own, or (even shares) any as fast with its tp
+        runs = {mu: {mu} | ({nu for nu in order[i:] if nu[1] == mu[1]} if even else set()) for i, mu in enumerate(order)}
         other_rate, delta = {}, 0.0
         for kind in ("embedding", "head"):
             layers = [layer for layer in model.layers if layer.kind == kind]
@@ -218,13 +221,17 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
             prob = pulp.LpProblem("pipeline_lower_bound", pulp.LpMinimize)
             step = prob.add_variable("T", lowBound=0)
             slack = prob.add_variable("S", lowBound=0)
-            x = {mu: prob.add_variable(f"x_{i}", lowBound=0) for i, mu in enumerate(order)}
+            x = {(mu, g): prob.add_variable(f"x_{i}_{k}", lowBound=0)
+                 for i, mu in enumerate(order) for k, g in enumerate(names) if (g, mu[1]) in runs[mu]}
             z = {mu: prob.add_variable(f"z_{i}", lowBound=0) for i, mu in enumerate(order)}
             xo = {(kind, name): prob.add_variable(f"o_{kind}_{j}", lowBound=0)
                   for kind in ("embedding", "head") for j, name in enumerate(names)}
             y = {name: prob.add_variable(f"y_{j}", lowBound=0) for j, name in enumerate(names)}
             prob += step
             prob += pulp.lpSum(x.values()) == base.global_batch * count["decoder"], "a_decoder"
+            if even:  # a rank's blocks are every sample's: G z_mu block-samples in the ranks of class mu
+                for i, mu in enumerate(order):
+                    prob += pulp.lpSum(x[(mu, g)] for g in names if (mu, g) in x) == base.global_batch * z[mu], f"g_{i}"
             for kind in ("embedding", "head"):
                 if count[kind]:
                     prob += pulp.lpSum(xo[(kind, n)] for n in names) == base.global_batch * count[kind], f"a_{kind}"
@@ -232,15 +239,16 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
                 prob += pulp.lpSum(y.values()) == params, "b_steps"
             wait = pulp.lpSum(modes[mu][1] * z[mu] for mu in order) - slack - delta
             for j, name in enumerate(names):
-                work = [x[mu] * modes[mu][0] for mu in order if mu[0] == name]
-                work += [xo[(kind, name)] * other_rate[(kind, name)] for kind in ("embedding", "head") if count[kind]]
+                work = [x[(mu, name)] * modes[mu][0] for mu in order if (mu, name) in x]
+                work += [xo[(kind, name)] * (min(other_rate[(kind, n)] for n in names) if even else other_rate[(kind, name)])
+                         for kind in ("embedding", "head") if count[kind]]
                 if with_optimizer:
                     group = next(g for g in cluster.groups if g.gpu.name == name)
                     work.append(y[name] * optimizer_step_s(1e9, group.gpu, options.params_for(name), base.optimizer))
                 prob += pulp.lpSum(work) <= gpus[name] * step - gpus[name] * wait, f"c_{j}"
             for i in range(len(order)):
                 prefix = order[:i + 1]
-                prob += (pulp.lpSum(x[mu] for mu in prefix)
+                prob += (pulp.lpSum(v for (mu, _), v in x.items() if mu in prefix)
                          <= base.global_batch * pulp.lpSum(z[mu] for mu in prefix)), f"d_{i}"
             prob += pulp.lpSum(z.values()) == count["decoder"], "e_blocks"
             prob += slack <= tau_star * z[star], "f_held"
