@@ -110,6 +110,16 @@ def _latency_floor_s(schedule: str, price, max_v: int) -> float:
     return None
 
 
+def _shapes(model: Model, kind: str) -> list:
+    """The layers of `kind`, one of each shape (they differ only by index and name otherwise)."""
+    out: dict[tuple, object] = {}
+    for layer in model.layers:
+        if layer.kind == kind:
+            out.setdefault((layer.config, layer.params, layer.weight_params, layer.fixed, layer.blend,
+                            layer.expert_params), layer)
+    return list(out.values())
+
+
 def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules) -> dict:
     """Per (GPU type, tp) a replica may have: (kappa, tau, cap) at micro-batch b, with kappa the least
     GPU-seconds one decoder block of one sample costs it (tp x cp x LayerPrice.time_s / b, over
@@ -118,7 +128,7 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
     schedules), cap the most decoder blocks one of its GPUs holds: the blocks' weights and
     gradients (cost.model_state_bytes, ZeRO over every GPU of the cluster; the optimizer states
     only without ZeRO-Offload; no activations) beside the reserve within its memory."""
-    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
+    decoders = _shapes(model, "decoder")
     block_params = min(layer.weight_params for layer in decoders)
     modes_rc = {"block": ("none", "full")}
     recompute = sorted({m for mode in options.recompute_modes for m in modes_rc.get(mode, (mode,))} or {"none"})
@@ -197,7 +207,7 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
         runs = {mu: {mu} | ({nu for nu in order[i:] if nu[1] == mu[1]} if even else set()) for i, mu in enumerate(order)}
         other_rate, delta = {}, 0.0
         for kind in ("embedding", "head"):
-            layers = [layer for layer in model.layers if layer.kind == kind]
+            layers = _shapes(model, kind)
             floor = 0.0
             for name in names:
                 group = next(g for g in cluster.groups if g.gpu.name == name)
@@ -215,7 +225,7 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
                                 price = layer_price(layer, sh2, g.gpu, g.intra_node, options.params_for(g.gpu.name))
                                 floors = [_latency_floor_s(s, price, max(options.virtual_stages)) for s in schedules]
                                 floor = min(floor, min(f for f in floors if f is not None) if None not in floors else 0.0)
-            delta += floor * len(layers)
+            delta += floor * count[kind]
         for star in order:
             tau_star, cap_star = modes[star][1], modes[star][2]
             prob = pulp.LpProblem("pipeline_lower_bound", pulp.LpMinimize)
