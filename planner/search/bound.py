@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import product
+
 from ..cost.formulas import layer_time, model_state_bytes, optimizer_step_s
 from ..cost.pricing import layer_price
 from ..cost.runtimes.capability import capability
@@ -180,6 +182,11 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
       minimise T subject to (a), (b) as there; (c') per GPU type g: work on g <=
       N_g (T - sum_mu tau_mu z_mu + S - delta); (d) for each mu: sum_{U_mu} x <= G sum_{U_mu} z;
       (e) sum z = L; (f) 0 <= S <= tau_mu* z_mu*, S <= tau_mu* cap_mu*.
+    Under even shares (Capability.uneven_shares False: Megatron-LM, DeepSpeed, torchtitan) every
+    replica of rank k runs n = share / b micro-batches, so each of its GPUs is held B_k = n x the
+    slowest replica's pass: the rank's blocks cost every replica, of any type (with the rank's tp),
+    the kappa of its slowest mode; then x is split per (class mu, GPU type) at kappa_mu, with
+    (g) sum_g x_mu,g = G z_mu (and the embedding and head at the cheapest type's rate).
     The least over mu* and over the micro-batches that divide the global batch bounds every plan.
     """
     import pulp
@@ -219,8 +226,10 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
                     for tp in options.tp_degrees:
                         if g.gpus_per_node % tp:
                             continue
-                        for mode in ("none", "full"):
-                            sh2 = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, tp > 1), mode)
+                        for (cp, cp_kind), sp, mode in product(cp_choices(model, base, options, tp),
+                                                               {False, tp > 1}, ("none", "full")):
+                            sh2 = Sharding(base.dtype, b, base.seq_len, base.attention,
+                                           StageDims(tp, sp, cp=cp, cp_kind=cp_kind), mode)
                             for layer in layers:
                                 price = layer_price(layer, sh2, g.gpu, g.intra_node, options.params_for(g.gpu.name))
                                 floors = [_latency_floor_s(s, price, max(options.virtual_stages)) for s in schedules]
