@@ -40,7 +40,7 @@ def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, 
 
 def test_lower_bound_counts_the_optimizer_step():
     cluster = cluster_from_spec(three_types(2, 2, 4))
-    model, base, options = load_model("llama-3-70b"), Training(64, 4096, "fp16", 1), SolverOptions()
+    model, base, options = load_model("llama-3-70b"), Training(64, 4096, "fp16", 1), SolverOptions(micro_batches=(1,))
     compute_only = compute_lower_bound_s(model, cluster, base, options, with_optimizer=False)
     with_steps = compute_lower_bound_s(model, cluster, base, options)
     # 70.6 G parameters at 28 bytes each over HBM: about 13 ms spread over the 64 GPUs
@@ -51,8 +51,7 @@ def test_lower_bound_counts_the_optimizer_step():
 # (runtime, instance, seed): oracle instances where the ranks' wait binds (pipeline_bound_s above
 # busy_bound_s), across even shares (megatron, deepspeed, torchtitan) and memory that forces pipelines
 WAIT_BINDS = [("megatron", pipeline_instance, 9), ("megatron", pipeline_instance, 11),
-              ("deepspeed", tiny_instance, 1), ("deepspeed", tiny_instance, 45),
-              ("deepspeed", tiny_instance, 48), ("torchtitan", tiny_instance, 26)]
+              ("deepspeed", tiny_instance, 1), ("torchtitan", tiny_instance, 26)]
 
 
 @pytest.mark.parametrize("runtime, make, seed", WAIT_BINDS)
