@@ -296,7 +296,9 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         for seed in improving_uniform(model, cluster, base, uniform_space(options, cap, whole_nodes=False),
                                       options.params_mapping(), clock,
                                       # on parts of nodes the search may miss whole-node uniform plans too
-                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space)):
+                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space),
+                                      # a plan no faster than the caller's bound is of no use (uniform_bound)
+                                      bound_s=incumbent_s):
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction, schedule in subproblems:
