@@ -34,7 +34,7 @@ def test_the_bound_never_exceeds_a_uniform_plan_of_the_restriction():
     cluster = cluster_from_spec(one_gpu_nodes(2, 2, 4))
     base = replace(base, global_batch=16)
     options = SolverOptions(**{**OPTIONS, "tp_degrees": (1,)})
-    checked = 0
+    checked = tighter = 0
     for pp, dp, b, recompute in product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2), ("none", "full")):
         if cluster.num_gpus != pp * dp or base.global_batch % (b * dp):
             continue
@@ -45,10 +45,13 @@ def test_the_bound_never_exceeds_a_uniform_plan_of_the_restriction():
         except BadInput:
             continue
         restriction = Restriction(1, dp, recompute, 1 if dp > 1 else None, even_shares=True)
+        assert plan.training.schedule == "1f1b"
         floor = restricted_floor_s(model, cluster, base, b, restriction, options, pp)
-        assert 0 < floor <= evaluate(plan).step_time_s * (1 + 1e-12)
+        filled = restricted_floor_s(model, cluster, base, b, restriction, options, pp, fill=True)
+        assert 0 < floor <= filled <= evaluate(plan).step_time_s * (1 + 1e-12)
+        tighter += filled > floor * (1 + 1e-9)
         checked += 1
-    assert checked >= 12
+    assert checked >= 12 and tighter > 0
 
 
 def one_gpu_nodes(h100: int, a100: int, v100: int) -> dict:

@@ -268,7 +268,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction, schedule in subproblems:
             if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts,
-                            min(INF if best is None else best[0], incumbent_s * (1 + 2e-6))):
+                           min(INF if best is None else best[0], incumbent_s * (1 + 2e-6)), schedule):
                 clock.subproblems_done += 1  # the DP would prune every plan of it (restriction_bound)
                 clock.report()
                 continue

@@ -17,7 +17,10 @@ with N the decoder blocks and t_(k) the slowest block time among stage k's GPU t
 stages are disjoint sets of G GPUs, at most P of them (the search's stage limit, or its
 ranks when fixed), and no more than floor(C_t / G) of them can hold only GPUs whose block
 time is at most t, C_t the GPUs of such types: the sum is largest when the fastest types
-fill the most stages, which bounds it (`most_speed`). On 31 + 47 + 50 nodes of H100, A100 and
+fill the most stages, which bounds it (`most_speed`). Under 1F1B the latency c_k of rank k is
+its busiest replica's pass (Schedule.latency_s), so with s = m / dp micro-batches a replica,
+T >= B_k - c_k + sum_j c_j = (s - 1) c_k + sum_j c_j >= (s - 1) N / sum_k 1 / t_(k) + N t_min,
+t_min the fastest type's block time: the fill adds up to a pass of every block. On 31 + 47 + 50 nodes of H100, A100 and
 V100 trimmed to 8 bundles this rules out most interleaved searches of 2 to 8 ranks before they
 run."""
 
@@ -49,9 +52,9 @@ def most_speed(gpus_and_times: list[tuple[int, float]], stage_gpus: int, stages:
 
 
 def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, restriction: Restriction,
-                       options: SolverOptions, stages: int) -> float:
+                       options: SolverOptions, stages: int, fill: bool = False) -> float:
     """The least step time of any plan of micro-batch b under `restriction` with at most `stages`
-    pipeline ranks (module docstring); 0.0 where the argument does not hold (no fixed tp or dp,
+    pipeline ranks (module docstring); `fill`: under 1F1B, with the pipeline's fill; 0.0 where the argument does not hold (no fixed tp or dp,
     uneven shares, CP, experts, a TP group wider than a node), INF where no stage fits."""
     tp, dp = restriction.tp, restriction.dp
     config = model.config
@@ -76,15 +79,24 @@ def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, r
     speed = most_speed(per_type, tp * dp, stages)
     if speed <= 0.0:
         return INF
-    return (base.global_batch // b) / dp * (model.num_layers - 2) / speed
+    share, blocks = (base.global_batch // b) / dp, model.num_layers - 2
+    busy = share * blocks / speed
+    if not fill:
+        return busy
+    # 1F1B: c_k is the busiest replica's pass, so T >= (s - 1) c_k + sum_j c_j, and sum_j c_j holds
+    # every block once, at no less than the fastest type's time (module docstring)
+    return max(busy, (share - 1) * blocks / speed + blocks * min(t for _, t in per_type))
 
 
 def cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, restriction: Restriction,
-                options: SolverOptions, ranks: int | None, parts: Decomposition, cutoff_s: float) -> bool:
+                options: SolverOptions, ranks: int | None, parts: Decomposition, cutoff_s: float,
+                schedule: str = "") -> bool:
     """Whether no plan of the restricted search (b, restriction, `ranks` pipeline ranks or any
-    number, on `parts`) can be faster than `cutoff_s`, with the DP's rounding margin (completion)."""
+    number, on `parts`, under `schedule`) can be faster than `cutoff_s`, with the DP's rounding
+    margin (completion)."""
     if cutoff_s == INF:
         return False
     most = ranks if ranks is not None else min(options.max_stages, restriction.max_stages or options.max_stages,
                                                sum(parts.counts))  # a stage takes a part at least
-    return restricted_floor_s(model, cluster, base, b, restriction, options, most) * (1 - 1e-9) >= cutoff_s
+    floor = restricted_floor_s(model, cluster, base, b, restriction, options, most, fill=schedule == "1f1b")
+    return floor * (1 - 1e-9) >= cutoff_s

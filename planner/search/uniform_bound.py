@@ -50,7 +50,12 @@ def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams]
         if any(st.ep > 1 for st in rank_chunks):
             continue
         per_gpu: dict[str, float] = {}  # compute per micro-batch of the rank's chunks, per GPU type
-        for replica in rank_chunks[0].replicas:
+        replicas = rank_chunks[0].replicas
+        low = plan.cluster.group_of_rank(min(min(r.ranks) for r in replicas))
+        if low is plan.cluster.group_of_rank(max(max(r.ranks) for r in replicas)):
+            # every replica in one group (groups hold consecutive ranks): the busiest takes the most
+            replicas = (max(replicas, key=lambda r: r.batch_share),)
+        for replica in replicas:
             gpu = _replica_gpu(plan, replica)
             compute = per_gpu.get(gpu.name)
             if compute is None:
