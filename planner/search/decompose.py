@@ -35,6 +35,14 @@ they sit inside nodes, and even shares need the batch divisible by them) and tha
 nodes (ties: the larger g): 31 + 47 + 49 nodes with a batch of 1,016 become 24 + 40 + 48 in 8
 bundles of 14 nodes.
 A trimmed group keeps the first nodes of its group, so a plan on it maps back rank for rank.
+
+Alike groups merged (`merge_alike`): consecutive node groups with the same GPU type, node
+(GPUs, links, host) and network, whose link to each other prices like a group's own inter_node
+link and whose links to every other group are the same, are one group to every price (a node of
+one talks to a node of the next as two nodes of one group do). The search plans the cluster with
+each such run as one group, in the same rank order, so its plan is a plan on the original
+cluster rank for rank, priced the same: 16 one-node groups of three types are searched as
+three groups of 6, 5 and 5 nodes (which may then be cut to bundles, above).
 """
 
 from __future__ import annotations
@@ -42,8 +50,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import reduce
+from typing import Callable
 
-from ..inputs.hardware import Cluster
+from ..cost.formulas import CostParams, link_efficiency
+from ..inputs.hardware import Cluster, Link, NodeGroup
+from ..inputs.topology import Topology
 from ..plan import Plan
 
 
@@ -252,3 +263,52 @@ def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: i
             first_rank += nodes * group.gpus_per_node
     trimmed = replace(cluster, groups=tuple(kept))
     return Trim(trimmed, tuple(groups), g, sum(counts) - best[0], len(counts))
+
+
+@dataclass(frozen=True)
+class Merge:
+    """The cluster with runs of alike groups merged (module docstring): `cluster` has the same
+    ranks in the same order."""
+
+    cluster: Cluster
+    original_groups: int
+
+    def plan_on(self, original: Cluster, plan: Plan) -> Plan:
+        """`plan` (on the merged cluster) on `original`: the same ranks."""
+        return Plan(plan.model, original, plan.training, plan.stages)
+
+    def describe(self, inner: str) -> str:
+        """'16 groups as 3: ...' (`inner`: the merged cluster's search's decomposition)."""
+        return f"{self.original_groups} groups as {len(self.cluster.groups)}: {inner}"
+
+
+def prices_alike(a: Link, b: Link, params: CostParams) -> bool:
+    """Whether two links give every price the same figures: bandwidth, latency, measured curves
+    and the efficiency NCCL reaches on them (formulas.link_efficiency)."""
+    return (a.bandwidth_bytes_per_s, a.latency_s, a.curves) == (b.bandwidth_bytes_per_s, b.latency_s, b.curves) \
+        and all(link_efficiency(a, params, intra) == link_efficiency(b, params, intra) for intra in (False, True))
+
+
+def merge_alike(cluster: Cluster, prices_alike: Callable[[Link, Link, NodeGroup], bool]) -> Merge | None:
+    """The cluster with each run of consecutive alike groups as one group, named as its first
+    (module docstring), or None when no two groups merge. `prices_alike(a, b, group)`: whether
+    links a and b price the same for that group's GPUs (the cost model's figures of a link)."""
+    groups = cluster.groups
+    runs: list[list[NodeGroup]] = []
+    for g in groups:
+        run = runs[-1] if runs else None
+        head = run[0] if run else None
+        if head is not None and (g.gpu, g.gpus_per_node, g.intra_node, g.inter_node, g.host) == \
+                (head.gpu, head.gpus_per_node, head.intra_node, head.inter_node, head.host) \
+                and all(prices_alike(cluster.group_link(m.name, g.name), g.inter_node, g) for m in run) \
+                and all(cluster.group_link(head.name, o.name) == cluster.group_link(g.name, o.name)
+                        for o in groups if o is not g and o is not head and o not in run):
+            run.append(g)
+        else:
+            runs.append([g])
+    if len(runs) == len(groups):
+        return None
+    merged = tuple(replace(run[0], nodes=sum(m.nodes for m in run)) for run in runs)
+    routes = tuple(sorted((min(a.name, b.name), max(a.name, b.name), cluster.group_link(a.name, b.name))
+                          for i, a in enumerate(merged) for b in merged[i + 1:]))
+    return Merge(replace(cluster, groups=merged, topology=Topology((), (), routes)), len(groups))

@@ -63,13 +63,13 @@ identical bundles (decompose.trim; the other nodes idle) and keeps the faster pl
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from .bound import compute_lower_bound_s
 from ..core.clock import Progress, SearchClock, SearchTimeout
-from .decompose import decompose, trim
+from .decompose import decompose
+from .scale import solve_scaled
 from .dp import StageChoice, price, run_dp, trace
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.evaluate import Estimate, evaluate
@@ -77,6 +77,7 @@ from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import Cluster
 from .layer_floor import layer_floors, unplaceable_layer
 from .no_plan import layer_too_big, long_sequence, no_plan
+from .restriction_bound import cannot_beat
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from ..schedules import get_schedule, search_schedule
@@ -220,45 +221,9 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     (planner.search.decompose) is also searched on the cluster trimmed to identical bundles
     (decompose.trim), first, within half the time limit; its plan, mapped back onto the
     cluster with the other nodes idle, bounds the search on parts, and the faster plan is
-    returned (ties: the plan on parts)."""
-    started = time.perf_counter()
-    cap = capability(options.space or base.runtime)
-    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
-                                             base.global_batch, options.max_trimmed_bundle_nodes)
-    if cut is None:
-        return _solve(model, cluster, base, options, on_progress, started)
-    limit = options.time_limit_s
-    trimmed = None
-    try:
-        half = replace(options, time_limit_s=None if limit is None else limit / 2,
-                       max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
-        inner = _solve(model, cut.cluster, base, half, on_progress, started)
-        plan = cut.plan_on(cluster, inner.plan)
-        trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
-        assert not structural_problems(plan) and not violations(plan, options.space or base.runtime), \
-            f"a trimmed plan mapped back is invalid: {structural_problems(plan)}"
-        assert trimmed[1].fits, "a trimmed plan mapped back does not fit"
-    except NoFeasiblePlan:
-        pass  # the search on parts says why, if it finds nothing either
-    bound = options.upper_bound_s
-    if trimmed is not None:
-        bound = min(bound if bound is not None else INF, trimmed[1].step_time_s)
-    try:
-        whole = _solve(model, cluster, base, replace(options, upper_bound_s=bound), on_progress, started)
-    except NoFeasiblePlan:
-        if trimmed is None:
-            raise
-        whole = None
-    if trimmed is None or (whole is not None and whole.estimate.step_time_s <= trimmed[1].step_time_s):
-        return whole
-    plan, estimate, inner = trimmed
-    lower_bound = (whole.lower_bound_s if whole is not None
-                   else compute_lower_bound_s(model, cluster, base, within(options, cap)))
-    gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
-    return SearchResult(plan, estimate, False, gap, lower_bound,
-                        inner.candidates + (whole.candidates if whole is not None else 0),
-                        time.perf_counter() - started, inner.bundles,
-                        decomposition=cut.describe(inner.decomposition))
+    returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
+    (decompose.merge_alike). (planner.search.scale)"""
+    return solve_scaled(model, cluster, base, options, on_progress, _solve)
 
 
 def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
@@ -296,10 +261,17 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         for seed in improving_uniform(model, cluster, base, uniform_space(options, cap, whole_nodes=False),
                                       options.params_mapping(), clock,
                                       # on parts of nodes the search may miss whole-node uniform plans too
-                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space)):
+                                      lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space),
+                                      # a plan no faster than the caller's bound is of no use (uniform_bound)
+                                      bound_s=incumbent_s):
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction, schedule in subproblems:
+            if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts,
+                           min(INF if best is None else best[0], incumbent_s * (1 + 2e-6)), schedule):
+                clock.subproblems_done += 1  # the DP would prune every plan of it (restriction_bound)
+                clock.report()
+                continue
             # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
             least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
             if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,

@@ -28,6 +28,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
+from .uniform_bound import busy_lower_bound_s
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,13 @@ def _schedules(space: UniformSpace, v: int) -> list[Schedule]:
 def improving_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
                       params: CostParams | Mapping[str, CostParams] | None = None,
                       clock: SearchClock | None = None,
-                      accept: Callable[[Plan], bool] | None = None) -> Iterator[tuple[Plan, Estimate]]:
+                      accept: Callable[[Plan], bool] | None = None,
+                      bound_s: float = float("inf")) -> Iterator[tuple[Plan, Estimate]]:
     """Each uniform plan of `space` that fits and is faster than every one before it, in
     candidate order (so ties keep the first); the last one yielded is the fastest. A caller
-    cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced."""
+    cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced;
+    nor are those whose busy_lower_bound_s reaches the best step time so far (they cannot improve)
+    or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie)."""
     best_s = float("inf")
     seen: set = set()
     for plan in uniform_candidates(model, cluster, base, space):
@@ -123,6 +127,10 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
         if key in seen:  # dp = 1 makes every ZeRO stage the same plan
             continue
         seen.add(key)
+        if min(best_s, bound_s) < float("inf"):
+            floor_s = busy_lower_bound_s(plan, params)
+            if floor_s >= best_s or floor_s > bound_s:
+                continue  # it cannot be faster (its offloaded form neither: the same compute), not priced
         estimate = evaluate(plan, params)
         if offloadable and not estimate.fits and _activations_overflow(estimate):
             plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)

@@ -1,0 +1,77 @@
+"""How `planner.search.driver.solve` meets a large cluster before its dynamic programme: runs of
+alike node groups merged into one group (decompose.merge_alike), and for a runtime with one DP
+degree for every stage on parts of unequal size, the cluster trimmed to identical bundles
+(decompose.trim) searched first, its plan bounding the search on parts (driver.solve's docstring).
+`solve_one` is the driver's search of one cluster on its own decomposition."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from .bound import compute_lower_bound_s
+from ..core.clock import Progress
+from ..core.errors import NoFeasiblePlan
+from ..cost.evaluate import evaluate
+from ..cost.runtimes.capability import capability, violations
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Training, structural_problems
+from .decompose import merge_alike, prices_alike, trim
+from .space import within
+from .stages import INF, SolverOptions
+
+__all__ = ["solve_scaled"]
+
+
+def solve_scaled(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+                 on_progress: Callable[[Progress], None] | None, solve_one: Callable[..., Any]) -> Any:
+    """driver.solve (its docstring): merged groups, then the trimmed cluster and the whole one; a
+    driver.SearchResult (this module sits below the driver, which passes its `_solve`)."""
+    merged = merge_alike(cluster, lambda a, b, group: prices_alike(a, b, options.params_for(group.gpu.name)))
+    if merged is not None:  # runs of alike groups searched as one group each (decompose.merge_alike)
+        inner = solve_scaled(model, merged.cluster, base, options, on_progress, solve_one)
+        plan = merged.plan_on(cluster, inner.plan)
+        estimate = evaluate(plan, options.params_mapping())
+        assert abs(estimate.step_time_s - inner.estimate.step_time_s) <= 1e-9 * inner.estimate.step_time_s, \
+            "merged groups price differently"
+        assert not structural_problems(plan) and estimate.fits
+        return replace(inner, plan=plan, estimate=estimate, decomposition=merged.describe(inner.decomposition))
+    started = time.perf_counter()
+    cap = capability(options.space or base.runtime)
+    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
+                                             base.global_batch, options.max_trimmed_bundle_nodes)
+    if cut is None:
+        return solve_one(model, cluster, base, options, on_progress, started)
+    limit = options.time_limit_s
+    trimmed = None
+    try:
+        half = replace(options, time_limit_s=None if limit is None else limit / 2,
+                       max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
+        inner = solve_one(model, cut.cluster, base, half, on_progress, started)
+        plan = cut.plan_on(cluster, inner.plan)
+        trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
+        assert not structural_problems(plan) and not violations(plan, options.space or base.runtime), \
+            f"a trimmed plan mapped back is invalid: {structural_problems(plan)}"
+        assert trimmed[1].fits, "a trimmed plan mapped back does not fit"
+    except NoFeasiblePlan:
+        pass  # the search on parts says why, if it finds nothing either
+    bound = options.upper_bound_s
+    if trimmed is not None:
+        bound = min(bound if bound is not None else INF, trimmed[1].step_time_s)
+    try:
+        whole = solve_one(model, cluster, base, replace(options, upper_bound_s=bound), on_progress, started)
+    except NoFeasiblePlan:
+        if trimmed is None:
+            raise
+        whole = None
+    if trimmed is None or (whole is not None and whole.estimate.step_time_s <= trimmed[1].step_time_s):
+        return whole
+    plan, estimate, inner = trimmed
+    lower_bound = (whole.lower_bound_s if whole is not None
+                   else compute_lower_bound_s(model, cluster, base, within(options, cap)))
+    gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
+    return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
+                   candidates=inner.candidates + (whole.candidates if whole is not None else 0),
+                   seconds=time.perf_counter() - started, decomposition=cut.describe(inner.decomposition))

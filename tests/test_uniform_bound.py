@@ -1,0 +1,55 @@
+"""The uniform configurations are pruned by a lower bound (planner.search.uniform_bound) without
+changing which plan wins: the bound never exceeds the priced step time, and the pruned scan
+finds the fastest uniform plan of brute-force pricing."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost.evaluate import evaluate
+from planner.inputs.hardware import cluster_from_spec
+from planner.inputs.model import model_from_dict
+from planner.plan import Training
+from planner.search.uniform import UniformSpace, improving_uniform, uniform_candidates
+from planner.search.uniform_bound import busy_lower_bound_s
+
+SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
+                     virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))
+
+
+@pytest.fixture(scope="module")
+def priced():
+    """Every candidate of SPACE, priced, on 2 H100 + 1 A100 + 3 V100 nodes of 2 GPUs (a TP pair
+    and DP groups across types) with a 4-block model whose memory binds on some."""
+    model = model_from_dict({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 4,
+                             "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 8192,
+                             "vocab_size": 32000}, "tiny-4")
+    gpus = {"H100-SXM5-80GB": {"memory_GiB": 3}, "A100-SXM4-80GB": {"memory_GiB": 3}, "V100-SXM2-32GB": {"memory_GiB": 3}}
+    groups = [{"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 2,
+               "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
+              for name, gpu, nodes, nic in zip("hav", gpus, (2, 1, 3), (400, 200, 50))]
+    cluster = cluster_from_spec({"name": "mixed-12", "gpus": gpus, "node_groups": groups})
+    base = Training(24, 1024, "fp16", 1, runtime="any")
+    candidates = list(uniform_candidates(model, cluster, base, SPACE))
+    return model, cluster, base, [(plan, evaluate(plan)) for plan in candidates]
+
+
+def test_the_bound_never_exceeds_the_priced_step_time(priced):
+    *_, pairs = priced
+    assert len({plan.training.schedule for plan, _ in pairs}) >= 3
+    ratios = [busy_lower_bound_s(plan) / estimate.step_time_s for plan, estimate in pairs]
+    assert max(ratios) <= 1 + 1e-12
+    assert sorted(ratios)[len(ratios) // 2] > 0.3  # and is not trivial
+
+
+def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
+    model, cluster, base, pairs = priced
+    fitting = [(estimate.step_time_s, i) for i, (_, estimate) in enumerate(pairs) if estimate.fits]
+    assert len(fitting) < len(pairs)  # memory binds on some
+    best_s, first = min(fitting)  # ties: the first in candidate order
+    found = list(improving_uniform(model, cluster, base, SPACE))
+    assert found[-1][0] == pairs[first][0] and found[-1][1].step_time_s == best_s
+    # a caller's bound at the best leaves it (a tie is kept); one below it leaves no plan
+    assert list(improving_uniform(model, cluster, base, SPACE, bound_s=best_s))[-1][0] == pairs[first][0]
+    lowest = min(busy_lower_bound_s(plan) for plan, _ in pairs)
+    assert list(improving_uniform(model, cluster, base, SPACE, bound_s=lowest * (1 - 1e-9))) == []
