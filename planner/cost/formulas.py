@@ -112,6 +112,12 @@ class CostParams:
     # "p2p" (Megatron-core/TE: send/recv per step, each behind that step's attention) or
     # "torch-allgather" (PyTorch's context_parallel under torchtitan)
     cp_ring: str = "p2p"
+    # how its loss computes cross entropy over the vocabulary, which sets the head's working set
+    # in its backward (pricing.transient_activation_bytes): "fused" (Megatron's vocab-parallel
+    # cross entropy, Korthikanti et al. 2022 sec 4.3: one fp32 copy of the logits, its gradient
+    # computed in place) or "eager" (torch.nn.functional.cross_entropy on fp32 logits under
+    # autograd: log_softmax and nll_loss, each backward allocating an fp32 gradient)
+    cross_entropy: str = "fused"
     # async tensor parallelism (torchtitan's parallelism.enable_async_tensor_parallel, with
     # torch.compile; off by default): each sequence-parallel all-gather / reduce-scatter is fused
     # with the GEMM it feeds or follows (_with_tp_comm)

@@ -78,9 +78,14 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
                                        sh.dtype_bytes) - fp8_saving) * sh.micro_batch
 
 
-def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
+def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = "fused") -> float:
     """Full recomputation re-materialises one block's activations during its backward
-    (Korthikanti et al. 2022, sec 5): that block's activations without recomputation."""
+    (Korthikanti et al. 2022, sec 5): that block's activations without recomputation. Under a
+    runtime whose cross entropy is "eager" (CostParams.cross_entropy) the head's backward holds
+    two fp32 gradients of the logits beside the saved log-softmax output
+    (Layer.eager_loss_grad_bytes_per_sample); a fused one computes its gradient in place."""
+    if layer.kind == "head" and cross_entropy == "eager":
+        return layer.eager_loss_grad_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel) * sh.micro_batch
     if sh.recompute != "full" or layer.kind != "decoder":
         return 0.0
     return layer.act_bytes_per_sample(sh.local_seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
@@ -147,7 +152,7 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
         time += cp_fwd + cp_bwd
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
                       time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
-                      transient_activation_bytes(layer, sh), layer.weight_params,
+                      transient_activation_bytes(layer, sh, p.cross_entropy), layer.weight_params,
                       cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
                       t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
 

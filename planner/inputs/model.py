@@ -196,6 +196,18 @@ class Layer:
             raise BadInput(f"unknown attention kind {attention!r}", field="attention")
         return dims.activation_share(replicated, sharded)
 
+    def eager_loss_grad_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False) -> float:
+        """What the head's eager cross entropy (torch.nn.functional.cross_entropy on fp32 logits:
+        log_softmax, then nll_loss, under autograd) holds during its backward beside the fp32
+        log-softmax output it saved (act_bytes_per_sample's 4sV): nll_loss_backward's fp32
+        gradient of the log-probabilities and log_softmax_backward_data's fp32 gradient of the
+        logits, both alive while the latter runs (aten LogSoftMax backward, a new s x V tensor
+        from the saved output and the incoming gradient): 2 x 4 s V bytes per sample, the
+        vocabulary split over TP ranks (torchtitan's loss_parallel). Other layers: none."""
+        if self.kind != "head" or self.config is None:
+            return 0.0
+        return StageDims(tp, sequence_parallel).activation_share(0.0, 2 * 4.0 * seq_len * self.config.vocab)
+
     def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
                                     dtype_bytes: int = 2) -> float:
         """Activation bytes a decoder block saves per sample on one TP rank under torchtitan's

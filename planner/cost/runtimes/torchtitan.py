@@ -29,4 +29,8 @@ RUNTIME = Runtime(
     # model.converters = ["float8"]: torchao float8 linears, dynamic tensorwise scaling by default
     # (torchtitan/components/quantization/float8.py)
     fp8_recipe="torchao-tensorwise",
+    # components/loss.py cross_entropy_loss: torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), ...)
+    # in eager PyTorch (the Dec 2024 benchmarks compile only the blocks; the model's output
+    # .float() then), under TP through loss_parallel's sharded log_softmax / nll_loss
+    cross_entropy="eager",
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
