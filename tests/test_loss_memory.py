@@ -1,0 +1,47 @@
+"""The head's cross-entropy working set per runtime (pricing.transient_activation_bytes)."""
+
+from __future__ import annotations
+
+from planner.core.dims import StageDims
+from planner.cost.formulas import DEFAULT_PARAMS
+from planner.cost.pricing import Sharding, layer_price, layers_price, replica_memory
+from planner.cost.runtimes import RUNTIMES
+from planner.inputs.hardware import load_cluster
+from planner.inputs.model import load_model
+
+MODEL = load_model("llama-3-8b")
+CLUSTER = load_cluster("a100-v100-mix")
+GPU, LINK = CLUSTER.groups[0].gpu, CLUSTER.groups[0].intra_node
+HEAD = MODEL.layers[-1]
+
+
+def _params(runtime: str):
+    return RUNTIMES[runtime].params(DEFAULT_PARAMS)
+
+
+def test_torchtitan_eager_cross_entropy_holds_two_fp32_logit_gradients_in_the_head_backward():
+    seq, tp, mb = 4096, 2, 3
+    sh = Sharding("bf16", mb, seq, "flash", StageDims(tp, True), "full")
+    vocab = MODEL.config.vocab
+    assert layer_price(HEAD, sh, GPU, LINK, _params("torchtitan")).transient_bytes == 2 * 4 * seq * vocab / tp * mb
+    # Megatron's vocab-parallel cross entropy computes the gradient in place of its saved softmax
+    assert layer_price(HEAD, sh, GPU, LINK, _params("megatron")).transient_bytes == 0.0
+
+
+def test_context_parallelism_splits_the_loss_working_set_with_the_tokens():
+    full = Sharding("bf16", 1, 8192, "flash", StageDims(1), "full")
+    split = Sharding("bf16", 1, 8192, "flash", StageDims(1, cp=4), "full")
+    p = _params("torchtitan")
+    assert layer_price(HEAD, split, GPU, LINK, p).transient_bytes == layer_price(HEAD, full, GPU, LINK, p).transient_bytes / 4
+
+
+def test_replica_peak_takes_the_larger_of_the_head_and_a_recomputed_block_working_set():
+    # a stage holding a block and the head: the head's backward and the block's recomputation
+    # run at different times, so the peak adds the larger, not both
+    sh = Sharding("bf16", 1, 8192, "flash", StageDims(1), "full")
+    p = _params("torchtitan")
+    block, head = (layer_price(layer, sh, GPU, LINK, p) for layer in (MODEL.layers[1], HEAD))
+    span = layers_price((MODEL.layers[1], HEAD), sh, GPU, LINK, p)
+    assert head.transient_bytes > block.transient_bytes > 0
+    memory = replica_memory(span, 1, "bf16", sh.dims, p)
+    assert memory.activations_bytes == block.act_bytes + head.act_bytes + head.transient_bytes
