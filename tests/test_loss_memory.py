@@ -45,3 +45,17 @@ def test_replica_peak_takes_the_larger_of_the_head_and_a_recomputed_block_workin
     assert head.transient_bytes > block.transient_bytes > 0
     memory = replica_memory(span, 1, "bf16", sh.dims, p)
     assert memory.activations_bytes == block.act_bytes + head.act_bytes + head.transient_bytes
+
+
+def test_zero3_holds_two_gathered_copies_of_its_largest_layer_beside_the_shards():
+    from planner.cost.formulas import model_state_bytes
+
+    p = _params("torchtitan")
+    for dp, extra_layers in ((8, 2), (1, 0)):  # unsharded (one rank): nothing gathered
+        dims = StageDims(2, True, dp, 3)
+        sh = Sharding("bf16", 1, 2048, "flash", dims, "full")
+        span = layers_price(MODEL.layers, sh, GPU, LINK, p)
+        memory = replica_memory(span, 1, "bf16", dims, p)
+        shards = model_state_bytes(span.weight_params, "bf16", 3, dp)[0]
+        largest = max(layer.weight_params for layer in MODEL.layers) / 2  # the head (vocab x hidden), over tp 2
+        assert memory.weights_bytes == shards + extra_layers * largest * 2

@@ -243,6 +243,20 @@ class SpanPrice:
         return out
 
 
+    @property
+    def largest_layer_weight_params(self):
+        """The weight parameters on one GPU of the span's largest layer (StageDims.weight_share):
+        what ZeRO-3 gathers for one layer (zero3_gather_bytes)."""
+        out = 0.0
+        for count, lp in self.parts:
+            need = self.dims.weight_share(lp.weight_params, lp.expert_params)
+            if type(count) is np.ndarray and count.ndim:
+                out = np.maximum(out, np.where(count >= 1, need, 0.0))
+            elif count >= 1:
+                out = np.maximum(out, need) if type(out) is np.ndarray else max(out, need)
+        return out
+
+
 def span_price(parts: Iterable[tuple[object, LayerPrice]], dims: StageDims) -> SpanPrice:
     return SpanPrice(tuple(parts), dims.within_replica)
 
@@ -404,6 +418,15 @@ class ChunkTime:
 # --- memory ---------------------------------------------------------------------------------
 
 
+def zero3_gather_bytes(layer_params, dtype: str):
+    """The 16-bit weights ZeRO-3 / FSDP holds all-gathered beside its shards: the layer running
+    and the next one, which its prefetching gathers meanwhile (Zhao et al. 2023, PyTorch FSDP,
+    sec 3.3-3.4: forward and backward prefetch; FSDP2's root and torchtitan's [norm, output] group
+    also stay gathered from their forward to their backward, torch fully_shard _fsdp_state.py,
+    torchtitan parallelize.py apply_fsdp): at most two of the largest layer's."""
+    return 2 * layer_params * DTYPE_BYTES[dtype]
+
+
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
                    deferred=0.0, optimizer: str = "adamw", offload: bool = False,
                    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
@@ -423,6 +446,8 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
         expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
         weights, grads, states = (d + e for d, e in zip(dense, expert))
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
+    if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
+        weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)
     if offload:
         states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     activations = span.act_bytes * in_flight + span.transient_bytes
