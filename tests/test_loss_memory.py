@@ -59,3 +59,15 @@ def test_zero3_holds_two_gathered_copies_of_its_largest_layer_beside_the_shards(
         shards = model_state_bytes(span.weight_params, "bf16", 3, dp)[0]
         largest = max(layer.weight_params for layer in MODEL.layers) / 2  # the head (vocab x hidden), over tp 2
         assert memory.weights_bytes == shards + extra_layers * largest * 2
+
+
+def test_torchtitan_accumulates_unsharded_gradients_in_fp32_below_zero_2():
+    # FSDP2 under PP (the planner's ZeRO-1 form of torchtitan) upcasts the unsharded gradient to
+    # its fp32 reduce dtype between micro-batches; Megatron's figure stays the dtype's
+    dims = StageDims(1, False, 4, 1)
+    sh = Sharding("bf16", 1, 2048, "flash", dims, "full")
+    grads = {}
+    for runtime in ("torchtitan", "megatron"):
+        p = _params(runtime)
+        grads[runtime] = replica_memory(layers_price(MODEL.layers[1:3], sh, GPU, LINK, p), 1, "bf16", dims, p).gradients_bytes
+    assert grads["torchtitan"] == 2 * grads["megatron"] == 2 * 2 * 2 * MODEL.layers[1].weight_params

@@ -118,6 +118,12 @@ class CostParams:
     # computed in place) or "eager" (torch.nn.functional.cross_entropy on fp32 logits under
     # autograd: log_softmax and nll_loss, each backward allocating an fp32 gradient)
     cross_entropy: str = "fused"
+    # its unsharded gradients, accumulated over the micro-batches of a step, are fp32 whatever the
+    # training dtype (FSDP2 with MixedPrecisionPolicy reduce_dtype float32, torchtitan's
+    # mixed_precision_reduce default: _fsdp_param.py to_accumulated_grad_if_needed upcasts the
+    # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
+    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
+    fp32_grad_accumulation: bool = False
     # async tensor parallelism (torchtitan's parallelism.enable_async_tensor_parallel, with
     # torch.compile; off by default): each sequence-parallel all-gather / reduce-scatter is fused
     # with the GEMM it feeds or follows (_with_tp_comm)

@@ -26,8 +26,9 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import (CostParams, MemoryBreakdown, gradient_bytes, hierarchical_allreduce_s, layer_time, link_efficiency,
-                       get_optimizer, model_state_bytes, optimizer_step_s)
+from .formulas import (WEIGHT_BYTES_FP32_TRAINING, CostParams, MemoryBreakdown, gradient_bytes,
+                       hierarchical_allreduce_s, layer_time, link_efficiency, get_optimizer, model_state_bytes,
+                       optimizer_step_s)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, HostSpec, Link
 from ..inputs.linkcurve import collective_s
@@ -445,6 +446,8 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
         dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
         expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
         weights, grads, states = (d + e for d, e in zip(dense, expert))
+    if p.fp32_grad_accumulation and dims.zero <= 1 and dtype != "fp32":  # the same gradients at 4 bytes
+        grads = grads * WEIGHT_BYTES_FP32_TRAINING / gradient_bytes(dtype)
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
     if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
         weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)

@@ -33,4 +33,7 @@ RUNTIME = Runtime(
     # in eager PyTorch (the Dec 2024 benchmarks compile only the blocks; the model's output
     # .float() then), under TP through loss_parallel's sharded log_softmax / nll_loss
     cross_entropy="eager",
+    # training.mixed_precision_reduce = "float32": FSDP2 accumulates unsharded gradients in fp32
+    # between the micro-batches of a pipeline step (its ZeRO-1 form under PP)
+    fp32_grad_accumulation=True,
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
