@@ -71,3 +71,19 @@ def test_torchtitan_accumulates_unsharded_gradients_in_fp32_below_zero_2():
         p = _params(runtime)
         grads[runtime] = replica_memory(layers_price(MODEL.layers[1:3], sh, GPU, LINK, p), 1, "bf16", dims, p).gradients_bytes
     assert grads["torchtitan"] == 2 * grads["megatron"] == 2 * 2 * 2 * MODEL.layers[1].weight_params
+
+
+def test_torchtitan_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
+    # without recomputation a dense block keeps its attention and MLP inputs s x h whole on each
+    # of the tp ranks (Megatron's SP linear keeps a 1/tp shard); the head keeps its input whole
+    seq, tp = 2048, 4
+    h = MODEL.config.hidden
+    sh = Sharding("bf16", 1, seq, "flash", StageDims(tp, True), "none")
+    titan, megatron = _params("torchtitan"), _params("megatron").with_updates(selective_recompute="op")
+    for layer, inputs in ((MODEL.layers[1], 2), (HEAD, 1)):
+        extra = (layer_price(layer, sh, GPU, LINK, titan).act_bytes
+                 - layer_price(layer, sh, GPU, LINK, megatron.with_updates(cross_entropy="eager")).act_bytes)
+        assert extra == inputs * 2 * seq * h * (1 - 1 / tp)
+    no_sp = Sharding("bf16", 1, seq, "flash", StageDims(tp, False), "none")  # nothing gathered
+    assert layer_price(MODEL.layers[1], no_sp, GPU, LINK, titan).act_bytes == \
+        layer_price(MODEL.layers[1], no_sp, GPU, LINK, megatron).act_bytes

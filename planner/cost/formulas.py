@@ -124,6 +124,12 @@ class CostParams:
     # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
     # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
     fp32_grad_accumulation: bool = False
+    # its tensor parallelism saves the all-gathered input of a column-parallel GEMM for the
+    # weight gradient (torch.distributed.tensor.parallel: SequenceParallel norms, then
+    # ColwiseParallel's all-gather under autograd, torchtitan's TP plan), where Megatron's
+    # sequence-parallel linear saves its shard and gathers again in the backward (Korthikanti et
+    # al. 2022, sec 4.2.2): pricing.gathered_input_bytes
+    tp_saves_gathered_inputs: bool = False
     # async tensor parallelism (torchtitan's parallelism.enable_async_tensor_parallel, with
     # torch.compile; off by default): each sequence-parallel all-gather / reduce-scatter is fused
     # with the GEMM it feeds or follows (_with_tp_comm)

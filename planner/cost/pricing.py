@@ -63,7 +63,17 @@ def _maximum(a, b):
 # --- one layer ------------------------------------------------------------------------------
 
 
-def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "") -> float:
+def gathered_input_bytes(layer: Layer, sh: Sharding, tp_saves_gathered_inputs: bool) -> float:
+    """Under a runtime whose TP saves the all-gathered inputs of its column-parallel GEMMs
+    (CostParams.tp_saves_gathered_inputs) and sequence parallelism: what they add to the
+    layer's activations without recomputation (Layer.gathered_input_bytes_per_sample)."""
+    if not tp_saves_gathered_inputs or not sh.sequence_parallel:
+        return 0.0
+    return layer.gathered_input_bytes_per_sample(sh.local_seq_len, sh.tp, sh.dtype_bytes) * sh.micro_batch
+
+
+def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "",
+                           tp_saves_gathered_inputs: bool = False) -> float:
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
     selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample.
@@ -72,14 +82,18 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     if sh.dtype == "fp8" and fp8_recipe and fp8_cost.RECIPES[fp8_recipe].saves_fp8_inputs:
         fp8_saving = fp8_cost.saved_input_saving(layer, sh.local_seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
                                                  sh.dtype_bytes)
+    gathered = 0.0  # kept by the head always, by a block without recomputation (gathered_input_bytes)
+    if layer.kind == "head" or (layer.kind == "decoder" and sh.recompute == "none"):
+        gathered = gathered_input_bytes(layer, sh, tp_saves_gathered_inputs)
     if sh.recompute == "selective" and selective == "op":
         return layer.op_sac_act_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel,
-                                                 sh.dtype_bytes) * sh.micro_batch
-    return (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+                                                 sh.dtype_bytes) * sh.micro_batch + gathered
+    return gathered + (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
                                        sh.dtype_bytes) - fp8_saving) * sh.micro_batch
 
 
-def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = "fused") -> float:
+def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = "fused",
+                               tp_saves_gathered_inputs: bool = False) -> float:
     """Full recomputation re-materialises one block's activations during its backward
     (Korthikanti et al. 2022, sec 5): that block's activations without recomputation. Under a
     runtime whose cross entropy is "eager" (CostParams.cross_entropy) the head's backward holds
@@ -90,7 +104,8 @@ def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = 
     if sh.recompute != "full" or layer.kind != "decoder":
         return 0.0
     return layer.act_bytes_per_sample(sh.local_seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
-                                      sh.dtype_bytes) * sh.micro_batch
+                                      sh.dtype_bytes) * sh.micro_batch + gathered_input_bytes(layer, sh,
+                                                                                                tp_saves_gathered_inputs)
 
 
 def wgrad_input_bytes(layer: Layer, sh: Sharding) -> float:
@@ -152,8 +167,10 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
         cp_fwd, cp_bwd = cp_comm(layer, sh, gpu, tp_link if cp_link is None else cp_link, p)
         time += cp_fwd + cp_bwd
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
-                      transient_activation_bytes(layer, sh, p.cross_entropy), layer.weight_params,
+                      time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe,
+                                                   p.tp_saves_gathered_inputs),
+                      transient_activation_bytes(layer, sh, p.cross_entropy, p.tp_saves_gathered_inputs),
+                      layer.weight_params,
                       cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
                       t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
 

@@ -36,4 +36,7 @@ RUNTIME = Runtime(
     # training.mixed_precision_reduce = "float32": FSDP2 accumulates unsharded gradients in fp32
     # between the micro-batches of a pipeline step (its ZeRO-1 form under PP)
     fp32_grad_accumulation=True,
+    # parallelize.py apply_tp: SequenceParallel norms, ColwiseParallel wq/wk/wv, w1/w3 and output
+    # (input_layouts Shard(1), all-gathered to Replicate inside autograd)
+    tp_saves_gathered_inputs=True,
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
