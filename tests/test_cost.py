@@ -56,14 +56,16 @@ def test_fp32_training_keeps_weights_grads_and_two_adam_moments():
 
 
 def test_zero_memory_shows_in_evaluate(gpt2, small_cluster):
-    # one plan per stage on 4 GPUs (dp = 4): the model-state bytes are those of the formula
+    # one plan per stage on 4 GPUs (dp = 4): the model-state bytes are those of the formula;
+    # ZeRO-3 also holds two gathered 16-bit copies of its largest layer (pricing.zero3_gather_bytes)
     states = []
     for stage in range(4):
         plan = uniform_plan(gpt2, small_cluster, Training(8, 512, "bf16", 1), tp=1, pp=1, dp=4, zero=stage)
         mem = evaluate(plan).memory_by_rank[0]
         states.append(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes)
     held = sum(layer.weight_params for layer in gpt2.layers)
-    assert states == pytest.approx([16 * held, (4 + 3) * held, (2 + 3.5) * held, 4 * held])
+    gathered = 2 * 2 * max(layer.weight_params for layer in gpt2.layers)
+    assert states == pytest.approx([16 * held, (4 + 3) * held, (2 + 3.5) * held, 4 * held + gathered])
 
 
 # --- collectives ---------------------------------------------------------------------------

@@ -64,6 +64,24 @@ class CostParams:
     # "p2p" (Megatron-core/TE: send/recv per step, each behind that step's attention) or
     # "torch-allgather" (PyTorch's context_parallel under torchtitan)
     cp_ring: str = "p2p"
+    # how its loss computes cross entropy over the vocabulary, which sets the head's working set
+    # in its backward (pricing.transient_activation_bytes): "fused" (Megatron's vocab-parallel
+    # cross entropy, Korthikanti et al. 2022 sec 4.3: one fp32 copy of the logits, its gradient
+    # computed in place) or "eager" (torch.nn.functional.cross_entropy on fp32 logits under
+    # autograd: log_softmax and nll_loss, each backward allocating an fp32 gradient)
+    cross_entropy: str = "fused"
+    # its unsharded gradients, accumulated over the micro-batches of a step, are fp32 whatever the
+    # training dtype (FSDP2 with MixedPrecisionPolicy reduce_dtype float32, torchtitan's
+    # mixed_precision_reduce default: _fsdp_param.py to_accumulated_grad_if_needed upcasts the
+    # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
+    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
+    fp32_grad_accumulation: bool = False
+    # its tensor parallelism saves the all-gathered input of a column-parallel GEMM for the
+    # weight gradient (torch.distributed.tensor.parallel: SequenceParallel norms, then
+    # ColwiseParallel's all-gather under autograd, torchtitan's TP plan), where Megatron's
+    # sequence-parallel linear saves its shard and gathers again in the backward (Korthikanti et
+    # al. 2022, sec 4.2.2): pricing.gathered_input_bytes
+    tp_saves_gathered_inputs: bool = False
     # async tensor parallelism (torchtitan's parallelism.enable_async_tensor_parallel, with
     # torch.compile; off by default): each sequence-parallel all-gather / reduce-scatter is fused
     # with the GEMM it feeds or follows (_with_tp_comm)

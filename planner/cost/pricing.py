@@ -27,7 +27,7 @@ import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
 from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency, optimizer_step_s
-from .states import MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
+from .states import WEIGHT_BYTES_FP32_TRAINING, MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, HostSpec, Link
 from ..inputs.linkcurve import collective_s
@@ -62,7 +62,17 @@ def _maximum(a, b):
 # --- one layer ------------------------------------------------------------------------------
 
 
-def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "") -> float:
+def gathered_input_bytes(layer: Layer, sh: Sharding, tp_saves_gathered_inputs: bool) -> float:
+    """Under a runtime whose TP saves the all-gathered inputs of its column-parallel GEMMs
+    (CostParams.tp_saves_gathered_inputs) and sequence parallelism: what they add to the
+    layer's activations without recomputation (Layer.gathered_input_bytes_per_sample)."""
+    if not tp_saves_gathered_inputs or not sh.sequence_parallel:
+        return 0.0
+    return layer.gathered_input_bytes_per_sample(sh.local_seq_len, sh.tp, sh.dtype_bytes) * sh.micro_batch
+
+
+def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attention", fp8_recipe: str = "",
+                           tp_saves_gathered_inputs: bool = False) -> float:
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
     selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample.
@@ -71,20 +81,30 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     if sh.dtype == "fp8" and fp8_recipe and fp8_cost.RECIPES[fp8_recipe].saves_fp8_inputs:
         fp8_saving = fp8_cost.saved_input_saving(layer, sh.local_seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
                                                  sh.dtype_bytes)
+    gathered = 0.0  # kept by the head always, by a block without recomputation (gathered_input_bytes)
+    if layer.kind == "head" or (layer.kind == "decoder" and sh.recompute == "none"):
+        gathered = gathered_input_bytes(layer, sh, tp_saves_gathered_inputs)
     if sh.recompute == "selective" and selective == "op":
         return layer.op_sac_act_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel,
-                                                 sh.dtype_bytes) * sh.micro_batch
-    return (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
+                                                 sh.dtype_bytes) * sh.micro_batch + gathered
+    return gathered + (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
                                        sh.dtype_bytes) - fp8_saving) * sh.micro_batch
 
 
-def transient_activation_bytes(layer: Layer, sh: Sharding) -> float:
+def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = "fused",
+                               tp_saves_gathered_inputs: bool = False) -> float:
     """Full recomputation re-materialises one block's activations during its backward
-    (Korthikanti et al. 2022, sec 5): that block's activations without recomputation."""
+    (Korthikanti et al. 2022, sec 5): that block's activations without recomputation. Under a
+    runtime whose cross entropy is "eager" (CostParams.cross_entropy) the head's backward holds
+    two fp32 gradients of the logits beside the saved log-softmax output
+    (Layer.eager_loss_grad_bytes_per_sample); a fused one computes its gradient in place."""
+    if layer.kind == "head" and cross_entropy == "eager":
+        return layer.eager_loss_grad_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel) * sh.micro_batch
     if sh.recompute != "full" or layer.kind != "decoder":
         return 0.0
     return layer.act_bytes_per_sample(sh.local_seq_len, "none", sh.tp, sh.sequence_parallel, sh.attention,
-                                      sh.dtype_bytes) * sh.micro_batch
+                                      sh.dtype_bytes) * sh.micro_batch + gathered_input_bytes(layer, sh,
+                                                                                                tp_saves_gathered_inputs)
 
 
 def wgrad_input_bytes(layer: Layer, sh: Sharding) -> float:
@@ -146,8 +166,10 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
         cp_fwd, cp_bwd = cp_comm(layer, sh, gpu, tp_link if cp_link is None else cp_link, p)
         time += cp_fwd + cp_bwd
     return LayerPrice(t.fwd_s, t.bwd_s + t.recompute_s, t.compute_s, t.tp_comm_fwd_s, t.tp_comm_bwd_s, t.tp_comm_s,
-                      time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe),
-                      transient_activation_bytes(layer, sh), layer.weight_params,
+                      time, saved_activation_bytes(layer, sh, p.selective_recompute, p.fp8_recipe,
+                                                   p.tp_saves_gathered_inputs),
+                      transient_activation_bytes(layer, sh, p.cross_entropy, p.tp_saves_gathered_inputs),
+                      layer.weight_params,
                       cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
                       t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
 
@@ -235,6 +257,20 @@ class SpanPrice:
                 out = np.maximum(out, need) if type(out) is np.ndarray else max(out, need)
             elif type(out) is not np.ndarray:
                 out = max(out, 0.0)
+        return out
+
+
+    @property
+    def largest_layer_weight_params(self):
+        """The weight parameters on one GPU of the span's largest layer (StageDims.weight_share):
+        what ZeRO-3 gathers for one layer (zero3_gather_bytes)."""
+        out = 0.0
+        for count, lp in self.parts:
+            need = self.dims.weight_share(lp.weight_params, lp.expert_params)
+            if type(count) is np.ndarray and count.ndim:
+                out = np.maximum(out, np.where(count >= 1, need, 0.0))
+            elif count >= 1:
+                out = np.maximum(out, need) if type(out) is np.ndarray else max(out, need)
         return out
 
 
@@ -399,6 +435,15 @@ class ChunkTime:
 # --- memory ---------------------------------------------------------------------------------
 
 
+def zero3_gather_bytes(layer_params, dtype: str):
+    """The 16-bit weights ZeRO-3 / FSDP holds all-gathered beside its shards: the layer running
+    and the next one, which its prefetching gathers meanwhile (Zhao et al. 2023, PyTorch FSDP,
+    sec 3.3-3.4: forward and backward prefetch; FSDP2's root and torchtitan's [norm, output] group
+    also stay gathered from their forward to their backward, torch fully_shard _fsdp_state.py,
+    torchtitan parallelize.py apply_fsdp): at most two of the largest layer's."""
+    return 2 * layer_params * DTYPE_BYTES[dtype]
+
+
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
                    deferred=0.0, optimizer: str = "adamw", offload: bool = False,
                    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
@@ -417,7 +462,11 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
         dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
         expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
         weights, grads, states = (d + e for d, e in zip(dense, expert))
+    if p.fp32_grad_accumulation and dims.zero <= 1 and dtype != "fp32":  # the same gradients at 4 bytes
+        grads = grads * WEIGHT_BYTES_FP32_TRAINING / gradient_bytes(dtype)
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
+    if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
+        weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)
     if offload:
         states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
     activations = span.act_bytes * in_flight + span.transient_bytes

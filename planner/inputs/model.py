@@ -197,6 +197,31 @@ class Layer:
             raise BadInput(f"unknown attention kind {attention!r}", field="attention")
         return dims.activation_share(replicated, sharded)
 
+    def eager_loss_grad_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False) -> float:
+        """What the head's eager cross entropy (torch.nn.functional.cross_entropy on fp32 logits:
+        log_softmax, then nll_loss, under autograd) holds during its backward beside the fp32
+        log-softmax output it saved (act_bytes_per_sample's 4sV): nll_loss_backward's fp32
+        gradient of the log-probabilities and log_softmax_backward_data's fp32 gradient of the
+        logits, both alive while the latter runs (aten LogSoftMax backward, a new s x V tensor
+        from the saved output and the incoming gradient): 2 x 4 s V bytes per sample, the
+        vocabulary split over TP ranks (torchtitan's loss_parallel). Other layers: none."""
+        if self.kind != "head" or self.config is None:
+            return 0.0
+        return StageDims(tp, sequence_parallel).activation_share(0.0, 2 * 4.0 * seq_len * self.config.vocab)
+
+    def gathered_input_bytes_per_sample(self, seq_len: int, tp: int, dtype_bytes: int = 2) -> float:
+        """What a TP rank keeps beyond act_bytes_per_sample when its column-parallel GEMMs save
+        their all-gathered input instead of its sequence-parallel shard: the attention's input
+        (one tensor for Q, K, V or MLA's down-projections), a dense or shared-expert MLP's
+        input, the LM head's input, each s x h whole on every rank less the 1/tp share already
+        counted (Korthikanti et al. 2022, sec 4.2.2 count the shard; DTensor's ColwiseParallel
+        after SequenceParallel saves the gathered tensor). Per sample, without recomputation."""
+        c = self.config
+        if c is None or tp <= 1 or self.kind == "embedding":
+            return 0.0
+        inputs = 1 if self.kind == "head" else 1 + (c.num_experts == 1 or bool(c.shared_expert_ffn))
+        return inputs * dtype_bytes * seq_len * c.hidden * (1 - 1 / tp)
+
     def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
                                     dtype_bytes: int = 2) -> float:
         """Activation bytes a decoder block saves per sample on one TP rank under torchtitan's

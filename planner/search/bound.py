@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from itertools import product
 
-from ..cost.formulas import layer_time, model_state_bytes, optimizer_step_s
+from ..cost.formulas import layer_time, optimizer_step_s
+from ..cost.states import model_state_bytes
 from ..cost.pricing import layer_price
 from ..cost.runtimes.capability import capability
 from ..core.dims import StageDims

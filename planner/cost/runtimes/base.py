@@ -32,6 +32,9 @@ class Runtime:
     overlap_zero_comm: float = 0.0  # share of its ZeRO-3/FSDP collectives its prefetching hides behind compute
     context_parallel: tuple[str, ...] = ()  # the CP kinds it runs (StageDims.cp_kind); () none
     cp_ring: str = "p2p"  # how its ring CP passes K and V (CostParams.cp_ring)
+    cross_entropy: str = "fused"  # how its loss computes cross entropy (CostParams.cross_entropy)
+    fp32_grad_accumulation: bool = False  # unsharded gradients accumulate in fp32 (CostParams.fp32_grad_accumulation)
+    tp_saves_gathered_inputs: bool = False  # (CostParams.tp_saves_gathered_inputs)
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
@@ -53,4 +56,7 @@ class Runtime:
                                  layer_overhead_s=self.layer_overhead_s,
                                  bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
                                  selective_recompute=self.selective_recompute, cp_ring=self.cp_ring,
-                                 overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe)
+                                 overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe,
+                                 cross_entropy=self.cross_entropy,
+                                 fp32_grad_accumulation=self.fp32_grad_accumulation,
+                                 tp_saves_gathered_inputs=self.tp_saves_gathered_inputs)

@@ -29,4 +29,14 @@ RUNTIME = Runtime(
     # model.converters = ["float8"]: torchao float8 linears, dynamic tensorwise scaling by default
     # (torchtitan/components/quantization/float8.py)
     fp8_recipe="torchao-tensorwise",
+    # components/loss.py cross_entropy_loss: torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), ...)
+    # in eager PyTorch (the Dec 2024 benchmarks compile only the blocks; the model's output
+    # .float() then), under TP through loss_parallel's sharded log_softmax / nll_loss
+    cross_entropy="eager",
+    # training.mixed_precision_reduce = "float32": FSDP2 accumulates unsharded gradients in fp32
+    # between the micro-batches of a pipeline step (its ZeRO-1 form under PP)
+    fp32_grad_accumulation=True,
+    # parallelize.py apply_tp: SequenceParallel norms, ColwiseParallel wq/wk/wv, w1/w3 and output
+    # (input_layouts Shard(1), all-gathered to Replicate inside autograd)
+    tp_saves_gathered_inputs=True,
     source="torchtitan docs (FSDP2, async TP off by default, compile off by default)")
