@@ -57,7 +57,7 @@ def test_fp32_training_keeps_weights_grads_and_two_adam_moments():
 
 def test_zero_memory_shows_in_evaluate(gpt2, small_cluster):
     # one plan per stage on 4 GPUs (dp = 4): the model-state bytes are those of the formula;
-    # ZeRO-3 also holds two gathered 16-bit copies of its largest layer (pricing.zero3_gather_bytes)
+    # ZeRO-3 also holds two gathered 16-bit copies of its largest layer (stage_memory.zero3_gather_bytes)
     states = []
     for stage in range(4):
         plan = uniform_plan(gpt2, small_cluster, Training(8, 512, "bf16", 1), tp=1, pp=1, dp=4, zero=stage)

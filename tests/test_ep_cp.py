@@ -58,7 +58,8 @@ def test_the_alltoall_carries_each_cp_ranks_local_tokens():
 def test_expert_gradients_and_fsdp_collectives_run_over_their_edp_group_on_the_nic():
     # tp 1 x ep 8 in each node of 2: an expert's edp group is one GPU per node, so the experts'
     # gradients cross the NIC whole while the dense ones reduce inside the node first
-    from planner.cost.pricing import DpLayout, grad_reduce_s
+    from planner.cost.pricing import DpLayout
+    from planner.cost.stage_tail import grad_reduce_s
     nvl, ib = Link(400e9, 0.0, "nvlink"), Link(50e9, 0.0, "ib")
     dims, p = StageDims(1, dp=8, cp=2, ep=8, zero=1), CostParams()
     dense, edp = DpLayout(16, 8, 2, nvl, ib), DpLayout(2, 1, 2, nvl, ib)

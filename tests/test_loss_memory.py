@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from planner.core.dims import StageDims
 from planner.cost.formulas import DEFAULT_PARAMS
-from planner.cost.pricing import Sharding, layer_price, layers_price, replica_memory
+from planner.cost.pricing import Sharding, layer_price, layers_price
+from planner.cost.stage_memory import replica_memory
 from planner.cost.runtimes import RUNTIMES
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model

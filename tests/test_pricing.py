@@ -13,8 +13,9 @@ from planner.cost.evaluate import PlanPricer, evaluate
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, uniform_plan
-from planner.cost.pricing import (DpLayout, Sharding, layer_price, layers_price, replica_memory, span_price, stage_tail,
-                                  zero_comm)
+from planner.cost.pricing import DpLayout, Sharding, layer_price, layers_price, span_price, zero_comm
+from planner.cost.stage_memory import replica_memory
+from planner.cost.stage_tail import stage_tail
 from planner.search.driver import SolverOptions, solve
 from planner.report.show import rank_timings
 

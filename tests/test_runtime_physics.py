@@ -12,7 +12,8 @@ from planner.inputs.devices import Link
 from planner.inputs.hardware import load_catalog
 from planner.inputs.model import load_model
 from planner.core.dims import StageDims
-from planner.cost.pricing import DpLayout, grad_reduce_s, saved_activation_bytes, zero_comm, zero_exposed_s
+from planner.cost.pricing import DpLayout, saved_activation_bytes, zero_comm, zero_exposed_s
+from planner.cost.stage_tail import grad_reduce_s
 from planner.cost.runtimes import stack_params
 from planner.cost.sharding import Sharding
 

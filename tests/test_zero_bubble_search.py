@@ -77,7 +77,7 @@ def test_zero_bubble_is_searched_only_where_the_runtime_runs_it():
 def test_deferred_cap_is_the_most_micro_batches_whose_memory_fits():
     """A replica with n micro-batches at a rank with s in flight and k deferred holds min(n, s)
     whole micro-batches and w of a whole one for each of min(k, n - min(n, s)) more
-    (pricing.replica_memory with the schedule's counts at n): the cap is the largest such n."""
+    (stage_memory.replica_memory with the schedule's counts at n): the cap is the largest such n."""
     rng = random.Random(5)
     for _ in range(300):
         s, k = rng.randint(1, 6), rng.randint(0, 6)

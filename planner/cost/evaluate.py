@@ -24,8 +24,9 @@ from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_br
                       latency_shares, link_use)
 from .flops import check_credible, layer_model_flops_per_sample
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads, offloaded_activation_bytes
-from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, offloaded_state_bytes, p2p_s, replica_memory,
-                      span_price, stage_tail, zero_comm)
+from .pricing import ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, span_price, zero_comm
+from .stage_memory import offloaded_state_bytes, replica_memory
+from .stage_tail import stage_tail
 from ..schedules import get_schedule
 from .sharding import Sharding
 from .paths import boundary_link, dp_layout, alltoall_group, route_name, slowest_gpu, tp_group_link

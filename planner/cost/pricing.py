@@ -12,29 +12,30 @@ Per micro-batch on one replica (one tensor-parallel group):
   zero_comm    the ZeRO-2/3 collectives after every micro-batch;
   p2p_s        the send across a stage boundary (boundary_bytes of activations);
   ChunkTime    one chunk's (stage's) micro-batch: the three above together.
-Per replica:   replica_memory, the peak memory with some micro-batches in flight.
-Per stage, after its last micro-batch: stage_tail, the exposed data-parallel gradient
-reduction and the optimizer step.
+Per replica:   planner.cost.stage_memory.replica_memory, the peak memory with some micro-batches
+               in flight (and ZeRO-Offload's host side).
+Per stage, after its last micro-batch: planner.cost.stage_tail (the exposed data-parallel
+gradient reduction and the optimizer step).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache, reduce
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency, optimizer_step_s
-from .states import WEIGHT_BYTES_FP32_TRAINING, MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
+from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency
+from .states import gradient_bytes
 from ..core.dims import StageDims
-from ..inputs.hardware import GpuSpec, HostSpec, Link
+from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .context_parallel import cp_comm
 from .sharding import Sharding
-from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activation_bytes
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
 from . import fp8 as fp8_cost
 
 
@@ -430,171 +431,3 @@ class ChunkTime:
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
                 + self.send_s / 2 + self.act_offload.bwd_exposed_s
                 + self.zero.backward_exposed_s(self.span.bwd_s))
-
-
-# --- memory ---------------------------------------------------------------------------------
-
-
-def zero3_gather_bytes(layer_params, dtype: str):
-    """The 16-bit weights ZeRO-3 / FSDP holds all-gathered beside its shards: the layer running
-    and the next one, which its prefetching gathers meanwhile (Zhao et al. 2023, PyTorch FSDP,
-    sec 3.3-3.4: forward and backward prefetch; FSDP2's root and torchtitan's [norm, output] group
-    also stay gathered from their forward to their backward, torch fully_shard _fsdp_state.py,
-    torchtitan parallelize.py apply_fsdp): at most two of the largest layer's."""
-    return 2 * layer_params * DTYPE_BYTES[dtype]
-
-
-def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
-                   deferred=0.0, optimizer: str = "adamw", offload: bool = False,
-                   act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
-    """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
-    dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
-    group, StageDims.edp; with `offload` the optimizer states live in host memory), the saved
-    activations of `in_flight` micro-batches (Schedule.in_flight_microbatches), the weight-GEMM
-    inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
-    full recomputation's working set, and the reserve. With `act_offload` the offloaded blocks'
-    activations of every micro-batch in flight are in host memory but for its double buffer."""
-    if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
-        weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
-                                                   optimizer)
-    else:
-        experts = span.expert_params
-        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
-        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
-        weights, grads, states = (d + e for d, e in zip(dense, expert))
-    if p.fp32_grad_accumulation and dims.zero <= 1 and dtype != "fp32":  # the same gradients at 4 bytes
-        grads = grads * WEIGHT_BYTES_FP32_TRAINING / gradient_bytes(dtype)
-    weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
-    if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
-        weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)
-    if offload:
-        states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
-    activations = span.act_bytes * in_flight + span.transient_bytes
-    if act_offload.host_bytes:  # in host memory: offloaded_activation_bytes; on the GPU: the double buffer
-        activations = activations - offloaded_activation_bytes(act_offload, in_flight) + act_offload.buffer_bytes
-    if np.ndim(deferred) or deferred:
-        activations = activations + span.wgrad_act_bytes * deferred
-    return MemoryBreakdown(weights, grads, states, activations, p.reserved_memory_bytes)
-
-
-def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer: str):
-    """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
-    and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
-    return model_state_bytes(weight_params, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)[2]
-
-
-def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
-    """Whether one GPU's offloaded states fit its share of its node's host memory."""
-    return offloaded_state_bytes(weight_params, dims, dtype, optimizer) <= host.memory_bytes / gpus_per_node
-
-
-def offload_step_s(params_on_device, host: HostSpec, gpus_per_node: int, dtype: str, optimizer: str):
-    """ZeRO-Offload's optimizer step for one GPU (Ren et al. 2021, sec 4.1-4.2): its 16-bit
-    gradients down over PCIe, the step on the CPU streaming the states in host memory at the
-    GPU's share of the node's memory bandwidth (the optimizer's traffic, Optimizer), the updated
-    16-bit weights up; counted after the last backward, none of it overlapped (no delayed
-    parameter update, sec 4.3)."""
-    pcie_s = params_on_device * (gradient_bytes(dtype) + DTYPE_BYTES[dtype]) / host.pcie_bytes_per_s
-    cpu_s = (params_on_device * get_optimizer(optimizer).step_traffic_bytes
-             / (host.memory_bandwidth_bytes_per_s / gpus_per_node))
-    return pcie_s + cpu_s
-
-
-# --- after the last micro-batch -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StageTail:
-    grad_reduce_s: float  # the data-parallel gradient reduction not hidden by the last backward
-    optimizer_s: float
-
-    @property
-    def total_s(self):
-        return self.grad_reduce_s + self.optimizer_s
-
-
-def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0,
-                optimizer: str = "adamw"):
-    """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
-    above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
-    al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
-    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
-    if dims.ep == 1 and not dims.etp:
-        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer)
-    return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
-                            + expert_params / dims.expert_state_divisors[2], gpu, p, optimizer)
-
-
-def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
-    """The gradient reduction still running after the last backward when a rank's `loops`
-    chunks finish their backwards one loop (`loop_bwd_s`) apart and each reduces its 1/loops
-    of the gradients as soon as its loop ends, one reduction after the other: the last to
-    finish of (j + 1) reduce/loops - j loop_bwd (Lamy-Poirier 2023, Breadth-First Pipeline
-    Parallelism, sec 3.2: the reduction of earlier loops overlaps the remaining backwards)."""
-    return reduce(_maximum, ((j + 1) * reduce_s / loops - j * loop_bwd_s for j in range(loops)))
-
-
-def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s,
-                  loops: int = 1, loop_bwd_s=0.0, expert_params=0.0, expert_layout: DpLayout | None = None):
-    """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
-    volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
-    all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
-    With `expert_layout` (expert parallelism) the routed experts' `expert_params` (of
-    weight_params) reduce over their expert-data-parallel group instead, after the dense ones
-    (Megatron-core DistributedDataParallel: the expert parameters in their own buffers, reduced
-    over the expert-data-parallel group; StageDims.edp_group).
-    With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP).
-    A breadth-first schedule's `loops` reduce as each loop ends (looped_reduce_s)."""
-    if dims.zero >= 3 or (layout.replicas <= 1 and (expert_layout is None or expert_layout.replicas <= 1)):
-        return 0.0
-    if expert_layout is None:
-        seconds = _reduce_volume_s(weight_params, dims, dtype, layout, p)
-    else:
-        seconds = (_reduce_volume_s(weight_params - expert_params, dims, dtype, layout, p)
-                   + _reduce_volume_s(expert_params, dims, dtype, expert_layout, p))
-    if loops > 1:
-        seconds = looped_reduce_s(seconds, loops, loop_bwd_s)
-    if p.overlap_grad_reduce:
-        seconds = _maximum(0.0, seconds - min_bwd_s / loops)
-    return seconds
-
-
-def _reduce_volume_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams):
-    """grad_reduce_s of `weight_params` over `layout`, before overlap."""
-    if layout.replicas <= 1:
-        return 0.0
-    if dtype == "bf16" and p.bf16_fp32_grad_allreduce and dims.zero <= 1:
-        # DeepSpeed's pipeline engine under bf16 all-reduces its BF16 optimizer's fp32 gradients
-        # (PipelineEngine._bf16_reduce_grads); with ZeRO-1 the optimizer then all-gathers the
-        # updated 16-bit weights of its shards (half an all-reduce)
-        seconds = layout.allreduce_s(weight_params * 4, p)
-        if dims.zero == 1:
-            seconds = seconds + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2
-    else:
-        seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
-    if dims.zero == 2:
-        seconds = seconds / 2
-    return seconds
-
-
-def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
-               steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
-               expert_params=0.0, optimizer: str = "adamw",
-               offload_hosts: Iterable[tuple[HostSpec, int]] = (),
-               expert_layout: DpLayout | None = None) -> StageTail:
-    """What a stage adds after its last micro-batch: the gradient reduction (at the
-    parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
-    backward `min_bwd_s`; breadth-first `loops`; the experts' over `expert_layout` under
-    expert parallelism; grad_reduce_s) and the slowest optimizer step of its replicas' GPU
-    types (ZeRO-Offload: of its nodes' CPUs, offload_step_s)."""
-    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s,
-                             expert_params, expert_layout)
-    offload_hosts = tuple(offload_hosts)
-    if offload_hosts:  # the stage's optimizer runs on the CPUs of its nodes (`host`, GPUs per node)
-        params = weight_params / dims.state_divisors[2]
-        step = reduce(_maximum, (offload_step_s(params, host, per_node, dtype, optimizer)
-                                 for host, per_node in offload_hosts))
-    else:
-        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer)
-                                 for gpu, p in steppers))
-    return StageTail(reduce_s, step)

@@ -80,7 +80,7 @@ class Schedule:
 
     def gradient_loops(self, virtual_stages: int) -> int:
         """How many times a step's gradients become ready, one loop of chunks at a time (1:
-        all after the last backward; breadth-first: once per chunk, pricing.looped_reduce_s)."""
+        all after the last backward; breadth-first: once per chunk, stage_tail.looped_reduce_s)."""
         return 1
 
     def zero_once_per_loop(self) -> bool:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..core.dims import StageDims
 from ..plan import Training
-from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, replica_memory, span_price, zero_comm
+from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, span_price, zero_comm
+from ..cost.stage_memory import replica_memory
 from ..cost.sharding import Sharding
 from .experts import stage_ep_group, stage_expert_layout
 from .shares import UNCAPPED

@@ -44,7 +44,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
          (b) sum_g y[g] = the model's weight parameters (billions, for the solver);
          (c) sum_i x[i, g] c[i, g] + y[g] o[g] <= GPUs of type g x T.
     Why a GPU's compute plus its optimizer step fits in T: a GPU of stage k computes within
-    the stage's busy time B_k and steps within its tail E_k (pricing.stage_tail takes the
+    the stage's busy time B_k and steps within its tail E_k (cost.stage_tail.stage_tail takes the
     slowest replica type's step), and T = max X + sum tau >= X_k + tau_k = B_k + E_k
     (evaluate.pipeline_time_s). `with_optimizer` False leaves the steps out (compute only).
     """

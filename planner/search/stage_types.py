@@ -179,7 +179,7 @@ def deferred_share_cap(room: np.ndarray, wgrad_share: np.ndarray, in_flight: flo
     """share_cap under a split backward whose rank holds back up to `deferred` W passes
     (Schedule.deferred_w_microbatches): a replica with n micro-batches holds min(n, in-flight)
     whole and the W inputs (`wgrad_share` of a whole one each) of min(deferred, n - in-flight)
-    more (planner.cost.pricing.replica_memory), so past the in-flight ones each further
+    more (planner.cost.stage_memory.replica_memory), so past the in-flight ones each further
     micro-batch needs `wgrad_share` of room, up to `deferred` of them."""
     cap = share_cap(room, in_flight)
     if not deferred:

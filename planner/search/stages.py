@@ -20,8 +20,9 @@ from .interleave import chunk_latency, interleaved_type_arrays
 from ..inputs.model import Model
 from ..plan import Training
 from .context_parallel import cp_choices, places
-from ..cost.pricing import (ChunkTime, DpLayout, boundary_bytes, layer_price, offload_fits, p2p_s, replica_memory,
-                            span_price, stage_tail, zero_comm)
+from ..cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, p2p_s, span_price, zero_comm
+from ..cost.stage_memory import offload_fits, replica_memory
+from ..cost.stage_tail import stage_tail
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
 from ..cost.sharding import Sharding
 from .block import BlockPrices, MemorySavers
@@ -538,7 +539,7 @@ class Problem(MemorySavers, DeferredW):
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
-        (pricing.stage_tail, as evaluate.evaluate); independent of the stage's position."""
+        (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
         slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
         tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
                           slow.cost_params,

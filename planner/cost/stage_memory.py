@@ -1,0 +1,81 @@
+"""One stage replica's memory: its peak on the GPU (replica_memory: model states under ZeRO,
+saved activations of the micro-batches in flight, working sets, the reserve) and ZeRO-Offload's
+host side (its states, its fit, its optimizer step on the CPU). Scalars or numpy arrays over a
+block count, as planner.cost.pricing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formulas import CostParams
+from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activation_bytes
+from .pricing import SpanPrice
+from .states import WEIGHT_BYTES_FP32_TRAINING, MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
+from ..core.dims import StageDims
+from ..inputs.hardware import HostSpec
+from ..inputs.model import DTYPE_BYTES
+
+
+def zero3_gather_bytes(layer_params, dtype: str):
+    """The 16-bit weights ZeRO-3 / FSDP holds all-gathered beside its shards: the layer running
+    and the next one, which its prefetching gathers meanwhile (Zhao et al. 2023, PyTorch FSDP,
+    sec 3.3-3.4: forward and backward prefetch; FSDP2's root and torchtitan's [norm, output] group
+    also stay gathered from their forward to their backward, torch fully_shard _fsdp_state.py,
+    torchtitan parallelize.py apply_fsdp): at most two of the largest layer's."""
+    return 2 * layer_params * DTYPE_BYTES[dtype]
+
+
+def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
+                   deferred=0.0, optimizer: str = "adamw", offload: bool = False,
+                   act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
+    """A replica's peak memory holding `span`: its model states (ZeRO-sharded over the stage's
+    dp replicas, cost.model_state_bytes; the routed experts' over the expert-data-parallel
+    group, StageDims.edp; with `offload` the optimizer states live in host memory), the saved
+    activations of `in_flight` micro-batches (Schedule.in_flight_microbatches), the weight-GEMM
+    inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
+    full recomputation's working set, and the reserve. With `act_offload` the offloaded blocks'
+    activations of every micro-batch in flight are in host memory but for its double buffer."""
+    if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
+        weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
+                                                   optimizer)
+    else:
+        experts = span.expert_params
+        dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
+        expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
+        weights, grads, states = (d + e for d, e in zip(dense, expert))
+    if p.fp32_grad_accumulation and dims.zero <= 1 and dtype != "fp32":  # the same gradients at 4 bytes
+        grads = grads * WEIGHT_BYTES_FP32_TRAINING / gradient_bytes(dtype)
+    weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
+    if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
+        weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)
+    if offload:
+        states = 0.0  # in host memory (ZeRO-Offload, Ren et al. 2021, sec 4.1): offloaded_state_bytes
+    activations = span.act_bytes * in_flight + span.transient_bytes
+    if act_offload.host_bytes:  # in host memory: offloaded_activation_bytes; on the GPU: the double buffer
+        activations = activations - offloaded_activation_bytes(act_offload, in_flight) + act_offload.buffer_bytes
+    if np.ndim(deferred) or deferred:
+        activations = activations + span.wgrad_act_bytes * deferred
+    return MemoryBreakdown(weights, grads, states, activations, p.reserved_memory_bytes)
+
+
+def offloaded_state_bytes(weight_params, dims: StageDims, dtype: str, optimizer: str):
+    """What one GPU's ZeRO-Offload keeps in host memory: its (ZeRO-sharded) fp32 master weights
+    and optimizer states (model_state_bytes' optimizer part; Ren et al. 2021, sec 4.1)."""
+    return model_state_bytes(weight_params, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)[2]
+
+
+def offload_fits(weight_params, dims: StageDims, dtype: str, optimizer: str, host: HostSpec, gpus_per_node: int):
+    """Whether one GPU's offloaded states fit its share of its node's host memory."""
+    return offloaded_state_bytes(weight_params, dims, dtype, optimizer) <= host.memory_bytes / gpus_per_node
+
+
+def offload_step_s(params_on_device, host: HostSpec, gpus_per_node: int, dtype: str, optimizer: str):
+    """ZeRO-Offload's optimizer step for one GPU (Ren et al. 2021, sec 4.1-4.2): its 16-bit
+    gradients down over PCIe, the step on the CPU streaming the states in host memory at the
+    GPU's share of the node's memory bandwidth (the optimizer's traffic, Optimizer), the updated
+    16-bit weights up; counted after the last backward, none of it overlapped (no delayed
+    parameter update, sec 4.3)."""
+    pcie_s = params_on_device * (gradient_bytes(dtype) + DTYPE_BYTES[dtype]) / host.pcie_bytes_per_s
+    cpu_s = (params_on_device * get_optimizer(optimizer).step_traffic_bytes
+             / (host.memory_bandwidth_bytes_per_s / gpus_per_node))
+    return pcie_s + cpu_s

@@ -1,0 +1,114 @@
+"""A stage's work after its last micro-batch: the data-parallel gradient reduction the last
+backward does not hide, and the optimizer step (on the GPUs, or on the nodes' CPUs under
+ZeRO-Offload). Scalars or numpy arrays over a block count, as planner.cost.pricing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Iterable
+
+from .formulas import CostParams, optimizer_step_s
+from .pricing import DpLayout, _maximum
+from .stage_memory import offload_step_s
+from .states import gradient_bytes
+from ..core.dims import StageDims
+from ..inputs.hardware import GpuSpec, HostSpec
+from ..inputs.model import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class StageTail:
+    grad_reduce_s: float  # the data-parallel gradient reduction not hidden by the last backward
+    optimizer_s: float
+
+    @property
+    def total_s(self):
+        return self.grad_reduce_s + self.optimizer_s
+
+
+def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0,
+                optimizer: str = "adamw"):
+    """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
+    above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
+    al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
+    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
+    if dims.ep == 1 and not dims.etp:
+        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer)
+    return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
+                            + expert_params / dims.expert_state_divisors[2], gpu, p, optimizer)
+
+
+def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
+    """The gradient reduction still running after the last backward when a rank's `loops`
+    chunks finish their backwards one loop (`loop_bwd_s`) apart and each reduces its 1/loops
+    of the gradients as soon as its loop ends, one reduction after the other: the last to
+    finish of (j + 1) reduce/loops - j loop_bwd (Lamy-Poirier 2023, Breadth-First Pipeline
+    Parallelism, sec 3.2: the reduction of earlier loops overlaps the remaining backwards)."""
+    return reduce(_maximum, ((j + 1) * reduce_s / loops - j * loop_bwd_s for j in range(loops)))
+
+
+def grad_reduce_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams, min_bwd_s,
+                  loops: int = 1, loop_bwd_s=0.0, expert_params=0.0, expert_layout: DpLayout | None = None):
+    """The data-parallel gradient reduction after the last backward, exposed: an all-reduce's
+    volume (ZeRO-1: reduce-scatter the gradients, all-gather the weights); ZeRO-2 only
+    all-gathers the weights (its reduce-scatters ran per micro-batch); ZeRO-3 needs nothing.
+    With `expert_layout` (expert parallelism) the routed experts' `expert_params` (of
+    weight_params) reduce over their expert-data-parallel group instead, after the dense ones
+    (Megatron-core DistributedDataParallel: the expert parameters in their own buffers, reduced
+    over the expert-data-parallel group; StageDims.edp_group).
+    With overlap it hides behind the last micro-batch's backward (Megatron, PyTorch DDP).
+    A breadth-first schedule's `loops` reduce as each loop ends (looped_reduce_s)."""
+    if dims.zero >= 3 or (layout.replicas <= 1 and (expert_layout is None or expert_layout.replicas <= 1)):
+        return 0.0
+    if expert_layout is None:
+        seconds = _reduce_volume_s(weight_params, dims, dtype, layout, p)
+    else:
+        seconds = (_reduce_volume_s(weight_params - expert_params, dims, dtype, layout, p)
+                   + _reduce_volume_s(expert_params, dims, dtype, expert_layout, p))
+    if loops > 1:
+        seconds = looped_reduce_s(seconds, loops, loop_bwd_s)
+    if p.overlap_grad_reduce:
+        seconds = _maximum(0.0, seconds - min_bwd_s / loops)
+    return seconds
+
+
+def _reduce_volume_s(weight_params, dims: StageDims, dtype: str, layout: DpLayout, p: CostParams):
+    """grad_reduce_s of `weight_params` over `layout`, before overlap."""
+    if layout.replicas <= 1:
+        return 0.0
+    if dtype == "bf16" and p.bf16_fp32_grad_allreduce and dims.zero <= 1:
+        # DeepSpeed's pipeline engine under bf16 all-reduces its BF16 optimizer's fp32 gradients
+        # (PipelineEngine._bf16_reduce_grads); with ZeRO-1 the optimizer then all-gathers the
+        # updated 16-bit weights of its shards (half an all-reduce)
+        seconds = layout.allreduce_s(weight_params * 4, p)
+        if dims.zero == 1:
+            seconds = seconds + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2
+    else:
+        seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
+    if dims.zero == 2:
+        seconds = seconds / 2
+    return seconds
+
+
+def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, reduce_params: CostParams, min_bwd_s,
+               steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
+               expert_params=0.0, optimizer: str = "adamw",
+               offload_hosts: Iterable[tuple[HostSpec, int]] = (),
+               expert_layout: DpLayout | None = None) -> StageTail:
+    """What a stage adds after its last micro-batch: the gradient reduction (at the
+    parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
+    backward `min_bwd_s`; breadth-first `loops`; the experts' over `expert_layout` under
+    expert parallelism; grad_reduce_s) and the slowest optimizer step of its replicas' GPU
+    types (ZeRO-Offload: of its nodes' CPUs, offload_step_s)."""
+    reduce_s = grad_reduce_s(weight_params, dims, dtype, layout, reduce_params, min_bwd_s, loops, loop_bwd_s,
+                             expert_params, expert_layout)
+    offload_hosts = tuple(offload_hosts)
+    if offload_hosts:  # the stage's optimizer runs on the CPUs of its nodes (`host`, GPUs per node)
+        params = weight_params / dims.state_divisors[2]
+        step = reduce(_maximum, (offload_step_s(params, host, per_node, dtype, optimizer)
+                                 for host, per_node in offload_hosts))
+    else:
+        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer)
+                                 for gpu, p in steppers))
+    return StageTail(reduce_s, step)
