@@ -273,6 +273,7 @@ class PriceTables:
     # planner.search.completion: kappa per group, and per nodes used the least time a block left adds
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
+    no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
