@@ -259,7 +259,7 @@ class PriceTables:
     dims: dict[StageConfig, StageDims] = field(default_factory=dict)
     dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)
-    caps: dict[tuple, tuple] = field(default_factory=dict)
+    caps: dict[tuple, object] = field(default_factory=dict)  # per config id and position: caps, offload's test
     links: dict[tuple, Link] = field(default_factory=dict)
     stage_levels: dict[tuple, tuple] = field(default_factory=dict)  # (config, flags, link): costs by capping level
     stage: dict[tuple, StageCost] = field(default_factory=dict)
@@ -268,7 +268,8 @@ class PriceTables:
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
     block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
-    block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
+    # (cid, flags, in flight) -> (types, k); (cid, flags) -> block.block_memory; (cid, flags, k bytes) -> types
+    block_types: dict[tuple, object] = field(default_factory=dict)
     least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
     # planner.search.completion: kappa per group, and per nodes used the least time a block left adds
     kappas: dict[int, float] = field(default_factory=dict)

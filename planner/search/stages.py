@@ -322,17 +322,18 @@ class Problem(MemorySavers, DeferredW):
         feasible = np.isfinite(xs)
         taus = np.where(feasible, taus, INF)
         m = len(members)
-        order_index = np.arange(m)[:, None, None]
-        other_index = np.arange(m)[None, :, None]
-        ta, tb = taus[:, None, :], taus[None, :, :]
-        xa, xb = xs[:, None, :], xs[None, :, :]
-        # b dominates a: no worse in both, and better in one or equal and earlier
-        dominates = feasible[None, :, :] & (tb <= ta) & (xb <= xa) & \
-            ((tb < ta) | (xb < xa) | (other_index < order_index))
-        kept = feasible & ~dominates.any(axis=1)
-        sort_key = np.where(kept, taus, INF)
-        order = np.argsort(sort_key, axis=0, kind="stable")
-        count = kept.sum(axis=0)
+        # b dominates a: feasible, no worse in both, and better in one or equal and earlier. Per
+        # block count, in (tau, X, index) order a config is dominated exactly when some config
+        # before it has X no larger: kept where X is below the least X before it (a Pareto
+        # front, O(m log m) per column). Kept taus then rise strictly, so that order is by tau.
+        index = np.broadcast_to(np.arange(m)[:, None], taus.shape)
+        lex = np.lexsort((index.T, xs.T, taus.T), axis=-1).T  # (m, columns): rows in (tau, X, index) order
+        x_sorted = np.take_along_axis(xs, lex, axis=0)
+        before = np.minimum.accumulate(np.concatenate([np.full((1, xs.shape[1]), INF), x_sorted[:-1]]), axis=0)
+        kept_sorted = np.isfinite(x_sorted) & (x_sorted < before)
+        # the kept ones first, in that order (a stable sort of the flags keeps it)
+        order = np.take_along_axis(lex, np.argsort(~kept_sorted, axis=0, kind="stable"), axis=0)
+        count = kept_sorted.sum(axis=0)
         variants = []
         columns = np.arange(taus.shape[1])
         for j in range(int(count.max()) if count.size else 0):
@@ -415,9 +416,14 @@ class Problem(MemorySavers, DeferredW):
             if self._no_shares(cid):
                 tables.stage[key] = out[index] = self._nowhere()
                 continue
-            if config.offload and self._offload_never_needed(config, flags, position):
-                tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
-                continue
+            if config.offload:
+                never_key = ("offload never needed", cid, flags, position)
+                never = tables.caps.get(never_key)
+                if never is None:
+                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
+                if never:
+                    tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+                    continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
                 blocks.append((index, key, cid, self.link(cid, successor_id)))
                 continue
