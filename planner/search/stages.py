@@ -413,9 +413,6 @@ class Problem(MemorySavers, DeferredW):
                 out[index] = cached
                 continue
             config = self.catalog.configs[cid]
-            if self._no_shares(cid):
-                tables.stage[key] = out[index] = self._nowhere()
-                continue
             if config.offload:
                 never_key = ("offload never needed", cid, flags, position)
                 never = tables.caps.get(never_key)
@@ -424,6 +421,9 @@ class Problem(MemorySavers, DeferredW):
                 if never:
                     tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
                     continue
+            if self._no_shares(cid):
+                tables.stage[key] = out[index] = self._nowhere()
+                continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
                 blocks.append((index, key, cid, self.link(cid, successor_id)))
                 continue
