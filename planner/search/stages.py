@@ -29,7 +29,7 @@ from .deferred import DeferredW
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
-                          TypeArrays, Variant, share_cap)
+                          TypeArrays, Variant, pareto_front, share_cap)
 
 __all__ = ["INF", "Problem", "Restriction", "searched_recompute_modes", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
@@ -321,19 +321,7 @@ class Problem(MemorySavers, DeferredW):
         xs = np.stack([c.x for c in costs])
         feasible = np.isfinite(xs)
         taus = np.where(feasible, taus, INF)
-        m = len(members)
-        # b dominates a: feasible, no worse in both, and better in one or equal and earlier. Per
-        # block count, in (tau, X, index) order a config is dominated exactly when some config
-        # before it has X no larger: kept where X is below the least X before it (a Pareto
-        # front, O(m log m) per column). Kept taus then rise strictly, so that order is by tau.
-        index = np.broadcast_to(np.arange(m)[:, None], taus.shape)
-        lex = np.lexsort((index.T, xs.T, taus.T), axis=-1).T  # (m, columns): rows in (tau, X, index) order
-        x_sorted = np.take_along_axis(xs, lex, axis=0)
-        before = np.minimum.accumulate(np.concatenate([np.full((1, xs.shape[1]), INF), x_sorted[:-1]]), axis=0)
-        kept_sorted = np.isfinite(x_sorted) & (x_sorted < before)
-        # the kept ones first, in that order (a stable sort of the flags keeps it)
-        order = np.take_along_axis(lex, np.argsort(~kept_sorted, axis=0, kind="stable"), axis=0)
-        count = kept_sorted.sum(axis=0)
+        order, count = pareto_front(taus, xs)
         variants = []
         columns = np.arange(taus.shape[1])
         for j in range(int(count.max()) if count.size else 0):
