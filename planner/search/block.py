@@ -54,15 +54,37 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
     the stage's recomputed-block count k per block count: the largest any replica type needs
     (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
     are those of the span with k blocks recomputed, priced as planner.cost.evaluate prices it."""
+    k = recomputed_blocks(block_memory(types, prices, dims, t, flags, n, offload), in_flight, n)
+    return block_types_at(types, prices, dims, t, layout, flags, k, n, offload, expert_layout), k
+
+
+def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+                 flags: tuple[bool, bool], n: np.ndarray, offload: bool = False) -> list[tuple]:
+    """Per replica type, what smallest_fitting_k takes besides the in-flight count: (free bytes
+    and activation bytes with none recomputed, bytes saved per recomputed block, transient)."""
     has_head, has_emb = flags
-    needed = []
+    out = []
     for ta, bp in zip(types, prices):
         none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
         free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, t.dtype, dims, ta.cost_params,
                                                           optimizer=t.optimizer, offload=offload).total_bytes
         saved = bp.kept.act_bytes - bp.recomputed.act_bytes
-        needed.append(smallest_fitting_k(free, none.act_bytes, saved, bp.recomputed.transient_bytes, in_flight, n))
-    k = np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
+        out.append((free, none.act_bytes, saved, bp.recomputed.transient_bytes))
+    return out
+
+
+def recomputed_blocks(memory: list[tuple], in_flight: float, n: np.ndarray) -> np.ndarray:
+    """The stage's recomputed-block count per block count: the largest any replica type needs
+    (smallest_fitting_k on block_memory's figures)."""
+    needed = [smallest_fitting_k(free, acts, saved, transient, in_flight, n) for free, acts, saved, transient in memory]
+    return np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
+
+
+def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+                   layout: DpLayout | None, flags: tuple[bool, bool], k: np.ndarray, n: np.ndarray,
+                   offload: bool = False, expert_layout: DpLayout | None = None) -> list[TypeArrays]:
+    """The config's type arrays with k[n] of its n blocks recomputed (block_type_arrays)."""
+    has_head, has_emb = flags
     kf = k.astype(float)
     out = []
     for ta, bp in zip(types, prices):
@@ -80,7 +102,7 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
         out.append(TypeArrays(ta.count, ta.group, {flags: time}, {flags: span.bwd_s}, {flags: w},
                               {flags: span.expert_params}, {flags: room}, ta.boundary_bytes, ta.cost_params,
                               cp_link=ta.cp_link))
-    return out, k
+    return out
 
 
 def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes: tuple[str, ...]) -> np.ndarray:
@@ -114,12 +136,22 @@ class MemorySavers:
         if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
             tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
         if key not in tables.block_types:
-            layout = self.dp_layout(config) if config.zero >= 2 else None
+            # the in-flight count matters only through k: the memory figures by (config, flags),
+            # the type arrays by (config, flags, k)
             n = self.inputs.blocks
-            expert_layout = stage_expert_layout(self.inputs, config, self.dims(config)) if config.zero >= 2 else None
-            block_types, k = block_type_arrays(types, tables.block_prices[config], self.dims(config),
-                                               self.inputs.t, layout, flags, in_flight, n, config.offload,
-                                               expert_layout)
+            memory = tables.block_types.get((cid, flags))
+            if memory is None:
+                memory = tables.block_types[(cid, flags)] = block_memory(
+                    types, tables.block_prices[config], self.dims(config), self.inputs.t, flags, n, config.offload)
+            k = recomputed_blocks(memory, in_flight, n)
+            by_k = (cid, flags, k.tobytes())
+            block_types = tables.block_types.get(by_k)
+            if block_types is None:
+                layout = self.dp_layout(config) if config.zero >= 2 else None
+                expert_layout = stage_expert_layout(self.inputs, config, self.dims(config)) if config.zero >= 2 else None
+                block_types = tables.block_types[by_k] = block_types_at(
+                    types, tables.block_prices[config], self.dims(config), self.inputs.t, layout, flags, k, n,
+                    config.offload, expert_layout)
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
@@ -135,8 +167,13 @@ class MemorySavers:
             if (k < 0).all():  # "block" repeats another mode everywhere
                 tables.stage[key] = out[index] = self._nowhere()
                 continue
-            caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-            caps_key = ("block", cid, flags, link, b"".join(c.tobytes() for c in caps) + k.tobytes())
+            memo_key = ("block", cid, flags, in_flight)  # the caps do not depend on the link
+            memo = tables.caps.get(memo_key)
+            if memo is None:
+                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes())
+            caps = memo[0]
+            caps_key = ("block", cid, flags, link, memo[1])
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 tables.stage[key] = out[index] = cached

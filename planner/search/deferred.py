@@ -64,8 +64,13 @@ class DeferredW:
         for index, key, base_key in todo:
             cid, _, link = base_key
             types = self._types_for(cid)
-            caps = self.share_caps(types, flags, position)
-            caps_key = ("deferred", base_key, b"".join(c.tobytes() for c in caps))
+            memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
+            memo = tables.caps.get(memo_key)
+            if memo is None:
+                caps = self.share_caps(types, flags, position)
+                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps))
+            caps = memo[0]
+            caps_key = ("deferred", base_key, memo[1])
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 tables.stage[key] = out[index] = cached

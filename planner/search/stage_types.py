@@ -169,6 +169,23 @@ class Variant:
     runs: tuple  # (config id, where the variant uses it, slope of its tau or None), by config id
 
 
+def pareto_front(taus: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column (block count) of m configs' (tau, X) rows, those no other dominates, by tau:
+    (order, count), order[:count[c], c] the kept rows of column c by rising tau. b dominates a
+    where b is feasible (X finite), no worse in both and better in one, or equal and earlier.
+    In (tau, X, row) order a row is dominated exactly when some row before it has X no larger,
+    so the kept rows are those whose X is below every X before them (O(m log m) a column;
+    rows with tau infinite must have X infinite). Their taus rise strictly, so that order is by tau."""
+    m = taus.shape[0]
+    index = np.broadcast_to(np.arange(m)[:, None], taus.shape)
+    lex = np.lexsort((index.T, xs.T, taus.T), axis=-1).T  # rows in (tau, X, row) order per column
+    x_sorted = np.take_along_axis(xs, lex, axis=0)
+    before = np.minimum.accumulate(np.concatenate([np.full((1, xs.shape[1]), INF), x_sorted[:-1]]), axis=0)
+    kept = np.isfinite(x_sorted) & (x_sorted < before)
+    # the kept rows first, in that order (a stable sort of the flags keeps it)
+    return np.take_along_axis(lex, np.argsort(~kept, axis=0, kind="stable"), axis=0), kept.sum(axis=0)
+
+
 def share_cap(room: np.ndarray, in_flight: float) -> np.ndarray:
     """The most micro-batches a replica may take: unbounded when its memory holds the
     in-flight ones, else those that fit (a replica with n micro-batches holds min(n, in-flight))."""
@@ -258,7 +275,7 @@ class PriceTables:
     dims: dict[StageConfig, StageDims] = field(default_factory=dict)
     dp_layouts: dict[StageConfig, DpLayout] = field(default_factory=dict)
     tails: dict[tuple, np.ndarray] = field(default_factory=dict)
-    caps: dict[tuple, tuple] = field(default_factory=dict)
+    caps: dict[tuple, object] = field(default_factory=dict)  # per config id and position: caps, offload's test
     links: dict[tuple, Link] = field(default_factory=dict)
     stage_levels: dict[tuple, tuple] = field(default_factory=dict)  # (config, flags, link): costs by capping level
     stage: dict[tuple, StageCost] = field(default_factory=dict)
@@ -267,11 +284,13 @@ class PriceTables:
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
     recipes: dict[tuple, tuple] = field(default_factory=dict)  # planner.search.dp: by variant and bound's cut
     block_prices: dict[StageConfig, list] = field(default_factory=dict)  # recompute "block": block.BlockPrices
-    block_types: dict[tuple, tuple] = field(default_factory=dict)  # (cid, flags, in flight) -> (types, k)
+    # (cid, flags, in flight) -> (types, k); (cid, flags) -> block.block_memory; (cid, flags, k bytes) -> types
+    block_types: dict[tuple, object] = field(default_factory=dict)
     least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
     # planner.search.completion: kappa per group, and per nodes used the least time a block left adds
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
+    no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,

@@ -30,7 +30,7 @@ from .deferred import DeferredW
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
-                          TypeArrays, Variant, share_cap)
+                          TypeArrays, Variant, pareto_front, share_cap)
 
 __all__ = ["INF", "Problem", "Restriction", "searched_recompute_modes", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
@@ -288,40 +288,42 @@ class Problem(MemorySavers, DeferredW):
                     ranks: int | None = None) -> tuple["Variant", ...]:
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
-        so variant j holds the j-th such config by tau. Usually one variant remains."""
-        key = (fid, self.position(stage_from_end, ranks), stage_from_end == 1, has_emb, successor_id)
-        cached = self.tables.family.get(key)
+        so variant j holds the j-th such config by tau. Usually one variant remains.
+        Cached by the family's position and its boundary link to the successor (every member
+        sits on the same nodes, so successors of the same link price it alike)."""
+        tables = self.tables
+        fast_key = (fid, stage_from_end, ranks, has_emb, successor_id)
+        cached = tables.family.get(fast_key)
         if cached is not None:
             return cached
+        members = self.catalog.families[fid]
+        key = (fid, self.position(stage_from_end, ranks), stage_from_end == 1, has_emb,
+               self.link(members[0], successor_id))
+        cached = tables.family.get(key)
+        if cached is None:
+            cached = tables.family[key] = self._merged_family(fid, stage_from_end, has_emb, successor_id, ranks)
+        tables.family[fast_key] = cached
+        return cached
+
+    def _merged_family(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
+                       ranks: int | None) -> tuple["Variant", ...]:
+        """family_cost, uncached."""
         members = self.catalog.families[fid]
         costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
         if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
             kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
             if not members:
-                self.tables.family[key] = ()
                 return ()
         costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
-            self.tables.family[key] = merged
             return merged
         taus = np.stack([c.tau for c in costs])
         xs = np.stack([c.x for c in costs])
         feasible = np.isfinite(xs)
         taus = np.where(feasible, taus, INF)
-        m = len(members)
-        order_index = np.arange(m)[:, None, None]
-        other_index = np.arange(m)[None, :, None]
-        ta, tb = taus[:, None, :], taus[None, :, :]
-        xa, xb = xs[:, None, :], xs[None, :, :]
-        # b dominates a: no worse in both, and better in one or equal and earlier
-        dominates = feasible[None, :, :] & (tb <= ta) & (xb <= xa) & \
-            ((tb < ta) | (xb < xa) | (other_index < order_index))
-        kept = feasible & ~dominates.any(axis=1)
-        sort_key = np.where(kept, taus, INF)
-        order = np.argsort(sort_key, axis=0, kind="stable")
-        count = kept.sum(axis=0)
+        order, count = pareto_front(taus, xs)
         variants = []
         columns = np.arange(taus.shape[1])
         for j in range(int(count.max()) if count.size else 0):
@@ -333,8 +335,8 @@ class Problem(MemorySavers, DeferredW):
             slopes = {cid: c.slope for cid, c in zip(members, costs)}
             runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
             variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
-        self.tables.family[key] = self.tables.family_by_costs[costs_key] = tuple(variants)
-        return self.tables.family[key]
+        self.tables.family_by_costs[costs_key] = tuple(variants)
+        return self.tables.family_by_costs[costs_key]
 
     def signature_id(self, groups: frozenset[int]) -> int:
         sig = self.signature(groups)
@@ -401,8 +403,16 @@ class Problem(MemorySavers, DeferredW):
                 out[index] = cached
                 continue
             config = self.catalog.configs[cid]
-            if config.offload and self._offload_never_needed(config, flags, position):
-                tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+            if config.offload:
+                never_key = ("offload never needed", cid, flags, position)
+                never = tables.caps.get(never_key)
+                if never is None:
+                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
+                if never:
+                    tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+                    continue
+            if self._no_shares(cid):
+                tables.stage[key] = out[index] = self._nowhere()
                 continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
                 blocks.append((index, key, cid, self.link(cid, successor_id)))
@@ -466,6 +476,22 @@ class Problem(MemorySavers, DeferredW):
                     latency, split = self.latency(types, flags, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+
+    def _no_shares(self, cid: int) -> bool:
+        """Whether no batch shares exist for the config's replicas whatever their times and caps, so
+        the makespan (min_makespan, even_makespan) is infinite at every block count: fewer
+        micro-batches than replicas x least_share, or even shares that do not divide them. Its type
+        arrays are priced all the same (they carry the smallest overflow a no-plan message reports)."""
+        known = self.tables.no_shares.get(cid)
+        if known is None:
+            replicas = self.dims(self.catalog.configs[cid]).dp
+            inputs = self.inputs
+            known = inputs.microbatches < replicas * inputs.least_share or bool(
+                inputs.restriction.even_shares and inputs.microbatches % replicas)
+            if known:
+                self._types_for(cid)
+            self.tables.no_shares[cid] = known
+        return known
 
     def makespan(self, counts, times, caps) -> np.ndarray:
         """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
