@@ -2,6 +2,7 @@
 + V100 clusters of many shapes.
 
     python benchmarks/planning_time.py [--rows NAME ...] [--time-limit 300] [--loss-limit 0] [--runtime megatron]
+                                       [--compare-any]
 
 Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global batch is one
 4096-token sequence per GPU):
@@ -12,8 +13,8 @@ Rows (8 GPUs a node, one IB fabric: 400, 200 and 50 GB/s per node; the global ba
 Each row runs in its own child process (`--row NAME`), which reports its wall and CPU
 seconds and its peak resident memory (resource.getrusage ru_maxrss). `plan` runs as the CLI
 does, with the time limit (default: the CLI's, 300 s) and the runtime (default: the CLI's,
-megatron, whose plan is then compared with the same search under `--runtime any`, which the
-row's time includes; `--runtime any` times the unconstrained search alone). Columns: the decomposition the
+megatron; `--runtime any` times the unconstrained search; `--compare-any` adds plan's comparison
+search under `--runtime any` to each row's time, as `planner plan --compare-any`). Columns: the decomposition the
 search used (planner.search.decompose), the predicted step time, pipeline ranks and virtual stages,
 whether the plan is proven optimal, its gap to the lower bound (planner.search.bound) and, with
 `--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
@@ -78,12 +79,13 @@ ROWS = {  # name: cluster spec
 LOSS_ROWS = ("3+3+4", "4+4+5")  # 10-16 nodes: the exact search of the whole cluster is within reach
 
 
-def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str = "megatron") -> dict:
+def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str = "megatron",
+            compare_any: bool = False) -> dict:
     """One row, in this process: what the parent prints."""
     cluster = cluster_from_spec(ROWS[name], "benchmark")
     request = PlanRequest(model=load_model("llama-3-70b"), cluster=cluster, global_batch=cluster.num_gpus,
                           seq_len=4096, dtype="fp16", time_limit_s=time_limit_s, max_bundle_nodes=max_parts,
-                          runtime=runtime)
+                          runtime=runtime, compare_any=compare_any)
     started, cpu = time.perf_counter(), time.process_time()
     result = plan(request)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -94,8 +96,10 @@ def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str 
             "gap": result.gap, "decomposition": result.decomposition}
 
 
-def in_child(name: str, time_limit_s: float | None, max_parts: int = 4, runtime: str = "megatron") -> dict:
+def in_child(name: str, time_limit_s: float | None, max_parts: int = 4, runtime: str = "megatron",
+             compare_any: bool = False) -> dict:
     args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts), "--runtime", runtime]
+    args += ["--compare-any"] if compare_any else []
     args += ["--time-limit", "none" if time_limit_s is None else str(time_limit_s)]
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode:  # no plan (NoFeasiblePlan): the row says why instead of ending the table
@@ -111,18 +115,20 @@ def main() -> None:
     parser.add_argument("--loss-limit", type=float, default=0.0,
                         help="seconds for the exact search of the LOSS_ROWS (0: skip)")
     parser.add_argument("--runtime", default="megatron", help="the runtime whose space is searched (the CLI's default)")
+    parser.add_argument("--compare-any", action="store_true",
+                        help="include plan's --compare-any search (the same search under --runtime any)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--max-parts", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     limit = None if args.time_limit == "none" else float(args.time_limit)
     if args.row:
-        print(json.dumps(run_row(args.row, limit, args.max_parts, args.runtime)))
+        print(json.dumps(run_row(args.row, limit, args.max_parts, args.runtime, args.compare_any)))
         return
     print("| cluster | GPUs | nodes | searched as | wall s | CPU s | peak MiB | step s | pp | V | optimal "
           "| gap vs bound | loss vs exact |")
     print("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|--:|--:|")
     for name in args.rows:
-        row = in_child(name, limit, runtime=args.runtime)
+        row = in_child(name, limit, runtime=args.runtime, compare_any=args.compare_any)
         if "error" in row:
             print(f"| {name} | no plan: {row['error']} |", flush=True)
             continue

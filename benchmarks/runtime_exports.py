@@ -57,7 +57,7 @@ def main() -> int:
             for runtime in runtimes:
                 path = os.path.join(tmp, f"{runtime}-{cluster_name}-{model_name}.json")
                 planned = cli("plan", "--model", model_name, "--cluster", cluster_name, "--global-batch",
-                              str(GLOBAL_BATCH), "--seq-len", str(SEQ_LEN), "--runtime", runtime, "-o", path)
+                              str(GLOBAL_BATCH), "--seq-len", str(SEQ_LEN), "--runtime", runtime, "--compare-any", "-o", path)
                 if planned.returncode:
                     print(f"{runtime:10} {model_name:11} {cluster_name:15} plan exit {planned.returncode}: "
                           f"{planned.stderr.strip().splitlines()[-1]}", flush=True)

@@ -61,7 +61,8 @@ def main() -> None:
             dtype = resolve_dtype(cluster, None, runtime)  # torchtitan has no fp16: fp32 on V100s
             started = time.perf_counter()
             result = api.plan(api.PlanRequest(model=model, cluster=cluster, global_batch=GLOBAL_BATCH,
-                                              seq_len=SEQ_LEN, dtype=dtype, time_limit_s=None, runtime=runtime))
+                                              seq_len=SEQ_LEN, dtype=dtype, time_limit_s=None, runtime=runtime,
+                                              compare_any=True))
             seconds = time.perf_counter() - started
             step = result.estimate.step_time_s
             free = result.any_runtime_step_s

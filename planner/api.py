@@ -12,7 +12,7 @@ nothing here prints or exits (warnings go to the `warn` callback, progress to `o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from .core.clock import DEFAULT_TIME_LIMIT_S, Progress
@@ -77,6 +77,9 @@ class PlanRequest:
     profiles: tuple[str, ...] = ()
     calibrations: tuple[str, ...] = ()
     runtime: str = "megatron"  # planner.cost.runtimes
+    # search once more under `--runtime any` for solver.any_runtime_step_s (what a freer runtime
+    # would gain); off by default: it can take longer than the plan's own search
+    compare_any: bool = False
 
 
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
@@ -124,7 +127,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                        f"{global_batch}", "--global-batch")
     result = solve(model, cluster, base, options, on_progress)
     if request.runtime != "any":
-        result = _with_any_runtime(result, model, cluster, base, options)
+        result = (_with_any_runtime(result, model, cluster, base, options) if request.compare_any
+                  else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
@@ -132,6 +136,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
 
 
 ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any` search
+NOT_COMPARED_NOTE = "not searched (--compare-any searches it)"
 
 
 def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
@@ -139,7 +144,6 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
     every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
     or that search does not finish in it."""
-    from dataclasses import replace
 
     from .search.driver import NothingFaster, solve
 

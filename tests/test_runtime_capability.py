@@ -101,8 +101,13 @@ def test_plan_reports_what_any_would_gain_and_skips_it_without_time():
     model, cluster, base = pipeline_instance(3)
     request = api.PlanRequest(model=model, cluster=cluster, global_batch=base.global_batch, seq_len=base.seq_len,
                               dtype="fp16", micro_batches=(1, 2), virtual_stages=(1, 2), time_limit_s=None,
-                              runtime="megatron")
+                              runtime="megatron", compare_any=True)
     result = api.plan(request)
+    # without --compare-any the comparison is not searched, and the plan file says so
+    plain = api.plan(replace(request, compare_any=False))
+    assert plain.any_runtime_step_s is None and "--compare-any" in plain.any_runtime_note
+    assert api.plan_json(plain)["solver"]["any_runtime_step_s"] is None
+    assert plain.estimate.step_time_s == result.estimate.step_time_s
     # the same physics (any is priced as megatron); the comparison keeps the upstream schedules (no ZB-H1)
     free = api.plan(replace(request, runtime="any", zero_bubble=False))
     assert "any_runtime_step_s" not in api.plan_json(free)["solver"]
@@ -175,6 +180,6 @@ def test_torchtitan_plan_with_its_any_runtime_comparison_reprices_exactly():
     from planner.api import PlanRequest, plan
 
     result = plan(PlanRequest(model="llama-3-70b", cluster="dgx-a100", global_batch=64, seq_len=4096,
-                              runtime="torchtitan"))
+                              runtime="torchtitan", compare_any=True))
     assert result.plan.training.runtime == "torchtitan"
     assert result.any_runtime_step_s is None or result.any_runtime_step_s > 0

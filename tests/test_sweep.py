@@ -411,12 +411,17 @@ def test_run_ray_interrupted_cancels_what_is_in_flight(monkeypatch):
     assert len(fake.cancelled) == 2 and set(fake.cancelled) == set(fake.results)
 
 
-def test_rows_name_their_runtime_and_what_any_would_reach(base):
+def test_rows_name_their_runtime_and_what_any_would_reach(base, tmp_path):
     _, _, rows, _ = base
     for r in rows:
         assert r["runtime"] == "megatron"  # the default, as `planner plan`
-        if r["status"] == "ok":
-            assert 0 < float(r["any_runtime_step_s"]) <= float(r["step_time_s"])
+        assert r["any_runtime_step_s"] == ""  # not searched without --compare-any
+    out = tmp_path / "compare.csv"
+    result = run_sweep("--compare-any", "-o", out, models=("gpt2",), batches=(32,))
+    assert result.exit_code == 0, (result.output, result.exception)
+    _, compared = read_csv(out)
+    assert compared[0]["status"] == "ok"
+    assert 0 < float(compared[0]["any_runtime_step_s"]) <= float(compared[0]["step_time_s"])
 
 
 def test_runtime_option_plans_for_that_runtime(tmp_path):

@@ -40,12 +40,16 @@ from .output import emit, search_progress, warn
                    "(identical bundles where they divide; not proven optimal).")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
+@click.option("--compare-any", "compare_any", is_flag=True,
+              help="Search once more under --runtime any, bounded by the plan found, and report what a runtime "
+                   "with uneven shares and per-stage TP would gain (solver.any_runtime_step_s); it can take "
+                   "longer than the plan's own search.")
 @measurement_options
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
 def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, attention, optimizer, micro_batches, virtual_stages,
-                 zero_bubble, cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, runtime, profiles, calibrations, links, as_json, output) -> None:
+                 zero_bubble, cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, compare_any, runtime, profiles, calibrations, links, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
 
     Without options it plans llama-3-8b on the built-in A100 + V100 example cluster.
@@ -56,6 +60,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_rec
       planner plan --model llama-3-70b --cluster h100-a100-v100 --global-batch 1024 \\
           --seq-len 4096 -o plan.json
       planner plan --virtual-stages 1          # 1F1B only, no interleaving
+      planner plan --compare-any               # and what --runtime any would gain
     """
     runtime = runtime or "megatron"
     get_runtime(runtime)  # an unknown name is a bad input before anything is read
@@ -73,7 +78,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_rec
         cp_degrees=tuple(cp_degrees),
         ep_degrees=tuple(ep_degrees),
         max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),
-        calibrations=tuple(calibrations), runtime=runtime)
+        calibrations=tuple(calibrations), runtime=runtime, compare_any=compare_any)
     with search_progress(sys.stderr.isatty()) as on_progress:
         result = plan(request, on_progress, warn)
     emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan", inputs)

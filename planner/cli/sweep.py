@@ -54,17 +54,20 @@ def _shard_option(ctx, param, value):
 @click.option("--runtime", type=str, default="megatron", show_default=True, metavar="NAME",
               help="Plan what this runtime can run, as `planner plan --runtime` (megatron, torchtitan, deepspeed, "
                    "megatron-2021, fsdp1, any); the `runtime` column.")
+@click.option("--compare-any", "compare_any", is_flag=True,
+              help="Also search each row under --runtime any, as `planner plan --compare-any`: the "
+                   "`any_runtime_step_s` column (empty without it).")
 @click.option("-o", "--output", type=str, required=True, metavar="FILE",
               help="Results file: .csv or .jsonl (one JSON object per line).")
 def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir, resume, shard, time_limit,
-                  micro_batches, virtual_stages, runtime, output) -> None:
+                  micro_batches, virtual_stages, runtime, compare_any, output) -> None:
     """Plan every combination of models, clusters, global batches and sequence lengths.
 
     Combinations are the cartesian product of the repeated options, numbered models
     outermost, then clusters, batches and sequence lengths, in the order given. Each gets one
     row: model, cluster, global_batch, seq_len, status (ok, infeasible or error), reason,
     step_time_s, tokens_per_s, mfu, pp, tp, dp, num_gpus_used, solver_seconds, runtime,
-    any_runtime_step_s. One bad
+    any_runtime_step_s (with --compare-any). One bad
     combination never stops the others. Each row is the plan `planner plan` finds for the
     same inputs (--micro-batch and --virtual-stages as there). Rows are appended as they finish; at the end the
     file is rewritten sorted by combination index, so it does not depend on --jobs or
@@ -111,7 +114,7 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir
             counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
                            resume=resume, shard=shard, time_limit=time_limit, progress=progress,
                            executor=executor, micro_batches=micro_batches, virtual_stages=virtual_stages,
-                           runtime=runtime)
+                           runtime=runtime, compare_any=compare_any)
     except SweepInterrupted as exc:
         err(str(exc))
         sys.exit(exc.exit_code)

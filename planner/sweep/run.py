@@ -40,7 +40,7 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
           shard: tuple[int, int] | None = None, time_limit: float | None = None,
           progress: Callable[[int, int], Any] | None = None, executor: str = "local",
           micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = (),
-          runtime: str = "megatron") -> dict[str, int]:
+          runtime: str = "megatron", compare_any: bool = False) -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.
 
     `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
@@ -50,7 +50,8 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
     A second sweep on the same output while one runs is BadInput (see exclusive_lock).
     Every row is planned as `planner plan` would with `time_limit` (None: none),
     `micro_batches` and `virtual_stages` (empty: plan's defaults) and `runtime` (every row's
-    `runtime` column; `any_runtime_step_s` is what `--runtime any` would reach, as plan reports)."""
+    `runtime` column; with `compare_any`, `any_runtime_step_s` is what `--runtime any` would reach,
+    as `plan --compare-any` reports)."""
     fmt = output_format(output)
     if time_limit is not None:
         require(time_limit, "--time-limit")
@@ -60,7 +61,7 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
         require(v, "--virtual-stages")
     get_runtime(runtime)  # an unknown name is bad input before any work
     request = PlanRequest(time_limit_s=time_limit, micro_batches=tuple(micro_batches),
-                          virtual_stages=tuple(virtual_stages), runtime=runtime)
+                          virtual_stages=tuple(virtual_stages), runtime=runtime, compare_any=compare_any)
     models, clusters = list(models), list(clusters)
     combos = combinations(models, clusters, batches, seq_lens)
     if plans_dir is not None:
