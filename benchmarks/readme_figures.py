@@ -78,7 +78,8 @@ COMMANDS: dict[str, list[str]] = {
     "sched_1f1b": SCHED_8B + ["1f1b"],
     "sched_zbh1": SCHED_8B + ["zb-h1"],
     "sched_il2": SCHED_8B + ["interleaved", "--virtual-stages", "2"],
-    "sched_zbv": SCHED_8B + ["zbv"],
+    # the README writes `--schedule S`; zbv is two chunks per rank and needs --virtual-stages 2
+    "sched_zbv": SCHED_8B + ["zbv", "--virtual-stages", "2"],
     "zb": ZB_70B,
     "zb_off": ZB_70B + ["--no-zero-bubble"],
     "zb_1f1b": ZB_70B + ["--no-zero-bubble", "--virtual-stages", "1"],
