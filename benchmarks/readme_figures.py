@@ -1,6 +1,6 @@
 """The README's quoted figures, re-measured: each figure next to the `planner` command that made it.
 
-    python benchmarks/readme_figures.py [--only NAME ...] [--list]
+    python benchmarks/readme_figures.py [--only NAME ...] [--list]     # 22 commands: 66 CPU s, 102 s wall here
 
 Every claim names the README text it checks (`anchor`, which occurs verbatim in README.md once
 whitespace is collapsed: tests/test_readme_figures.py checks that, so a README edit that orphans a
