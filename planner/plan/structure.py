@@ -1,0 +1,139 @@
+"""A plan's invariants (structural_problems): every rank used once, layers covered once in
+order, batch shares summing to the global batch, parallel degrees that divide."""
+
+from __future__ import annotations
+
+from .. import schedules
+from .types import Plan, SCHEDULES, Stage, context_parallel_problem
+
+
+def _expert_problems(plan: Plan, s: Stage, path: str) -> list[tuple[str, str]]:
+    """Expert parallelism: its degrees fit the model and the stage (StageDims.expert_problem),
+    and the replicas of one EP group take equal batch shares (their all-to-alls run in lock-step)."""
+    if s.ep == 1 and not s.etp:
+        return []
+    c = plan.model.config
+    problem = s.dims.expert_problem(c.num_experts if c is not None else 1)
+    if problem:
+        return [(f"{path}.ep", problem)]
+    dims = s.dims
+    size = dims.group_gpus  # a replica: cp groups of tp ranks
+    if len({len(r.ranks) for r in s.replicas}) != 1 or len(s.replicas[0].ranks) != size:
+        return []  # reported with the ranks
+    replicas = sorted(s.replicas, key=lambda r: r.dp_rank)
+    for j in range(len(replicas)):
+        shares = {replicas[q // size].batch_share for q in dims.ep_group(j * size)}
+        if len(shares) > 1:
+            return [(f"{path}.replicas", f"the replicas of one expert-parallel group (ep={s.ep}) take "
+                                         f"different batch shares {sorted(shares)}; their all-to-alls run in lock-step")]
+    return []
+
+
+def structural_problems(plan: Plan) -> list[tuple[str, str]]:
+    """Every invariant a plan must hold, except memory (the cost model checks that).
+
+    Returns (json_path, message) pairs; empty when the plan is valid.
+    """
+    problems: list[tuple[str, str]] = []
+    t = plan.training
+    n_gpus = plan.cluster.num_gpus
+    expected_first = 0
+    seen_by_prank: dict[int, set[int]] = {}
+    first_stage: dict[int, int] = {}  # pipeline rank -> its first stage
+    owner: dict[int, int] = {}
+    for i, s in enumerate(plan.stages):
+        path = f"stages[{i}]"
+        first, end = s.layers
+        if first != expected_first:
+            problems.append((f"{path}.layers", f"starts at layer {first}, expected {expected_first}"))
+        if end <= first:
+            problems.append((f"{path}.layers", f"empty or reversed range [{first}, {end})"))
+        expected_first = end
+        if s.index != i:
+            problems.append((f"{path}.index", f"is {s.index}, expected {i} (stages in layer order)"))
+        total = 0
+        ranks_here: set[int] = set()
+        dp_ranks: set[int] = set()
+        for j, r in enumerate(s.replicas):
+            rpath = f"{path}.replicas[{j}]"
+            if r.dp_rank in dp_ranks:
+                problems.append((f"{rpath}.dp_rank", f"dp_rank {r.dp_rank} appears twice in one stage"))
+            elif r.dp_rank >= s.dp:
+                problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{s.dp - 1} "
+                                                     f"(the stage has {s.dp} replicas)"))
+            dp_ranks.add(r.dp_rank)
+            if len(r.ranks) != s.tp * s.cp:
+                problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}" if s.cp == 1 else
+                                 f"has {len(r.ranks)} ranks but tp x cp = {s.tp}x{s.cp} = {s.tp * s.cp}"))
+            if r.batch_share % t.micro_batch:
+                problems.append((f"{rpath}.batch_share",
+                                 f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
+            total += r.batch_share
+            for rank in r.ranks:
+                if not 0 <= rank < n_gpus:
+                    problems.append((f"{rpath}.ranks", f"rank {rank} is outside 0..{n_gpus - 1}"))
+                if rank in ranks_here:
+                    problems.append((f"{rpath}.ranks", f"rank {rank} used twice in one stage"))
+                ranks_here.add(rank)
+        cp_problem = context_parallel_problem(plan.model, t, s.tp, s.cp, s.cp_kind)
+        if cp_problem:
+            problems.append((f"{path}.cp", cp_problem))
+        if total != t.global_batch:
+            problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
+        problems += _expert_problems(plan, s, path)
+        # without interleaving, stage i is pipeline rank i (trainers place stages by position)
+        if t.virtual_stages == 1 and s.pipeline_rank in seen_by_prank:
+            problems.append((f"{path}.pipeline_rank", f"pipeline rank {s.pipeline_rank} already runs stage "
+                                                      f"{first_stage[s.pipeline_rank]}; stages share a pipeline "
+                                                      "rank only when interleaved (virtual_stages > 1)"))
+            continue
+        if t.virtual_stages == 1 and s.pipeline_rank != i:
+            problems.append((f"{path}.pipeline_rank", f"is {s.pipeline_rank}, expected {i}: without "
+                                                      "interleaving, stage i runs on pipeline rank i"))
+        # stages of one pipeline rank (virtual stages) share devices; different ranks may not
+        if s.pipeline_rank in seen_by_prank:
+            if seen_by_prank[s.pipeline_rank] != ranks_here:
+                problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
+        else:
+            seen_by_prank[s.pipeline_rank] = ranks_here
+            first_stage[s.pipeline_rank] = i
+            for rank in ranks_here:
+                if rank in owner:
+                    problems.append((f"{path}.replicas",
+                                     f"rank {rank} is already used by pipeline rank {owner[rank]}"))
+                owner[rank] = s.pipeline_rank
+    if expected_first != plan.model.num_layers:
+        problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
+    pranks = sorted(seen_by_prank)
+    if pranks != list(range(len(pranks))):
+        problems.append(("stages", f"pipeline ranks {pranks} are not 0..{len(pranks) - 1}"))
+    v = t.virtual_stages
+    if v > 1 and len(plan.stages) != len(pranks) * v:
+        problems.append(("stages", f"{len(plan.stages)} stages, expected pp x v = {len(pranks)} x {v}"))
+    schedule = SCHEDULES.get(t.schedule)
+    chunk_rank = schedule.chunk_rank if schedule is not None else (lambda c, pp, v: c % pp)
+    if v > 1 and any(s.pipeline_rank != chunk_rank(s.index, len(pranks), v) for s in plan.stages):
+        problems.append(("stages", f"the {t.schedule} schedule's stages must follow its placement over the "
+                                   "pipeline ranks (interleaved: cycle in order; zbv: down, then back up)"))
+    if schedule is not None and schedule.split_backward and pranks:
+        fewest = min(r.batch_share // t.micro_batch for s in plan.stages for r in s.replicas)
+        if fewest < len(pranks):
+            # the zero-bubble bubbles hold with at least p micro-batches (Qi et al. 2023, sec 3.1)
+            problems.append(("training.schedule", f"{t.schedule} needs at least pp = {len(pranks)} micro-batches "
+                             f"on every replica; one has {fewest}"))
+    if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
+        problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
+                         "schedule"))
+    return problems
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Sorted ranks as ranges for people: [0, 1, 2, 3, 8, 9] -> '0-3,8-9'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}-{r}" if r != start else str(start))
+            start = None
+    return ",".join(parts)
