@@ -45,7 +45,9 @@ ASSUMPTIONS = {
                     "FULL_SHARD (ZeRO-3), bf16, flash attention, 8 GPUs per node (not stated; DGX-style nodes), "
                     "MPT as a GPT without dropout (ALiBi: no position parameters beyond a 2048 table), "
                     "'activation checkpointing' = full recompute."),
-    "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 (ZeRO-3) over dp_shard, "
+    "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 over dp_shard (ZeRO-3; "
+                   "with PP, whose default never reshards after forward and which reduce-scatters once per step, "
+                   "ZeRO-1), "
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
@@ -303,7 +305,13 @@ def _titan(run: dict) -> Plan:
                         fp8_recipe=_fp8_recipe(run))
     # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
     # the local batch is per dp_shard rank, the cp ranks share its sequences
-    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
+    # FSDP2 is ZeRO-3 without PP; with PP, fsdp_reshard_after_forward "default" is "never"
+    # (torchtitan models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward = not
+    # pp_enabled) and torch.distributed.pipelining reduce-scatters the accumulated unsharded
+    # gradients once per step: ZeRO-1's memory and traffic (runtimes/capability.py, torchtitan's
+    # zero_stages_with_pp)
+    zero = 1 if p["pp"] > 1 else 3
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=zero, recompute=recompute,
                         sequence_parallel=p["tp"] > 1, cp=p.get("cp") or 1,
                         recompute_layers=layers // (2 * p["pp"]) if every_other else 0)
 
