@@ -69,7 +69,10 @@ ASSUMPTIONS = {
              "squared-ReLU MLP, untied 256k vocab; the Llama 2 catalog configs), flash attention, "
              "sequence parallel with TP, the distributed optimizer (ZeRO-1), no recomputation (the recipes "
              "set none), no dropout, the interleaved schedule with the table's VP, the catalog DGX H100 links; "
-             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p)."),
+             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p); "
+             "bf16 gradient buffers and sync (the recipes' distributed_fused_adam with grad_sync_dtype bf16, "
+             "stated in the GPT-3 fp8 performance recipes, assumed for the others: with Megatron-LM's fp32 "
+             "buffers the GPT-3 20B and Llama 3 8B runs would not fit their 80 GB)."),
     "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
 }
 
@@ -223,6 +226,13 @@ def case(run: dict) -> Case:
         settings += (("torch_compile", True),)
     if t.fp8_recipe:  # the recipe the run states (stack_params applies it for a plan's own runtime)
         settings += (("fp8_recipe", t.fp8_recipe),)
+    if source == "nemo":
+        # NeMo 24.07's recipes train with Apex's distributed_fused_adam, not megatron-core's DDP,
+        # and sync bf16 gradients: launcher_scripts/conf/training/gpt3/*_fp8_performance.yaml
+        # optim.grad_sync_dtype: bf16, as the launcher's H100 fp8 examples pass
+        # (+training.model.optim.grad_sync_dtype=bf16); not Megatron-LM's fp32 buffers
+        # (CostParams.bf16_fp32_grads)
+        settings += (("bf16_fp32_grads", False),)
     return Case(run["id"], source, runtime, metric, published, plan,
                 read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
                 settings=settings)
