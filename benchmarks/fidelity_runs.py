@@ -45,7 +45,9 @@ ASSUMPTIONS = {
                     "FULL_SHARD (ZeRO-3), bf16, flash attention, 8 GPUs per node (not stated; DGX-style nodes), "
                     "MPT as a GPT without dropout (ALiBi: no position parameters beyond a 2048 table), "
                     "'activation checkpointing' = full recompute."),
-    "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 (ZeRO-3) over dp_shard, "
+    "torchtitan": ("torchtitan", "torchtitan tables (Liang et al. 2024, repo docs): FSDP2 over dp_shard (ZeRO-3; "
+                   "with PP, whose default never reshards after forward and which reduce-scatters once per step, "
+                   "ZeRO-1), "
                    "bf16, flash (SDPA) attention, sequence parallel with TP, seq_len 8192 where not stated "
                    "(the train_configs default), global batch = local batch x dp_shard (no gradient "
                    "accumulation, the default); 'selective' is per-op SAC (selective_ac_option 'op', the "
@@ -67,7 +69,10 @@ ASSUMPTIONS = {
              "squared-ReLU MLP, untied 256k vocab; the Llama 2 catalog configs), flash attention, "
              "sequence parallel with TP, the distributed optimizer (ZeRO-1), no recomputation (the recipes "
              "set none), no dropout, the interleaved schedule with the table's VP, the catalog DGX H100 links; "
-             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p)."),
+             "the two Llama 3 runs with Megatron-core's ring context parallelism (cp 2, --cp-comm-type p2p); "
+             "bf16 gradient buffers and sync (the recipes' distributed_fused_adam with grad_sync_dtype bf16, "
+             "stated in the GPT-3 fp8 performance recipes, assumed for the others: with Megatron-LM's fp32 "
+             "buffers the GPT-3 20B and Llama 3 8B runs would not fit their 80 GB)."),
     "opt": ("fsdp1", "OPT-175B: the TP degree is not stated."),
 }
 
@@ -221,6 +226,13 @@ def case(run: dict) -> Case:
         settings += (("torch_compile", True),)
     if t.fp8_recipe:  # the recipe the run states (stack_params applies it for a plan's own runtime)
         settings += (("fp8_recipe", t.fp8_recipe),)
+    if source == "nemo":
+        # NeMo 24.07's recipes train with Apex's distributed_fused_adam, not megatron-core's DDP,
+        # and sync bf16 gradients: launcher_scripts/conf/training/gpt3/*_fp8_performance.yaml
+        # optim.grad_sync_dtype: bf16, as the launcher's H100 fp8 examples pass
+        # (+training.model.optim.grad_sync_dtype=bf16); not Megatron-LM's fp32 buffers
+        # (CostParams.bf16_fp32_grads)
+        settings += (("bf16_fp32_grads", False),)
     return Case(run["id"], source, runtime, metric, published, plan,
                 read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
                 settings=settings)
@@ -303,7 +315,13 @@ def _titan(run: dict) -> Plan:
                         fp8_recipe=_fp8_recipe(run))
     # context parallelism: torchtitan's ring attention (parallelism.context_parallel_degree);
     # the local batch is per dp_shard rank, the cp ranks share its sequences
-    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=3, recompute=recompute,
+    # FSDP2 is ZeRO-3 without PP; with PP, fsdp_reshard_after_forward "default" is "never"
+    # (torchtitan models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward = not
+    # pp_enabled) and torch.distributed.pipelining reduce-scatters the accumulated unsharded
+    # gradients once per step: ZeRO-1's memory and traffic (runtimes/capability.py, torchtitan's
+    # zero_stages_with_pp)
+    zero = 1 if p["pp"] > 1 else 3
+    return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=zero, recompute=recompute,
                         sequence_parallel=p["tp"] > 1, cp=p.get("cp") or 1,
                         recompute_layers=layers // (2 * p["pp"]) if every_other else 0)
 

@@ -7,13 +7,14 @@ from planner.cost.formulas import DEFAULT_PARAMS
 from planner.cost.pricing import Sharding, layer_price, layers_price
 from planner.cost.stage_memory import replica_memory
 from planner.cost.runtimes import RUNTIMES
-from planner.inputs.hardware import load_cluster
+from planner.inputs.hardware import load_catalog, load_cluster
 from planner.inputs.model import load_model
 
 MODEL = load_model("llama-3-8b")
 CLUSTER = load_cluster("a100-v100-mix")
 GPU, LINK = CLUSTER.groups[0].gpu, CLUSTER.groups[0].intra_node
 HEAD = MODEL.layers[-1]
+H100 = load_catalog()["H100-SXM5-80GB"]  # an fp8 GPU
 
 
 def _params(runtime: str):
@@ -64,14 +65,28 @@ def test_zero3_holds_two_gathered_copies_of_its_largest_layer_beside_the_shards(
 
 def test_torchtitan_accumulates_unsharded_gradients_in_fp32_below_zero_2():
     # FSDP2 under PP (the planner's ZeRO-1 form of torchtitan) upcasts the unsharded gradient to
-    # its fp32 reduce dtype between micro-batches; Megatron's figure stays the dtype's
+    # its fp32 reduce dtype between micro-batches, under fp16 as under bf16
     dims = StageDims(1, False, 4, 1)
-    sh = Sharding("bf16", 1, 2048, "flash", dims, "full")
-    grads = {}
-    for runtime in ("torchtitan", "megatron"):
-        p = _params(runtime)
-        grads[runtime] = replica_memory(layers_price(MODEL.layers[1:3], sh, GPU, LINK, p), 1, "bf16", dims, p).gradients_bytes
-    assert grads["torchtitan"] == 2 * grads["megatron"] == 2 * 2 * 2 * MODEL.layers[1].weight_params
+    p = _params("torchtitan")
+    block = MODEL.layers[1].weight_params
+    for dtype in ("bf16", "fp16"):
+        sh = Sharding(dtype, 1, 2048, "flash", dims, "full")
+        grads = replica_memory(layers_price(MODEL.layers[1:3], sh, GPU, LINK, p), 1, dtype, dims, p).gradients_bytes
+        assert grads == 2 * 4 * block
+
+
+def test_megatron_holds_fp32_gradient_buffers_under_bf16_not_fp16():
+    # Megatron-LM validate_args forces accumulate_allreduce_grads_in_fp32 under bf16 (fp8 runs
+    # with bf16 parameters): 4 bytes per gradient below ZeRO-2; fp16 keeps 16-bit gradients;
+    # ZeRO-3's gradient shards are the dtype's
+    p = _params("megatron")
+    block = MODEL.layers[1].weight_params
+    expected = {("bf16", 1): 4 * block, ("fp8", 0): 4 * block, ("fp16", 1): 2 * block, ("bf16", 3): 2 * block / 4}
+    for (dtype, zero), want in expected.items():
+        dims = StageDims(1, False, 4, zero)
+        sh = Sharding(dtype, 1, 2048, "flash", dims, "full")
+        span = layers_price(MODEL.layers[1:2], sh, H100, LINK, p)
+        assert replica_memory(span, 1, dtype, dims, p).gradients_bytes == want, (dtype, zero)
 
 
 def test_torchtitan_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():

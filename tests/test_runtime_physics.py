@@ -1,6 +1,6 @@
 """The physics the fidelity fit rests on (issue 11): per-link NCCL efficiencies, a power-capped
 GPU's sustained clock, torchtitan's per-op selective checkpointing, FSDP's prefetch overlap and
-DeepSpeed's fp32 gradient all-reduce under bf16."""
+DeepSpeed's fp32 gradient all-reduce under bf16 and Megatron's fp32 gradient buffers."""
 
 from __future__ import annotations
 
@@ -87,6 +87,21 @@ def test_deepspeed_all_reduces_fp32_gradients_under_bf16():
     # ZeRO-1: and the 16-bit weights gathered after the sharded step (half a 16-bit all-reduce)
     assert grad_reduce_s(1e9, StageDims(dp=8, zero=1), "bf16", layout, ds, 0.0) == pytest.approx(1.25 * fp32_reduce, rel=1e-3)
     assert grad_reduce_s(1e9, StageDims(dp=8, zero=0), "fp16", layout, ds, 0.0) == pytest.approx(fp32_reduce / 2, rel=1e-3)
+
+
+def test_megatron_reduces_fp32_gradients_under_bf16_and_fp8():
+    """Megatron-LM's bf16 (and fp8, on bf16 parameters) fp32 gradient buffers: DDP all-reduces
+    them at 4 bytes; the distributed optimizer reduce-scatters them at 4 bytes and all-gathers
+    the 16-bit weights; fp16 reduces 16-bit gradients."""
+    layout = DpLayout(8, 2, 4, NVLINK, Link(6.25e9, 5e-6, "4x Omni-Path"))
+    megatron = stack_params(CATALOG["H100-SXM5-80GB"], "megatron")
+    reduce = {(dtype, zero): grad_reduce_s(1e9, StageDims(dp=8, zero=zero), dtype, layout,
+                                           megatron.with_updates(overlap_grad_reduce=False), 0.0)
+              for dtype in ("fp16", "bf16", "fp8") for zero in (0, 1)}
+    assert reduce["fp16", 0] == pytest.approx(reduce["fp16", 1])  # reduce-scatter + all-gather: one all-reduce
+    assert reduce["bf16", 0] == pytest.approx(2 * reduce["fp16", 0], rel=1e-3)
+    assert reduce["bf16", 1] == pytest.approx(1.5 * reduce["fp16", 1], rel=1e-3)
+    assert reduce["fp8", 0] == reduce["bf16", 0] and reduce["fp8", 1] == reduce["bf16", 1]
 
 
 def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path):

@@ -76,6 +76,13 @@ class CostParams:
     # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
     # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
     fp32_grad_accumulation: bool = False
+    # under bf16 (and fp8, whose parameters and gradients are bf16) its gradient buffers are fp32
+    # and its DP reduction moves them at 4 bytes (Megatron-LM arguments.py validate_args: bf16 sets
+    # accumulate_allreduce_grads_in_fp32, i.e. megatron-core DistributedDataParallelConfig
+    # grad_reduce_in_fp32, whose param_and_grad_buffer.py allocates the grad buffer in fp32; NeMo's
+    # bf16_mixed recipe sets grad_reduce_in_fp32 too): replica_memory's gradients below ZeRO-2 at
+    # 4 bytes, grad_reduce_s's reduce-scatter / all-reduce at 4 bytes. fp16 keeps 16-bit gradients.
+    bf16_fp32_grads: bool = False
     # its tensor parallelism saves the all-gathered input of a column-parallel GEMM for the
     # weight gradient (torch.distributed.tensor.parallel: SequenceParallel norms, then
     # ColwiseParallel's all-gather under autograd, torchtitan's TP plan), where Megatron's

@@ -25,6 +25,17 @@ def zero3_gather_bytes(layer_params, dtype: str):
     return 2 * layer_params * DTYPE_BYTES[dtype]
 
 
+def held_gradient_bytes(dtype: str, zero: int, p: CostParams) -> int:
+    """Bytes of one gradient element the runtime holds and reduces below ZeRO-2: 4 where its
+    unsharded gradients accumulate in fp32 (CostParams.fp32_grad_accumulation, any 16-bit dtype)
+    or its bf16 / fp8 gradient buffers are fp32 (CostParams.bf16_fp32_grads, Megatron-LM);
+    otherwise the dtype's (gradient_bytes)."""
+    if zero <= 1 and ((p.fp32_grad_accumulation and dtype != "fp32")
+                      or (p.bf16_fp32_grads and dtype in ("bf16", "fp8"))):
+        return WEIGHT_BYTES_FP32_TRAINING
+    return gradient_bytes(dtype)
+
+
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
                    deferred=0.0, optimizer: str = "adamw", offload: bool = False,
                    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:
@@ -43,8 +54,7 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
         dense = model_state_bytes(span.weight_params - experts, dtype, dims.zero, dims.grad_reduce_ranks, optimizer)
         expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
         weights, grads, states = (d + e for d, e in zip(dense, expert))
-    if p.fp32_grad_accumulation and dims.zero <= 1 and dtype != "fp32":  # the same gradients at 4 bytes
-        grads = grads * WEIGHT_BYTES_FP32_TRAINING / gradient_bytes(dtype)
+    grads = grads * held_gradient_bytes(dtype, dims.zero, p) / gradient_bytes(dtype)  # the runtime's width
     weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
     if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
         weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from .formulas import CostParams, optimizer_step_s
 from .pricing import DpLayout, _maximum
-from .stage_memory import offload_step_s
+from .stage_memory import held_gradient_bytes, offload_step_s
 from .states import gradient_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, HostSpec
@@ -84,6 +84,13 @@ def _reduce_volume_s(weight_params, dims: StageDims, dtype: str, layout: DpLayou
         seconds = layout.allreduce_s(weight_params * 4, p)
         if dims.zero == 1:
             seconds = seconds + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2
+    elif held_gradient_bytes(dtype, dims.zero, p) != gradient_bytes(dtype) and p.bf16_fp32_grads:
+        # Megatron's fp32 gradient buffers (CostParams.bf16_fp32_grads): DDP all-reduces them at
+        # 4 bytes; its distributed optimizer (ZeRO-1) reduce-scatters them at 4 bytes and
+        # all-gathers the updated 16-bit weights (megatron-core param_and_grad_buffer.py
+        # start_grad_sync / start_param_sync): each half an all-reduce of its volume
+        grads_s = layout.allreduce_s(weight_params * held_gradient_bytes(dtype, dims.zero, p), p)
+        seconds = grads_s if dims.zero == 0 else (grads_s + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p)) / 2
     else:
         seconds = layout.allreduce_s(weight_params * gradient_bytes(dtype), p)
     if dims.zero == 2:

@@ -35,6 +35,7 @@ class Runtime:
     cross_entropy: str = "fused"  # how its loss computes cross entropy (CostParams.cross_entropy)
     fp32_grad_accumulation: bool = False  # unsharded gradients accumulate in fp32 (CostParams.fp32_grad_accumulation)
     tp_saves_gathered_inputs: bool = False  # (CostParams.tp_saves_gathered_inputs)
+    bf16_fp32_grads: bool = False  # under bf16/fp8 fp32 gradient buffers and reduction (CostParams.bf16_fp32_grads)
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
@@ -59,4 +60,5 @@ class Runtime:
                                  overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe,
                                  cross_entropy=self.cross_entropy,
                                  fp32_grad_accumulation=self.fp32_grad_accumulation,
-                                 tp_saves_gathered_inputs=self.tp_saves_gathered_inputs)
+                                 tp_saves_gathered_inputs=self.tp_saves_gathered_inputs,
+                                 bf16_fp32_grads=self.bf16_fp32_grads)

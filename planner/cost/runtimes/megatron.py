@@ -19,4 +19,10 @@ RUNTIME = Runtime(
     # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
     # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
     fp8_recipe="te-delayed",
+    # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
+    # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
+    # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with
+    # --bf16); megatron-core's DistributedDataParallel then keeps fp32 gradient buffers
+    # (distributed_data_parallel.py: grad_dtype = torch.float if grad_reduce_in_fp32)
+    bf16_fp32_grads=True,
     source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")
