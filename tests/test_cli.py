@@ -7,6 +7,7 @@ import json
 import pytest
 
 from planner.cost.evaluate import evaluate
+from planner.cost.runtimes import cluster_params
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import catalog_names, load_model
 from planner.plan import Training, plan_to_json, uniform_plan
@@ -79,7 +80,9 @@ def test_evaluate_json_prints_the_documented_keys_and_nothing_else():
 def test_evaluate_json_matches_the_library(small_cluster_file, gpt2, small_cluster):
     report = ok_json(invoke(*evaluate_args(cluster=str(small_cluster_file), global_batch=16, micro_batch=2)))
     plan = uniform_plan(gpt2, small_cluster, Training(16, 512, "bf16", 2), tp=1, pp=1, dp=4)
-    assert report["step_time_s"] == pytest.approx(evaluate(plan).step_time_s, rel=1e-12)
+    # the CLI prices under the plan's runtime (megatron: bf16 gradients reduced in fp32)
+    params = cluster_params(small_cluster.gpu_types, plan.training.runtime)
+    assert report["step_time_s"] == pytest.approx(evaluate(plan, params).step_time_s, rel=1e-12)
 
 
 def test_evaluate_output_file_holds_the_same_json(tmp_path):

@@ -25,7 +25,10 @@ def _direct_x(problem: Problem, cid: int, from_end: int, has_emb: bool, successo
     times = problem.replica_times(types, flags, problem.link(cid, successor))
     busy = min_makespan(problem.microbatches, [ta.count for ta in types], times, caps)
     cost = problem.stage_cost(cid, from_end, has_emb, successor, ranks)
-    tail = problem.tables.tails[(config, flags)]
+    tail = problem.tables.tails.get((config, flags))
+    if tail is None:  # a config with no batch shares is left unpriced: infinite everywhere
+        assert problem._no_shares(cid) and not np.isfinite(cost.x).any()
+        return cost, np.full(len(cost.x), INF)
     with np.errstate(invalid="ignore"):
         x = busy + tail - cost.tau
     return cost, np.where(np.isfinite(busy) & np.isfinite(cost.tau), x, INF)
