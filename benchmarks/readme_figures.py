@@ -49,7 +49,7 @@ A100 = "profiles/clusters/dgx-a100.yaml"
 CP_8B = ["plan", "--model", "llama-3-8b", "--cluster", H100X2, "--global-batch", "16", "--seq-len", "131072"]
 OFFLOAD_70B = ["evaluate", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--global-batch", "128",
                "--seq-len", "16384", "--tp", "8", "--pp", "1", "--dp", "4", "--zero", "1",
-               "--sequence-parallel", "--micro-batch", "1"]
+               "--sequence-parallel", "--micro-batch", "1", "--dtype", "fp16"]
 SCHED_8B = ["evaluate", "--model", "llama-3-8b", "--cluster", A100, "--global-batch", "64", "--seq-len", "4096",
             "--tp", "1", "--pp", "8", "--dp", "4", "--micro-batch", "1", "--runtime", "torchtitan", "--schedule"]
 ZB_70B = ["plan", "--model", "llama-3-70b", "--cluster", A100, "--global-batch", "64", "--seq-len", "4096",
@@ -57,6 +57,7 @@ ZB_70B = ["plan", "--model", "llama-3-70b", "--cluster", A100, "--global-batch",
 FP8_8B = ["plan", "--model", "llama-3-8b", "--cluster", H100X2, "--global-batch", "64", "--seq-len", "4096"]
 
 # name -> planner arguments (without --json). "{two_10gbe}" is the path of TWO_10GBE written out.
+QWEN_64K = ["plan", "--model", "qwen3-30b-a3b", "--cluster", H100X2, "--global-batch", "16", "--seq-len", "65536"]
 COMMANDS: dict[str, list[str]] = {
     "default": ["plan"],
     "explain": ["evaluate", "--model", "llama-3-8b", "--cluster", "{two_10gbe}", "--global-batch", "64",
@@ -80,7 +81,11 @@ COMMANDS: dict[str, list[str]] = {
     "sched_il2": SCHED_8B + ["interleaved", "--virtual-stages", "2"],
     # the README writes `--schedule S`; zbv is two chunks per rank and needs --virtual-stages 2
     "sched_zbv": SCHED_8B + ["zbv", "--virtual-stages", "2"],
-    "zb": ZB_70B,
+    "zb": ZB_70B + ["--virtual-stages", "1"],
+    "zb_v": ZB_70B,
+    "qwen": QWEN_64K,
+    "qwen_ep1": QWEN_64K + ["--ep", "1"],
+    "qwen_cp1": QWEN_64K + ["--cp", "1"],
     "zb_off": ZB_70B + ["--no-zero-bubble"],
     "zb_1f1b": ZB_70B + ["--no-zero-bubble", "--virtual-stages", "1"],
     "tt_zbv": ["plan", "--runtime", "torchtitan", "--model", "llama-3-8b", "--cluster", "dgx-a100",
@@ -188,27 +193,27 @@ def _any(name: str) -> tuple[tuple[str, ...], Read]:
 
 CLAIMS: tuple[Claim, ...] = (
     # "Two commands": the `make plan` output
-    claim("default plan: step s", "step 19.352 s tokens/s 108,367", "19.352", step("default")),
-    claim("default plan: tokens/s", "tokens/s 108,367 MFU 58.1%", "108,367", path("default", "predicted.tokens_per_s")),
-    claim("default plan: MFU %", "MFU 58.1% bubble 2.7%", "58.1", path("default", "predicted.mfu", 100)),
-    claim("default plan: bubble %", "bubble 2.7% compute 17.938s", "2.7",
+    claim("default plan: step s", "step 19.543 s tokens/s 107,307", "19.543", step("default")),
+    claim("default plan: tokens/s", "tokens/s 107,307 MFU 57.6%", "107,307", path("default", "predicted.tokens_per_s")),
+    claim("default plan: MFU %", "MFU 57.6% bubble 2.7%", "57.6", path("default", "predicted.mfu", 100)),
+    claim("default plan: bubble %", "bubble 2.7% compute 18.124s", "2.7",
           path("default", "predicted.bubble_fraction", 100)),
-    claim("default plan: compute s", "compute 17.938s", "17.938", path("default", "predicted.breakdown_s.compute")),
+    claim("default plan: compute s", "compute 18.124s", "18.124", path("default", "predicted.breakdown_s.compute")),
     claim("default plan: tp_comm s", "tp_comm 0.453s", "0.453", path("default", "predicted.breakdown_s.tp_comm")),
     claim("default plan: pp_comm s", "pp_comm 0.437s", "0.437", path("default", "predicted.breakdown_s.pp_comm")),
-    claim("default plan: bubble s", "dp_comm 0.000s bubble 0.520s", "0.520",
+    claim("default plan: bubble s", "dp_comm 0.000s bubble 0.525s", "0.525",
           path("default", "predicted.breakdown_s.bubble")),
     claim("default plan: optimizer s", "optimizer 0.005s", "0.005", path("default", "predicted.breakdown_s.optimizer")),
     claim("default plan: stage 0 peak GiB", "12.8/32", "12.8", stage_peak_gib("default", 0)),
     claim("default plan: stage 1 peak GiB", "10.7/32", "10.7", stage_peak_gib("default", 1)),
     claim("default plan: stage 2 peak GiB", "18.4/80", "18.4", stage_peak_gib("default", 2)),
-    claim("default plan: critical ms per micro-batch", "64 micro-batches × 293.9 ms", "293.9",
+    claim("default plan: critical ms per micro-batch", "64 micro-batches × 296.8 ms", "296.8",
           path("default", "predicted.critical.per_microbatch_s", 1000)),
     claim("default plan: critical model TFLOP/s per GPU", "76 of 125 peak TFLOP/s per GPU", "76",
           path("default", "predicted.critical.model_tflops_per_gpu")),
     claim("default plan: tp link exposed s", "3 us; 0.439 s exposed", "0.439", link_exposed("default", "tp")),
     claim("default plan: pp link exposed s", "5 us; 0.430 s exposed", "0.430", link_exposed("default", "pp")),
-    claim("default plan: stage configurations priced", "3318 stage configurations", "3318",
+    claim("default plan: stage configurations priced", "818 stage configurations", "818",
           path("default", "solver.candidates")),
     # "What sets the step time"
     claim("two-10gbe evaluate: step s", "(11.798 s of 13.615 s)", "13.615", step("explain")),
@@ -234,7 +239,7 @@ CLAIMS: tuple[Claim, ...] = (
           mesh("hetero70b", ("tp", "dp"))),
     claim("70b h100-a100-v100: pp", "tp 4 x pp 6 x dp 2 = 48 GPUs", "6",
           (("hetero70b",), lambda r: len(r["hetero70b"].json["stages"]))),
-    claim("70b h100-a100-v100: stage configurations priced", "8896 stage configurations", "8896",
+    claim("70b h100-a100-v100: stage configurations priced", "1854 stage configurations", "1854",
           path("hetero70b", "solver.candidates")),
     # Models
     claim("deepseek-v3 on dgx-h100-2node: shortfall GiB", "the smallest shortfall is 171.6 GiB per GPU", "171.6",
@@ -259,13 +264,13 @@ CLAIMS: tuple[Claim, ...] = (
     # Memory savers: activation offload
     claim("70b 16k dgx-a100 evaluate: peak GiB", "100.4 of 80 GiB, does not fit", "100.4",
           path("offload_none", "peak_memory_GiB.A100-SXM4-80GB")),
-    claim("... --recompute full: step s", "`--recompute full` 227.967 s at 61.5 GiB", "227.967",
+    claim("... --recompute full: step s", "`--recompute full` 230.950 s at 61.5 GiB", "230.950",
           step("offload_full")),
-    claim("... --recompute full: peak GiB", "227.967 s at 61.5 GiB", "61.5",
+    claim("... --recompute full: peak GiB", "230.950 s at 61.5 GiB", "61.5",
           path("offload_full", "peak_memory_GiB.A100-SXM4-80GB")),
-    claim("... --offload-activations 41: step s", "`--offload-activations 41` 167.945 s", "167.945",
+    claim("... --offload-activations 41: step s", "`--offload-activations 41` 170.928 s", "170.928",
           step("offload_act")),
-    claim("... --offload-activations 41: peak GiB", "167.945 s at 80.0 GiB", "80.0",
+    claim("... --offload-activations 41: peak GiB", "170.928 s at 80.0 GiB", "80.0",
           path("offload_act", "peak_memory_GiB.A100-SXM4-80GB")),
     # Schedules
     claim("8b pp 8 torchtitan 1f1b: step s", "1f1b 3.974 s", "3.974", step("sched_1f1b")),
@@ -278,18 +283,25 @@ CLAIMS: tuple[Claim, ...] = (
     claim("... zbv: step s", "zbv 3.300 s (4.2 %)", "3.300", step("sched_zbv")),
     claim("... zbv: bubble %", "zbv 3.300 s (4.2 %)", "4.2", path("sched_zbv", "bubble_fraction", 100)),
     # ZB-H1 in the search
-    claim("70b dgx-a100 any: schedule", "picks ZB-H1 with pp 3 and tp 4", "zb-h1", path("zb", "training.schedule")),
-    claim("70b dgx-a100 any: pp", "picks ZB-H1 with pp 3 and tp 4", "3",
+    claim("70b dgx-a100 any: schedule", "picks ZB-H1 with pp 4 and tp 4", "zb-h1", path("zb", "training.schedule")),
+    claim("70b dgx-a100 any: pp", "picks ZB-H1 with pp 4 and tp 4", "4",
           (("zb",), lambda r: len(r["zb"].json["stages"]))),
-    claim("70b dgx-a100 any: tp", "picks ZB-H1 with pp 3 and tp 4", "4", path("zb", "stages.0.tp")),
-    claim("70b dgx-a100 any: step s", "tp 4 at 18.348 s", "18.348", step("zb")),
-    claim("... --no-zero-bubble: schedule", "the best plan is interleaved at 18.932 s", "interleaved",
+    claim("70b dgx-a100 any: tp", "picks ZB-H1 with pp 4 and tp 4", "4", path("zb", "stages.0.tp")),
+    claim("70b dgx-a100 any: step s", "tp 4 at 18.992 s", "18.992", step("zb")),
+    claim("... --no-zero-bubble: schedule", "the best plan is interleaved at 19.176 s", "interleaved",
           path("zb_off", "training.schedule")),
-    claim("... --no-zero-bubble: step s", "the best plan is interleaved at 18.932 s", "18.932", step("zb_off")),
-    claim("... --no-zero-bubble --virtual-stages 1: step s", "--virtual-stages 1`) is 19.000 s", "19.000",
+    claim("... --no-zero-bubble: step s", "the best plan is interleaved at 19.176 s", "19.176", step("zb_off")),
+    claim("... --no-zero-bubble --virtual-stages 1: step s", "--virtual-stages 1`) is 19.747 s", "19.747",
           step("zb_1f1b")),
-    derived("70b dgx-a100 any: ZB-H1 % faster than 1F1B", "ZB-H1 is 3.6 % faster", "3.6",
+    derived("70b dgx-a100 any: ZB-H1 % faster than 1F1B", "ZB-H1 is 4.0 % faster", "4.0",
             step("zb"), step("zb_1f1b"), "faster2"),
+    claim("70b dgx-a100 any, ZB-V allowed: schedule", "the uniform ZB-V candidate wins", "zbv",
+          path("zb_v", "training.schedule")),
+    claim("70b dgx-a100 any, ZB-V allowed: step s", "(pp 8, tp 4) at 18.866 s", "18.866", step("zb_v")),
+    # EP beside CP
+    claim("qwen3 EP x CP: step s", "65,536 tokens: 24.131 s per step", "24.131", step("qwen")),
+    claim("qwen3 EP x CP, --ep 1: step s", "against 27.505 s without EP", "27.505", step("qwen_ep1")),
+    claim("qwen3 EP x CP, --cp 1: step s", "and 29.369 s without CP", "29.369", step("qwen_cp1")),
     # torchtitan ZB-V
     claim("8b torchtitan dgx-a100 b32: schedule", "gives ZB-V with pp 2, dp 16", "zbv",
           path("tt_zbv", "training.schedule")),
