@@ -1,0 +1,205 @@
+"""The stage configurations a search enumerates (StageConfigs.configs: nodes, tp, cp, ep,
+recompute, ZeRO, offload within the runtime's restriction) and what each one costs per decoder
+block on every replica type (type_arrays), with its parallel dimensions and data-parallel layout:
+the per-configuration half of planner.search.stages.Problem, which mixes it in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+from typing import Iterator
+
+import numpy as np
+
+from ..core.dims import StageDims
+from ..cost.paths import collective_links
+from .interleave import interleaved_type_arrays
+from ..plan import Training
+from .context_parallel import cp_choices, places
+from ..cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
+from ..cost.stage_memory import offload_fits, replica_memory
+from .experts import ep_degrees, stage_ep_group, stage_expert_layout
+from ..cost.sharding import Sharding
+from .block import BlockPrices
+from .shares import UNCAPPED
+from .stage_types import INF, SolverOptions, StageConfig, TypeArrays
+
+
+def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str) -> list[str]:
+    """The recompute modes the search tries: Megatron's selective recompute is identical to none
+    under flash attention; a runtime whose selective checkpointing is per-op (torchtitan) saves
+    less, so it stays a choice."""
+    per_op = options.params_for(gpu_name).selective_recompute == "op"
+    return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
+
+
+class StageConfigs:
+    """Problem's configurations and per-configuration tables (it sets inputs, tables, state, base)."""
+
+    @property
+    def max_stages(self) -> int:
+        """Pipeline stages a plan may have: the options', less where the restriction says."""
+        fixed = self.inputs.restriction.max_stages
+        return self.inputs.options.max_stages if fixed is None else min(fixed, self.inputs.options.max_stages)
+
+    def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
+        inputs = self.inputs
+        fixed = inputs.restriction
+        ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
+        heads = inputs.model.config.num_heads if inputs.model.config else 1
+        # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
+        # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
+        # (planner.search.block, planner.search.deferred)
+        modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+                 if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
+        # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
+        offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
+        # interleaved: the rank time (planner.search.interleave, the 1F1B span plus V - 1 fixed parts)
+        # is exact only where no ZeRO collective is partly hidden; prefetching (pricing.zero_exposed_s)
+        # hides min(comm, compute) per chunk, not affine in a chunk's blocks. So ZeRO-2/3 is left out
+        # of interleaved searches under physics that overlap it (the FSDP runtimes, which run no
+        # ZeRO-2/3 beside interleaving anyway: capability.py)
+        overlaps = any(inputs.options.params_for(g.gpu.name).overlap_zero_comm for g in inputs.groups)
+        zeros = tuple(z for z in inputs.options.zero_stages if not (inputs.chunked and overlaps and z >= 2))
+        for take in product(*ranges):
+            if not any(take):
+                continue
+            nodes = inputs.parts.nodes(used, take)
+            if self.state.clock is not None:
+                self.state.clock.check()
+            gpn = [inputs.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
+            for tp in inputs.options.tp_degrees:
+                if any(g % tp for g in gpn) or heads % tp or fixed.tp not in (None, tp):
+                    continue
+                for cp, kind in cp_choices(inputs.model, inputs.t, inputs.options, tp):
+                    if fixed.cp not in (None, cp):
+                        continue
+                    if not places([(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n], tp * cp):
+                        continue
+                    dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
+                                                              for i, n in enumerate(nodes)))
+                    if fixed.dp not in (None, dp):
+                        continue
+                    for ep in ep_degrees(inputs, nodes, dp, tp, cp):
+                        if fixed.ep not in (None, ep):
+                            continue
+                        for mode in modes:
+                            if fixed.recompute not in (None, mode):
+                                continue
+                            for zero in (zeros if dp > 1 else (0,)):
+                                if dp > 1 and fixed.zero not in (None, zero):
+                                    continue
+                                for offload in offloads:
+                                    yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload)
+
+    def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
+        inputs = self.inputs
+        if config in self.tables.types:
+            return self.tables.types[config]
+        dims = self.dims(config)
+        if self.base is not None:
+            t = inputs.t
+            sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            self.tables.types[config] = interleaved_type_arrays(self.base.type_arrays(config), dims, sharding, layout,
+                                                                (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
+                                                                inputs.v)
+            base_overflow = self.base.state.smallest_overflow
+            if self.state.smallest_overflow is None or (base_overflow is not None
+                                                        and base_overflow[0] < self.state.smallest_overflow[0]):
+                self.state.smallest_overflow = base_overflow
+            return self.tables.types[config]
+        t, b, s = inputs.t, inputs.b, inputs.t.seq_len
+        block = config.recompute == "block"  # priced here as "none", per position by priced_types
+        if block and "none" in inputs.options.recompute_modes:
+            return self.block_from_none(config)
+        sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
+        ep_group = stage_ep_group(inputs, config, dims)
+        expert_layout = stage_expert_layout(inputs, config, dims) if dims.zero >= 2 else None
+        if block:
+            self.tables.block_prices[config] = []
+        counts = {i: dims.replicas_on(n * inputs.groups[i].gpus_per_node)
+                  for i, n in enumerate(config.nodes) if n}
+        layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
+        out = []
+        config_worst = (-INF, "")
+        n = inputs.blocks
+        for i, count in counts.items():
+            group = inputs.groups[i]
+            gpu = group.gpu
+            p = inputs.options.params_for(gpu.name)
+            cp_link = None
+            if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (evaluate.replica_links)
+                cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
+            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
+                              for layer in (inputs.dec, inputs.emb, inputs.head))
+            if block:
+                full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link,
+                                   ep_group)
+                self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
+            times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
+            worst = (-INF, "")
+            for has_head, has_emb in product((False, True), repeat=2):
+                span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
+                w = params[(has_head, has_emb)] = span.weight_params
+                experts[(has_head, has_emb)] = span.expert_params
+                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
+                                                                       expert_layout)).time_s
+                bwds[(has_head, has_emb)] = span.bwd_s
+                acts = span.act_bytes
+                wgrads[(has_head, has_emb)] = span.wgrad_s
+                with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.deferred)
+                    wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
+                                                                 / np.where(acts > 0, acts, 1.0), 0.0)
+                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
+                                                         offload=config.offload).total_bytes
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
+                rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+                if config.offload:  # the host memory of its nodes holds the states
+                    fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                    rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
+                if (has_head, has_emb) == (False, False):
+                    # some stage must hold this many blocks; its overflow with one
+                    # micro-batch in flight is what a "does not fit" message reports
+                    most_stages = max(1, min(inputs.options.max_stages, sum(inputs.bundle_nodes)))
+                    need = -(-inputs.num_blocks // most_stages)
+                    over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
+                    worst = max(worst, (over, gpu.name))
+            out.append(TypeArrays(count, group, times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p,
+                                  cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares))
+            config_worst = max(config_worst, worst)
+        if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
+            self.state.smallest_overflow = config_worst
+        self.tables.types[config] = out
+        return out
+
+    def dims(self, config: StageConfig) -> StageDims:
+        """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""
+        dims = self.tables.dims.get(config)
+        if dims is None:
+            sp = self.inputs.restriction.sequence_parallel and config.tp > 1
+            shape = StageDims(config.tp, sp, cp=config.cp)
+            dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
+                     for i, n in enumerate(config.nodes) if n)
+            dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind,
+                                                        ep=config.ep)
+        return dims
+
+    def dp_layout(self, config: StageConfig) -> DpLayout:
+        """How a stage's data-parallel collectives run (cost.paths.dp_layout): its nodes,
+        replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
+        inputs = self.inputs
+        layout = self.tables.dp_layouts.get(config)
+        if layout is None:
+            per_group = {inputs.groups[i].name: n for i, n in enumerate(config.nodes) if n}
+            intra, inter = collective_links(inputs.cluster, per_group)
+            dims = self.dims(config)
+            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP
+            # group: a node's GPUs / tp of them on each node
+            per_node = max(StageDims(dims.tp).replicas_on(inputs.groups[i].gpus_per_node)
+                           for i, n in enumerate(config.nodes) if n)
+            layout = self.tables.dp_layouts[config] = DpLayout(dims.grad_reduce_ranks, per_node,
+                                                               sum(per_group.values()), intra, inter)
+        return layout
+
