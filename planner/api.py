@@ -144,7 +144,6 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
     every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
     or that search does not finish in it."""
-
     from .search.driver import NothingFaster, solve
 
     left = None if options.time_limit_s is None else options.time_limit_s - result.seconds

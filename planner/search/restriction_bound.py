@@ -34,7 +34,7 @@ from ..inputs.model import Model
 from ..plan import Training
 from .decompose import Decomposition
 from .stage_types import INF, Restriction, SolverOptions
-from .stages import searched_recompute_modes
+from .stage_configs import searched_recompute_modes
 
 __all__ = ["cannot_beat", "restricted_floor_s"]
 

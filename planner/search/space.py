@@ -15,7 +15,8 @@ from ..plan import Plan, Training
 from ..schedules import get_schedule, search_schedule, searched_schedules
 from .context_parallel import cp_choices
 from .experts import expert_degrees
-from .stages import Restriction, SolverOptions, searched_recompute_modes
+from .stage_configs import searched_recompute_modes
+from .stages import Restriction, SolverOptions
 from .uniform import UniformSpace, stages_on_whole_nodes
 
 __all__ = ["in_search_space", "outside_exact_search", "restrictions", "subproblems", "uniform_schedules",

@@ -20,13 +20,13 @@ from ..cost.stage_tail import stage_tail
 from .experts import stage_expert_layout
 from .block import MemorySavers
 from .deferred import DeferredW
-from .stage_configs import StageConfigs, searched_recompute_modes
+from .stage_configs import StageConfigs
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
                           TypeArrays, Variant, pareto_front, share_cap)
 
-__all__ = ["INF", "Problem", "Restriction", "searched_recompute_modes", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
+__all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
 class Problem(StageConfigs, MemorySavers, DeferredW):
