@@ -63,6 +63,7 @@ class PlanRequest:
     attention: str = "flash"
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default (kept, not searched)
+    compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
@@ -107,7 +108,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
-                    request.fp8_recipe)
+                    request.fp8_recipe, request.compile)
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
@@ -205,6 +206,7 @@ class EvaluateRequest:
     attention: str = "flash"
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
     fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default
+    compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
@@ -286,7 +288,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         if value is not None and (not isinstance(value, int) or value < 1):
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention, r.runtime, r.optimizer, r.fp8_recipe)
+                        r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile)
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
@@ -362,7 +364,8 @@ def describe_plan(plan: Plan) -> dict:
             "global_batch": t.global_batch, "seq_len": t.seq_len, "dtype": t.dtype,
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
             "attention": t.attention, "optimizer": t.optimizer,
-            **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}), "pp": plan.pp,
+            **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
+            **({"compile": True} if t.compile else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

@@ -69,6 +69,12 @@ def check_training_inputs(model: Model, training: Training) -> None:
     problem = fp8_recipe_problem(training.fp8_recipe, training.dtype)
     if problem:
         raise BadInput(problem, "--fp8-recipe")
+    if training.compile:
+        from .cost.runtimes import compile_problem
+
+        problem = compile_problem(training.runtime)
+        if problem:
+            raise BadInput(problem, "--compile")
     c = model.config
     if c is not None and c.learned_positions and training.seq_len > c.max_positions:
         raise BadInput(f"sequence length {training.seq_len} exceeds the model's {c.max_positions} "
@@ -128,9 +134,9 @@ def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster
                    training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
     """Cost parameters per GPU type: its architecture's under `runtime` (planner.cost.runtimes), with
     `--profile` measurements and `--calibration` efficiencies over them."""
-    from .cost.runtimes import cluster_params
+    from .cost.runtimes import training_params
 
-    base = cluster_params(cluster.gpu_types, runtime, training.fp8_recipe)
+    base = training_params(cluster.gpu_types, training, runtime)
     return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
                                                                               base)})
 

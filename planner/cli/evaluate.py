@@ -50,7 +50,8 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
-def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, attention, optimizer, tp, pp, dp, micro_batch,
+def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, attention, optimizer,
+                     tp, pp, dp, micro_batch,
                      recompute, recompute_layers, offload, offload_activations, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
                      virtual_stages, plan_file, runtime, profiles,
                      calibrations, links, as_json, output) -> None:
@@ -68,7 +69,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
-                                          ("--dtype", dtype), ("--fp8-recipe", fp8_recipe), ("--links", links),
+                                          ("--dtype", dtype), ("--fp8-recipe", fp8_recipe),
+                                          ("--compile", torch_compile or None), ("--links", links),
                                           ("--cp", cp if cp != 1 else None),
                                           ("--ep", None if ep == 1 else ep), ("--etp", etp),
                                           ("--offload-activations", offload_activations or None)) if value is not None]
@@ -79,7 +81,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
         cluster = cluster_with_links(require(cluster_name, "--cluster"), links) if links else cluster_name
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, fp8_recipe=fp8_recipe or "", recompute=recompute,
+            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, fp8_recipe=fp8_recipe or "", compile=torch_compile, recompute=recompute,
             recompute_layers=recompute_layers, offload=offload, offload_activations=offload_activations, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",

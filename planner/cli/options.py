@@ -11,7 +11,8 @@ from ..plan import FP8_RECIPE_NAMES, OPTIMIZER_NAMES
 
 
 def common_options(func: Callable) -> Callable:
-    """--model, --cluster, --global-batch, --seq-len, --dtype, --fp8-recipe, --attention, --optimizer (plan, evaluate)."""
+    """--model, --cluster, --global-batch, --seq-len, --dtype, --fp8-recipe, --compile, --attention, --optimizer
+    (plan, evaluate)."""
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
         click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
@@ -23,6 +24,12 @@ def common_options(func: Callable) -> Callable:
         click.option("--fp8-recipe", type=click.Choice(FP8_RECIPE_NAMES), default=None,
                      help="With --dtype fp8: the scaling recipe [default: the runtime's; megatron te-delayed, "
                           "torchtitan torchao-tensorwise]; torchao-rowwise: torchao's per-row scales (torchtitan)."),
+        click.option("--compile", "torch_compile", is_flag=True,
+                     help="Run the model under torch.compile (torchtitan's [compile] enable): priced with "
+                          "TorchInductor's fused elementwise kernels, recorded as training.compile. Runtimes "
+                          "torchtitan and any only (any is priced as megatron, whose fused kernels already "
+                          "price the same: no change in time); megatron, megatron-2021, deepspeed and fsdp1 "
+                          "exit 2."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
         click.option("--optimizer", type=click.Choice(OPTIMIZER_NAMES), default="adamw", show_default=True,

@@ -9,7 +9,7 @@ import click
 
 from ..core.errors import BadInput
 from ..cost.evaluate import evaluate
-from ..cost.runtimes import cluster_params
+from ..cost.runtimes import training_params
 from ..core.outfile import check_output
 from ..verify.plan_checks import load_plan_file
 from ..report.show import INSTALL_HINT, _console, print_show, rank_timings, require_matplotlib, write_timeline_svg
@@ -40,7 +40,7 @@ def show_command(plan_file: str, svg_file: str | None) -> None:
             if not Path(svg_file).resolve().parent.is_dir():
                 raise BadInput("cannot write: the folder does not exist", svg_file)
             check_output(svg_file, [plan_file])
-        params = cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe)  # as evaluate --plan prices it
+        params = training_params(plan.cluster.gpu_types, plan.training)  # as evaluate --plan prices it
         est = evaluate(plan, params)
         timings = rank_timings(plan, params)
         print_show(plan, est, timings, _console())

@@ -93,6 +93,7 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
         # a schedule the runtime lacks changes the step's time and memory: no lossy stand-in
         raise BadInput(f"cannot export: {schedule.refusal(target)}", "--to")
     offloaded = activation_offload_blocks(plan, target)
+    compile_dropped(plan, target, warn)
     stages = plan.stages
     tps = sorted({s.tp for s in stages})
     tp = tps[-1]
@@ -178,6 +179,16 @@ def activation_offload_blocks(plan: Plan, target: str) -> int:
         if reasons:
             raise BadInput(f"cannot export activation offload: {reasons[0]}; plan without it", "--to")
     return max(counts)
+
+
+def compile_dropped(plan: Plan, target: str, warn: Warn) -> None:
+    """Warn where the plan runs under torch.compile (Training.compile) and the target's runtime has no
+    such setting (Megatron-LM, DeepSpeed): written without it. Their runtimes price elementwise
+    kernels fused already (elementwise_traffic_factor 1), so the price is unchanged."""
+    runtime = "torchtitan" if target.startswith("torchtitan") else target
+    if plan.training.compile and runtime in CAPABILITIES and not capability(runtime).compile:
+        warn(f"the plan runs under torch.compile, which {capability(runtime).describe()} has no setting for: "
+             "exported without it (its own fused kernels run the fused elementwise traffic the plan is priced with)")
 
 
 def _expert_form(plan: Plan, tp: int, dp: int, warn: Warn, cp: int = 1) -> tuple[int, int]:

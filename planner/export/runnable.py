@@ -154,7 +154,9 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     target_recipe = get_runtime(PRICING_RUNTIME[target]).fp8_recipe
     same_library = (t.fp8_recipe and target_recipe
                     and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
-    training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target], fp8_recipe=t.fp8_recipe if same_library else "")
+    # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed)
+    training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target], fp8_recipe=t.fp8_recipe if same_library else "",
+                                   compile=t.compile and cap.compile)
     if t.virtual_stages == 1 and t.schedule not in cap.schedules:
         training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
     layers = [s.layers for s in plan.stages]

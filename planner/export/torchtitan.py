@@ -143,6 +143,12 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         ac = {"mode": "selective", "selective_ac_option": str(freq)} if freq else {"mode": "none"}
     job = {"dump_folder": "./outputs", "description": f"{plan.model.name} on {plan.cluster.name} (planner)"}
     sections = {"job": job, "model": model, "training": training, "parallelism": par, "activation_checkpoint": ac}
+    if plan.training.compile:
+        # torchtitan 0.2.2 config/job_config.py Compile: enable (default False), components
+        # ["model", "loss"] by default: apply_compile wraps each TransformerBlock, the loss compiles too
+        sections["compile"] = {"enable": True}
+        comments.append("compile: torch.compile of each TransformerBlock and of the loss (torchtitan's default "
+                        "components); the plan prices the blocks' fused elementwise kernels, the loss as eager")
     if u.dtype == "fp8":
         # torchao float8 linears (torchtitan 0.2: config/job_config.py Float8Linear under
         # quantize.linear.float8; the converter "quantize.linear.float8") in the plan's recipe as

@@ -41,7 +41,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      "schedule": t.schedule, "virtual_stages": t.virtual_stages,
                      "attention": t.attention, "runtime": t.runtime,
                      **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {}),
-                     **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {})},
+                     **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
+                     **({"compile": True} if t.compile else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -132,7 +133,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
         attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
-        optimizer=optimizer, fp8_recipe=fp8_recipe)
+        optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"))
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"

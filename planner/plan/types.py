@@ -77,6 +77,10 @@ class Training:
     optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.states.OPTIMIZERS
     # under fp8: FP8_RECIPE_NAMES, the scaling recipe the runtime runs; "": the runtime's default
     fp8_recipe: str = ""
+    # the model runs under torch.compile (`--compile`: torchtitan's compile.enable), priced with
+    # TorchInductor's fused elementwise kernels (CostParams.torch_compile); only where the runtime
+    # compiles (planner.cost.runtimes.capability: Capability.compile)
+    compile: bool = False
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,16 @@ def dims_text(s) -> str:
     return (f"{s.tp}/{s.dp}/{s.zero}" + (f"\ncp {s.cp} {s.cp_kind}" if s.cp > 1 else "")
             + (f"\nep {s.ep}" + (f" etp {s.etp}" if s.etp and s.etp != s.tp else "") if s.ep > 1 or s.etp else ""))
 
+def precision_text(t) -> str:
+    """A training's dtype with its fp8 recipe and torch.compile: `fp8 (torchao-rowwise), torch.compile`."""
+    return t.dtype + (f" ({t.fp8_recipe})" if t.fp8_recipe else "") + (", torch.compile" if t.compile else "")
+
+
 def headline(plan: Plan, est: Estimate) -> str:
     """The first line of every plan view: model, cluster, GPUs used, batch, dtype, schedule."""
     t = plan.training
     return (f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/]: {est.num_gpus_used} of "
-            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {t.dtype}"
-            f"{f' ({t.fp8_recipe})' if t.fp8_recipe else ''}, "
+            f"{plan.cluster.num_gpus} GPUs, global batch {t.global_batch} x {t.seq_len}, {precision_text(t)}, "
             f"micro-batch {t.micro_batch}, {plan.num_microbatches} micro-batches, {t.schedule}"
             + (f" (V={t.virtual_stages} chunks per pipeline rank)" if t.virtual_stages > 1 else ""))
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
-from .tables import gpu_labels, gpu_legend, headline, rank_text, stages_table
+from .tables import gpu_labels, gpu_legend, headline, precision_text, rank_text, stages_table
 
 
 def stdout_console() -> Console:
@@ -87,7 +87,7 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None
     t = plan.training
     console.print(f"[bold]{esc(plan.model.name)}[/] on [bold]{esc(plan.cluster.name)}[/] "
                   f"({estimate.num_gpus_used} of {plan.cluster.num_gpus} GPUs), global batch {t.global_batch} "
-                  f"x {t.seq_len} tokens, {t.dtype}{f' ({t.fp8_recipe})' if t.fp8_recipe else ''}, micro-batch {t.micro_batch}, "
+                  f"x {t.seq_len} tokens, {precision_text(t)}, micro-batch {t.micro_batch}, "
                   f"{t.schedule}"
                   + (f" (V={t.virtual_stages})" if t.virtual_stages > 1 else ""))
     times = Table(title="Step time")

@@ -60,9 +60,9 @@ def predicted_step_time_s(plan: Plan, data: Mapping[str, Any]) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     from ..cost.evaluate import evaluate
-    from ..cost.runtimes import cluster_params
+    from ..cost.runtimes import training_params
 
-    return evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe)).step_time_s
+    return evaluate(plan, training_params(plan.cluster.gpu_types, plan.training)).step_time_s
 
 
 def _torch():

@@ -157,10 +157,10 @@ def _short_list(items: list[int], limit: int = 8) -> str:
 def memory_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
     """Re-price the plan; one problem per rank that does not fit, at its `devices` entry."""
     from ..cost.evaluate import evaluate
-    from ..cost.runtimes import cluster_params
+    from ..cost.runtimes import training_params
     from ..inputs.hardware import GIB
 
-    estimate = evaluate(plan, cluster_params(plan.cluster.gpu_types, plan.training.runtime, plan.training.fp8_recipe))
+    estimate = evaluate(plan, training_params(plan.cluster.gpu_types, plan.training))
     index = {}
     for j, entry in enumerate(data.get("devices") or []):
         if isinstance(entry, dict) and isinstance(entry.get("rank"), int):

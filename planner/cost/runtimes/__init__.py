@@ -7,7 +7,7 @@ are composed over the GPU architecture's (planner.cost.architectures): `stack_pa
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..architectures import architecture_params
 from ..formulas import DEFAULT_PARAMS, CostParams
@@ -17,6 +17,9 @@ from ...core.errors import BadInput
 from . import deepspeed, fsdp1, megatron, megatron_2021, torchtitan
 from .base import Runtime
 from .capability import ANY, Capability, capability, violations
+
+if TYPE_CHECKING:  # the Training type only (planner.plan sits below cost)
+    from ...plan import Training
 
 RUNTIMES: dict[str, Runtime] = {m.RUNTIME.name: m.RUNTIME
                                 for m in (megatron, megatron_2021, deepspeed, torchtitan, fsdp1)}
@@ -32,21 +35,53 @@ def get_runtime(name: str) -> Runtime:
 
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
-                 base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "") -> CostParams:
+                 base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "", torch_compile: bool = False) -> CostParams:
     """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's;
-    `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes."""
+    `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes;
+    `torch_compile` (Training.compile) the model under torch.compile (CostParams.torch_compile)."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
     params = runtime.params(base.with_updates(**architecture_params(gpu)))
     if fp8_recipe:
         params = params.with_updates(fp8_recipe=runtime_recipe(runtime.fp8_recipe, fp8_recipe, runtime.name))
+    if torch_compile:
+        params = params.with_updates(torch_compile=True)
     return params
 
 
 def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME,
-                   fp8_recipe: str = "") -> dict[str, CostParams]:
+                   fp8_recipe: str = "", torch_compile: bool = False) -> dict[str, CostParams]:
     """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
-    return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe) for gpu in gpus}
+    return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe, torch_compile=torch_compile) for gpu in gpus}
 
 
-__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "violations", "cluster_params", "get_runtime", "stack_params"]
+def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str | None = None) -> dict[str, CostParams]:
+    """cluster_params under a plan's training choices (its runtime unless `runtime` is given, its fp8
+    recipe, torch.compile): how every command prices a plan."""
+    return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile)
+
+
+# why a runtime without Capability.compile cannot run `--compile`, by runtime
+_NO_COMPILE = {
+    # Megatron-LM (arguments.py) has no option that compiles the model: its speed comes from its own
+    # fused kernels (Transformer Engine, apex), which the cost model already prices fused
+    "megatron": "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",
+    "megatron-2021": "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",
+    # engine.compile() is a call of the training script; Megatron-DeepSpeed's pretrain_gpt makes none
+    "deepspeed": "Megatron-DeepSpeed's training script does not compile the model (DeepSpeed's "
+                 "engine.compile() is a call no config key makes)",
+    # llm-foundry's compile_config is not in the v0.0.4 runs the runtime is fitted on, nor in any export
+    "fsdp1": "the fsdp1 runtime is priced as llm-foundry's published runs ran, eager, and has no export",
+}
+
+
+def compile_problem(runtime: str) -> str:
+    """Why `runtime` cannot run the model under torch.compile ('' when it can: Capability.compile)."""
+    if capability(runtime).compile:
+        return ""
+    reason = _NO_COMPILE.get(runtime, f"the {runtime} runtime has no torch.compile setting")
+    return f"{reason}; --compile needs --runtime torchtitan (or any)"
+
+
+__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "cluster_params", "compile_problem",
+           "get_runtime", "stack_params", "training_params", "violations"]

@@ -69,6 +69,9 @@ class Capability:
     # MoE expert parallelism (ep > 1) beside context parallelism (cp > 1) in one stage, the expert
     # grid folded over tp x cp x dp (core.dims.StageDims.edp)
     expert_parallel_with_cp: bool = False
+    # the model under torch.compile (Training.compile, `--compile`): a switch of the runtime's own
+    # that the planner prices (CostParams.torch_compile) and exports
+    compile: bool = False
 
     @property
     def uniform(self) -> bool:
@@ -91,7 +94,8 @@ CAPABILITIES: dict[str, Capability] = {
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
-        offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True),
+        offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True,
+        compile=True),
     "megatron": Capability(
         runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
@@ -190,7 +194,10 @@ CAPABILITIES: dict[str, Capability] = {
         # distributed/parallel_dims.py build_mesh: sparse mesh ["pp", "dp_replicate", "efsdp", "ep",
         # "etp"], efsdp = dp_shard x cp x tp / (etp x ep): expert_parallel_degree beside
         # context_parallel_degree (models/qwen3, deepseek_v3 infra/parallelize.py apply both)
-        expert_parallel_with_cp=True),
+        expert_parallel_with_cp=True,
+        # config/job_config.py Compile.enable (default False; components ["model", "loss"]):
+        # models/llama3/infra/parallelize.py apply_compile wraps each TransformerBlock in torch.compile
+        compile=True),
     "deepspeed": Capability(
         runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
         # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
@@ -321,6 +328,8 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
             and dps[-1] == 1 and cps[-1] == 1:
         out.append(f"{name} trains in {dtype} with TP or PP only where FSDP shards over dp > 1 or CP > 1 "
                    "(the plan has dp 1: it would train in fp32)")
+    if plan.training.compile and not cap.compile:
+        out.append(f"{name} does not run the model under torch.compile (training.compile)")
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")
