@@ -25,8 +25,11 @@ Targets and output formats (stdout, or FILE with -o):
   uneven split: pass ``parts`` by overriding ``PipelineModule._partition_layers`` or map them to your
   LayerSpec list: entry 0 is the embedding, then the decoder blocks, then norm + head).
 * ``torchtitan``: the job-config TOML of torchtitan 0.2.x (``[job]``, ``[model]``,
-  ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``), with
-  ``module_fqns_per_model_part`` whenever pp > 1 (exactly the plan's split).
+  ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``, and ``[compile] enable = true``
+  for a plan with ``training.compile``), with ``module_fqns_per_model_part`` whenever pp > 1
+  (exactly the plan's split). Megatron-LM and DeepSpeed have no torch.compile setting: a plan
+  with it exports without it, warned (their runtimes price the fused kernels already); rankmap
+  ignores it (the reference runtime runs eager).
 * ``torchtitan-cli``: the same settings as torchtitan command-line overrides on one line
   (``--parallelism.tensor_parallel_degree 2 ...``), in the form its ``ConfigManager`` (tyro)
   parses: ``module_fqns_per_model_part`` as one comma-separated word per model part

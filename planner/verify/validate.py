@@ -71,7 +71,8 @@ def summarize(kind: str, data: Mapping[str, Any]) -> str:
         pp = 1 + max(s.get("pipeline_rank", i) for i, s in enumerate(stages))
         return (f"plan {model.get('name', '?')} on {cluster.get('name', '?')}: {len(ranks)} of "
                 f"{cluster.get('num_gpus', '?')} GPUs, {len(stages)} stage{'s' if len(stages) != 1 else ''} "
-                f"(pp {pp}), global batch {t.get('global_batch')} x {t.get('seq_len')}, {t.get('dtype')}, "
+                f"(pp {pp}), global batch {t.get('global_batch')} x {t.get('seq_len')}, {t.get('dtype')}"
+                f"{', torch.compile' if t.get('compile') else ''}, "
                 f"micro-batch {t.get('micro_batch')}; fits in memory")
     layers = data["layers"]
     measured = any(isinstance(layer, dict) and "measured" in layer for layer in layers)
