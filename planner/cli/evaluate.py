@@ -81,7 +81,8 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
         cluster = cluster_with_links(require(cluster_name, "--cluster"), links) if links else cluster_name
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer, fp8_recipe=fp8_recipe or "", compile=torch_compile, recompute=recompute,
+            micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer,
+            fp8_recipe=fp8_recipe or "", compile=torch_compile, recompute=recompute,
             recompute_layers=recompute_layers, offload=offload, offload_activations=offload_activations, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",

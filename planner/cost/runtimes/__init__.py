@@ -83,5 +83,5 @@ def compile_problem(runtime: str) -> str:
     return f"{reason}; --compile needs --runtime torchtitan (or any)"
 
 
-__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "cluster_params", "compile_problem",
-           "get_runtime", "stack_params", "training_params", "violations"]
+__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "cluster_params",
+           "compile_problem", "get_runtime", "stack_params", "training_params", "violations"]

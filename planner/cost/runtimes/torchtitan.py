@@ -4,8 +4,8 @@ FSDP2 prefetches the next layer's all-gather and reduce-scatters per layer behin
 compute (only what exceeds it is exposed); TP without async-TP is synchronous; SDPA flash
 attention; eager elementwise kernels (RMSNorm, SwiGLU, RoPE unfused) without torch.compile
 (its default; with compile.enable the fused ones, CostParams.torch_compile, which `--compile`
-(Training.compile) sets and the fidelity replay sets for the published runs that used it); "selective" recomputation is its per-op
-policy (every second matmul and the elementwise ops).
+(Training.compile) sets, as the fidelity replay does for the published runs that used it);
+"selective" recomputation is its per-op policy (every second matmul and the elementwise ops).
 """
 
 from .base import Runtime
