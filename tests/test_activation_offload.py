@@ -7,7 +7,8 @@ import pytest
 
 from planner.api import EvaluateRequest, plan_from_flags
 from planner.core.errors import BadInput
-from planner.cost.evaluate import PlanPricer, evaluate
+from planner.cost.evaluate import evaluate
+from planner.cost.replica_pricer import PlanPricer
 
 import dataclasses
 

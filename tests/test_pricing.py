@@ -9,7 +9,8 @@ import pytest
 from planner.cost.formulas import DEFAULT_PARAMS
 from planner.cost.states import gradient_bytes, model_state_bytes
 from planner.core.dims import StageDims
-from planner.cost.evaluate import PlanPricer, evaluate
+from planner.cost.evaluate import evaluate
+from planner.cost.replica_pricer import PlanPricer
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, uniform_plan

@@ -9,7 +9,8 @@ from itertools import product
 import pytest
 
 from planner.core.errors import BadInput
-from planner.cost.evaluate import PlanPricer, evaluate, pipeline_time_s
+from planner.cost.evaluate import evaluate, pipeline_time_s
+from planner.cost.replica_pricer import PlanPricer
 from planner.cost.formulas import DEFAULT_PARAMS, layer_time
 from planner.cost.pricing import saved_activation_bytes, wgrad_input_bytes
 from planner.cost.sharding import Sharding

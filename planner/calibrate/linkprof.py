@@ -204,7 +204,7 @@ def _measure(torch: Any, dist: Any, comm: list[int], group: Any, sizes: tuple[in
 
 def profile_links(options: LinkProfileOptions) -> dict | None:
     """Measure every link of this torchrun job; the fragment on rank 0, None on the others."""
-    from .profiler import require_torch
+    from .profile_inputs import require_torch
 
     check_launch()
     torch = require_torch()

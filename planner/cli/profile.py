@@ -43,8 +43,9 @@ def profile_command(model_name, device, seq_len, micro_batch, tp, dtype, warmup,
     """
     from rich.progress import Progress
 
-    from ..calibrate.profiler import (ProfileOptions, check_inputs, default_seq_len, normalize_device,
-                                      parse_int_list, profile_model, require_torch)
+    from ..calibrate.profile_inputs import (ProfileOptions, check_inputs, default_seq_len, normalize_device,
+                                            parse_int_list, require_torch)
+    from ..calibrate.profiler import profile_model
 
     require_torch()
     device = normalize_device(device)

@@ -13,23 +13,22 @@ rank whose chunks differ (one also holding the embedding or the head) pays its s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Mapping
 
-from .formulas import DEFAULT_PARAMS, CostParams
+from .formulas import CostParams
 from .states import MemoryBreakdown
-from .moe import AllToAllGroup
-from ..inputs.hardware import GIB, GpuSpec, Link
+from ..inputs.hardware import GIB, GpuSpec
 from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
                       latency_shares, link_use)
 from .flops import check_credible, layer_model_flops_per_sample
-from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads, offloaded_activation_bytes
-from .pricing import ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, span_price, zero_comm
+from .offload import offloaded_activation_bytes
+from .pricing import boundary_bytes
+from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
 from .stage_memory import offloaded_state_bytes, replica_memory
 from .stage_tail import stage_tail
 from ..schedules import get_schedule
-from .sharding import Sharding
-from .paths import boundary_link, dp_layout, alltoall_group, route_name, slowest_gpu, tp_group_link
+from .paths import route_name, slowest_gpu
 
 
 @dataclass(frozen=True)
@@ -105,147 +104,6 @@ class Estimate:
         return {"mfu_attention": "causal", "critical": self.critical.to_json() if self.critical else None,
                 "pp_comm_overlapped_s": sum(b.overlapped_s for b in self.pipeline_links),
                 "pipeline_links": [b.to_json() for b in self.pipeline_links]}
-
-
-ParamsFor = Callable[[GpuSpec], CostParams]
-
-
-def params_getter(params: CostParams | Mapping[str, CostParams] | None) -> ParamsFor:
-    if params is None:
-        return lambda gpu: DEFAULT_PARAMS
-    if isinstance(params, CostParams):
-        return lambda gpu: params
-    return lambda gpu: params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
-
-
-@dataclass(frozen=True)
-class ReplicaPrice:
-    """One replica of a pipeline rank, per micro-batch: each of the rank's chunks, and the
-    span of all its layers (memory, backward)."""
-
-    gpu: GpuSpec
-    params: CostParams
-    chunks: tuple[ChunkTime, ...]
-    span: SpanPrice
-    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its chunks' together (memory)
-
-    @property
-    def per_microbatch_s(self) -> float:
-        return sum(c.time_s for c in self.chunks)
-
-    @property
-    def slowest_chunk_s(self) -> float:
-        return max(c.time_s for c in self.chunks)
-
-    @property
-    def forward_s(self) -> float:
-        """The forward part of per_microbatch_s (ChunkTime.forward_s)."""
-        return sum(c.forward_s for c in self.chunks)
-
-    @property
-    def wgrad_s(self) -> float:
-        """The weight-gradient (W) part of per_microbatch_s (a split backward's)."""
-        return sum(c.span.wgrad_s for c in self.chunks)
-
-
-class PlanPricer:
-    """Prices a plan's pipeline ranks on their replicas (planner.cost.pricing), once for the
-    replicas alike in GPU type, TP link and cost parameters."""
-
-    def __init__(self, plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None):
-        self.plan, self.params_for = plan, params_getter(params)
-        self.stage_by_index = {st.index: st for st in plan.stages}
-        self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor
-        self._layouts: dict[int, DpLayout] = {}
-        self._expert_layouts: dict[int, DpLayout] = {}
-        self._replicas: dict[tuple, ReplicaPrice] = {}
-
-    def sharding(self, st: Stage) -> Sharding:
-        t = self.plan.training
-        return Sharding(t.dtype, t.micro_batch, t.seq_len, t.attention, st.dims.within_replica, st.recompute)
-
-    def layout(self, st: Stage) -> DpLayout:
-        """The stage's data-parallel collectives: over the TP-position-0 ranks of its replicas
-        (with CP, of each of their cp ranks: gradients are reduced over dp x cp)."""
-        if st.index not in self._layouts:
-            self._layouts[st.index] = dp_layout(self.plan.cluster, grad_reduce_ranks(st))
-        return self._layouts[st.index]
-
-    def expert_layout(self, st: Stage) -> DpLayout | None:
-        """Where the stage's routed experts reduce their gradients under expert parallelism: the
-        expert-data-parallel group of its first GPU (StageDims.edp_group), None without an expert grid."""
-        if st.ep == 1 and not st.etp:
-            return None
-        if st.index not in self._expert_layouts:
-            replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
-            ranks = [r for rep in replicas for r in rep.ranks]
-            self._expert_layouts[st.index] = dp_layout(self.plan.cluster, [ranks[i] for i in st.dims.edp_group(0)])
-        return self._expert_layouts[st.index]
-
-    def ep_group(self, st: Stage, replica: Replica) -> AllToAllGroup | None:
-        """Where `replica`'s expert-parallel all-to-all runs (paths.alltoall_group), None without EP."""
-        if st.ep <= 1:
-            return None
-        return alltoall_group(self.plan.cluster, self.ep_ranks(st, replica))
-
-    @staticmethod
-    def ep_ranks(st: Stage, replica: Replica) -> list[int]:
-        """The expert-parallel group of `replica`'s first GPU (paths.ep_group_ranks)."""
-        replicas = sorted(st.replicas, key=lambda rep: rep.dp_rank)
-        ranks = [r for rep in replicas for r in rep.ranks]
-        position = [rep.dp_rank for rep in replicas].index(replica.dp_rank) * st.dims.group_gpus
-        return [ranks[i] for i in st.dims.ep_group(position)]
-
-    def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
-        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU).
-        A breadth-first schedule's ZeRO collectives run once per loop for the replica's
-        micro-batches (Schedule.zero_once_per_loop, ZeroComm.per_microbatch)."""
-        cluster, layers = self.plan.cluster, self.plan.model.layers
-        gpu = slowest_gpu(cluster, replica.ranks)
-        p = self.params_for(gpu)
-        tp_link, cp_link = replica_links(cluster, replica, chunks[0])
-        ep_group = self.ep_group(chunks[0], replica)
-        t = self.plan.training
-        loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
-        # activation offload copies over the slowest PCIe link of the replica's GPUs (HostSpec)
-        pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
-        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
-        if key in self._replicas:
-            return self._replicas[key]
-        times = []
-        for st in chunks:
-            sh = self.sharding(st)
-            span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group,
-                                st.recompute_layers)
-            send = 0.0
-            successor = self.stage_by_index.get(st.index + 1)
-            if successor is not None and successor.pipeline_rank != st.pipeline_rank:  # (a V turns on one rank)
-                if st.index not in self._links:
-                    self._links[st.index] = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
-                                                          [r.ranks[0] for r in successor.replicas])
-                link, intra = self._links[st.index]
-                send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
-            zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p, span.expert_params,
-                             self.expert_layout(st)).per_microbatch(loop_microbatches)
-            offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
-            times.append(ChunkTime(span, zero, send, offloaded))
-        whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
-        self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
-        return self._replicas[key]
-
-
-def replica_links(cluster, replica: Replica, st: Stage) -> tuple[Link, Link | None]:
-    """The link of a replica's TP group (its first cp rank's) and of its CP ring (the ranks of
-    its first TP position), None without CP."""
-    if st.cp <= 1:
-        return tp_group_link(cluster, replica.ranks), None
-    return tp_group_link(cluster, replica.ranks[:st.tp]), tp_group_link(cluster, replica.ranks[::st.tp])
-
-
-def grad_reduce_ranks(st: Stage) -> list[int]:
-    """One rank per replica and cp position at TP position 0: a weight shard's gradient is
-    reduced over these (StageDims.grad_reduce_ranks)."""
-    return [r.ranks[c * st.tp] for r in st.replicas for c in range(st.cp)]
 
 
 def busy_of(price: ReplicaPrice, busy_s: float) -> float:

@@ -6,7 +6,7 @@ breakdown and the headline figures.
 
 The timeline (`--svg FILE`, needs matplotlib) draws one step of the pipeline, one row per
 pipeline rank. Per-micro-batch forward and backward times come from the same prices as
-evaluate's (evaluate.PlanPricer, planner.cost.pricing.ChunkTime), for the replica that sets the
+evaluate's (replica_pricer.PlanPricer, planner.cost.pricing.ChunkTime), for the replica that sets the
 rank's busy time (micro-batches x time per micro-batch, the same replica evaluate picks);
 a schedule that splits the backward (zero bubble) draws its input-gradient (B) and
 weight-gradient (W) passes as distinct boxes, W being the weight GEMMs' time (LayerTime.wgrad_s);
@@ -39,7 +39,8 @@ from rich.table import Table
 from ..cost.formulas import CostParams
 from ..cost.states import MemoryBreakdown
 from ..core.errors import BadInput
-from ..cost.evaluate import Estimate, PlanPricer
+from ..cost.evaluate import Estimate
+from ..cost.replica_pricer import PlanPricer
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..core.outfile import write_output

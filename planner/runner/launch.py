@@ -69,7 +69,7 @@ def _torch():
     try:
         import torch
     except ImportError:
-        from ..calibrate.profiler import INSTALL_HINT
+        from ..calibrate.profile_inputs import INSTALL_HINT
 
         raise BadInput(INSTALL_HINT, "planner run") from None
     return torch

@@ -15,23 +15,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from .core.clock import DEFAULT_TIME_LIMIT_S, Progress
-from .core.errors import BadInput, NoFeasiblePlan
-from .inputs.hardware import GIB, Cluster, load_cluster
-from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
-                   load_profiles, per_gpu_params, require, resolve_dtype)
-from .inputs.model import Model, load_model
-from .plan import CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
-from .cost.runtimes import get_runtime
-from .verify.plan_checks import load_plan_file
-from .schedules import SCHEDULES, get_schedule, search_schedule
+from ..core.clock import Progress
+from ..core.errors import BadInput
+from ..inputs.hardware import GIB, Cluster, load_cluster
+from ..load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
+                    load_profiles, per_gpu_params, require, resolve_dtype)
+from ..inputs.model import Model, load_model
+from ..plan import CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
+from ..cost.runtimes import get_runtime
+from ..verify.plan_checks import load_plan_file
+from ..schedules import SCHEDULES, get_schedule, search_schedule
+from .any_runtime import NOT_COMPARED_NOTE, _with_any_runtime
+from .catalogs import gpu_catalog, model_catalog
+from .requests import DEFAULT_PLAN, EvaluateRequest, PlanRequest
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
-    from .cost.evaluate import Estimate
-    from .search.driver import SearchResult
+    from ..cost.evaluate import Estimate
+    from ..search.driver import SearchResult
 
 # What `planner plan` plans without options.
-DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2)
 SOLVERS = ("highs", "cbc")
@@ -48,47 +50,12 @@ def _cluster(cluster: str | Cluster) -> Cluster:
 # --- plan --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PlanRequest:
-    """One search: the inputs of `planner plan` (formats.md section 5), flag by flag.
-
-    `dtype` None: bf16 where every GPU has it, else fp16. Empty `micro_batches` or
-    `virtual_stages`: the defaults (1 2 4 8 and 1 2). `time_limit_s` None: no limit.
-    `profiles` are `GPU=FILE` specs, `calibrations` calibration files."""
-    model: str | Model = DEFAULT_PLAN["model"]
-    cluster: str | Cluster = DEFAULT_PLAN["cluster"]
-    global_batch: int = DEFAULT_PLAN["global_batch"]
-    seq_len: int = DEFAULT_PLAN["seq_len"]
-    dtype: str | None = None
-    attention: str = "flash"
-    optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
-    fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default (kept, not searched)
-    compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
-    micro_batches: tuple[int, ...] = ()
-    recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
-    offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
-    activation_offload: bool = True  # ... and a one-stage plan's activations (SolverOptions.activation_offload)
-    virtual_stages: tuple[int, ...] = ()
-    zero_bubble: bool = True  # ZB-H1 and uniform ZB-V where the runtime runs them (SolverOptions.zero_bubble)
-    cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
-    ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
-    max_bundle_nodes: int = 4
-    solver: str = "highs"
-    profiles: tuple[str, ...] = ()
-    calibrations: tuple[str, ...] = ()
-    runtime: str = "megatron"  # planner.cost.runtimes
-    # search once more under `--runtime any` for solver.any_runtime_step_s (what a freer runtime
-    # would gain); off by default: it can take longer than the plan's own search
-    compare_any: bool = False
-
-
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
          warn: Warn | None = None) -> SearchResult:
     """The fastest plan for `request` (planner.search.driver.solve), its estimate and the solver's
     account. `on_progress` is called about every quarter second while the search runs."""
-    from .search.driver import SolverOptions, solve
-    from .search.shares import IlpOptions
+    from ..search.driver import SolverOptions, solve
+    from ..search.shares import IlpOptions
 
     model = _model(request.model)
     cluster = _cluster(request.cluster)
@@ -136,42 +103,9 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     return result
 
 
-ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any` search
-NOT_COMPARED_NOTE = "not searched (--compare-any searches it)"
-
-
-def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
-                      options) -> SearchResult:
-    """`result` with the step time of the same search under `--runtime any` (same cost physics,
-    every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
-    or that search does not finish in it."""
-    from .search.driver import NothingFaster, solve
-
-    left = None if options.time_limit_s is None else options.time_limit_s - result.seconds
-    if left is not None and left < ANY_RUNTIME_MIN_S:
-        return replace(result, any_runtime_step_s=None,
-                       any_runtime_note=f"not searched: {max(left, 0.0):.1f} s left of the time limit")
-    try:
-        # the plan found bounds the wider search: only faster plans are looked for. It keeps the
-        # upstream runtimes' schedules (no ZB-H1, which none runs as one chunk per rank) but for the
-        # uniform-only ones (ZB-V, looped BFS: uniform_schedules): the gain reported is that of the
-        # freer stages (uneven shares, per-stage TP), and the time of the default `planner plan`
-        # stays that of the two searches without zero bubble
-        other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left, zero_bubble=False,
-                                                    uniform_schedules=False,
-                                                    upper_bound_s=result.estimate.step_time_s))
-    except NothingFaster:
-        return replace(result, any_runtime_step_s=result.estimate.step_time_s)
-    except NoFeasiblePlan:
-        return replace(result, any_runtime_step_s=None, any_runtime_note="not found within the time limit")
-    if not other.optimal and other.estimate.step_time_s >= result.estimate.step_time_s:
-        return replace(result, any_runtime_step_s=None, any_runtime_note="not proven within the time limit")
-    return replace(result, any_runtime_step_s=min(other.estimate.step_time_s, result.estimate.step_time_s))
-
-
 def plan_json(result: SearchResult) -> dict:
     """The plan file of a search result (formats.md section 5)."""
-    from .plan import plan_to_json
+    from ..plan import plan_to_json
 
     result.estimate.check_credible()
     return plan_to_json(result.plan, predicted_json(result.estimate), result.solver_json())
@@ -187,41 +121,6 @@ def predicted_json(est: Estimate) -> dict:
 
 
 # --- evaluate ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvaluateRequest:
-    """One uniform configuration: the flags of `planner evaluate`. Required: model, cluster,
-    global_batch, seq_len, tp, pp, dp, micro_batch. `schedule` None: interleaved when
-    virtual_stages > 1, else 1f1b."""
-    model: str | Model | None = None
-    cluster: str | Cluster | None = None
-    global_batch: int | None = None
-    seq_len: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    micro_batch: int | None = None
-    dtype: str | None = None
-    attention: str = "flash"
-    optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
-    fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default
-    compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
-    recompute: str = "none"
-    recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
-    offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory
-    offload_activations: int = 0  # activation offload: decoder blocks per chunk (its first) in host memory
-    zero: int = 0
-    sequence_parallel: bool = False
-    ep: int = 1  # expert parallelism (StageDims.ep)
-    etp: int | None = None  # expert tensor parallelism; None: as tp
-    schedule: str | None = None
-    virtual_stages: int = 1
-    profiles: tuple[str, ...] = ()
-    calibrations: tuple[str, ...] = ()
-    runtime: str = "megatron"  # planner.cost.runtimes
-    cp: int = 1  # context parallelism (StageDims.cp)
-    cp_kind: str = "ring"
 
 
 @dataclass(frozen=True)
@@ -321,8 +220,8 @@ def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tupl
     """Price `plan` with the cost model of `runtime` (default: the one the plan was made for,
     training.runtime) on each GPU architecture, measured profiles and calibrations over it."""
     runtime = runtime or plan.training.runtime
-    from .cost.formulas import DEFAULT_PARAMS
-    from .cost.evaluate import evaluate as price
+    from ..cost.formulas import DEFAULT_PARAMS
+    from ..cost.evaluate import evaluate as price
 
     per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn, runtime)
     return Evaluation(plan, price(plan, {"*": DEFAULT_PARAMS, **per_gpu}))
@@ -346,8 +245,8 @@ def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, str, Evaluation]:
     for a runtime without a cost model such as `any`; the plan `target` runs in its place, priced
     under the target's runtime). The latter is the fastest of planner.export.runnable_forms that
     fits (else the one that overflows memory least); ties: runnable_forms' order (smaller TP first)."""
-    from .cost.runtimes import RUNTIMES
-    from .export import runnable_forms
+    from ..cost.runtimes import RUNTIMES
+    from ..export import runnable_forms
 
     forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
     # fitting forms by step time; when none fits, the one that overflows least
@@ -380,38 +279,6 @@ def estimate_json(plan: Plan, estimate: Estimate) -> dict:
     report = estimate.to_json()
     report["config"] = describe_plan(plan)
     return report
-
-
-# --- catalogs ----------------------------------------------------------------------------------
-
-
-def gpu_catalog() -> list[dict]:
-    """`planner gpus --json`: the GPU catalog with data-sheet figures and sources."""
-    from .inputs.hardware import GB, TFLOPS, US, load_catalog
-
-    return [{"name": name, "vendor": g.vendor, "memory_GiB": g.memory_bytes / GIB,
-             "peak_tflops": {d: f / TFLOPS for d, f in g.peak_flops},
-             "hbm_GBps": g.hbm_bandwidth_bytes_per_s / GB,
-             "intra_node": {"kind": g.intra_node.kind, "bandwidth_GBps": g.intra_node.bandwidth_bytes_per_s / GB,
-                            "latency_us": g.intra_node.latency_s / US},
-             "inter_node": {"kind": g.inter_node.kind, "bandwidth_GBps": g.inter_node.bandwidth_bytes_per_s / GB,
-                            "latency_us": g.inter_node.latency_s / US},
-             "source": g.source} for name, g in load_catalog().items()]
-
-
-def model_catalog() -> list[dict]:
-    """`planner models --json`: the built-in models with parameter counts and shapes."""
-    from .inputs.model import catalog_names
-
-    rows = []
-    for name in catalog_names():
-        m = load_model(name)
-        c = m.config
-        rows.append({"name": name, "model_type": c.model_type, "params": m.params,
-                     "layers": c.num_layers, "hidden": c.hidden, "heads": c.num_heads,
-                     "kv_heads": c.num_kv_heads, "ffn_hidden": c.ffn_hidden, "vocab": c.vocab,
-                     "experts": c.num_experts})
-    return rows
 
 
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
