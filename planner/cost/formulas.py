@@ -74,7 +74,8 @@ class CostParams:
     # training dtype (FSDP2 with MixedPrecisionPolicy reduce_dtype float32, torchtitan's
     # mixed_precision_reduce default: _fsdp_param.py to_accumulated_grad_if_needed upcasts the
     # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
-    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
+    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes; and its
+    # reduce-scatters move them at 4 bytes (states.reduce_scatter_bytes; stage_tail under PP)
     fp32_grad_accumulation: bool = False
     # under bf16 (and fp8, whose parameters and gradients are bf16) its gradient buffers are fp32
     # and its DP reduction moves them at 4 bytes (Megatron-LM arguments.py validate_args: bf16 sets

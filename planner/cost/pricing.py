@@ -28,7 +28,7 @@ import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
 from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency
-from .states import gradient_bytes
+from .states import reduce_scatter_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
@@ -380,7 +380,8 @@ def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | Non
     parts = [(w, where) for w, where in parts if where.replicas > 1]
     if not parts:
         return NO_ZERO_COMM
-    reduce_scatter = sum(where.allreduce_s(w * gradient_bytes(dtype), p) / 2 for w, where in parts)
+    reduce_scatter = sum(where.allreduce_s(w * reduce_scatter_bytes(dtype, p.fp32_grad_accumulation), p) / 2
+                         for w, where in parts)
     gather = sum(where.allreduce_s(w * DTYPE_BYTES[dtype], p) / 2 for w, where in parts) if dims.zero >= 3 else 0.0
     return ZeroComm(reduce_scatter, gather, p.overlap_zero_comm)
 
