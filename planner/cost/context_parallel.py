@@ -8,7 +8,8 @@ from functools import lru_cache
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import Layer
-from .formulas import CostParams, attention_s, link_efficiency, ring_allgather_s
+from .collectives import ring_allgather_s
+from .formulas import CostParams, attention_s, link_efficiency
 from .sharding import Sharding
 
 

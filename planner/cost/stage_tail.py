@@ -9,7 +9,8 @@ from functools import reduce
 from typing import Iterable
 
 from .formulas import CostParams, optimizer_step_s
-from .pricing import DpLayout, _maximum
+from .arrays import maximum as _maximum
+from .dp_comm import DpLayout
 from .stage_memory import held_gradient_bytes, offload_step_s
 from .states import gradient_bytes
 from ..core.dims import StageDims
