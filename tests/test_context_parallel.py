@@ -285,6 +285,34 @@ def test_torch_ring_pays_fp32_merges_and_moves_repeated_kv_where_megatron_ring_h
     assert across[0] - inside[0] > 10 * megatron_fwd
 
 
+def test_compiled_torch_ring_exposes_its_collectives_and_fuses_its_merges():
+    """Under torch.compile the ring is traced and every collective is waited on where it is issued
+    (functional collectives' _maybe_wrap_tensor; Inductor's reorder_for_compute_comm_overlap off):
+    the all-gathers and dK/dV permutes are exposed in full, the merges run fused."""
+    from planner.cost.context_parallel import (TORCH_RING_ACCUM_COMPILED_BYTES, TORCH_RING_ACCUM_FP32_BYTES,
+                                               TORCH_RING_MERGE_COMPILED_BYTES, TORCH_RING_MERGE_FP32_BYTES,
+                                               _torch_ring_s, cp_comm)
+    from planner.cost.formulas import attention_s, link_efficiency
+    from planner.cost.sharding import Sharding
+    layer, group, stack_params = _decoder_and_h100()
+    sh = Sharding("bf16", 1, 131072, "flash", StageDims(1, cp=4), "none")
+    eager_p = stack_params(group.gpu, "torchtitan")
+    compiled_p = eager_p.with_updates(torch_compile=True)
+    link, eff = group.intra_node, link_efficiency(group.intra_node, eager_p)
+    # free merges (infinite HBM bandwidth) leave the collectives alone
+    fast = group.gpu.__class__(**{**group.gpu.__dict__, "hbm_bandwidth_bytes_per_s": 1e30})
+    eager = cp_comm(layer, sh, fast, link, eager_p)
+    compiled = cp_comm(layer, sh, fast, link, compiled_p)
+    assert eager[0] < 1e-9  # eager: the all-gather hides behind the first 32k-token block
+    assert compiled[1] > compiled[0] > 0  # compiled: the all-gather, and cp dK/dV sends, in full
+    tokens = 131072 / 4
+    attn = attention_s(layer, fast, sh, compiled_p)
+    assert _torch_ring_s(layer, sh, fast, link, compiled_p, *attn, tokens, eff) == \
+        _torch_ring_s(layer, sh, fast, link, compiled_p, 1e9, 1e9, tokens, eff)  # whatever the attention time
+    assert TORCH_RING_MERGE_COMPILED_BYTES < TORCH_RING_MERGE_FP32_BYTES
+    assert TORCH_RING_ACCUM_COMPILED_BYTES < TORCH_RING_ACCUM_FP32_BYTES
+
+
 def test_async_tp_hides_forward_tp_comm_behind_its_gemms_but_not_the_backward():
     from planner.cost.formulas import layer_time
     from planner.cost.sharding import Sharding

@@ -127,3 +127,21 @@ def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path):
     path.write_text(json.dumps(data))
     bad = invoke("validate", str(path))
     assert bad.exit_code == 2 and "training.runtime" in bad.stderr
+
+
+def test_torchtitan_fsdp2_reduce_scatters_fp32_gradients_per_micro_batch_and_under_pp():
+    """torchtitan's mixed_precision_reduce float32 (FSDP2 MixedPrecisionPolicy reduce_dtype): the
+    reduce-scatter moves 4-byte gradients where Megatron-less 16-bit FSDP moves 2; the weight
+    gathers stay 16-bit. Under PP (ZeRO-1) the once-per-step reduce-scatter is fp32 too."""
+    bare = Link(300e9, 0.0, "NVLink3 (NVSwitch)")  # no latency: bytes alone
+    layout = DpLayout(8, 8, 1, bare, bare)
+    fsdp, zero1 = StageDims(1, dp=8, zero=3), StageDims(1, dp=8, zero=1)
+    plain = DEFAULT_PARAMS.with_updates(overlap_grad_reduce=False)
+    titan = plain.with_updates(fp32_grad_accumulation=True)
+    a, b = zero_comm(1e9, fsdp, "bf16", layout, plain), zero_comm(1e9, fsdp, "bf16", layout, titan)
+    assert b.reduce_scatter_s == pytest.approx(2 * a.reduce_scatter_s)
+    assert b.gather_s == a.gather_s
+    assert zero_comm(1e9, fsdp, "fp32", layout, titan).reduce_scatter_s == pytest.approx(b.reduce_scatter_s)
+    # ZeRO-1: half an all-reduce of fp32 gradients plus half of 16-bit weights, against a 16-bit all-reduce
+    assert grad_reduce_s(1e9, zero1, "bf16", layout, titan, 0.0) == pytest.approx(
+        1.5 * grad_reduce_s(1e9, zero1, "bf16", layout, plain, 0.0))

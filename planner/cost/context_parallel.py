@@ -8,7 +8,8 @@ from functools import lru_cache
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import Layer
-from .formulas import CostParams, attention_s, link_efficiency, ring_allgather_s
+from .collectives import ring_allgather_s
+from .formulas import CostParams, attention_s, link_efficiency
 from .sharding import Sharding
 
 
@@ -77,6 +78,16 @@ TORCH_RING_MERGE_FP32_BYTES = 6 + 8 * 4
 TORCH_RING_ACCUM_FP32_BYTES = 3 * (4 + 2 + 4) + 2 * 8
 
 
+# under torch.compile (CostParams.torch_compile) TorchInductor fuses each step's merge into one
+# kernel (Ansel et al. 2024, PyTorch 2, sec 5): it reads the fp32 running output and the 16-bit
+# block output and writes the running output, per element of the attention output
+TORCH_RING_MERGE_COMPILED_BYTES = 4 + 2 + 4
+# and each step's accumulation of dQ, dK, dV into one kernel per gradient (read the fp32 sum and
+# the 16-bit block gradient, write the sum; dK, dV written straight into the send buffer, which
+# Inductor's cat lowering lets the producers fill)
+TORCH_RING_ACCUM_COMPILED_BYTES = 3 * (4 + 2 + 4)
+
+
 def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostParams,
                   attn_fwd_s: float, attn_bwd_s: float, tokens: float, eff: float) -> tuple[float, float]:
     """PyTorch's ring attention (torch.distributed.tensor.experimental._attention, Dec 2024) under
@@ -90,7 +101,15 @@ def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: 
       by a permute (all-to-all) after every block, waited for after the next block's backward,
       the last one after the loop (cp sends, the last exposed).
     - the fp32 merges and accumulations of every step after the first (TORCH_RING_*_BYTES),
-      memory-bound, the attention kernels do not hide them."""
+      memory-bound, the attention kernels do not hide them.
+    - under torch.compile (CostParams.torch_compile; torchtitan compiles each TransformerBlock,
+      attention included: parallelize_llama.py apply_compile, torch.compile(block, fullgraph=True))
+      the ring is traced into the block's graph, where a functional collective is waited on as
+      soon as it is issued (torch/distributed/_functional_collectives.py _maybe_wrap_tensor:
+      "wait_tensor() op is immediately called", the overlap left to the compiler), and Inductor
+      moves no wait unless reorder_for_compute_comm_overlap is set (torch/_inductor/config.py,
+      default False; torchtitan does not set it): every all-gather and every dK, dV permute is
+      exposed, and the merges and accumulations run fused (TORCH_RING_*_COMPILED_BYTES)."""
     c, dims, cp, nb = layer.config, sh.dims, sh.dims.cp, sh.dtype_bytes
     kv_bytes = nb * tokens * dims.head_share(2 * c.q_dim)  # this rank's K and V, heads repeated
     gather_s = ring_allgather_s(cp * kv_bytes, cp, link, eff)
@@ -103,8 +122,13 @@ def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: 
     dkv_s = send_s(2 * kv_bytes * 4 / nb)  # fp32 dK, dV
     hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
     out_elements = tokens * dims.head_share(c.o_dim)
-    merge_s = (cp - 1) * out_elements * TORCH_RING_MERGE_FP32_BYTES / hbm
-    accum_s = (cp - 1) * out_elements * TORCH_RING_ACCUM_FP32_BYTES / hbm
+    compiled = params.torch_compile
+    merge_bytes = TORCH_RING_MERGE_COMPILED_BYTES if compiled else TORCH_RING_MERGE_FP32_BYTES
+    accum_bytes = TORCH_RING_ACCUM_COMPILED_BYTES if compiled else TORCH_RING_ACCUM_FP32_BYTES
+    merge_s = (cp - 1) * out_elements * merge_bytes / hbm
+    accum_s = (cp - 1) * out_elements * accum_bytes / hbm
+    if compiled:  # traced: each collective waited on where it is issued, nothing hidden
+        return gather_s + merge_s, gather_s + cp * dkv_s + accum_s
     fwd = max(0.0, gather_s - attn_fwd_s / cp) + merge_s
     bwd = (max(0.0, gather_s - attn_bwd_s / cp) + (cp - 1) * max(0.0, dkv_s - attn_bwd_s / cp) + dkv_s
            + accum_s)

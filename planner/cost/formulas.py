@@ -1,5 +1,7 @@
 """The analytic cost model: pure functions for the time and memory of a layer, a
-collective and an optimizer step. No I/O. Every formula names its source.
+collective and an optimizer step. No I/O. Every formula names its source. The ring
+collectives live in planner.cost.collectives, the elementwise traffic of a layer in
+planner.cost.elementwise.
 
 Times are seconds, sizes bytes, rates per second. `CostParams` holds the few physical
 parameters fitted to published measurements (benchmarks/fidelity.py): the GEMM
@@ -12,16 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
-import numpy as np
-
 from ..inputs.hardware import GIB, GpuSpec, Link
-from ..inputs.linkcurve import collective_s
 from ..inputs.measured import MeasuredTimes
-from ..core.dims import StageDims
+from .collectives import ring_allgather_s, ring_allreduce_s  # noqa: F401 (re-exported)
+from .elementwise import elementwise_bytes
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
 from . import fp8 as fp8_cost
 from .states import get_optimizer
+
 
 @dataclass(frozen=True)
 class CostParams:
@@ -53,7 +54,7 @@ class CostParams:
     # the model runs under torch.compile (torchtitan's compile.enable / training.compile): TorchInductor
     # fuses each chain of pointwise and reduction ops (RMSNorm, SwiGLU's silu * mul, RoPE, the
     # residual adds) into one kernel that reads its inputs and writes its outputs once (Ansel et al.
-    # 2024, PyTorch 2, ASPLOS, sec 5), the fused traffic _elementwise_bytes counts: the
+    # 2024, PyTorch 2, ASPLOS, sec 5), the fused traffic elementwise.elementwise_bytes counts: the
     # runtime's elementwise_traffic_factor (its eager kernels) does not apply
     torch_compile: bool = False
     bf16_fp32_grad_allreduce: bool = False  # under bf16 the DP reduction moves fp32 gradients
@@ -74,7 +75,8 @@ class CostParams:
     # training dtype (FSDP2 with MixedPrecisionPolicy reduce_dtype float32, torchtitan's
     # mixed_precision_reduce default: _fsdp_param.py to_accumulated_grad_if_needed upcasts the
     # unsharded gradient while gradient sync is off, as torch.distributed.pipelining does until
-    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes
+    # the last micro-batch): replica_memory's gradients below ZeRO-2 at 4 bytes; and its
+    # reduce-scatters move them at 4 bytes (states.reduce_scatter_bytes; stage_tail under PP)
     fp32_grad_accumulation: bool = False
     # under bf16 (and fp8, whose parameters and gradients are bf16) its gradient buffers are fp32
     # and its DP reduction moves them at 4 bytes (Megatron-LM arguments.py validate_args: bf16 sets
@@ -166,37 +168,6 @@ class LayerTime:
         return self.tp_comm_fwd_s + self.tp_comm_bwd_s
 
 
-def _elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool,
-                       attention: str, nb: int) -> tuple[float, float]:
-    """HBM traffic (bytes per sample, forward) of the non-GEMM kernels, split as
-    (traffic outside attention scores, traffic on the s^2 attention scores).
-
-    Counted as reads + writes of each fused kernel, as Calculon does: layer norms (read x,
-    write y), bias-dropout-add (read 2, write 1, mask), RoPE on Q and K, the MLP
-    activation (GeLU read f write f; SwiGLU read 2f write f), and with standard attention
-    the scale-mask-softmax and dropout over the a x s x s scores (Korthikanti et al. 2022).
-    """
-    c = layer.config
-    s, h = seq_len, c.hidden
-    mask = 1 if c.dropout else 0
-    dims = StageDims(tp, sequence_parallel)
-    if layer.kind == "embedding":
-        return dims.activation_share((nb + mask) * s * h, 0.0), 0.0  # gather rows, dropout
-    if layer.kind == "head":
-        # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
-        return dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
-    replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
-    sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
-    if c.num_experts > 1:
-        sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
-    if not c.learned_positions:
-        sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
-    scores = 0.0
-    if attention == "standard":
-        scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)
-    return dims.activation_share(replicated, sharded), scores
-
-
 def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float:
     """The fraction of a link's figure NCCL reaches on it. A PCIe path inside a node (no NVLink:
     peer-to-peer through PCIe switches and the host bridge, or staged through host memory where
@@ -208,29 +179,6 @@ def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float
     if "ethernet" in kind:
         return params.ethernet_link_efficiency
     return params.intra_link_efficiency if intra else params.inter_link_efficiency
-
-
-def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> float:
-    """Ring all-reduce: 2(n-1)/n of the bytes over the link, 2(n-1) latencies
-    (Patarasuk and Yuan 2009; NCCL's bus-bandwidth model). A measured link prices it by its
-    size curve instead (planner.inputs.linkcurve)."""
-    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
-        return 0.0
-    if link.curves:
-        return collective_s("all_reduce", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-    bw = link.bandwidth_bytes_per_s * efficiency
-    return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
-
-
-def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, op: str = "all_gather") -> float:
-    """Ring all-gather or reduce-scatter (`op`) of a `nbytes` buffer: (n-1)/n of it, n-1
-    latencies; a measured link prices it by its size curve for `op` (planner.inputs.linkcurve)."""
-    if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
-        return 0.0
-    if link.curves:
-        return collective_s(op, nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-    bw = link.bandwidth_bytes_per_s * efficiency
-    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
 
 # FlashAttention-2 reaches up to 73 % of the peak in the forward pass and up to 63 % in the
@@ -330,7 +278,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
-    other_bytes, score_bytes = _elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
     elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
     score_fwd = score_bytes * b / hbm
     # Backward elementwise kernels read the saved tensor and the incoming gradient and write

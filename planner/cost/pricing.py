@@ -9,7 +9,7 @@ at once (`n = np.arange(L + 1)` decoder blocks, plus 0 or 1 embedding and head).
 Per micro-batch on one replica (one tensor-parallel group):
   span_price   forward, backward (with recomputation) and TP communication of a span of
                layers, with its weights and saved activations: count x layer, summed;
-  zero_comm    the ZeRO-2/3 collectives after every micro-batch;
+  zero_comm    the ZeRO-2/3 collectives after every micro-batch (planner.cost.dp_comm, re-exported);
   p2p_s        the send across a stage boundary (boundary_bytes of activations);
   ChunkTime    one chunk's (stage's) micro-batch: the three above together.
 Per replica:   planner.cost.stage_memory.replica_memory, the peak memory with some micro-batches
@@ -27,12 +27,12 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import CostParams, hierarchical_allreduce_s, layer_time, link_efficiency
-from .states import gradient_bytes
+from .formulas import CostParams, layer_time, link_efficiency
+from .dp_comm import NO_ZERO_COMM, DpLayout, ZeroComm, zero_comm, zero_exposed_s  # noqa: F401 (re-exported)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.linkcurve import collective_s
-from ..inputs.model import DTYPE_BYTES, Layer
+from ..inputs.model import Layer
 from .context_parallel import cp_comm
 from .sharding import Sharding
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
@@ -44,20 +44,6 @@ def _where(cond, a, b):
     if np.ndim(cond) == 0:
         return a if cond else b
     return np.where(cond, a, b)
-
-
-def _minimum(a, b):
-    """np.minimum that keeps scalars scalar."""
-    if np.ndim(a) == 0 and np.ndim(b) == 0:
-        return min(a, b)
-    return np.minimum(a, b)
-
-
-def _maximum(a, b):
-    """np.maximum that keeps scalars scalar."""
-    if np.ndim(a) == 0 and np.ndim(b) == 0:
-        return max(a, b)
-    return np.maximum(a, b)
 
 
 # --- one layer ------------------------------------------------------------------------------
@@ -304,85 +290,6 @@ def block_shardings(sh: Sharding) -> tuple[Sharding, Sharding]:
 
 
 # --- communication --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DpLayout:
-    """Where a stage's data-parallel collectives run: `replicas` replicas (one rank per TP
-    position, each position reducing its own shard at once) on `nodes` nodes, at most
-    `ranks_per_node` in one node; `intra` inside a node, `inter` one GPU's share between."""
-
-    replicas: int
-    ranks_per_node: int
-    nodes: int
-    intra: Link
-    inter: Link
-
-    def allreduce_s(self, nbytes, p: CostParams):
-        return hierarchical_allreduce_s(nbytes, self.ranks_per_node, self.nodes, self.intra, self.inter, p)
-
-
-@dataclass(frozen=True)
-class ZeroComm:
-    reduce_scatter_s: float = 0.0  # the gradients, after every micro-batch's backward
-    gather_s: float = 0.0  # ZeRO-3: one all-gather of the weights (before forward, again before backward)
-    overlap: float = 0.0  # the share of them the runtime's prefetching hides behind the compute
-
-    @property
-    def total_s(self):
-        return self.reduce_scatter_s + 2 * self.gather_s
-
-    def forward_exposed_s(self, fwd_s):
-        """The forward's gather not hidden behind the span's forward compute `fwd_s`."""
-        return zero_exposed_s(self.gather_s, fwd_s, self.overlap)
-
-    def backward_exposed_s(self, bwd_s):
-        """The backward's gather and reduce-scatter not hidden behind its compute `bwd_s`."""
-        return zero_exposed_s(self.gather_s + self.reduce_scatter_s, bwd_s, self.overlap)
-
-    def exposed_s(self, span: "SpanPrice"):
-        return self.forward_exposed_s(span.fwd_s) + self.backward_exposed_s(span.bwd_s)
-
-    def per_microbatch(self, microbatches: int) -> "ZeroComm":
-        """The collectives of a schedule that runs them once for `microbatches` micro-batches
-        (breadth-first: one gather and one reduce-scatter per loop; Lamy-Poirier 2023, sec 3.3),
-        spread over them."""
-        if microbatches <= 1 or not self.total_s:
-            return self
-        return ZeroComm(self.reduce_scatter_s / microbatches, self.gather_s / microbatches, self.overlap)
-
-
-def zero_exposed_s(comm_s, compute_s, overlap: float):
-    """ZeRO-3/FSDP collectives of a pass over a span, less the share `overlap` of them (at most
-    the pass's compute) that the runtime's prefetching hides: FSDP issues the next layer's
-    all-gather and the previous layer's reduce-scatter while a layer computes (Zhao et al.
-    2023, PyTorch FSDP, sec 3.3), but the collectives' kernels share the GPU with it."""
-    if not overlap:
-        return comm_s
-    return comm_s - overlap * _minimum(comm_s, compute_s)
-
-
-NO_ZERO_COMM = ZeroComm()
-
-
-def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | None, p: CostParams,
-              expert_params=0.0, expert_layout: DpLayout | None = None) -> ZeroComm:
-    """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
-    also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
-    sec 5.2 and 7.2); each moves half an all-reduce's traffic. With `expert_layout` (expert
-    parallelism) the routed experts' `expert_params` (of weight_params) run over their
-    expert-data-parallel group instead (torchtitan's FSDP of the experts over its efsdp mesh
-    dimension, parallelize.py apply_fsdp edp_mesh). (`layout` may be None below ZeRO-2.)"""
-    if dims.zero < 2:
-        return NO_ZERO_COMM
-    parts = [(weight_params, layout)] if expert_layout is None else \
-        [(weight_params - expert_params, layout), (expert_params, expert_layout)]
-    parts = [(w, where) for w, where in parts if where.replicas > 1]
-    if not parts:
-        return NO_ZERO_COMM
-    reduce_scatter = sum(where.allreduce_s(w * gradient_bytes(dtype), p) / 2 for w, where in parts)
-    gather = sum(where.allreduce_s(w * DTYPE_BYTES[dtype], p) / 2 for w, where in parts) if dims.zero >= 3 else 0.0
-    return ZeroComm(reduce_scatter, gather, p.overlap_zero_comm)
 
 
 def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):

@@ -9,7 +9,8 @@ from functools import reduce
 from typing import Iterable
 
 from .formulas import CostParams, optimizer_step_s
-from .pricing import DpLayout, _maximum
+from .arrays import maximum as _maximum
+from .dp_comm import DpLayout
 from .stage_memory import held_gradient_bytes, offload_step_s
 from .states import gradient_bytes
 from ..core.dims import StageDims
@@ -84,11 +85,14 @@ def _reduce_volume_s(weight_params, dims: StageDims, dtype: str, layout: DpLayou
         seconds = layout.allreduce_s(weight_params * 4, p)
         if dims.zero == 1:
             seconds = seconds + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p) / 2
-    elif held_gradient_bytes(dtype, dims.zero, p) != gradient_bytes(dtype) and p.bf16_fp32_grads:
+    elif held_gradient_bytes(dtype, dims.zero, p) != gradient_bytes(dtype) and (p.bf16_fp32_grads
+                                                                                 or p.fp32_grad_accumulation):
         # Megatron's fp32 gradient buffers (CostParams.bf16_fp32_grads): DDP all-reduces them at
         # 4 bytes; its distributed optimizer (ZeRO-1) reduce-scatters them at 4 bytes and
         # all-gathers the updated 16-bit weights (megatron-core param_and_grad_buffer.py
-        # start_grad_sync / start_param_sync): each half an all-reduce of its volume
+        # start_grad_sync / start_param_sync): each half an all-reduce of its volume. FSDP2 under
+        # PP (ZeRO-1) likewise reduce-scatters its fp32-accumulated gradients once per step in
+        # reduce_dtype float32 (CostParams.fp32_grad_accumulation) and gathers 16-bit weights
         grads_s = layout.allreduce_s(weight_params * held_gradient_bytes(dtype, dims.zero, p), p)
         seconds = grads_s if dims.zero == 0 else (grads_s + layout.allreduce_s(weight_params * DTYPE_BYTES[dtype], p)) / 2
     else:

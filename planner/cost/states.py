@@ -79,6 +79,14 @@ def gradient_bytes(dtype: str) -> int:
     return WEIGHT_BYTES_FP32_TRAINING if dtype == "fp32" else DTYPE_BYTES[dtype]
 
 
+def reduce_scatter_bytes(dtype: str, fp32_reduce: bool) -> int:
+    """Bytes of one gradient element a ZeRO-2/3 reduce-scatter moves: fp32 where the runtime
+    reduces in fp32 (`fp32_reduce`, CostParams.fp32_grad_accumulation: FSDP2's
+    MixedPrecisionPolicy reduce_dtype float32, whose foreach_reduce casts the unsharded gradients
+    into an fp32 reduce_scatter_input, torch fully_shard _fsdp_collectives.py), else gradient_bytes."""
+    return WEIGHT_BYTES_FP32_TRAINING if fp32_reduce else gradient_bytes(dtype)
+
+
 def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int,
                       optimizer: str = "adamw") -> tuple[float, float, float]:
     """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
