@@ -32,7 +32,8 @@ def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, 
     # the DP's completion bound (planner.search.completion) from the empty state, at the optimum's
     # micro-batch: the least busy time its decoder blocks force on the whole cluster
     inputs = ProblemInputs.of(model, cluster, base, result.plan.training.micro_batch,
-                              decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes), options, 1)
+                              decompose(cluster, options.exact_node_limit(capability(base.runtime).per_stage_dp),
+                                        options.max_bundle_nodes), options, 1)
     kappas = tuple(block_gpu_seconds(inputs, g) for g in range(len(inputs.groups)))
     forced = seconds_per_block_left(inputs, kappas, (0,) * len(inputs.bundle_nodes)) * inputs.num_blocks
     assert 0 < forced <= result.estimate.step_time_s * (1 + 1e-9)

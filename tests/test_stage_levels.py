@@ -39,7 +39,7 @@ def _direct_x(problem: Problem, cid: int, from_end: int, has_emb: bool, successo
 def test_stage_cost_by_capping_level_equals_pricing_each_position(make, seed):
     model, cluster, base = make(seed)
     options = SolverOptions(**TINY_OPTIONS)
-    parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
+    parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
     checked = capped = 0
     for v in (1, 2):
         problem = Problem(model, cluster, base, 1, parts, options, v)

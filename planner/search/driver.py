@@ -52,7 +52,7 @@ the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts t
 the head on rank 0; looped BFS, whose ZeRO collectives run once per loop) where the runtime runs
 them (space.uniform_schedules); a plan of those is returned not proven optimal.
 
-Scale. Clusters of more than `max_exact_nodes` nodes are searched on parts of nodes
+Scale. Clusters of more than `SolverOptions.exact_node_limit` nodes are searched on parts of nodes
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
 the full space, so such a search reports optimal=false with the gap to a lower bound
@@ -241,7 +241,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     floor = unplaceable_layer(model, cluster, base, options)
     if floor is not None:
         raise layer_too_big(floor, base, long_sequence(model, cluster, base, options))
-    parts = decompose(cluster, options.max_exact_nodes, options.max_bundle_nodes)
+    parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
     subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap))
     clock.subproblems_total = len(subproblems)

@@ -40,7 +40,7 @@ def solve_scaled(model: Model, cluster: Cluster, base: Training, options: Solver
         return replace(inner, plan=plan, estimate=estimate, decomposition=merged.describe(inner.decomposition))
     started = time.perf_counter()
     cap = capability(options.space or base.runtime)
-    cut = None if cap.per_stage_dp else trim(cluster, options.max_exact_nodes, options.max_bundle_nodes,
+    cut = None if cap.per_stage_dp else trim(cluster, options.exact_node_limit(False), options.max_bundle_nodes,
                                              base.global_batch, options.max_trimmed_bundle_nodes)
     if cut is None:
         return solve_one(model, cluster, base, options, on_progress, started)

@@ -44,7 +44,9 @@ class SolverOptions:
     offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
     # activation offload of one-stage uniform plans that do not fit (planner.search.uniform.fewest_offloaded)
     activation_offload: bool = True
-    max_exact_nodes: int = 8  # clusters with at most this many nodes are searched whole (exact)
+    # clusters with at most this many nodes are searched whole (exact); None: by the runtime
+    # (exact_node_limit)
+    max_exact_nodes: int | None = None
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
     # a runtime with one DP degree for every stage, on parts of unequal size, also searches the
     # cluster trimmed to identical bundles of at most this many nodes (planner.search.decompose.trim):
@@ -70,6 +72,15 @@ class SolverOptions:
     # a step time some plan of the space is known to reach (e.g. a narrower runtime's optimum):
     # the search looks only for faster plans and raises driver.NothingFaster when there is none
     upper_bound_s: float | None = None
+
+    def exact_node_limit(self, per_stage_dp: bool) -> int:
+        """The most nodes searched whole: `max_exact_nodes`, or by default 8 where stages choose their
+        own DP degree (`--runtime any`: llama-3-70b on 64 GPUs of three types is the exact search's
+        benchmark row) and 16 where every stage has one (its searches fix the replicas: 3+3+4, 4+4+5
+        and 16 one-node groups are proven optimal in 4-11 CPU s, `benchmarks/planning_time.py`)."""
+        if self.max_exact_nodes is not None:
+            return self.max_exact_nodes
+        return 8 if per_stage_dp else 16
 
     def params_for(self, gpu_name: str) -> CostParams:
         return next((p for name, p in self.gpu_params if name == gpu_name), self.params)
