@@ -11,7 +11,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.uniform import UniformSpace, improving_uniform, uniform_candidates
-from planner.search.uniform_bound import busy_lower_bound_s
+from planner.search.uniform_bound import busy_lower_bound_s, surely_overflows
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
                      virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))
@@ -53,3 +53,11 @@ def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
     assert list(improving_uniform(model, cluster, base, SPACE, bound_s=best_s))[-1][0] == pairs[first][0]
     lowest = min(busy_lower_bound_s(plan) for plan, _ in pairs)
     assert list(improving_uniform(model, cluster, base, SPACE, bound_s=lowest * (1 - 1e-9))) == []
+
+
+def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
+    *_, pairs = priced
+    flagged = [surely_overflows(plan) for plan, _ in pairs]
+    assert not any(flag and estimate.fits for flag, (_, estimate) in zip(flagged, pairs))
+    not_fitting = sum(not estimate.fits for _, estimate in pairs)
+    assert sum(flagged) >= 0.8 * not_fitting > 0  # and finds most of them

@@ -28,7 +28,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
-from .uniform_bound import busy_lower_bound_s
+from .uniform_bound import busy_lower_bound_s, surely_overflows
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     candidate order (so ties keep the first); the last one yielded is the fastest. A caller
     cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced;
     nor are those whose busy_lower_bound_s reaches the best step time so far (they cannot improve)
-    or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie)."""
+    or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
+    those that surely_overflows finds not fitting (but a one-stage plan activation offload may fit)."""
     best_s = float("inf")
     seen: set = set()
     for plan in uniform_candidates(model, cluster, base, space):
@@ -127,6 +128,8 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
         if key in seen:  # dp = 1 makes every ZeRO stage the same plan
             continue
         seen.add(key)
+        if not offloadable and surely_overflows(plan, params):
+            continue  # it does not fit (evaluate would say so), not priced
         if min(best_s, bound_s) < float("inf"):
             floor_s = busy_lower_bound_s(plan, params)
             if floor_s >= best_s or floor_s > bound_s:
