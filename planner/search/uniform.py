@@ -128,12 +128,12 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
         if key in seen:  # dp = 1 makes every ZeRO stage the same plan
             continue
         seen.add(key)
-        if not offloadable and surely_overflows(plan, params):
-            continue  # it does not fit (evaluate would say so), not priced
         if min(best_s, bound_s) < float("inf"):
             floor_s = busy_lower_bound_s(plan, params)
             if floor_s >= best_s or floor_s > bound_s:
                 continue  # it cannot be faster (its offloaded form neither: the same compute), not priced
+        if not offloadable and surely_overflows(plan, params):
+            continue  # it does not fit (evaluate would say so), not priced
         estimate = evaluate(plan, params)
         if offloadable and not estimate.fits and _activations_overflow(estimate):
             plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)
@@ -169,12 +169,17 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
         form = replace(plan, stages=(replace(stage, offload_activations=k),))
         return form, evaluate(form, params)
 
-    if most < 3 or not _gpu_fits(priced(most)[1]):
+    def gpus_fit(k: int) -> bool:
+        # surely_overflows finds GPU overflows as evaluate does, without the rest of its pricing
+        form = replace(plan, stages=(replace(stage, offload_activations=k),))
+        return not surely_overflows(form, params) and _gpu_fits(evaluate(form, params))
+
+    if most < 3 or not gpus_fit(most):
         return None
     low, high = 2, most  # K = low does not fit the GPUs, K = high does
     while high - low > 1:
         middle = (low + high) // 2
-        if _gpu_fits(priced(middle)[1]):
+        if gpus_fit(middle):
             high = middle
         else:
             low = middle
