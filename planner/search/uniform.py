@@ -124,10 +124,13 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
         accepted = accept is None or accept(plan)
         if not accepted and not offloadable:
             continue
-        key = (plan.training, plan.stages)
-        if key in seen:  # dp = 1 makes every ZeRO stage the same plan
-            continue
-        seen.add(key)
+        # dp = 1 makes every ZeRO stage the same plan (uniform_candidates yields every other
+        # configuration once; comparing a plan of 1,000 replicas costs more than skipping it saves)
+        if len(plan.stages[0].replicas) == 1:
+            key = (plan.training, plan.stages)
+            if key in seen:
+                continue
+            seen.add(key)
         if min(best_s, bound_s) < float("inf"):
             floor_s = busy_lower_bound_s(plan, params)
             if floor_s >= best_s or floor_s > bound_s:
