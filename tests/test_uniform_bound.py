@@ -4,6 +4,8 @@ finds the fastest uniform plan of brute-force pricing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.cost.evaluate import evaluate
@@ -61,3 +63,15 @@ def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
     assert not any(flag and estimate.fits for flag, (_, estimate) in zip(flagged, pairs))
     not_fitting = sum(not estimate.fits for _, estimate in pairs)
     assert sum(flagged) >= 0.8 * not_fitting > 0  # and finds most of them
+    # checking every replica, it says exactly whether evaluate finds a GPU over its memory
+    for plan, estimate in pairs:
+        gpu_over = any(not o.gpu.startswith("host memory") for o in estimate.overflows)
+        assert surely_overflows(plan, every_replica=True) == gpu_over
+    # and with activation offload (uniform.fewest_offloaded's forms)
+    one_stage = [plan for plan, _ in pairs if len(plan.stages) == 1 and plan.stages[0].recompute == "none"]
+    assert one_stage
+    for plan in one_stage:
+        for k in (1, 2, 3):
+            form = replace(plan, stages=(replace(plan.stages[0], offload_activations=k),))
+            gpu_over = any(not o.gpu.startswith("host memory") for o in evaluate(form).overflows)
+            assert surely_overflows(form, every_replica=True) == gpu_over

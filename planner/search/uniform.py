@@ -173,9 +173,9 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
         return form, evaluate(form, params)
 
     def gpus_fit(k: int) -> bool:
-        # surely_overflows finds GPU overflows as evaluate does, without the rest of its pricing
+        # _gpu_fits(evaluate(form)) without the rest of evaluate's pricing
         form = replace(plan, stages=(replace(stage, offload_activations=k),))
-        return not surely_overflows(form, params) and _gpu_fits(evaluate(form, params))
+        return not surely_overflows(form, params, every_replica=True)
 
     if most < 3 or not gpus_fit(most):
         return None

@@ -75,10 +75,12 @@ def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams]
     return best
 
 
-def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> bool:
+def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None,
+                     every_replica: bool = False) -> bool:
     """Whether some GPU of `plan` holds more than its memory, as `evaluate(plan, params)` prices
     it (so then its `fits` is False): the first replica of each node group in every pipeline rank,
-    its memory as evaluate's (module docstring). False says nothing."""
+    its memory as evaluate's (module docstring). False says nothing, but with `every_replica`,
+    which checks them all: then it is False exactly when evaluate finds no GPU over its memory."""
     pricer = PlanPricer(plan, params)
     cluster, t = plan.cluster, plan.training
     schedule = get_schedule(t.schedule)
@@ -89,17 +91,25 @@ def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] |
     for k in range(pp):
         rank_chunks = chunks[k]
         head = rank_chunks[0]
-        seen: set[str] = set()
+        seen: set = set()
         for replica in head.replicas:
-            group = cluster.group_of_rank(replica.ranks[0])
-            if group.name in seen:
+            if every_replica:
+                capacity = min(cluster.group_of_rank(r).gpu.memory_bytes for r in replica.ranks)
+            else:
+                group = cluster.group_of_rank(replica.ranks[0])
+                if group.name in seen:
+                    continue
+                seen.add(group.name)
+                capacity = group.gpu.memory_bytes
+            price = pricer.replica(rank_chunks, replica)  # cached per replica alike (PlanPricer)
+            n_micro = replica.batch_share // t.micro_batch
+            if (id(price), n_micro, capacity) in seen:
                 continue
-            seen.add(group.name)
-            price = pricer.replica(rank_chunks, replica)
-            in_flight, deferred = held_microbatches(schedule, k, pp, v, replica.batch_share // t.micro_batch,
+            seen.add((id(price), n_micro, capacity))
+            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
                                                     [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
             memory = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
                                     head.offload, price.act_offload)
-            if memory.total_bytes > group.gpu.memory_bytes:  # evaluate: memory[rank] > capacity[rank]
+            if memory.total_bytes > capacity:  # evaluate: memory[rank] > capacity[rank]
                 return True
     return False
