@@ -13,7 +13,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.uniform import UniformSpace, improving_uniform, uniform_candidates
-from planner.search.uniform_bound import busy_lower_bound_s, surely_overflows
+from planner.search.uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
                      virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))
@@ -75,3 +75,14 @@ def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
             form = replace(plan, stages=(replace(plan.stages[0], offload_activations=k),))
             gpu_over = any(not o.gpu.startswith("host memory") for o in evaluate(form).overflows)
             assert surely_overflows(form, every_replica=True) == gpu_over
+
+
+def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_is_tighter(priced):
+    *_, pairs = priced
+    floors = [screen(plan)[0] for plan, _ in pairs]
+    assert all(floor <= estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
+    assert all(floor >= busy_lower_bound_s(plan) * (1 - 1e-6) or plan.stages[0].ep > 1
+               for floor, (plan, _) in zip(floors, pairs))
+    ratios = sorted(floor / estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
+    assert ratios[len(ratios) // 2] > 0.8
+    assert [screen(plan)[1] for plan, _ in pairs] == [surely_overflows(plan) for plan, _ in pairs]

@@ -28,7 +28,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
-from .uniform_bound import busy_lower_bound_s, surely_overflows
+from .uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced;
     nor are those whose busy_lower_bound_s reaches the best step time so far (they cannot improve)
     or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
-    those that surely_overflows finds not fitting (but a one-stage plan activation offload may fit)."""
+    those that uniform_bound.screen finds not fitting or bounds likewise with the pipeline's fill
+    (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
     best_s = float("inf")
     seen: set = set()
     for plan in uniform_candidates(model, cluster, base, space):
@@ -135,8 +136,10 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
             floor_s = busy_lower_bound_s(plan, params)
             if floor_s >= best_s or floor_s > bound_s:
                 continue  # it cannot be faster (its offloaded form neither: the same compute), not priced
-        if not offloadable and surely_overflows(plan, params):
-            continue  # it does not fit (evaluate would say so), not priced
+        if not offloadable:
+            floor_s, overflows = screen(plan, params)  # tighter: with the pipeline's fill
+            if floor_s >= best_s or floor_s > bound_s or overflows:
+                continue  # it cannot be faster, or does not fit (evaluate would say so): not priced
         estimate = evaluate(plan, params)
         if offloadable and not estimate.fits and _activations_overflow(estimate):
             plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)

@@ -31,7 +31,7 @@ from ..inputs.hardware import GpuSpec
 from ..plan import Plan, Replica
 from ..schedules import get_schedule
 
-__all__ = ["busy_lower_bound_s", "surely_overflows"]
+__all__ = ["busy_lower_bound_s", "screen", "surely_overflows"]
 
 
 def _replica_gpu(plan: Plan, replica: Replica) -> GpuSpec:
@@ -75,24 +75,21 @@ def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams]
     return best
 
 
-def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None,
-                     every_replica: bool = False) -> bool:
-    """Whether some GPU of `plan` holds more than its memory, as `evaluate(plan, params)` prices
-    it (so then its `fits` is False): the first replica of each node group in every pipeline rank,
-    its memory as evaluate's (module docstring). False says nothing, but with `every_replica`,
-    which checks them all: then it is False exactly when evaluate finds no GPU over its memory."""
+def _priced_replicas(plan: Plan, params, every_replica: bool):
+    """Per pipeline rank k: (k, its chunks, [(price, micro-batches, capacity)]) of the first
+    replica of each node group (every replica with `every_replica`), priced as evaluate prices
+    them (PlanPricer.replica, cached per replica alike), each distinct one once; capacity: the
+    least GPU memory among the replica's ranks (its first rank's without `every_replica`)."""
     pricer = PlanPricer(plan, params)
-    cluster, t = plan.cluster, plan.training
-    schedule = get_schedule(t.schedule)
-    v, pp = schedule.chunks_per_rank(t.virtual_stages), plan.pp
+    cluster, b = plan.cluster, plan.training.micro_batch
     chunks: dict[int, list] = {}
     for st in plan.stages:
         chunks.setdefault(st.pipeline_rank, []).append(st)
-    for k in range(pp):
+    for k in range(plan.pp):
         rank_chunks = chunks[k]
-        head = rank_chunks[0]
         seen: set = set()
-        for replica in head.replicas:
+        out = []
+        for replica in rank_chunks[0].replicas:
             if every_replica:
                 capacity = min(cluster.group_of_rank(r).gpu.memory_bytes for r in replica.ranks)
             else:
@@ -101,11 +98,26 @@ def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] |
                     continue
                 seen.add(group.name)
                 capacity = group.gpu.memory_bytes
-            price = pricer.replica(rank_chunks, replica)  # cached per replica alike (PlanPricer)
-            n_micro = replica.batch_share // t.micro_batch
-            if (id(price), n_micro, capacity) in seen:
-                continue
-            seen.add((id(price), n_micro, capacity))
+            price = pricer.replica(rank_chunks, replica)
+            key = (id(price), replica.batch_share // b, capacity)
+            if key not in seen:
+                seen.add(key)
+                out.append((price, replica.batch_share // b, capacity))
+        yield k, rank_chunks, out
+
+
+def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None,
+                     every_replica: bool = False) -> bool:
+    """Whether some GPU of `plan` holds more than its memory, as `evaluate(plan, params)` prices
+    it (so then its `fits` is False): the first replica of each node group in every pipeline rank,
+    its memory as evaluate's (module docstring). False says nothing, but with `every_replica`,
+    which checks them all: then it is False exactly when evaluate finds no GPU over its memory."""
+    t = plan.training
+    schedule = get_schedule(t.schedule)
+    v, pp = schedule.chunks_per_rank(t.virtual_stages), plan.pp
+    for k, rank_chunks, priced in _priced_replicas(plan, params, every_replica):
+        head = rank_chunks[0]
+        for price, n_micro, capacity in priced:
             in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
                                                     [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
             memory = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
@@ -113,3 +125,30 @@ def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] |
             if memory.total_bytes > capacity:  # evaluate: memory[rank] > capacity[rank]
                 return True
     return False
+
+
+def screen(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> tuple[float, bool]:
+    """(a lower bound on `evaluate(plan, params).step_time_s`, surely_overflows) from one pricing
+    of the first replica of each node group per pipeline rank. T = max_k (B_k + E_k - c_k) + sum_j c_j
+    >= B_k + sum_(j != k) c_j for every rank k (evaluate.pipeline_time_s, E_k >= 0), B_k the
+    busiest replica's micro-batches x per-micro-batch time and c_j the largest replica latency
+    (Schedule.latency_s), so the replicas priced bound them from below: the busy bound plus the
+    pipeline's fill. (1 - 1e-9: never above T by rounding.)"""
+    t = plan.training
+    schedule = get_schedule(t.schedule)
+    v, pp = schedule.chunks_per_rank(t.virtual_stages), plan.pp
+    busy, latency, over = [], [], False
+    for k, rank_chunks, priced in _priced_replicas(plan, params, False):
+        head = rank_chunks[0]
+        busy.append(max(n_micro * price.per_microbatch_s for price, n_micro, _ in priced))
+        latency.append(max(schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s,
+                                              price.forward_s) for price, _, _ in priced))
+        for price, n_micro, capacity in priced if not over else ():
+            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
+                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
+            over = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
+                                  head.offload, price.act_offload).total_bytes > capacity
+            if over:
+                break
+    fill = sum(latency)
+    return max(b + fill - c for b, c in zip(busy, latency)) * (1 - 1e-9), over
