@@ -42,6 +42,9 @@ def test_the_bound_never_exceeds_the_priced_step_time(priced):
     ratios = [busy_lower_bound_s(plan) / estimate.step_time_s for plan, estimate in pairs]
     assert max(ratios) <= 1 + 1e-12
     assert sorted(ratios)[len(ratios) // 2] > 0.3  # and is not trivial
+    memo: dict = {}  # memoised chunk computes (as improving_uniform shares them) change nothing
+    assert [busy_lower_bound_s(plan, None, memo) for plan, _ in pairs] == [busy_lower_bound_s(plan) for plan, _ in pairs]
+    assert memo
 
 
 def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):

@@ -118,6 +118,7 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
     best_s = float("inf")
     seen: set = set()
+    computes: dict = {}  # busy_lower_bound_s's chunk computes, shared by the candidates
     for plan in uniform_candidates(model, cluster, base, space):
         if clock is not None:
             clock.check()
@@ -133,7 +134,7 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
                 continue
             seen.add(key)
         if min(best_s, bound_s) < float("inf"):
-            floor_s = busy_lower_bound_s(plan, params)
+            floor_s = busy_lower_bound_s(plan, params, computes)
             if floor_s >= best_s or floor_s > bound_s:
                 continue  # it cannot be faster (its offloaded form neither: the same compute), not priced
         if not offloadable:

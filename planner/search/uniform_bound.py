@@ -43,10 +43,13 @@ def _replica_gpu(plan: Plan, replica: Replica) -> GpuSpec:
     return slowest_gpu(cluster, tuple(replica.ranks))
 
 
-def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> float:
+def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None,
+                       memo: dict | None = None) -> float:
     """max over pipeline ranks and their replicas of (micro-batches) x (the rank's layers'
     compute per micro-batch at the replica's GPU): at most `evaluate(plan, params).step_time_s`
-    (module docstring)."""
+    (module docstring). `memo`: a chunk's compute by (layers, sharding, GPU, link, parameters,
+    recomputed blocks), for a caller bounding many plans of one model (uniform candidates share
+    their chunks across ZeRO stages and schedules)."""
     pricer = PlanPricer(plan, params)
     layers, b = plan.model.layers, plan.training.micro_batch
     chunks: dict[int, list] = {}
@@ -68,11 +71,22 @@ def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams]
             if compute is None:
                 p = pricer.params_for(gpu)
                 link = plan.cluster.group_of_rank(replica.ranks[0]).intra_node  # compute does not depend on it
-                compute = per_gpu[gpu.name] = sum(
-                    layers_price(layers[st.layers[0]:st.layers[1]], pricer.sharding(st), gpu, link, p,
-                                 recompute_layers=st.recompute_layers).compute_s for st in rank_chunks)
+                compute = per_gpu[gpu.name] = sum(_chunk_compute_s(layers, st, pricer.sharding(st), gpu, link, p, memo)
+                                                  for st in rank_chunks)
             best = max(best, replica.batch_share // b * compute)
     return best
+
+
+def _chunk_compute_s(layers, st, sharding, gpu, link, p, memo: dict | None) -> float:
+    """The compute of one micro-batch through chunk `st` (SpanPrice.compute_s), memoised in `memo`."""
+    key = (st.layers, sharding, gpu.name, link, p, st.recompute_layers)
+    value = None if memo is None else memo.get(key)
+    if value is None:
+        value = layers_price(layers[st.layers[0]:st.layers[1]], sharding, gpu, link, p,
+                             recompute_layers=st.recompute_layers).compute_s
+        if memo is not None:
+            memo[key] = value
+    return value
 
 
 def _priced_replicas(plan: Plan, params, every_replica: bool):
