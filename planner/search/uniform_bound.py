@@ -126,19 +126,20 @@ def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] |
     it (so then its `fits` is False): the first replica of each node group in every pipeline rank,
     its memory as evaluate's (module docstring). False says nothing, but with `every_replica`,
     which checks them all: then it is False exactly when evaluate finds no GPU over its memory."""
+    return any(_overflows(plan, k, rank_chunks[0], price, n_micro, capacity)
+               for k, rank_chunks, priced in _priced_replicas(plan, params, every_replica)
+               for price, n_micro, capacity in priced)
+
+
+def _overflows(plan: Plan, k: int, head, price, n_micro: int, capacity: float) -> bool:
+    """Whether a replica of pipeline rank k holds more than `capacity`, its memory as evaluate's."""
     t = plan.training
     schedule = get_schedule(t.schedule)
-    v, pp = schedule.chunks_per_rank(t.virtual_stages), plan.pp
-    for k, rank_chunks, priced in _priced_replicas(plan, params, every_replica):
-        head = rank_chunks[0]
-        for price, n_micro, capacity in priced:
-            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
-                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
-            memory = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
-                                    head.offload, price.act_offload)
-            if memory.total_bytes > capacity:  # evaluate: memory[rank] > capacity[rank]
-                return True
-    return False
+    in_flight, deferred = held_microbatches(schedule, k, plan.pp, schedule.chunks_per_rank(t.virtual_stages), n_micro,
+                                            [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
+    memory = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
+                            head.offload, price.act_offload)
+    return memory.total_bytes > capacity  # evaluate: memory[rank] > capacity[rank]
 
 
 def screen(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> tuple[float, bool]:
@@ -150,19 +151,13 @@ def screen(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = No
     pipeline's fill. (1 - 1e-9: never above T by rounding.)"""
     t = plan.training
     schedule = get_schedule(t.schedule)
-    v, pp = schedule.chunks_per_rank(t.virtual_stages), plan.pp
+    v = schedule.chunks_per_rank(t.virtual_stages)
     busy, latency, over = [], [], False
     for k, rank_chunks, priced in _priced_replicas(plan, params, False):
-        head = rank_chunks[0]
         busy.append(max(n_micro * price.per_microbatch_s for price, n_micro, _ in priced))
         latency.append(max(schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s,
                                               price.forward_s) for price, _, _ in priced))
-        for price, n_micro, capacity in priced if not over else ():
-            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
-                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
-            over = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
-                                  head.offload, price.act_offload).total_bytes > capacity
-            if over:
-                break
+        over = over or any(_overflows(plan, k, rank_chunks[0], price, n_micro, capacity)
+                           for price, n_micro, capacity in priced)
     fill = sum(latency)
     return max(b + fill - c for b, c in zip(busy, latency)) * (1 - 1e-9), over
