@@ -33,7 +33,10 @@ count only. Interleaved: the in-flight micro-batches of a rank depend on the dep
 the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
 depend on rank 0's links, so the state carries rank 0's signature from the start; a
 rank's tau is its slowest chunk's latency (planner.search.interleave.chunk_latency). The
-1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
+smallest micro-batch's ZB-H1 searches run first (cheap, one per depth, and often the fastest),
+then the 1F1B ones, which with them bound the interleaved ones (space.subproblems); one-chunk
+problems of a micro-batch share their position-free prices. Ties between the plans of different
+searches go to the one met first (explore), in that order. Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
@@ -304,7 +307,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                     choices = trace(problem, key, layers, moves, bound, ranks)
                     step, sum_tau, max_x = price(problem, choices)
                     used = sum(sum(c.config.nodes) for c in choices)
-                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages, then the
+                    # search met first (space.subproblems order)
                     if best is None or (step, used, b, v) < best[0:4]:
                         best = (step, used, b, v, problem, choices)
                         clock.best_step_s = min(step, clock.best_step_s or INF)
