@@ -20,13 +20,14 @@ Most uniform configurations of a large model do not fit; the scan skips pricing 
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
-from ..cost.evaluate import PlanPricer
+from ..cost.evaluate import PlanPricer, replica_links
+from ..cost.offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
 from ..cost.stage_memory import held_microbatches, replica_memory
 from ..cost.formulas import CostParams
 from ..cost.paths import slowest_gpu
-from ..cost.pricing import layers_price
+from ..cost.pricing import SpanPrice, layers_price, span_price
 from ..inputs.hardware import GpuSpec
 from ..plan import Plan, Replica
 from ..schedules import get_schedule
@@ -89,16 +90,59 @@ def _chunk_compute_s(layers, st, sharding, gpu, link, p, memo: dict | None) -> f
     return value
 
 
+class _Spans(NamedTuple):
+    """A replica's chunks priced as PlanPricer.replica prices them but for what follows the
+    layers (ZeRO collectives, sends): the same spans and memory, times no larger (ChunkTime.time_s
+    and forward_s add those, >= 0; the W part is the spans' in both)."""
+
+    params: CostParams
+    chunk_spans: tuple
+    span: SpanPrice
+    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD
+
+    @property
+    def chunks(self):
+        return tuple(_Chunk(c) for c in self.chunk_spans)
+
+    per_microbatch_s = property(lambda self: sum(c.time_s for c in self.chunk_spans))
+    slowest_chunk_s = property(lambda self: max(c.time_s for c in self.chunk_spans))
+    wgrad_s = property(lambda self: sum(c.wgrad_s for c in self.chunk_spans))
+    forward_s = property(lambda self: sum(c.fwd_s for c in self.chunk_spans))
+
+
+class _Chunk(NamedTuple):
+    span: SpanPrice
+
+
+def _spans_only(pricer: PlanPricer, rank_chunks: list, replica: Replica, memo: dict) -> _Spans:
+    """The replica's _Spans: each chunk's layers_price with the replica's GPU, links and expert
+    group as PlanPricer.replica takes them, one per distinct (GPU, links, expert group) in `memo`."""
+    plan = pricer.plan
+    gpu = slowest_gpu(plan.cluster, replica.ranks)
+    tp_link, cp_link = replica_links(plan.cluster, replica, rank_chunks[0])
+    ep_group = pricer.ep_group(rank_chunks[0], replica)
+    key = (rank_chunks[0].index, gpu.name, tp_link, cp_link, ep_group)
+    if key not in memo:
+        p = pricer.params_for(gpu)
+        spans = tuple(layers_price(plan.model.layers[st.layers[0]:st.layers[1]], pricer.sharding(st), gpu, tp_link, p,
+                                   cp_link, ep_group, st.recompute_layers) for st in rank_chunks)
+        memo[key] = _Spans(p, spans, span_price((part for c in spans for part in c.parts), rank_chunks[0].dims))
+    return memo[key]
+
+
 def _priced_replicas(plan: Plan, params, every_replica: bool):
     """Per pipeline rank k: (k, its chunks, [(price, micro-batches, capacity)]) of the first
     replica of each node group (every replica with `every_replica`), priced as evaluate prices
-    them (PlanPricer.replica, cached per replica alike), each distinct one once; capacity: the
-    least GPU memory among the replica's ranks (its first rank's without `every_replica`)."""
+    them (PlanPricer.replica, cached per replica alike; without `every_replica` and activation
+    offload as _Spans: its memory evaluate's, its times no larger), each distinct one once;
+    capacity: the least GPU memory among the replica's ranks (its first rank's without
+    `every_replica`)."""
     pricer = PlanPricer(plan, params)
     cluster, b = plan.cluster, plan.training.micro_batch
     chunks: dict[int, list] = {}
     for st in plan.stages:
         chunks.setdefault(st.pipeline_rank, []).append(st)
+    spans: dict = {}
     for k in range(plan.pp):
         rank_chunks = chunks[k]
         seen: set = set()
@@ -112,7 +156,10 @@ def _priced_replicas(plan: Plan, params, every_replica: bool):
                     continue
                 seen.add(group.name)
                 capacity = group.gpu.memory_bytes
-            price = pricer.replica(rank_chunks, replica)
+            if every_replica or any(st.offload_activations for st in rank_chunks):
+                price = pricer.replica(rank_chunks, replica)
+            else:
+                price = _spans_only(pricer, rank_chunks, replica, spans)
             key = (id(price), replica.batch_share // b, capacity)
             if key not in seen:
                 seen.add(key)
