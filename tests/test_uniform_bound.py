@@ -4,6 +4,8 @@ finds the fastest uniform plan of brute-force pricing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.cost.evaluate import evaluate
@@ -11,7 +13,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.uniform import UniformSpace, improving_uniform, uniform_candidates
-from planner.search.uniform_bound import busy_lower_bound_s
+from planner.search.uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
                      virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))
@@ -40,6 +42,9 @@ def test_the_bound_never_exceeds_the_priced_step_time(priced):
     ratios = [busy_lower_bound_s(plan) / estimate.step_time_s for plan, estimate in pairs]
     assert max(ratios) <= 1 + 1e-12
     assert sorted(ratios)[len(ratios) // 2] > 0.3  # and is not trivial
+    memo: dict = {}  # memoised chunk computes (as improving_uniform shares them) change nothing
+    assert [busy_lower_bound_s(plan, None, memo) for plan, _ in pairs] == [busy_lower_bound_s(plan) for plan, _ in pairs]
+    assert memo
 
 
 def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
@@ -53,3 +58,34 @@ def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
     assert list(improving_uniform(model, cluster, base, SPACE, bound_s=best_s))[-1][0] == pairs[first][0]
     lowest = min(busy_lower_bound_s(plan) for plan, _ in pairs)
     assert list(improving_uniform(model, cluster, base, SPACE, bound_s=lowest * (1 - 1e-9))) == []
+
+
+def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
+    *_, pairs = priced
+    flagged = [surely_overflows(plan) for plan, _ in pairs]
+    assert not any(flag and estimate.fits for flag, (_, estimate) in zip(flagged, pairs))
+    not_fitting = sum(not estimate.fits for _, estimate in pairs)
+    assert sum(flagged) >= 0.8 * not_fitting > 0  # and finds most of them
+    # checking every replica, it says exactly whether evaluate finds a GPU over its memory
+    for plan, estimate in pairs:
+        gpu_over = any(not o.gpu.startswith("host memory") for o in estimate.overflows)
+        assert surely_overflows(plan, every_replica=True) == gpu_over
+    # and with activation offload (uniform.fewest_offloaded's forms)
+    one_stage = [plan for plan, _ in pairs if len(plan.stages) == 1 and plan.stages[0].recompute == "none"]
+    assert one_stage
+    for plan in one_stage:
+        for k in (1, 2, 3):
+            form = replace(plan, stages=(replace(plan.stages[0], offload_activations=k),))
+            gpu_over = any(not o.gpu.startswith("host memory") for o in evaluate(form).overflows)
+            assert surely_overflows(form, every_replica=True) == gpu_over
+
+
+def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_is_tighter(priced):
+    *_, pairs = priced
+    floors = [screen(plan)[0] for plan, _ in pairs]
+    assert all(floor <= estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
+    assert all(floor >= busy_lower_bound_s(plan) * (1 - 1e-6) or plan.stages[0].ep > 1
+               for floor, (plan, _) in zip(floors, pairs))
+    ratios = sorted(floor / estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
+    assert ratios[len(ratios) // 2] > 0.8
+    assert [screen(plan)[1] for plan, _ in pairs] == [surely_overflows(plan) for plan, _ in pairs]

@@ -128,3 +128,31 @@ def test_search_with_zero_bubble_and_offload_equals_brute_force(seed):
     result = solve(model, cluster, base, SolverOptions(**options))
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+def _old_order(subs: list) -> list:
+    """The subproblems in the order before ZB-H1 of the smallest micro-batch went first: every
+    1F1B search, then the depth-dependent ones by micro-batch, schedule and depth."""
+    plain = [s for s in subs if s[2] is None]
+    rest = sorted((s for s in subs if s[2] is not None), key=lambda s: (s[0], s[1], s[4] != "zb-h1", s[2]))
+    return plain + rest
+
+
+def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(solved, monkeypatch):
+    """The smallest micro-batch's ZB-H1 searches run first (space.subproblems) and bound the
+    rest; the plan is the one the 1F1B-first order finds, on instances where ZB-H1 wins and where
+    1F1B does."""
+    import planner.search.driver as driver
+
+    model, cluster, base, vs, result, _ = solved[("pipe", 7)]
+    options = SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs})
+    subs = list(subproblems(model, cluster, base, 3, within(options, capability("any")), capability("any")))
+    assert subs[0][4] == "zb-h1" and subs[0][0] == min(s[0] for s in subs)
+    assert sorted(map(repr, subs)) == sorted(map(repr, _old_order(subs)))  # the same searches
+    original = driver.runtime_subproblems
+    monkeypatch.setattr(driver, "runtime_subproblems", lambda *a, **k: _old_order(list(original(*a, **k))))
+    for key in (("pipe", 7), ("pipe", 8), ("tiny", 32)):
+        model, cluster, base, vs, result, _ = solved[key]
+        old = solve(model, cluster, base, SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs}))
+        assert old.plan == result.plan and old.estimate.step_time_s == result.estimate.step_time_s
+        assert old.optimal == result.optimal

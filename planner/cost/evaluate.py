@@ -25,7 +25,7 @@ from .flops import check_credible, layer_model_flops_per_sample
 from .offload import offloaded_activation_bytes
 from .pricing import boundary_bytes
 from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
-from .stage_memory import offloaded_state_bytes, replica_memory
+from .stage_memory import held_microbatches, offloaded_state_bytes, replica_memory
 from .stage_tail import stage_tail
 from ..schedules import get_schedule
 from .paths import route_name, slowest_gpu
@@ -170,11 +170,8 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                 stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
-            in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
-            by_chunk = schedule.chunk_in_flight(k, pp, v, n_micro)
-            if by_chunk is not None and price.span.act_bytes > 0:  # the chunks' counts, weighed by their activations
-                in_flight = sum(c.span.act_bytes * n for c, n in zip(price.chunks, by_chunk)) / price.span.act_bytes
-            deferred = schedule.deferred_w_microbatches(k, pp, v, n_micro)
+            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
+                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
             mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer, head.offload,
                                  price.act_offload)
             if head.offload or price.act_offload.host_bytes:

@@ -36,6 +36,20 @@ def held_gradient_bytes(dtype: str, zero: int, p: CostParams) -> int:
     return gradient_bytes(dtype)
 
 
+def held_microbatches(schedule, k: int, pp: int, v: int, n_micro: int, chunk_act_bytes, act_bytes: float
+                       ) -> tuple[float, float]:
+    """What rank k's replica of `n_micro` micro-batches holds at its peak: the micro-batches of
+    activations in flight (Schedule.in_flight_microbatches; where the schedule counts them per
+    chunk, Schedule.chunk_in_flight, those counts weighed by each chunk's activations
+    `chunk_act_bytes` over the rank's `act_bytes`) and the deferred W passes
+    (Schedule.deferred_w_microbatches): replica_memory's `in_flight` and `deferred`."""
+    in_flight = schedule.in_flight_microbatches(k, pp, v, n_micro)
+    by_chunk = schedule.chunk_in_flight(k, pp, v, n_micro)
+    if by_chunk is not None and act_bytes > 0:
+        in_flight = sum(a * n for a, n in zip(chunk_act_bytes, by_chunk)) / act_bytes
+    return in_flight, schedule.deferred_w_microbatches(k, pp, v, n_micro)
+
+
 def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: CostParams,
                    deferred=0.0, optimizer: str = "adamw", offload: bool = False,
                    act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD) -> MemoryBreakdown:

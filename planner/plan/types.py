@@ -169,11 +169,14 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
     stages = []
     group = tp * cp
     schedule = SCHEDULES.get(training.schedule)
+    by_rank: dict[int, tuple[Replica, ...]] = {}  # a rank's V chunks share its replicas
     for c, (first, end) in enumerate(bounds):
         p_rank = schedule.chunk_rank(c, pp, v) if schedule is not None else c % pp
-        replicas = tuple(
-            Replica(d, share, tuple(p_rank * group * dp + d * group + i for i in range(group)))
-            for d in range(dp))
+        replicas = by_rank.get(p_rank)
+        if replicas is None:
+            replicas = by_rank[p_rank] = tuple(
+                Replica(d, share, tuple(range(p_rank * group * dp + d * group, p_rank * group * dp + (d + 1) * group)))
+                for d in range(dp))
         blocks = sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
         k = min(recompute_layers, blocks) if recompute == "block" else 0
         stages.append(Stage(c, (first, end), tp, zero, recompute, replicas, p_rank, sequence_parallel, cp, cp_kind,

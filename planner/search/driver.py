@@ -33,7 +33,10 @@ count only. Interleaved: the in-flight micro-batches of a rank depend on the dep
 the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
 depend on rank 0's links, so the state carries rank 0's signature from the start; a
 rank's tau is its slowest chunk's latency (planner.search.interleave.chunk_latency). The
-1F1B searches run first and bound the interleaved ones. Shares inside the DP come from
+smallest micro-batch's ZB-H1 searches run first (cheap, one per depth, and often the fastest),
+then the 1F1B ones, which with them bound the interleaved ones (space.subproblems); one-chunk
+problems of a micro-batch share their position-free prices. Ties between the plans of different
+searches go to the one met first (explore), in that order. Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
@@ -80,7 +83,7 @@ from .no_plan import layer_too_big, long_sequence, no_plan
 from .restriction_bound import cannot_beat
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
-from ..schedules import get_schedule, search_schedule
+from ..schedules import get_schedule
 from .shares import solve_shares_ilp
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
 from .stages import INF, Problem, SolverOptions
@@ -189,6 +192,11 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
 
+def problem_chunked(v: int, schedule: str) -> bool:
+    """Whether the search's ranks run several chunks each (ProblemInputs.chunked)."""
+    return get_schedule(schedule).chunks_per_rank(v) > 1
+
+
 def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
     the count the stage cost chose, the others share the rest as evenly as possible, the
@@ -251,7 +259,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     complete = True
     shortfall = None
     problem = None
-    plain: dict[tuple, Problem] = {}  # the 1F1B problem per micro-batch and restriction, shared with interleaved ones
+    plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction (shared)
     # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
 
@@ -279,9 +287,11 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                 if problem is not None and not problem.chunked:
                     problem.release_position_prices()  # its search is done; bounded memory
                 one_chunk = plain.get((b, restriction))
+                # one-chunk problems of one micro-batch and restriction share their position-free
+                # prices (type arrays, tails: the same whatever the schedule and depth)
                 problem = Problem(model, cluster, base, b, parts, options, v, one_chunk, clock, restriction, schedule,
-                                  least, one_chunk if least > 1 else None)
-                if not problem.chunked and schedule == search_schedule(v).name:
+                                  least, None if problem_chunked(v, schedule) else one_chunk)
+                if not problem.chunked and one_chunk is None:
                     plain[(b, restriction)] = problem
 
             def explore(bound: float) -> tuple[float, float] | None:
@@ -297,7 +307,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                     choices = trace(problem, key, layers, moves, bound, ranks)
                     step, sum_tau, max_x = price(problem, choices)
                     used = sum(sum(c.config.nodes) for c in choices)
-                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages
+                    # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages, then the
+                    # search met first (space.subproblems order)
                     if best is None or (step, used, b, v) < best[0:4]:
                         best = (step, used, b, v, problem, choices)
                         clock.best_step_s = min(step, clock.best_step_s or INF)

@@ -58,7 +58,7 @@ def stage_ep_group(inputs: ProblemInputs, config: StageConfig, dims: StageDims) 
 def stage_expert_layout(inputs: ProblemInputs, config: StageConfig, dims: StageDims) -> DpLayout | None:
     """Where a stage's routed experts reduce their gradients (cost.stage_tail.grad_reduce_s): the
     expert-data-parallel group of its first GPU (StageDims.edp_group) over the stage's whole
-    nodes of one group, in rank order (as evaluate's PlanPricer.expert_layout), None without EP."""
+    nodes of one group, in rank order (as replica_pricer's PlanPricer.expert_layout), None without EP."""
     if config.ep <= 1:
         return None
     (i,) = [i for i, n in enumerate(config.nodes) if n]

@@ -166,7 +166,8 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
     passes) depend on P (Schedule.in_flight_microbatches); each once per restriction of the
     runtime (restrictions). The schedules are the searched ones the runtime runs
     (schedules.searched_schedules, Capability.schedules); ZB-H1 where each replica can take
-    P micro-batches."""
+    P micro-batches. Order: the smallest micro-batch's ZB-H1 searches, the 1F1B ones, then
+    the other depth-dependent ones by micro-batch (below)."""
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
@@ -174,7 +175,28 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
                  if s is search_schedule(v) or (s.name in cap.schedules
                                                 and (options.zero_bubble or not s.split_backward))]
     per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
-    # 1F1B first: its best plan bounds the interleaved searches, which cost more
+
+    def by_depth(b: int, v: int, schedule):
+        for r in per_b[b]:
+            most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
+            # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
+            layers = blocks // v if schedule.chunks_per_rank(v) > 1 else blocks + 2
+            for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
+                # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
+                if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
+                    continue
+                # zero bubble: every replica takes at least P micro-batches (planner.plan)
+                if schedule.split_backward and base.global_batch // b < ranks * (r.dp or 1):
+                    continue
+                yield b, v, ranks, r, schedule.name
+
+    # The smallest micro-batch's zero-bubble searches first: one cheap DP per depth, and ZB-H1's
+    # latency is 1F1B's less 2 W, so their plans are often the fastest and bound the rest.
+    # Then 1F1B: its best plan bounds the interleaved searches, which cost more.
+    first = [(b, v, schedule) for b in sizes[:1] for v, schedule in schedules
+             if schedule.depth_dependent() and schedule.split_backward]
+    for b, v, schedule in first:
+        yield from by_depth(b, v, schedule)
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
@@ -182,16 +204,5 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
                     yield b, v, None, r, schedule.name
     for b in sizes:
         for v, schedule in schedules:
-            if schedule.depth_dependent():
-                for r in per_b[b]:
-                    most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
-                    # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
-                    layers = blocks // v if schedule.chunks_per_rank(v) > 1 else blocks + 2
-                    for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
-                        # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
-                        if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
-                            continue
-                        # zero bubble: every replica takes at least P micro-batches (planner.plan)
-                        if schedule.split_backward and base.global_batch // b < ranks * (r.dp or 1):
-                            continue
-                        yield b, v, ranks, r, schedule.name
+            if schedule.depth_dependent() and (b, v, schedule) not in first:
+                yield from by_depth(b, v, schedule)

@@ -129,7 +129,7 @@ class StageConfigs:
             gpu = group.gpu
             p = inputs.options.params_for(gpu.name)
             cp_link = None
-            if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (evaluate.replica_links)
+            if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (replica_pricer.replica_links)
                 cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
             dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
                               for layer in (inputs.dec, inputs.emb, inputs.head))

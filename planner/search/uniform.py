@@ -28,7 +28,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
-from .uniform_bound import busy_lower_bound_s
+from .uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,12 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     candidate order (so ties keep the first); the last one yielded is the fastest. A caller
     cut off by the clock keeps the best so far. `accept`: only the plans it accepts are priced;
     nor are those whose busy_lower_bound_s reaches the best step time so far (they cannot improve)
-    or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie)."""
+    or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
+    those that uniform_bound.screen finds not fitting or bounds likewise with the pipeline's fill
+    (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
     best_s = float("inf")
     seen: set = set()
+    computes: dict = {}  # busy_lower_bound_s's chunk computes, shared by the candidates
     for plan in uniform_candidates(model, cluster, base, space):
         if clock is not None:
             clock.check()
@@ -123,14 +126,21 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
         accepted = accept is None or accept(plan)
         if not accepted and not offloadable:
             continue
-        key = (plan.training, plan.stages)
-        if key in seen:  # dp = 1 makes every ZeRO stage the same plan
-            continue
-        seen.add(key)
+        # dp = 1 makes every ZeRO stage the same plan (uniform_candidates yields every other
+        # configuration once; comparing a plan of 1,000 replicas costs more than skipping it saves)
+        if len(plan.stages[0].replicas) == 1:
+            key = (plan.training, plan.stages)
+            if key in seen:
+                continue
+            seen.add(key)
         if min(best_s, bound_s) < float("inf"):
-            floor_s = busy_lower_bound_s(plan, params)
+            floor_s = busy_lower_bound_s(plan, params, computes)
             if floor_s >= best_s or floor_s > bound_s:
                 continue  # it cannot be faster (its offloaded form neither: the same compute), not priced
+        if not offloadable:
+            floor_s, overflows = screen(plan, params)  # tighter: with the pipeline's fill
+            if floor_s >= best_s or floor_s > bound_s or overflows:
+                continue  # it cannot be faster, or does not fit (evaluate would say so): not priced
         estimate = evaluate(plan, params)
         if offloadable and not estimate.fits and _activations_overflow(estimate):
             plan, estimate = fewest_offloaded(plan, params) or (plan, estimate)
@@ -166,12 +176,17 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
         form = replace(plan, stages=(replace(stage, offload_activations=k),))
         return form, evaluate(form, params)
 
-    if most < 3 or not _gpu_fits(priced(most)[1]):
+    def gpus_fit(k: int) -> bool:
+        # _gpu_fits(evaluate(form)) without the rest of evaluate's pricing
+        form = replace(plan, stages=(replace(stage, offload_activations=k),))
+        return not surely_overflows(form, params, every_replica=True)
+
+    if most < 3 or not gpus_fit(most):
         return None
     low, high = 2, most  # K = low does not fit the GPUs, K = high does
     while high - low > 1:
         middle = (low + high) // 2
-        if _gpu_fits(priced(middle)[1]):
+        if gpus_fit(middle):
             high = middle
         else:
             low = middle
