@@ -63,3 +63,29 @@ def test_stage_cost_by_capping_level_equals_pricing_each_position(make, seed):
                                                               .room[(from_end == 1, has_emb)]
                                                               < problem.in_flight(from_end, ranks))))
     assert checked > 0 and capped > 0  # some positions price with binding memory caps
+
+
+def test_released_problem_keeps_its_shared_tails_and_the_next_prices_as_a_fresh_one():
+    """release_position_prices keeps the position-free tails by (config, flags), which the other
+    one-chunk problems of the micro-batch share (PriceTables.position_free), and drops recompute
+    "block"'s by recomputed-block count; a problem priced with the kept tails equals a fresh one."""
+    model, cluster, base = tiny_instance(1)
+    options = SolverOptions(**TINY_OPTIONS)
+    parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
+
+    def priced(problem: Problem) -> list[np.ndarray]:
+        zeros = tuple(0 for _ in problem.bundle_nodes)
+        return [cost.x for fid, _, sig in problem.transitions(zeros) for from_end in (1, 2)
+                for cost in problem.stage_costs(problem.catalog.families[fid], from_end, False,
+                                                -1 if from_end == 1 else sig)]
+
+    first = Problem(model, cluster, base, 1, parts, options)
+    expected = priced(first)
+    kept = {key: tail for key, tail in first.tables.tails.items() if len(key) == 2}
+    assert kept
+    first.release_position_prices()
+    assert all(first.tables.tails.get(key) is tail for key, tail in kept.items())
+    assert all(len(key) == 2 for key in first.tables.tails)
+    second = Problem(model, cluster, base, 1, parts, options, shared=first)
+    got = priced(second)
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))

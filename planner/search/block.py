@@ -226,6 +226,11 @@ class MemorySavers:
         return least[0] >= in_flight + deferred * least[1]
 
     def _nowhere(self) -> StageCost:
-        """A configuration the search leaves out at this position: infeasible at every block count."""
-        never = np.full(len(self.inputs.blocks), INF)
-        return StageCost(never, never, None, INF, None)
+        """A configuration the search leaves out at this position: infeasible at every block count
+        (one read-only instance per problem: the stage loop meets it hundreds of thousands of times)."""
+        cost = self.__dict__.get("_never")
+        if cost is None:
+            never = np.full(len(self.inputs.blocks), INF)
+            never.setflags(write=False)
+            cost = self._never = StageCost(never, never, None, INF, None)
+        return cost

@@ -55,11 +55,16 @@ class Problem(StageConfigs, MemorySavers, DeferredW):
     def release_position_prices(self) -> None:
         """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
         per-config type arrays an interleaved problem of the same micro-batch derives its own from.
-        Anything dropped is priced again on use (tracing a plan), so only memory changes."""
+        Anything dropped is priced again on use (tracing a plan), so only memory changes.
+        The tails by (config, flags) stay: position-free, they are shared with the other one-chunk
+        problems of this micro-batch (PriceTables.position_free), which would price them again;
+        the tails of recompute "block" by its recomputed-block counts (one per position) go."""
         t = self.tables
         for table in (t.stage, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
-                      t.block_types, t.tails, t.caps, t.per_block_left):
+                      t.block_types, t.caps, t.per_block_left):
             table.clear()
+        for key in [key for key in t.tails if len(key) > 2]:  # (config, flags, k bytes): _finish
+            del t.tails[key]
 
     # the search's shorthands (planner.search.driver, planner.search.dp) -----------------------------
 
@@ -266,12 +271,16 @@ class Problem(StageConfigs, MemorySavers, DeferredW):
         for base_key in base_keys:
             cid, flags, link = base_key
             types = self._types_for(cid)
-            rooms = np.stack([ta.room[flags] for ta in types])
-            rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-            levels = len(types) + 1
-            caps = [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
-                    for g in range(len(types))]
+            memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
+            memo = tables.caps.get(memo_key)
+            if memo is None:
+                rooms = np.stack([ta.room[flags] for ta in types])
+                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
+                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+                levels = len(types) + 1
+                memo = tables.caps[memo_key] = (rooms, [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED)
+                                                                  for j in range(levels)]) for g in range(len(types))])
+            rooms, caps = memo
             pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps))
         for counts, items in pending.items():
             all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
