@@ -10,7 +10,6 @@ import numpy as np
 
 from ..core.clock import SearchClock
 from .decompose import Decomposition
-from ..cost.paths import pair_link, slowest
 from ..inputs.hardware import Cluster, Link
 from .interleave import chunk_latency
 from ..inputs.model import Model
@@ -21,6 +20,7 @@ from .experts import stage_expert_layout
 from .block import MemorySavers
 from .deferred import DeferredW
 from .stage_configs import StageConfigs
+from .stage_links import StageLinks
 from .shares import UNCAPPED, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
@@ -29,7 +29,7 @@ from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction,
 __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
-class Problem(StageConfigs, MemorySavers, DeferredW):
+class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -159,25 +159,6 @@ class Problem(StageConfigs, MemorySavers, DeferredW):
             variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
         self.tables.family_by_costs[costs_key] = tuple(variants)
         return self.tables.family_by_costs[costs_key]
-
-    def signature_id(self, groups: frozenset[int]) -> int:
-        sig = self.signature(groups)
-        key = tuple((l.bandwidth_bytes_per_s, l.latency_s, l.kind, l.curves) for l in sig)
-        if key not in self.catalog.signature_ids:
-            self.catalog.signature_ids[key] = len(self.catalog.signatures)
-            self.catalog.signatures.append(sig)
-        return self.catalog.signature_ids[key]
-
-    def signature(self, groups: frozenset[int]) -> tuple[Link, ...]:
-        """How a stage on `groups` looks to the stage before it: the boundary link from each
-        group. Successors with equal signatures are interchangeable in the DP."""
-        inputs = self.inputs
-        return tuple(slowest([pair_link(inputs.cluster, g.name, inputs.groups[j].name) for j in sorted(groups)])
-                     for g in inputs.groups)
-
-    def boundary(self, config: StageConfig, successor: tuple[Link, ...]) -> Link:
-        """cost.paths.boundary_link: the slowest pair between this stage and its successor."""
-        return slowest([successor[i] for i in sorted(config.groups())])
 
     def in_flight(self, stage_from_end: int, ranks: int | None) -> float:
         """Micro-batches of activations a rank holds at its peak (Schedule.in_flight_microbatches):
@@ -343,17 +324,6 @@ class Problem(StageConfigs, MemorySavers, DeferredW):
             return [ta.time[flags] for ta in types]
         sends = 1 if not inputs.chunked else (inputs.v - 1 if flags[0] else inputs.v)
         return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
-
-    def link(self, cid: int, successor_id: int) -> Link | None:
-        """The boundary link from config `cid` to a successor (None: no successor)."""
-        if successor_id < 0:
-            return None
-        key = (cid, successor_id)
-        link = self.tables.links.get(key)
-        if link is None:
-            config, successor = self.catalog.configs[cid], self.catalog.signatures[successor_id]
-            link = self.tables.links[key] = self.boundary(config, successor)
-        return link
 
     def _types_for(self, cid: int) -> list[TypeArrays]:
         if cid not in self.tables.types_by_id:
