@@ -192,11 +192,6 @@ def _build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
     return Plan(problem.model, cluster, problem.t, tuple(stages))
 
 
-def problem_chunked(v: int, schedule: str) -> bool:
-    """Whether the search's ranks run several chunks each (ProblemInputs.chunked)."""
-    return get_schedule(schedule).chunks_per_rank(v) > 1
-
-
 def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
     the count the stage cost chose, the others share the rest as evenly as possible, the
@@ -290,7 +285,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                 # one-chunk problems of one micro-batch and restriction share their position-free
                 # prices (type arrays, tails: the same whatever the schedule and depth)
                 problem = Problem(model, cluster, base, b, parts, options, v, one_chunk, clock, restriction, schedule,
-                                  least, None if problem_chunked(v, schedule) else one_chunk)
+                                  least, one_chunk)
                 if not problem.chunked and one_chunk is None:
                     plain[(b, restriction)] = problem
 

@@ -43,7 +43,8 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
                                        schedule_name, least_share)
         self.catalog = Catalog()
         self.tables = PriceTables()
-        if shared is not None:  # a one-chunk problem of the same b and restriction: its position-free prices
+        # a one-chunk problem takes the position-free prices of another of the same b and restriction
+        if shared is not None and not self.inputs.chunked:
             self.tables = shared.tables.position_free()
         self.state = SearchState(clock)
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b

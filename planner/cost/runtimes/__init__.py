@@ -61,12 +61,13 @@ def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str 
     return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile)
 
 
+# Megatron-LM (arguments.py) has no option that compiles the model: its speed comes from its own
+# fused kernels (Transformer Engine, apex), which the cost model already prices fused
+_MEGATRON_NO_COMPILE = "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)"
 # why a runtime without Capability.compile cannot run `--compile`, by runtime
 _NO_COMPILE = {
-    # Megatron-LM (arguments.py) has no option that compiles the model: its speed comes from its own
-    # fused kernels (Transformer Engine, apex), which the cost model already prices fused
-    "megatron": "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",
-    "megatron-2021": "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",
+    "megatron": _MEGATRON_NO_COMPILE,
+    "megatron-2021": _MEGATRON_NO_COMPILE,
     # engine.compile() is a call of the training script; Megatron-DeepSpeed's pretrain_gpt makes none
     "deepspeed": "Megatron-DeepSpeed's training script does not compile the model (DeepSpeed's "
                  "engine.compile() is a call no config key makes)",
