@@ -81,6 +81,7 @@ from ..inputs.hardware import Cluster
 from .layer_floor import layer_floors, unplaceable_layer
 from .no_plan import layer_too_big, long_sequence, no_plan
 from .restriction_bound import cannot_beat
+from .any_bound import cannot_beat_any
 from ..inputs.model import Model
 from ..plan import Plan, Replica, Stage, Training, structural_problems
 from ..schedules import get_schedule
@@ -270,9 +271,11 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
             incumbent_s = min(incumbent_s, seed[1].step_time_s)
             clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
         for b, v, ranks, restriction, schedule in subproblems:
-            if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts,
-                           min(INF if best is None else best[0], incumbent_s * (1 + 2e-6)), schedule):
-                clock.subproblems_done += 1  # the DP would prune every plan of it (restriction_bound)
+            cutoff_s = min(INF if best is None else best[0], incumbent_s * (1 + 2e-6))
+            if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts, cutoff_s, schedule) \
+                    or cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s):
+                # the DP would prune every plan of it (restriction_bound, any_bound)
+                clock.subproblems_done += 1
                 clock.report()
                 continue
             # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
