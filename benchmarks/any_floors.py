@@ -1,0 +1,80 @@
+"""How close the floor of each unrestricted search (planner.search.any_bound) comes to the best plan of
+that search, on a planning_time.py row under `--runtime any`.
+
+    python benchmarks/any_floors.py [--row "1:1:2 64"] [--optimum B,V,RANKS,SCHEDULE ...]
+
+Prints one line per search (micro-batch b, chunks per rank V, pipeline ranks or "any", schedule) of
+the row's space (planner.search.space.subproblems) with its floor. `--optimum` also solves the named
+searches alone (no other search, no uniform seed; RANKS "any" for 1F1B), so the floor can be read
+against the search's own optimum: the driver skips a search when its floor reaches the best plan
+found so far (on "1:1:2 64": 9.537 s, ZB-H1 at b = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import planning_time  # noqa: E402
+import planner.search.driver as driver  # noqa: E402
+from planner.cost.runtimes.capability import capability  # noqa: E402
+from planner.inputs.hardware import cluster_from_spec  # noqa: E402
+from planner.inputs.model import load_model  # noqa: E402
+from planner.plan import Training  # noqa: E402
+from planner.search.any_bound import subproblem_floor_s  # noqa: E402
+from planner.search.decompose import decompose  # noqa: E402
+from planner.search.space import subproblems, within  # noqa: E402
+from planner.search.stage_types import SolverOptions  # noqa: E402
+
+
+def _instance(row: str):
+    cluster = cluster_from_spec(planning_time.ROWS[row], "benchmark")
+    base = Training(global_batch=cluster.num_gpus, seq_len=4096, dtype="fp16", micro_batch=1, runtime="any")
+    return load_model("llama-3-70b"), cluster, base
+
+
+def _alone(model, cluster, base, want) -> tuple[float | None, float]:
+    """The optimum of the one search `want` = (b, v, ranks, schedule), and the CPU seconds it took."""
+    real_subproblems, real_uniform = driver.runtime_subproblems, driver.improving_uniform
+    driver.runtime_subproblems = lambda *a, **k: (s for s in real_subproblems(*a, **k)
+                                                  if (s[0], s[1], s[2], s[4]) == want)
+    driver.improving_uniform = lambda *a, **k: iter(())
+    started = time.process_time()
+    try:
+        step = driver.solve(model, cluster, base, SolverOptions(time_limit_s=None)).estimate.step_time_s
+    except driver.NoFeasiblePlan:
+        step = None
+    finally:
+        driver.runtime_subproblems, driver.improving_uniform = real_subproblems, real_uniform
+    return step, time.process_time() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--row", default="1:1:2 64", choices=list(planning_time.ROWS))
+    parser.add_argument("--optimum", nargs="*", default=[], metavar="B,V,RANKS,SCHEDULE")
+    args = parser.parse_args()
+    model, cluster, base = _instance(args.row)
+    cap = capability("any")
+    options = within(SolverOptions(), cap)
+    parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
+    print("| b | V | ranks | schedule | floor s |")
+    print("|--:|--:|--:|---|--:|")
+    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(parts.counts), options, cap):
+        floor = subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options)
+        print(f"| {b} | {v} | {'any' if ranks is None else ranks} | {schedule} | {floor:.3f} |")
+    for spec in args.optimum:
+        b, v, ranks, schedule = spec.split(",")
+        want = (int(b), int(v), None if ranks == "any" else int(ranks), schedule)
+        step, cpu = _alone(model, cluster, base, want)
+        floor = subproblem_floor_s(model, cluster, base, want[0], want[1], want[2], want[3], options)
+        print(f"{spec}: optimum {'none' if step is None else f'{step:.3f}'} s, floor {floor:.3f} s ({cpu:.1f} CPU s)")
+
+
+if __name__ == "__main__":
+    main()
