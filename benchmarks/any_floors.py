@@ -21,24 +21,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import planning_time  # noqa: E402
+import planner.api as api  # noqa: E402
+from planner.api import PlanRequest  # noqa: E402
 import planner.search.driver as driver  # noqa: E402
 from planner.cost.runtimes.capability import capability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
-from planner.plan import Training  # noqa: E402
 from planner.search.any_bound import subproblem_floor_s  # noqa: E402
 from planner.search.decompose import decompose  # noqa: E402
 from planner.search.space import subproblems, within  # noqa: E402
-from planner.search.stage_types import SolverOptions  # noqa: E402
+
+
+class _Captured(Exception):
+    """Raised by the stand-in solve with the inputs planner.api.plan built."""
 
 
 def _instance(row: str):
+    """The row's model, cluster, training and solver options, as `planner plan --runtime any` builds
+    them (planner.api.plan: the GPUs' measured cost parameters included; planning_time.run_row)."""
     cluster = cluster_from_spec(planning_time.ROWS[row], "benchmark")
-    base = Training(global_batch=cluster.num_gpus, seq_len=4096, dtype="fp16", micro_batch=1, runtime="any")
-    return load_model("llama-3-70b"), cluster, base
+    request = PlanRequest(model=load_model("llama-3-70b"), cluster=cluster, global_batch=cluster.num_gpus,
+                          seq_len=4096, dtype="fp16", time_limit_s=None, max_bundle_nodes=4, runtime="any")
+
+    def capture(model, cluster, base, options, on_progress=None):
+        raise _Captured(model, cluster, base, options)
+    real, driver.solve = driver.solve, capture
+    try:
+        api.plan(request)
+    except _Captured as inputs:
+        return inputs.args
+    finally:
+        driver.solve = real
+    raise AssertionError("planner.api.plan did not reach solve")
 
 
-def _alone(model, cluster, base, want) -> tuple[float | None, float]:
+def _alone(model, cluster, base, options, want) -> tuple[float | None, float]:
     """The optimum of the one search `want` = (b, v, ranks, schedule), and the CPU seconds it took."""
     real_subproblems, real_uniform = driver.runtime_subproblems, driver.improving_uniform
     driver.runtime_subproblems = lambda *a, **k: (s for s in real_subproblems(*a, **k)
@@ -46,7 +63,7 @@ def _alone(model, cluster, base, want) -> tuple[float | None, float]:
     driver.improving_uniform = lambda *a, **k: iter(())
     started = time.process_time()
     try:
-        step = driver.solve(model, cluster, base, SolverOptions(time_limit_s=None)).estimate.step_time_s
+        step = driver.solve(model, cluster, base, options).estimate.step_time_s
     except driver.NoFeasiblePlan:
         step = None
     finally:
@@ -59,9 +76,9 @@ def main() -> None:
     parser.add_argument("--row", default="1:1:2 64", choices=list(planning_time.ROWS))
     parser.add_argument("--optimum", nargs="*", default=[], metavar="B,V,RANKS,SCHEDULE")
     args = parser.parse_args()
-    model, cluster, base = _instance(args.row)
+    model, cluster, base, given = _instance(args.row)
     cap = capability("any")
-    options = within(SolverOptions(), cap)
+    options = within(given, cap)  # as the driver sees them
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     print("| b | V | ranks | schedule | floor s |")
     print("|--:|--:|--:|---|--:|")
@@ -71,7 +88,7 @@ def main() -> None:
     for spec in args.optimum:
         b, v, ranks, schedule = spec.split(",")
         want = (int(b), int(v), None if ranks == "any" else int(ranks), schedule)
-        step, cpu = _alone(model, cluster, base, want)
+        step, cpu = _alone(model, cluster, base, given, want)
         floor = subproblem_floor_s(model, cluster, base, want[0], want[1], want[2], want[3], options)
         print(f"{spec}: optimum {'none' if step is None else f'{step:.3f}'} s, floor {floor:.3f} s ({cpu:.1f} CPU s)")
 
