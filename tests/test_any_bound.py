@@ -11,8 +11,9 @@ import pytest
 import planner.search.driver as driver
 from planner.cost.runtimes.capability import capability
 from planner.search.any_bound import subproblem_floor_s
+from planner.search.rank_floor import rank_floor_s
 from planner.search.space import within
-from planner.search.stage_types import SolverOptions
+from planner.search.stage_types import INF, SolverOptions
 
 from .oracle import brute_force
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
@@ -22,11 +23,15 @@ CASES = [(tiny_instance, 1), (pipeline_instance, 11)]
 
 
 def _floor(model, cluster, base, options, b, v, schedule):
-    """The least floor over the depths of the searches of (b, v, schedule) (space.subproblems)."""
-    if schedule == "1f1b":
-        return subproblem_floor_s(model, cluster, base, b, v, None, schedule, options)
+    """The least floor over the depths of the searches of (b, v, schedule) (space.subproblems):
+    per depth the larger of any_bound's and rank_floor's."""
     most = min(options.max_stages, sum(g.nodes for g in cluster.groups))
-    return min(subproblem_floor_s(model, cluster, base, b, v, p, schedule, options) for p in range(2, most + 1))
+    split = schedule == "zb-h1"
+    floors = []
+    for p in range(1 if schedule == "1f1b" else 2, most + 1):
+        closed = subproblem_floor_s(model, cluster, base, b, v, None if schedule == "1f1b" else p, schedule, options)
+        floors.append(max(closed, rank_floor_s(model, cluster, base, b, v, p, schedule, p if split else 1, options, INF)))
+    return min(floors)
 
 
 @pytest.mark.parametrize("make, seed", CASES)
