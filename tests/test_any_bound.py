@@ -1,6 +1,6 @@
-"""planner.search.any_bound: the floor of one unrestricted search never exceeds the best plan of that
-search (the brute-force oracle, tests/oracle.py, per schedule), and skipping the searches it rules out
-finds the same plan."""
+"""planner.search.any_bound and rank_floor: neither rules out the search that holds the brute-force
+optimum (tests/oracle.py) against a cutoff just above it, nor puts its floor above that optimum, and
+skipping the searches they rule out finds the same plan."""
 
 from __future__ import annotations
 
@@ -10,52 +10,42 @@ import pytest
 
 import planner.search.driver as driver
 from planner.cost.runtimes.capability import capability
-from planner.search.any_bound import subproblem_floor_s
-from planner.search.rank_floor import rank_floor_s
+from planner.search.any_bound import cannot_beat_any, subproblem_floor_s
 from planner.search.space import within
-from planner.search.stage_types import INF, SolverOptions
+from planner.search.stage_types import SolverOptions
 
 from .oracle import brute_force
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 
-# pipeline_instance(11): the floor rules out a search there (floor / optimum 1.16)
-CASES = [(tiny_instance, 1), (pipeline_instance, 11)]
+# pipeline_instance(11): the closed-form floor rules out a search there (floor / optimum 1.16)
+CASES = [(tiny_instance, 1), (pipeline_instance, 11), (pipeline_instance, 5)]
 
 
-def _floor(model, cluster, base, options, b, v, schedule):
-    """The least floor over the depths of the searches of (b, v, schedule) (space.subproblems):
-    per depth the larger of any_bound's and rank_floor's."""
-    most = min(options.max_stages, sum(g.nodes for g in cluster.groups))
-    split = schedule == "zb-h1"
-    floors = []
-    for p in range(1 if schedule == "1f1b" else 2, most + 1):
-        closed = subproblem_floor_s(model, cluster, base, b, v, None if schedule == "1f1b" else p, schedule, options)
-        floors.append(max(closed, rank_floor_s(model, cluster, base, b, v, p, schedule, p if split else 1, options, INF)))
-    return min(floors)
+def _search_of(plan):
+    """(b, v, ranks, schedule) of the driver's search that holds `plan` (space.subproblems)."""
+    t = plan.training
+    return t.micro_batch, t.virtual_stages, (None if t.schedule == "1f1b" else plan.pp), t.schedule
 
 
 @pytest.mark.parametrize("make, seed", CASES)
-def test_the_floor_never_exceeds_the_brute_force_optimum_of_its_search(make, seed):
+def test_the_search_holding_the_optimum_is_never_ruled_out(make, seed):
     model, cluster, base = make(seed)
     base = replace(base, runtime="any")
     options = within(SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True}), capability("any"))
     for b in TINY_OPTIONS["micro_batches"]:
         if base.global_batch % b:
             continue
-        common = dict(zero_stages=(0, 1, 2, 3), runtime="any")
-        one_f_one_b, _, _ = brute_force(model, cluster, base, (b,), (1, 2), ("none", "full"), virtual_stages=(1,),
-                                        **common)
-        either, _, _ = brute_force(model, cluster, base, (b,), (1, 2), ("none", "full"), virtual_stages=(1,),
-                                   zero_bubble=True, **common)  # 1F1B or ZB-H1, the faster
-        interleaved, _, _ = brute_force(model, cluster, base, (b,), (1, 2), ("none", "full"), virtual_stages=(2,),
-                                        **common)
-        f1 = _floor(model, cluster, base, options, b, 1, "1f1b")
-        assert f1 <= one_f_one_b * (1 + 1e-9)
-        assert min(f1, _floor(model, cluster, base, options, b, 1, "zb-h1")) <= either * (1 + 1e-9)
-        assert _floor(model, cluster, base, options, b, 2, "interleaved") <= interleaved * (1 + 1e-9)
+        for v, zero_bubble in ((1, False), (1, True), (2, False)):
+            best, plan, _ = brute_force(model, cluster, base, (b,), (1, 2), ("none", "full"), zero_stages=(0, 1, 2, 3),
+                                        virtual_stages=(v,), runtime="any", zero_bubble=zero_bubble)
+            if plan is None:
+                continue
+            b_, v_, ranks, schedule = _search_of(plan)
+            assert subproblem_floor_s(model, cluster, base, b_, v_, ranks, schedule, options) <= best * (1 + 1e-9)
+            assert not cannot_beat_any(model, cluster, base, b_, v_, ranks, schedule, options, best * (1 + 1e-6))
 
 
-def test_skipping_the_searches_the_floor_rules_out_finds_the_same_plan(monkeypatch):
+def test_skipping_the_searches_the_floors_rule_out_finds_the_same_plan(monkeypatch):
     model, cluster, base = pipeline_instance(11)
     base = replace(base, runtime="any")
     options = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True})
@@ -68,7 +58,7 @@ def test_skipping_the_searches_the_floor_rules_out_finds_the_same_plan(monkeypat
         return out
     monkeypatch.setattr(driver, "cannot_beat_any", counted)
     pruned = driver.solve(model, cluster, base, options)
-    assert any(skipped)  # the floor rules some searches out here
+    assert any(skipped)  # the floors rule some searches out here
     monkeypatch.setattr(driver, "cannot_beat_any", lambda *args: False)
     full = driver.solve(model, cluster, base, options)
     assert pruned.optimal and full.optimal

@@ -49,7 +49,7 @@ from ..plan import Training
 from ..schedules import get_schedule
 from .bound import _ends, _latency_floor_s
 from .context_parallel import cp_choices
-from .rank_floor import rank_floor_s
+from .rank_floor import ranks_cannot_beat
 from .stage_types import INF, SolverOptions
 
 __all__ = ["cannot_beat_any", "subproblem_floor_s"]
@@ -170,13 +170,10 @@ def subproblem_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v
 def cannot_beat_any(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
                     schedule: str, options: SolverOptions, cutoff_s: float) -> bool:
     """Whether no plan of the search (b, v, `ranks`, `schedule`) can be faster than `cutoff_s`,
-    with the DP's rounding margin (completion): by the floor above, or by rank_floor for every
-    depth the search may take (1F1B: 1 to options.max_stages, no more than the nodes)."""
+    with the DP's rounding margin (completion): by the floor above, or by rank_floor."""
     if cutoff_s == INF:
         return False
     if subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options) * (1 - 1e-9) >= cutoff_s:
         return True
     least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-    depths = [ranks] if ranks is not None else range(1, min(options.max_stages, sum(g.nodes for g in cluster.groups)) + 1)
-    return all(rank_floor_s(model, cluster, base, b, v, p, schedule, least, options, cutoff_s) * (1 - 1e-9) >= cutoff_s
-               for p in depths)
+    return ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, cutoff_s)

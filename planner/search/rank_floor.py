@@ -1,14 +1,15 @@
-"""A lower bound on the step time of the plans of one unrestricted search with exactly P pipeline
-ranks, from a dynamic programme over whole ranks with relaxed costs (planner.search.any_bound uses
-it beside its closed-form floor; the closed form lets ranks blend, this one keeps each rank whole).
+"""Whether any plan of one unrestricted search (micro-batch b, V chunks per rank, a schedule, P
+pipeline ranks or any number) can beat a cutoff, from a dynamic programme over whole ranks with
+relaxed costs (planner.search.any_bound asks it where its closed-form floor, which lets ranks blend,
+does not decide).
 
-Averaging T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k (evaluate.pipeline_time_s,
-E_j >= 0) over the P ranks j,
-    T >= sum_k f_k + delta,   f_k = B_k / P + (P - 1) / P c_k,
-a sum over ranks (delta <= 0: what the embedding and head add at least to the latencies,
-bound._ends). Each rank is a set of whole nodes, nu_g of group g, holding n decoder blocks with one
-TP degree tp (inside a node; stage_configs): its replicas are the tp-GPU slices of its nodes, at
-most D = m // least of which take micro-batches (any_bound, 2). Lower bounds on its terms:
+T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
+(evaluate.pipeline_time_s, E_j >= 0), so with lower bounds B'_k <= B_k and c'_k <= c_k,
+    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k - c'_k,
+delta <= 0 what the embedding and head add at least to the latencies (bound._ends). Each rank is a
+set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
+stage_configs): its replicas are the tp-GPU slices of its nodes, at most D = m // least of which take
+micro-batches (any_bound, 2). The bounds:
   * every GPU of the rank holds the n blocks' weights, gradients and optimizer states (ZeRO over
     the rank's replicas, none of the optimizer states where ZeRO-Offload may take them) within
     its memory less the reserve, or the rank cannot hold n blocks;
@@ -18,14 +19,18 @@ most D = m // least of which take micro-batches (any_bound, 2). Lower bounds on 
     time) of one block per recompute mode (none, selective, full; layer_price at b, the node's own
     link; "block" recomputation mixes full and none block by block, and h is convex and falls);
     without room for the leanest, it takes none;
-  * B_k >= m / R, R the sum of 1 / pass of the D fastest replicas (any_bound, 1);
-  * c_k >= n max_g lambda_g, lambda_g the least a block adds to the latency of a replica of group
-    g (bound._latency_floor_s, over the modes);
-  * a rank with B_k + delta >= the cutoff cannot be in a plan that beats it (T >= B_k + delta).
-The least sum over every choice of ranks (disjoint node sets, blocks summing to L, P ranks; idle
-nodes allowed) is a knapsack over (nodes used, ranks, blocks), solved exactly, so the bound
-holds for every plan of the search. Left out (no bound): context parallelism, MoE models, and
-clusters or models too large for the table (RANK_FLOOR_LIMITS)."""
+  * B'_k = m / R, R the sum of 1 / pass of the D fastest replicas (any_bound, 1);
+  * c'_k = n max_g lambda_g >= 0, lambda_g the least a block adds to the latency of a replica of
+    group g (bound._latency_floor_s, over the modes);
+  * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
+S(W), the least sum of c' over the choices of ranks (disjoint node sets, blocks summing to L, P
+ranks; idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks
+placed, blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W]
+has T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
+planner.search.driver); when no choice of ranks is left, or the least y of any rank plus S(W) + delta
+reaches the cutoff, the search cannot beat it. Left
+out (no answer): context parallelism, MoE models, decoders of several shapes, and clusters or
+models too large for the table (RANK_FLOOR_LIMITS)."""
 
 from __future__ import annotations
 
@@ -45,9 +50,10 @@ from .bound import _ends, _latency_floor_s
 from .context_parallel import cp_choices
 from .stage_types import INF, SolverOptions
 
-__all__ = ["RANK_FLOOR_LIMITS", "rank_floor_s"]
+__all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
 
 RANK_FLOOR_LIMITS = (256, 256)  # most node vectors (prod of nodes + 1), most decoder blocks
+_STEPS = 6  # descents of W before giving up
 _MODES = ("none", "selective", "full")
 
 
@@ -104,12 +110,12 @@ def _blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptio
     return out
 
 
-def _rank_costs(cluster: Cluster, options: SolverOptions, info: dict, nodes: tuple[int, ...], blocks: int,
-                m: int, most_replicas: int, ranks: int, cutoff_s: float) -> np.ndarray:
-    """f over n = 0..blocks for a rank on `nodes` (module docstring); INF where it cannot be."""
+def _rank_options(cluster: Cluster, options: SolverOptions, info: dict, nodes: tuple[int, ...], blocks: int,
+                  m: int, most_replicas: int, busiest_s: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per tp, (y, c) over n = 0..blocks for a rank on `nodes`: y = B - c and c of the module
+    docstring; INF where the rank cannot hold n blocks or is busier than `busiest_s`."""
     n = np.arange(blocks + 1, dtype=float)
-    best = np.full(blocks + 1, INF)
-    best[0] = 0.0  # no decoder block: the embedding or head alone, B, c >= 0
+    out = []
     for tp in options.tp_degrees:
         groups = [i for i, count in enumerate(nodes) if count]
         if any((i, tp) not in info for i in groups):
@@ -129,37 +135,27 @@ def _rank_costs(cluster: Cluster, options: SolverOptions, info: dict, nodes: tup
         with np.errstate(divide="ignore"):
             rates = np.sort(1.0 / np.array(passes), axis=0)[::-1][:most_replicas]  # the fastest D
             busy = m / rates.sum(axis=0)
+        busy[0] = 0.0  # no decoder block: the embedding or head alone, B, c >= 0
         # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
-        cost = np.where(fits & (busy <= cutoff_s * (1 + 1e-6)), busy / ranks + (ranks - 1) / ranks * latency, INF)
-        cost[0] = 0.0
-        best = np.minimum(best, cost)
-    return best
+        able = fits & (busy <= busiest_s)
+        able[0] = True
+        out.append((np.where(able, busy - latency, INF), np.where(able, latency, INF)))
+    return out
 
 
-def rank_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int, schedule: str,
-                 least: int, options: SolverOptions, cutoff_s: float) -> float:
-    """The least step time of any plan of the search (b, V = v, exactly `ranks` pipeline ranks,
-    `schedule`, every replica taking at least `least` micro-batches) that could beat `cutoff_s`,
-    or at least `cutoff_s` when none can (module docstring); 0.0 where the argument does not hold."""
-    config = model.config
-    blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
-    counts = tuple(g.nodes for g in cluster.groups)
-    if (config is None or getattr(config, "num_experts", 1) > 1 or base.global_batch % b
-            or len({(l.config, l.params, l.weight_params, l.blend) for l in model.layers if l.kind == "decoder"}) > 1
-            or int(np.prod([c + 1 for c in counts])) > RANK_FLOOR_LIMITS[0] or blocks > RANK_FLOOR_LIMITS[1]
-            or any(len(cp_choices(model, base, options, tp)) > 1 for tp in options.tp_degrees)):
-        return 0.0
-    m = base.global_batch // b
-    most_replicas = m // least
-    if most_replicas < 1:
-        return INF
-    delta = _ends(model, cluster, base, options, b, [schedule])[1]
-    info = _blocks(model, cluster, base, options, b, schedule, v)
-    vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
-    cost = {nu: _rank_costs(cluster, options, info, nu, blocks, m, most_replicas, ranks, cutoff_s - delta)
-            for nu in vectors}
+def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
+                     exact: bool) -> float:
+    """S(W): the least sum of c over choices of ranks (disjoint node sets, blocks summing to L,
+    exactly `ranks` of them, or 1 to `ranks` unless `exact`) whose every y is at most W = `bound`:
+    a knapsack over (nodes used, ranks placed, blocks placed)."""
+    cost = {}
+    for nu, choices in ranked.items():
+        least = np.full(blocks + 1, INF)
+        least[0] = 0.0
+        for y, c in choices:
+            least = np.minimum(least, np.where(y <= bound, c, INF))
+        cost[nu] = least
     finite = {nu: np.flatnonzero(np.isfinite(c)) for nu, c in cost.items()}
-    # knapsack: per nodes used, the least sum of f per (ranks placed, blocks placed)
     width = blocks + 1
     first = np.full((ranks + 1, width), INF)
     first[0, 0] = 0.0
@@ -171,11 +167,10 @@ def rank_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int,
         placed, held = np.nonzero(np.isfinite(sums[:ranks]))
         if not len(placed):
             continue
-        for nu in vectors:
+        for nu, took in finite.items():
             after = tuple(u + x for u, x in zip(used, nu))
             if any(a > c for a, c in zip(after, counts)):
                 continue
-            took = finite[nu]
             # min-plus convolution over the finite entries: one more rank, its blocks added
             total = np.add.outer(held, took)
             keep = total <= blocks
@@ -183,5 +178,49 @@ def rank_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int,
             value = np.add.outer(sums[placed, held], cost[nu][took])[keep]
             row = table.setdefault(after, np.full((ranks + 1, width), INF))
             np.minimum.at(row.ravel(), index, value)
-    least_sum = min((float(sums[ranks, blocks]) for sums in table.values()), default=INF)
-    return least_sum + delta
+    if exact:
+        return min((float(sums[ranks, blocks]) for sums in table.values()), default=INF)
+    return min((float(sums[1:, blocks].min()) for sums in table.values()), default=INF)
+
+
+def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
+                      schedule: str, least: int, options: SolverOptions, cutoff_s: float) -> bool:
+    """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
+    up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
+    be faster than `cutoff_s` (module docstring); False where the argument does not hold."""
+    config = model.config
+    blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
+    counts = tuple(g.nodes for g in cluster.groups)
+    if (cutoff_s == INF or config is None or getattr(config, "num_experts", 1) > 1 or base.global_batch % b
+            or len({(l.config, l.params, l.weight_params, l.blend) for l in model.layers if l.kind == "decoder"}) > 1
+            or int(np.prod([c + 1 for c in counts])) > RANK_FLOOR_LIMITS[0] or blocks > RANK_FLOOR_LIMITS[1]
+            or any(len(cp_choices(model, base, options, tp)) > 1 for tp in options.tp_degrees)):
+        return False
+    m = base.global_batch // b
+    most_replicas = m // least
+    if most_replicas < 1:
+        return True  # no replica can take its least share
+    info = _blocks(model, cluster, base, options, b, schedule, v)
+    if any(lam < 0 for _, lam, _, _ in info.values()):
+        return False  # c >= 0 is assumed below
+    target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
+    delta = _ends(model, cluster, base, options, b, [schedule])[1]
+    vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
+    ranked = {nu: _rank_options(cluster, options, info, nu, blocks, m, most_replicas, target - delta) for nu in vectors}
+    depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
+    # T >= max_k y_k + S + delta: descend W from where T >= target surely (Alpa's t_max
+    # enumeration, as the driver): plans whose largest y is in (target - S(W) - delta, W] cannot
+    # beat the cutoff, so W drops to that; done when no plan is left, given up when W stalls
+    bound = target - delta
+    # a plan's largest y is at least the least y of any rank
+    lowest = min((float(y[np.isfinite(y)].min()) for choices in ranked.values() for y, _ in choices
+                  if np.isfinite(y).any()), default=INF)
+    for _ in range(_STEPS):
+        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None)
+        if least_sum == INF or lowest + least_sum + delta >= target:
+            return True
+        lower = target - least_sum - delta
+        if lower >= bound * (1 - 1e-9) - 1e-12:
+            return False
+        bound = lower
+    return False
