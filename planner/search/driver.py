@@ -273,7 +273,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         for b, v, ranks, restriction, schedule in subproblems:
             cutoff_s = min(INF if best is None else best[0], incumbent_s * (1 + 2e-6))
             if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts, cutoff_s, schedule) \
-                    or cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s):
+                    or (restriction.tp is None  # the free search (`any`); the restricted ones: cannot_beat
+                        and cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s)):
                 # the DP would prune every plan of it (restriction_bound, any_bound)
                 clock.subproblems_done += 1
                 clock.report()
