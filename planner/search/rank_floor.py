@@ -9,17 +9,19 @@ T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank
 delta <= 0 what the embedding and head add at least to the latencies (bound._ends). Each rank is a
 set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
 stage_configs): its replicas are the tp-GPU slices of its nodes, at most D = m // least of which take
-micro-batches (any_bound, 2). The bounds:
+micro-batches (any_bound, 2). Every replica takes `least` >= 1 of them (ProblemInputs.least_share),
+so a rank has at most D replicas, and X_j >= 0: a rank's latency (a replica's pass, less its W under
+ZB-H1, or its slowest chunk) is no more than that replica's busy time; so T >= X_j + sum_k c_k gives
+T >= max(0, max_k y_k) + sum_k c'_k + delta too. The bounds:
   * every GPU of the rank holds the n blocks' weights, gradients and optimizer states (ZeRO over
-    the rank's replicas, none of the optimizer states where ZeRO-Offload may take them) within
-    its memory less the reserve, or the rank cannot hold n blocks;
-  * a replica that takes micro-batches keeps one micro-batch's activations at least (every
-    schedule does, Schedule.in_flight_microbatches >= 1) in the room A left, so its pass over n
-    blocks is at least n h(A / n): h the lower convex envelope of the points (activation bytes,
-    time) of one block per recompute mode (none, selective, full; layer_price at b, the node's own
-    link; "block" recomputation mixes full and none block by block, and h is convex and falls);
-    without room for the leanest, it takes none;
-  * B'_k = m / R, R the sum of 1 / pass of the D fastest replicas (any_bound, 1);
+    the rank's replicas, none of the optimizer states where ZeRO-Offload may take them) and at
+    least one micro-batch's activations (every schedule keeps one in flight,
+    Schedule.in_flight_microbatches >= 1) within its memory less the reserve, or the rank cannot
+    hold n blocks; in the room A the states leave, a replica's pass over n blocks is at least
+    n h(A / n): h the lower convex envelope of the points (activation bytes, time) of one block
+    per recompute mode (none, selective, full; layer_price at b, the node's own link; "block"
+    recomputation mixes full and none block by block, and h is convex and falls);
+  * B'_k = m / R, R the sum of 1 / pass over its replicas (any_bound, 1);
   * c'_k = n max_g lambda_g >= 0, lambda_g the least a block adds to the latency of a replica of
     group g (bound._latency_floor_s, over the modes);
   * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
@@ -27,8 +29,8 @@ S(W), the least sum of c' over the choices of ranks (disjoint node sets, blocks 
 ranks; idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks
 placed, blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W]
 has T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
-planner.search.driver); when no choice of ranks is left, or the least y of any rank plus S(W) + delta
-reaches the cutoff, the search cannot beat it. Left
+planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
+search cannot beat it. Left
 out (no answer): context parallelism, MoE models, decoders of several shapes, and clusters or
 models too large for the table (RANK_FLOOR_LIMITS)."""
 
@@ -122,19 +124,20 @@ def _rank_options(cluster: Cluster, options: SolverOptions, info: dict, nodes: t
             continue
         replicas = {i: nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups}
         dp = sum(replicas.values())
+        if dp > most_replicas:
+            continue  # every replica takes `least` micro-batches at least
         passes, latency, fits = [], np.zeros(blocks + 1), np.ones(blocks + 1, dtype=bool)
         for i in groups:
             hull, lam, room, states = info[(i, tp)]
             with np.errstate(divide="ignore", invalid="ignore"):
                 per_block = np.where(n > 0, (room - n * states(dp)) / np.where(n > 0, n, 1.0), INF)
-            # every GPU of the rank holds its n blocks' states; one that has no room for a
-            # micro-batch's activations too takes none (rate 0)
-            fits &= room - n * states(dp) >= 0
-            passes += [n * _least_time(hull, per_block)] * replicas[i]
+            # every GPU of the rank holds its n blocks' states and a micro-batch's activations
+            one = n * _least_time(hull, per_block)
+            fits &= np.isfinite(one)
+            passes += [one] * replicas[i]
             latency = np.maximum(latency, n * lam)
         with np.errstate(divide="ignore"):
-            rates = np.sort(1.0 / np.array(passes), axis=0)[::-1][:most_replicas]  # the fastest D
-            busy = m / rates.sum(axis=0)
+            busy = m / (1.0 / np.array(passes)).sum(axis=0)
         busy[0] = 0.0  # no decoder block: the embedding or head alone, B, c >= 0
         # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
         able = fits & (busy <= busiest_s)
@@ -212,15 +215,14 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     # enumeration, as the driver): plans whose largest y is in (target - S(W) - delta, W] cannot
     # beat the cutoff, so W drops to that; done when no plan is left, given up when W stalls
     bound = target - delta
-    # a plan's largest y is at least the least y of any rank
-    lowest = min((float(y[np.isfinite(y)].min()) for choices in ranked.values() for y, _ in choices
-                  if np.isfinite(y).any()), default=INF)
+    lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (module docstring)
     for _ in range(_STEPS):
         least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None)
         if least_sum == INF or lowest + least_sum + delta >= target:
             return True
-        lower = target - least_sum - delta
-        if lower >= bound * (1 - 1e-9) - 1e-12:
+        # just below: a plan whose largest y is `lower` has T >= target already, to rounding
+        lower = target - least_sum - delta - abs(target) * 1e-12
+        if lower >= bound:
             return False
         bound = lower
     return False
