@@ -156,39 +156,42 @@ class MemorySavers:
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
 
-    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, out: list) -> None:
-        """stage_costs for recompute "block" configs at one in-flight count: their type arrays
-        and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
-        (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, out: list) -> None:
+        """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
+        `link`: their type arrays and recomputed-block counts at this position
+        (MemorySavers.priced_types), each distinct (config, flags, link, caps, k) priced once, as a
+        position of the level pricing is."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
-        for index, key, cid, link in items:
-            types, k = self.priced_types(cid, flags, in_flight)
-            if (k < 0).all():  # "block" repeats another mode everywhere
-                tables.stage[key] = out[index] = self._nowhere()
-                continue
+        for index, cid in items:
             memo_key = ("block", cid, flags, in_flight)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
             if memo is None:
-                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes())
-            caps = memo[0]
-            caps_key = ("block", cid, flags, link, memo[1])
+                types, k = self.priced_types(cid, flags, in_flight)
+                if (k < 0).all():  # "block" repeats another mode everywhere
+                    memo = tables.caps[memo_key] = None
+                else:
+                    caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+                    memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes(), types, k)
+            if memo is None:
+                out[index] = self._nowhere()
+                continue
+            caps, caps_bytes, types, k = memo
+            caps_key = ("block", cid, flags, link, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
-                tables.stage[key] = out[index] = cached
+                out[index] = cached
                 continue
-            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key,
-                                                                             types, caps, k))
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, cid, caps_key, types, caps, k))
         for counts, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
+            all_times = [self.replica_times(types, flags, link) for _, _, _, types, _, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(counts, all_times, [item[6] for item in group])
-            for row, ((index, key, cid, link, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
+            busy_all = self.stacked_makespans(counts, all_times, [item[4] for item in group])
+            for row, ((index, cid, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
                 latency = reduce(np.maximum, times)
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
                 cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+                tables.stage_by_caps[caps_key] = out[index] = cost
 
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"

@@ -55,34 +55,32 @@ class DeferredW:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
-    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, out: list) -> None:
-        """stage_costs for (index, key, (cid, flags, link)) at a position with deferred W passes:
+    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, out: list) -> None:
+        """stage_costs for (index, cid, _) over `link` at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
         counts in one vectorised call (as Problem._price_levels)."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
-        for index, key, base_key in todo:
-            cid, _, link = base_key
-            types = self._types_for(cid)
+        for index, cid, _ in todo:
             memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
             if memo is None:
+                types = self._types_for(cid)
                 caps = self.share_caps(types, flags, position)
-                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps))
-            caps = memo[0]
-            caps_key = ("deferred", base_key, memo[1])
+                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
+            caps, caps_bytes, types = memo
+            caps_key = ("deferred", (cid, flags, link), caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
-                tables.stage[key] = out[index] = cached
+                out[index] = cached
                 continue
-            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key, types,
-                                                                             caps))
+            pending.setdefault(tuple(ta.count for ta in types), []).append((index, cid, caps_key, types, caps))
         for counts, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _ in group]
+            all_times = [self.replica_times(types, flags, link) for _, _, _, types, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(counts, all_times, [item[6] for item in group])
-            for row, ((index, key, cid, link, caps_key, types, _), times) in enumerate(zip(group, all_times)):
+            busy_all = self.stacked_makespans(counts, all_times, [item[4] for item in group])
+            for row, ((index, cid, caps_key, types, _), times) in enumerate(zip(group, all_times)):
                 latency = self.latency(types, flags, times)
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
                 cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+                tables.stage_by_caps[caps_key] = out[index] = cost

@@ -54,13 +54,9 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
     and every cap >= L.
     """
     if least > 1:
-        shape = np.broadcast(*times, *caps).shape
         if total < least * sum(counts):
-            return np.full(shape, np.inf)
-        one = min_makespan(total, counts, times, caps)
-        slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
-        ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
-        return np.where(ok, np.maximum(one, least * slowest), np.inf)
+            return np.full(np.broadcast(*times, *caps).shape, np.inf)
+        return at_least(least, times, caps, min_makespan(total, counts, times, caps))
     shape = np.broadcast(*times, *caps).shape
     best = np.full(shape, np.inf)
     if total < sum(counts):
@@ -73,47 +69,55 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
         return np.where(ok & np.isfinite(t), load * t, np.inf)
     times = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times]
     caps = [np.broadcast_to(np.asarray(c, dtype=np.int64), shape) for c in caps]
-    capacity = sum(n * c.astype(float) for n, c in zip(counts, caps))
+    float_caps = [c.astype(float) for c in caps]  # (min(load, cap) in floats, as numpy promotes it)
+    capacity = sum(n * c for n, c in zip(counts, float_caps))
     possible = capacity >= total
     for c in caps:
         possible &= c >= 1
     for t in times:
         possible &= np.isfinite(t)
+    typed = list(zip(counts, times, float_caps))
 
     def feasible(bound: np.ndarray) -> np.ndarray:
-        ok = np.ones(shape, dtype=bool)
-        taken = np.zeros(shape)
-        for n, t, c in zip(counts, times, caps):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                load = np.floor(bound / t * (1 + 1e-12))
-            ok &= load >= 1
-            taken += n * np.minimum(load, c)
+        ok = taken = None
+        for n, t, c in typed:  # (under the caller's errstate)
+            load = np.floor(bound / t * (1 + 1e-12))
+            ok = load >= 1 if ok is None else ok & (load >= 1)
+            share = n * np.minimum(load, c)
+            taken = share if taken is None else taken + share
         return ok & (taken >= total)
 
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _walk_up(total, counts, times, caps, shape, possible, feasible)
+
+
+def _walk_up(total: int, counts: Sequence[int], times: list[np.ndarray], caps: list[np.ndarray],
+             shape: tuple[int, ...], possible: np.ndarray, feasible) -> np.ndarray:
+    """min_makespan's search for the smallest feasible candidate C (its arrays broadcast)."""
+    best = np.full(shape, np.inf)
     # Walk the candidates upwards from a lower bound (the continuous optimum without
     # memory caps, and no less than the slowest single micro-batch): the first feasible
     # candidate is the optimum. Entries still open after a few steps fall back to the
     # binary search below.
-    with np.errstate(invalid="ignore", divide="ignore"):
-        bound = total / sum(n / t for n, t in zip(counts, times))
-        for _ in range(len(counts)):
-            # continuous relaxation with caps: a type whose cap binds at `bound` takes only
-            # its cap; the others share the rest in proportion to their speed
-            saturated = [c * t <= bound for t, c in zip(times, caps)]
-            fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
-            rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
-            bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
-        bound = np.maximum(bound, np.maximum.reduce(times))
-        result = np.full(shape, np.inf)
-        pending = possible.copy()
-        for _ in range(8):
-            step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
-            done = pending & feasible(step)
-            result = np.where(done, step, result)
-            pending &= ~done
-            if not pending.any():
-                return np.where(possible, result, np.inf)
-            bound = np.where(pending, step * (1 + 1e-12), bound)
+    bound = total / sum(n / t for n, t in zip(counts, times))
+    for _ in range(len(counts)):
+        # continuous relaxation with caps: a type whose cap binds at `bound` takes only
+        # its cap; the others share the rest in proportion to their speed
+        saturated = [c * t <= bound for t, c in zip(times, caps)]
+        fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
+        rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
+        bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
+    bound = np.maximum(bound, np.maximum.reduce(times))
+    result = np.full(shape, np.inf)
+    pending = possible.copy()
+    for _ in range(8):
+        step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
+        done = pending & feasible(step)
+        result = np.where(done, step, result)
+        pending &= ~done
+        if not pending.any():
+            return np.where(possible, result, np.inf)
+        bound = np.where(pending, step * (1 + 1e-12), bound)
     for n_g, t_g, c_g in zip(counts, times, caps):
         lo = np.ones(shape, dtype=np.int64)
         hi = np.minimum(c_g, -(-total // n_g)).astype(np.int64)
@@ -131,6 +135,16 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
         candidate = np.where(ok_hi, lo * t_g, np.inf)
         best = np.minimum(best, candidate)
     return np.where(possible, np.where(pending, best, result), np.inf)
+
+
+def at_least(least: int, times: Sequence[np.ndarray], caps: Sequence[np.ndarray], one: np.ndarray) -> np.ndarray:
+    """min_makespan with at least `least` > 1 micro-batches per replica from `one`, its makespan
+    with at least one each: max(one, least x slowest time) where every cap holds `least` (the
+    caller has checked total >= least x replicas; min_makespan's docstring)."""
+    shape = np.broadcast(*times, *caps).shape
+    slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
+    ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
+    return np.where(ok, np.maximum(one, least * slowest), np.inf)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
+import weakref
 from functools import reduce
 
 import numpy as np
@@ -21,12 +22,29 @@ from .block import MemorySavers
 from .deferred import DeferredW
 from .stage_configs import StageConfigs
 from .stage_links import StageLinks
-from .shares import UNCAPPED, even_makespan, min_makespan
+from .shares import UNCAPPED, at_least, even_makespan, min_makespan
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
                           TypeArrays, Variant, pareto_front, share_cap)
 
 __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
+
+
+class _ChunkGroup:
+    """What the chunked (interleaved) problems of one micro-batch, V and restriction share whatever
+    their depth: the 1F1B problem they derive their type arrays from, and price tables (their
+    type arrays, tails, costs by capping level: PriceTables.depth_free). The tails are the base's:
+    a chunked config's tail (exposed gradient reduction, optimizer step) is its 1F1B one."""
+
+    __slots__ = ("base", "tables", "__weakref__")
+
+    def __init__(self, base: "Problem"):
+        self.base = base
+        self.tables = PriceTables(dims=base.tables.dims, dp_layouts=base.tables.dp_layouts, tails=base.tables.tails)
+
+
+# live groups by their inputs' identities (a group lives while one of its problems does)
+_CHUNK_GROUPS: "weakref.WeakValueDictionary[tuple, _ChunkGroup]" = weakref.WeakValueDictionary()
 
 
 class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
@@ -50,8 +68,18 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
         if self.inputs.chunked:
-            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
-                                                restriction=restriction)
+            # the chunked problems of one micro-batch, V and restriction (one per depth) share a base
+            # and their depth-free prices (_ChunkGroup), while one of them lives
+            key = (id(model), id(cluster), base, b, id(parts), id(options), virtual_stages, restriction,
+                   schedule_name, least_share, id(base_problem))
+            group = _CHUNK_GROUPS.get(key)
+            if group is None:
+                group = _CHUNK_GROUPS[key] = _ChunkGroup(
+                    base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+                                            restriction=restriction))
+            self._group = group  # (holds it while this problem lives)
+            self.base = group.base
+            self.tables = group.tables.depth_free()
 
     def release_position_prices(self) -> None:
         """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
@@ -61,7 +89,7 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         problems of this micro-batch (PriceTables.position_free), which would price them again;
         the tails of recompute "block" by its recomputed-block counts (one per position) go."""
         t = self.tables
-        for table in (t.stage, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
+        for table in (t.members, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
                       t.block_types, t.caps, t.per_block_left):
             table.clear()
         for key in [key for key in t.tails if len(key) > 2]:  # (config, flags, k bytes): _finish
@@ -188,24 +216,58 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
                     ranks: int | None = None) -> list[StageCost]:
-        """stage_cost for several configurations at one position. The position (and the
-        pipeline depth of an interleaved search) matters only through the in-flight count,
-        which matters only through which replica types' memory caps bind at each block count
-        (share_cap), so each (config, flags, link) is priced once, at every capping level
-        (`_price_levels`), and a position picks its level per block count."""
+        """stage_cost for several configurations on one node vector (a family, or one config) at
+        one position. The position (and the pipeline depth of an interleaved search) matters only
+        through the in-flight count, which matters only through which replica types' memory caps
+        bind at each block count (share_cap), so each (config, flags, link) is priced once, at
+        every capping level (`_price_levels`), and a position picks its level per block count.
+        The configs on one node vector share their boundary link to any successor."""
         inputs, tables = self.inputs, self.tables
-        has_head = stage_from_end == 1
         position = self.position(stage_from_end, ranks)
-        in_flight, deferred = position
-        flags = (has_head, has_emb)
+        flags = (stage_from_end == 1, has_emb)
         out: list = [None] * len(cids)
-        todo, blocks = [], []
+        nowhere, blocks, todo = self._sorted_members(tuple(cids), flags, position)
+        if nowhere:
+            never = self._nowhere()
+            for index in nowhere:
+                out[index] = never
+        if not blocks and not todo:
+            return out
+        link = self.link(cids[0], successor_id)
+        if blocks:
+            self._price_blocks(blocks, flags, position[0], link, out)
+        if position[1] and todo:  # zero bubble's caps at this position (planner.search.deferred)
+            self._price_deferred(todo, flags, position, link, out)
+            return out
+        levels, by_caps = tables.stage_levels, tables.stage_by_caps
+        missing = [(cid, flags, link) for _, cid, _ in todo if (cid, flags, link) not in levels]
+        if missing:
+            self._price_levels(missing)
+        for index, cid, level in todo:
+            base_key = (cid, flags, link)
+            level_key = (base_key, level[1])
+            cost = by_caps.get(level_key)
+            if cost is None:
+                _, tau, x_levels, slope, split = levels[base_key]
+                x = x_levels[level[0], inputs.blocks_index]
+                cost = by_caps[level_key] = StageCost(tau, x, slope, float(x.min()), split)
+            out[index] = cost
+        return out
+
+    def _sorted_members(self, cids: tuple[int, ...], flags: tuple[bool, bool], position) -> tuple:
+        """What stage_costs does with each config at a position, whatever the successor: (indices
+        left out there (MemorySavers, _no_shares), (index, cid) of recompute "block", priced per
+        in-flight count, and (index, cid, level) of the rest, level the capping level per block
+        count with its bytes (None where W passes are deferred: priced by their caps))."""
+        tables = self.tables
+        key = (cids, flags, position)
+        known = tables.members.get(key)
+        if known is not None:
+            return known
+        in_flight, deferred = position
+        nowhere, blocks, todo = [], [], []
+        interned = tables.members.setdefault("levels", {})  # equal level arrays stored once
         for index, cid in enumerate(cids):
-            key = (cid, position, has_head, has_emb, successor_id)
-            cached = tables.stage.get(key)
-            if cached is not None:
-                out[index] = cached
-                continue
             config = self.catalog.configs[cid]
             if config.offload:
                 never_key = ("offload never needed", cid, flags, position)
@@ -213,77 +275,97 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
                 if never is None:
                     never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
                 if never:
-                    tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
+                    nowhere.append(index)  # (its own arrays never priced)
                     continue
             if self._no_shares(cid):
-                tables.stage[key] = out[index] = self._nowhere()
+                nowhere.append(index)
                 continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
-                blocks.append((index, key, cid, self.link(cid, successor_id)))
+                blocks.append((index, cid))
                 continue
-            todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
-        if blocks:
-            self._price_blocks(blocks, flags, in_flight, out)
-        if deferred and todo:  # zero bubble's caps at this position (planner.search.deferred)
-            self._price_deferred(todo, flags, position, out)
-            return out
-        missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
-        if missing:
-            self._price_levels(list(dict.fromkeys(missing)))
-        for index, key, base_key in todo:
-            rooms, tau, x_levels, slope, split = tables.stage_levels[base_key]
-            # share_cap: a type's cap binds where its memory holds fewer than the in-flight
-            # micro-batches; the types capped at a block count are the ones with least room
-            level = (rooms < in_flight).sum(axis=0)
-            level_key = (base_key, level.tobytes())
-            cost = tables.stage_by_caps.get(level_key)
-            if cost is None:
-                x = x_levels[level, inputs.blocks_index]
-                cost = tables.stage_by_caps[level_key] = StageCost(tau, x, slope, float(x.min()), split)
-            tables.stage[key] = out[index] = cost
-        return out
+            level = None
+            if not deferred:
+                # share_cap: a type's cap binds where its memory holds fewer than the in-flight
+                # micro-batches; the types capped at a block count are the ones with least room
+                counts = (self._level_caps(cid, flags)[0] < in_flight).sum(axis=0)
+                level = interned.setdefault(counts.tobytes(), (counts, counts.tobytes()))
+            todo.append((index, cid, level))
+        known = tables.members[key] = (nowhere, blocks, todo)
+        return known
+
+    def _level_caps(self, cid: int, flags: tuple[bool, bool]) -> tuple:
+        """A config's rooms (one row per replica type) and each type's caps at levels 0..G: at
+        level j the j types with the least room at a block count take their memory caps."""
+        tables = self.tables
+        memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
+        memo = tables.caps.get(memo_key)
+        if memo is None:
+            types = self._types_for(cid)
+            rooms = np.stack([ta.room[flags] for ta in types])
+            rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
+            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+            levels = len(types) + 1
+            memo = tables.caps[memo_key] = (rooms, [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED)
+                                                              for j in range(levels)]) for g in range(len(types))])
+        return memo
 
     def _price_levels(self, base_keys: list[tuple]) -> None:
         """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
         level j the j types with the least room at each block count take their memory caps,
         the others are uncapped. The makespans of entries with the same replica counts are
-        computed in one vectorised call (elementwise, so the same as pricing each position)."""
+        computed in one vectorised call (elementwise, so the same as pricing each position).
+        One-chunk problems of a micro-batch share the makespans with at least one micro-batch per
+        replica (PriceTables.level_busy): a zero-bubble problem's, with at least P, follow from them
+        (shares.at_least)."""
         inputs, tables = self.inputs, self.tables
         pending: dict[tuple[int, ...], list] = {}
+        chunk_levels = tables.chunk_levels if inputs.chunked else None
+        level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
         for base_key in base_keys:
             cid, flags, link = base_key
+            if chunk_levels is not None:  # priced by another depth's problem (_ChunkGroup)
+                known = chunk_levels.get((self.catalog.configs[cid], flags, link))
+                if known is not None:
+                    tables.stage_levels[base_key] = known
+                    continue
             types = self._types_for(cid)
-            memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
-            memo = tables.caps.get(memo_key)
-            if memo is None:
-                rooms = np.stack([ta.room[flags] for ta in types])
-                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-                levels = len(types) + 1
-                memo = tables.caps[memo_key] = (rooms, [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED)
-                                                                  for j in range(levels)]) for g in range(len(types))])
-            rooms, caps = memo
-            pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps))
+            rooms, caps = self._level_caps(cid, flags)
+            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
+            pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps, one))
         for counts, items in pending.items():
-            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
+            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _, _ in items]
             self.state.evaluations += len(items)
-            busy_all = self.makespan(counts,
-                                [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
-                                                 for times, item in zip(all_times, items)])
-                                 for g in range(len(counts))],
-                                [np.concatenate([item[3][g] for item in items]) for g in range(len(counts))])
+            todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
+            if todo:
+                busy_all = self.makespan(counts,
+                                         [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
+                                                          for times, item in todo])
+                                          for g in range(len(counts))],
+                                         [np.concatenate([item[3][g] for _, item in todo]) for g in range(len(counts))],
+                                         1 if level_busy is not None else None)
             row = 0
-            for (base_key, types, rooms, caps), times in zip(items, all_times):
+            for (base_key, types, rooms, caps, one), times in zip(items, all_times):
                 cid, flags, link = base_key
                 levels = len(types) + 1
-                busy = busy_all[row:row + levels]
-                row += levels
+                if one is None:
+                    busy = one = busy_all[row:row + levels]
+                    row += levels
+                    if level_busy is not None:
+                        level_busy[(self.catalog.configs[cid], flags, link)] = one
+                if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
+                    busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * sum(counts) else \
+                        at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
+                                 caps, one)
+                else:
+                    busy = one
                 if inputs.chunked:
                     latency, split = chunk_latency(types, flags, link, inputs.v, inputs.num_blocks)
                 else:
                     latency, split = self.latency(types, flags, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+                if chunk_levels is not None:
+                    chunk_levels[(self.catalog.configs[cid], flags, link)] = tables.stage_levels[base_key]
 
     def _no_shares(self, cid: int) -> bool:
         """Whether no batch shares exist for the config's replicas whatever their times and caps, so
@@ -301,11 +383,13 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
             self.tables.no_shares[cid] = known
         return known
 
-    def makespan(self, counts, times, caps) -> np.ndarray:
+    def makespan(self, counts, times, caps, least: int | None = None) -> np.ndarray:
         """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
-        gives every replica the same share (Restriction.even_shares)."""
+        gives every replica the same share (Restriction.even_shares); each replica takes at least
+        `least` (default the problem's least_share)."""
         fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
-        return fn(self.inputs.microbatches, list(counts), times, caps, self.inputs.least_share)
+        return fn(self.inputs.microbatches, list(counts), times, caps,
+                  self.inputs.least_share if least is None else least)
 
     def stacked_makespans(self, counts, all_times, all_caps) -> np.ndarray:
         """The makespans of several configurations with the same replica-type counts in one
