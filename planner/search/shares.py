@@ -43,9 +43,10 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
                  caps: Sequence[np.ndarray], least: int = 1) -> np.ndarray:
     """Smallest C such that replicas of type g (counts[g] of them, per-micro-batch time
     times[g], at most caps[g] each, at least `least` each) can take `total` micro-batches
-    with every replica finishing by C. Vectorised over the arrays' common shape; inf
-    where infeasible. C is always j * times[g] for some type g and load j, and
-    feasibility is monotone in C, so a binary search over j per type finds it.
+    with every replica finishing by C. Vectorised over the arrays' common shape (a count may
+    be an integer array broadcasting to it: one stage's per row); inf where infeasible. C is
+    always j * times[g] for some type g and load j, and feasibility is monotone in C, so a
+    binary search over j per type finds it.
 
     With least L > 1 (a zero-bubble schedule's p micro-batches per replica) it is
     max(C_1, L * slowest time), C_1 the makespan with at least one each: both bound it from
@@ -53,20 +54,27 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
     together hold `total` since C >= C_1 (so it is reached), given total >= L x replicas
     and every cap >= L.
     """
-    if least > 1:
-        if total < least * sum(counts):
-            return np.full(np.broadcast(*times, *caps).shape, np.inf)
-        return at_least(least, times, caps, min_makespan(total, counts, times, caps))
     shape = np.broadcast(*times, *caps).shape
-    best = np.full(shape, np.inf)
-    if total < sum(counts):
-        return best
-    if len(counts) == 1:
+    # too few micro-batches for the replicas (a count may be an array: one per row)
+    short = total < least * sum(counts)
+    if np.all(short):
+        return np.full(shape, np.inf)
+    if least > 1:
+        out = at_least(least, times, caps, min_makespan(total, counts, times, caps))
+    elif len(counts) == 1:
         # one speed class: the busiest replica takes ceil(total / count) micro-batches
         load = -(-total // counts[0])
         t = np.broadcast_to(np.asarray(times[0], dtype=float), shape)
         ok = np.broadcast_to(np.asarray(caps[0]), shape) >= load
-        return np.where(ok & np.isfinite(t), load * t, np.inf)
+        out = np.where(ok & np.isfinite(t), load * t, np.inf)
+    else:
+        out = _several_types(total, counts, times, caps, shape)
+    return np.where(short, np.inf, out) if np.any(short) else out
+
+
+def _several_types(total: int, counts: Sequence, times: Sequence[np.ndarray], caps: Sequence[np.ndarray],
+                   shape: tuple[int, ...]) -> np.ndarray:
+    """min_makespan with at least one micro-batch per replica, several replica types."""
     times = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times]
     caps = [np.broadcast_to(np.asarray(c, dtype=np.int64), shape) for c in caps]
     float_caps = [c.astype(float) for c in caps]  # (min(load, cap) in floats, as numpy promotes it)

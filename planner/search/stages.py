@@ -331,29 +331,31 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
             types = self._types_for(cid)
             rooms, caps = self._level_caps(cid, flags)
             one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
-            pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps, one))
-        for counts, items in pending.items():
+            pending.setdefault(self._batch_key(types), []).append((base_key, types, rooms, caps, one))
+        for batch, items in pending.items():
             all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _, _ in items]
             self.state.evaluations += len(items)
             todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
             if todo:
-                busy_all = self.makespan(counts,
+                kinds = len(todo[0][1][1])
+                busy_all = self.makespan(self._row_counts(batch, [(item[1], kinds + 1) for _, item in todo]),
                                          [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
                                                           for times, item in todo])
-                                          for g in range(len(counts))],
-                                         [np.concatenate([item[3][g] for _, item in todo]) for g in range(len(counts))],
+                                          for g in range(kinds)],
+                                         [np.concatenate([item[3][g] for _, item in todo]) for g in range(kinds)],
                                          1 if level_busy is not None else None)
             row = 0
             for (base_key, types, rooms, caps, one), times in zip(items, all_times):
                 cid, flags, link = base_key
                 levels = len(types) + 1
+                replicas = sum(ta.count for ta in types)
                 if one is None:
                     busy = one = busy_all[row:row + levels]
                     row += levels
                     if level_busy is not None:
                         level_busy[(self.catalog.configs[cid], flags, link)] = one
                 if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
-                    busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * sum(counts) else \
+                    busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * replicas else \
                         at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
                                  caps, one)
                 else:
@@ -391,14 +393,28 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         return fn(self.inputs.microbatches, list(counts), times, caps,
                   self.inputs.least_share if least is None else least)
 
-    def stacked_makespans(self, counts, all_times, all_caps) -> np.ndarray:
-        """The makespans of several configurations with the same replica-type counts in one
-        vectorised call: row i from the times `all_times[i]` and the memory caps `all_caps[i]`
-        (one array per replica type each)."""
-        return self.makespan(counts,
+    def stacked_makespans(self, batch, all_types, all_times, all_caps) -> np.ndarray:
+        """The makespans of several configurations of one batch (_batch_key) in one vectorised
+        call: row i from the replica types `all_types[i]`, their times `all_times[i]` and memory
+        caps `all_caps[i]` (one array per replica type each)."""
+        kinds = len(all_types[0])
+        return self.makespan(self._row_counts(batch, [(types, 1) for types in all_types]),
                              [np.stack([np.broadcast_to(times[g], caps[g].shape) for times, caps in zip(all_times, all_caps)])
-                              for g in range(len(counts))],
-                             [np.stack([caps[g] for caps in all_caps]) for g in range(len(counts))])
+                              for g in range(kinds)],
+                             [np.stack([caps[g] for caps in all_caps]) for g in range(kinds)])
+
+    def _batch_key(self, types: list[TypeArrays]):
+        """Which configurations share a makespan call: min_makespan takes a replica count per row,
+        so any with as many replica types; even_makespan one count per type, so the same counts."""
+        return tuple(ta.count for ta in types) if self.inputs.restriction.even_shares else len(types)
+
+    def _row_counts(self, batch, rows: list[tuple[list[TypeArrays], int]]) -> list:
+        """The replica counts of a batch's makespan call, one per type: (types, rows) per
+        configuration in order; min_makespan's an integer column, one count per row."""
+        if self.inputs.restriction.even_shares:
+            return list(batch)
+        return [np.concatenate([np.full((n, 1), types[g].count, dtype=np.int64) for types, n in rows])
+                for g in range(batch)]
 
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
