@@ -309,6 +309,8 @@ class PriceTables:
     # one-chunk problems: (config, flags, link) -> makespans by capping level with at least one
     # micro-batch per replica (stages.Problem._price_levels), shared by the problems of one micro-batch
     level_busy: dict[tuple, np.ndarray] = field(default_factory=dict)
+    # (node group, dims, recompute, ...) -> one replica type's arrays (StageConfigs._replica_arrays)
+    replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
@@ -316,7 +318,8 @@ class PriceTables:
         one-chunk problems of the same micro-batch and restriction have in common whatever their
         schedule and depth (the zero-bubble ones)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
-                           block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy)
+                           block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
+                           replica_arrays=self.replica_arrays)
 
     def depth_free(self) -> "PriceTables":
         """New tables sharing what chunked problems of one micro-batch, V and restriction have in
