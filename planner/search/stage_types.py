@@ -134,6 +134,17 @@ class StageConfig:
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once (configurations key most price tables of the search)."""
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash((self.nodes, self.tp, self.recompute, self.zero, self.cp, self.cp_kind, self.ep, self.offload))
+            object.__setattr__(self, "_hash", known)
+        return known
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # (a string's hash is per process)
+
 
 @dataclass
 class TypeArrays:
