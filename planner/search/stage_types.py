@@ -322,6 +322,8 @@ class PriceTables:
     level_busy: dict[tuple, np.ndarray] = field(default_factory=dict)
     # (node group, dims, recompute, ...) -> one replica type's arrays (StageConfigs._replica_arrays)
     replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
+    # (nodes used, chunked, split backward) -> StageConfigs.configs (stages.Problem.transitions)
+    config_lists: dict[tuple, list] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
@@ -330,14 +332,15 @@ class PriceTables:
         schedule and depth (the zero-bubble ones)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
-                           replica_arrays=self.replica_arrays)
+                           replica_arrays=self.replica_arrays, config_lists=self.config_lists)
 
     def depth_free(self) -> "PriceTables":
         """New tables sharing what chunked problems of one micro-batch, V and restriction have in
         common whatever their depth (stages._ChunkGroup): the prices keyed by configuration alone
         and the costs by capping level (chunk_levels; the in-flight count picks a level per position)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
-                           least_room=self.least_room, chunk_levels=self.chunk_levels)
+                           least_room=self.least_room, chunk_levels=self.chunk_levels,
+                           config_lists=self.config_lists)
 
 
 @dataclass

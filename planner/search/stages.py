@@ -119,7 +119,12 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         A family is every config on one node vector (tp, recompute, ZeRO stage)."""
         if used not in self.catalog.fitting:
             families: dict[tuple[int, ...], list[int]] = {}
-            for config in self.configs(used):
+            # the configurations are the same for every problem sharing these tables (PriceTables)
+            key = (used, self.inputs.chunked, self.inputs.schedule.split_backward)
+            configs = self.tables.config_lists.get(key)
+            if configs is None:
+                configs = self.tables.config_lists[key] = list(self.configs(used))
+            for config in configs:
                 if config not in self.catalog.config_ids:
                     self.catalog.config_ids[config] = len(self.catalog.configs)
                     self.catalog.configs.append(config)
@@ -300,13 +305,20 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
         memo = tables.caps.get(memo_key)
         if memo is None:
-            types = self._types_for(cid)
-            rooms = np.stack([ta.room[flags] for ta in types])
-            rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-            levels = len(types) + 1
-            memo = tables.caps[memo_key] = (rooms, [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED)
-                                                              for j in range(levels)]) for g in range(len(types))])
+            # nor on the config beyond its types' rooms, which configs on other node vectors share
+            # (StageConfigs._replica_arrays): by their identities, kept alive with the entry
+            arrays = tuple(ta.room[flags] for ta in self._types_for(cid))
+            by_rooms = ("levels of", tuple(id(a) for a in arrays))
+            known = tables.caps.get(by_rooms)
+            if known is None or any(a is not b for a, b in zip(known[0], arrays)):
+                rooms = np.stack(arrays)
+                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
+                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+                levels = len(arrays) + 1
+                known = tables.caps[by_rooms] = (arrays, (rooms, [
+                    np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
+                    for g in range(len(arrays))]))
+            memo = tables.caps[memo_key] = known[1]
         return memo
 
     def _price_levels(self, base_keys: list[tuple]) -> None:
