@@ -47,6 +47,16 @@ class DeferredW:
             return [share_cap(ta.room[flags], in_flight) for ta in types]
         return [deferred_share_cap(ta.room[flags], ta.wgrad_share[flags], in_flight, deferred) for ta in types]
 
+    def _deferred_cap(self, ta: TypeArrays, flags: tuple[bool, bool], position: Position) -> np.ndarray:
+        """deferred_share_cap of one replica type, once per its arrays (which configurations on
+        other node vectors share, StageConfigs._replica_arrays), by identity, kept with the entry."""
+        room, share = ta.room[flags], ta.wgrad_share[flags]
+        key = ("deferred cap", id(room), id(share), position)
+        known = self.tables.caps.get(key)
+        if known is None or known[0] is not room or known[1] is not share:
+            known = self.tables.caps[key] = (room, share, deferred_share_cap(room, share, *position))
+        return known[2]
+
     def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
@@ -66,7 +76,7 @@ class DeferredW:
             memo = tables.caps.get(memo_key)
             if memo is None:
                 types = self._types_for(cid)
-                caps = self.share_caps(types, flags, position)
+                caps = [self._deferred_cap(ta, flags, position) for ta in types]  # (as share_caps)
                 memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
             caps, caps_bytes, types = memo
             caps_key = ("deferred", (cid, flags, link), caps_bytes)
