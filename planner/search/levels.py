@@ -169,8 +169,14 @@ class CappingLevels:
                                  caps, one)
                 else:
                     busy = one
-                if inputs.chunked:
-                    latency, split = chunk_latency(types, flags, link, inputs.v, inputs.num_blocks)
+                if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)
+                    chunks = tuple(ta.chunk for ta in types)
+                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, link)
+                    known = tables.replica_arrays.get(by_chunks)
+                    if known is None or any(a is not b for a, b in zip(known[0], chunks)):
+                        known = tables.replica_arrays[by_chunks] = (chunks, chunk_latency(types, flags, link, inputs.v,
+                                                                                          inputs.num_blocks))
+                    latency, split = known[1]
                 else:
                     latency, split = self.latency(types, flags, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)

@@ -101,9 +101,16 @@ class StageConfigs:
             t = inputs.t
             sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
             layout = self.dp_layout(config) if config.zero >= 2 else None
-            self.tables.types[config] = interleaved_type_arrays(self.base.type_arrays(config), dims, sharding, layout,
-                                                                (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
-                                                                inputs.v)
+            out = []
+            for ta in self.base.type_arrays(config):
+                # once per 1F1B replica type's arrays (_replica_arrays: they fix dims, sharding and
+                # layout), by identity, kept alive with the entry
+                known = self.tables.replica_arrays.get(("chunked", id(ta.time)))
+                if known is None or known[0] is not ta.time:
+                    known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
+                        [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks, inputs.v)[0])
+                out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
+            self.tables.types[config] = out
             base_overflow = self.base.state.smallest_overflow
             if self.state.smallest_overflow is None or (base_overflow is not None
                                                         and base_overflow[0] < self.state.smallest_overflow[0]):

@@ -340,7 +340,7 @@ class PriceTables:
         and the costs by capping level (chunk_levels; the in-flight count picks a level per position)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            least_room=self.least_room, chunk_levels=self.chunk_levels,
-                           config_lists=self.config_lists)
+                           config_lists=self.config_lists, replica_arrays=self.replica_arrays)
 
 
 @dataclass
