@@ -47,7 +47,8 @@ class CappingLevels:
             self._price_levels(missing)
         for index, cid, level in todo:
             base_key = (cid, flags, link)
-            level_key = (base_key, level[1])
+            # (a chunked problem's by configuration: shared with the other depths', stages._ChunkGroup)
+            level_key = ((self.catalog.configs[cid], flags, link) if inputs.chunked else base_key, level[1])
             cost = by_caps.get(level_key)
             if cost is None:
                 _, tau, x_levels, slope, split = levels[base_key]

@@ -336,11 +336,13 @@ class PriceTables:
 
     def depth_free(self) -> "PriceTables":
         """New tables sharing what chunked problems of one micro-batch, V and restriction have in
-        common whatever their depth (stages._ChunkGroup): the prices keyed by configuration alone
-        and the costs by capping level (chunk_levels; the in-flight count picks a level per position)."""
+        common whatever their depth (stages._ChunkGroup): the prices keyed by configuration alone,
+        the costs by capping level (chunk_levels; the in-flight count picks a level per position),
+        a configuration's cost at a level and the merged families of such costs."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            least_room=self.least_room, chunk_levels=self.chunk_levels,
-                           config_lists=self.config_lists, replica_arrays=self.replica_arrays)
+                           config_lists=self.config_lists, replica_arrays=self.replica_arrays,
+                           stage_by_caps=self.stage_by_caps, family_by_costs=self.family_by_costs)
 
 
 @dataclass

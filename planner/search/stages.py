@@ -170,7 +170,11 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
             if not members:
                 return ()
-        costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
+        # the costs are cached, so ids are stable; a chunked problem's are shared with the other
+        # depths' (stages._ChunkGroup), whose catalogues may number configurations otherwise: keyed
+        # by the member ids, a merge is reused only where they name the same configurations (the
+        # costs, one per configuration, are the same objects)
+        costs_key = (members if self.inputs.chunked else fid, tuple(id(c) for c in costs))
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
             return merged
