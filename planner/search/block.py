@@ -203,7 +203,8 @@ class MemorySavers:
         for batch, group in pending.items():
             all_times = [self.replica_times(types, flags, link) for _, _, _, types, _, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times, [item[4] for item in group])
+            busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
+                                              [item[4] for item in group])
             for row, ((index, cid, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
                 latency = reduce(np.maximum, times)
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)

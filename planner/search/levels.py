@@ -215,7 +215,9 @@ class CappingLevels:
         caps `all_caps[i]` (one array per replica type each)."""
         kinds = len(all_types[0])
         return self.makespan(self._row_counts(batch, [(types, 1) for types in all_types]),
-                             [np.stack([np.broadcast_to(times[g], caps[g].shape) for times, caps in zip(all_times, all_caps)])
+                             [np.stack([times[g] if times[g].shape == caps[g].shape
+                                        else np.broadcast_to(times[g], caps[g].shape)
+                                        for times, caps in zip(all_times, all_caps)])
                               for g in range(kinds)],
                              [np.stack([caps[g] for caps in all_caps]) for g in range(kinds)])
 

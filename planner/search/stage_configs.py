@@ -108,7 +108,8 @@ class StageConfigs:
                 known = self.tables.replica_arrays.get(("chunked", id(ta.time)))
                 if known is None or known[0] is not ta.time:
                     known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
-                        [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks, inputs.v)[0])
+                        [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
+                        inputs.v)[0])
                 out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
             self.tables.types[config] = out
             base_overflow = self.base.state.smallest_overflow
