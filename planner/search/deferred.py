@@ -65,6 +65,16 @@ class DeferredW:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
+    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link
+                           ) -> tuple[list[np.ndarray], np.ndarray]:
+        """A config's replica times over `link` and its latency, the same at every position."""
+        key = ("times", cid, flags, link)
+        known = self.tables.caps.get(key)
+        if known is None:
+            times = self.replica_times(types, flags, link)
+            known = self.tables.caps[key] = (times, self.latency(types, flags, times))
+        return known
+
     def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, out: list) -> None:
         """stage_costs for (index, cid, _) over `link` at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
@@ -86,12 +96,11 @@ class DeferredW:
                 continue
             pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps))
         for batch, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, types, _ in group]
+            timed = [self._times_and_latency(cid, types, flags, link) for _, cid, _, types, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
+            busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
                                               [item[4] for item in group])
-            for row, ((index, cid, caps_key, types, _), times) in enumerate(zip(group, all_times)):
-                latency = self.latency(types, flags, times)
+            for row, ((index, cid, caps_key, types, _), (_, latency)) in enumerate(zip(group, timed)):
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
                 cost = StageCost(latency, x, slope, float(x.min()), None)
                 tables.stage_by_caps[caps_key] = out[index] = cost
