@@ -249,7 +249,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
         tail = self.tables.tails.get(tail_key)
         if tail is None:
-            tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
+            tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
         x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
@@ -265,6 +265,19 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
         return x, slope
+
+    def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+        """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
+        other node vectors share (StageConfigs._replica_arrays): by the arrays' identities, kept
+        alive with the entry (released with the recomputed-block counts' tails)."""
+        dims = self.dims(config)
+        arrays = tuple(ta.time for ta in types)
+        key = ("tail of", flags, dims, self.dp_layout(config), stage_expert_layout(self.inputs, config, dims),
+               config.offload, tuple(id(a) for a in arrays))
+        known = self.tables.tails.get(key)
+        if known is None or any(a is not b for a, b in zip(known[0], arrays)):
+            known = self.tables.tails[key] = (arrays, self._tail(config, types, flags))
+        return known[1]
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
