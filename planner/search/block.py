@@ -138,57 +138,78 @@ class MemorySavers:
         if key not in tables.block_types:
             # the in-flight count matters only through k: the memory figures by (config, flags),
             # the type arrays by (config, flags, k)
+            # (each replica type's figures depend on its arrays alone, which configs on other node
+            # vectors with the same dimensions share: StageConfigs._replica_arrays; keyed by them)
             n = self.inputs.blocks
             memory = tables.block_types.get((cid, flags))
             if memory is None:
-                memory = tables.block_types[(cid, flags)] = block_memory(
-                    types, tables.block_prices[config], self.dims(config), self.inputs.t, flags, n, config.offload)
+                memory = tables.block_types[(cid, flags)] = [self._per_type(
+                    ("memory", id(ta.time), flags), ta,
+                    lambda ta=ta, bp=bp: block_memory([ta], [bp], self.dims(config), self.inputs.t, flags, n,
+                                                      config.offload)[0])
+                    for ta, bp in zip(types, tables.block_prices[config])]
             k = recomputed_blocks(memory, in_flight, n)
             by_k = (cid, flags, k.tobytes())
             block_types = tables.block_types.get(by_k)
             if block_types is None:
                 layout = self.dp_layout(config) if config.zero >= 2 else None
                 expert_layout = stage_expert_layout(self.inputs, config, self.dims(config)) if config.zero >= 2 else None
-                block_types = tables.block_types[by_k] = block_types_at(
-                    types, tables.block_prices[config], self.dims(config), self.inputs.t, layout, flags, k, n,
-                    config.offload, expert_layout)
+                shared = [self._per_type(("types", id(ta.time), flags, by_k[2]), ta,
+                                         lambda ta=ta, bp=bp: block_types_at([ta], [bp], self.dims(config),
+                                                                             self.inputs.t, layout, flags, k, n,
+                                                                             config.offload, expert_layout)[0])
+                          for ta, bp in zip(types, tables.block_prices[config])]
+                block_types = tables.block_types[by_k] = [  # (this config's replica counts)
+                    bt if bt.count == ta.count else replace(bt, count=ta.count) for bt, ta in zip(shared, types)]
             k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
 
-    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, out: list) -> None:
-        """stage_costs for recompute "block" configs at one in-flight count: their type arrays
-        and recomputed-block counts at this position (MemorySavers.priced_types), each distinct
-        (config, flags, link, caps, k) priced once, as a position of the level pricing is."""
+    def _per_type(self, key: tuple, ta: TypeArrays, price):
+        """price() of one replica type for recompute "block", once per key (the type's arrays by
+        identity, kept alive with the entry)."""
+        known = self.tables.block_types.get(key)
+        if known is None or known[0] is not ta.time:
+            known = self.tables.block_types[key] = (ta.time, price())
+        return known[1]
+
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, out: list) -> None:
+        """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
+        `link`: their type arrays and recomputed-block counts at this position
+        (MemorySavers.priced_types), each distinct (config, flags, link, caps, k) priced once, as a
+        position of the level pricing is."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
-        for index, key, cid, link in items:
-            types, k = self.priced_types(cid, flags, in_flight)
-            if (k < 0).all():  # "block" repeats another mode everywhere
-                tables.stage[key] = out[index] = self._nowhere()
-                continue
+        for index, cid in items:
             memo_key = ("block", cid, flags, in_flight)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
             if memo is None:
-                caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes())
-            caps = memo[0]
-            caps_key = ("block", cid, flags, link, memo[1])
+                types, k = self.priced_types(cid, flags, in_flight)
+                if (k < 0).all():  # "block" repeats another mode everywhere
+                    memo = tables.caps[memo_key] = None
+                else:
+                    caps = [share_cap(ta.room[flags], in_flight) for ta in types]
+                    memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes(), types, k)
+            if memo is None:
+                out[index] = self._nowhere()
+                continue
+            caps, caps_bytes, types, k = memo
+            caps_key = ("block", cid, flags, link, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
-                tables.stage[key] = out[index] = cached
+                out[index] = cached
                 continue
-            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key,
-                                                                             types, caps, k))
-        for counts, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _, _ in group]
+            pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps, k))
+        for batch, group in pending.items():
+            all_times = [self.replica_times(types, flags, link) for _, _, _, types, _, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(counts, all_times, [item[6] for item in group])
-            for row, ((index, key, cid, link, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
+            busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
+                                              [item[4] for item in group])
+            for row, ((index, cid, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
                 latency = reduce(np.maximum, times)
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
                 cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+                tables.stage_by_caps[caps_key] = out[index] = cost
 
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"
@@ -199,12 +220,15 @@ class MemorySavers:
         sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
         full = replace(sh, recompute="full")
         ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.experts)
-        self.tables.block_prices[config] = [
-            BlockPrices(*(layer_price(layer, mode, ta.group.gpu, ta.group.intra_node, ta.cost_params, ta.cp_link,
-                                      ep_group)
-                          for layer, mode in ((inputs.dec, sh), (inputs.dec, full), (inputs.emb, sh),
-                                              (inputs.head, sh))))
-            for ta in none]
+        prices = []
+        for ta in none:  # once per replica type's arrays (StageConfigs._replica_arrays), by identity
+            known = self.tables.replica_arrays.get(("block prices", id(ta.time)))
+            if known is None or known[0] is not ta.time:
+                known = self.tables.replica_arrays[("block prices", id(ta.time))] = (ta.time, BlockPrices(
+                    *(layer_price(layer, mode, ta.group.gpu, ta.group.intra_node, ta.cost_params, ta.cp_link, ep_group)
+                      for layer, mode in ((inputs.dec, sh), (inputs.dec, full), (inputs.emb, sh), (inputs.head, sh)))))
+            prices.append(known[1])
+        self.tables.block_prices[config] = prices
         self.tables.types[config] = none
         return none
 

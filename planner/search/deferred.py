@@ -47,6 +47,16 @@ class DeferredW:
             return [share_cap(ta.room[flags], in_flight) for ta in types]
         return [deferred_share_cap(ta.room[flags], ta.wgrad_share[flags], in_flight, deferred) for ta in types]
 
+    def _deferred_cap(self, ta: TypeArrays, flags: tuple[bool, bool], position: Position) -> np.ndarray:
+        """deferred_share_cap of one replica type, once per its arrays (which configurations on
+        other node vectors share, StageConfigs._replica_arrays), by identity, kept with the entry."""
+        room, share = ta.room[flags], ta.wgrad_share[flags]
+        key = ("deferred cap", id(room), id(share), position)
+        known = self.tables.caps.get(key)
+        if known is None or known[0] is not room or known[1] is not share:
+            known = self.tables.caps[key] = (room, share, deferred_share_cap(room, share, *position))
+        return known[2]
+
     def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
@@ -55,34 +65,42 @@ class DeferredW:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
-    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, out: list) -> None:
-        """stage_costs for (index, key, (cid, flags, link)) at a position with deferred W passes:
+    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link
+                           ) -> tuple[list[np.ndarray], np.ndarray]:
+        """A config's replica times over `link` and its latency, the same at every position."""
+        key = ("times", cid, flags, link)
+        known = self.tables.caps.get(key)
+        if known is None:
+            times = self.replica_times(types, flags, link)
+            known = self.tables.caps[key] = (times, self.latency(types, flags, times))
+        return known
+
+    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, out: list) -> None:
+        """stage_costs for (index, cid, _) over `link` at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
         counts in one vectorised call (as Problem._price_levels)."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
-        for index, key, base_key in todo:
-            cid, _, link = base_key
-            types = self._types_for(cid)
+        for index, cid, _ in todo:
             memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
             if memo is None:
-                caps = self.share_caps(types, flags, position)
-                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps))
-            caps = memo[0]
-            caps_key = ("deferred", base_key, memo[1])
+                types = self._types_for(cid)
+                caps = [self._deferred_cap(ta, flags, position) for ta in types]  # (as share_caps)
+                memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
+            caps, caps_bytes, types = memo
+            caps_key = ("deferred", (cid, flags, link), caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
-                tables.stage[key] = out[index] = cached
+                out[index] = cached
                 continue
-            pending.setdefault(tuple(ta.count for ta in types), []).append((index, key, cid, link, caps_key, types,
-                                                                             caps))
-        for counts, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, link, _, types, _ in group]
+            pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps))
+        for batch, group in pending.items():
+            timed = [self._times_and_latency(cid, types, flags, link) for _, cid, _, types, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(counts, all_times, [item[6] for item in group])
-            for row, ((index, key, cid, link, caps_key, types, _), times) in enumerate(zip(group, all_times)):
-                latency = self.latency(types, flags, times)
+            busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
+                                              [item[4] for item in group])
+            for row, ((index, cid, caps_key, types, _), (_, latency)) in enumerate(zip(group, timed)):
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
                 cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage[key] = tables.stage_by_caps[caps_key] = out[index] = cost
+                tables.stage_by_caps[caps_key] = out[index] = cost

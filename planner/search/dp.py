@@ -271,14 +271,20 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
     # the rest together: for q = j - head, min over k in lo..hi of value[q - k] + tau[k]
     if prepared.general is not None:
         lo, hi, tau_reversed = prepared.general
-        padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
         rows = items - head
-        # windows[..., q, :] = padded[..., q:q + width] (a strided view, no copy)
-        step = padded.strides[-1]
-        windows = np.ndarray(lead + (rows, hi - lo + 1), padded.dtype, padded, 0,
-                             padded.strides[:-1] + (step, step))
-        sums = (windows + tau_reversed).min(axis=-1)
-        cand[..., head:head + rows] = np.minimum(cand[..., head:head + rows], sums)
+        # only q within reach of a finite value[q - k] (k in lo..hi) can get a finite sum: the
+        # others stay infinite, so the windows run over those q alone
+        finite = np.flatnonzero(np.isfinite(value).reshape(-1, value.shape[-1]).any(axis=0))
+        first_q, last_q = (max(int(finite[0]) + lo, 0), min(int(finite[-1]) + hi, rows - 1)) if finite.size else (1, 0)
+        if first_q <= last_q:
+            padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
+            # windows[..., q - first_q, :] = padded[..., q:q + width] (a strided view, no copy)
+            step = padded.strides[-1]
+            windows = np.ndarray(lead + (last_q - first_q + 1, hi - lo + 1), padded.dtype, padded, first_q * step,
+                                 padded.strides[:-1] + (step, step))
+            sums = (windows + tau_reversed).min(axis=-1)
+            span = slice(head + first_q, head + last_q + 1)
+            cand[..., span] = np.minimum(cand[..., span], sums)
         cand[..., items] = INF
     return cand
 

@@ -6,7 +6,7 @@ the bubble is one chunk's latency per rank)."""
 
 from __future__ import annotations
 
-from functools import reduce
+from functools import lru_cache, reduce
 
 import numpy as np
 
@@ -64,16 +64,28 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
         latency = np.where(counts >= v, latency, INF)
         return latency, None
     extra = "head" if has_head else "emb"
-    # grid over (n, a): the special chunk holds a blocks, the other V - 1 share n - a
-    total, special = np.meshgrid(counts, counts, indexing="ij")
-    rest = total - special
-    valid = (special >= 1) & (rest >= v - 1)
-    others = np.clip(-(-rest // (v - 1)), 0, n)
-    grid = np.full(total.shape, -INF)
+    special, others, valid = _split_grid(n, v)
+    grid = None
     for ta, send in zip(types, sends):
         own = ta.chunk[extra][special] + (0.0 if has_head else send)
-        grid = np.maximum(grid, np.maximum(own, ta.chunk["plain"][others] + send))
+        slowest = np.maximum(own, ta.chunk["plain"][others] + send)
+        grid = slowest if grid is None else np.maximum(grid, slowest)
     grid = np.where(valid, grid, INF)
     best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a
     latency = grid[counts, best_a]
     return latency, np.where(np.isfinite(latency), best_a, 0)
+
+
+@lru_cache(maxsize=64)
+def _split_grid(n: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """chunk_latency's grid over (n, a), the special chunk holding a of a rank's n blocks and the
+    other V - 1 sharing n - a: a, the blocks of the largest other chunk, and whether the split
+    is valid (read-only: shared by every call with this n and V)."""
+    counts = np.arange(n + 1)
+    total, special = np.meshgrid(counts, counts, indexing="ij")
+    rest = total - special
+    valid = (special >= 1) & (rest >= v - 1)
+    others = np.clip(-(-rest // (v - 1)), 0, n)
+    for array in (special, others, valid):
+        array.setflags(write=False)
+    return special, others, valid

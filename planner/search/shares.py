@@ -43,9 +43,10 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
                  caps: Sequence[np.ndarray], least: int = 1) -> np.ndarray:
     """Smallest C such that replicas of type g (counts[g] of them, per-micro-batch time
     times[g], at most caps[g] each, at least `least` each) can take `total` micro-batches
-    with every replica finishing by C. Vectorised over the arrays' common shape; inf
-    where infeasible. C is always j * times[g] for some type g and load j, and
-    feasibility is monotone in C, so a binary search over j per type finds it.
+    with every replica finishing by C. Vectorised over the arrays' common shape (a count may
+    be an integer array broadcasting to it: one stage's per row); inf where infeasible. C is
+    always j * times[g] for some type g and load j, and feasibility is monotone in C, so a
+    binary search over j per type finds it.
 
     With least L > 1 (a zero-bubble schedule's p micro-batches per replica) it is
     max(C_1, L * slowest time), C_1 the makespan with at least one each: both bound it from
@@ -53,84 +54,116 @@ def min_makespan(total: int, counts: Sequence[int], times: Sequence[np.ndarray],
     together hold `total` since C >= C_1 (so it is reached), given total >= L x replicas
     and every cap >= L.
     """
-    if least > 1:
-        shape = np.broadcast(*times, *caps).shape
-        if total < least * sum(counts):
-            return np.full(shape, np.inf)
-        one = min_makespan(total, counts, times, caps)
-        slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
-        ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
-        return np.where(ok, np.maximum(one, least * slowest), np.inf)
     shape = np.broadcast(*times, *caps).shape
-    best = np.full(shape, np.inf)
-    if total < sum(counts):
-        return best
-    if len(counts) == 1:
+    # too few micro-batches for the replicas (a count may be an array: one per row)
+    short = total < least * sum(counts)
+    if np.all(short):
+        return np.full(shape, np.inf)
+    if least > 1:
+        out = at_least(least, times, caps, min_makespan(total, counts, times, caps))
+    elif len(counts) == 1:
         # one speed class: the busiest replica takes ceil(total / count) micro-batches
         load = -(-total // counts[0])
         t = np.broadcast_to(np.asarray(times[0], dtype=float), shape)
         ok = np.broadcast_to(np.asarray(caps[0]), shape) >= load
-        return np.where(ok & np.isfinite(t), load * t, np.inf)
+        out = np.where(ok & np.isfinite(t), load * t, np.inf)
+    else:
+        out = _several_types(total, counts, times, caps, shape)
+    return np.where(short, np.inf, out) if np.any(short) else out
+
+
+def _several_types(total: int, counts: Sequence, times: Sequence[np.ndarray], caps: Sequence[np.ndarray],
+                   shape: tuple[int, ...]) -> np.ndarray:
+    """min_makespan with at least one micro-batch per replica, several replica types: computed
+    only where shares can exist (every type finite and holding one, all together `total`)."""
     times = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times]
     caps = [np.broadcast_to(np.asarray(c, dtype=np.int64), shape) for c in caps]
-    capacity = sum(n * c.astype(float) for n, c in zip(counts, caps))
+    counts = [n if np.ndim(n) == 0 else np.broadcast_to(n, shape) for n in counts]
+    float_caps = [c.astype(float) for c in caps]  # (min(load, cap) in floats, as numpy promotes it)
+    capacity = sum(n * c for n, c in zip(counts, float_caps))
     possible = capacity >= total
     for c in caps:
         possible &= c >= 1
     for t in times:
         possible &= np.isfinite(t)
+    out = np.full(shape, np.inf)
+    if possible.any():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[possible] = _walk_up(total, [n if np.ndim(n) == 0 else n[possible] for n in counts],
+                                     [t[possible] for t in times], [c[possible] for c in caps],
+                                     [c[possible] for c in float_caps])
+    return out
 
-    def feasible(bound: np.ndarray) -> np.ndarray:
-        ok = np.ones(shape, dtype=bool)
-        taken = np.zeros(shape)
-        for n, t, c in zip(counts, times, caps):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                load = np.floor(bound / t * (1 + 1e-12))
-            ok &= load >= 1
-            taken += n * np.minimum(load, c)
-        return ok & (taken >= total)
 
+def _feasible(total: int, bound: np.ndarray, counts: list, times: list[np.ndarray],
+              float_caps: list[np.ndarray]) -> np.ndarray:
+    """Whether every replica finishing by `bound` can take `total` micro-batches between them."""
+    ok = taken = None
+    for n, t, c in zip(counts, times, float_caps):
+        load = np.floor(bound / t * (1 + 1e-12))
+        ok = load >= 1 if ok is None else ok & (load >= 1)
+        share = n * np.minimum(load, c)
+        taken = share if taken is None else taken + share
+    return ok & (taken >= total)
+
+
+def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.ndarray],
+             float_caps: list[np.ndarray]) -> np.ndarray:
+    """_several_types over entries (1-D) where shares exist: the smallest feasible candidate C."""
     # Walk the candidates upwards from a lower bound (the continuous optimum without
     # memory caps, and no less than the slowest single micro-batch): the first feasible
     # candidate is the optimum. Entries still open after a few steps fall back to the
     # binary search below.
-    with np.errstate(invalid="ignore", divide="ignore"):
-        bound = total / sum(n / t for n, t in zip(counts, times))
-        for _ in range(len(counts)):
-            # continuous relaxation with caps: a type whose cap binds at `bound` takes only
-            # its cap; the others share the rest in proportion to their speed
-            saturated = [c * t <= bound for t, c in zip(times, caps)]
-            fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
-            rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
-            bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
-        bound = np.maximum(bound, np.maximum.reduce(times))
-        result = np.full(shape, np.inf)
-        pending = possible.copy()
-        for _ in range(8):
-            step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
-            done = pending & feasible(step)
-            result = np.where(done, step, result)
-            pending &= ~done
-            if not pending.any():
-                return np.where(possible, result, np.inf)
-            bound = np.where(pending, step * (1 + 1e-12), bound)
+    bound = total / sum(n / t for n, t in zip(counts, times))
+    for _ in range(len(counts)):
+        # continuous relaxation with caps: a type whose cap binds at `bound` takes only
+        # its cap; the others share the rest in proportion to their speed
+        saturated = [c * t <= bound for t, c in zip(times, caps)]
+        fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
+        rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
+        bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
+    bound = np.maximum(bound, np.maximum.reduce(times))
+    result = np.full(len(bound), np.inf)
+    index = np.arange(len(bound))  # the entries still open
+    for _ in range(8):
+        step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
+        done = _feasible(total, step, counts, times, float_caps)
+        result[index[done]] = step[done]
+        if done.all():
+            return result
+        open_ = ~done
+        index, bound = index[open_], step[open_] * (1 + 1e-12)
+        counts = [n if np.ndim(n) == 0 else n[open_] for n in counts]
+        times, caps, float_caps = ([a[open_] for a in arrays] for arrays in (times, caps, float_caps))
+    best = np.full(len(index), np.inf)
     for n_g, t_g, c_g in zip(counts, times, caps):
-        lo = np.ones(shape, dtype=np.int64)
+        lo = np.ones(len(index), dtype=np.int64)
         hi = np.minimum(c_g, -(-total // n_g)).astype(np.int64)
         hi = np.maximum(hi, 1)
         # smallest j in [lo, hi] with feasible(j * t_g); if hi infeasible, this type never binds
-        ok_hi = possible & feasible(hi * t_g)
+        ok_hi = _feasible(total, hi * t_g, counts, times, float_caps)
         while True:
             active = ok_hi & (lo < hi)
             if not active.any():
                 break
             mid = (lo + hi) // 2
-            ok_mid = feasible(mid * t_g)
+            ok_mid = _feasible(total, mid * t_g, counts, times, float_caps)
             hi = np.where(active & ok_mid, mid, hi)
             lo = np.where(active & ~ok_mid, mid + 1, lo)
         candidate = np.where(ok_hi, lo * t_g, np.inf)
         best = np.minimum(best, candidate)
-    return np.where(possible, np.where(pending, best, result), np.inf)
+    result[index] = best
+    return result
+
+
+def at_least(least: int, times: Sequence[np.ndarray], caps: Sequence[np.ndarray], one: np.ndarray) -> np.ndarray:
+    """min_makespan with at least `least` > 1 micro-batches per replica from `one`, its makespan
+    with at least one each: max(one, least x slowest time) where every cap holds `least` (the
+    caller has checked total >= least x replicas; min_makespan's docstring)."""
+    shape = np.broadcast(*times, *caps).shape
+    slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
+    ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
+    return np.where(ok, np.maximum(one, least * slowest), np.inf)
 
 
 @dataclass(frozen=True)

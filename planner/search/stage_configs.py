@@ -101,9 +101,17 @@ class StageConfigs:
             t = inputs.t
             sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
             layout = self.dp_layout(config) if config.zero >= 2 else None
-            self.tables.types[config] = interleaved_type_arrays(self.base.type_arrays(config), dims, sharding, layout,
-                                                                (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
-                                                                inputs.v)
+            out = []
+            for ta in self.base.type_arrays(config):
+                # once per 1F1B replica type's arrays (_replica_arrays: they fix dims, sharding and
+                # layout), by identity, kept alive with the entry
+                known = self.tables.replica_arrays.get(("chunked", id(ta.time)))
+                if known is None or known[0] is not ta.time:
+                    known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
+                        [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
+                        inputs.v)[0])
+                out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
+            self.tables.types[config] = out
             base_overflow = self.base.state.smallest_overflow
             if self.state.smallest_overflow is None or (base_overflow is not None
                                                         and base_overflow[0] < self.state.smallest_overflow[0]):
@@ -123,56 +131,74 @@ class StageConfigs:
         layout = self.dp_layout(config) if dims.zero >= 2 else None  # for the ZeRO-2/3 collectives only
         out = []
         config_worst = (-INF, "")
-        n = inputs.blocks
         for i, count in counts.items():
-            group = inputs.groups[i]
-            gpu = group.gpu
-            p = inputs.options.params_for(gpu.name)
-            cp_link = None
-            if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (replica_pricer.replica_links)
-                cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
-            dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
-                              for layer in (inputs.dec, inputs.emb, inputs.head))
+            # the same on every node vector with these dimensions (and ZeRO-2/3 layout): priced once
+            key = (i, dims, sh.recompute, block, config.offload, layout, ep_group, expert_layout)
+            priced = self.tables.replica_arrays.get(key)
+            if priced is None:
+                priced = self.tables.replica_arrays[key] = self._replica_arrays(i, dims, sh, ep_group, layout,
+                                                                                expert_layout, config.offload, block)
+            arrays, worst, block_prices = priced
             if block:
-                full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link,
-                                   ep_group)
-                self.tables.block_prices[config].append(BlockPrices(dec, full, emb, head))
-            times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
-            worst = (-INF, "")
-            for has_head, has_emb in product((False, True), repeat=2):
-                span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
-                w = params[(has_head, has_emb)] = span.weight_params
-                experts[(has_head, has_emb)] = span.expert_params
-                times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
-                                                                       expert_layout)).time_s
-                bwds[(has_head, has_emb)] = span.bwd_s
-                acts = span.act_bytes
-                wgrads[(has_head, has_emb)] = span.wgrad_s
-                with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.deferred)
-                    wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
-                                                                 / np.where(acts > 0, acts, 1.0), 0.0)
-                free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
-                                                         offload=config.offload).total_bytes
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
-                rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
-                if config.offload:  # the host memory of its nodes holds the states
-                    fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
-                    rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
-                if (has_head, has_emb) == (False, False):
-                    # some stage must hold this many blocks; its overflow with one
-                    # micro-batch in flight is what a "does not fit" message reports
-                    most_stages = max(1, min(inputs.options.max_stages, sum(inputs.bundle_nodes)))
-                    need = -(-inputs.num_blocks // most_stages)
-                    over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
-                    worst = max(worst, (over, gpu.name))
-            out.append(TypeArrays(count, group, times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p,
+                self.tables.block_prices[config].append(block_prices)
+            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares = arrays
+            out.append(TypeArrays(count, inputs.groups[i], times, bwds, params, experts, rooms, nbytes, p,
                                   cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
         self.tables.types[config] = out
         return out
+
+    def _replica_arrays(self, i: int, dims: StageDims, sh: Sharding, ep_group, layout: DpLayout | None,
+                        expert_layout: DpLayout | None, offload: bool, block: bool) -> tuple:
+        """type_arrays for the replicas on node group i: (the TypeArrays fields after count and
+        group, the overflow a "does not fit" message reports, recompute "block"'s BlockPrices)."""
+        inputs, t = self.inputs, self.inputs.t
+        n = inputs.blocks
+        group = inputs.groups[i]
+        gpu = group.gpu
+        p = inputs.options.params_for(gpu.name)
+        cp_link = None
+        if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (replica_pricer.replica_links)
+            cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
+        dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
+                          for layer in (inputs.dec, inputs.emb, inputs.head))
+        block_prices = None
+        if block:
+            full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link, ep_group)
+            block_prices = BlockPrices(dec, full, emb, head)
+        times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
+        worst = (-INF, "")
+        for has_head, has_emb in product((False, True), repeat=2):
+            span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
+            w = params[(has_head, has_emb)] = span.weight_params
+            experts[(has_head, has_emb)] = span.expert_params
+            times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
+                                                                   expert_layout)).time_s
+            bwds[(has_head, has_emb)] = span.bwd_s
+            acts = span.act_bytes
+            wgrads[(has_head, has_emb)] = span.wgrad_s
+            with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.deferred)
+                wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
+                                                             / np.where(acts > 0, acts, 1.0), 0.0)
+            free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
+                                                     offload=offload).total_bytes
+            with np.errstate(divide="ignore", invalid="ignore"):
+                room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
+            rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+            if offload:  # the host memory of its nodes holds the states
+                fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
+            if (has_head, has_emb) == (False, False):
+                # some stage must hold this many blocks; its overflow with one
+                # micro-batch in flight is what a "does not fit" message reports
+                most_stages = max(1, min(inputs.options.max_stages, sum(inputs.bundle_nodes)))
+                need = -(-inputs.num_blocks // most_stages)
+                over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
+                worst = max(worst, (over, gpu.name))
+        arrays = (times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p, cp_link, wgrads, wgrad_shares)
+        return arrays, worst, block_prices
 
     def dims(self, config: StageConfig) -> StageDims:
         """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""

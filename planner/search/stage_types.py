@@ -134,6 +134,17 @@ class StageConfig:
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once (configurations key most price tables of the search)."""
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash((self.nodes, self.tp, self.recompute, self.zero, self.cp, self.cp_kind, self.ep, self.offload))
+            object.__setattr__(self, "_hash", known)
+        return known
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # (a string's hash is per process)
+
 
 @dataclass
 class TypeArrays:
@@ -289,7 +300,8 @@ class PriceTables:
     caps: dict[tuple, object] = field(default_factory=dict)  # per config id and position: caps, offload's test
     links: dict[tuple, Link] = field(default_factory=dict)
     stage_levels: dict[tuple, tuple] = field(default_factory=dict)  # (config, flags, link): costs by capping level
-    stage: dict[tuple, StageCost] = field(default_factory=dict)
+    # (config ids, flags, position) -> what stages.Problem.stage_costs does with each config there
+    members: dict[tuple, tuple] = field(default_factory=dict)
     stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
     family: dict[tuple, tuple] = field(default_factory=dict)
     family_by_costs: dict[tuple, tuple] = field(default_factory=dict)
@@ -302,13 +314,35 @@ class PriceTables:
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
     no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares
+    # a chunked problem's costs by capping level, by (config, flags, link): what stage_levels holds
+    # by config id, shared with the other depths' problems (stages._ChunkGroup)
+    chunk_levels: dict[tuple, tuple] = field(default_factory=dict)
+    # one-chunk problems: (config, flags, link) -> makespans by capping level with at least one
+    # micro-batch per replica (stages.Problem._price_levels), shared by the problems of one micro-batch
+    level_busy: dict[tuple, np.ndarray] = field(default_factory=dict)
+    # (node group, dims, recompute, ...) -> one replica type's arrays (StageConfigs._replica_arrays)
+    replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
+    # (nodes used, chunked, split backward) -> StageConfigs.configs (stages.Problem.transitions)
+    config_lists: dict[tuple, list] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
-        layouts, tails, least rooms), which one-chunk problems of the same micro-batch and
-        restriction have in common whatever their schedule and depth (the zero-bubble ones)."""
+        layouts, tails, least rooms, makespans by level with at least one micro-batch each), which
+        one-chunk problems of the same micro-batch and restriction have in common whatever their
+        schedule and depth (the zero-bubble ones)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
-                           block_prices=self.block_prices, least_room=self.least_room)
+                           block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
+                           replica_arrays=self.replica_arrays, config_lists=self.config_lists)
+
+    def depth_free(self) -> "PriceTables":
+        """New tables sharing what chunked problems of one micro-batch, V and restriction have in
+        common whatever their depth (stages._ChunkGroup): the prices keyed by configuration alone,
+        the costs by capping level (chunk_levels; the in-flight count picks a level per position),
+        a configuration's cost at a level and the merged families of such costs."""
+        return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
+                           least_room=self.least_room, chunk_levels=self.chunk_levels,
+                           config_lists=self.config_lists, replica_arrays=self.replica_arrays,
+                           stage_by_caps=self.stage_by_caps, family_by_costs=self.family_by_costs)
 
 
 @dataclass

@@ -4,6 +4,7 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
+import weakref
 from functools import reduce
 
 import numpy as np
@@ -11,7 +12,6 @@ import numpy as np
 from ..core.clock import SearchClock
 from .decompose import Decomposition
 from ..inputs.hardware import Cluster, Link
-from .interleave import chunk_latency
 from ..inputs.model import Model
 from ..plan import Training
 from ..cost.pricing import p2p_s
@@ -21,7 +21,7 @@ from .block import MemorySavers
 from .deferred import DeferredW
 from .stage_configs import StageConfigs
 from .stage_links import StageLinks
-from .shares import UNCAPPED, even_makespan, min_makespan
+from .levels import CappingLevels
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
                           StageCost,
                           TypeArrays, Variant, pareto_front, share_cap)
@@ -29,7 +29,24 @@ from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction,
 __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
-class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
+class _ChunkGroup:
+    """What the chunked (interleaved) problems of one micro-batch, V and restriction share whatever
+    their depth: the 1F1B problem they derive their type arrays from, and price tables (their
+    type arrays, tails, costs by capping level: PriceTables.depth_free). The tails are the base's:
+    a chunked config's tail (exposed gradient reduction, optimizer step) is its 1F1B one."""
+
+    __slots__ = ("base", "tables", "__weakref__")
+
+    def __init__(self, base: "Problem"):
+        self.base = base
+        self.tables = PriceTables(dims=base.tables.dims, dp_layouts=base.tables.dp_layouts, tails=base.tables.tails)
+
+
+# live groups by their inputs' identities (a group lives while one of its problems does)
+_CHUNK_GROUPS: "weakref.WeakValueDictionary[tuple, _ChunkGroup]" = weakref.WeakValueDictionary()
+
+
+class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
@@ -50,8 +67,18 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
         if self.inputs.chunked:
-            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
-                                                restriction=restriction)
+            # the chunked problems of one micro-batch, V and restriction (one per depth) share a base
+            # and their depth-free prices (_ChunkGroup), while one of them lives
+            key = (id(model), id(cluster), base, b, id(parts), id(options), virtual_stages, restriction,
+                   schedule_name, least_share, id(base_problem))
+            group = _CHUNK_GROUPS.get(key)
+            if group is None:
+                group = _CHUNK_GROUPS[key] = _ChunkGroup(
+                    base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+                                            restriction=restriction))
+            self._group = group  # (holds it while this problem lives)
+            self.base = group.base
+            self.tables = group.tables.depth_free()
 
     def release_position_prices(self) -> None:
         """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
@@ -61,7 +88,7 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         problems of this micro-batch (PriceTables.position_free), which would price them again;
         the tails of recompute "block" by its recomputed-block counts (one per position) go."""
         t = self.tables
-        for table in (t.stage, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
+        for table in (t.members, t.stage_by_caps, t.stage_levels, t.family, t.family_by_costs, t.recipes,
                       t.block_types, t.caps, t.per_block_left):
             table.clear()
         for key in [key for key in t.tails if len(key) > 2]:  # (config, flags, k bytes): _finish
@@ -91,7 +118,12 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         A family is every config on one node vector (tp, recompute, ZeRO stage)."""
         if used not in self.catalog.fitting:
             families: dict[tuple[int, ...], list[int]] = {}
-            for config in self.configs(used):
+            # the configurations are the same for every problem sharing these tables (PriceTables)
+            key = (used, self.inputs.chunked, self.inputs.schedule.split_backward)
+            configs = self.tables.config_lists.get(key)
+            if configs is None:
+                configs = self.tables.config_lists[key] = list(self.configs(used))
+            for config in configs:
                 if config not in self.catalog.config_ids:
                     self.catalog.config_ids[config] = len(self.catalog.configs)
                     self.catalog.configs.append(config)
@@ -138,7 +170,11 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
             if not members:
                 return ()
-        costs_key = (fid, tuple(id(c) for c in costs))  # the costs are cached, so ids are stable
+        # the costs are cached, so ids are stable; a chunked problem's are shared with the other
+        # depths' (stages._ChunkGroup), whose catalogues may number configurations otherwise: keyed
+        # by the member ids, a merge is reused only where they name the same configurations (the
+        # costs, one per configuration, are the same objects)
+        costs_key = (members if self.inputs.chunked else fid, tuple(id(c) for c in costs))
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
             return merged
@@ -186,136 +222,6 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         search passes as the last rank's successor (interleave.chunk_latency)."""
         return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
 
-    def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
-                    ranks: int | None = None) -> list[StageCost]:
-        """stage_cost for several configurations at one position. The position (and the
-        pipeline depth of an interleaved search) matters only through the in-flight count,
-        which matters only through which replica types' memory caps bind at each block count
-        (share_cap), so each (config, flags, link) is priced once, at every capping level
-        (`_price_levels`), and a position picks its level per block count."""
-        inputs, tables = self.inputs, self.tables
-        has_head = stage_from_end == 1
-        position = self.position(stage_from_end, ranks)
-        in_flight, deferred = position
-        flags = (has_head, has_emb)
-        out: list = [None] * len(cids)
-        todo, blocks = [], []
-        for index, cid in enumerate(cids):
-            key = (cid, position, has_head, has_emb, successor_id)
-            cached = tables.stage.get(key)
-            if cached is not None:
-                out[index] = cached
-                continue
-            config = self.catalog.configs[cid]
-            if config.offload:
-                never_key = ("offload never needed", cid, flags, position)
-                never = tables.caps.get(never_key)
-                if never is None:
-                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
-                if never:
-                    tables.stage[key] = out[index] = self._nowhere()  # (its own arrays never priced)
-                    continue
-            if self._no_shares(cid):
-                tables.stage[key] = out[index] = self._nowhere()
-                continue
-            if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
-                blocks.append((index, key, cid, self.link(cid, successor_id)))
-                continue
-            todo.append((index, key, (cid, flags, self.link(cid, successor_id))))
-        if blocks:
-            self._price_blocks(blocks, flags, in_flight, out)
-        if deferred and todo:  # zero bubble's caps at this position (planner.search.deferred)
-            self._price_deferred(todo, flags, position, out)
-            return out
-        missing = [base_key for _, _, base_key in todo if base_key not in tables.stage_levels]
-        if missing:
-            self._price_levels(list(dict.fromkeys(missing)))
-        for index, key, base_key in todo:
-            rooms, tau, x_levels, slope, split = tables.stage_levels[base_key]
-            # share_cap: a type's cap binds where its memory holds fewer than the in-flight
-            # micro-batches; the types capped at a block count are the ones with least room
-            level = (rooms < in_flight).sum(axis=0)
-            level_key = (base_key, level.tobytes())
-            cost = tables.stage_by_caps.get(level_key)
-            if cost is None:
-                x = x_levels[level, inputs.blocks_index]
-                cost = tables.stage_by_caps[level_key] = StageCost(tau, x, slope, float(x.min()), split)
-            tables.stage[key] = out[index] = cost
-        return out
-
-    def _price_levels(self, base_keys: list[tuple]) -> None:
-        """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
-        level j the j types with the least room at each block count take their memory caps,
-        the others are uncapped. The makespans of entries with the same replica counts are
-        computed in one vectorised call (elementwise, so the same as pricing each position)."""
-        inputs, tables = self.inputs, self.tables
-        pending: dict[tuple[int, ...], list] = {}
-        for base_key in base_keys:
-            cid, flags, link = base_key
-            types = self._types_for(cid)
-            memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
-            memo = tables.caps.get(memo_key)
-            if memo is None:
-                rooms = np.stack([ta.room[flags] for ta in types])
-                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-                levels = len(types) + 1
-                memo = tables.caps[memo_key] = (rooms, [np.stack([np.where(rank[g] < j, capped[g], UNCAPPED)
-                                                                  for j in range(levels)]) for g in range(len(types))])
-            rooms, caps = memo
-            pending.setdefault(tuple(ta.count for ta in types), []).append((base_key, types, rooms, caps))
-        for counts, items in pending.items():
-            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _ in items]
-            self.state.evaluations += len(items)
-            busy_all = self.makespan(counts,
-                                [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
-                                                 for times, item in zip(all_times, items)])
-                                 for g in range(len(counts))],
-                                [np.concatenate([item[3][g] for item in items]) for g in range(len(counts))])
-            row = 0
-            for (base_key, types, rooms, caps), times in zip(items, all_times):
-                cid, flags, link = base_key
-                levels = len(types) + 1
-                busy = busy_all[row:row + levels]
-                row += levels
-                if inputs.chunked:
-                    latency, split = chunk_latency(types, flags, link, inputs.v, inputs.num_blocks)
-                else:
-                    latency, split = self.latency(types, flags, times), None
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
-                tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
-
-    def _no_shares(self, cid: int) -> bool:
-        """Whether no batch shares exist for the config's replicas whatever their times and caps, so
-        the makespan (min_makespan, even_makespan) is infinite at every block count: fewer
-        micro-batches than replicas x least_share, or even shares that do not divide them. Its type
-        arrays are priced all the same (they carry the smallest overflow a no-plan message reports)."""
-        known = self.tables.no_shares.get(cid)
-        if known is None:
-            replicas = self.dims(self.catalog.configs[cid]).dp
-            inputs = self.inputs
-            known = inputs.microbatches < replicas * inputs.least_share or bool(
-                inputs.restriction.even_shares and inputs.microbatches % replicas)
-            if known:
-                self._types_for(cid)
-            self.tables.no_shares[cid] = known
-        return known
-
-    def makespan(self, counts, times, caps) -> np.ndarray:
-        """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
-        gives every replica the same share (Restriction.even_shares)."""
-        fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
-        return fn(self.inputs.microbatches, list(counts), times, caps, self.inputs.least_share)
-
-    def stacked_makespans(self, counts, all_times, all_caps) -> np.ndarray:
-        """The makespans of several configurations with the same replica-type counts in one
-        vectorised call: row i from the times `all_times[i]` and the memory caps `all_caps[i]`
-        (one array per replica type each)."""
-        return self.makespan(counts,
-                             [np.stack([np.broadcast_to(times[g], caps[g].shape) for times, caps in zip(all_times, all_caps)])
-                              for g in range(len(counts))],
-                             [np.stack([caps[g] for caps in all_caps]) for g in range(len(counts))])
-
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
         stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
@@ -343,7 +249,7 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
         tail = self.tables.tails.get(tail_key)
         if tail is None:
-            tail = self.tables.tails[tail_key] = self._tail(config, types, flags)
+            tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
         x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
@@ -359,6 +265,19 @@ class Problem(StageConfigs, StageLinks, MemorySavers, DeferredW):
         if not inputs.chunked and len(types) == 1 and len(tau) > 1:
             slope = float(tau[1] - tau[0])
         return x, slope
+
+    def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+        """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
+        other node vectors share (StageConfigs._replica_arrays): by the arrays' identities, kept
+        alive with the entry (released with the recomputed-block counts' tails)."""
+        dims = self.dims(config)
+        arrays = tuple(ta.time for ta in types)
+        key = ("tail of", flags, dims, self.dp_layout(config), stage_expert_layout(self.inputs, config, dims),
+               config.offload, tuple(id(a) for a in arrays))
+        known = self.tables.tails.get(key)
+        if known is None or any(a is not b for a, b in zip(known[0], arrays)):
+            known = self.tables.tails[key] = (arrays, self._tail(config, types, flags))
+        return known[1]
 
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch

@@ -1,0 +1,235 @@
+"""A stage's cost at a pipeline position from its costs by memory-capping level (a mixin of
+planner.search.stages.Problem): which configurations a position leaves out, the caps of each
+capping level, and the makespans of a family's configurations in one vectorised call
+(planner.search.shares.min_makespan), shared where the prices allow (stages._ChunkGroup,
+PriceTables.position_free)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .interleave import chunk_latency
+from .shares import UNCAPPED, at_least, even_makespan, min_makespan
+from .stage_types import INF, StageCost, TypeArrays
+
+
+class CappingLevels:
+    """Problem's pricing by capping level (it sets inputs, catalog, tables, state)."""
+
+    def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
+                    ranks: int | None = None) -> list[StageCost]:
+        """stage_cost for several configurations on one node vector (a family, or one config) at
+        one position. The position (and the pipeline depth of an interleaved search) matters only
+        through the in-flight count, which matters only through which replica types' memory caps
+        bind at each block count (share_cap), so each (config, flags, link) is priced once, at
+        every capping level (`_price_levels`), and a position picks its level per block count.
+        The configs on one node vector share their boundary link to any successor."""
+        inputs, tables = self.inputs, self.tables
+        position = self.position(stage_from_end, ranks)
+        flags = (stage_from_end == 1, has_emb)
+        out: list = [None] * len(cids)
+        nowhere, blocks, todo = self._sorted_members(tuple(cids), flags, position)
+        if nowhere:
+            never = self._nowhere()
+            for index in nowhere:
+                out[index] = never
+        if not blocks and not todo:
+            return out
+        link = self.link(cids[0], successor_id)
+        if blocks:
+            self._price_blocks(blocks, flags, position[0], link, out)
+        if position[1] and todo:  # zero bubble's caps at this position (planner.search.deferred)
+            self._price_deferred(todo, flags, position, link, out)
+            return out
+        levels, by_caps = tables.stage_levels, tables.stage_by_caps
+        missing = [(cid, flags, link) for _, cid, _ in todo if (cid, flags, link) not in levels]
+        if missing:
+            self._price_levels(missing)
+        for index, cid, level in todo:
+            base_key = (cid, flags, link)
+            # (a chunked problem's by configuration: shared with the other depths', stages._ChunkGroup)
+            level_key = ((self.catalog.configs[cid], flags, link) if inputs.chunked else base_key, level[1])
+            cost = by_caps.get(level_key)
+            if cost is None:
+                _, tau, x_levels, slope, split = levels[base_key]
+                x = x_levels[level[0], inputs.blocks_index]
+                cost = by_caps[level_key] = StageCost(tau, x, slope, float(x.min()), split)
+            out[index] = cost
+        return out
+
+    def _sorted_members(self, cids: tuple[int, ...], flags: tuple[bool, bool], position) -> tuple:
+        """What stage_costs does with each config at a position, whatever the successor: (indices
+        left out there (MemorySavers, _no_shares), (index, cid) of recompute "block", priced per
+        in-flight count, and (index, cid, level) of the rest, level the capping level per block
+        count with its bytes (None where W passes are deferred: priced by their caps))."""
+        tables = self.tables
+        key = (cids, flags, position)
+        known = tables.members.get(key)
+        if known is not None:
+            return known
+        in_flight, deferred = position
+        nowhere, blocks, todo = [], [], []
+        interned = tables.members.setdefault("levels", {})  # equal level arrays stored once
+        for index, cid in enumerate(cids):
+            config = self.catalog.configs[cid]
+            if config.offload:
+                never_key = ("offload never needed", cid, flags, position)
+                never = tables.caps.get(never_key)
+                if never is None:
+                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
+                if never:
+                    nowhere.append(index)  # (its own arrays never priced)
+                    continue
+            if self._no_shares(cid):
+                nowhere.append(index)
+                continue
+            if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
+                blocks.append((index, cid))
+                continue
+            level = None
+            if not deferred:
+                # share_cap: a type's cap binds where its memory holds fewer than the in-flight
+                # micro-batches; the types capped at a block count are the ones with least room
+                counts = (self._level_caps(cid, flags)[0] < in_flight).sum(axis=0)
+                level = interned.setdefault(counts.tobytes(), (counts, counts.tobytes()))
+            todo.append((index, cid, level))
+        known = tables.members[key] = (nowhere, blocks, todo)
+        return known
+
+    def _level_caps(self, cid: int, flags: tuple[bool, bool]) -> tuple:
+        """A config's rooms (one row per replica type) and each type's caps at levels 0..G: at
+        level j the j types with the least room at a block count take their memory caps."""
+        tables = self.tables
+        memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
+        memo = tables.caps.get(memo_key)
+        if memo is None:
+            # nor on the config beyond its types' rooms, which configs on other node vectors share
+            # (StageConfigs._replica_arrays): by their identities, kept alive with the entry
+            arrays = tuple(ta.room[flags] for ta in self._types_for(cid))
+            by_rooms = ("levels of", tuple(id(a) for a in arrays))
+            known = tables.caps.get(by_rooms)
+            if known is None or any(a is not b for a, b in zip(known[0], arrays)):
+                rooms = np.stack(arrays)
+                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
+                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+                levels = len(arrays) + 1
+                known = tables.caps[by_rooms] = (arrays, (rooms, [
+                    np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
+                    for g in range(len(arrays))]))
+            memo = tables.caps[memo_key] = known[1]
+        return memo
+
+    def _price_levels(self, base_keys: list[tuple]) -> None:
+        """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
+        level j the j types with the least room at each block count take their memory caps,
+        the others are uncapped. The makespans of entries with the same replica counts are
+        computed in one vectorised call (elementwise, so the same as pricing each position).
+        One-chunk problems of a micro-batch share the makespans with at least one micro-batch per
+        replica (PriceTables.level_busy): a zero-bubble problem's, with at least P, follow from them
+        (shares.at_least)."""
+        inputs, tables = self.inputs, self.tables
+        pending: dict[tuple[int, ...], list] = {}
+        chunk_levels = tables.chunk_levels if inputs.chunked else None
+        level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
+        for base_key in base_keys:
+            cid, flags, link = base_key
+            if chunk_levels is not None:  # priced by another depth's problem (_ChunkGroup)
+                known = chunk_levels.get((self.catalog.configs[cid], flags, link))
+                if known is not None:
+                    tables.stage_levels[base_key] = known
+                    continue
+            types = self._types_for(cid)
+            rooms, caps = self._level_caps(cid, flags)
+            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
+            pending.setdefault(self._batch_key(types), []).append((base_key, types, rooms, caps, one))
+        for batch, items in pending.items():
+            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _, _ in items]
+            self.state.evaluations += len(items)
+            todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
+            if todo:
+                kinds = len(todo[0][1][1])
+                busy_all = self.makespan(self._row_counts(batch, [(item[1], kinds + 1) for _, item in todo]),
+                                         [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
+                                                          for times, item in todo])
+                                          for g in range(kinds)],
+                                         [np.concatenate([item[3][g] for _, item in todo]) for g in range(kinds)],
+                                         1 if level_busy is not None else None)
+            row = 0
+            for (base_key, types, rooms, caps, one), times in zip(items, all_times):
+                cid, flags, link = base_key
+                levels = len(types) + 1
+                replicas = sum(ta.count for ta in types)
+                if one is None:
+                    busy = one = busy_all[row:row + levels]
+                    row += levels
+                    if level_busy is not None:
+                        level_busy[(self.catalog.configs[cid], flags, link)] = one
+                if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
+                    busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * replicas else \
+                        at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
+                                 caps, one)
+                else:
+                    busy = one
+                if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)
+                    chunks = tuple(ta.chunk for ta in types)
+                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, link)
+                    known = tables.replica_arrays.get(by_chunks)
+                    if known is None or any(a is not b for a, b in zip(known[0], chunks)):
+                        known = tables.replica_arrays[by_chunks] = (chunks, chunk_latency(types, flags, link, inputs.v,
+                                                                                          inputs.num_blocks))
+                    latency, split = known[1]
+                else:
+                    latency, split = self.latency(types, flags, times), None
+                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
+                tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+                if chunk_levels is not None:
+                    chunk_levels[(self.catalog.configs[cid], flags, link)] = tables.stage_levels[base_key]
+
+    def _no_shares(self, cid: int) -> bool:
+        """Whether no batch shares exist for the config's replicas whatever their times and caps, so
+        the makespan (min_makespan, even_makespan) is infinite at every block count: fewer
+        micro-batches than replicas x least_share, or even shares that do not divide them. Its type
+        arrays are priced all the same (they carry the smallest overflow a no-plan message reports)."""
+        known = self.tables.no_shares.get(cid)
+        if known is None:
+            replicas = self.dims(self.catalog.configs[cid]).dp
+            inputs = self.inputs
+            known = inputs.microbatches < replicas * inputs.least_share or bool(
+                inputs.restriction.even_shares and inputs.microbatches % replicas)
+            if known:
+                self._types_for(cid)
+            self.tables.no_shares[cid] = known
+        return known
+
+    def makespan(self, counts, times, caps, least: int | None = None) -> np.ndarray:
+        """shares.min_makespan of the step's micro-batches, or even_makespan where the runtime
+        gives every replica the same share (Restriction.even_shares); each replica takes at least
+        `least` (default the problem's least_share)."""
+        fn = even_makespan if self.inputs.restriction.even_shares else min_makespan
+        return fn(self.inputs.microbatches, list(counts), times, caps,
+                  self.inputs.least_share if least is None else least)
+
+    def stacked_makespans(self, batch, all_types, all_times, all_caps) -> np.ndarray:
+        """The makespans of several configurations of one batch (_batch_key) in one vectorised
+        call: row i from the replica types `all_types[i]`, their times `all_times[i]` and memory
+        caps `all_caps[i]` (one array per replica type each)."""
+        kinds = len(all_types[0])
+        return self.makespan(self._row_counts(batch, [(types, 1) for types in all_types]),
+                             [np.stack([times[g] if times[g].shape == caps[g].shape
+                                        else np.broadcast_to(times[g], caps[g].shape)
+                                        for times, caps in zip(all_times, all_caps)])
+                              for g in range(kinds)],
+                             [np.stack([caps[g] for caps in all_caps]) for g in range(kinds)])
+
+    def _batch_key(self, types: list[TypeArrays]):
+        """Which configurations share a makespan call: min_makespan takes a replica count per row,
+        so any with as many replica types; even_makespan one count per type, so the same counts."""
+        return tuple(ta.count for ta in types) if self.inputs.restriction.even_shares else len(types)
+
+    def _row_counts(self, batch, rows: list[tuple[list[TypeArrays], int]]) -> list:
+        """The replica counts of a batch's makespan call, one per type: (types, rows) per
+        configuration in order; min_makespan's an integer column, one count per row."""
+        if self.inputs.restriction.even_shares:
+            return list(batch)
+        return [np.concatenate([np.full((n, 1), types[g].count, dtype=np.int64) for types, n in rows])
+                for g in range(batch)]

@@ -1,0 +1,65 @@
+"""Prices the search shares between problems and configurations must equal pricing each alone:
+min_makespan with one replica count per row (a family's configurations in one call) against one
+call per configuration, and an interleaved problem that takes another depth's prices
+(stages._ChunkGroup) against one priced on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.search.decompose import decompose
+from planner.search.shares import UNCAPPED, min_makespan
+from planner.search.stages import Problem, SolverOptions
+
+from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
+
+
+@pytest.mark.parametrize("least", [1, 2, 3])
+def test_makespan_with_a_count_per_row_equals_one_call_per_row(least):
+    rng = np.random.default_rng(least)
+    for _ in range(150):
+        kinds, rows, blocks = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 20))
+        total = int(rng.integers(1, 200))
+        counts = rng.integers(1, 15, (rows, kinds))
+        times = np.where(rng.random((rows, kinds, blocks)) < 0.05, np.inf, rng.random((rows, kinds, blocks)) + 0.01)
+        caps = np.where(rng.random((rows, kinds, blocks)) < 0.4, UNCAPPED,
+                        rng.integers(0, 30, (rows, kinds, blocks))).astype(np.int64)
+        alone = np.stack([min_makespan(total, [int(n) for n in counts[r]], list(times[r]), list(caps[r]), least)
+                          for r in range(rows)])
+        together = min_makespan(total, [counts[:, g:g + 1] for g in range(kinds)], [times[:, g] for g in range(kinds)],
+                                [caps[:, g] for g in range(kinds)], least)
+        assert np.array_equal(alone, together)
+
+
+@pytest.mark.parametrize("make, seed", [(tiny_instance, 3), (pipeline_instance, 5)])
+def test_interleaved_problem_sharing_another_depths_prices_prices_as_one_alone(make, seed):
+    model, cluster, base = make(seed)
+    options = SolverOptions(**TINY_OPTIONS)
+    parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
+    one_chunk = Problem(model, cluster, base, 1, parts, options)
+    first = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 2 prices first
+    shared = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 3 takes its prices
+    alone = Problem(model, cluster, base, 1, parts, options, 2)  # its own base, its own prices
+    assert shared.tables.chunk_levels is first.tables.chunk_levels
+    assert alone.tables.chunk_levels is not first.tables.chunk_levels
+    zeros = tuple(0 for _ in first.bundle_nodes)
+    compared = 0
+    for ranks, problems in ((2, (first,)), (3, (shared, alone))):
+        for problem in problems:
+            for fid, _, sig in problem.transitions(zeros):
+                for from_end in range(1, ranks + 1):
+                    for has_emb in (False, True):
+                        problem.family_cost(fid, from_end, has_emb, sig, ranks)
+    for fid, _, sig in shared.transitions(zeros):
+        for from_end in range(1, 4):
+            for has_emb in (False, True):
+                mine = shared.family_cost(fid, from_end, has_emb, sig, 3)
+                theirs = alone.family_cost(fid, from_end, has_emb, sig, 3)
+                assert len(mine) == len(theirs)
+                for a, b in zip(mine, theirs):
+                    assert np.array_equal(a.tau, b.tau) and np.array_equal(a.x, b.x)
+                    assert [shared.config_list[m] if m >= 0 else None for m in a.member] == \
+                        [alone.config_list[m] if m >= 0 else None for m in b.member]
+                    compared += 1
+    assert compared
