@@ -33,29 +33,27 @@ def test_makespan_with_a_count_per_row_equals_one_call_per_row(least):
 
 
 @pytest.mark.parametrize("make, seed", [(tiny_instance, 3), (pipeline_instance, 5)])
-def test_interleaved_problem_sharing_another_depths_prices_prices_as_one_alone(make, seed):
+def test_interleaved_problem_priced_at_another_depth_first_prices_as_one_alone(make, seed):
+    # the driver runs one chunked problem at every depth P: the depth-free prices it keeps from
+    # depth 2 must give depth 3 the costs a problem priced at depth 3 alone gives
     model, cluster, base = make(seed)
     options = SolverOptions(**TINY_OPTIONS)
     parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
     one_chunk = Problem(model, cluster, base, 1, parts, options)
-    first = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 2 prices first
-    shared = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 3 takes its prices
-    alone = Problem(model, cluster, base, 1, parts, options, 2)  # its own base, its own prices
-    assert shared.tables.chunk_levels is first.tables.chunk_levels
-    assert alone.tables.chunk_levels is not first.tables.chunk_levels
-    zeros = tuple(0 for _ in first.bundle_nodes)
-    compared = 0
-    for ranks, problems in ((2, (first,)), (3, (shared, alone))):
-        for problem in problems:
-            for fid, _, sig in problem.transitions(zeros):
-                for from_end in range(1, ranks + 1):
-                    for has_emb in (False, True):
-                        problem.family_cost(fid, from_end, has_emb, sig, ranks)
+    shared = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 2, then depth 3
+    alone = Problem(model, cluster, base, 1, parts, options, 2)  # depth 3 only, its own base
+    zeros = tuple(0 for _ in shared.bundle_nodes)
     for fid, _, sig in shared.transitions(zeros):
+        for from_end in range(1, 3):
+            for has_emb in (False, True):
+                shared.family_cost(fid, from_end, has_emb, sig, 2)
+    assert shared.tables.chunk_levels  # depth 2 left depth-free prices behind
+    compared = 0
+    for (fid, _, sig), (their_fid, _, their_sig) in zip(shared.transitions(zeros), alone.transitions(zeros)):
         for from_end in range(1, 4):
             for has_emb in (False, True):
                 mine = shared.family_cost(fid, from_end, has_emb, sig, 3)
-                theirs = alone.family_cost(fid, from_end, has_emb, sig, 3)
+                theirs = alone.family_cost(their_fid, from_end, has_emb, their_sig, 3)
                 assert len(mine) == len(theirs)
                 for a, b in zip(mine, theirs):
                     assert np.array_equal(a.tau, b.tau) and np.array_equal(a.x, b.x)

@@ -4,7 +4,6 @@ dynamic programme (planner.search.dp) can price a stage for every layer split at
 
 from __future__ import annotations
 
-import weakref
 from functools import reduce
 
 import numpy as np
@@ -30,20 +29,16 @@ __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "Sta
 
 
 class _ChunkGroup:
-    """What the chunked (interleaved) problems of one micro-batch, V and restriction share whatever
-    their depth: the 1F1B problem they derive their type arrays from, and price tables (their
-    type arrays, tails, costs by capping level: PriceTables.depth_free). The tails are the base's:
+    """What a chunked (interleaved) problem keeps whatever the depth its DP runs at: the 1F1B problem
+    it derives its type arrays from, and price tables (its type arrays, tails, costs by capping
+    level: PriceTables.depth_free). The tails are the base's:
     a chunked config's tail (exposed gradient reduction, optimizer step) is its 1F1B one."""
 
-    __slots__ = ("base", "tables", "__weakref__")
+    __slots__ = ("base", "tables")
 
     def __init__(self, base: "Problem"):
         self.base = base
         self.tables = PriceTables(dims=base.tables.dims, dp_layouts=base.tables.dp_layouts, tails=base.tables.tails)
-
-
-# live groups by their inputs' identities (a group lives while one of its problems does)
-_CHUNK_GROUPS: "weakref.WeakValueDictionary[tuple, _ChunkGroup]" = weakref.WeakValueDictionary()
 
 
 class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
@@ -67,16 +62,11 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base: Problem | None = None
         if self.inputs.chunked:
-            # the chunked problems of one micro-batch, V and restriction (one per depth) share a base
-            # and their depth-free prices (_ChunkGroup), while one of them lives
-            key = (id(model), id(cluster), base, b, id(parts), id(options), virtual_stages, restriction,
-                   schedule_name, least_share, id(base_problem))
-            group = _CHUNK_GROUPS.get(key)
-            if group is None:
-                group = _CHUNK_GROUPS[key] = _ChunkGroup(
-                    base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
-                                            restriction=restriction))
-            self._group = group  # (holds it while this problem lives)
+            # one chunked problem serves every depth of its micro-batch, V and restriction (the
+            # driver passes the ranks to run_dp); its depth-free prices live in its _ChunkGroup
+            group = _ChunkGroup(base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+                                                        restriction=restriction))
+            self._group = group
             self.base = group.base
             self.tables = group.tables.depth_free()
 
