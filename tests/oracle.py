@@ -165,3 +165,22 @@ def on_whole_nodes(plan) -> bool:
     return all(len(v) == 1 for v in nodes.values()) and \
         sum(len(r.ranks) for s in plan.stages for r in s.replicas) == sum(
             plan.cluster.group(g).gpus_per_node for g, _ in nodes)
+
+
+def solve_with_and_without_skips(monkeypatch, skip_test: str, model: Model, cluster: Cluster, base: Training,
+                                 options) -> tuple:
+    """driver.solve as it is, then with the driver's subproblem test `skip_test` (cannot_beat,
+    cannot_beat_any) never skipping: (pruned result, full result, whether it skipped a search)."""
+    import planner.search.driver as driver
+
+    skipped = []
+    real = getattr(driver, skip_test)
+
+    def counted(*args):
+        out = real(*args)
+        skipped.append(out)
+        return out
+    monkeypatch.setattr(driver, skip_test, counted)
+    pruned = driver.solve(model, cluster, base, options)
+    monkeypatch.setattr(driver, skip_test, lambda *args: False)
+    return pruned, driver.solve(model, cluster, base, options), any(skipped)

@@ -8,13 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-import planner.search.driver as driver
 from planner.cost.runtimes.capability import capability
 from planner.search.any_bound import cannot_beat_any, subproblem_floor_s
 from planner.search.space import within
 from planner.search.stage_types import SolverOptions
 
-from .oracle import brute_force
+from .oracle import brute_force, solve_with_and_without_skips
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 # pipeline_instance(11): the closed-form floor rules out a search there (floor / optimum 1.16)
@@ -49,17 +48,7 @@ def test_skipping_the_searches_the_floors_rule_out_finds_the_same_plan(monkeypat
     model, cluster, base = pipeline_instance(11)
     base = replace(base, runtime="any")
     options = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True})
-    skipped = []
-    real = driver.cannot_beat_any
-
-    def counted(*args):
-        out = real(*args)
-        skipped.append(out)
-        return out
-    monkeypatch.setattr(driver, "cannot_beat_any", counted)
-    pruned = driver.solve(model, cluster, base, options)
-    assert any(skipped)  # the floors rule some searches out here
-    monkeypatch.setattr(driver, "cannot_beat_any", lambda *args: False)
-    full = driver.solve(model, cluster, base, options)
+    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, "cannot_beat_any", model, cluster, base, options)
+    assert skipped  # the floors rule some searches out here
     assert pruned.optimal and full.optimal
     assert pruned.plan == full.plan and pruned.estimate.step_time_s == full.estimate.step_time_s

@@ -9,7 +9,6 @@ from itertools import product
 
 import pytest
 
-import planner.search.driver as driver
 from planner.core.errors import BadInput
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
@@ -17,6 +16,7 @@ from planner.plan import Training, uniform_plan
 from planner.search.restriction_bound import most_speed, restricted_floor_s
 from planner.search.stage_types import Restriction, SolverOptions
 
+from .oracle import solve_with_and_without_skips
 from .test_trim import OPTIONS, instance
 
 
@@ -66,16 +66,6 @@ def one_gpu_nodes(h100: int, a100: int, v100: int) -> dict:
 def test_skipping_bounded_searches_finds_the_same_plan(monkeypatch, memory_gib):
     model, cluster, base = instance(memory_gib, "megatron")
     options = SolverOptions(**OPTIONS)
-    skipped = []
-    real = driver.cannot_beat
-
-    def counted(*args):
-        out = real(*args)
-        skipped.append(out)
-        return out
-    monkeypatch.setattr(driver, "cannot_beat", counted)
-    pruned = driver.solve(model, cluster, base, options)
-    assert any(skipped)  # the bound rules some searches out here
-    monkeypatch.setattr(driver, "cannot_beat", lambda *args: False)
-    full = driver.solve(model, cluster, base, options)
+    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, "cannot_beat", model, cluster, base, options)
+    assert skipped  # the bound rules some searches out here
     assert pruned.plan == full.plan and pruned.estimate.step_time_s == full.estimate.step_time_s
