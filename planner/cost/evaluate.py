@@ -158,6 +158,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
         offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
         rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
+        held_by_price: dict[tuple[int, int], tuple] = {}  # (id(price), micro-batches) -> (in flight, memory)
         for replica in head.replicas:
             price = pricer.replica(rank_chunks, replica)
             measured = measured or price.params.measured is not None
@@ -170,10 +171,14 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                 stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
             min_bwd = min(min_bwd, price.span.bwd_s)
             steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
-            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
-                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer, head.offload,
-                                 price.act_offload)
+            held = held_by_price.get((id(price), n_micro))  # replicas alike share their price object
+            if held is None:
+                in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
+                                                        [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
+                mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer,
+                                     head.offload, price.act_offload)
+                held = held_by_price[(id(price), n_micro)] = (in_flight, mem)
+            in_flight, mem = held
             if head.offload or price.act_offload.host_bytes:
                 # ZeRO-Offload's states and offloaded activations: each GPU's take its share of its node's host memory
                 hosted = offloaded_activation_bytes(price.act_offload, in_flight)
@@ -186,11 +191,11 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
                     share = group.host.memory_bytes / group.gpus_per_node
                     if hosted > share:
                         host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
+            rank_compute = dims.compute_share(rank_flops * replica.batch_share)
             for rank in replica.ranks:
-                memory[rank] = mem
-                capacity[rank] = cluster.group_of_rank(rank).gpu.memory_bytes
-                gpu_by_rank[rank] = cluster.group_of_rank(rank).gpu.name
-                flops_by_rank[rank] = dims.compute_share(rank_flops * replica.batch_share)
+                gpu = cluster.group_of_rank(rank).gpu
+                memory[rank], capacity[rank], gpu_by_rank[rank] = mem, gpu.memory_bytes, gpu.name
+                flops_by_rank[rank] = rank_compute
         # the gradient reduction runs at the parameters of the replicas' slowest GPU
         reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
         # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
@@ -226,7 +231,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     model_flops = sum(layer_flops) * t.global_batch  # flops.model_flops_per_sample, from the per-layer list
     recompute_full = all(st.recompute == "full" for st in plan.stages)
     hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
-    peak_by_rank = {r: cluster.group_of_rank(r).gpu.peak(t.dtype) for r in used}
+    in_use = set(gpu_by_rank.values())
+    peak_of = {gpu.name: gpu.peak(t.dtype) for gpu in cluster.gpu_types if gpu.name in in_use}
+    peak_by_rank = {r: peak_of[gpu_by_rank[r]] for r in used}
     peak_sum = sum(peak_by_rank.values())
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
                       for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(host_overflows)

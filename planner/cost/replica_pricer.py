@@ -71,6 +71,8 @@ class PlanPricer:
         self._layouts: dict[int, DpLayout] = {}
         self._expert_layouts: dict[int, DpLayout] = {}
         self._replicas: dict[tuple, ReplicaPrice] = {}
+        # replicas inside one node, without EP: (first stage index, node group, loop micro-batches) -> price
+        self._in_node: dict[tuple, ReplicaPrice] = {}
 
     def sharding(self, st: Stage) -> Sharding:
         t = self.plan.training
@@ -113,16 +115,29 @@ class PlanPricer:
         A breadth-first schedule's ZeRO collectives run once per loop for the replica's
         micro-batches (Schedule.zero_once_per_loop, ZeroComm.per_microbatch)."""
         cluster, layers = self.plan.cluster, self.plan.model.layers
+        t = self.plan.training
+        loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
+        # a replica inside one node (nodes hold consecutive ranks) runs at its group's GPU, its TP
+        # and CP groups on the node's link, its offload on the node's PCIe: the key below follows
+        # from its node group alone (without EP, whose group spans replicas)
+        in_node = None
+        if chunks[0].ep <= 1:
+            low, high = min(replica.ranks), max(replica.ranks)
+            group = cluster.group_of_rank(low)
+            if high < group.first_rank + ((low - group.first_rank) // group.gpus_per_node + 1) * group.gpus_per_node:
+                in_node = (chunks[0].index, group.name, loop_microbatches)
+                if in_node in self._in_node:
+                    return self._in_node[in_node]
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
         ep_group = self.ep_group(chunks[0], replica)
-        t = self.plan.training
-        loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
         # activation offload copies over the slowest PCIe link of the replica's GPUs (HostSpec)
         pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
         key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
         if key in self._replicas:
+            if in_node is not None:
+                self._in_node[in_node] = self._replicas[key]
             return self._replicas[key]
         times = []
         for st in chunks:
@@ -143,6 +158,8 @@ class PlanPricer:
             times.append(ChunkTime(span, zero, send, offloaded))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
+        if in_node is not None:
+            self._in_node[in_node] = self._replicas[key]
         return self._replicas[key]
 
 
