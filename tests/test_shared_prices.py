@@ -1,7 +1,7 @@
 """Prices the search shares between problems and configurations must equal pricing each alone:
 min_makespan with one replica count per row (a family's configurations in one call) against one
-call per configuration, and an interleaved problem that takes another depth's prices
-(stages._ChunkGroup) against one priced on its own."""
+call per configuration, and an interleaved problem priced at one depth, then at another, against
+one priced at the second alone."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_interleaved_problem_priced_at_another_depth_first_prices_as_one_alone(m
         for from_end in range(1, 3):
             for has_emb in (False, True):
                 shared.family_cost(fid, from_end, has_emb, sig, 2)
-    assert shared.tables.chunk_levels  # depth 2 left depth-free prices behind
+    assert shared.tables.stage_levels  # depth 2 left depth-free prices behind
     compared = 0
     for (fid, _, sig), (their_fid, _, their_sig) in zip(shared.transitions(zeros), alone.transitions(zeros)):
         for from_end in range(1, 4):

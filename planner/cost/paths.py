@@ -70,8 +70,7 @@ def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
     """Ranks per (group, node index) for a set of ranks."""
     nodes: dict[tuple[str, int], int] = {}
     for r in ranks:
-        g = cluster.group_of_rank(r)
-        key = (g.name, (r - g.first_rank) // g.gpus_per_node)
+        key = cluster.node_of(r)
         nodes[key] = nodes.get(key, 0) + 1
     return nodes
 

@@ -114,20 +114,23 @@ class PlanPricer:
         """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU).
         A breadth-first schedule's ZeRO collectives run once per loop for the replica's
         micro-batches (Schedule.zero_once_per_loop, ZeroComm.per_microbatch)."""
-        cluster, layers = self.plan.cluster, self.plan.model.layers
         t = self.plan.training
         loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
-        # a replica inside one node (nodes hold consecutive ranks) runs at its group's GPU, its TP
-        # and CP groups on the node's link, its offload on the node's PCIe: the key below follows
-        # from its node group alone (without EP, whose group spans replicas)
-        in_node = None
-        if chunks[0].ep <= 1:
-            low, high = min(replica.ranks), max(replica.ranks)
-            group = cluster.group_of_rank(low)
-            if high < group.first_rank + ((low - group.first_rank) // group.gpus_per_node + 1) * group.gpus_per_node:
-                in_node = (chunks[0].index, group.name, loop_microbatches)
-                if in_node in self._in_node:
-                    return self._in_node[in_node]
+        if chunks[0].ep > 1:  # (its expert group spans replicas)
+            return self._priced(chunks, replica, loop_microbatches)
+        # a replica inside one node runs at its group's GPU, its TP and CP groups on the node's
+        # link, its offload on the node's PCIe: its price follows from the node group alone
+        node = self.plan.cluster.node_of(min(replica.ranks))  # (nodes hold consecutive ranks)
+        if self.plan.cluster.node_of(max(replica.ranks)) != node:
+            return self._priced(chunks, replica, loop_microbatches)
+        in_node = (chunks[0].index, node[0], loop_microbatches)
+        if in_node not in self._in_node:
+            self._in_node[in_node] = self._priced(chunks, replica, loop_microbatches)
+        return self._in_node[in_node]
+
+    def _priced(self, chunks: list[Stage], replica: Replica, loop_microbatches: int) -> ReplicaPrice:
+        """replica, by the GPU, links and parameters it runs at."""
+        cluster, layers = self.plan.cluster, self.plan.model.layers
         gpu = slowest_gpu(cluster, replica.ranks)
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
@@ -136,8 +139,6 @@ class PlanPricer:
         pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
         key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
         if key in self._replicas:
-            if in_node is not None:
-                self._in_node[in_node] = self._replicas[key]
             return self._replicas[key]
         times = []
         for st in chunks:
@@ -158,8 +159,6 @@ class PlanPricer:
             times.append(ChunkTime(span, zero, send, offloaded))
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
-        if in_node is not None:
-            self._in_node[in_node] = self._replicas[key]
         return self._replicas[key]
 
 

@@ -78,11 +78,16 @@ class Cluster:
             raise IndexError(f"rank {rank} out of range 0..{self.num_gpus - 1}")
         return self.groups[index]
 
+    def node_of(self, rank: int) -> tuple[str, int]:
+        """(node group name, node index within the group) of a rank."""
+        g = self.group_of_rank(rank)
+        return g.name, (rank - g.first_rank) // g.gpus_per_node
+
     def device(self, rank: int) -> Device:
         g = self.group_of_rank(rank)
-        offset = rank - g.first_rank
-        return Device(rank=rank, gpu=g.gpu.name, group=g.name, node=offset // g.gpus_per_node,
-                      local_rank=offset % g.gpus_per_node)
+        _, node = self.node_of(rank)
+        return Device(rank=rank, gpu=g.gpu.name, group=g.name, node=node,
+                      local_rank=(rank - g.first_rank) % g.gpus_per_node)
 
     def devices(self) -> Iterator[Device]:
         for rank in range(self.num_gpus):

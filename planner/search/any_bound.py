@@ -21,8 +21,8 @@ Notation: m = global batch / b micro-batches, L decoder blocks, ranks k = 1..P w
 3. Fill. T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
    (evaluate.pipeline_time_s, E_j >= 0). Rank k's latency c_k (Schedule.latency_s) is at least
    n_k lambda plus what its embedding or head adds, at least delta (<= 0) over both
-   (bound._ends): lambda the least a decoder block adds to it under the schedule
-   (bound._latency_floor_s: 1F1B the pass; interleaved the slowest chunk, at least the pass / V;
+   (bound.ends_floor): lambda the least a decoder block adds to it under the schedule
+   (bound.latency_floor_s: 1F1B the pass; interleaved the slowest chunk, at least the pass / V;
    ZB-H1 the pass less twice its W), over the same shardings.
 4. Memory. Every GPU of rank k holds its n_k blocks' weights, gradients and optimizer states
    (cost.model_state_bytes at tp, ZeRO over at most D x cp replicas, no more than the cluster's
@@ -47,15 +47,13 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training
 from ..schedules import get_schedule
-from .bound import _ends, _latency_floor_s
+from .bound import ends_floor, latency_floor_s
+from .completion import BLOCK_MODES
 from .context_parallel import cp_choices
 from .rank_floor import ranks_cannot_beat
 from .stage_types import INF, SolverOptions
 
 __all__ = ["cannot_beat_any", "subproblem_floor_s"]
-
-# recompute modes that price a decoder block; "block" recomputes k blocks "full", the rest "none"
-_BLOCK_MODES = ("none", "selective", "full")
 
 
 def _configs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
@@ -76,14 +74,14 @@ def _configs(model: Model, cluster: Cluster, base: Training, options: SolverOpti
             for cp, kind in cp_choices(model, base, options, tp):
                 a = lam = act = INF
                 for sp in ((False, True) if tp > 1 else (False,)):
-                    for mode in _BLOCK_MODES:
+                    for mode in BLOCK_MODES:
                         sh = Sharding(base.dtype, b, base.seq_len, base.attention,
                                       StageDims(tp, sp, cp=cp, cp_kind=kind), mode)
                         for layer in shapes:
                             # cp_link None: the ring inside the node, the fastest link it could have
                             price = layer_price(layer, sh, g.gpu, g.intra_node, p)
                             a = min(a, price.time_s)
-                            floor = _latency_floor_s(schedule, price, v)
+                            floor = latency_floor_s(schedule, price, v)
                             lam = min(lam, 0.0 if floor is None else floor)
                             act = min(act, price.act_bytes)
                 rows.append((tp, cp, a, lam, act, min(layer.weight_params for layer in shapes) / tp))
@@ -159,7 +157,7 @@ def subproblem_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v
         return INF
     busy = m * blocks / rate
     lam = min((row[3] for rows in configs for row in rows), default=0.0)
-    delta = _ends(model, cluster, base, options, b, [schedule])[1]
+    delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     if lam >= 0.0:
         fill = lam * max(0, blocks - _most_blocks(model, cluster, base, options, configs, per_rank)) + delta
     else:

@@ -96,7 +96,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
 # --- the wait for the other pipeline ranks (pipeline_bound_s) ------------------------------------
 
 
-def _latency_floor_s(schedule: str, price, max_v: int) -> float:
+def latency_floor_s(schedule: str, price, max_v: int) -> float:
     """What one layer adds at least to a pipeline rank's latency c_k (Schedule.latency_s) under
     `schedule`, from its LayerPrice: 1F1B and GPipe take the rank's whole pass (schedules.base);
     interleaved and looped BFS its slowest chunk, at least the pass / V (interleaved.py,
@@ -128,7 +128,7 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
     """Per replica mode mu = (GPU type, tp): (kappa, tau, cap, cap_alone) at micro-batch
     b. kappa: the least GPU-seconds one decoder block of one sample costs it (tp x cp x
     LayerPrice.time_s / b, over cp, sequence parallelism and recompute; the TP ring inside a node, the fastest
-    it has); tau: the least a block adds to its rank's latency (_latency_floor_s, over the same and
+    it has); tau: the least a block adds to its rank's latency (latency_floor_s, over the same and
     the schedules); cap: the most decoder blocks one of its GPUs holds: their weights and gradients
     (cost.model_state_bytes, ZeRO over every GPU of the cluster; the optimizer states only without
     ZeRO-Offload) and, with `act_caps`, the activations of one micro-batch (every schedule keeps
@@ -159,7 +159,7 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
                 for layer in decoders:
                     price = layer_price(layer, sh, g.gpu, g.intra_node, p)
                     kappa = min(kappa, tp * cp * price.time_s / b)
-                    floors = [_latency_floor_s(s, price, max_v) for s in schedules]
+                    floors = [latency_floor_s(s, price, max_v) for s in schedules]
                     tau = min(tau, 0.0 if None in floors else max(0.0, min(floors)))
                     act = min(act, price.act_bytes)
             held = states + (act if act_caps else 0.0)
@@ -172,9 +172,9 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
     return out
 
 
-def _ends(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules) -> tuple:
+def ends_floor(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules) -> tuple:
     """The embedding's and head's rates per GPU type (compute at tp 1, as busy_bound_s) and delta,
-    the least (<= 0) they add to rank latencies (_latency_floor_s; below 0 only under ZB-H1)."""
+    the least (<= 0) they add to rank latencies (latency_floor_s; below 0 only under ZB-H1)."""
     names = sorted({g.gpu.name for g in cluster.groups})
     count = {kind: sum(1 for layer in model.layers if layer.kind == kind) for kind in ("embedding", "head")}
     other_rate, delta = {}, 0.0
@@ -197,7 +197,7 @@ def _ends(model: Model, cluster: Cluster, base: Training, options: SolverOptions
                                   mode)
                     for layer in layers:
                         price = layer_price(layer, sh, g.gpu, g.intra_node, options.params_for(g.gpu.name))
-                        floors = [_latency_floor_s(s, price, max(options.virtual_stages)) for s in schedules]
+                        floors = [latency_floor_s(s, price, max(options.virtual_stages)) for s in schedules]
                         floor = min(floor, 0.0 if None in floors else min(floors))
         delta += floor * count[kind]
     return other_rate, delta
@@ -244,7 +244,7 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
     best = INF
     for b in sizes:
         modes = _modes(model, cluster, base, options, b, schedules, act_caps, cap.activation_offload_alone)
-        ends = _ends(model, cluster, base, options, b, schedules)
+        ends = ends_floor(model, cluster, base, options, b, schedules)
         blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
         for alone in ((False, True) if options.max_stages > 1 else (True,)):
             for star in modes:

@@ -24,10 +24,10 @@ from ..cost.sharding import Sharding
 from .context_parallel import cp_choices
 from .stage_types import INF, ProblemInputs
 
-__all__ = ["block_gpu_seconds", "seconds_per_block_left"]
+__all__ = ["BLOCK_MODES", "block_gpu_seconds", "seconds_per_block_left"]
 
 # recompute modes that price a decoder block; "block" recomputes k blocks "full", the rest "none"
-_BLOCK_MODES = ("none", "selective", "full")
+BLOCK_MODES = ("none", "selective", "full")
 
 
 def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
@@ -47,7 +47,7 @@ def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
         for cp, kind in cp_choices(inputs.model, t, inputs.options, tp):
             for sp in ((False, True) if tp > 1 else (False,)):
                 dims = StageDims(tp, sp, cp=cp, cp_kind=kind)
-                for mode in _BLOCK_MODES:
+                for mode in BLOCK_MODES:
                     sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims, mode)
                     # cp_link None: the ring inside the node, the fastest link it could have
                     price = layer_price(inputs.dec, sh, group.gpu, group.intra_node, p)

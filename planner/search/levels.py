@@ -1,8 +1,7 @@
 """A stage's cost at a pipeline position from its costs by memory-capping level (a mixin of
 planner.search.stages.Problem): which configurations a position leaves out, the caps of each
 capping level, and the makespans of a family's configurations in one vectorised call
-(planner.search.shares.min_makespan), shared where the prices allow (stages._ChunkGroup,
-PriceTables.position_free)."""
+(planner.search.shares.min_makespan), shared where the prices allow (PriceTables.position_free)."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ class CappingLevels:
             self._price_levels(missing)
         for index, cid, level in todo:
             base_key = (cid, flags, link)
-            # (a chunked problem's by configuration: shared with the other depths', stages._ChunkGroup)
-            level_key = ((self.catalog.configs[cid], flags, link) if inputs.chunked else base_key, level[1])
+            level_key = (base_key, level[1])
             cost = by_caps.get(level_key)
             if cost is None:
                 _, tau, x_levels, slope, split = levels[base_key]
@@ -129,15 +127,9 @@ class CappingLevels:
         (shares.at_least)."""
         inputs, tables = self.inputs, self.tables
         pending: dict[tuple[int, ...], list] = {}
-        chunk_levels = tables.chunk_levels if inputs.chunked else None
         level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
         for base_key in base_keys:
             cid, flags, link = base_key
-            if chunk_levels is not None:  # priced by another depth's problem (_ChunkGroup)
-                known = chunk_levels.get((self.catalog.configs[cid], flags, link))
-                if known is not None:
-                    tables.stage_levels[base_key] = known
-                    continue
             types = self._types_for(cid)
             rooms, caps = self._level_caps(cid, flags)
             one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
@@ -182,8 +174,6 @@ class CappingLevels:
                     latency, split = self.latency(types, flags, times), None
                 x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
                 tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
-                if chunk_levels is not None:
-                    chunk_levels[(self.catalog.configs[cid], flags, link)] = tables.stage_levels[base_key]
 
     def _no_shares(self, cid: int) -> bool:
         """Whether no batch shares exist for the config's replicas whatever their times and caps, so

@@ -6,7 +6,7 @@ does not decide).
 T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
 (evaluate.pipeline_time_s, E_j >= 0), so with lower bounds B'_k <= B_k and c'_k <= c_k,
     T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k - c'_k,
-delta <= 0 what the embedding and head add at least to the latencies (bound._ends). Each rank is a
+delta <= 0 what the embedding and head add at least to the latencies (bound.ends_floor). Each rank is a
 set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
 stage_configs): its replicas are the tp-GPU slices of its nodes, at most D = m // least of which take
 micro-batches (any_bound, 2). Every replica takes `least` >= 1 of them (ProblemInputs.least_share),
@@ -23,7 +23,7 @@ T >= max(0, max_k y_k) + sum_k c'_k + delta too. The bounds:
     recomputation mixes full and none block by block, and h is convex and falls);
   * B'_k = m / R, R the sum of 1 / pass over its replicas (any_bound, 1);
   * c'_k = n max_g lambda_g >= 0, lambda_g the least a block adds to the latency of a replica of
-    group g (bound._latency_floor_s, over the modes);
+    group g (bound.latency_floor_s, over the modes);
   * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
 S(W), the least sum of c' over the choices of ranks (disjoint node sets, blocks summing to L, P
 ranks; idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks
@@ -48,7 +48,8 @@ from ..cost.states import model_state_bytes
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training
-from .bound import _ends, _latency_floor_s
+from .bound import ends_floor, latency_floor_s
+from .completion import BLOCK_MODES
 from .context_parallel import cp_choices
 from .stage_types import INF, SolverOptions
 
@@ -58,7 +59,6 @@ __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
 # searches it saves (3+3+4 nodes under `--runtime any`, 80 vectors: 11.0 CPU s with it, 8.8 without)
 RANK_FLOOR_LIMITS = (64, 256)
 _STEPS = 6  # descents of W before giving up
-_MODES = ("none", "selective", "full")
 
 
 def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -99,12 +99,12 @@ def _blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptio
             if g.gpus_per_node % tp:
                 continue
             points, lam = [], INF
-            for mode in _MODES:
+            for mode in BLOCK_MODES:
                 for sp in ((False, True) if tp > 1 else (False,)):
                     price = layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
                                                       mode), g.gpu, g.intra_node, p)
                     points.append((price.act_bytes, price.time_s))
-                    floor = _latency_floor_s(schedule, price, v)
+                    floor = latency_floor_s(schedule, price, v)
                     lam = min(lam, 0.0 if floor is None else floor)
 
             def states(dp: int, tp: int = tp) -> float:
@@ -209,7 +209,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     if any(lam < 0 for _, lam, _, _ in info.values()):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
-    delta = _ends(model, cluster, base, options, b, [schedule])[1]
+    delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
     ranked = {nu: _rank_options(cluster, options, info, nu, blocks, m, most_replicas, target - delta) for nu in vectors}
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))

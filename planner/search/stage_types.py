@@ -314,9 +314,6 @@ class PriceTables:
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
     no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares
-    # a chunked problem's costs by capping level, by (config, flags, link): what stage_levels holds
-    # by config id, shared with the other depths' problems (stages._ChunkGroup)
-    chunk_levels: dict[tuple, tuple] = field(default_factory=dict)
     # one-chunk problems: (config, flags, link) -> makespans by capping level with at least one
     # micro-batch per replica (stages.Problem._price_levels), shared by the problems of one micro-batch
     level_busy: dict[tuple, np.ndarray] = field(default_factory=dict)
@@ -333,16 +330,6 @@ class PriceTables:
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
                            replica_arrays=self.replica_arrays, config_lists=self.config_lists)
-
-    def depth_free(self) -> "PriceTables":
-        """New tables sharing what chunked problems of one micro-batch, V and restriction have in
-        common whatever their depth (stages._ChunkGroup): the prices keyed by configuration alone,
-        the costs by capping level (chunk_levels; the in-flight count picks a level per position),
-        a configuration's cost at a level and the merged families of such costs."""
-        return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
-                           least_room=self.least_room, chunk_levels=self.chunk_levels,
-                           config_lists=self.config_lists, replica_arrays=self.replica_arrays,
-                           stage_by_caps=self.stage_by_caps, family_by_costs=self.family_by_costs)
 
 
 @dataclass

@@ -28,19 +28,6 @@ from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction,
 __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
-class _ChunkGroup:
-    """What a chunked (interleaved) problem keeps whatever the depth its DP runs at: the 1F1B problem
-    it derives its type arrays from, and price tables (its type arrays, tails, costs by capping
-    level: PriceTables.depth_free). The tails are the base's:
-    a chunked config's tail (exposed gradient reduction, optimizer step) is its 1F1B one."""
-
-    __slots__ = ("base", "tables")
-
-    def __init__(self, base: "Problem"):
-        self.base = base
-        self.tables = PriceTables(dims=base.tables.dims, dp_layouts=base.tables.dp_layouts, tails=base.tables.tails)
-
-
 class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
     """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
@@ -63,12 +50,12 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         self.base: Problem | None = None
         if self.inputs.chunked:
             # one chunked problem serves every depth of its micro-batch, V and restriction (the
-            # driver passes the ranks to run_dp); its depth-free prices live in its _ChunkGroup
-            group = _ChunkGroup(base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
-                                                        restriction=restriction))
-            self._group = group
-            self.base = group.base
-            self.tables = group.tables.depth_free()
+            # driver passes the ranks to run_dp); a chunked config's tail (exposed gradient
+            # reduction, optimizer step) is its 1F1B one, so the tails are the base's
+            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+                                                restriction=restriction)
+            self.tables = PriceTables(dims=self.base.tables.dims, dp_layouts=self.base.tables.dp_layouts,
+                                      tails=self.base.tables.tails)
 
     def release_position_prices(self) -> None:
         """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
@@ -160,11 +147,8 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
             if not members:
                 return ()
-        # the costs are cached, so ids are stable; a chunked problem's are shared with the other
-        # depths' (stages._ChunkGroup), whose catalogues may number configurations otherwise: keyed
-        # by the member ids, a merge is reused only where they name the same configurations (the
-        # costs, one per configuration, are the same objects)
-        costs_key = (members if self.inputs.chunked else fid, tuple(id(c) for c in costs))
+        # the costs are cached, so ids are stable
+        costs_key = (fid, tuple(id(c) for c in costs))
         merged = self.tables.family_by_costs.get(costs_key)
         if merged is not None:
             return merged
