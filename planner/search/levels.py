@@ -67,30 +67,37 @@ class CappingLevels:
             return known
         in_flight, deferred = position
         nowhere, blocks, todo = [], [], []
-        interned = tables.members.setdefault("levels", {})  # equal level arrays stored once
+        configs, no_shares = self.catalog.configs, tables.no_shares
+        rooms: dict[tuple, list] = {}  # the level configs' rooms by shape, with their places in todo
         for index, cid in enumerate(cids):
-            config = self.catalog.configs[cid]
-            if config.offload:
-                never_key = ("offload never needed", cid, flags, position)
-                never = tables.caps.get(never_key)
-                if never is None:
-                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
-                if never:
-                    nowhere.append(index)  # (its own arrays never priced)
-                    continue
-            if self._no_shares(cid):
+            config = configs[cid]
+            if config.offload and self._offload_never_needed(config, flags, position):
+                nowhere.append(index)  # (its own arrays never priced)
+                continue
+            none = no_shares.get(cid)
+            if none if none is not None else self._no_shares(cid):
                 nowhere.append(index)
                 continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
                 blocks.append((index, cid))
                 continue
-            level = None
             if not deferred:
-                # share_cap: a type's cap binds where its memory holds fewer than the in-flight
-                # micro-batches; the types capped at a block count are the ones with least room
-                counts = (self._level_caps(cid, flags)[0] < in_flight).sum(axis=0)
-                level = interned.setdefault(counts.tobytes(), (counts, counts.tobytes()))
-            todo.append((index, cid, level))
+                room = self._level_caps(cid, flags)[0]
+                rooms.setdefault(room.shape, []).append((len(todo), room))
+            todo.append((index, cid, None))
+        # share_cap: a type's cap binds where its memory holds fewer than the in-flight
+        # micro-batches; the types capped at a block count are the ones with least room
+        # (every config's count per block count in one call; equal level arrays stored once)
+        interned = tables.members.setdefault("levels", {})
+        for placed in rooms.values():
+            counts = (np.stack([room for _, room in placed]) < in_flight).sum(axis=1)
+            for (at, _), row in zip(placed, counts):
+                data = row.tobytes()
+                level = interned.get(data)
+                if level is None:
+                    level = interned[data] = (row.copy(), data)
+                index, cid, _ = todo[at]
+                todo[at] = (index, cid, level)
         known = tables.members[key] = (nowhere, blocks, todo)
         return known
 
@@ -111,9 +118,9 @@ class CappingLevels:
                 rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
                 capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
                 levels = len(arrays) + 1
-                known = tables.caps[by_rooms] = (arrays, (rooms, [
-                    np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
-                    for g in range(len(arrays))]))
+                # (type g, level j, block count) in one call, a row of (level, block count) per type
+                by_level = np.where(rank[:, None, :] < np.arange(levels)[None, :, None], capped[:, None, :], UNCAPPED)
+                known = tables.caps[by_rooms] = (arrays, (rooms, list(by_level)))
             memo = tables.caps[memo_key] = known[1]
         return memo
 
@@ -221,5 +228,6 @@ class CappingLevels:
         configuration in order; min_makespan's an integer column, one count per row."""
         if self.inputs.restriction.even_shares:
             return list(batch)
-        return [np.concatenate([np.full((n, 1), types[g].count, dtype=np.int64) for types, n in rows])
+        repeats = [n for _, n in rows]
+        return [np.repeat(np.array([types[g].count for types, _ in rows], dtype=np.int64), repeats)[:, None]
                 for g in range(batch)]

@@ -114,13 +114,16 @@ def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.nd
     # memory caps, and no less than the slowest single micro-batch): the first feasible
     # candidate is the optimum. Entries still open after a few steps fall back to the
     # binary search below.
-    bound = total / sum(n / t for n, t in zip(counts, times))
+    rates = [n / t for n, t in zip(counts, times)]  # each type's micro-batches per second
+    bound = total / sum(rates)
+    filled = [c * t for t, c in zip(times, caps)]  # when a replica of the type reaches its cap
+    held = [n * c for n, c in zip(counts, float_caps)]  # what the type's replicas hold at their caps
     for _ in range(len(counts)):
         # continuous relaxation with caps: a type whose cap binds at `bound` takes only
         # its cap; the others share the rest in proportion to their speed
-        saturated = [c * t <= bound for t, c in zip(times, caps)]
-        fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
-        rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
+        saturated = [f <= bound for f in filled]
+        fixed = sum(np.where(sat, h, 0.0) for h, sat in zip(held, saturated))
+        rate = sum(np.where(sat, 0.0, r) for r, sat in zip(rates, saturated))
         bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
     bound = np.maximum(bound, np.maximum.reduce(times))
     result = np.full(len(bound), np.inf)

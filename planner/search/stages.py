@@ -226,7 +226,9 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
-        x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
+            # infinite where busy or tau is: busy and tau are +inf there, never -inf or nan, and the
+            # tail finite, so x is +inf, -inf or nan exactly there
+            x = np.where(x > -INF, x, INF)
         if inputs.chunked:
             x[..., :inputs.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
