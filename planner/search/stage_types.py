@@ -198,9 +198,7 @@ def pareto_front(taus: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarr
     In (tau, X, row) order a row is dominated exactly when some row before it has X no larger,
     so the kept rows are those whose X is below every X before them (O(m log m) a column;
     rows with tau infinite must have X infinite). Their taus rise strictly, so that order is by tau."""
-    m = taus.shape[0]
-    index = np.broadcast_to(np.arange(m)[:, None], taus.shape)
-    lex = np.lexsort((index.T, xs.T, taus.T), axis=-1).T  # rows in (tau, X, row) order per column
+    lex = np.lexsort((xs.T, taus.T), axis=-1).T  # rows in (tau, X, row) order per column (a stable sort)
     x_sorted = np.take_along_axis(xs, lex, axis=0)
     before = np.minimum.accumulate(np.concatenate([np.full((1, xs.shape[1]), INF), x_sorted[:-1]]), axis=0)
     kept = np.isfinite(x_sorted) & (x_sorted < before)

@@ -158,16 +158,21 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         taus = np.where(feasible, taus, INF)
         order, count = pareto_front(taus, xs)
         variants = []
-        columns = np.arange(taus.shape[1])
-        for j in range(int(count.max()) if count.size else 0):
-            pick = order[j]
-            valid = j < count
-            member = np.where(valid, np.asarray(members)[pick], -1)
-            tau_v = np.where(valid, taus[pick, columns], INF)
-            x_v = np.where(valid, xs[pick, columns], INF)
+        depth = int(count.max()) if count.size else 0
+        if depth:
+            # variant j's rows at once: the j-th kept config per block count, -1 and inf past the kept ones
+            picks = order[:depth]
+            valid = np.arange(depth)[:, None] < count
+            columns = np.arange(taus.shape[1])
+            member_all = np.where(valid, np.asarray(members)[picks], -1)
+            tau_all = np.where(valid, taus[picks, columns], INF)
+            x_all = np.where(valid, xs[picks, columns], INF)
+            x_mins = x_all.min(axis=1)
             slopes = {cid: c.slope for cid, c in zip(members, costs)}
-            runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
-            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
+            for j in range(depth):
+                member = member_all[j]
+                runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
+                variants.append(Variant(tau_all[j], x_all[j], member, float(x_mins[j]), runs))
         self.tables.family_by_costs[costs_key] = tuple(variants)
         return self.tables.family_by_costs[costs_key]
 
