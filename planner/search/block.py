@@ -173,9 +173,10 @@ class MemorySavers:
             known = self.tables.block_types[key] = (ta.time, price())
         return known[1]
 
-    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, out: list) -> None:
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, lid: int,
+                      out: list) -> None:
         """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
-        `link`: their type arrays and recomputed-block counts at this position
+        `link` (number `lid`): their type arrays and recomputed-block counts at this position
         (MemorySavers.priced_types), each distinct (config, flags, link, caps, k) priced once, as a
         position of the level pricing is."""
         tables = self.tables
@@ -194,7 +195,7 @@ class MemorySavers:
                 out[index] = self._nowhere()
                 continue
             caps, caps_bytes, types, k = memo
-            caps_key = ("block", cid, flags, link, caps_bytes)
+            caps_key = ("block", cid, flags, lid, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 out[index] = cached

@@ -65,18 +65,19 @@ class DeferredW:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
-    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link
+    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link, lid: int
                            ) -> tuple[list[np.ndarray], np.ndarray]:
-        """A config's replica times over `link` and its latency, the same at every position."""
-        key = ("times", cid, flags, link)
+        """A config's replica times over `link` (number `lid`) and its latency, the same at every position."""
+        key = ("times", cid, flags, lid)
         known = self.tables.caps.get(key)
         if known is None:
             times = self.replica_times(types, flags, link)
             known = self.tables.caps[key] = (times, self.latency(types, flags, times))
         return known
 
-    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, out: list) -> None:
-        """stage_costs for (index, cid, _) over `link` at a position with deferred W passes:
+    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, lid: int,
+                        out: list) -> None:
+        """stage_costs for (index, cid, _) over `link` (number `lid`) at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
         counts in one vectorised call (as Problem._price_levels)."""
         tables = self.tables
@@ -89,14 +90,14 @@ class DeferredW:
                 caps = [self._deferred_cap(ta, flags, position) for ta in types]  # (as share_caps)
                 memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
             caps, caps_bytes, types = memo
-            caps_key = ("deferred", (cid, flags, link), caps_bytes)
+            caps_key = ("deferred", cid, flags, lid, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 out[index] = cached
                 continue
             pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps))
         for batch, group in pending.items():
-            timed = [self._times_and_latency(cid, types, flags, link) for _, cid, _, types, _ in group]
+            timed = [self._times_and_latency(cid, types, flags, link, lid) for _, cid, _, types, _ in group]
             self.state.evaluations += len(group)
             busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
                                               [item[4] for item in group])

@@ -35,18 +35,19 @@ class CappingLevels:
         if not blocks and not todo:
             return out
         link = self.link(cids[0], successor_id)
+        lid = self.link_key(link)  # (the tables' keys take the link by its number)
         if blocks:
-            self._price_blocks(blocks, flags, position[0], link, out)
+            self._price_blocks(blocks, flags, position[0], link, lid, out)
         if position[1] and todo:  # zero bubble's caps at this position (planner.search.deferred)
-            self._price_deferred(todo, flags, position, link, out)
+            self._price_deferred(todo, flags, position, link, lid, out)
             return out
         levels, by_caps = tables.stage_levels, tables.stage_by_caps
-        missing = [(cid, flags, link) for _, cid, _ in todo if (cid, flags, link) not in levels]
+        missing = [(cid, flags, lid) for _, cid, _ in todo if (cid, flags, lid) not in levels]
         if missing:
-            self._price_levels(missing)
+            self._price_levels(missing, link)
         for index, cid, level in todo:
-            base_key = (cid, flags, link)
-            level_key = (base_key, level[1])
+            base_key = (cid, flags, lid)
+            level_key = (cid, flags, lid, level[1])
             cost = by_caps.get(level_key)
             if cost is None:
                 _, tau, x_levels, slope, split = levels[base_key]
@@ -124,8 +125,8 @@ class CappingLevels:
             memo = tables.caps[memo_key] = known[1]
         return memo
 
-    def _price_levels(self, base_keys: list[tuple]) -> None:
-        """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
+    def _price_levels(self, base_keys: list[tuple], link) -> None:
+        """Price (config, flags, link number) entries over `link` at capping levels 0..G (G replica types): at
         level j the j types with the least room at each block count take their memory caps,
         the others are uncapped. The makespans of entries with the same replica counts are
         computed in one vectorised call (elementwise, so the same as pricing each position).
@@ -136,13 +137,13 @@ class CappingLevels:
         pending: dict[tuple[int, ...], list] = {}
         level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
         for base_key in base_keys:
-            cid, flags, link = base_key
+            cid, flags, lid = base_key
             types = self._types_for(cid)
             rooms, caps = self._level_caps(cid, flags)
-            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
+            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, lid))
             pending.setdefault(self._batch_key(types), []).append((base_key, types, rooms, caps, one))
         for batch, items in pending.items():
-            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _, _ in items]
+            all_times = [self.replica_times(types, base_key[1], link) for base_key, types, _, _, _ in items]
             self.state.evaluations += len(items)
             todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
             if todo:
@@ -155,14 +156,14 @@ class CappingLevels:
                                          1 if level_busy is not None else None)
             row = 0
             for (base_key, types, rooms, caps, one), times in zip(items, all_times):
-                cid, flags, link = base_key
+                cid, flags, lid = base_key
                 levels = len(types) + 1
                 replicas = sum(ta.count for ta in types)
                 if one is None:
                     busy = one = busy_all[row:row + levels]
                     row += levels
                     if level_busy is not None:
-                        level_busy[(self.catalog.configs[cid], flags, link)] = one
+                        level_busy[(self.catalog.configs[cid], flags, lid)] = one
                 if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
                     busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * replicas else \
                         at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
@@ -171,7 +172,7 @@ class CappingLevels:
                     busy = one
                 if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)
                     chunks = tuple(ta.chunk for ta in types)
-                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, link)
+                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, lid)
                     known = tables.replica_arrays.get(by_chunks)
                     if known is None or any(a is not b for a, b in zip(known[0], chunks)):
                         known = tables.replica_arrays[by_chunks] = (chunks, chunk_latency(types, flags, link, inputs.v,

@@ -278,6 +278,7 @@ class Catalog:
 
     configs: list[StageConfig] = field(default_factory=list)
     config_ids: dict[StageConfig, int] = field(default_factory=dict)
+    config_objects: dict[int, tuple[StageConfig, int]] = field(default_factory=dict)  # id(config) -> (it, its id)
     fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = field(default_factory=dict)
     families: list[tuple[int, ...]] = field(default_factory=list)
     family_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
@@ -319,6 +320,8 @@ class PriceTables:
     replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
     # (nodes used, chunked, split backward) -> StageConfigs.configs (stages.Problem.transitions)
     config_lists: dict[tuple, list] = field(default_factory=dict)
+    # boundary link -> its number in the price tables' keys (StageLinks.link_key): a Link hashes slowly
+    link_ids: dict[Link, int] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
@@ -327,7 +330,8 @@ class PriceTables:
         schedule and depth (the zero-bubble ones)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
-                           replica_arrays=self.replica_arrays, config_lists=self.config_lists)
+                           replica_arrays=self.replica_arrays, config_lists=self.config_lists,
+                           link_ids=self.link_ids)
 
 
 @dataclass

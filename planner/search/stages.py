@@ -100,11 +100,18 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             configs = self.tables.config_lists.get(key)
             if configs is None:
                 configs = self.tables.config_lists[key] = list(self.configs(used))
+            # ids by value, found by the object first (the lists are shared, so met again and again,
+            # and a StageConfig hashes in Python): the entry keeps its object, so its id stays its own
+            by_object = self.catalog.config_objects
             for config in configs:
-                if config not in self.catalog.config_ids:
-                    self.catalog.config_ids[config] = len(self.catalog.configs)
-                    self.catalog.configs.append(config)
-                families.setdefault(config.nodes, []).append(self.catalog.config_ids[config])
+                known = by_object.get(id(config))
+                if known is None or known[0] is not config:
+                    cid = self.catalog.config_ids.get(config)
+                    if cid is None:
+                        cid = self.catalog.config_ids[config] = len(self.catalog.configs)
+                        self.catalog.configs.append(config)
+                    known = by_object[id(config)] = (config, cid)
+                families.setdefault(config.nodes, []).append(known[1])
             out = []
             for nodes, members in families.items():
                 if nodes not in self.catalog.family_ids:
