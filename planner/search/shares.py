@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
+from functools import reduce
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -125,11 +126,11 @@ def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.nd
         fixed = sum(np.where(sat, h, 0.0) for h, sat in zip(held, saturated))
         rate = sum(np.where(sat, 0.0, r) for r, sat in zip(rates, saturated))
         bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
-    bound = np.maximum(bound, np.maximum.reduce(times))
+    bound = np.maximum(bound, reduce(np.maximum, times))
     result = np.full(len(bound), np.inf)
     index = np.arange(len(bound))  # the entries still open
     for _ in range(8):
-        step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
+        step = reduce(np.minimum, [np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
         done = _feasible(total, step, counts, times, float_caps)
         result[index[done]] = step[done]
         if done.all():
@@ -145,14 +146,20 @@ def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.nd
         hi = np.maximum(hi, 1)
         # smallest j in [lo, hi] with feasible(j * t_g); if hi infeasible, this type never binds
         ok_hi = _feasible(total, hi * t_g, counts, times, float_caps)
-        while True:
-            active = ok_hi & (lo < hi)
-            if not active.any():
-                break
-            mid = (lo + hi) // 2
-            ok_mid = _feasible(total, mid * t_g, counts, times, float_caps)
-            hi = np.where(active & ok_mid, mid, hi)
-            lo = np.where(active & ~ok_mid, mid + 1, lo)
+        # the bisection over the entries still searching only (each entry's steps are its own)
+        at = np.flatnonzero(ok_hi & (lo < hi))
+        n_at, t_at, f_at = counts, times, float_caps
+        while at.size:
+            if len(at) < len(t_at[0]):
+                n_at = [n if np.ndim(n) == 0 else n[at] for n in counts]
+                t_at, f_at = [t[at] for t in times], [c[at] for c in float_caps]
+            low, high = lo[at], hi[at]
+            mid = (low + high) // 2
+            ok_mid = _feasible(total, mid * t_g[at], n_at, t_at, f_at)
+            high = np.where(ok_mid, mid, high)
+            low = np.where(ok_mid, low, mid + 1)
+            hi[at], lo[at] = high, low
+            at = at[low < high]
         candidate = np.where(ok_hi, lo * t_g, np.inf)
         best = np.minimum(best, candidate)
     result[index] = best
