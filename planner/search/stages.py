@@ -99,9 +99,11 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             key = (used, self.inputs.chunked, self.inputs.schedule.split_backward)
             configs = self.tables.config_lists.get(key)
             if configs is None:
-                configs = self.tables.config_lists[key] = list(self.configs(used))
-            # ids by value, found by the object first (the lists are shared, so met again and again,
-            # and a StageConfig hashes in Python): the entry keeps its object, so its id stays its own
+                # one object per configuration in every list (a StageConfig hashes in Python, an
+                # object's id in C): the same configuration on other nodes used is found by its object
+                interned = self.tables.config_lists.setdefault("configs", {})
+                configs = self.tables.config_lists[key] = [interned.setdefault(c, c) for c in self.configs(used)]
+            # ids by value, found by the object first: the entry keeps its object, so its id stays its own
             by_object = self.catalog.config_objects
             for config in configs:
                 known = by_object.get(id(config))
