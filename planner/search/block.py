@@ -206,11 +206,12 @@ class MemorySavers:
             self.state.evaluations += len(group)
             busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
                                               [item[4] for item in group])
-            for row, ((index, cid, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
-                latency = reduce(np.maximum, times)
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
-                cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage_by_caps[caps_key] = out[index] = cost
+            latencies = [reduce(np.maximum, times) for times in all_times]
+            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, k) for (_, cid, _, types, _, k), latency
+                                            in zip(group, latencies)], busy_all, flags)
+            for (index, _, caps_key, _, _, _), latency, x, slope, x_min in zip(group, latencies, xs, slopes,
+                                                                                  xs.min(axis=1)):
+                tables.stage_by_caps[caps_key] = out[index] = StageCost(latency, x, slope, float(x_min), None)
 
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"

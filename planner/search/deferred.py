@@ -101,7 +101,8 @@ class DeferredW:
             self.state.evaluations += len(group)
             busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
                                               [item[4] for item in group])
-            for row, ((index, cid, caps_key, types, _), (_, latency)) in enumerate(zip(group, timed)):
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
-                cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage_by_caps[caps_key] = out[index] = cost
+            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, None) for (_, cid, _, types, _),
+                                            (_, latency) in zip(group, timed)], busy_all, flags)
+            for (index, _, caps_key, _, _), (_, latency), x, slope, x_min in zip(group, timed, xs, slopes,
+                                                                                  xs.min(axis=1)):
+                tables.stage_by_caps[caps_key] = out[index] = StageCost(latency, x, slope, float(x_min), None)

@@ -155,6 +155,7 @@ class CappingLevels:
                                          [np.concatenate([item[3][g] for _, item in todo]) for g in range(kinds)],
                                          1 if level_busy is not None else None)
             row = 0
+            finished, busies = [], []
             for (base_key, types, rooms, caps, one), times in zip(items, all_times):
                 cid, flags, lid = base_key
                 levels = len(types) + 1
@@ -180,8 +181,14 @@ class CappingLevels:
                     latency, split = known[1]
                 else:
                     latency, split = self.latency(types, flags, times), None
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
-                tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+                finished.append((self.catalog.configs[cid], types, latency, None))
+                busies.append((busy, rooms, split))
+            # X of the batch's configurations in one call (every one has as many capping levels)
+            xs, slopes = self._finish_many(finished, np.concatenate([busy for busy, _, _ in busies]), flags)
+            levels = len(xs) // len(items)
+            for at, ((base_key, _, _, _, _), (_, _, latency, _), (_, rooms, split), slope) in enumerate(
+                    zip(items, finished, busies, slopes)):
+                tables.stage_levels[base_key] = (rooms, latency, xs[at * levels:(at + 1) * levels], slope, split)
 
     def _no_shares(self, cid: int) -> bool:
         """Whether no batch shares exist for the config's replicas whatever their times and caps, so

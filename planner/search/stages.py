@@ -230,14 +230,31 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                 ) -> tuple[np.ndarray, float | None]:
         """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
         "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
+        xs, slopes = self._finish_many([(config, types, latency, k)], busy.reshape(-1, busy.shape[-1]), flags)
+        return xs.reshape(busy.shape), slopes[0]
+
+    def _finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
+                     ) -> tuple[np.ndarray, list[float | None]]:
+        """_finish of several configurations (config, types, latency, k or None) in one call:
+        `busy` holds as many rows for each (its capping levels), in order; X in the same rows."""
         inputs = self.inputs
         has_head, has_emb = flags
-        tau = latency
-        # "block": the tail's backward (what hides the gradient reduction) depends on k
-        tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
-        tail = self.tables.tails.get(tail_key)
-        if tail is None:
-            tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
+        shape = busy.shape[-1:]
+        tails, taus, ks = [], [], []
+        for config, types, latency, k in items:
+            # "block": the tail's backward (what hides the gradient reduction) depends on k
+            tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
+            tail = self.tables.tails.get(tail_key)
+            if tail is None:
+                tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
+            tails.append(np.broadcast_to(tail, shape))
+            taus.append(latency)
+            if k is not None:
+                ks.append(k)
+        tail, tau = np.stack(tails), np.stack(taus)
+        rows = len(busy) // len(items)
+        if rows > 1:
+            tail, tau = np.repeat(tail, rows, axis=0), np.repeat(tau, rows, axis=0)
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
             # infinite where busy or tau is: busy and tau are +inf there, never -inf or nan, and the
@@ -249,12 +266,12 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             x[..., 0] = INF  # a stage holds at least one layer
         if inputs.restriction.blocks is not None:
             x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
-        if k is not None:
-            x = np.where(k >= 0, x, INF)
-        slope = None
-        if not inputs.chunked and len(types) == 1 and len(tau) > 1:
-            slope = float(tau[1] - tau[0])
-        return x, slope
+        if ks:
+            assert len(ks) == len(items) and rows == 1, "recompute block: one row per configuration"
+            x = np.where(np.stack(ks) >= 0, x, INF)
+        slopes = [float(latency[1] - latency[0]) if not inputs.chunked and len(types) == 1 and len(latency) > 1
+                  else None for _, types, latency, _ in items]
+        return x, slopes
 
     def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
