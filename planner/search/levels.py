@@ -149,8 +149,7 @@ class CappingLevels:
             if todo:
                 kinds = len(todo[0][1][1])
                 busy_all = self.makespan(self._row_counts(batch, [(item[1], kinds + 1) for _, item in todo]),
-                                         [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
-                                                          for times, item in todo])
+                                         [np.repeat(np.stack([times[g] for times, _ in todo]), kinds + 1, axis=0)
                                           for g in range(kinds)],
                                          [np.concatenate([item[3][g] for _, item in todo]) for g in range(kinds)],
                                          1 if level_busy is not None else None)
@@ -167,8 +166,7 @@ class CappingLevels:
                         level_busy[(self.catalog.configs[cid], flags, lid)] = one
                 if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
                     busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * replicas else \
-                        at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
-                                 caps, one)
+                        at_least(inputs.least_share, times, caps, one)
                 else:
                     busy = one
                 if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)

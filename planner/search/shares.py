@@ -171,9 +171,11 @@ def at_least(least: int, times: Sequence[np.ndarray], caps: Sequence[np.ndarray]
     with at least one each: max(one, least x slowest time) where every cap holds `least` (the
     caller has checked total >= least x replicas; min_makespan's docstring)."""
     shape = np.broadcast(*times, *caps).shape
-    slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
-    ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
-    return np.where(ok, np.maximum(one, least * slowest), np.inf)
+    # (elementwise, so each array at its own shape, broadcast by the operations)
+    slowest = reduce(np.maximum, [np.asarray(t, dtype=float) for t in times])
+    ok = reduce(np.logical_and, [np.asarray(c) >= least for c in caps])
+    out = np.where(ok, np.maximum(one, least * slowest), np.inf)
+    return out if out.shape == shape else np.array(np.broadcast_to(out, shape))
 
 
 @dataclass(frozen=True)

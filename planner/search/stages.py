@@ -247,7 +247,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             tail = self.tables.tails.get(tail_key)
             if tail is None:
                 tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
-            tails.append(np.broadcast_to(tail, shape))
+            tails.append(tail if getattr(tail, "shape", None) == shape else np.broadcast_to(tail, shape))
             taus.append(latency)
             if k is not None:
                 ks.append(k)
