@@ -57,6 +57,27 @@ class DeferredW:
             known = self.tables.caps[key] = (room, share, deferred_share_cap(room, share, *position))
         return known[2]
 
+    def _deferred_caps_at(self, all_types: list[list[TypeArrays]], flags: tuple[bool, bool], position: Position) -> None:
+        """_deferred_cap of every replica type of `all_types` not met yet at `position`, in one call
+        (deferred_share_cap is elementwise, so the same as one call per type)."""
+        caps = self.tables.caps
+        todo: dict[tuple, tuple] = {}
+        for types in all_types:
+            for ta in types:
+                room, share = ta.room[flags], ta.wgrad_share[flags]
+                key = ("deferred cap", id(room), id(share), position)
+                known = caps.get(key)
+                if (known is None or known[0] is not room or known[1] is not share) and key not in todo:
+                    todo[key] = (room, share)
+        by_shape: dict[tuple, list] = {}
+        for key, (room, share) in todo.items():
+            by_shape.setdefault((room.shape, share.shape), []).append((key, room, share))
+        for group in by_shape.values():
+            rows = deferred_share_cap(np.stack([room for _, room, _ in group]), np.stack([share for _, _, share in group]),
+                                      *position)
+            for (key, room, share), row in zip(group, rows):
+                caps[key] = (room, share, row)
+
     def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
@@ -82,6 +103,9 @@ class DeferredW:
         counts in one vectorised call (as Problem._price_levels)."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
+        new = [cid for _, cid, _ in todo if ("deferred", cid, flags, position) not in tables.caps]
+        if new:  # their types' caps at this position in one call
+            self._deferred_caps_at([self._types_for(cid) for cid in new], flags, position)
         for index, cid, _ in todo:
             memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
