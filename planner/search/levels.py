@@ -69,7 +69,7 @@ class CappingLevels:
         in_flight, deferred = position
         nowhere, blocks, todo = [], [], []
         configs, no_shares = self.catalog.configs, tables.no_shares
-        rooms: dict[tuple, list] = {}  # the level configs' rooms by shape, with their places in todo
+        leveled = []  # (place in todo, cid) of the configs priced by capping level
         for index, cid in enumerate(cids):
             config = configs[cid]
             if config.offload and self._offload_never_needed(config, flags, position):
@@ -83,9 +83,14 @@ class CappingLevels:
                 blocks.append((index, cid))
                 continue
             if not deferred:
-                room = self._level_caps(cid, flags)[0]
-                rooms.setdefault(room.shape, []).append((len(todo), room))
+                leveled.append((len(todo), cid))
             todo.append((index, cid, None))
+        rooms: dict[tuple, list] = {}  # the level configs' rooms by shape, with their places in todo
+        if leveled:
+            by_cid = self._level_caps_many([cid for _, cid in leveled], flags)
+            for at, cid in leveled:
+                room = by_cid[cid][0]
+                rooms.setdefault(room.shape, []).append((at, room))
         # share_cap: a type's cap binds where its memory holds fewer than the in-flight
         # micro-batches; the types capped at a block count are the ones with least room
         # (every config's count per block count in one call; equal level arrays stored once)
@@ -105,25 +110,46 @@ class CappingLevels:
     def _level_caps(self, cid: int, flags: tuple[bool, bool]) -> tuple:
         """A config's rooms (one row per replica type) and each type's caps at levels 0..G: at
         level j the j types with the least room at a block count take their memory caps."""
+        memo = self.tables.caps.get(("levels", cid, flags))
+        return memo if memo is not None else self._level_caps_many([cid], flags)[cid]
+
+    def _level_caps_many(self, cids: list[int], flags: tuple[bool, bool]) -> dict[int, tuple]:
+        """_level_caps of several configs, those not met yet in one call per shape (elementwise per
+        block count and sorted per block count, so the same as one call each)."""
         tables = self.tables
-        memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
-        memo = tables.caps.get(memo_key)
-        if memo is None:
+        out, todo = {}, {}
+        for cid in cids:
+            memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
+            memo = tables.caps.get(memo_key)
+            if memo is not None:
+                out[cid] = memo
+                continue
             # nor on the config beyond its types' rooms, which configs on other node vectors share
             # (StageConfigs._replica_arrays): by their identities, kept alive with the entry
             arrays = tuple(ta.room[flags] for ta in self._types_for(cid))
             by_rooms = ("levels of", tuple(id(a) for a in arrays))
             known = tables.caps.get(by_rooms)
             if known is None or any(a is not b for a, b in zip(known[0], arrays)):
-                rooms = np.stack(arrays)
-                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-                levels = len(arrays) + 1
-                # (type g, level j, block count) in one call, a row of (level, block count) per type
-                by_level = np.where(rank[:, None, :] < np.arange(levels)[None, :, None], capped[:, None, :], UNCAPPED)
-                known = tables.caps[by_rooms] = (arrays, (rooms, list(by_level)))
-            memo = tables.caps[memo_key] = known[1]
-        return memo
+                todo.setdefault(by_rooms, (arrays, []))[1].append(cid)
+            else:
+                out[cid] = tables.caps[memo_key] = known[1]
+        by_shape: dict[tuple, list] = {}
+        for by_rooms, (arrays, met) in todo.items():
+            by_shape.setdefault(tuple(a.shape for a in arrays), []).append((by_rooms, arrays, met))
+        for group in by_shape.values():
+            rooms = np.stack([np.stack(arrays) for _, arrays, _ in group])  # (config, type g, block count)
+            rank = np.argsort(np.argsort(rooms, axis=1, kind="stable"), axis=1)
+            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+            levels = rooms.shape[1] + 1
+            # (config, type g, level j, block count) in one call, a row of (level, block count) per type
+            by_level = np.where(rank[:, :, None, :] < np.arange(levels)[None, None, :, None], capped[:, :, None, :],
+                                UNCAPPED)
+            for (by_rooms, arrays, met), room, caps in zip(group, rooms, by_level):
+                value = (room, list(caps))
+                tables.caps[by_rooms] = (arrays, value)
+                for cid in met:
+                    out[cid] = tables.caps[("levels", cid, flags)] = value
+        return out
 
     def _price_levels(self, base_keys: list[tuple], link) -> None:
         """Price (config, flags, link number) entries over `link` at capping levels 0..G (G replica types): at
