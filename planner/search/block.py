@@ -41,7 +41,10 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
     (pricing.transient_activation_bytes); n where even all recomputed do not fit."""
     need = in_flight * acts - free  # bytes over with none recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
-        k = np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9) if saved_per_block > 0 else n
+        if np.ndim(saved_per_block):  # several replica types at once, a row each (stacked_memory)
+            k = np.where(saved_per_block > 0, np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9), n)
+        else:
+            k = np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9) if saved_per_block > 0 else n
     k = np.where(need <= 0, 0, np.clip(k, 1, None))
     return np.minimum(k, n).astype(np.int64)
 
@@ -73,11 +76,21 @@ def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: Stage
     return out
 
 
-def recomputed_blocks(memory: list[tuple], in_flight: float, n: np.ndarray) -> np.ndarray:
+def recomputed_blocks(memory: list[tuple] | tuple, in_flight: float, n: np.ndarray) -> np.ndarray:
     """The stage's recomputed-block count per block count: the largest any replica type needs
-    (smallest_fitting_k on block_memory's figures)."""
+    (smallest_fitting_k on block_memory's figures, or on stacked_memory's at once)."""
+    if isinstance(memory, tuple):
+        return smallest_fitting_k(*memory, in_flight, n).max(axis=0)
     needed = [smallest_fitting_k(free, acts, saved, transient, in_flight, n) for free, acts, saved, transient in memory]
     return np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
+
+
+def stacked_memory(memory: list[tuple], n: np.ndarray) -> tuple:
+    """block_memory's figures of the replica types as arrays with a row per type (free and activation
+    bytes by block count, bytes saved per recomputed block, transient), for smallest_fitting_k at once."""
+    free, acts = (np.stack([np.broadcast_to(np.asarray(m[i], dtype=float), n.shape) for m in memory]) for i in (0, 1))
+    saved, transient = (np.array([[m[i]] for m in memory], dtype=float) for i in (2, 3))
+    return free, acts, saved, transient
 
 
 def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
@@ -143,11 +156,13 @@ class MemorySavers:
             n = self.inputs.blocks
             memory = tables.block_types.get((cid, flags))
             if memory is None:
-                memory = tables.block_types[(cid, flags)] = [self._per_type(
+                memory = [self._per_type(
                     ("memory", id(ta.time), flags), ta,
                     lambda ta=ta, bp=bp: block_memory([ta], [bp], self.dims(config), self.inputs.t, flags, n,
                                                       config.offload)[0])
                     for ta, bp in zip(types, tables.block_prices[config])]
+                # several types: their figures stacked, k of every type in one call
+                memory = tables.block_types[(cid, flags)] = memory if len(memory) == 1 else stacked_memory(memory, n)
             k = recomputed_blocks(memory, in_flight, n)
             by_k = (cid, flags, k.tobytes())
             block_types = tables.block_types.get(by_k)
@@ -173,9 +188,10 @@ class MemorySavers:
             known = self.tables.block_types[key] = (ta.time, price())
         return known[1]
 
-    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, out: list) -> None:
+    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, lid: int,
+                      out: list) -> None:
         """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
-        `link`: their type arrays and recomputed-block counts at this position
+        `link` (number `lid`): their type arrays and recomputed-block counts at this position
         (MemorySavers.priced_types), each distinct (config, flags, link, caps, k) priced once, as a
         position of the level pricing is."""
         tables = self.tables
@@ -194,7 +210,7 @@ class MemorySavers:
                 out[index] = self._nowhere()
                 continue
             caps, caps_bytes, types, k = memo
-            caps_key = ("block", cid, flags, link, caps_bytes)
+            caps_key = ("block", cid, flags, lid, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 out[index] = cached
@@ -205,11 +221,12 @@ class MemorySavers:
             self.state.evaluations += len(group)
             busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
                                               [item[4] for item in group])
-            for row, ((index, cid, caps_key, types, caps, k), times) in enumerate(zip(group, all_times)):
-                latency = reduce(np.maximum, times)
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags, k)
-                cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage_by_caps[caps_key] = out[index] = cost
+            latencies = [reduce(np.maximum, times) for times in all_times]
+            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, k) for (_, cid, _, types, _, k), latency
+                                            in zip(group, latencies)], busy_all, flags)
+            for (index, _, caps_key, _, _, _), latency, x, slope, x_min in zip(group, latencies, xs, slopes,
+                                                                                  xs.min(axis=1)):
+                tables.stage_by_caps[caps_key] = out[index] = StageCost(latency, x, slope, float(x_min), None)
 
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"

@@ -57,6 +57,27 @@ class DeferredW:
             known = self.tables.caps[key] = (room, share, deferred_share_cap(room, share, *position))
         return known[2]
 
+    def _deferred_caps_at(self, all_types: list[list[TypeArrays]], flags: tuple[bool, bool], position: Position) -> None:
+        """_deferred_cap of every replica type of `all_types` not met yet at `position`, in one call
+        (deferred_share_cap is elementwise, so the same as one call per type)."""
+        caps = self.tables.caps
+        todo: dict[tuple, tuple] = {}
+        for types in all_types:
+            for ta in types:
+                room, share = ta.room[flags], ta.wgrad_share[flags]
+                key = ("deferred cap", id(room), id(share), position)
+                known = caps.get(key)
+                if (known is None or known[0] is not room or known[1] is not share) and key not in todo:
+                    todo[key] = (room, share)
+        by_shape: dict[tuple, list] = {}
+        for key, (room, share) in todo.items():
+            by_shape.setdefault((room.shape, share.shape), []).append((key, room, share))
+        for group in by_shape.values():
+            rows = deferred_share_cap(np.stack([room for _, room, _ in group]), np.stack([share for _, _, share in group]),
+                                      *position)
+            for (key, room, share), row in zip(group, rows):
+                caps[key] = (room, share, row)
+
     def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
@@ -65,22 +86,26 @@ class DeferredW:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
-    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link
+    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link, lid: int
                            ) -> tuple[list[np.ndarray], np.ndarray]:
-        """A config's replica times over `link` and its latency, the same at every position."""
-        key = ("times", cid, flags, link)
+        """A config's replica times over `link` (number `lid`) and its latency, the same at every position."""
+        key = ("times", cid, flags, lid)
         known = self.tables.caps.get(key)
         if known is None:
             times = self.replica_times(types, flags, link)
             known = self.tables.caps[key] = (times, self.latency(types, flags, times))
         return known
 
-    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, out: list) -> None:
-        """stage_costs for (index, cid, _) over `link` at a position with deferred W passes:
+    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, lid: int,
+                        out: list) -> None:
+        """stage_costs for (index, cid, _) over `link` (number `lid`) at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
         counts in one vectorised call (as Problem._price_levels)."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
+        new = [cid for _, cid, _ in todo if ("deferred", cid, flags, position) not in tables.caps]
+        if new:  # their types' caps at this position in one call
+            self._deferred_caps_at([self._types_for(cid) for cid in new], flags, position)
         for index, cid, _ in todo:
             memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
@@ -89,18 +114,19 @@ class DeferredW:
                 caps = [self._deferred_cap(ta, flags, position) for ta in types]  # (as share_caps)
                 memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
             caps, caps_bytes, types = memo
-            caps_key = ("deferred", (cid, flags, link), caps_bytes)
+            caps_key = ("deferred", cid, flags, lid, caps_bytes)
             cached = tables.stage_by_caps.get(caps_key)
             if cached is not None:
                 out[index] = cached
                 continue
             pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps))
         for batch, group in pending.items():
-            timed = [self._times_and_latency(cid, types, flags, link) for _, cid, _, types, _ in group]
+            timed = [self._times_and_latency(cid, types, flags, link, lid) for _, cid, _, types, _ in group]
             self.state.evaluations += len(group)
             busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
                                               [item[4] for item in group])
-            for row, ((index, cid, caps_key, types, _), (_, latency)) in enumerate(zip(group, timed)):
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy_all[row], flags)
-                cost = StageCost(latency, x, slope, float(x.min()), None)
-                tables.stage_by_caps[caps_key] = out[index] = cost
+            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, None) for (_, cid, _, types, _),
+                                            (_, latency) in zip(group, timed)], busy_all, flags)
+            for (index, _, caps_key, _, _), (_, latency), x, slope, x_min in zip(group, timed, xs, slopes,
+                                                                                  xs.min(axis=1)):
+                tables.stage_by_caps[caps_key] = out[index] = StageCost(latency, x, slope, float(x_min), None)

@@ -35,18 +35,19 @@ class CappingLevels:
         if not blocks and not todo:
             return out
         link = self.link(cids[0], successor_id)
+        lid = self.link_key(link)  # (the tables' keys take the link by its number)
         if blocks:
-            self._price_blocks(blocks, flags, position[0], link, out)
+            self._price_blocks(blocks, flags, position[0], link, lid, out)
         if position[1] and todo:  # zero bubble's caps at this position (planner.search.deferred)
-            self._price_deferred(todo, flags, position, link, out)
+            self._price_deferred(todo, flags, position, link, lid, out)
             return out
         levels, by_caps = tables.stage_levels, tables.stage_by_caps
-        missing = [(cid, flags, link) for _, cid, _ in todo if (cid, flags, link) not in levels]
+        missing = [(cid, flags, lid) for _, cid, _ in todo if (cid, flags, lid) not in levels]
         if missing:
-            self._price_levels(missing)
+            self._price_levels(missing, link)
         for index, cid, level in todo:
-            base_key = (cid, flags, link)
-            level_key = (base_key, level[1])
+            base_key = (cid, flags, lid)
+            level_key = (cid, flags, lid, level[1])
             cost = by_caps.get(level_key)
             if cost is None:
                 _, tau, x_levels, slope, split = levels[base_key]
@@ -67,58 +68,91 @@ class CappingLevels:
             return known
         in_flight, deferred = position
         nowhere, blocks, todo = [], [], []
-        interned = tables.members.setdefault("levels", {})  # equal level arrays stored once
+        configs, no_shares = self.catalog.configs, tables.no_shares
+        leveled = []  # (place in todo, cid) of the configs priced by capping level
         for index, cid in enumerate(cids):
-            config = self.catalog.configs[cid]
-            if config.offload:
-                never_key = ("offload never needed", cid, flags, position)
-                never = tables.caps.get(never_key)
-                if never is None:
-                    never = tables.caps[never_key] = self._offload_never_needed(config, flags, position)
-                if never:
-                    nowhere.append(index)  # (its own arrays never priced)
-                    continue
-            if self._no_shares(cid):
+            config = configs[cid]
+            if config.offload and self._offload_never_needed(config, flags, position):
+                nowhere.append(index)  # (its own arrays never priced)
+                continue
+            none = no_shares.get(cid)
+            if none if none is not None else self._no_shares(cid):
                 nowhere.append(index)
                 continue
             if config.recompute == "block":  # its recomputed blocks depend on the position: priced per in-flight count
                 blocks.append((index, cid))
                 continue
-            level = None
             if not deferred:
-                # share_cap: a type's cap binds where its memory holds fewer than the in-flight
-                # micro-batches; the types capped at a block count are the ones with least room
-                counts = (self._level_caps(cid, flags)[0] < in_flight).sum(axis=0)
-                level = interned.setdefault(counts.tobytes(), (counts, counts.tobytes()))
-            todo.append((index, cid, level))
+                leveled.append((len(todo), cid))
+            todo.append((index, cid, None))
+        rooms: dict[tuple, list] = {}  # the level configs' rooms by shape, with their places in todo
+        if leveled:
+            by_cid = self._level_caps_many([cid for _, cid in leveled], flags)
+            for at, cid in leveled:
+                room = by_cid[cid][0]
+                rooms.setdefault(room.shape, []).append((at, room))
+        # share_cap: a type's cap binds where its memory holds fewer than the in-flight
+        # micro-batches; the types capped at a block count are the ones with least room
+        # (every config's count per block count in one call; equal level arrays stored once)
+        interned = tables.members.setdefault("levels", {})
+        for placed in rooms.values():
+            counts = (np.stack([room for _, room in placed]) < in_flight).sum(axis=1)
+            for (at, _), row in zip(placed, counts):
+                data = row.tobytes()
+                level = interned.get(data)
+                if level is None:
+                    level = interned[data] = (row.copy(), data)
+                index, cid, _ = todo[at]
+                todo[at] = (index, cid, level)
         known = tables.members[key] = (nowhere, blocks, todo)
         return known
 
     def _level_caps(self, cid: int, flags: tuple[bool, bool]) -> tuple:
         """A config's rooms (one row per replica type) and each type's caps at levels 0..G: at
         level j the j types with the least room at a block count take their memory caps."""
+        memo = self.tables.caps.get(("levels", cid, flags))
+        return memo if memo is not None else self._level_caps_many([cid], flags)[cid]
+
+    def _level_caps_many(self, cids: list[int], flags: tuple[bool, bool]) -> dict[int, tuple]:
+        """_level_caps of several configs, those not met yet in one call per shape (elementwise per
+        block count and sorted per block count, so the same as one call each)."""
         tables = self.tables
-        memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
-        memo = tables.caps.get(memo_key)
-        if memo is None:
+        out, todo = {}, {}
+        for cid in cids:
+            memo_key = ("levels", cid, flags)  # the rooms and caps by level do not depend on the link
+            memo = tables.caps.get(memo_key)
+            if memo is not None:
+                out[cid] = memo
+                continue
             # nor on the config beyond its types' rooms, which configs on other node vectors share
             # (StageConfigs._replica_arrays): by their identities, kept alive with the entry
             arrays = tuple(ta.room[flags] for ta in self._types_for(cid))
             by_rooms = ("levels of", tuple(id(a) for a in arrays))
             known = tables.caps.get(by_rooms)
             if known is None or any(a is not b for a, b in zip(known[0], arrays)):
-                rooms = np.stack(arrays)
-                rank = np.argsort(np.argsort(rooms, axis=0, kind="stable"), axis=0)
-                capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
-                levels = len(arrays) + 1
-                known = tables.caps[by_rooms] = (arrays, (rooms, [
-                    np.stack([np.where(rank[g] < j, capped[g], UNCAPPED) for j in range(levels)])
-                    for g in range(len(arrays))]))
-            memo = tables.caps[memo_key] = known[1]
-        return memo
+                todo.setdefault(by_rooms, (arrays, []))[1].append(cid)
+            else:
+                out[cid] = tables.caps[memo_key] = known[1]
+        by_shape: dict[tuple, list] = {}
+        for by_rooms, (arrays, met) in todo.items():
+            by_shape.setdefault(tuple(a.shape for a in arrays), []).append((by_rooms, arrays, met))
+        for group in by_shape.values():
+            rooms = np.stack([np.stack(arrays) for _, arrays, _ in group])  # (config, type g, block count)
+            rank = np.argsort(np.argsort(rooms, axis=1, kind="stable"), axis=1)
+            capped = np.maximum(np.floor(rooms), 0).astype(np.int64)
+            levels = rooms.shape[1] + 1
+            # (config, type g, level j, block count) in one call, a row of (level, block count) per type
+            by_level = np.where(rank[:, :, None, :] < np.arange(levels)[None, None, :, None], capped[:, :, None, :],
+                                UNCAPPED)
+            for (by_rooms, arrays, met), room, caps in zip(group, rooms, by_level):
+                value = (room, list(caps))
+                tables.caps[by_rooms] = (arrays, value)
+                for cid in met:
+                    out[cid] = tables.caps[("levels", cid, flags)] = value
+        return out
 
-    def _price_levels(self, base_keys: list[tuple]) -> None:
-        """Price (config, flags, link) entries at capping levels 0..G (G replica types): at
+    def _price_levels(self, base_keys: list[tuple], link) -> None:
+        """Price (config, flags, link number) entries over `link` at capping levels 0..G (G replica types): at
         level j the j types with the least room at each block count take their memory caps,
         the others are uncapped. The makespans of entries with the same replica counts are
         computed in one vectorised call (elementwise, so the same as pricing each position).
@@ -129,42 +163,41 @@ class CappingLevels:
         pending: dict[tuple[int, ...], list] = {}
         level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
         for base_key in base_keys:
-            cid, flags, link = base_key
+            cid, flags, lid = base_key
             types = self._types_for(cid)
             rooms, caps = self._level_caps(cid, flags)
-            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, link))
+            one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, lid))
             pending.setdefault(self._batch_key(types), []).append((base_key, types, rooms, caps, one))
         for batch, items in pending.items():
-            all_times = [self.replica_times(types, base_key[1], base_key[2]) for base_key, types, _, _, _ in items]
+            all_times = [self.replica_times(types, base_key[1], link) for base_key, types, _, _, _ in items]
             self.state.evaluations += len(items)
             todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
             if todo:
                 kinds = len(todo[0][1][1])
                 busy_all = self.makespan(self._row_counts(batch, [(item[1], kinds + 1) for _, item in todo]),
-                                         [np.concatenate([np.broadcast_to(times[g], item[3][g].shape)
-                                                          for times, item in todo])
+                                         [np.repeat(np.stack([times[g] for times, _ in todo]), kinds + 1, axis=0)
                                           for g in range(kinds)],
                                          [np.concatenate([item[3][g] for _, item in todo]) for g in range(kinds)],
                                          1 if level_busy is not None else None)
             row = 0
+            finished, busies = [], []
             for (base_key, types, rooms, caps, one), times in zip(items, all_times):
-                cid, flags, link = base_key
+                cid, flags, lid = base_key
                 levels = len(types) + 1
                 replicas = sum(ta.count for ta in types)
                 if one is None:
                     busy = one = busy_all[row:row + levels]
                     row += levels
                     if level_busy is not None:
-                        level_busy[(self.catalog.configs[cid], flags, link)] = one
+                        level_busy[(self.catalog.configs[cid], flags, lid)] = one
                 if level_busy is not None and inputs.least_share > 1:  # (shares.min_makespan, least > 1)
                     busy = np.full(one.shape, INF) if inputs.microbatches < inputs.least_share * replicas else \
-                        at_least(inputs.least_share, [np.broadcast_to(t, c.shape) for t, c in zip(times, caps)],
-                                 caps, one)
+                        at_least(inputs.least_share, times, caps, one)
                 else:
                     busy = one
                 if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)
                     chunks = tuple(ta.chunk for ta in types)
-                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, link)
+                    by_chunks = ("latency", tuple(id(c) for c in chunks), flags, lid)
                     known = tables.replica_arrays.get(by_chunks)
                     if known is None or any(a is not b for a, b in zip(known[0], chunks)):
                         known = tables.replica_arrays[by_chunks] = (chunks, chunk_latency(types, flags, link, inputs.v,
@@ -172,8 +205,14 @@ class CappingLevels:
                     latency, split = known[1]
                 else:
                     latency, split = self.latency(types, flags, times), None
-                x, slope = self._finish(self.catalog.configs[cid], types, latency, busy, flags)
-                tables.stage_levels[base_key] = (rooms, latency, x, slope, split)
+                finished.append((self.catalog.configs[cid], types, latency, None))
+                busies.append((busy, rooms, split))
+            # X of the batch's configurations in one call (every one has as many capping levels)
+            xs, slopes = self._finish_many(finished, np.concatenate([busy for busy, _, _ in busies]), flags)
+            levels = len(xs) // len(items)
+            for at, ((base_key, _, _, _, _), (_, _, latency, _), (_, rooms, split), slope) in enumerate(
+                    zip(items, finished, busies, slopes)):
+                tables.stage_levels[base_key] = (rooms, latency, xs[at * levels:(at + 1) * levels], slope, split)
 
     def _no_shares(self, cid: int) -> bool:
         """Whether no batch shares exist for the config's replicas whatever their times and caps, so
@@ -221,5 +260,6 @@ class CappingLevels:
         configuration in order; min_makespan's an integer column, one count per row."""
         if self.inputs.restriction.even_shares:
             return list(batch)
-        return [np.concatenate([np.full((n, 1), types[g].count, dtype=np.int64) for types, n in rows])
+        repeats = [n for _, n in rows]
+        return [np.repeat(np.array([types[g].count for types, _ in rows], dtype=np.int64), repeats)[:, None]
                 for g in range(batch)]

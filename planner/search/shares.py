@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
+from functools import reduce
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -114,19 +115,22 @@ def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.nd
     # memory caps, and no less than the slowest single micro-batch): the first feasible
     # candidate is the optimum. Entries still open after a few steps fall back to the
     # binary search below.
-    bound = total / sum(n / t for n, t in zip(counts, times))
+    rates = [n / t for n, t in zip(counts, times)]  # each type's micro-batches per second
+    bound = total / sum(rates)
+    filled = [c * t for t, c in zip(times, caps)]  # when a replica of the type reaches its cap
+    held = [n * c for n, c in zip(counts, float_caps)]  # what the type's replicas hold at their caps
     for _ in range(len(counts)):
         # continuous relaxation with caps: a type whose cap binds at `bound` takes only
         # its cap; the others share the rest in proportion to their speed
-        saturated = [c * t <= bound for t, c in zip(times, caps)]
-        fixed = sum(np.where(sat, n * c.astype(float), 0.0) for n, c, sat in zip(counts, caps, saturated))
-        rate = sum(np.where(sat, 0.0, n / t) for n, t, sat in zip(counts, times, saturated))
+        saturated = [f <= bound for f in filled]
+        fixed = sum(np.where(sat, h, 0.0) for h, sat in zip(held, saturated))
+        rate = sum(np.where(sat, 0.0, r) for r, sat in zip(rates, saturated))
         bound = np.maximum(bound, np.where(rate > 0, (total - fixed) / np.where(rate > 0, rate, 1.0), bound))
-    bound = np.maximum(bound, np.maximum.reduce(times))
+    bound = np.maximum(bound, reduce(np.maximum, times))
     result = np.full(len(bound), np.inf)
     index = np.arange(len(bound))  # the entries still open
     for _ in range(8):
-        step = np.minimum.reduce([np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
+        step = reduce(np.minimum, [np.ceil(bound / t * (1 - 1e-12)) * t for t in times])
         done = _feasible(total, step, counts, times, float_caps)
         result[index[done]] = step[done]
         if done.all():
@@ -142,14 +146,20 @@ def _walk_up(total: int, counts: list, times: list[np.ndarray], caps: list[np.nd
         hi = np.maximum(hi, 1)
         # smallest j in [lo, hi] with feasible(j * t_g); if hi infeasible, this type never binds
         ok_hi = _feasible(total, hi * t_g, counts, times, float_caps)
-        while True:
-            active = ok_hi & (lo < hi)
-            if not active.any():
-                break
-            mid = (lo + hi) // 2
-            ok_mid = _feasible(total, mid * t_g, counts, times, float_caps)
-            hi = np.where(active & ok_mid, mid, hi)
-            lo = np.where(active & ~ok_mid, mid + 1, lo)
+        # the bisection over the entries still searching only (each entry's steps are its own)
+        at = np.flatnonzero(ok_hi & (lo < hi))
+        n_at, t_at, f_at = counts, times, float_caps
+        while at.size:
+            if len(at) < len(t_at[0]):
+                n_at = [n if np.ndim(n) == 0 else n[at] for n in counts]
+                t_at, f_at = [t[at] for t in times], [c[at] for c in float_caps]
+            low, high = lo[at], hi[at]
+            mid = (low + high) // 2
+            ok_mid = _feasible(total, mid * t_g[at], n_at, t_at, f_at)
+            high = np.where(ok_mid, mid, high)
+            low = np.where(ok_mid, low, mid + 1)
+            hi[at], lo[at] = high, low
+            at = at[low < high]
         candidate = np.where(ok_hi, lo * t_g, np.inf)
         best = np.minimum(best, candidate)
     result[index] = best
@@ -161,9 +171,11 @@ def at_least(least: int, times: Sequence[np.ndarray], caps: Sequence[np.ndarray]
     with at least one each: max(one, least x slowest time) where every cap holds `least` (the
     caller has checked total >= least x replicas; min_makespan's docstring)."""
     shape = np.broadcast(*times, *caps).shape
-    slowest = np.maximum.reduce([np.broadcast_to(np.asarray(t, dtype=float), shape) for t in times])
-    ok = np.logical_and.reduce([np.broadcast_to(np.asarray(c), shape) >= least for c in caps])
-    return np.where(ok, np.maximum(one, least * slowest), np.inf)
+    # (elementwise, so each array at its own shape, broadcast by the operations)
+    slowest = reduce(np.maximum, [np.asarray(t, dtype=float) for t in times])
+    ok = reduce(np.logical_and, [np.asarray(c) >= least for c in caps])
+    out = np.where(ok, np.maximum(one, least * slowest), np.inf)
+    return out if out.shape == shape else np.array(np.broadcast_to(out, shape))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,17 @@ class StageLinks:
         """cost.paths.boundary_link: the slowest pair between this stage and its successor."""
         return slowest([successor[i] for i in sorted(config.groups())])
 
+    def link_key(self, link: Link | None) -> int:
+        """The link's number in the price tables' keys (-1: none), equal links alike: a Link's hash
+        is computed anew each time, an integer's is not."""
+        if link is None:
+            return -1
+        ids = self.tables.link_ids
+        key = ids.get(link)
+        if key is None:
+            key = ids[link] = len(ids)
+        return key
+
     def link(self, cid: int, successor_id: int) -> Link | None:
         """The boundary link from config `cid` to a successor (None: no successor)."""
         if successor_id < 0:

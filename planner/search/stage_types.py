@@ -198,9 +198,7 @@ def pareto_front(taus: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarr
     In (tau, X, row) order a row is dominated exactly when some row before it has X no larger,
     so the kept rows are those whose X is below every X before them (O(m log m) a column;
     rows with tau infinite must have X infinite). Their taus rise strictly, so that order is by tau."""
-    m = taus.shape[0]
-    index = np.broadcast_to(np.arange(m)[:, None], taus.shape)
-    lex = np.lexsort((index.T, xs.T, taus.T), axis=-1).T  # rows in (tau, X, row) order per column
+    lex = np.lexsort((xs.T, taus.T), axis=-1).T  # rows in (tau, X, row) order per column (a stable sort)
     x_sorted = np.take_along_axis(xs, lex, axis=0)
     before = np.minimum.accumulate(np.concatenate([np.full((1, xs.shape[1]), INF), x_sorted[:-1]]), axis=0)
     kept = np.isfinite(x_sorted) & (x_sorted < before)
@@ -280,6 +278,7 @@ class Catalog:
 
     configs: list[StageConfig] = field(default_factory=list)
     config_ids: dict[StageConfig, int] = field(default_factory=dict)
+    config_objects: dict[int, tuple[StageConfig, int]] = field(default_factory=dict)  # id(config) -> (it, its id)
     fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = field(default_factory=dict)
     families: list[tuple[int, ...]] = field(default_factory=list)
     family_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
@@ -321,6 +320,8 @@ class PriceTables:
     replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
     # (nodes used, chunked, split backward) -> StageConfigs.configs (stages.Problem.transitions)
     config_lists: dict[tuple, list] = field(default_factory=dict)
+    # boundary link -> its number in the price tables' keys (StageLinks.link_key): a Link hashes slowly
+    link_ids: dict[Link, int] = field(default_factory=dict)
 
     def position_free(self) -> "PriceTables":
         """New tables sharing the prices keyed by configuration alone (type arrays, dimensions,
@@ -329,7 +330,8 @@ class PriceTables:
         schedule and depth (the zero-bubble ones)."""
         return PriceTables(types=self.types, dims=self.dims, dp_layouts=self.dp_layouts, tails=self.tails,
                            block_prices=self.block_prices, least_room=self.least_room, level_busy=self.level_busy,
-                           replica_arrays=self.replica_arrays, config_lists=self.config_lists)
+                           replica_arrays=self.replica_arrays, config_lists=self.config_lists,
+                           link_ids=self.link_ids)
 
 
 @dataclass

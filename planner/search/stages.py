@@ -99,12 +99,21 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             key = (used, self.inputs.chunked, self.inputs.schedule.split_backward)
             configs = self.tables.config_lists.get(key)
             if configs is None:
-                configs = self.tables.config_lists[key] = list(self.configs(used))
+                # one object per configuration in every list (a StageConfig hashes in Python, an
+                # object's id in C): the same configuration on other nodes used is found by its object
+                interned = self.tables.config_lists.setdefault("configs", {})
+                configs = self.tables.config_lists[key] = [interned.setdefault(c, c) for c in self.configs(used)]
+            # ids by value, found by the object first: the entry keeps its object, so its id stays its own
+            by_object = self.catalog.config_objects
             for config in configs:
-                if config not in self.catalog.config_ids:
-                    self.catalog.config_ids[config] = len(self.catalog.configs)
-                    self.catalog.configs.append(config)
-                families.setdefault(config.nodes, []).append(self.catalog.config_ids[config])
+                known = by_object.get(id(config))
+                if known is None or known[0] is not config:
+                    cid = self.catalog.config_ids.get(config)
+                    if cid is None:
+                        cid = self.catalog.config_ids[config] = len(self.catalog.configs)
+                        self.catalog.configs.append(config)
+                    known = by_object[id(config)] = (config, cid)
+                families.setdefault(config.nodes, []).append(known[1])
             out = []
             for nodes, members in families.items():
                 if nodes not in self.catalog.family_ids:
@@ -158,16 +167,21 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         taus = np.where(feasible, taus, INF)
         order, count = pareto_front(taus, xs)
         variants = []
-        columns = np.arange(taus.shape[1])
-        for j in range(int(count.max()) if count.size else 0):
-            pick = order[j]
-            valid = j < count
-            member = np.where(valid, np.asarray(members)[pick], -1)
-            tau_v = np.where(valid, taus[pick, columns], INF)
-            x_v = np.where(valid, xs[pick, columns], INF)
+        depth = int(count.max()) if count.size else 0
+        if depth:
+            # variant j's rows at once: the j-th kept config per block count, -1 and inf past the kept ones
+            picks = order[:depth]
+            valid = np.arange(depth)[:, None] < count
+            columns = np.arange(taus.shape[1])
+            member_all = np.where(valid, np.asarray(members)[picks], -1)
+            tau_all = np.where(valid, taus[picks, columns], INF)
+            x_all = np.where(valid, xs[picks, columns], INF)
+            x_mins = x_all.min(axis=1)
             slopes = {cid: c.slope for cid, c in zip(members, costs)}
-            runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
-            variants.append(Variant(tau_v, x_v, member, float(x_v.min()), runs))
+            for j in range(depth):
+                member = member_all[j]
+                runs = tuple((int(cid), member == cid, slopes[int(cid)]) for cid in np.unique(member[member >= 0]))
+                variants.append(Variant(tau_all[j], x_all[j], member, float(x_mins[j]), runs))
         self.tables.family_by_costs[costs_key] = tuple(variants)
         return self.tables.family_by_costs[costs_key]
 
@@ -216,29 +230,48 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                 ) -> tuple[np.ndarray, float | None]:
         """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
         "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
+        xs, slopes = self._finish_many([(config, types, latency, k)], busy.reshape(-1, busy.shape[-1]), flags)
+        return xs.reshape(busy.shape), slopes[0]
+
+    def _finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
+                     ) -> tuple[np.ndarray, list[float | None]]:
+        """_finish of several configurations (config, types, latency, k or None) in one call:
+        `busy` holds as many rows for each (its capping levels), in order; X in the same rows."""
         inputs = self.inputs
         has_head, has_emb = flags
-        tau = latency
-        # "block": the tail's backward (what hides the gradient reduction) depends on k
-        tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
-        tail = self.tables.tails.get(tail_key)
-        if tail is None:
-            tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
+        shape = busy.shape[-1:]
+        tails, taus, ks = [], [], []
+        for config, types, latency, k in items:
+            # "block": the tail's backward (what hides the gradient reduction) depends on k
+            tail_key = (config, flags) if k is None else (config, flags, k.tobytes())
+            tail = self.tables.tails.get(tail_key)
+            if tail is None:
+                tail = self.tables.tails[tail_key] = self._shared_tail(config, types, flags)
+            tails.append(tail if getattr(tail, "shape", None) == shape else np.broadcast_to(tail, shape))
+            taus.append(latency)
+            if k is not None:
+                ks.append(k)
+        tail, tau = np.stack(tails), np.stack(taus)
+        rows = len(busy) // len(items)
+        if rows > 1:
+            tail, tau = np.repeat(tail, rows, axis=0), np.repeat(tau, rows, axis=0)
         with np.errstate(invalid="ignore"):
             x = busy + tail - tau
-        x = np.where(np.isfinite(busy) & np.isfinite(tau), x, INF)
+            # infinite where busy or tau is: busy and tau are +inf there, never -inf or nan, and the
+            # tail finite, so x is +inf, -inf or nan exactly there
+            x = np.where(x > -INF, x, INF)
         if inputs.chunked:
             x[..., :inputs.v] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
             x[..., 0] = INF  # a stage holds at least one layer
         if inputs.restriction.blocks is not None:
             x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
-        if k is not None:
-            x = np.where(k >= 0, x, INF)
-        slope = None
-        if not inputs.chunked and len(types) == 1 and len(tau) > 1:
-            slope = float(tau[1] - tau[0])
-        return x, slope
+        if ks:
+            assert len(ks) == len(items) and rows == 1, "recompute block: one row per configuration"
+            x = np.where(np.stack(ks) >= 0, x, INF)
+        slopes = [float(latency[1] - latency[0]) if not inputs.chunked and len(types) == 1 and len(latency) > 1
+                  else None for _, types, latency, _ in items]
+        return x, slopes
 
     def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
