@@ -1,0 +1,234 @@
+"""The relaxed costs of one pipeline rank for planner.search.rank_floor's knapsack: per node vector,
+position (micro-batches held), TP degree and ZeRO stage, lower bounds B' on its busy time and c' on its
+latency over its block count (the argument is rank_floor's module docstring)."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ..core.dims import StageDims
+from ..cost.paths import collective_links
+from ..cost.pricing import DpLayout, layer_price, span_price, zero_comm
+from ..cost.sharding import Sharding
+from ..cost.states import model_state_bytes
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Training
+from .bound import latency_floor_s
+from .completion import BLOCK_MODES
+from .stage_types import INF, SolverOptions
+
+__all__ = ["known_costs", "rank_blocks", "rank_costs"]
+
+
+def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lower convex envelope of (activation bytes, time) points, by increasing bytes, keeping
+    only the part where time falls as bytes grow."""
+    hull: list[tuple[float, float]] = []
+    for x, y in sorted(set(points)):
+        if hull and y >= hull[-1][1]:
+            continue  # no faster for more memory
+        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0]) >= (y - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
+            hull.pop()
+        hull.append((x, y))
+    return hull
+
+
+def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], float]:
+    """The envelope as the maximum of lines (slopes, intercepts; the last flat at the fastest
+    mode) and the leanest mode's bytes, below which it is INF."""
+    slopes, heights = [], []
+    for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
+        slope = (y1 - y0) / (x1 - x0)
+        slopes.append(slope)
+        heights.append(y0 - slope * x0)
+    return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
+
+
+def _least_times(hulls: list[list[tuple[float, float]]], per_block: np.ndarray) -> np.ndarray:
+    """h(per_block) for each envelope (rows): the least time of one block whose activations
+    average `per_block` bytes (INF below the leanest mode); a convex envelope is the maximum of
+    the lines through its segments."""
+    lines = [_lines(hull) for hull in hulls]
+    width = max(len(slopes) for slopes, _, _ in lines)
+    slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
+    heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
+    lean = np.array([[x0] for _, _, x0 in lines])
+    x = np.minimum(per_block, 1e300)[None, None, :]  # (INF: 0 x INF would be undefined)
+    out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
+    return np.where(per_block[None, :] < lean, INF, out)
+
+
+@lru_cache(maxsize=64)
+def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int,
+                schedule: str, v: int) -> dict:
+    """Per group and tp: (points, room, states, a block's price, cost parameters): points the
+    (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
+    and sp; states(dp, zero) a block's model states on one GPU."""
+    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
+    dec = decoders[0]
+    keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
+    out = {}
+    for i, g in enumerate(cluster.groups):
+        p = options.params_for(g.gpu.name)
+        room = g.gpu.memory_bytes - p.reserved_memory_bytes
+        for tp in options.tp_degrees:
+            if g.gpus_per_node % tp:
+                continue
+            points = []
+            for mode in BLOCK_MODES:
+                for sp in ((False, True) if tp > 1 else (False,)):
+                    price = layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                      mode), g.gpu, g.intra_node, p)
+                    floor = latency_floor_s(schedule, price, v)
+                    points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s,
+                                   0.0 if floor is None else floor))
+
+            def states(dp: int, zero: int, tp: int = tp) -> float:
+                return sum(model_state_bytes(dec.weight_params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
+            out[(i, tp)] = (tuple(points), room, states, price, p)
+    return out
+
+
+def _zero_stages(options: SolverOptions, v: int, cluster: Cluster) -> list[int]:
+    """The ZeRO stages a rank may take: the options' (ZeRO-0 where ZeRO-1 is not one: ZeRO-1 holds no
+    more and adds no collective per micro-batch); an interleaved search leaves ZeRO-2/3 out where
+    every group's runtime hides part of its collectives (StageConfigs)."""
+    zeros = sorted(set(options.zero_stages) | {0})
+    if v > 1 and all(options.params_for(g.gpu.name).overlap_zero_comm for g in cluster.groups):
+        zeros = [z for z in zeros if z < 2]
+    return [z for z in zeros if z or 1 not in zeros]
+
+
+def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, zero: int, base: Training,
+                  price, p, n: np.ndarray, v: int) -> np.ndarray:
+    """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
+    (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
+    what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
+    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only)."""
+    if zero < 2 or dp <= 1:
+        return np.zeros(len(n))
+    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
+    intra, inter = collective_links(cluster, per_group)
+    per_node = max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i, k in enumerate(nodes) if k)
+    layout = DpLayout(dp, per_node, sum(nodes), intra, inter)
+    dims = StageDims(tp, tp > 1, dp, zero)
+    comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
+    out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
+    if v > 1:
+        one, two = (zero_comm(w, dims, base.dtype, layout, p).total_s for w in (1.0, 2.0))
+        out = out + (v - 1) * min(0.0, 2 * one - two)
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
+    """The envelopes h of a replica holding `whole` micro-batches' activations and the deferred-W
+    inputs of `deferred` more: (bytes per block, pass time) and (bytes per block, latency floor)."""
+    held = [whole * act + deferred * wgrad for act, wgrad, _, _ in points]
+    return (_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)]),
+            _envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)]))
+
+
+def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """B' per position (rows) and n: the least busy time in which a rank's replicas take m
+    micro-batches, counts[i] of them with pass ones[i] (over n) while holding fewer than the
+    in-flight count (at most below[j] micro-batches each at position j; 0: none may) and
+    fulls[i, j] (over n) holding it (module docstring, 1)."""
+    with np.errstate(divide="ignore"):
+        rate = (counts[:, :, None] / fulls).sum(axis=0)
+        whole = m / rate
+    if not below.any():
+        return whole
+    # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
+    # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
+    cap = below[None, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first_end = cap * ones[:, None, :] * np.ones_like(fulls)  # the cap reached (i, j, n)
+        last_start = cap * fulls  # B / full past it
+        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, j, n)
+        first = lows[:, None] < first_end[None]  # (piece, i, j, n)
+        last = lows[:, None] >= last_start[None]
+        slope = (counts[None, :, :, None] * np.where(first, 1.0 / ones[None, :, None, :],
+                                                     np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
+        flat = (counts[None, :, :, None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
+        root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
+    piecewise = np.where(root >= lows * (1 - 1e-12), np.maximum(root, lows), INF).min(axis=0)
+    return np.where(below[:, None] > 0, piecewise, whole)
+
+
+def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
+                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
+                v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(B', c') of a rank on `nodes` at each position j where it holds helds[j] = (whole,
+    deferred) micro-batches: arrays over (position, tp and ZeRO stage, n = 0..blocks) (module
+    docstring); INF where the rank cannot hold n blocks. `memo` keeps what ranks on other nodes share."""
+    n = np.arange(blocks + 1, dtype=float)
+    # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
+    # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
+    below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _ in helds], dtype=float)
+    kept = tuple((whole, min(deferred, max(0.0, least - whole))) for whole, deferred in helds)
+    groups = [i for i, count in enumerate(nodes) if count]
+    busies, latencies = [], []
+    for tp in options.tp_degrees:
+        if any((i, tp) not in info for i in groups):
+            continue
+        replicas = np.array([[nodes[i] * cluster.groups[i].gpus_per_node // tp] for i in groups], dtype=float)
+        dp = int(replicas.sum())
+        if dp > most_replicas:
+            continue  # every replica takes `least` micro-batches at least
+        for zero in _zero_stages(options, v, cluster):
+            ones, fulls, lat_ones, lat_fulls = [], [], [], []
+            for i in groups:
+                key = (i, tp, dp, zero, kept)
+                if key not in memo:
+                    points, room, states, price, p = info[(i, tp)]
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        per_block = np.where(n > 0, (room - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
+                    # every GPU of the rank holds its n blocks' states and what it keeps in flight
+                    curves = [_curves(points, *h) for h in kept] + [_curves(points, 1.0, 0.0)]
+                    memo[key] = (n * _least_times([c[0] for c in curves], per_block),
+                                 n * _least_times([c[1] for c in curves], per_block))
+                times, lats = memo[key]
+                comm_key = (nodes, tp, zero, i)
+                if comm_key not in memo:
+                    points, room, states, price, p = info[(i, tp)]
+                    memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
+                comm = memo[comm_key]
+                # ZeRO's collectives in the pass (pricing.ChunkTime); in the latency of one chunk
+                fulls.append(times[:-1] + comm)
+                ones.append(times[-1] + comm)
+                lat_comm = 0.0 if v > 1 else comm
+                lat_fulls.append(lats[:-1] + lat_comm)
+                lat_ones.append(lats[-1] + lat_comm)
+            fulls, lat_fulls = np.array(fulls), np.array(lat_fulls)  # (group, position, n)
+            ones, lat_ones = np.array(ones), np.array(lat_ones)  # (group, n)
+            small = below[:, None] > 0
+            # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
+            fits = np.where(small, np.isfinite(ones).all(axis=0)[None], np.isfinite(fulls).all(axis=0))
+            # c: the slowest replica's latency; where every replica may take fewer than the in-flight
+            # count, at least one micro-batch's, and where they cannot all, the least of holding it
+            latency = np.where(small, lat_ones.max(axis=0)[None], lat_fulls.max(axis=0))
+            some = small & (dp * below[:, None] < m)
+            latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
+            busy = _least_busy(m, replicas, ones, fulls, below)
+            busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
+            busy[:, 0], latency[:, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
+            busies.append(busy)
+            latencies.append(latency)
+    if not busies:
+        none = np.full((len(helds), 1, blocks + 1), INF)
+        none[:, :, 0] = 0.0
+        return none, none.copy()
+    return np.stack(busies, axis=1), np.stack(latencies, axis=1)
+
+
+@lru_cache(maxsize=16)
+def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
+           v: int) -> dict:
+    """What rank_costs computed for these inputs (the searches of one run share it: it does not
+    depend on the cutoff)."""
+    return {}
