@@ -134,26 +134,25 @@ def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
 
 
 def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray) -> np.ndarray:
-    """B' per position (rows) and n: the least busy time in which a rank's replicas take m
-    micro-batches, counts[i] of them with pass ones[i] (over n) while holding fewer than the
-    in-flight count (at most below[j] micro-batches each at position j; 0: none may) and
-    fulls[i, j] (over n) holding it (module docstring, 1)."""
+    """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
+    take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
+    than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
+    holding it (module docstring of rank_floor, B')."""
     with np.errstate(divide="ignore"):
-        rate = (counts[:, :, None] / fulls).sum(axis=0)
-        whole = m / rate
+        whole = m / (counts[:, :, None] / fulls).sum(axis=0)
     if not below.any():
         return whole
     # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
     # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
     cap = below[None, :, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        first_end = cap * ones[:, None, :] * np.ones_like(fulls)  # the cap reached (i, j, n)
+        first_end = cap * ones  # the cap reached (i, k, n)
         last_start = cap * fulls  # B / full past it
-        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, j, n)
-        first = lows[:, None] < first_end[None]  # (piece, i, j, n)
+        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, k, n)
+        first = lows[:, None] < first_end[None]  # (piece, i, k, n)
         last = lows[:, None] >= last_start[None]
-        slope = (counts[None, :, :, None] * np.where(first, 1.0 / ones[None, :, None, :],
-                                                     np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
+        slope = (counts[None, :, :, None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))
+                 ).sum(axis=1)
         flat = (counts[None, :, :, None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
         root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
     piecewise = np.where(root >= lows * (1 - 1e-12), np.maximum(root, lows), INF).min(axis=0)
@@ -161,27 +160,29 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
 
 
 def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
-                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-                v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+               blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
+               v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
     """(B', c') of a rank on `nodes` at each position j where it holds helds[j] = (whole,
     deferred) micro-batches: arrays over (position, tp and ZeRO stage, n = 0..blocks) (module
-    docstring); INF where the rank cannot hold n blocks. `memo` keeps what ranks on other nodes share."""
+    docstring of rank_floor); INF where the rank cannot hold n blocks. `memo` keeps what ranks on
+    other nodes share."""
     n = np.arange(blocks + 1, dtype=float)
+    h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
     # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
     below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _ in helds], dtype=float)
     kept = tuple((whole, min(deferred, max(0.0, least - whole))) for whole, deferred in helds)
     groups = [i for i, count in enumerate(nodes) if count]
-    busies, latencies = [], []
+    counts, dps, times, lats = [], [], [], []  # per option (tp, ZeRO stage)
     for tp in options.tp_degrees:
         if any((i, tp) not in info for i in groups):
             continue
-        replicas = np.array([[nodes[i] * cluster.groups[i].gpus_per_node // tp] for i in groups], dtype=float)
-        dp = int(replicas.sum())
+        replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
+        dp = sum(replicas)
         if dp > most_replicas:
             continue  # every replica takes `least` micro-batches at least
         for zero in _zero_stages(options, v, cluster):
-            ones, fulls, lat_ones, lat_fulls = [], [], [], []
+            option_times, option_lats = [], []
             for i in groups:
                 key = (i, tp, dp, zero, kept)
                 if key not in memo:
@@ -189,46 +190,48 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                     with np.errstate(divide="ignore", invalid="ignore"):
                         per_block = np.where(n > 0, (room - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
                     # every GPU of the rank holds its n blocks' states and what it keeps in flight
-                    curves = [_curves(points, *h) for h in kept] + [_curves(points, 1.0, 0.0)]
+                    curves = [_curves(points, *held) for held in kept] + [_curves(points, 1.0, 0.0)]
                     memo[key] = (n * _least_times([c[0] for c in curves], per_block),
                                  n * _least_times([c[1] for c in curves], per_block))
-                times, lats = memo[key]
                 comm_key = (nodes, tp, zero, i)
                 if comm_key not in memo:
                     points, room, states, price, p = info[(i, tp)]
                     memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
                 comm = memo[comm_key]
-                # ZeRO's collectives in the pass (pricing.ChunkTime); in the latency of one chunk
-                fulls.append(times[:-1] + comm)
-                ones.append(times[-1] + comm)
-                lat_comm = 0.0 if v > 1 else comm
-                lat_fulls.append(lats[:-1] + lat_comm)
-                lat_ones.append(lats[-1] + lat_comm)
-            fulls, lat_fulls = np.array(fulls), np.array(lat_fulls)  # (group, position, n)
-            ones, lat_ones = np.array(ones), np.array(lat_ones)  # (group, n)
-            small = below[:, None] > 0
-            # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
-            fits = np.where(small, np.isfinite(ones).all(axis=0)[None], np.isfinite(fulls).all(axis=0))
-            # c: the slowest replica's latency; where every replica may take fewer than the in-flight
-            # count, at least one micro-batch's, and where they cannot all, the least of holding it
-            latency = np.where(small, lat_ones.max(axis=0)[None], lat_fulls.max(axis=0))
-            some = small & (dp * below[:, None] < m)
-            latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
-            busy = _least_busy(m, replicas, ones, fulls, below)
-            busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
-            busy[:, 0], latency[:, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
-            busies.append(busy)
-            latencies.append(latency)
-    if not busies:
-        none = np.full((len(helds), 1, blocks + 1), INF)
+                # ZeRO's collectives in the pass (pricing.ChunkTime); in the latency of one chunk only
+                option_times.append(memo[key][0] + comm)
+                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm))
+            counts.append(replicas)
+            dps.append(dp)
+            times.append(option_times)
+            lats.append(option_lats)
+    if not counts:
+        none = np.full((h, 1, blocks + 1), INF)
         none[:, :, 0] = 0.0
         return none, none.copy()
-    return np.stack(busies, axis=1), np.stack(latencies, axis=1)
+    k = len(counts)
+    times, lats = np.array(times).transpose(1, 0, 2, 3), np.array(lats).transpose(1, 0, 2, 3)  # (i, k, j, n)
+    fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
+    ones = np.repeat(times[:, :, h], h, axis=1)  # one micro-batch held: (i, k x j, n)
+    lat_ones = lats[:, :, h][:, :, None]
+    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
+    busy = busy.reshape(k, h, -1)
+    small = (below > 0)[None, :, None]
+    # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
+    fits = np.where(small, np.isfinite(times[:, :, h][:, :, None]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
+    # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
+    # at least one micro-batch's, and where they cannot all, the least of holding it
+    latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))
+    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < m)
+    latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
+    busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
+    busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
+    return busy.transpose(1, 0, 2).copy(), latency.transpose(1, 0, 2).copy()
 
 
 @lru_cache(maxsize=16)
 def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
-           v: int) -> dict:
+                v: int) -> dict:
     """What rank_costs computed for these inputs (the searches of one run share it: it does not
     depend on the cutoff)."""
     return {}

@@ -79,19 +79,20 @@ _STEPS = 6  # descents of W before giving up
 
 
 @lru_cache(maxsize=16)
-def _moves(counts: tuple[int, ...]) -> list[tuple[tuple[int, ...], list]]:
-    """The knapsack's steps: per node vector used (by node count), the (nodes of one more rank, node
-    vector after) that stay within `counts`."""
+def _moves(counts: tuple[int, ...]) -> tuple[list, list]:
+    """The knapsack's node vectors (by node count) and its steps: per vector used (its index), the
+    (nodes of one more rank, index of the vector after) that stay within `counts`."""
     vectors = sorted(product(*(range(c + 1) for c in counts)), key=sum)
-    out = []
-    for used in vectors:
+    index = {nu: k for k, nu in enumerate(vectors)}
+    steps = []
+    for k, used in enumerate(vectors):
         moves = []
         for nu in vectors:
             after = tuple(u + x for u, x in zip(used, nu))
             if any(nu) and all(a <= c for a, c in zip(after, counts)):
-                moves.append((nu, after))
-        out.append((used, moves))
-    return out
+                moves.append((nu, index[after]))
+        steps.append((k, moves))
+    return vectors, steps
 
 
 def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
@@ -100,35 +101,31 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
     exactly `ranks` of them, or 1 to `ranks` unless `exact`) whose every y is at most W = `bound`:
     a knapsack over (nodes used, ranks placed, blocks placed), the ranks placed from the last
     (ranked[nu] = (y, c), arrays over (position from the end, option, n))."""
+    width = 2 * (blocks + 1)  # (sums past L land in the upper half, never read)
     cost, finite = {}, {}
     for nu, (y, c) in ranked.items():
         least = np.where(y <= bound, c, INF).min(axis=1)
         least[:, 0] = 0.0
-        cost[nu] = least
-        finite[nu] = np.flatnonzero(np.isfinite(least).any(axis=0))
-    width = blocks + 1
-    first = np.full((ranks + 1, width), INF)
-    first[0, 0] = 0.0
-    table: dict[tuple[int, ...], np.ndarray] = {tuple(0 for _ in counts): first}
-    for used, moves in _moves(counts):
-        sums = table.get(used)
-        if sums is None:
-            continue
-        placed, held = np.nonzero(np.isfinite(sums[:ranks]))
+        finite[nu] = took = np.flatnonzero(np.isfinite(least).any(axis=0))
+        cost[nu] = least[:, took].ravel()  # (position, finite n) flat
+    vectors, steps = _moves(counts)
+    table = np.full((len(vectors), ranks + 1, width), INF)
+    table[0, 0, 0] = 0.0
+    for used, moves in steps:
+        sums = table[used]
+        placed, held = np.nonzero(np.isfinite(sums[:ranks, :blocks + 1]))
         if not len(placed):
             continue
+        start = sums[placed, held][:, None]
+        base = ((placed + 1) * width + held)[:, None]
         for nu, after in moves:
             took = finite[nu]
             # min-plus convolution over the finite entries: one more rank, its blocks added
-            total = np.add.outer(held, took)
-            value = sums[placed, held][:, None] + cost[nu][placed[:, None], took[None, :]]
-            keep = (total <= blocks) & np.isfinite(value)
-            index = ((placed + 1)[:, None] * width + total)[keep]
-            row = table.setdefault(after, np.full((ranks + 1, width), INF))
-            np.minimum.at(row.ravel(), index, value[keep])
+            value = start + cost[nu][(placed * len(took))[:, None] + np.arange(len(took))[None, :]]
+            np.minimum.at(table[after].ravel(), (base + took[None, :]).ravel(), value.ravel())
     if exact:
-        return min((float(sums[ranks, blocks]) for sums in table.values()), default=INF)
-    return min((float(sums[1:, blocks].min()) for sums in table.values()), default=INF)
+        return float(table[:, ranks, blocks].min())
+    return float(table[:, 1:, blocks].min())
 
 
 def _held(schedule, from_end: int, ranks: int | None, v: int, m: int) -> tuple[float, float]:
