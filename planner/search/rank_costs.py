@@ -49,17 +49,17 @@ def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], f
 
 
 def _least_times(hulls: list[list[tuple[float, float]]], per_block: np.ndarray) -> np.ndarray:
-    """h(per_block) for each envelope (rows): the least time of one block whose activations
-    average `per_block` bytes (INF below the leanest mode); a convex envelope is the maximum of
-    the lines through its segments."""
+    """h(per_block) for each envelope and its row of per_block: the least time of one block whose
+    activations average `per_block` bytes (INF below the leanest mode); a convex envelope is the
+    maximum of the lines through its segments."""
     lines = [_lines(hull) for hull in hulls]
     width = max(len(slopes) for slopes, _, _ in lines)
     slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
     heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
     lean = np.array([[x0] for _, _, x0 in lines])
-    x = np.minimum(per_block, 1e300)[None, None, :]  # (INF: 0 x INF would be undefined)
+    x = np.minimum(per_block, 1e300)[:, None, :]  # (INF: 0 x INF would be undefined)
     out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
-    return np.where(per_block[None, :] < lean, INF, out)
+    return np.where(per_block < lean, INF, out)
 
 
 @lru_cache(maxsize=64)
@@ -87,9 +87,20 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
                     points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s,
                                    0.0 if floor is None else floor))
 
-            def states(dp: int, zero: int, tp: int = tp) -> float:
-                return sum(model_state_bytes(dec.weight_params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
-            out[(i, tp)] = (tuple(points), room, states, price, p)
+            def states(dp: int, zero: int, tp: int = tp, params: float = dec.weight_params) -> float:
+                return sum(model_state_bytes(params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
+            ends = {}
+            for kind in ("embedding", "head"):
+                layer = next(layer for layer in model.layers if layer.kind == kind)
+                prices = [layer_price(layer, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                      mode), g.gpu, g.intra_node, p)
+                          for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
+                floors = [latency_floor_s(schedule, price, v) for price in prices]
+                # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
+                ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
+                              min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
+                              layer.weight_params)
+            out[(i, tp)] = (tuple(points), room, states, price, p, ends)
     return out
 
 
@@ -170,8 +181,8 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
     # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
-    below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _ in helds], dtype=float)
-    kept = tuple((whole, min(deferred, max(0.0, least - whole))) for whole, deferred in helds)
+    below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _, _ in helds], dtype=float)
+    kept = tuple((whole, min(deferred, max(0.0, least - whole)), ends) for whole, deferred, ends in helds)
     groups = [i for i, count in enumerate(nodes) if count]
     counts, dps, times, lats = [], [], [], []  # per option (tp, ZeRO stage)
     for tp in options.tp_degrees:
@@ -186,16 +197,30 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             for i in groups:
                 key = (i, tp, dp, zero, kept)
                 if key not in memo:
-                    points, room, states, price, p = info[(i, tp)]
+                    points, room, states, price, p, ends = info[(i, tp)]
+                    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
+                    # the embedding's or head's states and activations where the rank holds them
+                    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
+                    rooms, pass_s, lat_s = [], [], []
+                    for whole, deferred, kinds in rows:
+                        extra = [ends[kind] for kind in kinds]
+                        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1]
+                                                for e in extra))
+                        pass_s.append(sum(e[2] for e in extra))
+                        lat_s.append(sum(e[3] for e in extra))
+                    rooms = np.array(rooms)[:, None]
                     with np.errstate(divide="ignore", invalid="ignore"):
-                        per_block = np.where(n > 0, (room - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
-                    # every GPU of the rank holds its n blocks' states and what it keeps in flight
-                    curves = [_curves(points, *held) for held in kept] + [_curves(points, 1.0, 0.0)]
-                    memo[key] = (n * _least_times([c[0] for c in curves], per_block),
-                                 n * _least_times([c[1] for c in curves], per_block))
+                        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
+                    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
+                    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
+                    with np.errstate(invalid="ignore"):
+                        memo[key] = (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0)
+                                     + np.array(pass_s)[:, None],
+                                     np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0)
+                                     + np.array(lat_s)[:, None])
                 comm_key = (nodes, tp, zero, i)
                 if comm_key not in memo:
-                    points, room, states, price, p = info[(i, tp)]
+                    points, room, states, price, p, ends = info[(i, tp)]
                     memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
                 comm = memo[comm_key]
                 # ZeRO's collectives in the pass (pricing.ChunkTime); in the latency of one chunk only
@@ -212,13 +237,13 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     k = len(counts)
     times, lats = np.array(times).transpose(1, 0, 2, 3), np.array(lats).transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
-    ones = np.repeat(times[:, :, h], h, axis=1)  # one micro-batch held: (i, k x j, n)
-    lat_ones = lats[:, :, h][:, :, None]
+    ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
+    lat_ones = lats[:, :, h:]
     busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
     busy = busy.reshape(k, h, -1)
     small = (below > 0)[None, :, None]
     # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
-    fits = np.where(small, np.isfinite(times[:, :, h][:, :, None]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
+    fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
     # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
     # at least one micro-batch's, and where they cannot all, the least of holding it
     latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))

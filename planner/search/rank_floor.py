@@ -42,6 +42,11 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     groups of n h'(A / n) (+ Z for one chunk), h' the envelope of the latency floors, at one
     micro-batch held where a replica may take fewer than f_j, and also the least over groups of
     it at f_j held where those cannot take all m (then some replica takes f_j or more);
+  * the last rank (j = 1) also holds the head and the first (j = P) the embedding (with any depth
+    the first is the rank placed last, priced in a last step of the knapsack): their states at
+    ZeRO-z and what they keep in flight (the least over the modes, as for a block) come off the
+    room A, their least pass (over the modes) adds to every replica's pass, and the positive part
+    of their least latency floor to c' (delta holds the negative part; span_price adds them up);
   * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
 A rank's options (tp, z) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
 (disjoint node sets, blocks summing to L, P ranks, the j-th from the end with position j's costs;
@@ -95,17 +100,24 @@ def _moves(counts: tuple[int, ...]) -> tuple[list, list]:
     return vectors, steps
 
 
+def _least_cost(bound: float, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The least c over a rank's options whose y is at most `bound`, per (position, n)."""
+    least = np.where(y <= bound, c, INF).min(axis=1)
+    least[:, 0] = 0.0
+    return least
+
+
 def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
-                     exact: bool) -> float:
+                     exact: bool, first: dict | None = None) -> float:
     """S(W): the least sum of c over choices of ranks (disjoint node sets, blocks summing to L,
     exactly `ranks` of them, or 1 to `ranks` unless `exact`) whose every y is at most W = `bound`:
     a knapsack over (nodes used, ranks placed, blocks placed), the ranks placed from the last
-    (ranked[nu] = (y, c), arrays over (position from the end, option, n))."""
+    (ranked[nu] = (y, c), arrays over (position from the end, option, n)); `first` (not `exact`):
+    the options of the first rank, the last placed, where they differ (it holds the embedding)."""
     width = 2 * (blocks + 1)  # (sums past L land in the upper half, never read)
     cost, finite = {}, {}
     for nu, (y, c) in ranked.items():
-        least = np.where(y <= bound, c, INF).min(axis=1)
-        least[:, 0] = 0.0
+        least = _least_cost(bound, y, c)
         finite[nu] = took = np.flatnonzero(np.isfinite(least).any(axis=0))
         cost[nu] = least[:, took].ravel()  # (position, finite n) flat
     vectors, steps = _moves(counts)
@@ -125,16 +137,24 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
             np.minimum.at(table[after].ravel(), (base + took[None, :]).ravel(), value.ravel())
     if exact:
         return float(table[:, ranks, blocks].min())
-    return float(table[:, 1:, blocks].min())
+    if first is None:
+        return float(table[:, 1:, blocks].min())
+    # the first rank last: at position p + 1 after p placed, with the blocks left
+    closing = {nu: _least_cost(bound, y, c)[:ranks, ::-1] for nu, (y, c) in first.items()}
+    return min((float((table[used, :ranks, :blocks + 1] + closing[nu]).min()) for used, moves in steps
+                for nu, _ in moves), default=INF)
 
 
-def _held(schedule, from_end: int, ranks: int | None, v: int, m: int) -> tuple[float, float]:
+def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: bool = False
+          ) -> tuple[float, float, tuple]:
     """(in-flight micro-batches, deferred W passes) of the rank `from_end` from the last of a pipeline
     of `ranks` ranks (None: any depth, for a schedule whose count depends on the distance from the
     end only; Schedule.in_flight_microbatches, deferred_w_microbatches)."""
     depth = from_end if ranks is None else ranks
+    # the last rank holds the head; the first the embedding, known only where the depth is
+    ends = ("head",) * (from_end == 1) + ("embedding",) * (first or (ranks is not None and from_end == ranks))
     return (schedule.in_flight_microbatches(depth - from_end, depth, v, m),
-            schedule.deferred_w_microbatches(depth - from_end, depth, v, m))
+            schedule.deferred_w_microbatches(depth - from_end, depth, v, m), ends)
 
 
 def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
@@ -163,28 +183,35 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    held = [_held(get_schedule(schedule), j, ranks, v, m) for j in range(1, depth + 1)]
     known = known_costs(model, cluster, base, options, b, schedule, v)
-    helds = tuple(held)
-    ranked = {}
-    for nu in vectors:
-        key = (nu, helds, least, most_replicas)
-        if key not in known:
-            known[key] = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
-                                     known)
-        busy, latency = known[key]
-        # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
-        able = busy <= target - delta
-        able[:, :, 0] = True
-        with np.errstate(invalid="ignore"):
-            ranked[nu] = (np.where(able, busy - latency, INF), np.where(able, latency, INF))
+
+    def options_of(helds: tuple) -> dict:
+        """(y, c) of every node vector's options at these positions, over (position, option, n)."""
+        out = {}
+        for nu in vectors:
+            key = (nu, helds, least, most_replicas)
+            if key not in known:
+                known[key] = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
+                                         known)
+            busy, latency = known[key]
+            # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
+            able = busy <= target - delta
+            able[:, :, 0] = True
+            with np.errstate(invalid="ignore"):
+                out[nu] = (np.where(able, busy - latency, INF), np.where(able, latency, INF))
+        return out
+    positions = range(1, depth + 1)
+    ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m) for j in positions))
+    # any depth: the first rank, placed last at a position not known before, holds the embedding
+    first = None if ranks is not None else \
+        options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m, first=True) for j in positions))
     # T >= max_k y_k + S + delta: descend W from where T >= target surely (Alpa's t_max
     # enumeration, as the driver): plans whose largest y is in (target - S(W) - delta, W] cannot
     # beat the cutoff, so W drops to that; done when no plan is left, given up when W stalls
     bound = target - delta
     lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (module docstring)
     for _ in range(_STEPS):
-        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None)
+        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None, first)
         if least_sum == INF or lowest + least_sum + delta >= target:
             return True
         # just below: a plan whose largest y is `lower` has T >= target already, to rounding
