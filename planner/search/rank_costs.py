@@ -10,9 +10,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.dims import StageDims
-from ..cost.paths import collective_links
-from ..cost.pricing import DpLayout, layer_price, span_price, zero_comm
+from ..cost.paths import collective_links, pair_link, slowest
+from ..cost.pricing import DpLayout, boundary_bytes, layer_price, p2p_s, span_price, zero_comm
 from ..cost.sharding import Sharding
+from ..cost.stage_tail import grad_reduce_s, optimizer_s
 from ..cost.states import model_state_bytes
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
@@ -99,8 +100,13 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
                 # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
                 ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
                               min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
-                              layer.weight_params)
-            out[(i, tp)] = (tuple(points), room, states, price, p, ends)
+                              layer.weight_params, prices[0], max(x.bwd_s for x in prices))
+            sent = min(boundary_bytes(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                    "none")) for sp in ((False, True) if tp > 1 else (False,)))
+            slowest_bwd = max(layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                        mode), g.gpu, g.intra_node, p).bwd_s
+                              for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,)))
+            out[(i, tp)] = (tuple(points), room, states, price, p, ends, sent, slowest_bwd)
     return out
 
 
@@ -133,6 +139,44 @@ def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, ze
         one, two = (zero_comm(w, dims, base.dtype, layout, p).total_s for w in (1.0, 2.0))
         out = out + (v - 1) * min(0.0, 2 * one - two)
     return out
+
+
+def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
+    """The least one send of a micro-batch's boundary takes from a replica of group i of a rank on
+    `groups` (`block` its rank_blocks entry) to the next rank, wherever that is: p2p_s over the
+    slowest pair link between the rank's groups and one group of the next (stage_links.boundary:
+    the slowest over all of them); 0 where a measured link prices it by its curve."""
+    p, sent = block[4], block[6]
+    best = INF
+    for other in cluster.groups:
+        link = slowest([pair_link(cluster, cluster.groups[j].name, other.name) for j in groups])
+        if link.curves:
+            return 0.0
+        best = min(best, p2p_s(sent, link, False, p))
+    return max(0.0, best)
+
+
+def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, nodes: tuple[int, ...], groups: list[int],
+                  tp: int, dp: int, zero: int, info: dict, n: np.ndarray, ends: tuple) -> np.ndarray:
+    """E': the least a rank's tail takes after its last micro-batch (Problem._tail, cost.stage_tail):
+    the gradient reduction over its layout at its slowest GPU's parameters, less at most the
+    slowest backward any of its replicas may have (grad_reduce_s falls as that grows), and its
+    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs)."""
+    blocks = [info[(i, tp)] for i in groups]
+    slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
+    dims = StageDims(tp, tp > 1, dp, zero)
+    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
+    intra, inter = collective_links(cluster, per_group)
+    layout = DpLayout(dp, max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i in groups),
+                      sum(nodes), intra, inter)
+    first = blocks[0]
+    span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
+    bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
+    tail = grad_reduce_s(span.weight_params, dims, base.dtype, layout, info[(slow, tp)][4], bwd)
+    if not options.offload:
+        tail = tail + np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
+                                          optimizer=base.optimizer) for i in groups], axis=0)
+    return np.maximum(0.0, np.asarray(tail, dtype=float) * np.ones(len(n)))
 
 
 @lru_cache(maxsize=1024)
@@ -184,7 +228,11 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _, _ in helds], dtype=float)
     kept = tuple((whole, min(deferred, max(0.0, least - whole)), ends) for whole, deferred, ends in helds)
     groups = [i for i, count in enumerate(nodes) if count]
-    counts, dps, times, lats = [], [], [], []  # per option (tp, ZeRO stage)
+    groups_key = tuple(groups)
+    # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
+    per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
+                             for _, _, ends in helds])
+    counts, dps, times, lats, tails = [], [], [], [], []  # per option (tp, ZeRO stage)
     for tp in options.tp_degrees:
         if any((i, tp) not in info for i in groups):
             continue
@@ -197,7 +245,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             for i in groups:
                 key = (i, tp, dp, zero, kept)
                 if key not in memo:
-                    points, room, states, price, p, ends = info[(i, tp)]
+                    points, room, states, price, p, ends, *_ = info[(i, tp)]
                     # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
                     # the embedding's or head's states and activations where the rank holds them
                     rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
@@ -220,12 +268,22 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                                      + np.array(lat_s)[:, None])
                 comm_key = (nodes, tp, zero, i)
                 if comm_key not in memo:
-                    points, room, states, price, p, ends = info[(i, tp)]
+                    points, room, states, price, p, ends, *_ = info[(i, tp)]
                     memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
                 comm = memo[comm_key]
-                # ZeRO's collectives in the pass (pricing.ChunkTime); in the latency of one chunk only
-                option_times.append(memo[key][0] + comm)
-                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm))
+                send_key = ("send", groups_key, tp, i)
+                if send_key not in memo:
+                    memo[send_key] = _send_floor_s(cluster, groups, info[(i, tp)])
+                sends = memo[send_key] * per_position  # (position, 1)
+                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times);
+                # in the latency of one chunk only
+                option_times.append(memo[key][0] + comm + np.vstack([sends, sends]))
+                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm + np.vstack([sends, sends])))
+            for _, _, ends in helds:
+                if ("tail", nodes, tp, zero, ends) not in memo:
+                    memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
+                                                                          dp, zero, info, n, ends)
+            tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
             counts.append(replicas)
             dps.append(dp)
             times.append(option_times)
@@ -240,7 +298,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
     busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
-    busy = busy.reshape(k, h, -1)
+    busy = busy.reshape(k, h, -1) + np.array(tails)  # B' + E': X + c = B + E
     small = (below > 0)[None, :, None]
     # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
     fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))

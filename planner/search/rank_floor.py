@@ -3,9 +3,9 @@ pipeline ranks or any number) can beat a cutoff, from a dynamic programme over w
 relaxed costs (planner.search.any_bound asks it where its closed-form floor, which lets ranks blend,
 does not decide; the costs are planner.search.rank_costs).
 
-T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
-(evaluate.pipeline_time_s, E_j >= 0), so with lower bounds B'_k <= B_k and c'_k <= c_k,
-    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k - c'_k,
+T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + E_j + sum_(k != j) c_k for every rank j
+(evaluate.pipeline_time_s), so with lower bounds B'_k <= B_k, E'_k <= E_k and c'_k <= c_k,
+    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k + E'_k - c'_k,
 delta <= 0 what the embedding and head add at least to the latencies (bound.ends_floor). Each rank is a
 set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
 stage_configs) and one ZeRO stage z: its replicas are the tp-GPU slices of its nodes, at most
@@ -47,7 +47,17 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     ZeRO-z and what they keep in flight (the least over the modes, as for a block) come off the
     room A, their least pass (over the modes) adds to every replica's pass, and the positive part
     of their least latency floor to c' (delta holds the negative part; span_price adds them up);
-  * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
+  * the sends: every replica's pass carries its rank's sends to the next (Problem.replica_times:
+    one, none from the last rank; V chunks V, the last rank V - 1), each at least p2p_s over the
+    slowest pair link between the rank's groups and the one group of the next rank that makes it
+    least (the boundary is the slowest over all pairs, stage_links; none counted on a measured
+    link), added to B' and, for one chunk, to c' (the latency is a replica's pass with its sends);
+  * E'_k, the tail (Problem._tail, cost.stage_tail): the gradient reduction over the rank's layout at
+    its slowest GPU's parameters, hidden behind at most the slowest backward any of its replicas
+    may take (n blocks at the slowest recompute mode, with the embedding or head; the exposed
+    part falls as that grows), and the slowest optimizer step of its groups (none counted where
+    ZeRO-Offload may run it on the CPUs);
+  * a rank with B'_k + E'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + E_k + delta).
 A rank's options (tp, z) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
 (disjoint node sets, blocks summing to L, P ranks, the j-th from the end with position j's costs;
 idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks placed,
@@ -80,7 +90,7 @@ __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
 # most node vectors (prod of nodes + 1) and decoder blocks: beyond, the table costs more than the
 # searches it saves (3+3+4 nodes under `--runtime any`, 80 vectors: 11.0 CPU s with it, 8.8 without)
 RANK_FLOOR_LIMITS = (64, 256)
-_STEPS = 6  # descents of W before giving up
+_STEPS = 10  # descents of W before giving up
 
 
 @lru_cache(maxsize=16)
