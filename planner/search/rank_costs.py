@@ -193,25 +193,32 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
     take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
     than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
     holding it (module docstring of rank_floor, B')."""
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         whole = m / (counts[:, :, None] / fulls).sum(axis=0)
-    if not below.any():
+        # B' = m / sum(counts / full) where there every replica would take more than `below`
+        need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
+    if not need.any():
         return whole
     # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
     # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
-    cap = below[None, :, None]
+    rows, cols = np.nonzero(need)
+    ones, fulls = ones[:, rows, cols], fulls[:, rows, cols]  # (i, entry)
+    counts, cap = counts[:, rows], below[rows][None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        first_end = cap * ones  # the cap reached (i, k, n)
+        first_end = cap * ones  # the cap reached
         last_start = cap * fulls  # B / full past it
-        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, k, n)
-        first = lows[:, None] < first_end[None]  # (piece, i, k, n)
+        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, entry)
+        first = lows[:, None] < first_end[None]  # (piece, i, entry)
         last = lows[:, None] >= last_start[None]
-        slope = (counts[None, :, :, None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))
-                 ).sum(axis=1)
-        flat = (counts[None, :, :, None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
+        slope = (counts[None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
+        flat = (counts[None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
         root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
-    piecewise = np.where(root >= lows * (1 - 1e-12), np.maximum(root, lows), INF).min(axis=0)
-    return np.where(below[:, None] > 0, piecewise, whole)
+        # the piece runs from its low to the next breakpoint: a root past it is not G's
+        highs = np.where(lows[1:][None] > lows[:, None], lows[1:][None], INF).min(axis=1)
+    inside = (root >= lows * (1 - 1e-12)) & (root <= highs * (1 + 1e-12))
+    out = whole.copy()
+    out[rows, cols] = np.minimum(np.where(inside, np.maximum(root, lows), INF).min(axis=0), whole[rows, cols])
+    return out
 
 
 def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
@@ -231,8 +238,9 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     groups_key = tuple(groups)
     # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
     per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
-                             for _, _, ends in helds])
+                             for _, _, ends in helds] * 2)
     counts, dps, times, lats, tails = [], [], [], [], []  # per option (tp, ZeRO stage)
+    zeros = _zero_stages(options, v, cluster)
     for tp in options.tp_degrees:
         if any((i, tp) not in info for i in groups):
             continue
@@ -240,7 +248,12 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
         dp = sum(replicas)
         if dp > most_replicas:
             continue  # every replica takes `least` micro-batches at least
-        for zero in _zero_stages(options, v, cluster):
+        sends = {}
+        for i in groups:
+            if ("send", groups_key, tp, i) not in memo:
+                memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
+            sends[i] = memo[("send", groups_key, tp, i)] * per_position  # (position, 1): in flight, one held
+        for zero in zeros:
             option_times, option_lats = [], []
             for i in groups:
                 key = (i, tp, dp, zero, kept)
@@ -271,14 +284,10 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                     points, room, states, price, p, ends, *_ = info[(i, tp)]
                     memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
                 comm = memo[comm_key]
-                send_key = ("send", groups_key, tp, i)
-                if send_key not in memo:
-                    memo[send_key] = _send_floor_s(cluster, groups, info[(i, tp)])
-                sends = memo[send_key] * per_position  # (position, 1)
                 # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times);
                 # in the latency of one chunk only
-                option_times.append(memo[key][0] + comm + np.vstack([sends, sends]))
-                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm + np.vstack([sends, sends])))
+                option_times.append(memo[key][0] + (comm + sends[i]))
+                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm + sends[i]))
             for _, _, ends in helds:
                 if ("tail", nodes, tp, zero, ends) not in memo:
                     memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
