@@ -284,10 +284,10 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                     points, room, states, price, p, ends, *_ = info[(i, tp)]
                     memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
                 comm = memo[comm_key]
-                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times);
-                # in the latency of one chunk only
+                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times)
+                # and in the latency: V chunks' slowest at least their mean (interleave.chunk_latency)
                 option_times.append(memo[key][0] + (comm + sends[i]))
-                option_lats.append(memo[key][1] + (0.0 if v > 1 else comm + sends[i]))
+                option_lats.append(memo[key][1] + (comm + sends[i]) / v)
             for _, _, ends in helds:
                 if ("tail", nodes, tp, zero, ends) not in memo:
                     memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
@@ -324,6 +324,6 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
 @lru_cache(maxsize=16)
 def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
                 v: int) -> dict:
-    """What rank_costs computed for these inputs (the searches of one run share it: it does not
-    depend on the cutoff)."""
+    """The parts of rank_costs that ranks on other nodes and other searches of one run share (they
+    do not depend on the cutoff): per group arrays, ZeRO's collectives, sends and tails."""
     return {}

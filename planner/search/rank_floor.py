@@ -38,8 +38,8 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     micro-batch held everywhere B' = m / R, R the sum of 1 / pass, any_bound, 1);
   * c'_k: the latency of a one-chunk rank is its slowest replica's (DeferredW.latency: 1F1B the
     pass, ZB-H1 the pass less 2 W, both with ZeRO's collectives; interleaved its slowest chunk,
-    at least the pass / V without them, bound.latency_floor_s), so c' is the largest over its
-    groups of n h'(A / n) (+ Z for one chunk), h' the envelope of the latency floors, at one
+    at least the mean of its V chunks, bound.latency_floor_s), so c' is the largest over its
+    groups of n h'(A / n) + Z (V chunks: Z / V), h' the envelope of the latency floors, at one
     micro-batch held where a replica may take fewer than f_j, and also the least over groups of
     it at f_j held where those cannot take all m (then some replica takes f_j or more);
   * the last rank (j = 1) also holds the head and the first (j = P) the embedding (with any depth
@@ -51,7 +51,10 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     one, none from the last rank; V chunks V, the last rank V - 1), each at least p2p_s over the
     slowest pair link between the rank's groups and the one group of the next rank that makes it
     least (the boundary is the slowest over all pairs, stage_links; none counted on a measured
-    link), added to B' and, for one chunk, to c' (the latency is a replica's pass with its sends);
+    link), added to B' and to c' (one chunk: the latency is a replica's pass with its sends; V
+    chunks: the slowest chunk with its send is at least their mean, so 1/V of the sends and of Z);
+  * a rank holds a decoder block at least, or none where it holds the embedding or head (one
+    chunk), and every one of V chunks one at least (Problem._finish);
   * E'_k, the tail (Problem._tail, cost.stage_tail): the gradient reduction over the rank's layout at
     its slowest GPU's parameters, hidden behind at most the slowest backward any of its replicas
     may take (n blocks at the slowest recompute mode, with the embedding or head; the exposed
@@ -66,7 +69,7 @@ T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumer
 planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
 search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
 shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The rank costs do not
-depend on the cutoff: the searches of one run share them (rank_costs.known_costs)."""
+depend on the cutoff: the searches of one run share their parts (rank_costs.known_costs)."""
 
 
 from __future__ import annotations
@@ -112,9 +115,7 @@ def _moves(counts: tuple[int, ...]) -> tuple[list, list]:
 
 def _least_cost(bound: float, y: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The least c over a rank's options whose y is at most `bound`, per (position, n)."""
-    least = np.where(y <= bound, c, INF).min(axis=1)
-    least[:, 0] = 0.0
-    return least
+    return np.where(y <= bound, c, INF).min(axis=1)
 
 
 def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
@@ -199,14 +200,14 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
         out = {}
         for nu in vectors:
-            key = (nu, helds, least, most_replicas)
-            if key not in known:
-                known[key] = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
-                                         known)
-            busy, latency = known[key]
-            # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
-            able = busy <= target - delta
-            able[:, :, 0] = True
+            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
+            busy, latency = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
+                                       known)
+            # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it;
+            # every chunk holds a block, a rank without the embedding or head one at least (Problem._finish)
+            able = (busy <= target - delta) | (np.arange(blocks + 1) == 0)
+            able &= (np.arange(blocks + 1) >= v) if v > 1 else \
+                ((np.arange(blocks + 1) > 0) | np.array([[[bool(ends)]] for _, _, ends in helds]))
             with np.errstate(invalid="ignore"):
                 out[nu] = (np.where(able, busy - latency, INF), np.where(able, latency, INF))
         return out
