@@ -307,7 +307,15 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
     busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
-    busy = busy.reshape(k, h, -1) + np.array(tails)  # B' + E': X + c = B + E
+    busy = busy.reshape(k, h, -1)
+    if len(groups) == 1:
+        # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
+        # in-flight count where q reaches it (or every replica does), else one micro-batch at least
+        most = np.array([-(-m // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
+        holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
+        with np.errstate(invalid="ignore"):
+            busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
+    busy = busy + np.array(tails)  # B' + E': X + c = B + E
     small = (below > 0)[None, :, None]
     # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
     fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))

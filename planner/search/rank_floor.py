@@ -35,7 +35,9 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     takes s_r <= g_r(B) = max(min(f_j - 1, B / t1_r), B / tf_r) micro-batches in the busy time B
     (s_r < f_j: s_r t1_r <= s_r t_r <= B; else s_r tf_r <= B), or s_r <= B / tf_r where least >=
     f_j; B' is the least B with sum_r g_r(B) >= m (g_r piecewise linear and rising; with one
-    micro-batch held everywhere B' = m / R, R the sum of 1 / pass, any_bound, 1);
+    micro-batch held everywhere B' = m / R, R the sum of 1 / pass, any_bound, 1); where the D
+    replicas are of one type, one takes q = ceil(m / D) whole micro-batches at least, so also
+    B' >= q tf (q >= f_j, or none takes fewer than f_j) or q t1;
   * c'_k: the latency of a one-chunk rank is its slowest replica's (DeferredW.latency: 1F1B the
     pass, ZB-H1 the pass less 2 W, both with ZeRO's collectives; interleaved its slowest chunk,
     at least the mean of its V chunks, bound.latency_floor_s), so c' is the largest over its
