@@ -45,9 +45,9 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
     micro-batch held where a replica may take fewer than f_j, and also the least over groups of
     it at f_j held where those cannot take all m (then some replica takes f_j or more);
   * the last rank (j = 1) also holds the head and the first (j = P) the embedding (with any depth
-    the first is the rank placed last, priced in a last step of the knapsack): their states at
-    ZeRO-z and what they keep in flight (the least over the modes, as for a block) come off the
-    room A, their least pass (over the modes) adds to every replica's pass, and the positive part
+    the first is the rank placed last, priced in a last step of the knapsack where the search is
+    not ruled out without it): their states at ZeRO-z and what they keep in flight (the least
+    over the modes, as for a block) come off the room A, their least pass (over the modes) adds to every replica's pass, and the positive part
     of their least latency floor to c' (delta holds the negative part; span_price adds them up);
   * the sends: every replica's pass carries its rank's sends to the next (Problem.replica_times:
     one, none from the last rank; V chunks V, the last rank V - 1), each at least p2p_s over the
@@ -215,16 +215,26 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
         return out
     positions = range(1, depth + 1)
     ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m) for j in positions))
+    if _descends_past(target, delta, ranked, counts, blocks, depth, ranks is not None, None):
+        return True
+    if ranks is not None:
+        return False
     # any depth: the first rank, placed last at a position not known before, holds the embedding
-    first = None if ranks is not None else \
-        options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m, first=True) for j in positions))
-    # T >= max_k y_k + S + delta: descend W from where T >= target surely (Alpa's t_max
-    # enumeration, as the driver): plans whose largest y is in (target - S(W) - delta, W] cannot
-    # beat the cutoff, so W drops to that; done when no plan is left, given up when W stalls
+    # (priced only where the search is not ruled out without it)
+    first = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m, first=True) for j in positions))
+    return _descends_past(target, delta, ranked, counts, blocks, depth, False, first)
+
+
+def _descends_past(target: float, delta: float, ranked: dict, counts: tuple[int, ...], blocks: int, depth: int,
+                   exact: bool, first: dict | None) -> bool:
+    """Whether T >= max_k y_k + S(W) + delta reaches `target` for every choice of ranks (module
+    docstring): W descends from where T >= target surely (Alpa's t_max enumeration, as the
+    driver); plans whose largest y is in (target - S(W) - delta, W] cannot beat the cutoff, so W
+    drops to that; done when no plan is left, given up when W stalls."""
     bound = target - delta
     lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (module docstring)
     for _ in range(_STEPS):
-        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None, first)
+        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, exact, first)
         if least_sum == INF or lowest + least_sum + delta >= target:
             return True
         # just below: a plan whose largest y is `lower` has T >= target already, to rounding
