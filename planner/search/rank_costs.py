@@ -197,6 +197,7 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
         whole = m / (counts[:, :, None] / fulls).sum(axis=0)
         # B' = m / sum(counts / full) where there every replica would take more than `below`
         need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
+        need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
     if not need.any():
         return whole
     # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
