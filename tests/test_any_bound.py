@@ -9,8 +9,11 @@ from dataclasses import replace
 import pytest
 
 from planner.cost.runtimes.capability import capability
+from planner.core.errors import NoFeasiblePlan
+from planner.schedules import get_schedule
 from planner.search.any_bound import cannot_beat_any, subproblem_floor_s
-from planner.search.space import within
+from planner.search.rank_floor import ranks_cannot_beat
+from planner.search.space import subproblems, within
 from planner.search.stage_types import SolverOptions
 
 from .oracle import brute_force, solve_with_and_without_skips
@@ -52,3 +55,40 @@ def test_skipping_the_searches_the_floors_rule_out_finds_the_same_plan(monkeypat
     assert skipped  # the floors rule some searches out here
     assert pruned.optimal and full.optimal
     assert pruned.plan == full.plan and pruned.estimate.step_time_s == full.estimate.step_time_s
+
+
+def _alone(monkeypatch, model, cluster, base, options, want):
+    """The optimum of the driver's one search `want` = (b, v, ranks, schedule), solved alone (no
+    other search, no uniform seed), or None where it has no plan."""
+    import planner.search.driver as driver
+
+    real = driver.runtime_subproblems
+    with monkeypatch.context() as patch:
+        patch.setattr(driver, "runtime_subproblems",
+                      lambda *a, **k: (s for s in real(*a, **k) if (s[0], s[1], s[2], s[4]) == want))
+        patch.setattr(driver, "improving_uniform", lambda *a, **k: iter(()))
+        try:
+            return driver.solve(model, cluster, base, options).estimate.step_time_s
+        except NoFeasiblePlan:
+            return None
+
+
+# memory that binds, one- and two-GPU nodes, ZeRO-1 to 3: the in-flight counts per position, the
+# deferred W inputs and ZeRO's collectives of rank_floor's costs all count here
+@pytest.mark.parametrize("make, seed", [(pipeline_instance, 0), (pipeline_instance, 2), (pipeline_instance, 5),
+                                        (tiny_instance, 1)])
+def test_rank_floor_never_rules_out_a_search_against_its_own_optimum(monkeypatch, make, seed):
+    model, cluster, base = make(seed)
+    base = replace(base, runtime="any")
+    given = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True, "zero_stages": (1, 2, 3)})
+    cap = capability("any")
+    options = within(given, cap)
+    floors = []
+    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups), options, cap):
+        best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
+        if best is None:
+            continue
+        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
+        assert not ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * (1 + 1e-6))
+        floors.append(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * 0.8))
+    assert any(floors)  # the floor is not vacuous there: it rules out a cutoff at 80 % of some optimum

@@ -38,7 +38,7 @@ then the 1F1B ones, which with them bound the interleaved ones (space.subproblem
 problems of a micro-batch share their position-free prices. A search whose plans all lie at or above
 the best plan known is skipped before its tables are built: a restricted one by restriction_bound, the
 free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
-under `any`, 35 of its 60 searches). Ties between the plans of different
+under `any`, 51 of its 60 searches). Ties between the plans of different
 searches go to the one met first (explore), in that order. Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by

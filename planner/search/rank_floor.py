@@ -1,38 +1,78 @@
 """Whether any plan of one unrestricted search (micro-batch b, V chunks per rank, a schedule, P
 pipeline ranks or any number) can beat a cutoff, from a dynamic programme over whole ranks with
 relaxed costs (planner.search.any_bound asks it where its closed-form floor, which lets ranks blend,
-does not decide).
+does not decide; the costs are planner.search.rank_costs).
 
-T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
-(evaluate.pipeline_time_s, E_j >= 0), so with lower bounds B'_k <= B_k and c'_k <= c_k,
-    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k - c'_k,
+T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + E_j + sum_(k != j) c_k for every rank j
+(evaluate.pipeline_time_s), so with lower bounds B'_k <= B_k, E'_k <= E_k and c'_k <= c_k,
+    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k + E'_k - c'_k,
 delta <= 0 what the embedding and head add at least to the latencies (bound.ends_floor). Each rank is a
 set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
-stage_configs): its replicas are the tp-GPU slices of its nodes, at most D = m // least of which take
-micro-batches (any_bound, 2). Every replica takes `least` >= 1 of them (ProblemInputs.least_share),
-so a rank has at most D replicas, and X_j >= 0: a rank's latency (a replica's pass, less its W under
-ZB-H1, or its slowest chunk) is no more than that replica's busy time; so T >= X_j + sum_k c_k gives
-T >= max(0, max_k y_k) + sum_k c'_k + delta too. The bounds:
-  * every GPU of the rank holds the n blocks' weights, gradients and optimizer states (ZeRO over
-    the rank's replicas, none of the optimizer states where ZeRO-Offload may take them) and at
-    least one micro-batch's activations (every schedule keeps one in flight,
-    Schedule.in_flight_microbatches >= 1) within its memory less the reserve, or the rank cannot
-    hold n blocks; in the room A the states leave, a replica's pass over n blocks is at least
-    n h(A / n): h the lower convex envelope of the points (activation bytes, time) of one block
-    per recompute mode (none, selective, full; layer_price at b, the node's own link; "block"
-    recomputation mixes full and none block by block, and h is convex and falls);
-  * B'_k = m / R, R the sum of 1 / pass over its replicas (any_bound, 1);
-  * c'_k = n max_g lambda_g >= 0, lambda_g the least a block adds to the latency of a replica of
-    group g (bound.latency_floor_s, over the modes);
-  * a rank with B'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + delta).
-S(W), the least sum of c' over the choices of ranks (disjoint node sets, blocks summing to L, P
-ranks; idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks
-placed, blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W]
-has T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
+stage_configs) and one ZeRO stage z: its replicas are the tp-GPU slices of its nodes, at most
+D = m // least of which take micro-batches (any_bound, 2). Every replica takes `least` >= 1 of them
+(ProblemInputs.least_share), so a rank has at most D replicas, and X_j >= 0: a rank's latency (a
+replica's pass, less its W under ZB-H1, or its slowest chunk) is no more than that replica's busy
+time; so T >= X_j + sum_k c_k gives T >= max(0, max_k y_k) + sum_k c'_k + delta too. The ranks are
+numbered from the last, j = 1..P (any P for 1F1B, whose counts depend on j only): the rank j from
+the end holds f_j = Schedule.in_flight_microbatches micro-batches' activations at its peak and the
+deferred-W inputs of d_j more (Schedule.deferred_w_microbatches; ZB-H1), so a replica with s
+micro-batches holds min(s, f_j) of them whole (stage_types.share_cap) and, where s >= least >= f_j,
+the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bounds:
+  * every GPU of the rank holds the n blocks' weights, gradients and optimizer states at ZeRO-z over
+    the rank's replicas (none of the optimizer states where ZeRO-Offload may take them) and what it
+    keeps in flight within its memory less the reserve (cost.stage_memory.replica_memory; the
+    recomputation's working set >= 0 left out), or the rank cannot hold n blocks; in the room A
+    the states leave, a replica holding w micro-batches whole and e W inputs passes n blocks in at
+    least n h(A / n) + Z: h the lower convex envelope of the points (w act + e wgrad_act bytes,
+    time) of one block per recompute mode (none, selective, full; layer_price at b, the node's own
+    link; "block" recomputation mixes full and none block by block, and h is convex and falls);
+    Z what ZeRO-2/3's collectives over the rank's layout (StageConfigs.dp_layout) add at least,
+    (1 - overlap_zero_comm) of zero_comm's total (dp_comm.zero_exposed_s hides at most that
+    share), V chunks adding V - 1 fixed parts (interleave.interleaved_type_arrays; counted where
+    negative only); an interleaved search leaves ZeRO-2/3 out where every group's runtime
+    overlaps it (StageConfigs), so the rank does too;
+  * B'_k: replica r of pass t1_r holding one micro-batch and tf_r holding f_j (and the W inputs)
+    takes s_r <= g_r(B) = max(min(f_j - 1, B / t1_r), B / tf_r) micro-batches in the busy time B
+    (s_r < f_j: s_r t1_r <= s_r t_r <= B; else s_r tf_r <= B), or s_r <= B / tf_r where least >=
+    f_j; B' is the least B with sum_r g_r(B) >= m (g_r piecewise linear and rising; with one
+    micro-batch held everywhere B' = m / R, R the sum of 1 / pass, any_bound, 1); where the D
+    replicas are of one type, one takes q = ceil(m / D) whole micro-batches at least, so also
+    B' >= q tf (q >= f_j, or none takes fewer than f_j) or q t1;
+  * c'_k: the latency of a one-chunk rank is its slowest replica's (DeferredW.latency: 1F1B the
+    pass, ZB-H1 the pass less 2 W, both with ZeRO's collectives; interleaved its slowest chunk,
+    at least the mean of its V chunks, bound.latency_floor_s), so c' is the largest over its
+    groups of n h'(A / n) + Z (V chunks: Z / V), h' the envelope of the latency floors, at one
+    micro-batch held where a replica may take fewer than f_j, and also the least over groups of
+    it at f_j held where those cannot take all m (then some replica takes f_j or more);
+  * the last rank (j = 1) also holds the head and the first (j = P) the embedding (with any depth
+    the first is the rank placed last, priced in a last step of the knapsack where the search is
+    not ruled out without it): their states at ZeRO-z and what they keep in flight (the least
+    over the modes, as for a block) come off the room A, their least pass (over the modes) adds to every replica's pass, and the positive part
+    of their least latency floor to c' (delta holds the negative part; span_price adds them up);
+  * the sends: every replica's pass carries its rank's sends to the next (Problem.replica_times:
+    one, none from the last rank; V chunks V, the last rank V - 1), each at least p2p_s over the
+    slowest pair link between the rank's groups and the one group of the next rank that makes it
+    least (the boundary is the slowest over all pairs, stage_links; none counted on a measured
+    link), added to B' and to c' (one chunk: the latency is a replica's pass with its sends; V
+    chunks: the slowest chunk with its send is at least their mean, so 1/V of the sends and of Z);
+  * a rank holds a decoder block at least, or none where it holds the embedding or head (one
+    chunk), and every one of V chunks one at least (Problem._finish);
+  * E'_k, the tail (Problem._tail, cost.stage_tail): the gradient reduction over the rank's layout at
+    its slowest GPU's parameters, hidden behind at most the slowest backward any of its replicas
+    may take (n blocks at the slowest recompute mode, with the embedding or head; the exposed
+    part falls as that grows), and the slowest optimizer step of its groups (none counted where
+    ZeRO-Offload may run it on the CPUs);
+  * a rank with B'_k + E'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + E_k + delta).
+A rank's options (tp, z) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
+(disjoint node sets, blocks summing to L, P ranks, the j-th from the end with position j's costs;
+idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks placed,
+blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W] has
+T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
 planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
-search cannot beat it. Left
-out (no answer): context parallelism, MoE models, decoders of several shapes, and clusters or
-models too large for the table (RANK_FLOOR_LIMITS)."""
+search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
+shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The rank costs do not
+depend on the cutoff: the searches of one run share their parts (rank_costs.known_costs)."""
+
 
 from __future__ import annotations
 
@@ -41,16 +81,13 @@ from itertools import product
 
 import numpy as np
 
-from ..core.dims import StageDims
-from ..cost.pricing import layer_price
-from ..cost.sharding import Sharding
-from ..cost.states import model_state_bytes
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training
-from .bound import ends_floor, latency_floor_s
-from .completion import BLOCK_MODES
+from ..schedules import get_schedule
+from .bound import ends_floor
 from .context_parallel import cp_choices
+from .rank_costs import known_costs, rank_blocks, rank_costs
 from .stage_types import INF, SolverOptions
 
 __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
@@ -58,134 +95,79 @@ __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
 # most node vectors (prod of nodes + 1) and decoder blocks: beyond, the table costs more than the
 # searches it saves (3+3+4 nodes under `--runtime any`, 80 vectors: 11.0 CPU s with it, 8.8 without)
 RANK_FLOOR_LIMITS = (64, 256)
-_STEPS = 6  # descents of W before giving up
+_STEPS = 10  # descents of W before giving up
 
 
-def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The lower convex envelope of (activation bytes, time) points, by increasing bytes, keeping
-    only the part where time falls as bytes grow."""
-    hull: list[tuple[float, float]] = []
-    for x, y in sorted(set(points)):
-        if hull and y >= hull[-1][1]:
-            continue  # no faster for more memory
-        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0]) >= (y - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
-            hull.pop()
-        hull.append((x, y))
-    return hull
+@lru_cache(maxsize=16)
+def _moves(counts: tuple[int, ...]) -> tuple[list, list]:
+    """The knapsack's node vectors (by node count) and its steps: per vector used (its index), the
+    (nodes of one more rank, index of the vector after) that stay within `counts`."""
+    vectors = sorted(product(*(range(c + 1) for c in counts)), key=sum)
+    index = {nu: k for k, nu in enumerate(vectors)}
+    steps = []
+    for k, used in enumerate(vectors):
+        moves = []
+        for nu in vectors:
+            after = tuple(u + x for u, x in zip(used, nu))
+            if any(nu) and all(a <= c for a, c in zip(after, counts)):
+                moves.append((nu, index[after]))
+        steps.append((k, moves))
+    return vectors, steps
 
 
-def _least_time(hull: list[tuple[float, float]], per_block: np.ndarray) -> np.ndarray:
-    """h(per_block): the least time of one block whose activations average `per_block` bytes
-    (INF below the leanest mode)."""
-    xs = np.array([x for x, _ in hull])
-    ys = np.array([y for _, y in hull])
-    out = np.interp(per_block, xs, ys)  # flat at the fastest mode beyond its bytes
-    return np.where(per_block < xs[0], INF, out)
-
-
-@lru_cache(maxsize=64)
-def _blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
-            v: int) -> dict:
-    """Per group and tp: (envelope, lambda, room, states of one block per dp replicas)."""
-    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
-    dec = decoders[0]
-    keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
-    zeros = sorted(set(options.zero_stages) | {0})
-    out = {}
-    for i, g in enumerate(cluster.groups):
-        p = options.params_for(g.gpu.name)
-        room = g.gpu.memory_bytes - p.reserved_memory_bytes
-        for tp in options.tp_degrees:
-            if g.gpus_per_node % tp:
-                continue
-            points, lam = [], INF
-            for mode in BLOCK_MODES:
-                for sp in ((False, True) if tp > 1 else (False,)):
-                    price = layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
-                                                      mode), g.gpu, g.intra_node, p)
-                    points.append((price.act_bytes, price.time_s))
-                    floor = latency_floor_s(schedule, price, v)
-                    lam = min(lam, 0.0 if floor is None else floor)
-
-            def states(dp: int, tp: int = tp) -> float:
-                return min(sum(model_state_bytes(dec.weight_params / tp, base.dtype, z, dp, base.optimizer)[:keep])
-                           for z in zeros)
-            out[(i, tp)] = (_envelope(points), lam, room, states)
-    return out
-
-
-def _rank_options(cluster: Cluster, options: SolverOptions, info: dict, nodes: tuple[int, ...], blocks: int,
-                  m: int, most_replicas: int, busiest_s: float) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per tp, (y, c) over n = 0..blocks for a rank on `nodes`: y = B - c and c of the module
-    docstring; INF where the rank cannot hold n blocks or is busier than `busiest_s`."""
-    n = np.arange(blocks + 1, dtype=float)
-    out = []
-    for tp in options.tp_degrees:
-        groups = [i for i, count in enumerate(nodes) if count]
-        if any((i, tp) not in info for i in groups):
-            continue
-        replicas = {i: nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups}
-        dp = sum(replicas.values())
-        if dp > most_replicas:
-            continue  # every replica takes `least` micro-batches at least
-        passes, latency, fits = [], np.zeros(blocks + 1), np.ones(blocks + 1, dtype=bool)
-        for i in groups:
-            hull, lam, room, states = info[(i, tp)]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per_block = np.where(n > 0, (room - n * states(dp)) / np.where(n > 0, n, 1.0), INF)
-            # every GPU of the rank holds its n blocks' states and a micro-batch's activations
-            one = n * _least_time(hull, per_block)
-            fits &= np.isfinite(one)
-            passes += [one] * replicas[i]
-            latency = np.maximum(latency, n * lam)
-        with np.errstate(divide="ignore"):
-            busy = m / (1.0 / np.array(passes)).sum(axis=0)
-        busy[0] = 0.0  # no decoder block: the embedding or head alone, B, c >= 0
-        # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it
-        able = fits & (busy <= busiest_s)
-        able[0] = True
-        out.append((np.where(able, busy - latency, INF), np.where(able, latency, INF)))
-    return out
+def _least_cost(bound: float, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The least c over a rank's options whose y is at most `bound`, per (position, n)."""
+    return np.where(y <= bound, c, INF).min(axis=1)
 
 
 def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
-                     exact: bool) -> float:
+                     exact: bool, first: dict | None = None) -> float:
     """S(W): the least sum of c over choices of ranks (disjoint node sets, blocks summing to L,
     exactly `ranks` of them, or 1 to `ranks` unless `exact`) whose every y is at most W = `bound`:
-    a knapsack over (nodes used, ranks placed, blocks placed)."""
-    cost = {}
-    for nu, choices in ranked.items():
-        least = np.full(blocks + 1, INF)
-        least[0] = 0.0
-        for y, c in choices:
-            least = np.minimum(least, np.where(y <= bound, c, INF))
-        cost[nu] = least
-    finite = {nu: np.flatnonzero(np.isfinite(c)) for nu, c in cost.items()}
-    width = blocks + 1
-    first = np.full((ranks + 1, width), INF)
-    first[0, 0] = 0.0
-    table: dict[tuple[int, ...], np.ndarray] = {tuple(0 for _ in counts): first}
-    for used in sorted(product(*(range(c + 1) for c in counts)), key=sum):
-        sums = table.get(used)
-        if sums is None:
-            continue
-        placed, held = np.nonzero(np.isfinite(sums[:ranks]))
+    a knapsack over (nodes used, ranks placed, blocks placed), the ranks placed from the last
+    (ranked[nu] = (y, c), arrays over (position from the end, option, n)); `first` (not `exact`):
+    the options of the first rank, the last placed, where they differ (it holds the embedding)."""
+    width = 2 * (blocks + 1)  # (sums past L land in the upper half, never read)
+    cost, finite = {}, {}
+    for nu, (y, c) in ranked.items():
+        least = _least_cost(bound, y, c)
+        finite[nu] = took = np.flatnonzero(np.isfinite(least).any(axis=0))
+        cost[nu] = least[:, took].ravel()  # (position, finite n) flat
+    vectors, steps = _moves(counts)
+    table = np.full((len(vectors), ranks + 1, width), INF)
+    table[0, 0, 0] = 0.0
+    for used, moves in steps:
+        sums = table[used]
+        placed, held = np.nonzero(np.isfinite(sums[:ranks, :blocks + 1]))
         if not len(placed):
             continue
-        for nu, took in finite.items():
-            after = tuple(u + x for u, x in zip(used, nu))
-            if any(a > c for a, c in zip(after, counts)):
-                continue
+        start = sums[placed, held][:, None]
+        base = ((placed + 1) * width + held)[:, None]
+        for nu, after in moves:
+            took = finite[nu]
             # min-plus convolution over the finite entries: one more rank, its blocks added
-            total = np.add.outer(held, took)
-            keep = total <= blocks
-            index = ((placed + 1)[:, None] * width + total)[keep]
-            value = np.add.outer(sums[placed, held], cost[nu][took])[keep]
-            row = table.setdefault(after, np.full((ranks + 1, width), INF))
-            np.minimum.at(row.ravel(), index, value)
+            value = start + cost[nu][(placed * len(took))[:, None] + np.arange(len(took))[None, :]]
+            np.minimum.at(table[after].ravel(), (base + took[None, :]).ravel(), value.ravel())
     if exact:
-        return min((float(sums[ranks, blocks]) for sums in table.values()), default=INF)
-    return min((float(sums[1:, blocks].min()) for sums in table.values()), default=INF)
+        return float(table[:, ranks, blocks].min())
+    if first is None:
+        return float(table[:, 1:, blocks].min())
+    # the first rank last: at position p + 1 after p placed, with the blocks left
+    closing = {nu: _least_cost(bound, y, c)[:ranks, ::-1] for nu, (y, c) in first.items()}
+    return min((float((table[used, :ranks, :blocks + 1] + closing[nu]).min()) for used, moves in steps
+                for nu, _ in moves), default=INF)
+
+
+def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: bool = False
+          ) -> tuple[float, float, tuple]:
+    """(in-flight micro-batches, deferred W passes) of the rank `from_end` from the last of a pipeline
+    of `ranks` ranks (None: any depth, for a schedule whose count depends on the distance from the
+    end only; Schedule.in_flight_microbatches, deferred_w_microbatches)."""
+    depth = from_end if ranks is None else ranks
+    # the last rank holds the head; the first the embedding, known only where the depth is
+    ends = ("head",) * (from_end == 1) + ("embedding",) * (first or (ranks is not None and from_end == ranks))
+    return (schedule.in_flight_microbatches(depth - from_end, depth, v, m),
+            schedule.deferred_w_microbatches(depth - from_end, depth, v, m), ends)
 
 
 def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
@@ -202,24 +184,57 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
             or any(len(cp_choices(model, base, options, tp)) > 1 for tp in options.tp_degrees)):
         return False
     m = base.global_batch // b
+    if ranks is None and get_schedule(schedule).depth_dependent():
+        return False  # the in-flight counts need the depth
     most_replicas = m // least
     if most_replicas < 1:
         return True  # no replica can take its least share
-    info = _blocks(model, cluster, base, options, b, schedule, v)
-    if any(lam < 0 for _, lam, _, _ in info.values()):
+    info = rank_blocks(model, cluster, base, options, b, schedule, v)
+    if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
     delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
-    ranked = {nu: _rank_options(cluster, options, info, nu, blocks, m, most_replicas, target - delta) for nu in vectors}
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    # T >= max_k y_k + S + delta: descend W from where T >= target surely (Alpa's t_max
-    # enumeration, as the driver): plans whose largest y is in (target - S(W) - delta, W] cannot
-    # beat the cutoff, so W drops to that; done when no plan is left, given up when W stalls
+    known = known_costs(model, cluster, base, options, b, schedule, v)
+
+    def options_of(helds: tuple) -> dict:
+        """(y, c) of every node vector's options at these positions, over (position, option, n)."""
+        out = {}
+        for nu in vectors:
+            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
+            busy, latency = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
+                                       known)
+            # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it;
+            # every chunk holds a block, a rank without the embedding or head one at least (Problem._finish)
+            able = (busy <= target - delta) | (np.arange(blocks + 1) == 0)
+            able &= (np.arange(blocks + 1) >= v) if v > 1 else \
+                ((np.arange(blocks + 1) > 0) | np.array([[[bool(ends)]] for _, _, ends in helds]))
+            with np.errstate(invalid="ignore"):
+                out[nu] = (np.where(able, busy - latency, INF), np.where(able, latency, INF))
+        return out
+    positions = range(1, depth + 1)
+    ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m) for j in positions))
+    if _descends_past(target, delta, ranked, counts, blocks, depth, ranks is not None, None):
+        return True
+    if ranks is not None:
+        return False
+    # any depth: the first rank, placed last at a position not known before, holds the embedding
+    # (priced only where the search is not ruled out without it)
+    first = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m, first=True) for j in positions))
+    return _descends_past(target, delta, ranked, counts, blocks, depth, False, first)
+
+
+def _descends_past(target: float, delta: float, ranked: dict, counts: tuple[int, ...], blocks: int, depth: int,
+                   exact: bool, first: dict | None) -> bool:
+    """Whether T >= max_k y_k + S(W) + delta reaches `target` for every choice of ranks (module
+    docstring): W descends from where T >= target surely (Alpa's t_max enumeration, as the
+    driver); plans whose largest y is in (target - S(W) - delta, W] cannot beat the cutoff, so W
+    drops to that; done when no plan is left, given up when W stalls."""
     bound = target - delta
     lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (module docstring)
     for _ in range(_STEPS):
-        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, ranks is not None)
+        least_sum = _least_latencies(bound, ranked, counts, blocks, depth, exact, first)
         if least_sum == INF or lowest + least_sum + delta >= target:
             return True
         # just below: a plan whose largest y is `lower` has T >= target already, to rounding

@@ -1,0 +1,338 @@
+"""The relaxed costs of one pipeline rank for planner.search.rank_floor's knapsack: per node vector,
+position (micro-batches held), TP degree and ZeRO stage, lower bounds B' on its busy time and c' on its
+latency over its block count (the argument is rank_floor's module docstring)."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ..core.dims import StageDims
+from ..cost.paths import collective_links, pair_link, slowest
+from ..cost.pricing import DpLayout, boundary_bytes, layer_price, p2p_s, span_price, zero_comm
+from ..cost.sharding import Sharding
+from ..cost.stage_tail import grad_reduce_s, optimizer_s
+from ..cost.states import model_state_bytes
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Training
+from .bound import latency_floor_s
+from .completion import BLOCK_MODES
+from .stage_types import INF, SolverOptions
+
+__all__ = ["known_costs", "rank_blocks", "rank_costs"]
+
+
+def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lower convex envelope of (activation bytes, time) points, by increasing bytes, keeping
+    only the part where time falls as bytes grow."""
+    hull: list[tuple[float, float]] = []
+    for x, y in sorted(set(points)):
+        if hull and y >= hull[-1][1]:
+            continue  # no faster for more memory
+        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0]) >= (y - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
+            hull.pop()
+        hull.append((x, y))
+    return hull
+
+
+def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], float]:
+    """The envelope as the maximum of lines (slopes, intercepts; the last flat at the fastest
+    mode) and the leanest mode's bytes, below which it is INF."""
+    slopes, heights = [], []
+    for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
+        slope = (y1 - y0) / (x1 - x0)
+        slopes.append(slope)
+        heights.append(y0 - slope * x0)
+    return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
+
+
+def _least_times(hulls: list[list[tuple[float, float]]], per_block: np.ndarray) -> np.ndarray:
+    """h(per_block) for each envelope and its row of per_block: the least time of one block whose
+    activations average `per_block` bytes (INF below the leanest mode); a convex envelope is the
+    maximum of the lines through its segments."""
+    lines = [_lines(hull) for hull in hulls]
+    width = max(len(slopes) for slopes, _, _ in lines)
+    slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
+    heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
+    lean = np.array([[x0] for _, _, x0 in lines])
+    x = np.minimum(per_block, 1e300)[:, None, :]  # (INF: 0 x INF would be undefined)
+    out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
+    return np.where(per_block < lean, INF, out)
+
+
+@lru_cache(maxsize=64)
+def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int,
+                schedule: str, v: int) -> dict:
+    """Per group and tp: (points, room, states, a block's price, cost parameters): points the
+    (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
+    and sp; states(dp, zero) a block's model states on one GPU."""
+    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
+    dec = decoders[0]
+    keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
+    out = {}
+    for i, g in enumerate(cluster.groups):
+        p = options.params_for(g.gpu.name)
+        room = g.gpu.memory_bytes - p.reserved_memory_bytes
+        for tp in options.tp_degrees:
+            if g.gpus_per_node % tp:
+                continue
+            points = []
+            for mode in BLOCK_MODES:
+                for sp in ((False, True) if tp > 1 else (False,)):
+                    price = layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                      mode), g.gpu, g.intra_node, p)
+                    floor = latency_floor_s(schedule, price, v)
+                    points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s,
+                                   0.0 if floor is None else floor))
+
+            def states(dp: int, zero: int, tp: int = tp, params: float = dec.weight_params) -> float:
+                return sum(model_state_bytes(params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
+            ends = {}
+            for kind in ("embedding", "head"):
+                layer = next(layer for layer in model.layers if layer.kind == kind)
+                prices = [layer_price(layer, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                      mode), g.gpu, g.intra_node, p)
+                          for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
+                floors = [latency_floor_s(schedule, price, v) for price in prices]
+                # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
+                ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
+                              min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
+                              layer.weight_params, prices[0], max(x.bwd_s for x in prices))
+            sent = min(boundary_bytes(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                    "none")) for sp in ((False, True) if tp > 1 else (False,)))
+            slowest_bwd = max(layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
+                                                        mode), g.gpu, g.intra_node, p).bwd_s
+                              for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,)))
+            out[(i, tp)] = (tuple(points), room, states, price, p, ends, sent, slowest_bwd)
+    return out
+
+
+def _zero_stages(options: SolverOptions, v: int, cluster: Cluster) -> list[int]:
+    """The ZeRO stages a rank may take: the options' (ZeRO-0 where ZeRO-1 is not one: ZeRO-1 holds no
+    more and adds no collective per micro-batch); an interleaved search leaves ZeRO-2/3 out where
+    every group's runtime hides part of its collectives (StageConfigs)."""
+    zeros = sorted(set(options.zero_stages) | {0})
+    if v > 1 and all(options.params_for(g.gpu.name).overlap_zero_comm for g in cluster.groups):
+        zeros = [z for z in zeros if z < 2]
+    return [z for z in zeros if z or 1 not in zeros]
+
+
+def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, zero: int, base: Training,
+                  price, p, n: np.ndarray, v: int) -> np.ndarray:
+    """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
+    (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
+    what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
+    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only)."""
+    if zero < 2 or dp <= 1:
+        return np.zeros(len(n))
+    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
+    intra, inter = collective_links(cluster, per_group)
+    per_node = max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i, k in enumerate(nodes) if k)
+    layout = DpLayout(dp, per_node, sum(nodes), intra, inter)
+    dims = StageDims(tp, tp > 1, dp, zero)
+    comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
+    out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
+    if v > 1:
+        one, two = (zero_comm(w, dims, base.dtype, layout, p).total_s for w in (1.0, 2.0))
+        out = out + (v - 1) * min(0.0, 2 * one - two)
+    return out
+
+
+def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
+    """The least one send of a micro-batch's boundary takes from a replica of group i of a rank on
+    `groups` (`block` its rank_blocks entry) to the next rank, wherever that is: p2p_s over the
+    slowest pair link between the rank's groups and one group of the next (stage_links.boundary:
+    the slowest over all of them); 0 where a measured link prices it by its curve."""
+    p, sent = block[4], block[6]
+    best = INF
+    for other in cluster.groups:
+        link = slowest([pair_link(cluster, cluster.groups[j].name, other.name) for j in groups])
+        if link.curves:
+            return 0.0
+        best = min(best, p2p_s(sent, link, False, p))
+    return max(0.0, best)
+
+
+def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, nodes: tuple[int, ...], groups: list[int],
+                  tp: int, dp: int, zero: int, info: dict, n: np.ndarray, ends: tuple) -> np.ndarray:
+    """E': the least a rank's tail takes after its last micro-batch (Problem._tail, cost.stage_tail):
+    the gradient reduction over its layout at its slowest GPU's parameters, less at most the
+    slowest backward any of its replicas may have (grad_reduce_s falls as that grows), and its
+    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs)."""
+    blocks = [info[(i, tp)] for i in groups]
+    slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
+    dims = StageDims(tp, tp > 1, dp, zero)
+    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
+    intra, inter = collective_links(cluster, per_group)
+    layout = DpLayout(dp, max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i in groups),
+                      sum(nodes), intra, inter)
+    first = blocks[0]
+    span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
+    bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
+    tail = grad_reduce_s(span.weight_params, dims, base.dtype, layout, info[(slow, tp)][4], bwd)
+    if not options.offload:
+        tail = tail + np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
+                                          optimizer=base.optimizer) for i in groups], axis=0)
+    return np.maximum(0.0, np.asarray(tail, dtype=float) * np.ones(len(n)))
+
+
+@lru_cache(maxsize=1024)
+def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
+    """The envelopes h of a replica holding `whole` micro-batches' activations and the deferred-W
+    inputs of `deferred` more: (bytes per block, pass time) and (bytes per block, latency floor)."""
+    held = [whole * act + deferred * wgrad for act, wgrad, _, _ in points]
+    return (_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)]),
+            _envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)]))
+
+
+def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
+    take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
+    than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
+    holding it (module docstring of rank_floor, B')."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        whole = m / (counts[:, :, None] / fulls).sum(axis=0)
+        # B' = m / sum(counts / full) where there every replica would take more than `below`
+        need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
+        need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
+    if not need.any():
+        return whole
+    # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
+    # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
+    rows, cols = np.nonzero(need)
+    ones, fulls = ones[:, rows, cols], fulls[:, rows, cols]  # (i, entry)
+    counts, cap = counts[:, rows], below[rows][None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first_end = cap * ones  # the cap reached
+        last_start = cap * fulls  # B / full past it
+        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, entry)
+        first = lows[:, None] < first_end[None]  # (piece, i, entry)
+        last = lows[:, None] >= last_start[None]
+        slope = (counts[None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
+        flat = (counts[None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
+        root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
+        # the piece runs from its low to the next breakpoint: a root past it is not G's
+        highs = np.where(lows[1:][None] > lows[:, None], lows[1:][None], INF).min(axis=1)
+    inside = (root >= lows * (1 - 1e-12)) & (root <= highs * (1 + 1e-12))
+    out = whole.copy()
+    out[rows, cols] = np.minimum(np.where(inside, np.maximum(root, lows), INF).min(axis=0), whole[rows, cols])
+    return out
+
+
+def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
+               blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
+               v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(B', c') of a rank on `nodes` at each position j where it holds helds[j] = (whole,
+    deferred) micro-batches: arrays over (position, tp and ZeRO stage, n = 0..blocks) (module
+    docstring of rank_floor); INF where the rank cannot hold n blocks. `memo` keeps what ranks on
+    other nodes share."""
+    n = np.arange(blocks + 1, dtype=float)
+    h = len(helds)
+    # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
+    # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
+    below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _, _ in helds], dtype=float)
+    kept = tuple((whole, min(deferred, max(0.0, least - whole)), ends) for whole, deferred, ends in helds)
+    groups = [i for i, count in enumerate(nodes) if count]
+    groups_key = tuple(groups)
+    # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
+    per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
+                             for _, _, ends in helds] * 2)
+    counts, dps, times, lats, tails = [], [], [], [], []  # per option (tp, ZeRO stage)
+    zeros = _zero_stages(options, v, cluster)
+    for tp in options.tp_degrees:
+        if any((i, tp) not in info for i in groups):
+            continue
+        replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
+        dp = sum(replicas)
+        if dp > most_replicas:
+            continue  # every replica takes `least` micro-batches at least
+        sends = {}
+        for i in groups:
+            if ("send", groups_key, tp, i) not in memo:
+                memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
+            sends[i] = memo[("send", groups_key, tp, i)] * per_position  # (position, 1): in flight, one held
+        for zero in zeros:
+            option_times, option_lats = [], []
+            for i in groups:
+                key = (i, tp, dp, zero, kept)
+                if key not in memo:
+                    points, room, states, price, p, ends, *_ = info[(i, tp)]
+                    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
+                    # the embedding's or head's states and activations where the rank holds them
+                    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
+                    rooms, pass_s, lat_s = [], [], []
+                    for whole, deferred, kinds in rows:
+                        extra = [ends[kind] for kind in kinds]
+                        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1]
+                                                for e in extra))
+                        pass_s.append(sum(e[2] for e in extra))
+                        lat_s.append(sum(e[3] for e in extra))
+                    rooms = np.array(rooms)[:, None]
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
+                    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
+                    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
+                    with np.errstate(invalid="ignore"):
+                        memo[key] = (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0)
+                                     + np.array(pass_s)[:, None],
+                                     np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0)
+                                     + np.array(lat_s)[:, None])
+                comm_key = (nodes, tp, zero, i)
+                if comm_key not in memo:
+                    points, room, states, price, p, ends, *_ = info[(i, tp)]
+                    memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
+                comm = memo[comm_key]
+                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times)
+                # and in the latency: V chunks' slowest at least their mean (interleave.chunk_latency)
+                option_times.append(memo[key][0] + (comm + sends[i]))
+                option_lats.append(memo[key][1] + (comm + sends[i]) / v)
+            for _, _, ends in helds:
+                if ("tail", nodes, tp, zero, ends) not in memo:
+                    memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
+                                                                          dp, zero, info, n, ends)
+            tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
+            counts.append(replicas)
+            dps.append(dp)
+            times.append(option_times)
+            lats.append(option_lats)
+    if not counts:
+        none = np.full((h, 1, blocks + 1), INF)
+        none[:, :, 0] = 0.0
+        return none, none.copy()
+    k = len(counts)
+    times, lats = np.array(times).transpose(1, 0, 2, 3), np.array(lats).transpose(1, 0, 2, 3)  # (i, k, j, n)
+    fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
+    ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
+    lat_ones = lats[:, :, h:]
+    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
+    busy = busy.reshape(k, h, -1)
+    if len(groups) == 1:
+        # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
+        # in-flight count where q reaches it (or every replica does), else one micro-batch at least
+        most = np.array([-(-m // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
+        holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
+        with np.errstate(invalid="ignore"):
+            busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
+    busy = busy + np.array(tails)  # B' + E': X + c = B + E
+    small = (below > 0)[None, :, None]
+    # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
+    fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
+    # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
+    # at least one micro-batch's, and where they cannot all, the least of holding it
+    latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))
+    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < m)
+    latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
+    busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
+    busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
+    return busy.transpose(1, 0, 2).copy(), latency.transpose(1, 0, 2).copy()
+
+
+@lru_cache(maxsize=16)
+def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
+                v: int) -> dict:
+    """The parts of rank_costs that ranks on other nodes and other searches of one run share (they
+    do not depend on the cutoff): per group arrays, ZeRO's collectives, sends and tails."""
+    return {}
