@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..core.dims import StageDims
 from ..inputs.hardware import Cluster, GpuSpec, Link
 from .moe import AllToAllGroup
 from .pricing import DpLayout
@@ -100,6 +101,16 @@ def dp_layout(cluster: Cluster, ranks) -> DpLayout:
     per_group = group_node_counts(nodes)
     intra, inter = collective_links(cluster, per_group)
     return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
+
+
+def whole_node_layout(cluster: Cluster, nodes: tuple[int, ...], tp: int, ranks: int) -> DpLayout:
+    """How a collective over `ranks` runs on a stage of whole nodes, nodes[i] of group i, one rank
+    per TP group of tp GPUs: its nodes, a node's GPUs / tp ranks on each, the intra- and per-GPU
+    inter-node links (collective_links)."""
+    per_group = {cluster.groups[i].name: n for i, n in enumerate(nodes) if n}
+    intra, inter = collective_links(cluster, per_group)
+    per_node = max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i, n in enumerate(nodes) if n)
+    return DpLayout(ranks, per_node, sum(per_group.values()), intra, inter)
 
 
 def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:

@@ -10,8 +10,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.dims import StageDims
-from ..cost.paths import collective_links, pair_link, slowest
-from ..cost.pricing import DpLayout, boundary_bytes, layer_price, p2p_s, span_price, zero_comm
+from ..cost.paths import pair_link, slowest, whole_node_layout
+from ..cost.pricing import boundary_bytes, layer_price, p2p_s, span_price, zero_comm
 from ..cost.sharding import Sharding
 from ..cost.stage_tail import grad_reduce_s, optimizer_s
 from ..cost.states import model_state_bytes
@@ -79,33 +79,28 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
         for tp in options.tp_degrees:
             if g.gpus_per_node % tp:
                 continue
+            shardings = [Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp), mode)
+                         for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
+            block_prices = [layer_price(dec, sh, g.gpu, g.intra_node, p) for sh in shardings]
             points = []
-            for mode in BLOCK_MODES:
-                for sp in ((False, True) if tp > 1 else (False,)):
-                    price = layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
-                                                      mode), g.gpu, g.intra_node, p)
-                    floor = latency_floor_s(schedule, price, v)
-                    points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s,
-                                   0.0 if floor is None else floor))
+            for price in block_prices:
+                floor = latency_floor_s(schedule, price, v)
+                points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s, 0.0 if floor is None else floor))
 
             def states(dp: int, zero: int, tp: int = tp, params: float = dec.weight_params) -> float:
                 return sum(model_state_bytes(params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
             ends = {}
             for kind in ("embedding", "head"):
                 layer = next(layer for layer in model.layers if layer.kind == kind)
-                prices = [layer_price(layer, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
-                                                      mode), g.gpu, g.intra_node, p)
-                          for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
+                prices = [layer_price(layer, sh, g.gpu, g.intra_node, p) for sh in shardings]
                 floors = [latency_floor_s(schedule, price, v) for price in prices]
                 # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
                 ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
                               min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
                               layer.weight_params, prices[0], max(x.bwd_s for x in prices))
-            sent = min(boundary_bytes(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
-                                                    "none")) for sp in ((False, True) if tp > 1 else (False,)))
-            slowest_bwd = max(layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp),
-                                                        mode), g.gpu, g.intra_node, p).bwd_s
-                              for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,)))
+            sent = min(boundary_bytes(dec, sh) for sh in shardings if sh.recompute == "none")
+            slowest_bwd = max(price.bwd_s for price in block_prices)
+            price = block_prices[-1]  # a block's price (its weights: the same in every mode)
             out[(i, tp)] = (tuple(points), room, states, price, p, ends, sent, slowest_bwd)
     return out
 
@@ -128,10 +123,7 @@ def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, ze
     add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only)."""
     if zero < 2 or dp <= 1:
         return np.zeros(len(n))
-    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
-    intra, inter = collective_links(cluster, per_group)
-    per_node = max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i, k in enumerate(nodes) if k)
-    layout = DpLayout(dp, per_node, sum(nodes), intra, inter)
+    layout = whole_node_layout(cluster, nodes, tp, dp)
     dims = StageDims(tp, tp > 1, dp, zero)
     comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
     out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
@@ -165,10 +157,7 @@ def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, node
     blocks = [info[(i, tp)] for i in groups]
     slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
     dims = StageDims(tp, tp > 1, dp, zero)
-    per_group = {cluster.groups[i].name: k for i, k in enumerate(nodes) if k}
-    intra, inter = collective_links(cluster, per_group)
-    layout = DpLayout(dp, max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i in groups),
-                      sum(nodes), intra, inter)
+    layout = whole_node_layout(cluster, nodes, tp, dp)
     first = blocks[0]
     span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
     bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)

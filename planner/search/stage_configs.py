@@ -12,7 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from ..core.dims import StageDims
-from ..cost.paths import collective_links
+from ..cost.paths import collective_links, whole_node_layout
 from .interleave import interleaved_type_arrays
 from ..plan import Training
 from .context_parallel import cp_choices, places
@@ -218,14 +218,9 @@ class StageConfigs:
         inputs = self.inputs
         layout = self.tables.dp_layouts.get(config)
         if layout is None:
-            per_group = {inputs.groups[i].name: n for i, n in enumerate(config.nodes) if n}
-            intra, inter = collective_links(inputs.cluster, per_group)
             dims = self.dims(config)
-            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP
-            # group: a node's GPUs / tp of them on each node
-            per_node = max(StageDims(dims.tp).replicas_on(inputs.groups[i].gpus_per_node)
-                           for i, n in enumerate(config.nodes) if n)
-            layout = self.tables.dp_layouts[config] = DpLayout(dims.grad_reduce_ranks, per_node,
-                                                               sum(per_group.values()), intra, inter)
+            # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP group
+            layout = self.tables.dp_layouts[config] = whole_node_layout(inputs.cluster, config.nodes, dims.tp,
+                                                                        dims.grad_reduce_ranks)
         return layout
 
