@@ -80,25 +80,30 @@ LOSS_ROWS = ("3+3+4", "4+4+5")  # 10-16 nodes: the exact search of the whole clu
 
 
 def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str = "megatron",
-            compare_any: bool = False) -> dict:
+            compare_any: bool = False, jobs: int = 1) -> dict:
     """One row, in this process: what the parent prints."""
     cluster = cluster_from_spec(ROWS[name], "benchmark")
     request = PlanRequest(model=load_model("llama-3-70b"), cluster=cluster, global_batch=cluster.num_gpus,
                           seq_len=4096, dtype="fp16", time_limit_s=time_limit_s, max_bundle_nodes=max_parts,
-                          runtime=runtime, compare_any=compare_any)
+                          runtime=runtime, compare_any=compare_any, jobs=jobs)
     started, cpu = time.perf_counter(), time.process_time()
     result = plan(request)
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    # the search processes (jobs 2, planner.search.parallel) have ended: their CPU time, and their
+    # peak counted once per process (an upper bound: a forked process shares its parent's pages)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"gpus": cluster.num_gpus, "nodes": sum(g.nodes for g in cluster.groups),
-            "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu,
-            "peak_mib": usage.ru_maxrss / 1024, "step_s": result.estimate.step_time_s,
+            "wall_s": time.perf_counter() - started,
+            "cpu_s": time.process_time() - cpu + children.ru_utime + children.ru_stime,
+            "peak_mib": (usage.ru_maxrss + (jobs if jobs > 1 else 0) * children.ru_maxrss) / 1024, "step_s": result.estimate.step_time_s,
             "pp": result.plan.pp, "v": result.plan.training.virtual_stages, "optimal": result.optimal,
             "gap": result.gap, "decomposition": result.decomposition}
 
 
 def in_child(name: str, time_limit_s: float | None, max_parts: int = 4, runtime: str = "megatron",
-             compare_any: bool = False) -> dict:
-    args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts), "--runtime", runtime]
+             compare_any: bool = False, jobs: int = 1) -> dict:
+    args = [sys.executable, __file__, "--row", name, "--max-parts", str(max_parts), "--runtime", runtime,
+            "--jobs", str(jobs)]
     args += ["--compare-any"] if compare_any else []
     args += ["--time-limit", "none" if time_limit_s is None else str(time_limit_s)]
     done = subprocess.run(args, capture_output=True, text=True)
@@ -117,24 +122,26 @@ def main() -> None:
     parser.add_argument("--runtime", default="megatron", help="the runtime whose space is searched (the CLI's default)")
     parser.add_argument("--compare-any", action="store_true",
                         help="include plan's --compare-any search (the same search under --runtime any)")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="search processes, as `planner plan --jobs` (1: one; the plans are the same)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--max-parts", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     limit = None if args.time_limit == "none" else float(args.time_limit)
     if args.row:
-        print(json.dumps(run_row(args.row, limit, args.max_parts, args.runtime, args.compare_any)))
+        print(json.dumps(run_row(args.row, limit, args.max_parts, args.runtime, args.compare_any, args.jobs)))
         return
     print("| cluster | GPUs | nodes | searched as | wall s | CPU s | peak MiB | step s | pp | V | optimal "
           "| gap vs bound | loss vs exact |")
     print("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|--:|--:|")
     for name in args.rows:
-        row = in_child(name, limit, runtime=args.runtime, compare_any=args.compare_any)
+        row = in_child(name, limit, runtime=args.runtime, compare_any=args.compare_any, jobs=args.jobs)
         if "error" in row:
             print(f"| {name} | no plan: {row['error']} |", flush=True)
             continue
         loss = "-"
         if args.loss_limit > 0 and name in LOSS_ROWS and not row["optimal"]:
-            exact = in_child(name, args.loss_limit, max_parts=16, runtime=args.runtime)
+            exact = in_child(name, args.loss_limit, max_parts=16, runtime=args.runtime, jobs=args.jobs)
             mark = "" if exact.get("optimal") else ">="  # the optimum may lie lower still
             loss = (f"exact: no plan ({exact['error']})" if "error" in exact else
                     f"{mark}{(row['step_s'] - exact['step_s']) / exact['step_s']:.1%} (exact {exact['step_s']:.3f} s)")

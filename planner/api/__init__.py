@@ -70,6 +70,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     for ep in request.ep_degrees:
         if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
             raise BadInput(f"must be a positive integer, got {ep!r}", "--ep")
+    if not isinstance(request.jobs, int) or isinstance(request.jobs, bool) or request.jobs < 1:
+        raise BadInput(f"must be a positive integer, got {request.jobs!r}", "--jobs")
     if request.solver not in SOLVERS:
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
@@ -81,6 +83,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
+                            jobs=request.jobs,
                             **({"cp_degrees": _cp_degrees(request.cp_degrees)} if request.cp_degrees else {}),
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
                             offload=request.offload, activation_offload=request.activation_offload,

@@ -47,6 +47,8 @@ class PlanRequest:
     # search once more under `--runtime any` for solver.any_runtime_step_s (what a freer runtime
     # would gain); off by default: it can take longer than the plan's own search
     compare_any: bool = False
+    # search processes (SolverOptions.jobs): 1 in this one, 2 two searches at a time; the plan is the same
+    jobs: int = 1
 
 
 @dataclass(frozen=True)

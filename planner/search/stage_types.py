@@ -72,6 +72,9 @@ class SolverOptions:
     # a step time some plan of the space is known to reach (e.g. a narrower runtime's optimum):
     # the search looks only for faster plans and raises driver.NothingFaster when there is none
     upper_bound_s: float | None = None
+    # processes searching: 1 in this one; 2 runs two searches at a time in two forked processes
+    # (planner.search.parallel); the plan is the same either way (planner.search.lanes)
+    jobs: int = 1
 
     def exact_node_limit(self, per_stage_dp: bool) -> int:
         """The most nodes searched whole: `max_exact_nodes`, or by default 8 where stages choose their

@@ -1,0 +1,182 @@
+"""The driver's searches (space.subproblems), two at a time, with a result that does not depend
+on how they are run.
+
+Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed or the caller's
+bound), not from j-1's: so searches j-1 and j can run at the same time, and what search j finds
+depends only on the searches before j-1, never on which of two running searches finished first.
+Search j runs on lane j % LANES. A lane keeps its own price tables (the one-chunk problems of a
+micro-batch share theirs inside a lane, an interleaved problem serves its lane's depths), so it
+does the same work whether the lanes take turns in this process (`SolverOptions.jobs` 1) or run in
+two processes (jobs 2, planner.search.parallel): the plan and `solver.candidates` are the same.
+Ties between the plans of different searches go to the smallest (step, nodes used, micro-batch,
+V, search index); inside a search, to the plan met first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.clock import SearchClock, SearchTimeout
+from ..cost.evaluate import Estimate, evaluate
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Plan, Training
+from ..schedules import get_schedule
+from .any_bound import cannot_beat_any
+from .build import build_plan
+from .decompose import Decomposition
+from .dp import price, run_dp, trace
+from .restriction_bound import cannot_beat
+from .stages import INF, Problem, SolverOptions
+
+__all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
+
+LANES = 2  # searches j - 1 and j may run at the same time, never three
+
+# ties within 1e-6 of the seed go to the search's plan: a plan up to this factor above the
+# uniform seed (or the caller's bound) is still searched for
+SEED_SLACK = 1 + 2e-6
+
+PlanKey = tuple[float, int, int, int]  # (step s, nodes used, micro-batch, V): smaller wins
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a search starts from: the step time of the uniform seed or the caller's bound, and the
+    best plan of the searches before the one just before it."""
+    incumbent_s: float
+    best: PlanKey | None
+
+    def cutoff_s(self, best: PlanKey | None) -> float:
+        """The step time a plan must beat: the best known, or the incumbent within SEED_SLACK."""
+        return min(INF if best is None else best[0], self.incumbent_s * SEED_SLACK)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one search found: its best plan's key where it beat Start.best (the plan stays with
+    its lane), the stage configurations it priced, the smallest memory overflow met (why nothing
+    fits), and whether it ran to the end (False: the time limit stopped it)."""
+    index: int
+    found: PlanKey | None
+    evaluations: int
+    shortfall: tuple[float, str] | None
+    complete: bool = True
+
+
+def start_of(index: int, incumbent_s: float, outcomes: list[Outcome]) -> Start:
+    """Search `index`'s start: the best plan found by searches 0 .. index - LANES (all in `outcomes`)."""
+    found = [(o.found, o.index) for o in outcomes[:max(0, index - LANES + 1)] if o.found is not None]
+    return Start(incumbent_s, min(found)[0] if found else None)
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """What every search of one `_solve` shares."""
+    model: Model
+    cluster: Cluster
+    base: Training
+    options: SolverOptions
+    parts: Decomposition
+    searches: tuple[tuple, ...]  # space.subproblems: (b, v, ranks, restriction, schedule name)
+
+
+class Lane:
+    """Runs its searches in index order, keeping the problems it built (their prices shared between
+    its searches) and the best plan it found, which `build` turns into a Plan."""
+
+    def __init__(self, inputs: SearchInputs, clock: SearchClock):
+        self.inputs = inputs
+        self.clock = clock
+        self.problem: Problem | None = None
+        self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
+        self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
+
+    def run(self, index: int, start: Start) -> Outcome:
+        """Search `index` from `start`: skipped when a bound shows it cannot beat the cutoff, else the
+        DP with Alpa's descending bound on the bottleneck X (driver's module docstring)."""
+        model, cluster, base, options, parts = (self.inputs.model, self.inputs.cluster, self.inputs.base,
+                                                self.inputs.options, self.inputs.parts)
+        b, v, ranks, restriction, schedule = self.inputs.searches[index]
+        cutoff_s = start.cutoff_s(start.best)
+        if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts, cutoff_s, schedule) \
+                or (restriction.tp is None  # the free search (`any`); the restricted ones: cannot_beat
+                    and cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s)):
+            return Outcome(index, None, 0, None)  # the DP would prune every plan of it
+        problem = self._problem(b, v, ranks, restriction, schedule)
+        best = start.best
+        found_here: tuple[PlanKey, list] | None = None
+
+        def explore(bound: float) -> tuple[float, float] | None:
+            """DP with every X <= bound: (min sum tau, X of that plan); updates the best."""
+            nonlocal best, found_here
+            finals, layers, moves = run_dp(problem, bound, ranks, start.cutoff_s(best), self.clock)
+            if not finals:
+                return None
+            found = None
+            for key in sorted(finals):
+                choices = trace(problem, key, layers, moves, bound, ranks)
+                step, sum_tau, max_x = price(problem, choices)
+                used = sum(sum(c.config.nodes) for c in choices)
+                # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages, then
+                # the plan met first
+                if best is None or (step, used, b, v) < best:
+                    best = (step, used, b, v)
+                    found_here = (best, choices)
+                    self.clock.best_step_s = min(step, self.clock.best_step_s or INF)
+                if found is None or (sum_tau, max_x) < found:
+                    found = (sum_tau, max_x)
+            return found
+
+        evaluations_before = problem.evaluations
+        complete = True
+        try:
+            # a plan with X >= the best step cannot beat it (T = max X + sum tau > max X)
+            found = explore(start.cutoff_s(best))
+            # Descend the bound on the bottleneck X (Alpa's t_max enumeration): the DP found the
+            # least sum of latencies S for plans with X <= bound, and a plan p with that S. A plan
+            # with X in (X_p, bound] has T > X_p + S = T_p, and one with X >= best - S has
+            # T >= best, so the next bound is just below min(X_p, best - S); when no plan remains
+            # under the bound, the best plan seen is optimal.
+            while found is not None:
+                self.clock.check()
+                sum_tau, max_x = found
+                bound = min(max_x, start.cutoff_s(best) - sum_tau)
+                bound -= abs(bound) * 1e-12 + 1e-15
+                if bound <= 0:
+                    break
+                found = explore(bound)
+        except SearchTimeout:
+            complete = False
+        if found_here is not None and (self.best is None or (found_here[0], index) < self.best[0:2]):
+            self.best = (found_here[0], index, problem, found_here[1])
+        return Outcome(index, None if found_here is None else found_here[0],
+                       problem.evaluations - evaluations_before, problem.smallest_overflow, complete)
+
+    def _problem(self, b: int, v: int, ranks: int | None, restriction, schedule: str) -> Problem:
+        """The problem of a search: the lane's last one when it has the same micro-batch, V,
+        restriction, schedule and least share, else a new one (sharing position-free prices)."""
+        # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
+        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
+        problem = self.problem
+        if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
+                               problem.inputs.least_share) != (b, v, restriction, schedule, least):
+            if problem is not None and not problem.chunked:
+                problem.release_position_prices()  # its search is done; bounded memory
+            one_chunk = self.plain.get((b, restriction))
+            # one-chunk problems of one micro-batch and restriction share their position-free
+            # prices (type arrays, tails: the same whatever the schedule and depth)
+            i = self.inputs
+            problem = Problem(i.model, i.cluster, i.base, b, i.parts, i.options, v, one_chunk, self.clock,
+                              restriction, schedule, least, one_chunk)
+            if not problem.chunked and one_chunk is None:
+                self.plain[(b, restriction)] = problem
+            self.problem = problem
+        return problem
+
+    def build(self) -> tuple[Plan, Estimate, float]:
+        """The lane's best plan, its estimate and the step time the search priced it at."""
+        assert self.best is not None, "build() on a lane that found no plan"
+        (step, _, _, _), _, problem, choices = self.best
+        plan = build_plan(problem, choices)
+        return plan, evaluate(plan, self.inputs.options.params_mapping()), step

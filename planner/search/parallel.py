@@ -1,0 +1,162 @@
+"""Runs the lanes (planner.search.lanes) in this process, taking turns, or in one forked process
+each, two searches at a time; either way every search starts from the same Start, so the
+outcomes are the same.
+
+`SolverOptions.jobs` 1 runs in this process; 2 (the CLI's default where two CPUs are free) forks
+one process per lane where the platform has fork and this process may have children (a daemonic
+process, e.g. a `planner sweep` worker, may not: it takes turns). A lane process gets a copy of the
+search's inputs at the fork, receives (search index, Start) and sends back Outcomes; progress is
+reported here, between outcomes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from ..core.clock import SearchClock
+from .lanes import LANES, Lane, Outcome, start_of
+
+__all__ = ["Searches"]
+
+
+class Searches:
+    """The lanes of one search: `run` every search in index order (or until the time limit), then
+    `build` the best plan on the lane that found it. A context manager: leaving it ends the lane
+    processes."""
+
+    def __init__(self, lanes: list[Lane], jobs: int, clock: SearchClock):
+        assert len(lanes) == LANES
+        self.lanes = lanes
+        self.clock = clock
+        self.jobs = jobs if jobs > 1 and _can_fork() else 1
+        self.workers: list[tuple[Any, Connection]] = []
+
+    def __enter__(self) -> "Searches":
+        return self
+
+    def _fork(self) -> None:
+        """One process per lane, forked when the searches start (the clock's phase limit set)."""
+        if self.jobs > 1 and not self.workers:
+            context = multiprocessing.get_context("fork")
+            for lane in self.lanes:
+                here, there = context.Pipe()
+                process = context.Process(target=_serve, args=(lane, there), daemon=True)
+                process.start()
+                there.close()
+                self.workers.append((process, here))
+
+    def __exit__(self, *exc) -> None:
+        for process, conn in self.workers:
+            try:
+                conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for process, conn in self.workers:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+            conn.close()
+        self.workers = []
+
+    def run(self, count: int, incumbent_s: float) -> list[Outcome]:
+        """Outcomes of searches 0 .. count-1 in index order; fewer when the time limit stopped one
+        (the outcomes received are kept: each started from a proper Start)."""
+        if count:
+            self._fork()
+        if not self.workers:
+            return self._take_turns(count, incumbent_s)
+        outcomes: dict[int, Outcome] = {}
+        running: dict[int, int] = {}  # lane -> search index
+        next_index = list(range(LANES))  # each lane's next search
+        stopped = False
+        while True:
+            done = _prefix(outcomes)
+            for lane, (_, conn) in enumerate(self.workers):
+                index = next_index[lane]
+                # search j starts once searches 0 .. j-2 are done (lanes.start_of)
+                if lane not in running and not stopped and index < count and len(done) >= index - LANES + 1:
+                    conn.send(("run", index, start_of(index, incumbent_s, done)))
+                    running[lane] = index
+                    next_index[lane] += LANES
+            if not running:
+                break
+            ready = wait([self.workers[lane][1] for lane in running], timeout=self.clock.interval_s)
+            for lane in [lane for lane in running if self.workers[lane][1] in ready]:
+                outcome = _receive(self.workers[lane][1])
+                del running[lane]
+                outcomes[outcome.index] = outcome
+                self._count(outcome)
+                stopped = stopped or not outcome.complete
+            self.clock.report()
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    def _take_turns(self, count: int, incumbent_s: float) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for index in range(count):
+            outcome = self.lanes[index % LANES].run(index, start_of(index, incumbent_s, outcomes))
+            outcomes.append(outcome)
+            self._count(outcome)
+            self.clock.report()
+            if not outcome.complete:
+                break
+        return outcomes
+
+    def _count(self, outcome: Outcome) -> None:
+        self.clock.subproblems_done += 1
+        if outcome.found is not None:
+            self.clock.best_step_s = min(outcome.found[0], self.clock.best_step_s or float("inf"))
+
+    def build(self, lane: int):
+        """Lane.build on lane `lane` (in its process when it has one)."""
+        if not self.workers:
+            return self.lanes[lane].build()
+        conn = self.workers[lane][1]
+        conn.send(("build",))
+        return _receive(conn)
+
+
+def _prefix(outcomes: dict[int, Outcome]) -> list[Outcome]:
+    """The outcomes of searches 0, 1, ... up to the first one not yet received."""
+    out = []
+    while len(out) in outcomes:
+        out.append(outcomes[len(out)])
+    return out
+
+
+def _can_fork() -> bool:
+    """fork exists here and this process may start children (a daemonic one may not)."""
+    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+
+
+def _receive(conn: Connection):
+    kind, value = conn.recv()
+    if kind == "error":
+        raise value
+    return value
+
+
+def _serve(lane: Lane, conn: Connection) -> None:
+    """A lane process: run searches and build plans until told to stop (None)."""
+    lane.clock = replace(lane.clock, on_progress=None)  # progress is drawn by the parent
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        try:
+            if message[0] == "run":
+                value = lane.run(message[1], message[2])
+            else:
+                value = lane.build()
+            conn.send(("ok", value))
+        except BaseException as error:  # the parent raises it
+            try:
+                conn.send(("error", error))
+            except Exception:
+                conn.send(("error", RuntimeError(f"lane process: {error!r}")))
