@@ -28,14 +28,14 @@ def three_types(h100: int, a100: int, v100: int) -> dict:
         group("v100", "V100-SXM2-32GB", v100, 50)]}
 
 
-def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True):
+def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True, jobs: int = 1):
     """`exact`: the whole cluster node by node (no decomposition, planner.search.decompose), the slow shape."""
     cluster = cluster_from_spec(three_types(*nodes), "test")
     training = Training(8 * sum(nodes), 4096, "fp16", 1)
     # decomposed: bundles of the trimmed cluster (decompose.trim, runtime megatron) of at most 4 nodes,
     # as the parts: the trimmed search of 8 bundles of 14 nodes (its own test: tests/test_trim.py) takes 20 s
     options = SolverOptions(time_limit_s=limit_s, max_exact_nodes=sum(nodes) if exact else 8,
-                            max_trimmed_bundle_nodes=4)
+                            max_trimmed_bundle_nodes=4, jobs=jobs)
     started = time.perf_counter()
     try:
         result = solve(load_model("llama-3-70b"), cluster, training, options)

@@ -1,22 +1,55 @@
 """A search's plan from its traced stage choices: ranks on whole nodes, batch shares by the
-integer program (planner.search.shares.solve_shares_ilp), interleaved chunks cycled over the ranks."""
+integer program (planner.search.shares.solve_shares_ilp), interleaved chunks cycled over the ranks.
+In two steps: draft_plan needs the search's Problem, finish_plan (the ILPs) does not, so a lane
+process drafts and its parent finishes (a forked process must not run the solver's threads)."""
 
 from __future__ import annotations
 
-from ..plan import Plan, Replica, Stage
+from dataclasses import dataclass, replace
+
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Plan, Replica, Stage, Training
 from .dp import StageChoice
-from .shares import solve_shares_ilp
+from .shares import IlpOptions, solve_shares_ilp
 from .stages import Problem
 
-__all__ = ["build_plan", "chunk_sizes"]
+__all__ = ["PlanDraft", "build_plan", "chunk_sizes", "draft_plan", "finish_plan"]
+
+
+@dataclass(frozen=True)
+class RankDraft:
+    """One pipeline rank's replicas (their ranks), each replica's time per micro-batch and its
+    memory cap in micro-batches at the rank's block count, as in stage_cost."""
+    replica_ranks: tuple[tuple[int, ...], ...]
+    times_s: tuple[float, ...]
+    caps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PlanDraft:
+    """A traced plan without its batch shares, free of the Problem that priced it (a lane process
+    sends it to the parent, which solves the share ILPs: planner.search.parallel)."""
+    training: Training
+    microbatches: int
+    least_share: int
+    even_shares: bool
+    ilp: IlpOptions
+    ranks: tuple[RankDraft, ...]
+    stages: tuple[Stage, ...]  # replicas empty: filled from ranks[stage.pipeline_rank]
 
 
 def build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
-    """The Plan of traced choices: ranks on whole nodes, shares by the ILP; an interleaved
-    plan cycles V chunks over the pipeline ranks, each rank taking the same blocks per chunk."""
-    cluster, b, v = problem.cluster, problem.b, problem.v
+    """The Plan of traced choices (draft_plan, then finish_plan)."""
+    return finish_plan(draft_plan(problem, choices), problem.model, problem.cluster)
+
+
+def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
+    """The traced choices as a PlanDraft: ranks on whole nodes; an interleaved plan cycles V chunks
+    over the pipeline ranks, each rank taking the same blocks per chunk."""
+    v = problem.v
     next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.search.decompose)
-    rank_replicas = []
+    ranks = []
     recompute_layers = []
     for c in choices:
         flags = (c.has_head, c.has_emb)
@@ -42,20 +75,8 @@ def build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         # per-replica time and memory cap at this rank's block count, as in stage_cost
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
         caps = [int(cap[c.blocks]) for cap in problem.share_caps(types, flags, position)]
-        if problem.restriction.even_shares:
-            load = problem.microbatches // len(replicas_ranks)  # shares.even_makespan
-            assert load * len(replicas_ranks) == problem.microbatches and all(caps[t] >= load for t in replica_type)
-            assert load >= problem.inputs.least_share
-            shares = [load] * len(replicas_ranks)
-        else:
-            solution = solve_shares_ilp(problem.microbatches, [times[t] for t in replica_type],
-                                        [caps[t] for t in replica_type], problem.options.ilp,
-                                        problem.inputs.least_share)
-            if not solution.optimal:
-                raise RuntimeError("the share ILP did not prove optimality")
-            shares = solution.shares
-        rank_replicas.append(tuple(Replica(d, n * b, ranks)
-                                   for d, (n, ranks) in enumerate(zip(shares, replicas_ranks))))
+        ranks.append(RankDraft(tuple(replicas_ranks), tuple(times[t] for t in replica_type),
+                               tuple(caps[t] for t in replica_type)))
     stages = []
     first = 0
     pp = len(choices)
@@ -64,11 +85,34 @@ def build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                rank_replicas[k], k, problem.restriction.sequence_parallel and c.config.tp > 1,
+                                (), k, problem.restriction.sequence_parallel and c.config.tp > 1,
                                 c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
                                 offload=c.config.offload))
             first = end
-    return Plan(problem.model, cluster, problem.t, tuple(stages))
+    return PlanDraft(problem.t, problem.microbatches, problem.inputs.least_share, problem.restriction.even_shares,
+                     problem.options.ilp, tuple(ranks), tuple(stages))
+
+
+def finish_plan(draft: PlanDraft, model: Model, cluster: Cluster) -> Plan:
+    """The Plan of a draft: each rank's batch shares, in whole micro-batches, by the ILP (or even)."""
+    rank_replicas = []
+    b = draft.training.micro_batch
+    for rank in draft.ranks:
+        if draft.even_shares:
+            load = draft.microbatches // len(rank.replica_ranks)  # shares.even_makespan
+            assert load * len(rank.replica_ranks) == draft.microbatches and all(cap >= load for cap in rank.caps)
+            assert load >= draft.least_share
+            shares = [load] * len(rank.replica_ranks)
+        else:
+            solution = solve_shares_ilp(draft.microbatches, list(rank.times_s), list(rank.caps), draft.ilp,
+                                        draft.least_share)
+            if not solution.optimal:
+                raise RuntimeError("the share ILP did not prove optimality")
+            shares = solution.shares
+        rank_replicas.append(tuple(Replica(d, n * b, ranks)
+                                   for d, (n, ranks) in enumerate(zip(shares, rank.replica_ranks))))
+    stages = tuple(replace(stage, replicas=rank_replicas[stage.pipeline_rank]) for stage in draft.stages)
+    return Plan(model, cluster, draft.training, stages)
 
 
 def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:

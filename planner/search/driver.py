@@ -77,13 +77,14 @@ from ..core.clock import Progress, SearchClock, SearchTimeout
 from .decompose import decompose
 from .scale import solve_scaled
 from ..core.errors import BadInput, NoFeasiblePlan
-from ..cost.evaluate import Estimate
+from ..cost.evaluate import Estimate, evaluate
 from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import Cluster
 from .layer_floor import layer_floors, unplaceable_layer
 from .no_plan import layer_too_big, long_sequence, no_plan
 from ..inputs.model import Model
 from ..plan import Plan, Training, structural_problems
+from .build import finish_plan
 from .lanes import LANES, Lane, Outcome, SearchInputs
 from .parallel import Searches
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
@@ -215,7 +216,9 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         # ties (within 1e-6) go to the exact search's plan
         blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
         if best is not None and (seed is None or best[0][0] <= seed[1].step_time_s * (1 + 1e-6)):
-            plan, estimate, step = searches.build(best[1] % LANES)
+            draft, step = searches.draft(best[1] % LANES)
+            plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.build)
+            estimate = evaluate(plan, options.params_mapping())
             # decoders of several shapes (DeepSeek-V3's dense first layers, Gemma's windows) are
             # priced by the search as their count-weighted mean (Model.decoder_stand_in); the plan is
             # re-priced layer by layer, so only uniform decoders re-price to the search's figure

@@ -17,13 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.clock import SearchClock, SearchTimeout
-from ..cost.evaluate import Estimate, evaluate
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
-from ..plan import Plan, Training
+from ..plan import Training
 from ..schedules import get_schedule
 from .any_bound import cannot_beat_any
-from .build import build_plan
+from .build import PlanDraft, draft_plan
 from .decompose import Decomposition
 from .dp import price, run_dp, trace
 from .restriction_bound import cannot_beat
@@ -83,7 +82,7 @@ class SearchInputs:
 
 class Lane:
     """Runs its searches in index order, keeping the problems it built (their prices shared between
-    its searches) and the best plan it found, which `build` turns into a Plan."""
+    its searches) and the best plan it found, which `draft` gives without the problem."""
 
     def __init__(self, inputs: SearchInputs, clock: SearchClock):
         self.inputs = inputs
@@ -174,9 +173,9 @@ class Lane:
             self.problem = problem
         return problem
 
-    def build(self) -> tuple[Plan, Estimate, float]:
-        """The lane's best plan, its estimate and the step time the search priced it at."""
-        assert self.best is not None, "build() on a lane that found no plan"
+    def draft(self) -> tuple[PlanDraft, float]:
+        """The lane's best plan without its shares (build.draft_plan) and the step time the search
+        priced it at."""
+        assert self.best is not None, "draft() on a lane that found no plan"
         (step, _, _, _), _, problem, choices = self.best
-        plan = build_plan(problem, choices)
-        return plan, evaluate(plan, self.inputs.options.params_mapping()), step
+        return draft_plan(problem, choices), step

@@ -12,11 +12,13 @@ reported here, between outcomes.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..core.clock import SearchClock
+from .build import PlanDraft
 from .lanes import LANES, Lane, Outcome, start_of
 
 __all__ = ["Searches"]
@@ -24,7 +26,7 @@ __all__ = ["Searches"]
 
 class Searches:
     """The lanes of one search: `run` every search in index order (or until the time limit), then
-    `build` the best plan on the lane that found it. A context manager: leaving it ends the lane
+    `draft` the best plan on the lane that found it. A context manager: leaving it ends the lane
     processes."""
 
     def __init__(self, lanes: list[Lane], jobs: int, clock: SearchClock):
@@ -43,7 +45,9 @@ class Searches:
             context = multiprocessing.get_context("fork")
             for lane in self.lanes:
                 here, there = context.Pipe()
-                process = context.Process(target=_serve, args=(lane, there), daemon=True)
+                # the lane closes its copies of the parent's ends, so that it sees EOF if the parent dies
+                inherited = [conn for _, conn in self.workers] + [here]
+                process = context.Process(target=_serve, args=(lane, there, inherited), daemon=True)
                 process.start()
                 there.close()
                 self.workers.append((process, here))
@@ -110,12 +114,12 @@ class Searches:
         if outcome.found is not None:
             self.clock.best_step_s = min(outcome.found[0], self.clock.best_step_s or float("inf"))
 
-    def build(self, lane: int):
-        """Lane.build on lane `lane` (in its process when it has one)."""
+    def draft(self, lane: int) -> tuple[PlanDraft, float]:
+        """Lane.draft on lane `lane` (in its process when it has one)."""
         if not self.workers:
-            return self.lanes[lane].build()
+            return self.lanes[lane].draft()
         conn = self.workers[lane][1]
-        conn.send(("build",))
+        conn.send(("draft",))
         return _receive(conn)
 
 
@@ -139,8 +143,12 @@ def _receive(conn: Connection):
     return value
 
 
-def _serve(lane: Lane, conn: Connection) -> None:
-    """A lane process: run searches and build plans until told to stop (None)."""
+def _serve(lane: Lane, conn: Connection, inherited: list[Connection]) -> None:
+    """A lane process: run searches and draft plans until told to stop (None) or the parent is gone."""
+    for end in inherited:
+        end.close()
+    if "highspy" in sys.modules:  # HiGHS's worker threads did not survive the fork (the bounds' LPs)
+        sys.modules["highspy"].Highs.resetGlobalScheduler(True)
     lane.clock = replace(lane.clock, on_progress=None)  # progress is drawn by the parent
     while True:
         try:
@@ -153,7 +161,7 @@ def _serve(lane: Lane, conn: Connection) -> None:
             if message[0] == "run":
                 value = lane.run(message[1], message[2])
             else:
-                value = lane.build()
+                value = lane.draft()
             conn.send(("ok", value))
         except BaseException as error:  # the parent raises it
             try:

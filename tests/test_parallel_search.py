@@ -1,0 +1,121 @@
+"""Two searches at a time (planner.search.lanes, planner.search.parallel): the plan JSON, solver
+account included, is the same with one search process or two; search j starts from the searches
+before j - 1; a lane process's error reaches the caller; a process that may not have children
+(a sweep worker) takes turns; the time limit holds with two processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from planner.api import plan_json
+from planner.core.errors import NoFeasiblePlan
+from planner.search.driver import SolverOptions, solve
+from planner.search.lanes import Lane, Outcome, start_of
+from planner.search.parallel import _can_fork
+
+from .test_search import tiny_instance
+from .test_time_limit import timed_solve
+
+needs_fork = pytest.mark.skipif(not _can_fork(), reason="no fork on this platform")
+
+OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"), virtual_stages=(1, 2))
+
+
+def _without_seconds(result) -> dict:
+    out = plan_json(result)
+    out["solver"].pop("seconds")
+    return out
+
+
+@needs_fork
+@pytest.mark.parametrize("seed", [32, 5, 11])
+def test_two_search_processes_give_the_same_plan_json_as_one(seed):
+    model, cluster, base = tiny_instance(seed)
+    one = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=1))
+    two = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=2))
+    assert _without_seconds(one) == _without_seconds(two)  # candidates too: each lane does the same work
+    assert multiprocessing.active_children() == []  # the lane processes have ended
+
+
+def test_a_search_starts_from_the_searches_before_the_previous_one():
+    outcomes = [Outcome(0, (10.0, 8, 1, 1), 5, None), Outcome(1, (9.0, 8, 1, 1), 5, None),
+                Outcome(2, None, 5, None), Outcome(3, (9.0, 4, 1, 1), 5, None)]
+    assert start_of(0, 11.0, outcomes).best is None and start_of(1, 11.0, outcomes).best is None
+    assert start_of(2, 11.0, outcomes).best == (10.0, 8, 1, 1)  # not search 1's 9.0: it may still run
+    assert start_of(3, 11.0, outcomes).best == (9.0, 8, 1, 1)
+    assert start_of(5, 11.0, outcomes).best == (9.0, 4, 1, 1)  # fewer nodes wins a tie in step
+    # the cutoff: the best known, or the seed's step within 2e-6 (ties near the seed go to the search)
+    assert start_of(2, 11.0, outcomes).cutoff_s((10.0, 8, 1, 1)) == 10.0
+    assert start_of(0, 11.0, outcomes).cutoff_s(None) == pytest.approx(11.0 * (1 + 2e-6))
+
+
+@needs_fork
+def test_an_error_in_a_lane_process_reaches_the_caller(monkeypatch):
+    def broken(self, index, start):
+        raise ValueError(f"lane broke on search {index}")
+
+    monkeypatch.setattr(Lane, "run", broken)  # the forked lanes inherit it
+    model, cluster, base = tiny_instance(32)
+    with pytest.raises(ValueError, match="lane broke on search"):
+        solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=2))
+    assert multiprocessing.active_children() == []
+
+
+def _step_in_worker(seed: int) -> float:
+    model, cluster, base = tiny_instance(seed)
+    return solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=2)).estimate.step_time_s
+
+
+@needs_fork
+def test_a_daemonic_worker_asking_for_two_processes_takes_turns_with_the_same_plan():
+    # a multiprocessing pool's workers (planner sweep's local executor) may not start processes
+    model, cluster, base = tiny_instance(32)
+    expected = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=1)).estimate.step_time_s
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # fork would copy this process's solver threads
+        assert pool.apply(_step_in_worker, (32,)) == expected
+
+
+@needs_fork
+def test_time_limit_holds_with_two_search_processes():
+    # as tests/test_time_limit.py's slow shape (3 + 3 + 4 nodes searched whole), with two processes
+    started = time.perf_counter()
+    result, seconds = timed_solve((3, 3, 4), 2.0, jobs=2)
+    assert seconds <= 2.0 * 1.1 + 0.5, seconds
+    assert not isinstance(result, NoFeasiblePlan), result
+    assert result.estimate.fits and not result.optimal
+    assert multiprocessing.active_children() == [] and time.perf_counter() - started < 5
+
+
+@needs_fork
+def test_lane_processes_forked_after_this_process_ran_the_ilp_solver_still_solve():
+    # HiGHS's threads do not survive a fork: a lane process that solves an LP (any_bound's) resets
+    # them. Run in a child with a timeout, since the failure is a hang.
+    code = """
+import sys
+from planner.search.driver import SolverOptions, solve
+from planner.search.lanes import Lane, Outcome
+from planner.search.shares import IlpOptions, solve_shares_ilp
+from tests.test_search import tiny_instance
+
+def run_with_an_ilp(self, index, start):
+    solve_shares_ilp(64, [1.0, 1.3, 2.0], [40, 40, 40], IlpOptions("HiGHS"), 1)
+    return Outcome(index, None, 0, None)
+
+solve_shares_ilp(64, [1.0, 1.3, 2.0], [40, 40, 40], IlpOptions("HiGHS"), 1)  # HiGHS threads in this process
+Lane.run = run_with_an_ilp
+model, cluster, base = tiny_instance(32)
+try:
+    solve(model, cluster, base, SolverOptions(jobs=2))
+except Exception as error:  # no plan without the searches: fine, the lanes answered
+    print(type(error).__name__)
+print("done")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr[-2000:]
