@@ -211,88 +211,74 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
     return out
 
 
-def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
+def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-               v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(B', c') of a rank on `nodes` at each position j where it holds helds[j] = (whole,
-    deferred) micro-batches: arrays over (position, tp and ZeRO stage, n = 0..blocks) (module
-    docstring of rank_floor); INF where the rank cannot hold n blocks. `memo` keeps what ranks on
-    other nodes share."""
+               v: int, memo: dict) -> dict:
+    """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
+    where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp
+    and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
+    blocks. The vectors' options are priced together, one row each (every step is elementwise over
+    them). `memo` keeps what ranks on other nodes share."""
     n = np.arange(blocks + 1, dtype=float)
     h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
     # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
     below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _, _ in helds], dtype=float)
     kept = tuple((whole, min(deferred, max(0.0, least - whole)), ends) for whole, deferred, ends in helds)
-    groups = [i for i, count in enumerate(nodes) if count]
+    groups = [i for i, count in enumerate(vectors[0]) if count]
     groups_key = tuple(groups)
+    assert all(tuple(i for i, count in enumerate(nodes) if count) == groups_key for nodes in vectors)
     # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
     per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
                              for _, _, ends in helds] * 2)
-    counts, dps, times, lats, tails = [], [], [], [], []  # per option (tp, ZeRO stage)
+    owners, counts, dps, blocks_at, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
     zeros = _zero_stages(options, v, cluster)
-    for tp in options.tp_degrees:
-        if any((i, tp) not in info for i in groups):
-            continue
-        replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
-        dp = sum(replicas)
-        if dp > most_replicas:
-            continue  # every replica takes `least` micro-batches at least
-        sends = {}
-        for i in groups:
-            if ("send", groups_key, tp, i) not in memo:
-                memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
-            sends[i] = memo[("send", groups_key, tp, i)] * per_position  # (position, 1): in flight, one held
-        for zero in zeros:
-            option_times, option_lats = [], []
+    for nodes in vectors:
+        for tp in options.tp_degrees:
+            if any((i, tp) not in info for i in groups):
+                continue
+            replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
+            dp = sum(replicas)
+            if dp > most_replicas:
+                continue  # every replica takes `least` micro-batches at least
             for i in groups:
-                key = (i, tp, dp, zero, kept)
-                if key not in memo:
-                    points, room, states, price, p, ends, *_ = info[(i, tp)]
-                    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
-                    # the embedding's or head's states and activations where the rank holds them
-                    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
-                    rooms, pass_s, lat_s = [], [], []
-                    for whole, deferred, kinds in rows:
-                        extra = [ends[kind] for kind in kinds]
-                        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1]
-                                                for e in extra))
-                        pass_s.append(sum(e[2] for e in extra))
-                        lat_s.append(sum(e[3] for e in extra))
-                    rooms = np.array(rooms)[:, None]
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
-                    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
-                    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
-                    with np.errstate(invalid="ignore"):
-                        memo[key] = (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0)
-                                     + np.array(pass_s)[:, None],
-                                     np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0)
-                                     + np.array(lat_s)[:, None])
-                comm_key = (nodes, tp, zero, i)
-                if comm_key not in memo:
-                    points, room, states, price, p, ends, *_ = info[(i, tp)]
-                    memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
-                comm = memo[comm_key]
-                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times)
-                # and in the latency: V chunks' slowest at least their mean (interleave.chunk_latency)
-                option_times.append(memo[key][0] + (comm + sends[i]))
-                option_lats.append(memo[key][1] + (comm + sends[i]) / v)
-            for _, _, ends in helds:
-                if ("tail", nodes, tp, zero, ends) not in memo:
-                    memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
-                                                                          dp, zero, info, n, ends)
-            tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
-            counts.append(replicas)
-            dps.append(dp)
-            times.append(option_times)
-            lats.append(option_lats)
+                if ("send", groups_key, tp, i) not in memo:
+                    memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
+            send = [memo[("send", groups_key, tp, i)] for i in groups]
+            for zero in zeros:
+                option_blocks, option_comms = [], []
+                for i in groups:
+                    key = (i, tp, dp, zero, kept)
+                    if key not in memo:
+                        memo[key] = _block_costs(info[(i, tp)], dp, zero, kept, n)
+                    comm_key = (nodes, tp, zero, i)
+                    if comm_key not in memo:
+                        points, room, states, price, p, ends, *_ = info[(i, tp)]
+                        memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
+                    option_blocks.append(memo[key])
+                    option_comms.append(memo[comm_key])
+                for _, _, ends in helds:
+                    if ("tail", nodes, tp, zero, ends) not in memo:
+                        memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups,
+                                                                              tp, dp, zero, info, n, ends)
+                tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
+                owners.append(nodes)
+                counts.append(replicas)
+                dps.append(dp)
+                blocks_at.append(option_blocks)
+                comms.append(option_comms)
+                sends.append(send)
+    none = np.full((h, 1, blocks + 1), INF)
+    none[:, :, 0] = 0.0
     if not counts:
-        none = np.full((h, 1, blocks + 1), INF)
-        none[:, :, 0] = 0.0
-        return none, none.copy()
+        return {nodes: (none, none.copy()) for nodes in vectors}
     k = len(counts)
-    times, lats = np.array(times).transpose(1, 0, 2, 3), np.array(lats).transpose(1, 0, 2, 3)  # (i, k, j, n)
+    # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
+    # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
+    extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
+    times = np.array([[block[0] for block in option] for option in blocks_at]) + extra
+    lats = np.array([[block[1] for block in option] for option in blocks_at]) + extra / v
+    times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
@@ -316,7 +302,40 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
     busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
     busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
-    return busy.transpose(1, 0, 2).copy(), latency.transpose(1, 0, 2).copy()
+    busy, latency = busy.transpose(1, 0, 2), latency.transpose(1, 0, 2)  # (j, option, n)
+    out, first = {}, 0
+    for nodes in vectors:
+        last = first
+        while last < k and owners[last] == nodes:
+            last += 1
+        out[nodes] = (busy[:, first:last].copy(), latency[:, first:last].copy()) if last > first \
+            else (none, none.copy())
+        first = last
+    return out
+
+
+def _block_costs(block: tuple, dp: int, zero: int, kept: tuple, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A replica's pass and latency floor over n blocks of one group at tp (`block` its rank_blocks
+    entry), dp replicas, ZeRO-`zero`, holding kept[j] at each position j, then one micro-batch at
+    each: arrays over (row, n) (module docstring of rank_floor, the memory bound)."""
+    points, room, states, price, p, ends, *_ = block
+    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
+    # the embedding's or head's states and activations where the rank holds them
+    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
+    rooms, pass_s, lat_s = [], [], []
+    for whole, deferred, kinds in rows:
+        extra = [ends[kind] for kind in kinds]
+        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1] for e in extra))
+        pass_s.append(sum(e[2] for e in extra))
+        lat_s.append(sum(e[3] for e in extra))
+    rooms = np.array(rooms)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
+    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
+    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
+    with np.errstate(invalid="ignore"):
+        return (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0) + np.array(pass_s)[:, None],
+                np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0) + np.array(lat_s)[:, None])
 
 
 @lru_cache(maxsize=16)

@@ -195,16 +195,22 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
     delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
+    by_groups: dict = {}  # the vectors on the same groups, priced together
+    for nu in vectors:
+        by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
     known = known_costs(model, cluster, base, options, b, schedule, v)
 
     def options_of(helds: tuple) -> dict:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
+        costs = {}
+        for same in by_groups.values():
+            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
+            costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
+                                    known))
         out = {}
         for nu in vectors:
-            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
-            busy, latency = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
-                                       known)
+            busy, latency = costs[nu]
             # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it;
             # every chunk holds a block, a rank without the embedding or head one at least (Problem._finish)
             able = (busy <= target - delta) | (np.arange(blocks + 1) == 0)
