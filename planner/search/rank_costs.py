@@ -194,20 +194,25 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
     rows, cols = np.nonzero(need)
     ones, fulls = ones[:, rows, cols], fulls[:, rows, cols]  # (i, entry)
     counts, cap = counts[:, rows], below[rows][None]
+    best = np.full(len(rows), INF)
     with np.errstate(divide="ignore", invalid="ignore"):
         first_end = cap * ones  # the cap reached
         last_start = cap * fulls  # B / full past it
         lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, entry)
-        first = lows[:, None] < first_end[None]  # (piece, i, entry)
-        last = lows[:, None] >= last_start[None]
-        slope = (counts[None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
-        flat = (counts[None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
-        root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
-        # the piece runs from its low to the next breakpoint: a root past it is not G's
-        highs = np.where(lows[1:][None] > lows[:, None], lows[1:][None], INF).min(axis=1)
-    inside = (root >= lows * (1 - 1e-12)) & (root <= highs * (1 + 1e-12))
+        rising, held = counts * (1.0 / ones), counts * cap  # (i, entry): micro-batches per second below the cap, the cap
+        after = counts * (1.0 / fulls)
+        for low in lows:  # one piece at a time, from its low to the next breakpoint
+            first = low[None] < first_end  # (i, entry)
+            last = low[None] >= last_start
+            slope = np.where(first, rising, np.where(last, after, 0.0)).sum(axis=0)
+            flat = np.where(first | last, 0.0, held).sum(axis=0)
+            root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, low, INF))
+            # the piece runs from its low to the next breakpoint: a root past it is not G's
+            high = np.where(lows[1:] > low[None], lows[1:], INF).min(axis=0)
+            inside = (root >= low * (1 - 1e-12)) & (root <= high * (1 + 1e-12))
+            best = np.minimum(best, np.where(inside, np.maximum(root, low), INF))
     out = whole.copy()
-    out[rows, cols] = np.minimum(np.where(inside, np.maximum(root, lows), INF).min(axis=0), whole[rows, cols])
+    out[rows, cols] = np.minimum(best, whole[rows, cols])
     return out
 
 
@@ -231,7 +236,10 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
     per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
                              for _, _, ends in helds] * 2)
-    owners, counts, dps, blocks_at, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
+    # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
+    rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
+    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
+    wanted = {}  # (group, tp, dp, ZeRO stage, row) not priced before
     zeros = _zero_stages(options, v, cluster)
     for nodes in vectors:
         for tp in options.tp_degrees:
@@ -246,16 +254,13 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                     memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
             send = [memo[("send", groups_key, tp, i)] for i in groups]
             for zero in zeros:
-                option_blocks, option_comms = [], []
+                option_comms = []
                 for i in groups:
-                    key = (i, tp, dp, zero, kept)
-                    if key not in memo:
-                        memo[key] = _block_costs(info[(i, tp)], dp, zero, kept, n)
+                    wanted.update((key, None) for key in ((i, tp, dp, zero, row) for row in rows) if key not in memo)
                     comm_key = (nodes, tp, zero, i)
                     if comm_key not in memo:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
                         memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
-                    option_blocks.append(memo[key])
                     option_comms.append(memo[comm_key])
                 for _, _, ends in helds:
                     if ("tail", nodes, tp, zero, ends) not in memo:
@@ -265,9 +270,17 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                 owners.append(nodes)
                 counts.append(replicas)
                 dps.append(dp)
-                blocks_at.append(option_blocks)
+                parts.append([(i, tp, dp, zero) for i in groups])
                 comms.append(option_comms)
                 sends.append(send)
+    if wanted:
+        memo.update(zip(wanted, zip(*_block_costs(info, list(wanted), n))))
+    blocks_at = {}  # per (group, tp, dp, ZeRO stage): (pass, latency floor) over (row, n)
+    for option in parts:
+        for part in option:
+            if part not in blocks_at:
+                blocks_at[part] = (np.array([memo[part + (row,)][0] for row in rows]),
+                                   np.array([memo[part + (row,)][1] for row in rows]))
     none = np.full((h, 1, blocks + 1), INF)
     none[:, :, 0] = 0.0
     if not counts:
@@ -276,8 +289,8 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
     # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
     extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
-    times = np.array([[block[0] for block in option] for option in blocks_at]) + extra
-    lats = np.array([[block[1] for block in option] for option in blocks_at]) + extra / v
+    times = np.array([[blocks_at[part][0] for part in option] for option in parts]) + extra
+    lats = np.array([[blocks_at[part][1] for part in option] for option in parts]) + extra / v
     times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
@@ -314,25 +327,27 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     return out
 
 
-def _block_costs(block: tuple, dp: int, zero: int, kept: tuple, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A replica's pass and latency floor over n blocks of one group at tp (`block` its rank_blocks
-    entry), dp replicas, ZeRO-`zero`, holding kept[j] at each position j, then one micro-batch at
-    each: arrays over (row, n) (module docstring of rank_floor, the memory bound)."""
-    points, room, states, price, p, ends, *_ = block
-    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
-    # the embedding's or head's states and activations where the rank holds them
-    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
-    rooms, pass_s, lat_s = [], [], []
-    for whole, deferred, kinds in rows:
+def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, (whole,
+    deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp replicas,
+    ZeRO-`zero`, `whole` micro-batches' activations and the deferred-W inputs of `deferred` more held,
+    the embedding's or head's (`ends`) with them: arrays over (wanted, n) (module docstring of
+    rank_floor, the memory bound)."""
+    rooms, held, pass_s, lat_s, curves = [], [], [], [], []
+    for i, tp, dp, zero, (whole, deferred, kinds) in wanted:
+        points, room, states, price, p, ends, *_ = info[(i, tp)]
+        # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
+        # the embedding's or head's states and activations where the rank holds them
         extra = [ends[kind] for kind in kinds]
         rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1] for e in extra))
+        held.append(states(dp, zero))
         pass_s.append(sum(e[2] for e in extra))
         lat_s.append(sum(e[3] for e in extra))
+        curves.append(_curves(points, whole, deferred))
     rooms = np.array(rooms)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
+        per_block = np.where(n > 0, (rooms - n * np.array(held)[:, None]) / np.where(n > 0, n, 1.0), INF)
     per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
-    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
     with np.errstate(invalid="ignore"):
         return (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0) + np.array(pass_s)[:, None],
                 np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0) + np.array(lat_s)[:, None])
