@@ -115,15 +115,15 @@ def _zero_stages(options: SolverOptions, v: int, cluster: Cluster) -> list[int]:
     return [z for z in zeros if z or 1 not in zeros]
 
 
-def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, zero: int, base: Training,
-                  price, p, n: np.ndarray, v: int) -> np.ndarray:
+def _zero_floor_s(layout, tp: int, dp: int, zero: int, base: Training, price, p, n: np.ndarray, v: int
+                  ) -> np.ndarray:
     """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
     (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
     what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
-    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only)."""
+    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only); `layout`
+    the rank's, paths.whole_node_layout."""
     if zero < 2 or dp <= 1:
         return np.zeros(len(n))
-    layout = whole_node_layout(cluster, nodes, tp, dp)
     dims = StageDims(tp, tp > 1, dp, zero)
     comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
     out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
@@ -148,16 +148,16 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
     return max(0.0, best)
 
 
-def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, nodes: tuple[int, ...], groups: list[int],
+def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, layout, groups: list[int],
                   tp: int, dp: int, zero: int, info: dict, n: np.ndarray, ends: tuple) -> np.ndarray:
     """E': the least a rank's tail takes after its last micro-batch (Problem._tail, cost.stage_tail):
     the gradient reduction over its layout at its slowest GPU's parameters, less at most the
     slowest backward any of its replicas may have (grad_reduce_s falls as that grows), and its
-    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs)."""
+    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs); `layout`
+    the rank's, paths.whole_node_layout."""
     blocks = [info[(i, tp)] for i in groups]
     slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
     dims = StageDims(tp, tp > 1, dp, zero)
-    layout = whole_node_layout(cluster, nodes, tp, dp)
     first = blocks[0]
     span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
     bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
@@ -218,12 +218,13 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
 
 def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-               v: int, memo: dict) -> dict:
+               v: int, memo: dict, shared: dict) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
     where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp
     and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
     blocks. The vectors' options are priced together, one row each (every step is elementwise over
-    them). `memo` keeps what ranks on other nodes share."""
+    them). `memo` keeps what ranks on other nodes and other searches at this schedule and V share,
+    `shared` what those at other schedules and V share too (known_costs)."""
     n = np.arange(blocks + 1, dtype=float)
     h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
@@ -239,7 +240,8 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
     rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
     owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
-    wanted = {}  # (group, tp, dp, ZeRO stage, row) not priced before
+    index = memo.setdefault("rows", {})  # (group, tp, dp, ZeRO stage, row): its place in memo["pool"]
+    wanted = {}  # those not priced before
     zeros = _zero_stages(options, v, cluster)
     for nodes in vectors:
         for tp in options.tp_degrees:
@@ -250,23 +252,26 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             if dp > most_replicas:
                 continue  # every replica takes `least` micro-batches at least
             for i in groups:
-                if ("send", groups_key, tp, i) not in memo:
-                    memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
-            send = [memo[("send", groups_key, tp, i)] for i in groups]
+                if ("send", groups_key, tp, i) not in shared:
+                    shared[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
+            send = [shared[("send", groups_key, tp, i)] for i in groups]
+            if ("layout", nodes, tp) not in shared:
+                shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
+            layout = shared[("layout", nodes, tp)]
             for zero in zeros:
                 option_comms = []
                 for i in groups:
-                    wanted.update((key, None) for key in ((i, tp, dp, zero, row) for row in rows) if key not in memo)
+                    wanted.update((key, None) for key in ((i, tp, dp, zero, row) for row in rows) if key not in index)
                     comm_key = (nodes, tp, zero, i)
                     if comm_key not in memo:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
-                        memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
+                        memo[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
                     option_comms.append(memo[comm_key])
                 for _, _, ends in helds:
-                    if ("tail", nodes, tp, zero, ends) not in memo:
-                        memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups,
-                                                                              tp, dp, zero, info, n, ends)
-                tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
+                    if ("tail", nodes, tp, zero, ends) not in shared:
+                        shared[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, layout, groups,
+                                                                                tp, dp, zero, info, n, ends)
+                tails.append([shared[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
                 owners.append(nodes)
                 counts.append(replicas)
                 dps.append(dp)
@@ -274,23 +279,25 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                 comms.append(option_comms)
                 sends.append(send)
     if wanted:
-        memo.update(zip(wanted, zip(*_block_costs(info, list(wanted), n))))
-    blocks_at = {}  # per (group, tp, dp, ZeRO stage): (pass, latency floor) over (row, n)
-    for option in parts:
-        for part in option:
-            if part not in blocks_at:
-                blocks_at[part] = (np.array([memo[part + (row,)][0] for row in rows]),
-                                   np.array([memo[part + (row,)][1] for row in rows]))
+        first = _pooled(memo, *_block_costs(info, list(wanted), n))
+        index.update(zip(wanted, range(first, first + len(wanted))))
     none = np.full((h, 1, blocks + 1), INF)
     none[:, :, 0] = 0.0
     if not counts:
         return {nodes: (none, none.copy()) for nodes in vectors}
     k = len(counts)
+    places = {}  # per (group, tp, dp, ZeRO stage): its rows' places in the pool
+    for option in parts:
+        for part in option:
+            if part not in places:
+                places[part] = [index[part + (row,)] for row in rows]
+    at = np.array([[places[part] for part in option] for option in parts])  # (option, i, row)
     # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
     # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
     extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
-    times = np.array([[blocks_at[part][0] for part in option] for option in parts]) + extra
-    lats = np.array([[blocks_at[part][1] for part in option] for option in parts]) + extra / v
+    pool = memo["pool"]
+    times = pool[0][at] + extra
+    lats = pool[1][at] + extra / v
     times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
@@ -327,6 +334,22 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     return out
 
 
+def _pooled(memo: dict, times: np.ndarray, lats: np.ndarray) -> int:
+    """Put rows of a block's pass and latency floor into memo["pool"] (two arrays over (row, n), grown
+    by doubling); the place of the first."""
+    pool = memo.setdefault("pool", [np.empty((0, times.shape[1])), np.empty((0, times.shape[1])), 0])
+    used = pool[2]
+    if used + len(times) > len(pool[0]):
+        size = max(used + len(times), 2 * len(pool[0]), 64)
+        for k in (0, 1):
+            grown = np.empty((size, times.shape[1]))
+            grown[:used] = pool[k][:used]
+            pool[k] = grown
+    pool[0][used:used + len(times)], pool[1][used:used + len(times)] = times, lats
+    pool[2] = used + len(times)
+    return used
+
+
 def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, (whole,
     deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp replicas,
@@ -353,9 +376,9 @@ def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.nda
                 np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0) + np.array(lat_s)[:, None])
 
 
-@lru_cache(maxsize=16)
-def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
-                v: int) -> dict:
-    """The parts of rank_costs that ranks on other nodes and other searches of one run share (they
-    do not depend on the cutoff): per group arrays, ZeRO's collectives, sends and tails."""
+@lru_cache(maxsize=8)
+def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int) -> dict:
+    """The parts of rank_costs that ranks on other nodes and other searches of one run at micro-batch
+    b share (they do not depend on the cutoff): sends, layouts and tails, and per (schedule, V) a
+    block's pass and latency floor per held row and ZeRO's collectives (rank_costs' `memo`)."""
     return {}

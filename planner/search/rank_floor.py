@@ -199,7 +199,8 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     for nu in vectors:
         by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    known = known_costs(model, cluster, base, options, b, schedule, v)
+    shared = known_costs(model, cluster, base, options, b)
+    known = shared.setdefault((schedule, v), {})
 
     def options_of(helds: tuple) -> dict:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
@@ -207,7 +208,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
         for same in by_groups.values():
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
             costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
-                                    known))
+                                    known, shared))
         out = {}
         for nu in vectors:
             busy, latency = costs[nu]
