@@ -198,17 +198,20 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         first_end = cap * ones  # the cap reached
         last_start = cap * fulls  # B / full past it
-        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, entry)
+        # the pieces' lows, sorted: a piece runs from its low to the next greater breakpoint, `highs`
+        lows = np.sort(np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start]), axis=0)
+        highs = np.full_like(lows, INF)
+        for k in range(len(lows) - 2, -1, -1):
+            highs[k] = np.where(lows[k + 1] > lows[k], lows[k + 1], highs[k + 1])
         rising, held = counts * (1.0 / ones), counts * cap  # (i, entry): micro-batches per second below the cap, the cap
         after = counts * (1.0 / fulls)
-        for low in lows:  # one piece at a time, from its low to the next breakpoint
+        for low, high in zip(lows, highs):  # one piece at a time
             first = low[None] < first_end  # (i, entry)
             last = low[None] >= last_start
             slope = np.where(first, rising, np.where(last, after, 0.0)).sum(axis=0)
             flat = np.where(first | last, 0.0, held).sum(axis=0)
             root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, low, INF))
-            # the piece runs from its low to the next breakpoint: a root past it is not G's
-            high = np.where(lows[1:] > low[None], lows[1:], INF).min(axis=0)
+            # a root past the piece is not G's
             inside = (root >= low * (1 - 1e-12)) & (root <= high * (1 + 1e-12))
             best = np.minimum(best, np.where(inside, np.maximum(root, low), INF))
     out = whole.copy()
