@@ -177,16 +177,24 @@ def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
             _envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)]))
 
 
-def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray) -> np.ndarray:
+def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray,
+                limit: float = INF, tails: np.ndarray | None = None) -> np.ndarray:
     """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
     take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
     than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
-    holding it (module docstring of rank_floor, B')."""
+    holding it (module docstring of rank_floor, B'). Where B' + `tails` (per row and n) surely
+    exceeds `limit`, some value no less than B' (the rank is in no plan that beats the cutoff)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         whole = m / (counts[:, :, None] / fulls).sum(axis=0)
         # B' = m / sum(counts / full) where there every replica would take more than `below`
         need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
         need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
+        if limit < INF:
+            # a replica takes g_i(B) <= B max(1 / one_i, 1 / full_i) in B, so B' >= m / sum(counts x that)
+            # (every root below is, to rounding, so the sum with the tails rounds no lower than that
+            # bound's); where that passes `limit`, B' <= whole does too
+            fastest = np.maximum(1.0 / ones, 1.0 / fulls)
+            need &= ~(m / (counts[:, :, None] * fastest).sum(axis=0) * (1 - 1e-6) + tails > limit)
     if not need.any():
         return whole
     # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
@@ -221,13 +229,15 @@ def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray,
 
 def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-               v: int, memo: dict, shared: dict) -> dict:
+               v: int, memo: dict, shared: dict, limit: float = INF) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
     where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp
     and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
     blocks. The vectors' options are priced together, one row each (every step is elementwise over
     them). `memo` keeps what ranks on other nodes and other searches at this schedule and V share,
-    `shared` what those at other schedules and V share too (known_costs)."""
+    `shared` what those at other schedules and V share too (known_costs). Where B' + E' surely
+    exceeds `limit`, B' is some value above it, not the least (the rank is in no plan that beats
+    the cutoff: rank_floor)."""
     n = np.arange(blocks + 1, dtype=float)
     h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
@@ -305,7 +315,9 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
-    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
+    tails = np.array(tails)  # (option, j, n)
+    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
+                       limit, tails.reshape(k * h, -1))
     busy = busy.reshape(k, h, -1)
     if len(groups) == 1:
         # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
@@ -314,7 +326,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
         holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
         with np.errstate(invalid="ignore"):
             busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
-    busy = busy + np.array(tails)  # B' + E': X + c = B + E
+    busy = busy + tails  # B' + E': X + c = B + E
     small = (below > 0)[None, :, None]
     # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
     fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))

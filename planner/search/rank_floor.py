@@ -208,7 +208,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
         for same in by_groups.values():
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
             costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
-                                    known, shared))
+                                    known, shared, target - delta))
         out = {}
         for nu in vectors:
             busy, latency = costs[nu]
