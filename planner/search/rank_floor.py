@@ -128,34 +128,36 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
     (ranked[nu] = (y, c), arrays over (position from the end, option, n)); `first` (not `exact`):
     the options of the first rank, the last placed, where they differ (it holds the embedding)."""
     width = 2 * (blocks + 1)  # (sums past L land in the upper half, never read)
+    vectors, steps = _moves(counts)
+    stride = (ranks + 1) * width  # one vector's part of the table
     cost, finite = {}, {}
     for nu, (y, c) in ranked.items():
         least = _least_cost(bound, y, c)
         finite[nu] = took = np.flatnonzero(np.isfinite(least).any(axis=0))
-        cost[nu] = least[:, took].ravel()  # (position, finite n) flat
-    vectors, steps = _moves(counts)
+        cost[nu] = least[:, took]  # (position, finite n)
     table = np.full((len(vectors), ranks + 1, width), INF)
     table[0, 0, 0] = 0.0
+    flat = table.ravel()
     for used, moves in steps:
         sums = table[used]
         placed, held = np.nonzero(np.isfinite(sums[:ranks, :blocks + 1]))
-        if not len(placed):
+        if not len(placed) or not moves:
             continue
         start = sums[placed, held][:, None]
         base = ((placed + 1) * width + held)[:, None]
-        for nu, after in moves:
-            took = finite[nu]
-            # min-plus convolution over the finite entries: one more rank, its blocks added
-            value = start + cost[nu][(placed * len(took))[:, None] + np.arange(len(took))[None, :]]
-            np.minimum.at(table[after].ravel(), (base + took[None, :]).ravel(), value.ravel())
+        # min-plus convolution over the finite entries, every move at once: one more rank, its blocks
+        # added (each move lands in its own vector's part of the table)
+        value = start + np.concatenate([cost[nu][placed] for nu, _ in moves], axis=1)
+        into = np.concatenate([after * stride + finite[nu] for nu, after in moves])
+        np.minimum.at(flat, (base + into[None, :]).ravel(), value.ravel())
     if exact:
         return float(table[:, ranks, blocks].min())
     if first is None:
         return float(table[:, 1:, blocks].min())
     # the first rank last: at position p + 1 after p placed, with the blocks left
     closing = {nu: _least_cost(bound, y, c)[:ranks, ::-1] for nu, (y, c) in first.items()}
-    return min((float((table[used, :ranks, :blocks + 1] + closing[nu]).min()) for used, moves in steps
-                for nu, _ in moves), default=INF)
+    return min((float((table[used, :ranks, :blocks + 1][None] + np.stack([closing[nu] for nu, _ in moves])).min())
+                for used, moves in steps if moves), default=INF)
 
 
 def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: bool = False
