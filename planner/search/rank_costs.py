@@ -49,11 +49,10 @@ def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], f
     return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
 
 
-def _least_times(hulls: list[list[tuple[float, float]]], per_block: np.ndarray) -> np.ndarray:
-    """h(per_block) for each envelope and its row of per_block: the least time of one block whose
-    activations average `per_block` bytes (INF below the leanest mode); a convex envelope is the
-    maximum of the lines through its segments."""
-    lines = [_lines(hull) for hull in hulls]
+def _least_times(lines: list[tuple[list[float], list[float], float]], per_block: np.ndarray) -> np.ndarray:
+    """h(per_block) for each envelope (as _lines gives it) and its row of per_block: the least time of
+    one block whose activations average `per_block` bytes (INF below the leanest mode); a convex
+    envelope is the maximum of the lines through its segments."""
     width = max(len(slopes) for slopes, _, _ in lines)
     slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
     heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
@@ -169,12 +168,13 @@ def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, layo
 
 
 @lru_cache(maxsize=1024)
-def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
+def _curves(points: tuple, whole: float, deferred: float) -> tuple[tuple, tuple]:
     """The envelopes h of a replica holding `whole` micro-batches' activations and the deferred-W
-    inputs of `deferred` more: (bytes per block, pass time) and (bytes per block, latency floor)."""
+    inputs of `deferred` more, as lines (_lines): (bytes per block, pass time) and (bytes per block,
+    latency floor)."""
     held = [whole * act + deferred * wgrad for act, wgrad, _, _ in points]
-    return (_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)]),
-            _envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)]))
+    return (_lines(_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)])),
+            _lines(_envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)])))
 
 
 def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray,
@@ -252,9 +252,11 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                              for _, _, ends in helds] * 2)
     # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
     rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
+    ids = memo.setdefault("row ids", {})
+    numbered = [ids.setdefault(row, len(ids)) for row in rows]
     owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
-    index = memo.setdefault("rows", {})  # (group, tp, dp, ZeRO stage, row): its place in memo["pool"]
-    wanted = {}  # those not priced before
+    index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage): its rows' places in memo["pool"]
+    places, wanted = {}, []  # the rows of this call's, those not priced before
     zeros = _zero_stages(options, v, cluster)
     for nodes in vectors:
         for tp in options.tp_degrees:
@@ -274,12 +276,15 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             for zero in zeros:
                 option_comms = []
                 for i in groups:
-                    wanted.update((key, None) for key in ((i, tp, dp, zero, row) for row in rows) if key not in index)
-                    comm_key = (nodes, tp, zero, i)
-                    if comm_key not in memo:
+                    part = (i, tp, dp, zero)
+                    if part not in places:
+                        places[part] = known = index.setdefault(part, {})
+                        wanted.extend((part, row, number) for row, number in zip(rows, numbered) if number not in known)
+                    comm_key = ("zero", v, nodes, tp, zero, i)
+                    if comm_key not in shared:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
-                        memo[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
-                    option_comms.append(memo[comm_key])
+                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
+                    option_comms.append(shared[comm_key])
                 for _, _, ends in helds:
                     if ("tail", nodes, tp, zero, ends) not in shared:
                         shared[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, layout, groups,
@@ -291,19 +296,17 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                 parts.append([(i, tp, dp, zero) for i in groups])
                 comms.append(option_comms)
                 sends.append(send)
+    wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
     if wanted:
-        first = _pooled(memo, *_block_costs(info, list(wanted), n))
-        index.update(zip(wanted, range(first, first + len(wanted))))
+        first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
+        for place, ((part, number), _) in enumerate(wanted, first):
+            index[part][number] = place
     none = np.full((h, 1, blocks + 1), INF)
     none[:, :, 0] = 0.0
     if not counts:
         return {nodes: (none, none.copy()) for nodes in vectors}
     k = len(counts)
-    places = {}  # per (group, tp, dp, ZeRO stage): its rows' places in the pool
-    for option in parts:
-        for part in option:
-            if part not in places:
-                places[part] = [index[part + (row,)] for row in rows]
+    places = {part: [known[number] for number in numbered] for part, known in places.items()}
     at = np.array([[places[part] for part in option] for option in parts])  # (option, i, row)
     # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
     # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
@@ -372,13 +375,17 @@ def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.nda
     the embedding's or head's (`ends`) with them: arrays over (wanted, n) (module docstring of
     rank_floor, the memory bound)."""
     rooms, held, pass_s, lat_s, curves = [], [], [], [], []
+    parts = {}  # per (group, tp, dp, ZeRO stage): a block's states, and the embedding's and head's
     for i, tp, dp, zero, (whole, deferred, kinds) in wanted:
         points, room, states, price, p, ends, *_ = info[(i, tp)]
+        if (i, tp, dp, zero) not in parts:
+            parts[(i, tp, dp, zero)] = (states(dp, zero), {kind: states(dp, zero, params=ends[kind][4]) for kind in ends})
+        state, end_states = parts[(i, tp, dp, zero)]
         # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
         # the embedding's or head's states and activations where the rank holds them
         extra = [ends[kind] for kind in kinds]
-        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1] for e in extra))
-        held.append(states(dp, zero))
+        rooms.append(room - sum(end_states[kind] + whole * e[0] + deferred * e[1] for kind, e in zip(kinds, extra)))
+        held.append(state)
         pass_s.append(sum(e[2] for e in extra))
         lat_s.append(sum(e[3] for e in extra))
         curves.append(_curves(points, whole, deferred))
