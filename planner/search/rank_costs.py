@@ -22,7 +22,7 @@ from .bound import latency_floor_s
 from .completion import BLOCK_MODES
 from .stage_types import INF, SolverOptions
 
-__all__ = ["known_costs", "rank_blocks", "rank_costs"]
+__all__ = ["KnownCosts", "known_costs", "rank_blocks", "rank_costs"]
 
 
 def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -398,9 +398,41 @@ def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.nda
                 np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0) + np.array(lat_s)[:, None])
 
 
-@lru_cache(maxsize=8)
-def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int) -> dict:
-    """The parts of rank_costs that ranks on other nodes and other searches of one run at micro-batch
-    b share (they do not depend on the cutoff): sends, layouts and tails, and per (schedule, V) a
-    block's pass and latency floor per held row and ZeRO's collectives (rank_costs' `memo`)."""
-    return {}
+class KnownCosts:
+    """What rank_costs' ranks share over the checks of one solve (none of it depends on the cutoff),
+    per instance and micro-batch b (`part`): sends, layouts, tails and ZeRO's collectives (per V),
+    and per (schedule, V) a block's pass and latency floor per held row, in a pool (rank_costs'
+    `memo`). The pools hold at most `budget_bytes` together: past it, those used least recently go
+    (priced again when needed; the costs are the same). One per solve, or per process."""
+
+    def __init__(self, budget_bytes: int = 64 << 20):
+        self.budget_bytes = budget_bytes
+        self._parts: dict = {}
+        self._scopes: dict = {}  # every scope with a pool, least recently used first
+
+    def part(self, model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int) -> dict:
+        """The shared costs of the instance's ranks at micro-batch b (rank_costs' `shared`)."""
+        return self._parts.setdefault((model, cluster, base, options, b), {})
+
+    def scope(self, shared: dict, schedule: str, v: int) -> dict:
+        """The costs of `shared`'s part that depend on the schedule and V (rank_costs' `memo`), the
+        pools of others dropped first where they pass the budget."""
+        memo = shared.setdefault((schedule, v), {})
+        self._scopes.pop(id(memo), None)
+        self._scopes[id(memo)] = memo
+        held = sum(2 * other["pool"][0].nbytes for other in self._scopes.values() if "pool" in other)
+        for key, other in list(self._scopes.items()):
+            if held <= self.budget_bytes or other is memo:
+                break
+            if "pool" in other:
+                held -= 2 * other["pool"][0].nbytes
+            for name in ("pool", "rows", "row ids"):
+                other.pop(name, None)
+            del self._scopes[key]
+        return memo
+
+
+@lru_cache(maxsize=2)
+def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> KnownCosts:
+    """The checks' shared costs of one instance where the caller keeps none (KnownCosts)."""
+    return KnownCosts()

@@ -70,8 +70,10 @@ blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - 
 T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
 planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
 search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
-shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The rank costs do not
-depend on the cutoff: the searches of one run share their parts (rank_costs.known_costs)."""
+shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The parts of the rank
+costs kept do not depend on the cutoff: the searches of one solve share them (rank_costs.KnownCosts,
+bounded; the caller may keep one per solve); B' is solved exactly only where a rank could beat the
+cutoff (elsewhere a value above it, which rules the rank out all the same)."""
 
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ from ..plan import Training
 from ..schedules import get_schedule
 from .bound import ends_floor
 from .context_parallel import cp_choices
-from .rank_costs import known_costs, rank_blocks, rank_costs
+from .rank_costs import KnownCosts, known_costs, rank_blocks, rank_costs
 from .stage_types import INF, SolverOptions
 
 __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
@@ -173,10 +175,12 @@ def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: boo
 
 
 def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                      schedule: str, least: int, options: SolverOptions, cutoff_s: float) -> bool:
+                      schedule: str, least: int, options: SolverOptions, cutoff_s: float,
+                      known: KnownCosts | None = None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
-    be faster than `cutoff_s` (module docstring); False where the argument does not hold."""
+    be faster than `cutoff_s` (module docstring); False where the argument does not hold. `known`:
+    the costs shared with the solve's other checks (None: one kept per instance, known_costs)."""
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -201,8 +205,9 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     for nu in vectors:
         by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    shared = known_costs(model, cluster, base, options, b)
-    known = shared.setdefault((schedule, v), {})
+    known = known if known is not None else known_costs(model, cluster, base, options)
+    shared = known.part(model, cluster, base, options, b)
+    memo = known.scope(shared, schedule, v)
 
     def options_of(helds: tuple) -> dict:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
@@ -210,7 +215,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
         for same in by_groups.values():
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
             costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
-                                    known, shared, target - delta))
+                                    memo, shared, target - delta))
         out = {}
         for nu in vectors:
             busy, latency = costs[nu]
