@@ -20,6 +20,7 @@ from ..inputs.model import Model
 from ..plan import Training
 from .bound import latency_floor_s
 from .completion import BLOCK_MODES
+from .rank_busy import least_busy
 from .stage_types import INF, SolverOptions
 
 __all__ = ["KnownCosts", "known_costs", "rank_blocks", "rank_costs"]
@@ -177,56 +178,6 @@ def _curves(points: tuple, whole: float, deferred: float) -> tuple[tuple, tuple]
             _lines(_envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)])))
 
 
-def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray,
-                limit: float = INF, tails: np.ndarray | None = None) -> np.ndarray:
-    """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
-    take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
-    than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
-    holding it (module docstring of rank_floor, B'). Where B' + `tails` (per row and n) surely
-    exceeds `limit`, some value no less than B' (the rank is in no plan that beats the cutoff)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        whole = m / (counts[:, :, None] / fulls).sum(axis=0)
-        # B' = m / sum(counts / full) where there every replica would take more than `below`
-        need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
-        need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
-        if limit < INF:
-            # a replica takes g_i(B) <= B max(1 / one_i, 1 / full_i) in B, so B' >= m / sum(counts x that)
-            # (every root below is, to rounding, so the sum with the tails rounds no lower than that
-            # bound's); where that passes `limit`, B' <= whole does too
-            fastest = np.maximum(1.0 / ones, 1.0 / fulls)
-            need &= ~(m / (counts[:, :, None] * fastest).sum(axis=0) * (1 - 1e-6) + tails > limit)
-    if not need.any():
-        return whole
-    # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
-    # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
-    rows, cols = np.nonzero(need)
-    ones, fulls = ones[:, rows, cols], fulls[:, rows, cols]  # (i, entry)
-    counts, cap = counts[:, rows], below[rows][None]
-    best = np.full(len(rows), INF)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        first_end = cap * ones  # the cap reached
-        last_start = cap * fulls  # B / full past it
-        # the pieces' lows, sorted: a piece runs from its low to the next greater breakpoint, `highs`
-        lows = np.sort(np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start]), axis=0)
-        highs = np.full_like(lows, INF)
-        for k in range(len(lows) - 2, -1, -1):
-            highs[k] = np.where(lows[k + 1] > lows[k], lows[k + 1], highs[k + 1])
-        rising, held = counts * (1.0 / ones), counts * cap  # (i, entry): micro-batches per second below the cap, the cap
-        after = counts * (1.0 / fulls)
-        for low, high in zip(lows, highs):  # one piece at a time
-            first = low[None] < first_end  # (i, entry)
-            last = low[None] >= last_start
-            slope = np.where(first, rising, np.where(last, after, 0.0)).sum(axis=0)
-            flat = np.where(first | last, 0.0, held).sum(axis=0)
-            root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, low, INF))
-            # a root past the piece is not G's
-            inside = (root >= low * (1 - 1e-12)) & (root <= high * (1 + 1e-12))
-            best = np.minimum(best, np.where(inside, np.maximum(root, low), INF))
-    out = whole.copy()
-    out[rows, cols] = np.minimum(best, whole[rows, cols])
-    return out
-
-
 def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
                v: int, memo: dict, shared: dict, limit: float = INF) -> dict:
@@ -319,7 +270,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
     tails = np.array(tails)  # (option, j, n)
-    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
+    busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
                        limit, tails.reshape(k * h, -1))
     busy = busy.reshape(k, h, -1)
     if len(groups) == 1:
