@@ -203,6 +203,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                              for _, _, ends in helds] * 2)
     # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
     rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
+    kinds = list(dict.fromkeys(ends for _, _, ends in helds))  # the positions' ends, once each
     ids = memo.setdefault("row ids", {})
     numbered = [ids.setdefault(row, len(ids)) for row in rows]
     owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
@@ -236,11 +237,12 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
                         shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
                     option_comms.append(shared[comm_key])
-                for _, _, ends in helds:
-                    if ("tail", nodes, tp, zero, ends) not in shared:
-                        shared[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, layout, groups,
-                                                                                tp, dp, zero, info, n, ends)
-                tails.append([shared[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
+                by_ends = shared.setdefault(("tail", nodes, tp, zero), {})
+                for ends in kinds:
+                    if ends not in by_ends:
+                        by_ends[ends] = _tail_floor_s(cluster, options, base, layout, groups, tp, dp, zero, info, n,
+                                                      ends)
+                tails.append([by_ends[ends] for ends in kinds])
                 owners.append(nodes)
                 counts.append(replicas)
                 dps.append(dp)
@@ -269,7 +271,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
-    tails = np.array(tails)  # (option, j, n)
+    tails = np.array(tails)[:, [kinds.index(ends) for _, _, ends in helds]]  # (option, j, n)
     busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
                        limit, tails.reshape(k * h, -1))
     busy = busy.reshape(k, h, -1)
