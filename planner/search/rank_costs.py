@@ -50,14 +50,16 @@ def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], f
     return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
 
 
-def _least_times(lines: list[tuple[list[float], list[float], float]], per_block: np.ndarray) -> np.ndarray:
-    """h(per_block) for each envelope (as _lines gives it) and its row of per_block: the least time of
-    one block whose activations average `per_block` bytes (INF below the leanest mode); a convex
-    envelope is the maximum of the lines through its segments."""
+def _least_times(lines: list[tuple[list[float], list[float], float]], per_block: np.ndarray,
+                 which: list[int]) -> np.ndarray:
+    """h(per_block) for each row of per_block, with the envelope lines[which[row]] (as _lines gives
+    it): the least time of one block whose activations average `per_block` bytes (INF below the
+    leanest mode); a convex envelope is the maximum of the lines through its segments."""
     width = max(len(slopes) for slopes, _, _ in lines)
     slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
     heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
     lean = np.array([[x0] for _, _, x0 in lines])
+    slopes, heights, lean = slopes[which], heights[which], lean[which]
     x = np.minimum(per_block, 1e300)[:, None, :]  # (INF: 0 x INF would be undefined)
     out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
     return np.where(per_block < lean, INF, out)
@@ -327,28 +329,37 @@ def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.nda
     ZeRO-`zero`, `whole` micro-batches' activations and the deferred-W inputs of `deferred` more held,
     the embedding's or head's (`ends`) with them: arrays over (wanted, n) (module docstring of
     rank_floor, the memory bound)."""
-    rooms, held, pass_s, lat_s, curves = [], [], [], [], []
-    parts = {}  # per (group, tp, dp, ZeRO stage): a block's states, and the embedding's and head's
+    rooms, held, pass_s, lat_s, which = [], [], [], [], []
+    parts, extras, curves = {}, {}, {}  # per (group, tp, dp, ZeRO stage), (group, tp, ends), (group, tp, held)
     for i, tp, dp, zero, (whole, deferred, kinds) in wanted:
         points, room, states, price, p, ends, *_ = info[(i, tp)]
         if (i, tp, dp, zero) not in parts:
+            # a block's states, and the embedding's and head's
             parts[(i, tp, dp, zero)] = (states(dp, zero), {kind: states(dp, zero, params=ends[kind][4]) for kind in ends})
         state, end_states = parts[(i, tp, dp, zero)]
+        if (i, tp, kinds) not in extras:
+            extra = [ends[kind] for kind in kinds]
+            extras[(i, tp, kinds)] = (extra, sum(e[2] for e in extra), sum(e[3] for e in extra))
+        extra, end_pass, end_lat = extras[(i, tp, kinds)]
         # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
         # the embedding's or head's states and activations where the rank holds them
-        extra = [ends[kind] for kind in kinds]
         rooms.append(room - sum(end_states[kind] + whole * e[0] + deferred * e[1] for kind, e in zip(kinds, extra)))
         held.append(state)
-        pass_s.append(sum(e[2] for e in extra))
-        lat_s.append(sum(e[3] for e in extra))
-        curves.append(_curves(points, whole, deferred))
+        pass_s.append(end_pass)
+        lat_s.append(end_lat)
+        if (i, tp, whole, deferred) not in curves:
+            curves[(i, tp, whole, deferred)] = len(curves), _curves(points, whole, deferred)
+        which.append(curves[(i, tp, whole, deferred)][0])
+    lines = [pair for _, pair in curves.values()]
     rooms = np.array(rooms)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         per_block = np.where(n > 0, (rooms - n * np.array(held)[:, None]) / np.where(n > 0, n, 1.0), INF)
     per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
     with np.errstate(invalid="ignore"):
-        return (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0) + np.array(pass_s)[:, None],
-                np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0) + np.array(lat_s)[:, None])
+        return (np.where(n > 0, n * _least_times([c[0] for c in lines], per_block, which), 0.0)
+                + np.array(pass_s)[:, None],
+                np.where(n > 0, n * _least_times([c[1] for c in lines], per_block, which), 0.0)
+                + np.array(lat_s)[:, None])
 
 
 class KnownCosts:
