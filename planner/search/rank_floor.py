@@ -199,7 +199,6 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
-    delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
     by_groups: dict = {}  # the vectors on the same groups, priced together
     for nu in vectors:
@@ -208,6 +207,9 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     known = known if known is not None else known_costs(model, cluster, base, options)
     shared = known.part(model, cluster, base, options, b)
     memo = known.scope(shared, schedule, v)
+    if "delta" not in memo:
+        memo["delta"] = ends_floor(model, cluster, base, options, b, [schedule])[1]
+    delta = memo["delta"]
 
     def options_of(helds: tuple) -> dict:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
