@@ -50,6 +50,7 @@ from ..schedules import get_schedule
 from .bound import ends_floor, latency_floor_s
 from .completion import BLOCK_MODES
 from .context_parallel import cp_choices
+from .rank_costs import KnownCosts
 from .rank_floor import ranks_cannot_beat
 from .stage_types import INF, SolverOptions
 
@@ -166,12 +167,13 @@ def subproblem_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v
 
 
 def cannot_beat_any(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                    schedule: str, options: SolverOptions, cutoff_s: float) -> bool:
+                    schedule: str, options: SolverOptions, cutoff_s: float, known: KnownCosts | None = None) -> bool:
     """Whether no plan of the search (b, v, `ranks`, `schedule`) can be faster than `cutoff_s`,
-    with the DP's rounding margin (completion): by the floor above, or by rank_floor."""
+    with the DP's rounding margin (completion): by the floor above, or by rank_floor (`known`: the
+    costs its checks share, rank_costs.KnownCosts; None: one kept per instance)."""
     if cutoff_s == INF:
         return False
     if subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options) * (1 - 1e-9) >= cutoff_s:
         return True
     least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-    return ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, cutoff_s)
+    return ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, cutoff_s, known)

@@ -20,9 +20,10 @@ from ..inputs.model import Model
 from ..plan import Training
 from .bound import latency_floor_s
 from .completion import BLOCK_MODES
+from .rank_busy import least_busy
 from .stage_types import INF, SolverOptions
 
-__all__ = ["known_costs", "rank_blocks", "rank_costs"]
+__all__ = ["KnownCosts", "known_costs", "rank_blocks", "rank_costs"]
 
 
 def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -49,15 +50,16 @@ def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], f
     return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
 
 
-def _least_times(hulls: list[list[tuple[float, float]]], per_block: np.ndarray) -> np.ndarray:
-    """h(per_block) for each envelope and its row of per_block: the least time of one block whose
-    activations average `per_block` bytes (INF below the leanest mode); a convex envelope is the
-    maximum of the lines through its segments."""
-    lines = [_lines(hull) for hull in hulls]
+def _least_times(lines: list[tuple[list[float], list[float], float]], per_block: np.ndarray,
+                 which: list[int]) -> np.ndarray:
+    """h(per_block) for each row of per_block, with the envelope lines[which[row]] (as _lines gives
+    it): the least time of one block whose activations average `per_block` bytes (INF below the
+    leanest mode); a convex envelope is the maximum of the lines through its segments."""
     width = max(len(slopes) for slopes, _, _ in lines)
     slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
     heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
     lean = np.array([[x0] for _, _, x0 in lines])
+    slopes, heights, lean = slopes[which], heights[which], lean[which]
     x = np.minimum(per_block, 1e300)[:, None, :]  # (INF: 0 x INF would be undefined)
     out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
     return np.where(per_block < lean, INF, out)
@@ -115,15 +117,15 @@ def _zero_stages(options: SolverOptions, v: int, cluster: Cluster) -> list[int]:
     return [z for z in zeros if z or 1 not in zeros]
 
 
-def _zero_floor_s(cluster: Cluster, nodes: tuple[int, ...], tp: int, dp: int, zero: int, base: Training,
-                  price, p, n: np.ndarray, v: int) -> np.ndarray:
+def _zero_floor_s(layout, tp: int, dp: int, zero: int, base: Training, price, p, n: np.ndarray, v: int
+                  ) -> np.ndarray:
     """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
     (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
     what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
-    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only)."""
+    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only); `layout`
+    the rank's, paths.whole_node_layout."""
     if zero < 2 or dp <= 1:
         return np.zeros(len(n))
-    layout = whole_node_layout(cluster, nodes, tp, dp)
     dims = StageDims(tp, tp > 1, dp, zero)
     comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
     out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
@@ -148,16 +150,16 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
     return max(0.0, best)
 
 
-def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, nodes: tuple[int, ...], groups: list[int],
+def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, layout, groups: list[int],
                   tp: int, dp: int, zero: int, info: dict, n: np.ndarray, ends: tuple) -> np.ndarray:
     """E': the least a rank's tail takes after its last micro-batch (Problem._tail, cost.stage_tail):
     the gradient reduction over its layout at its slowest GPU's parameters, less at most the
     slowest backward any of its replicas may have (grad_reduce_s falls as that grows), and its
-    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs)."""
+    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs); `layout`
+    the rank's, paths.whole_node_layout."""
     blocks = [info[(i, tp)] for i in groups]
     slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
     dims = StageDims(tp, tp > 1, dp, zero)
-    layout = whole_node_layout(cluster, nodes, tp, dp)
     first = blocks[0]
     span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
     bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
@@ -169,134 +171,111 @@ def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, node
 
 
 @lru_cache(maxsize=1024)
-def _curves(points: tuple, whole: float, deferred: float) -> tuple[list, list]:
+def _curves(points: tuple, whole: float, deferred: float) -> tuple[tuple, tuple]:
     """The envelopes h of a replica holding `whole` micro-batches' activations and the deferred-W
-    inputs of `deferred` more: (bytes per block, pass time) and (bytes per block, latency floor)."""
+    inputs of `deferred` more, as lines (_lines): (bytes per block, pass time) and (bytes per block,
+    latency floor)."""
     held = [whole * act + deferred * wgrad for act, wgrad, _, _ in points]
-    return (_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)]),
-            _envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)]))
+    return (_lines(_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)])),
+            _lines(_envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)])))
 
 
-def _least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray) -> np.ndarray:
-    """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
-    take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
-    than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
-    holding it (module docstring of rank_floor, B')."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        whole = m / (counts[:, :, None] / fulls).sum(axis=0)
-        # B' = m / sum(counts / full) where there every replica would take more than `below`
-        need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
-        need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
-    if not need.any():
-        return whole
-    # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
-    # piecewise linear and rising; B' solves sum_i counts_i g_i(B) = m on the piece holding its root
-    rows, cols = np.nonzero(need)
-    ones, fulls = ones[:, rows, cols], fulls[:, rows, cols]  # (i, entry)
-    counts, cap = counts[:, rows], below[rows][None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        first_end = cap * ones  # the cap reached
-        last_start = cap * fulls  # B / full past it
-        lows = np.concatenate([np.zeros((1,) + fulls.shape[1:]), first_end, last_start])  # (piece, entry)
-        first = lows[:, None] < first_end[None]  # (piece, i, entry)
-        last = lows[:, None] >= last_start[None]
-        slope = (counts[None] * np.where(first, 1.0 / ones[None], np.where(last, 1.0 / fulls[None], 0.0))).sum(axis=1)
-        flat = (counts[None] * np.where(first | last, 0.0, cap[None])).sum(axis=1)
-        root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, lows, INF))
-        # the piece runs from its low to the next breakpoint: a root past it is not G's
-        highs = np.where(lows[1:][None] > lows[:, None], lows[1:][None], INF).min(axis=1)
-    inside = (root >= lows * (1 - 1e-12)) & (root <= highs * (1 + 1e-12))
-    out = whole.copy()
-    out[rows, cols] = np.minimum(np.where(inside, np.maximum(root, lows), INF).min(axis=0), whole[rows, cols])
-    return out
-
-
-def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, nodes: tuple[int, ...],
+def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-               v: int, memo: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(B', c') of a rank on `nodes` at each position j where it holds helds[j] = (whole,
-    deferred) micro-batches: arrays over (position, tp and ZeRO stage, n = 0..blocks) (module
-    docstring of rank_floor); INF where the rank cannot hold n blocks. `memo` keeps what ranks on
-    other nodes share."""
+               v: int, memo: dict, shared: dict, limit: float = INF) -> dict:
+    """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
+    where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp
+    and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
+    blocks. The vectors' options are priced together, one row each (every step is elementwise over
+    them). `memo` keeps what ranks on other nodes and other searches at this schedule and V share,
+    `shared` what those at other schedules and V share too (known_costs). Where B' + E' surely
+    exceeds `limit`, B' is some value above it, not the least (the rank is in no plan that beats
+    the cutoff: rank_floor)."""
     n = np.arange(blocks + 1, dtype=float)
     h = len(helds)
     # a replica may take fewer micro-batches than the in-flight count (then holds them all): at most
     # below[j] of them, at least `least`; one of `least` or more keeps kept[j] deferred W inputs
     below = np.array([max(0, math.ceil(whole) - 1) if least < whole else 0 for whole, _, _ in helds], dtype=float)
     kept = tuple((whole, min(deferred, max(0.0, least - whole)), ends) for whole, deferred, ends in helds)
-    groups = [i for i, count in enumerate(nodes) if count]
+    groups = [i for i, count in enumerate(vectors[0]) if count]
     groups_key = tuple(groups)
+    assert all(tuple(i for i, count in enumerate(nodes) if count) == groups_key for nodes in vectors)
     # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
     per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
                              for _, _, ends in helds] * 2)
-    counts, dps, times, lats, tails = [], [], [], [], []  # per option (tp, ZeRO stage)
+    # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
+    rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
+    kinds = list(dict.fromkeys(ends for _, _, ends in helds))  # the positions' ends, once each
+    ids = memo.setdefault("row ids", {})
+    numbered = [ids.setdefault(row, len(ids)) for row in rows]
+    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
+    index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage): its rows' places in memo["pool"]
+    places, wanted = {}, []  # the rows of this call's, those not priced before
     zeros = _zero_stages(options, v, cluster)
-    for tp in options.tp_degrees:
-        if any((i, tp) not in info for i in groups):
-            continue
-        replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
-        dp = sum(replicas)
-        if dp > most_replicas:
-            continue  # every replica takes `least` micro-batches at least
-        sends = {}
-        for i in groups:
-            if ("send", groups_key, tp, i) not in memo:
-                memo[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
-            sends[i] = memo[("send", groups_key, tp, i)] * per_position  # (position, 1): in flight, one held
-        for zero in zeros:
-            option_times, option_lats = [], []
+    for nodes in vectors:
+        for tp in options.tp_degrees:
+            if any((i, tp) not in info for i in groups):
+                continue
+            replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
+            dp = sum(replicas)
+            if dp > most_replicas:
+                continue  # every replica takes `least` micro-batches at least
             for i in groups:
-                key = (i, tp, dp, zero, kept)
-                if key not in memo:
-                    points, room, states, price, p, ends, *_ = info[(i, tp)]
-                    # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
-                    # the embedding's or head's states and activations where the rank holds them
-                    rows = list(kept) + [(1.0, 0.0, held[2]) for held in kept]
-                    rooms, pass_s, lat_s = [], [], []
-                    for whole, deferred, kinds in rows:
-                        extra = [ends[kind] for kind in kinds]
-                        rooms.append(room - sum(states(dp, zero, params=e[4]) + whole * e[0] + deferred * e[1]
-                                                for e in extra))
-                        pass_s.append(sum(e[2] for e in extra))
-                        lat_s.append(sum(e[3] for e in extra))
-                    rooms = np.array(rooms)[:, None]
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        per_block = np.where(n > 0, (rooms - n * states(dp, zero)) / np.where(n > 0, n, 1.0), INF)
-                    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
-                    curves = [_curves(points, whole, deferred) for whole, deferred, _ in rows]
-                    with np.errstate(invalid="ignore"):
-                        memo[key] = (np.where(n > 0, n * _least_times([c[0] for c in curves], per_block), 0.0)
-                                     + np.array(pass_s)[:, None],
-                                     np.where(n > 0, n * _least_times([c[1] for c in curves], per_block), 0.0)
-                                     + np.array(lat_s)[:, None])
-                comm_key = (nodes, tp, zero, i)
-                if comm_key not in memo:
-                    points, room, states, price, p, ends, *_ = info[(i, tp)]
-                    memo[comm_key] = _zero_floor_s(cluster, nodes, tp, dp, zero, base, price, p, n, v)
-                comm = memo[comm_key]
-                # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times)
-                # and in the latency: V chunks' slowest at least their mean (interleave.chunk_latency)
-                option_times.append(memo[key][0] + (comm + sends[i]))
-                option_lats.append(memo[key][1] + (comm + sends[i]) / v)
-            for _, _, ends in helds:
-                if ("tail", nodes, tp, zero, ends) not in memo:
-                    memo[("tail", nodes, tp, zero, ends)] = _tail_floor_s(cluster, options, base, nodes, groups, tp,
-                                                                          dp, zero, info, n, ends)
-            tails.append([memo[("tail", nodes, tp, zero, ends)] for _, _, ends in helds])
-            counts.append(replicas)
-            dps.append(dp)
-            times.append(option_times)
-            lats.append(option_lats)
+                if ("send", groups_key, tp, i) not in shared:
+                    shared[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
+            send = [shared[("send", groups_key, tp, i)] for i in groups]
+            if ("layout", nodes, tp) not in shared:
+                shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
+            layout = shared[("layout", nodes, tp)]
+            for zero in zeros:
+                option_comms = []
+                for i in groups:
+                    part = (i, tp, dp, zero)
+                    if part not in places:
+                        places[part] = known = index.setdefault(part, {})
+                        wanted.extend((part, row, number) for row, number in zip(rows, numbered) if number not in known)
+                    comm_key = ("zero", v, nodes, tp, zero, i)
+                    if comm_key not in shared:
+                        points, room, states, price, p, ends, *_ = info[(i, tp)]
+                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
+                    option_comms.append(shared[comm_key])
+                by_ends = shared.setdefault(("tail", nodes, tp, zero), {})
+                for ends in kinds:
+                    if ends not in by_ends:
+                        by_ends[ends] = _tail_floor_s(cluster, options, base, layout, groups, tp, dp, zero, info, n,
+                                                      ends)
+                tails.append([by_ends[ends] for ends in kinds])
+                owners.append(nodes)
+                counts.append(replicas)
+                dps.append(dp)
+                parts.append([(i, tp, dp, zero) for i in groups])
+                comms.append(option_comms)
+                sends.append(send)
+    wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
+    if wanted:
+        first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
+        for place, ((part, number), _) in enumerate(wanted, first):
+            index[part][number] = place
+    none = np.full((h, 1, blocks + 1), INF)
+    none[:, :, 0] = 0.0
     if not counts:
-        none = np.full((h, 1, blocks + 1), INF)
-        none[:, :, 0] = 0.0
-        return none, none.copy()
+        return {nodes: (none, none.copy()) for nodes in vectors}
     k = len(counts)
-    times, lats = np.array(times).transpose(1, 0, 2, 3), np.array(lats).transpose(1, 0, 2, 3)  # (i, k, j, n)
+    places = {part: [known[number] for number in numbered] for part, known in places.items()}
+    at = np.array([[places[part] for part in option] for option in parts])  # (option, i, row)
+    # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
+    # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
+    extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
+    pool = memo["pool"]
+    times = pool[0][at] + extra
+    lats = pool[1][at] + extra / v
+    times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
-    busy = _least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k))
+    tails = np.array(tails)[:, [kinds.index(ends) for _, _, ends in helds]]  # (option, j, n)
+    busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
+                       limit, tails.reshape(k * h, -1))
     busy = busy.reshape(k, h, -1)
     if len(groups) == 1:
         # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
@@ -305,7 +284,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
         holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
         with np.errstate(invalid="ignore"):
             busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
-    busy = busy + np.array(tails)  # B' + E': X + c = B + E
+    busy = busy + tails  # B' + E': X + c = B + E
     small = (below > 0)[None, :, None]
     # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
     fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
@@ -316,12 +295,108 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
     busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
     busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
-    return busy.transpose(1, 0, 2).copy(), latency.transpose(1, 0, 2).copy()
+    busy, latency = busy.transpose(1, 0, 2), latency.transpose(1, 0, 2)  # (j, option, n)
+    out, first = {}, 0
+    for nodes in vectors:
+        last = first
+        while last < k and owners[last] == nodes:
+            last += 1
+        out[nodes] = (busy[:, first:last].copy(), latency[:, first:last].copy()) if last > first \
+            else (none, none.copy())
+        first = last
+    return out
 
 
-@lru_cache(maxsize=16)
-def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
-                v: int) -> dict:
-    """The parts of rank_costs that ranks on other nodes and other searches of one run share (they
-    do not depend on the cutoff): per group arrays, ZeRO's collectives, sends and tails."""
-    return {}
+def _pooled(memo: dict, times: np.ndarray, lats: np.ndarray) -> int:
+    """Put rows of a block's pass and latency floor into memo["pool"] (two arrays over (row, n), grown
+    by doubling); the place of the first."""
+    pool = memo.setdefault("pool", [np.empty((0, times.shape[1])), np.empty((0, times.shape[1])), 0])
+    used = pool[2]
+    if used + len(times) > len(pool[0]):
+        size = max(used + len(times), 2 * len(pool[0]), 64)
+        for k in (0, 1):
+            grown = np.empty((size, times.shape[1]))
+            grown[:used] = pool[k][:used]
+            pool[k] = grown
+    pool[0][used:used + len(times)], pool[1][used:used + len(times)] = times, lats
+    pool[2] = used + len(times)
+    return used
+
+
+def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, (whole,
+    deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp replicas,
+    ZeRO-`zero`, `whole` micro-batches' activations and the deferred-W inputs of `deferred` more held,
+    the embedding's or head's (`ends`) with them: arrays over (wanted, n) (module docstring of
+    rank_floor, the memory bound)."""
+    rooms, held, pass_s, lat_s, which = [], [], [], [], []
+    parts, extras, curves = {}, {}, {}  # per (group, tp, dp, ZeRO stage), (group, tp, ends), (group, tp, held)
+    for i, tp, dp, zero, (whole, deferred, kinds) in wanted:
+        points, room, states, price, p, ends, *_ = info[(i, tp)]
+        if (i, tp, dp, zero) not in parts:
+            # a block's states, and the embedding's and head's
+            parts[(i, tp, dp, zero)] = (states(dp, zero), {kind: states(dp, zero, params=ends[kind][4]) for kind in ends})
+        state, end_states = parts[(i, tp, dp, zero)]
+        if (i, tp, kinds) not in extras:
+            extra = [ends[kind] for kind in kinds]
+            extras[(i, tp, kinds)] = (extra, sum(e[2] for e in extra), sum(e[3] for e in extra))
+        extra, end_pass, end_lat = extras[(i, tp, kinds)]
+        # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
+        # the embedding's or head's states and activations where the rank holds them
+        rooms.append(room - sum(end_states[kind] + whole * e[0] + deferred * e[1] for kind, e in zip(kinds, extra)))
+        held.append(state)
+        pass_s.append(end_pass)
+        lat_s.append(end_lat)
+        if (i, tp, whole, deferred) not in curves:
+            curves[(i, tp, whole, deferred)] = len(curves), _curves(points, whole, deferred)
+        which.append(curves[(i, tp, whole, deferred)][0])
+    lines = [pair for _, pair in curves.values()]
+    rooms = np.array(rooms)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_block = np.where(n > 0, (rooms - n * np.array(held)[:, None]) / np.where(n > 0, n, 1.0), INF)
+    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
+    with np.errstate(invalid="ignore"):
+        return (np.where(n > 0, n * _least_times([c[0] for c in lines], per_block, which), 0.0)
+                + np.array(pass_s)[:, None],
+                np.where(n > 0, n * _least_times([c[1] for c in lines], per_block, which), 0.0)
+                + np.array(lat_s)[:, None])
+
+
+class KnownCosts:
+    """What rank_costs' ranks share over the checks of one solve (none of it depends on the cutoff),
+    per instance and micro-batch b (`part`): sends, layouts, tails and ZeRO's collectives (per V),
+    and per (schedule, V) a block's pass and latency floor per held row, in a pool (rank_costs'
+    `memo`). The pools hold at most `budget_bytes` together: past it, those used least recently go
+    (priced again when needed; the costs are the same). One per solve, or per process."""
+
+    def __init__(self, budget_bytes: int = 64 << 20):
+        self.budget_bytes = budget_bytes
+        self._parts: dict = {}
+        self._scopes: dict = {}  # every scope with a pool, least recently used first
+
+    def part(self, model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int) -> dict:
+        """The shared costs of the instance's ranks at micro-batch b (rank_costs' `shared`)."""
+        return self._parts.setdefault((model, cluster, base, options, b), {})
+
+    def scope(self, shared: dict, schedule: str, v: int) -> dict:
+        """The costs of `shared`'s part that depend on the schedule and V (rank_costs' `memo`), the
+        pools of others dropped first where they pass the budget."""
+        memo = shared.setdefault((schedule, v), {})
+        self._scopes.pop(id(memo), None)
+        self._scopes[id(memo)] = memo
+        held = sum(2 * other["pool"][0].nbytes for other in self._scopes.values() if "pool" in other)
+        for key, other in list(self._scopes.items()):
+            if held <= self.budget_bytes or other is memo:
+                break
+            if "pool" in other:
+                held -= 2 * other["pool"][0].nbytes
+            for name in ("pool", "rows", "row ids"):
+                other.pop(name, None)
+            del self._scopes[key]
+        return memo
+
+
+@lru_cache(maxsize=2)
+def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> KnownCosts:
+    """The checks' shared costs of one instance where the caller keeps none (KnownCosts)."""
+    return KnownCosts()

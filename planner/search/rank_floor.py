@@ -70,8 +70,10 @@ blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - 
 T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
 planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
 search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
-shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The rank costs do not
-depend on the cutoff: the searches of one run share their parts (rank_costs.known_costs)."""
+shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The parts of the rank
+costs kept do not depend on the cutoff: the searches of one solve share them (rank_costs.KnownCosts,
+bounded; the caller may keep one per solve); B' is solved exactly only where a rank could beat the
+cutoff (elsewhere a value above it, which rules the rank out all the same)."""
 
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ from ..plan import Training
 from ..schedules import get_schedule
 from .bound import ends_floor
 from .context_parallel import cp_choices
-from .rank_costs import known_costs, rank_blocks, rank_costs
+from .rank_costs import KnownCosts, known_costs, rank_blocks, rank_costs
 from .stage_types import INF, SolverOptions
 
 __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
@@ -128,34 +130,36 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
     (ranked[nu] = (y, c), arrays over (position from the end, option, n)); `first` (not `exact`):
     the options of the first rank, the last placed, where they differ (it holds the embedding)."""
     width = 2 * (blocks + 1)  # (sums past L land in the upper half, never read)
+    vectors, steps = _moves(counts)
+    stride = (ranks + 1) * width  # one vector's part of the table
     cost, finite = {}, {}
     for nu, (y, c) in ranked.items():
         least = _least_cost(bound, y, c)
         finite[nu] = took = np.flatnonzero(np.isfinite(least).any(axis=0))
-        cost[nu] = least[:, took].ravel()  # (position, finite n) flat
-    vectors, steps = _moves(counts)
+        cost[nu] = least[:, took]  # (position, finite n)
     table = np.full((len(vectors), ranks + 1, width), INF)
     table[0, 0, 0] = 0.0
+    flat = table.ravel()
     for used, moves in steps:
         sums = table[used]
         placed, held = np.nonzero(np.isfinite(sums[:ranks, :blocks + 1]))
-        if not len(placed):
+        if not len(placed) or not moves:
             continue
         start = sums[placed, held][:, None]
         base = ((placed + 1) * width + held)[:, None]
-        for nu, after in moves:
-            took = finite[nu]
-            # min-plus convolution over the finite entries: one more rank, its blocks added
-            value = start + cost[nu][(placed * len(took))[:, None] + np.arange(len(took))[None, :]]
-            np.minimum.at(table[after].ravel(), (base + took[None, :]).ravel(), value.ravel())
+        # min-plus convolution over the finite entries, every move at once: one more rank, its blocks
+        # added (each move lands in its own vector's part of the table)
+        value = start + np.concatenate([cost[nu][placed] for nu, _ in moves], axis=1)
+        into = np.concatenate([after * stride + finite[nu] for nu, after in moves])
+        np.minimum.at(flat, (base + into[None, :]).ravel(), value.ravel())
     if exact:
         return float(table[:, ranks, blocks].min())
     if first is None:
         return float(table[:, 1:, blocks].min())
     # the first rank last: at position p + 1 after p placed, with the blocks left
     closing = {nu: _least_cost(bound, y, c)[:ranks, ::-1] for nu, (y, c) in first.items()}
-    return min((float((table[used, :ranks, :blocks + 1] + closing[nu]).min()) for used, moves in steps
-                for nu, _ in moves), default=INF)
+    return min((float((table[used, :ranks, :blocks + 1][None] + np.stack([closing[nu] for nu, _ in moves])).min())
+                for used, moves in steps if moves), default=INF)
 
 
 def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: bool = False
@@ -171,10 +175,12 @@ def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: boo
 
 
 def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                      schedule: str, least: int, options: SolverOptions, cutoff_s: float) -> bool:
+                      schedule: str, least: int, options: SolverOptions, cutoff_s: float,
+                      known: KnownCosts | None = None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
-    be faster than `cutoff_s` (module docstring); False where the argument does not hold."""
+    be faster than `cutoff_s` (module docstring); False where the argument does not hold. `known`:
+    the costs shared with the solve's other checks (None: one kept per instance, known_costs)."""
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -193,18 +199,28 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
-    delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
+    by_groups: dict = {}  # the vectors on the same groups, priced together
+    for nu in vectors:
+        by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    known = known_costs(model, cluster, base, options, b, schedule, v)
+    known = known if known is not None else known_costs(model, cluster, base, options)
+    shared = known.part(model, cluster, base, options, b)
+    memo = known.scope(shared, schedule, v)
+    if "delta" not in memo:
+        memo["delta"] = ends_floor(model, cluster, base, options, b, [schedule])[1]
+    delta = memo["delta"]
 
     def options_of(helds: tuple) -> dict:
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
+        costs = {}
+        for same in by_groups.values():
+            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
+            costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
+                                    memo, shared, target - delta))
         out = {}
         for nu in vectors:
-            # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
-            busy, latency = rank_costs(cluster, options, base, info, nu, blocks, m, most_replicas, helds, least, v,
-                                       known)
+            busy, latency = costs[nu]
             # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it;
             # every chunk holds a block, a rank without the embedding or head one at least (Problem._finish)
             able = (busy <= target - delta) | (np.arange(blocks + 1) == 0)
