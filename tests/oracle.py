@@ -169,18 +169,20 @@ def on_whole_nodes(plan) -> bool:
 
 def solve_with_and_without_skips(monkeypatch, skip_test: str, model: Model, cluster: Cluster, base: Training,
                                  options) -> tuple:
-    """driver.solve as it is, then with the driver's subproblem test `skip_test` (cannot_beat,
-    cannot_beat_any) never skipping: (pruned result, full result, whether it skipped a search)."""
+    """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
+    cannot_beat_any, as planner.search.lanes calls them) never skipping: (pruned result, full
+    result, whether it skipped a search)."""
     import planner.search.driver as driver
+    import planner.search.lanes as lanes
 
     skipped = []
-    real = getattr(driver, skip_test)
+    real = getattr(lanes, skip_test)
 
-    def counted(*args):
-        out = real(*args)
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
         skipped.append(out)
         return out
-    monkeypatch.setattr(driver, skip_test, counted)
+    monkeypatch.setattr(lanes, skip_test, counted)
     pruned = driver.solve(model, cluster, base, options)
-    monkeypatch.setattr(driver, skip_test, lambda *args: False)
+    monkeypatch.setattr(lanes, skip_test, lambda *args, **kwargs: False)
     return pruned, driver.solve(model, cluster, base, options), any(skipped)

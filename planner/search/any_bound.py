@@ -170,7 +170,7 @@ def cannot_beat_any(model: Model, cluster: Cluster, base: Training, b: int, v: i
                     schedule: str, options: SolverOptions, cutoff_s: float, known: KnownCosts | None = None) -> bool:
     """Whether no plan of the search (b, v, `ranks`, `schedule`) can be faster than `cutoff_s`,
     with the DP's rounding margin (completion): by the floor above, or by rank_floor (`known`: the
-    costs its checks share, rank_costs.KnownCosts; None: one kept per instance)."""
+    costs its checks share, rank_costs.KnownCosts; None: none shared)."""
     if cutoff_s == INF:
         return False
     if subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options) * (1 - 1e-9) >= cutoff_s:

@@ -38,8 +38,11 @@ then the 1F1B ones, which with them bound the interleaved ones (space.subproblem
 problems of a micro-batch share their position-free prices. A search whose plans all lie at or above
 the best plan known is skipped before its tables are built: a restricted one by restriction_bound, the
 free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
-under `any`, 51 of its 60 searches). Ties between the plans of different
-searches go to the one met first (explore), in that order. Shares inside the DP come from
+under `any`, 51 of its 60 searches). Searches run two at a time (planner.search.lanes): search j
+starts from the best plan of searches 0 .. j-2, so j-1 and j can run in two processes
+(SolverOptions.jobs, planner.search.parallel) and the plan does not depend on which finishes
+first, nor on the number of processes; ties between the plans of different searches go to the
+smallest (step, nodes used, micro-batch, V, search index). Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
 evaluate.evaluate, which must agree.
@@ -87,6 +90,7 @@ from ..plan import Plan, Training, structural_problems
 from .build import finish_plan
 from .lanes import LANES, Lane, Outcome, SearchInputs
 from .parallel import Searches
+from .rank_costs import KnownCosts
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
 from .stages import INF, SolverOptions
 from .uniform import improving_uniform
@@ -180,7 +184,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
     outcomes: list[Outcome] = []
     inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
-    with Searches([Lane(inputs, clock) for _ in range(LANES)], options.jobs, clock) as searches:
+    known = KnownCosts()  # what the skip checks share (planner.search.rank_costs)
+    with Searches([Lane(inputs, clock, known) for _ in range(LANES)], options.jobs, clock) as searches:
         try:
             # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
             clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75

@@ -25,6 +25,7 @@ from .any_bound import cannot_beat_any
 from .build import PlanDraft, draft_plan
 from .decompose import Decomposition
 from .dp import price, run_dp, trace
+from .rank_costs import KnownCosts
 from .restriction_bound import cannot_beat
 from .stages import INF, Problem, SolverOptions
 
@@ -84,9 +85,10 @@ class Lane:
     """Runs its searches in index order, keeping the problems it built (their prices shared between
     its searches) and the best plan it found, which `draft` gives without the problem."""
 
-    def __init__(self, inputs: SearchInputs, clock: SearchClock):
+    def __init__(self, inputs: SearchInputs, clock: SearchClock, known: KnownCosts):
         self.inputs = inputs
         self.clock = clock
+        self.known = known  # the skip checks' shared costs (one per solve; a lane process has its copy)
         self.problem: Problem | None = None
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
         self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
@@ -100,7 +102,7 @@ class Lane:
         cutoff_s = start.cutoff_s(start.best)
         if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts, cutoff_s, schedule) \
                 or (restriction.tp is None  # the free search (`any`); the restricted ones: cannot_beat
-                    and cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s)):
+                    and cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s, self.known)):
             return Outcome(index, None, 0, None)  # the DP would prune every plan of it
         problem = self._problem(b, v, ranks, restriction, schedule)
         best = start.best

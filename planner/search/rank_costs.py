@@ -23,7 +23,7 @@ from .completion import BLOCK_MODES
 from .rank_busy import least_busy
 from .stage_types import INF, SolverOptions
 
-__all__ = ["KnownCosts", "known_costs", "rank_blocks", "rank_costs"]
+__all__ = ["KnownCosts", "rank_blocks", "rank_costs"]
 
 
 def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -188,7 +188,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
     blocks. The vectors' options are priced together, one row each (every step is elementwise over
     them). `memo` keeps what ranks on other nodes and other searches at this schedule and V share,
-    `shared` what those at other schedules and V share too (known_costs). Where B' + E' surely
+    `shared` what those at other schedules and V share too (KnownCosts). Where B' + E' surely
     exceeds `limit`, B' is some value above it, not the least (the rank is in no plan that beats
     the cutoff: rank_floor)."""
     n = np.arange(blocks + 1, dtype=float)
@@ -395,8 +395,3 @@ class KnownCosts:
             del self._scopes[key]
         return memo
 
-
-@lru_cache(maxsize=2)
-def known_costs(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> KnownCosts:
-    """The checks' shared costs of one instance where the caller keeps none (KnownCosts)."""
-    return KnownCosts()

@@ -89,7 +89,7 @@ from ..plan import Training
 from ..schedules import get_schedule
 from .bound import ends_floor
 from .context_parallel import cp_choices
-from .rank_costs import KnownCosts, known_costs, rank_blocks, rank_costs
+from .rank_costs import KnownCosts, rank_blocks, rank_costs
 from .stage_types import INF, SolverOptions
 
 __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
@@ -180,7 +180,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
     be faster than `cutoff_s` (module docstring); False where the argument does not hold. `known`:
-    the costs shared with the solve's other checks (None: one kept per instance, known_costs)."""
+    the costs shared with the solve's other checks (None: none shared, a KnownCosts for this call)."""
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -204,7 +204,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     for nu in vectors:
         by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
-    known = known if known is not None else known_costs(model, cluster, base, options)
+    known = known if known is not None else KnownCosts()
     shared = known.part(model, cluster, base, options, b)
     memo = known.scope(shared, schedule, v)
     if "delta" not in memo:
