@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -15,15 +14,6 @@ from ..report.views import print_plan
 from ..cost.runtimes import get_runtime
 from .options import common_options, links_option, measurement_options
 from .output import emit, search_progress, warn
-
-
-def default_jobs() -> int:
-    """2 search processes where this process may run on two CPUs or more, else 1."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        cpus = os.cpu_count() or 1
-    return 2 if cpus >= 2 else 1
 
 
 @click.command("plan")
@@ -50,9 +40,9 @@ def default_jobs() -> int:
                    "(identical bundles where they divide; not proven optimal).")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True,
               help="MILP solver for the batch shares.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Search processes: 2 runs two searches at a time, 1 one; the plan is the same either way "
-                   "[default: 2 where this process may use two CPUs, else 1].")
+@click.option("--jobs", "-j", type=click.IntRange(min=1, max=2), default=2, show_default=True, metavar="N",
+              help="Search processes: 2 runs two searches at a time, 1 runs them in turn. The plan is the same "
+                   "either way; solver.candidates counts the work done, which two processes partly repeat.")
 @click.option("--compare-any", "compare_any", is_flag=True,
               help="Search once more under --runtime any, bounded by the plan found, and report what a runtime "
                    "with uneven shares and per-stage TP would gain (solver.any_runtime_step_s); it can take "
@@ -94,7 +84,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_rec
         ep_degrees=tuple(ep_degrees),
         max_bundle_nodes=max_bundle_nodes, solver=solver, profiles=tuple(profiles),
         calibrations=tuple(calibrations), runtime=runtime, compare_any=compare_any,
-        jobs=default_jobs() if jobs is None else jobs)
+        jobs=jobs)
     with search_progress(sys.stderr.isatty()) as on_progress:
         result = plan(request, on_progress, warn)
     emit(plan_json(result), output, as_json, lambda: print_plan(result), "plan", inputs)

@@ -40,8 +40,8 @@ the best plan known is skipped before its tables are built: a restricted one by 
 free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
 under `any`, 51 of its 60 searches). Searches run two at a time (planner.search.lanes): search j
 starts from the best plan of searches 0 .. j-2, so j-1 and j can run in two processes
-(SolverOptions.jobs, planner.search.parallel) and the plan does not depend on which finishes
-first, nor on the number of processes; ties between the plans of different searches go to the
+(SolverOptions.jobs, planner.search.parallel) and the plan depends neither on which finishes
+first nor on the number of processes; ties between the plans of different searches go to the
 smallest (step, nodes used, micro-batch, V, search index). Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
 integer program (shares.solve_shares_ilp) and the whole plan is re-priced by

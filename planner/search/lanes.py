@@ -4,10 +4,10 @@ on how they are run.
 Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed or the caller's
 bound), not from j-1's: so searches j-1 and j can run at the same time, and what search j finds
 depends only on the searches before j-1, never on which of two running searches finished first.
-Search j runs on lane j % LANES. A lane keeps its own price tables (the one-chunk problems of a
-micro-batch share theirs inside a lane, an interleaved problem serves its lane's depths), so it
-does the same work whether the lanes take turns in this process (`SolverOptions.jobs` 1) or run in
-two processes (jobs 2, planner.search.parallel): the plan and `solver.candidates` are the same.
+In two processes (`SolverOptions.jobs` 2, planner.search.parallel) search j runs on lane
+j % LANES, each lane with its own price tables; in one process one lane runs them all in turn,
+sharing its tables. The plan is the same either way; `solver.candidates`, the stage
+configurations priced, counts the work done, which two lanes partly repeat.
 Ties between the plans of different searches go to the smallest (step, nodes used, micro-batch,
 V, search index); inside a search, to the plan met first.
 """

@@ -1,12 +1,12 @@
-"""Runs the lanes (planner.search.lanes) in this process, taking turns, or in one forked process
-each, two searches at a time; either way every search starts from the same Start, so the
-outcomes are the same.
+"""Runs the searches (planner.search.lanes) in this process, one lane taking them in turn, or in
+two forked processes, one per lane, two searches at a time; either way every search starts from
+the same Start, so the plan is the same.
 
-`SolverOptions.jobs` 1 runs in this process; 2 (the CLI's default where two CPUs are free) forks
-one process per lane where the platform has fork and this process may have children (a daemonic
-process, e.g. a `planner sweep` worker, may not: it takes turns). A lane process gets a copy of the
-search's inputs at the fork, receives (search index, Start) and sends back Outcomes; progress is
-reported here, between outcomes.
+`SolverOptions.jobs` 1 runs in this process; 2 (the CLI's default) forks one process per lane
+where the platform has fork and this process may have children (a daemonic process, e.g. a
+`planner sweep` worker, may not: it runs them in turn). A lane process gets a copy of the
+search's inputs at the fork, receives (search index, Start), sends back Outcomes, and at the end
+the draft of its best plan, whose share ILPs the parent solves; progress is reported here.
 """
 
 from __future__ import annotations
@@ -99,9 +99,10 @@ class Searches:
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _take_turns(self, count: int, incumbent_s: float) -> list[Outcome]:
+        """Every search on the first lane, in index order (its price tables shared by all)."""
         outcomes: list[Outcome] = []
         for index in range(count):
-            outcome = self.lanes[index % LANES].run(index, start_of(index, incumbent_s, outcomes))
+            outcome = self.lanes[0].run(index, start_of(index, incumbent_s, outcomes))
             outcomes.append(outcome)
             self._count(outcome)
             self.clock.report()
@@ -117,7 +118,7 @@ class Searches:
     def draft(self, lane: int) -> tuple[PlanDraft, float]:
         """Lane.draft on lane `lane` (in its process when it has one)."""
         if not self.workers:
-            return self.lanes[lane].draft()
+            return self.lanes[0].draft()  # in this process one lane ran every search
         conn = self.workers[lane][1]
         conn.send(("draft",))
         return _receive(conn)
