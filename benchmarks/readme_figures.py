@@ -243,7 +243,7 @@ CLAIMS: tuple[Claim, ...] = (
           mesh("hetero70b", ("tp", "dp"))),
     claim("70b h100-a100-v100: pp", "tp 4 x pp 6 x dp 2 = 48 GPUs", "6",
           (("hetero70b",), lambda r: len(r["hetero70b"].json["stages"]))),
-    claim("70b h100-a100-v100: stage configurations priced", "1854 stage configurations", "1854",
+    claim("70b h100-a100-v100: stage configurations priced", "2118 stage configurations", "2118",
           path("hetero70b", "solver.candidates")),
     # Models
     claim("deepseek-v3 on dgx-h100-2node: shortfall GiB", "the smallest shortfall is 171.6 GiB per GPU", "171.6",
