@@ -14,7 +14,7 @@ from .dp import StageChoice
 from .shares import IlpOptions, solve_shares_ilp
 from .stages import Problem
 
-__all__ = ["PlanDraft", "build_plan", "chunk_sizes", "draft_plan", "finish_plan"]
+__all__ = ["PlanDraft", "chunk_sizes", "draft_plan", "finish_plan"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,6 @@ class PlanDraft:
     ilp: IlpOptions
     ranks: tuple[RankDraft, ...]
     stages: tuple[Stage, ...]  # replicas empty: filled from ranks[stage.pipeline_rank]
-
-
-def build_plan(problem: Problem, choices: list[StageChoice]) -> Plan:
-    """The Plan of traced choices (draft_plan, then finish_plan)."""
-    return finish_plan(draft_plan(problem, choices), problem.model, problem.cluster)
 
 
 def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:

@@ -88,7 +88,7 @@ from .no_plan import layer_too_big, long_sequence, no_plan
 from ..inputs.model import Model
 from ..plan import Plan, Training, structural_problems
 from .build import finish_plan
-from .lanes import LANES, Lane, Outcome, SearchInputs
+from .lanes import Lane, Outcome, SearchInputs
 from .parallel import Searches
 from .rank_costs import KnownCosts
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
@@ -185,7 +185,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     outcomes: list[Outcome] = []
     inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.rank_costs)
-    with Searches([Lane(inputs, clock, known) for _ in range(LANES)], options.jobs, clock) as searches:
+    with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
         try:
             # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
             clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
@@ -221,7 +221,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         # ties (within 1e-6) go to the exact search's plan
         blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
         if best is not None and (seed is None or best[0][0] <= seed[1].step_time_s * (1 + 1e-6)):
-            draft, step = searches.draft(best[1] % LANES)
+            draft, step = searches.draft(best[1])
             plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.build)
             estimate = evaluate(plan, options.params_mapping())
             # decoders of several shapes (DeepSeek-V3's dense first layers, Gemma's windows) are

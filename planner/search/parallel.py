@@ -29,9 +29,8 @@ class Searches:
     `draft` the best plan on the lane that found it. A context manager: leaving it ends the lane
     processes."""
 
-    def __init__(self, lanes: list[Lane], jobs: int, clock: SearchClock):
-        assert len(lanes) == LANES
-        self.lanes = lanes
+    def __init__(self, lane: Lane, jobs: int, clock: SearchClock):
+        self.lane = lane  # no search run yet: each lane process gets a copy at the fork
         self.clock = clock
         self.jobs = jobs if jobs > 1 and _can_fork() else 1
         self.workers: list[tuple[Any, Connection]] = []
@@ -43,11 +42,11 @@ class Searches:
         """One process per lane, forked when the searches start (the clock's phase limit set)."""
         if self.jobs > 1 and not self.workers:
             context = multiprocessing.get_context("fork")
-            for lane in self.lanes:
+            for _ in range(LANES):
                 here, there = context.Pipe()
                 # the lane closes its copies of the parent's ends, so that it sees EOF if the parent dies
                 inherited = [conn for _, conn in self.workers] + [here]
-                process = context.Process(target=_serve, args=(lane, there, inherited), daemon=True)
+                process = context.Process(target=_serve, args=(self.lane, there, inherited), daemon=True)
                 process.start()
                 there.close()
                 self.workers.append((process, here))
@@ -99,10 +98,10 @@ class Searches:
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _take_turns(self, count: int, incumbent_s: float) -> list[Outcome]:
-        """Every search on the first lane, in index order (its price tables shared by all)."""
+        """Every search on the one lane, in index order (its price tables shared by all)."""
         outcomes: list[Outcome] = []
         for index in range(count):
-            outcome = self.lanes[0].run(index, start_of(index, incumbent_s, outcomes))
+            outcome = self.lane.run(index, start_of(index, incumbent_s, outcomes))
             outcomes.append(outcome)
             self._count(outcome)
             self.clock.report()
@@ -115,11 +114,11 @@ class Searches:
         if outcome.found is not None:
             self.clock.best_step_s = min(outcome.found[0], self.clock.best_step_s or float("inf"))
 
-    def draft(self, lane: int) -> tuple[PlanDraft, float]:
-        """Lane.draft on lane `lane` (in its process when it has one)."""
+    def draft(self, index: int) -> tuple[PlanDraft, float]:
+        """Lane.draft on the lane that ran search `index` (in this process, the one lane)."""
         if not self.workers:
-            return self.lanes[0].draft()  # in this process one lane ran every search
-        conn = self.workers[lane][1]
+            return self.lane.draft()
+        conn = self.workers[index % LANES][1]
         conn.send(("draft",))
         return _receive(conn)
 
