@@ -26,6 +26,7 @@ import planning_time  # noqa: E402
 import planner.api as api  # noqa: E402
 from planner.api import PlanRequest  # noqa: E402
 import planner.search.driver as driver  # noqa: E402
+import planner.search.lanes as lanes  # noqa: E402
 from planner.cost.runtimes.capability import capability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
@@ -34,6 +35,7 @@ from planner.search.any_bound import subproblem_floor_s  # noqa: E402
 from planner.search.rank_floor import ranks_cannot_beat  # noqa: E402
 from planner.search.decompose import decompose  # noqa: E402
 from planner.search.space import subproblems, within  # noqa: E402
+from planner.search.uniform import UniformSeed  # noqa: E402
 
 
 class _Captured(Exception):
@@ -61,17 +63,17 @@ def _instance(row: str):
 
 def _alone(model, cluster, base, options, want) -> tuple[float | None, float]:
     """The optimum of the one search `want` = (b, v, ranks, schedule), and the CPU seconds it took."""
-    real_subproblems, real_uniform = driver.runtime_subproblems, driver.improving_uniform
+    real_subproblems, real_uniform = driver.runtime_subproblems, lanes.best_uniform_share
     driver.runtime_subproblems = lambda *a, **k: (s for s in real_subproblems(*a, **k)
                                                   if (s[0], s[1], s[2], s[4]) == want)
-    driver.improving_uniform = lambda *a, **k: iter(())
+    lanes.best_uniform_share = lambda *a, **k: UniformSeed(None)
     started = time.process_time()
     try:
         step = driver.solve(model, cluster, base, options).estimate.step_time_s
     except driver.NoFeasiblePlan:
         step = None
     finally:
-        driver.runtime_subproblems, driver.improving_uniform = real_subproblems, real_uniform
+        driver.runtime_subproblems, lanes.best_uniform_share = real_subproblems, real_uniform
     return step, time.process_time() - started
 
 

@@ -61,12 +61,14 @@ def _alone(monkeypatch, model, cluster, base, options, want):
     """The optimum of the driver's one search `want` = (b, v, ranks, schedule), solved alone (no
     other search, no uniform seed), or None where it has no plan."""
     import planner.search.driver as driver
+    import planner.search.lanes as lanes
+    from planner.search.uniform import UniformSeed
 
     real = driver.runtime_subproblems
     with monkeypatch.context() as patch:
         patch.setattr(driver, "runtime_subproblems",
                       lambda *a, **k: (s for s in real(*a, **k) if (s[0], s[1], s[2], s[4]) == want))
-        patch.setattr(driver, "improving_uniform", lambda *a, **k: iter(()))
+        patch.setattr(lanes, "best_uniform_share", lambda *a, **k: UniformSeed(None))
         try:
             return driver.solve(model, cluster, base, options).estimate.step_time_s
         except NoFeasiblePlan:

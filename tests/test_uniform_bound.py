@@ -12,7 +12,8 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
-from planner.search.uniform import UniformSpace, improving_uniform, uniform_candidates
+from planner.search.uniform import (UniformSpace, best_uniform_share, improving_uniform, indexed_candidates,
+                                    merge_seeds, uniform_candidates)
 from planner.search.uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
@@ -89,3 +90,19 @@ def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_i
     ratios = sorted(floor / estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
     assert ratios[len(ratios) // 2] > 0.8
     assert [screen(plan)[1] for plan, _ in pairs] == [surely_overflows(plan) for plan, _ in pairs]
+
+
+def test_shares_of_the_uniform_scan_merge_to_the_whole_scan_plan(priced):
+    """Lanes scan the uniform candidates in shares (index modulo n); merged by (step, index), they give
+    the plan of the scan in one process, and the shares' indices are the whole scan's."""
+    model, cluster, base, pairs = priced
+    plan, estimate = list(improving_uniform(model, cluster, base, SPACE))[-1]
+    whole = [(i, p) for i, p in indexed_candidates(model, cluster, base, SPACE)]
+    assert [p for _, p in whole] == [p for p, _ in pairs]
+    for n in (2, 3):
+        shared = sorted(entry for k in range(n) for entry in indexed_candidates(model, cluster, base, SPACE, (k, n)))
+        assert [i for i, _ in shared] == [i for i, _ in whole] and [p for _, p in shared] == [p for _, p in whole]
+        merged = merge_seeds([best_uniform_share(model, cluster, base, SPACE, None, None, None, float("inf"), (k, n))
+                              for k in range(n)])
+        assert merged.complete and merged.best[1] == plan and merged.best[2].step_time_s == estimate.step_time_s
+        assert pairs[merged.best[0]][0] == plan

@@ -54,7 +54,8 @@ TP and one DP degree for every stage (Megatron-LM, torchtitan, DeepSpeed) gets o
 shares (shares.even_makespan); a runtime that splits the blocks equally gets one search per
 pipeline depth P with every stage holding blocks / P. The union of these searches is the
 runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
-(planner.search.uniform) that the runtime can run are priced first: the faster of those and the
+(planner.search.uniform) that the runtime can run are priced first (two lanes each take every other
+candidate, Searches.seed; ties to the first in candidate order): the faster of those and the
 search's plan is returned, so a plan is never slower than the best uniform configuration.
 Those include what the exact search does not plan: one-stage plans with activation offload, and
 the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts the embedding and
@@ -73,6 +74,7 @@ identical bundles (decompose.trim; the other nodes idle) and keeps the faster pl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from .bound import compute_lower_bound_s
@@ -159,6 +161,12 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     return solve_scaled(model, cluster, base, options, on_progress, _solve)
 
 
+def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
+    """The uniform plans the seed prices: on parts of nodes the search may miss whole-node ones too;
+    the exact search covers those in its space. Only plans the runtime `space` runs."""
+    return not (exact and in_search_space(plan)) and not violations(plan, space)
+
+
 def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
            on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
     """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
@@ -189,14 +197,16 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         try:
             # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
             clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
-            for seed in improving_uniform(model, cluster, base, uniform_space(options, cap, whole_nodes=False),
-                                          options.params_mapping(), clock,
-                                          # on parts of nodes the search may miss whole-node uniform plans too
-                                          lambda p: not (parts.exact and in_search_space(p)) and not violations(p, space),
-                                          # a plan no faster than the caller's bound is of no use (uniform_bound)
-                                          bound_s=incumbent_s):
+            # the fastest uniform plan, its candidates shared between the lanes; a plan no faster than
+            # the caller's bound is of no use (uniform_bound)
+            found = searches.seed(uniform_space(options, cap, whole_nodes=False), partial(_seed_accepts, parts.exact, space),
+                                  incumbent_s)
+            if found.best is not None:
+                seed = found.best[1:]  # (plan, estimate)
                 incumbent_s = min(incumbent_s, seed[1].step_time_s)
                 clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
+            if not found.complete:
+                raise SearchTimeout
             # the searches, two at a time (planner.search.lanes)
             outcomes = searches.run(len(subproblems), incumbent_s)
             complete = len(outcomes) == len(subproblems) and all(o.complete for o in outcomes)

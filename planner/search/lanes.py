@@ -28,6 +28,7 @@ from .dp import price, run_dp, trace
 from .rank_costs import KnownCosts
 from .restriction_bound import cannot_beat
 from .stages import INF, Problem, SolverOptions
+from .uniform import UniformSeed, UniformSpace, best_uniform_share
 
 __all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
 
@@ -153,6 +154,13 @@ class Lane:
             self.best = (found_here[0], index, problem, found_here[1])
         return Outcome(index, None if found_here is None else found_here[0],
                        problem.evaluations - evaluations_before, problem.smallest_overflow, complete)
+
+    def seed(self, space: UniformSpace, accept, bound_s: float, share: tuple[int, int]) -> UniformSeed:
+        """The fastest uniform plan of `space` among the candidates of `share` (uniform.best_uniform_share),
+        before any search: `accept` a picklable callable (a lane process receives it)."""
+        i = self.inputs
+        return best_uniform_share(i.model, i.cluster, i.base, space, i.options.params_mapping(), self.clock, accept,
+                                  bound_s, share)
 
     def _problem(self, b: int, v: int, ranks: int | None, restriction, schedule: str) -> Problem:
         """The problem of a search: the lane's last one when it has the same micro-batch, V,

@@ -5,7 +5,8 @@ the same Start, so the plan is the same.
 `SolverOptions.jobs` 1 runs in this process; 2 (the CLI's default) forks one process per lane
 where the platform has fork and this process may have children (a daemonic process, e.g. a
 `planner sweep` worker, may not: it runs them in turn). A lane process gets a copy of the
-search's inputs at the fork, receives (search index, Start), sends back Outcomes, and at the end
+search's inputs at the fork; it first scans its share of the uniform candidates (the seed,
+Searches.seed), then receives (search index, Start), sends back Outcomes, and at the end
 the draft of its best plan, whose share ILPs the parent solves; progress is reported here.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from ..core.clock import SearchClock
 from .build import PlanDraft
 from .lanes import LANES, Lane, Outcome, start_of
+from .uniform import UniformSeed, UniformSpace, merge_seeds
 
 __all__ = ["Searches"]
 
@@ -64,6 +66,21 @@ class Searches:
                 process.join()
             conn.close()
         self.workers = []
+
+    def seed(self, space: UniformSpace, accept, bound_s: float) -> UniformSeed:
+        """The fastest uniform plan of `space` (Lane.seed): in lane processes, each lane the candidates
+        of its index modulo LANES, merged by (step, candidate index), the plan of one scan."""
+        self._fork()
+        if not self.workers:
+            return self.lane.seed(space, accept, bound_s, (0, 1))
+        for part, (_, conn) in enumerate(self.workers):
+            conn.send(("seed", space, accept, bound_s, (part, LANES)))
+        seeds = []
+        for _, conn in self.workers:
+            while not conn.poll(self.clock.interval_s):
+                self.clock.report()
+            seeds.append(_receive(conn))
+        return merge_seeds(seeds)
 
     def run(self, count: int, incumbent_s: float) -> list[Outcome]:
         """Outcomes of searches 0 .. count-1 in index order; fewer when the time limit stopped one
@@ -160,6 +177,8 @@ def _serve(lane: Lane, conn: Connection, inherited: list[Connection]) -> None:
         try:
             if message[0] == "run":
                 value = lane.run(message[1], message[2])
+            elif message[0] == "seed":
+                value = lane.seed(*message[1:])
             else:
                 value = lane.draft()
             conn.send(("ok", value))

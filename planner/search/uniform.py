@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Callable, Iterator, Mapping
 
-from ..core.clock import SearchClock
+from ..core.clock import SearchClock, SearchTimeout
 from ..cost.formulas import CostParams
 from ..core.errors import BadInput
 from ..cost.evaluate import Estimate, evaluate
@@ -61,6 +61,17 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                        ) -> Iterator[Plan]:
     """Every uniform plan of `space`, in (tp, micro-batch, recompute, ZeRO, V, schedule, pp)
     order, the searched schedule of each V first."""
+    for _, plan in indexed_candidates(model, cluster, base, space):
+        yield plan
+
+
+def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+                       share: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, Plan]]:
+    """(candidate index, plan) of uniform_candidates; with `share` (k, n) only those whose index
+    is k modulo n, the others never built. An index counts the configurations in order, so it is
+    the same whatever the share."""
+    part, parts = share
+    index = -1
     n = cluster.num_gpus
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     heads = model.config.num_heads if model.config else 1
@@ -89,11 +100,14 @@ def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 # which is never slower and never uses more memory under the cost model (planner.search.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
+                index += 1
+                if index % parts != part:
+                    continue
                 training = replace(base, micro_batch=b, schedule=schedule.name, virtual_stages=v)
                 try:
-                    yield uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
-                                       recompute=recompute,
-                                       sequence_parallel=space.sequence_parallel and tp > 1)
+                    yield index, uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                                              recompute=recompute,
+                                              sequence_parallel=space.sequence_parallel and tp > 1)
                 except BadInput:
                     continue
 
@@ -116,10 +130,50 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
     those that uniform_bound.screen finds not fitting or bounds likewise with the pipeline's fill
     (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
+    for _, plan, estimate in _improving(model, cluster, base, space, params, clock, accept, bound_s, (0, 1)):
+        yield plan, estimate
+
+
+@dataclass(frozen=True)
+class UniformSeed:
+    """The fastest uniform plan of a share of the candidates: (candidate index, plan, estimate), None
+    when none fits; `complete` False when the clock stopped the scan (`best` is then the best so far)."""
+
+    best: tuple[int, Plan, Estimate] | None
+    complete: bool = True
+
+
+def best_uniform_share(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+                       params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
+                       accept: Callable[[Plan], bool] | None, bound_s: float, share: tuple[int, int]) -> UniformSeed:
+    """improving_uniform's last plan over the candidates of `share` (indexed_candidates), with its
+    index: the fastest of them, ties to the first. The shares (k, n), k = 0 .. n - 1, merged by
+    merge_seeds give improving_uniform's plan (each share's pruning is exact, by its own best)."""
+    best = None
+    try:
+        for best in _improving(model, cluster, base, space, params, clock, accept, bound_s, share):
+            pass
+    except SearchTimeout:
+        return UniformSeed(best, False)
+    return UniformSeed(best)
+
+
+def merge_seeds(seeds: list[UniformSeed]) -> UniformSeed:
+    """The fastest plan of several shares, ties to the smallest candidate index; complete when every share is."""
+    found = [seed.best for seed in seeds if seed.best is not None]
+    best = min(found, key=lambda entry: (entry[2].step_time_s, entry[0])) if found else None
+    return UniformSeed(best, all(seed.complete for seed in seeds))
+
+
+def _improving(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+               params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
+               accept: Callable[[Plan], bool] | None, bound_s: float,
+               share: tuple[int, int]) -> Iterator[tuple[int, Plan, Estimate]]:
+    """improving_uniform over the candidates of `share`, each with its candidate index."""
     best_s = float("inf")
     seen: set = set()
     computes: dict = {}  # busy_lower_bound_s's chunk computes, shared by the candidates
-    for plan in uniform_candidates(model, cluster, base, space):
+    for index, plan in indexed_candidates(model, cluster, base, space, share):
         if clock is not None:
             clock.check()
         offloadable = space.activation_offload and len(plan.stages) == 1 and plan.stages[0].recompute == "none"
@@ -147,7 +201,7 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
             accepted = accept is None or accept(plan)
         if accepted and estimate.fits and estimate.step_time_s < best_s:
             best_s = estimate.step_time_s
-            yield plan, estimate
+            yield index, plan, estimate
 
 
 def _gpu_fits(estimate: Estimate) -> bool:
