@@ -292,14 +292,13 @@ def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb:
 def choose_blocks(value: np.ndarray, variant: Variant, bound: float, head: int,
                    has_emb: bool, target: int) -> int:
     """The block count a stage took to reach item count `target` (smallest on ties)."""
-    best, best_k = INF, -1
-    for k in range(len(variant.tau)):
-        if not (variant.member[k] >= 0 and variant.x[k] <= bound and np.isfinite(variant.x[k])):
-            continue
-        ell = target - head - k - int(has_emb)
-        if 0 <= ell and value[ell] + variant.tau[k] < best:
-            best, best_k = value[ell] + variant.tau[k], k
-    assert best_k >= 0, "a traced move must have a block count"
+    k = np.arange(len(variant.tau))
+    ell = target - head - k - int(has_emb)
+    allowed = (variant.member >= 0) & (variant.x <= bound) & np.isfinite(variant.x) & (ell >= 0)
+    totals = np.full(len(k), INF)
+    totals[allowed] = value[ell[allowed]] + variant.tau[allowed]
+    best_k = int(totals.argmin())  # the first of equal totals: the smallest count
+    assert totals[best_k] < INF, "a traced move must have a block count"
     return best_k
 
 

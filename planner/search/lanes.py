@@ -93,6 +93,7 @@ class Lane:
         self.problem: Problem | None = None
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
         self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
+        self.shapes: dict = {}  # the stage shapes by nodes used, shared by the lane's problems (Problem.shapes)
 
     def run(self, index: int, start: Start) -> Outcome:
         """Search `index` from `start`: skipped when a bound shows it cannot beat the cutoff, else the
@@ -177,7 +178,7 @@ class Lane:
             # prices (type arrays, tails: the same whatever the schedule and depth)
             i = self.inputs
             problem = Problem(i.model, i.cluster, i.base, b, i.parts, i.options, v, one_chunk, self.clock,
-                              restriction, schedule, least, one_chunk)
+                              restriction, schedule, least, one_chunk, self.shapes)
             if not problem.chunked and one_chunk is None:
                 self.plain[(b, restriction)] = problem
             self.problem = problem

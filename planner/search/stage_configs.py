@@ -45,8 +45,6 @@ class StageConfigs:
     def configs(self, used: tuple[int, ...]) -> Iterator[StageConfig]:
         inputs = self.inputs
         fixed = inputs.restriction
-        ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
-        heads = inputs.model.config.num_heads if inputs.model.config else 1
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
         # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
         # (planner.search.block, planner.search.deferred)
@@ -61,36 +59,51 @@ class StageConfigs:
         # ZeRO-2/3 beside interleaving anyway: capability.py)
         overlaps = any(inputs.options.params_for(g.gpu.name).overlap_zero_comm for g in inputs.groups)
         zeros = tuple(z for z in inputs.options.zero_stages if not (inputs.chunked and overlaps and z >= 2))
+        for nodes, shapes in self._stage_shapes(used):
+            if self.state.clock is not None:
+                self.state.clock.check()
+            for tp, cp, kind, dp in shapes:
+                if fixed.tp not in (None, tp) or fixed.cp not in (None, cp) or fixed.dp not in (None, dp):
+                    continue
+                for ep in ep_degrees(inputs, nodes, dp, tp, cp):
+                    if fixed.ep not in (None, ep):
+                        continue
+                    for mode in modes:
+                        if fixed.recompute not in (None, mode):
+                            continue
+                        for zero in (zeros if dp > 1 else (0,)):
+                            if dp > 1 and fixed.zero not in (None, zero):
+                                continue
+                            for offload in offloads:
+                                yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload)
+
+    def _stage_shapes(self, used: tuple[int, ...]) -> list[tuple[tuple[int, ...], list[tuple[int, int, str, int]]]]:
+        """(node vector, its (tp, cp, CP kind, dp) shapes) of every stage that can follow `used` parts,
+        in configs' order, whatever the restriction: the same for every problem of a solve (the
+        model, sequence, options and decomposition alike), so kept in the solve's `shapes` memo."""
+        known = self.shapes.get(used)
+        if known is not None:
+            return known
+        inputs = self.inputs
+        ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
+        heads = inputs.model.config.num_heads if inputs.model.config else 1
+        out = []
         for take in product(*ranges):
             if not any(take):
                 continue
             nodes = inputs.parts.nodes(used, take)
-            if self.state.clock is not None:
-                self.state.clock.check()
-            gpn = [inputs.groups[i].gpus_per_node for i, n in enumerate(nodes) if n]
+            sizes = [(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n]
+            gpus = sum(n * inputs.groups[i].gpus_per_node for i, n in enumerate(nodes))
+            shapes = []
             for tp in inputs.options.tp_degrees:
-                if any(g % tp for g in gpn) or heads % tp or fixed.tp not in (None, tp):
+                if any(g % tp for g, _ in sizes) or heads % tp:
                     continue
                 for cp, kind in cp_choices(inputs.model, inputs.t, inputs.options, tp):
-                    if fixed.cp not in (None, cp):
-                        continue
-                    if not places([(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n], tp * cp):
-                        continue
-                    dp = StageDims(tp, cp=cp).replicas_on(sum(n * inputs.groups[i].gpus_per_node
-                                                              for i, n in enumerate(nodes)))
-                    if fixed.dp not in (None, dp):
-                        continue
-                    for ep in ep_degrees(inputs, nodes, dp, tp, cp):
-                        if fixed.ep not in (None, ep):
-                            continue
-                        for mode in modes:
-                            if fixed.recompute not in (None, mode):
-                                continue
-                            for zero in (zeros if dp > 1 else (0,)):
-                                if dp > 1 and fixed.zero not in (None, zero):
-                                    continue
-                                for offload in offloads:
-                                    yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload)
+                    if places(sizes, tp * cp):
+                        shapes.append((tp, cp, kind, StageDims(tp, cp=cp).replicas_on(gpus)))
+            out.append((nodes, shapes))
+        self.shapes[used] = out
+        return out
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs

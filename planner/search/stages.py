@@ -37,9 +37,13 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
                  clock: SearchClock | None = None, restriction: Restriction = Restriction(),
-                 schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None):
+                 schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None,
+                 shapes: dict | None = None):
         self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction,
                                        schedule_name, least_share)
+        # the stage shapes per nodes used (StageConfigs._stage_shapes): one memo for every problem
+        # of a solve (same model, sequence, options and decomposition), which the caller passes
+        self.shapes: dict = {} if shapes is None else shapes
         self.catalog = Catalog()
         self.tables = PriceTables()
         # a one-chunk problem takes the position-free prices of another of the same b and restriction
@@ -53,7 +57,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
             # driver passes the ranks to run_dp); a chunked config's tail (exposed gradient
             # reduction, optimizer step) is its 1F1B one, so the tails are the base's
             self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
-                                                restriction=restriction)
+                                                restriction=restriction, shapes=self.shapes)
             self.tables = PriceTables(dims=self.base.tables.dims, dp_layouts=self.base.tables.dp_layouts,
                                       tails=self.base.tables.tails)
 
