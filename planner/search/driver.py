@@ -184,7 +184,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         raise layer_too_big(floor, base, long_sequence(model, cluster, base, options))
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap))
+    subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap, paired=not parts.exact))
     clock.subproblems_total = len(subproblems)
     seed: tuple[Plan, Estimate] | None = None
     complete = True

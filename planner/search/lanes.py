@@ -33,6 +33,7 @@ from .uniform import UniformSeed, UniformSpace, best_uniform_share
 __all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
 
 LANES = 2  # searches j - 1 and j may run at the same time, never three
+PROBLEMS_KEPT = 2  # chunked problems a lane keeps with their tables (two groups' searches alternate in one process)
 
 # ties within 1e-6 of the seed go to the search's plan: a plan up to this factor above the
 # uniform seed (or the caller's bound) is still searched for
@@ -90,7 +91,7 @@ class Lane:
         self.inputs = inputs
         self.clock = clock
         self.known = known  # the skip checks' shared costs (one per solve; a lane process has its copy)
-        self.problem: Problem | None = None
+        self.problems: list[Problem] = []  # kept with their tables, the latest first (_problem)
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
         self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
         self.shapes: dict = {}  # the stage shapes by nodes used, shared by the lane's problems (Problem.shapes)
@@ -164,24 +165,34 @@ class Lane:
                                   bound_s, share)
 
     def _problem(self, b: int, v: int, ranks: int | None, restriction, schedule: str) -> Problem:
-        """The problem of a search: the lane's last one when it has the same micro-batch, V,
-        restriction, schedule and least share, else a new one (sharing position-free prices)."""
+        """The problem of a search: one the lane kept (the last one, or one of its last PROBLEMS_KEPT
+        chunked ones: the searches of two groups alternate, space.subproblems) when it has the same
+        micro-batch, V, restriction, schedule and least share, else a new one (sharing position-free
+        prices)."""
         # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
         least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        problem = self.problem
-        if problem is None or (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
-                               problem.inputs.least_share) != (b, v, restriction, schedule, least):
-            if problem is not None and not problem.chunked:
-                problem.release_position_prices()  # its search is done; bounded memory
-            one_chunk = self.plain.get((b, restriction))
-            # one-chunk problems of one micro-batch and restriction share their position-free
-            # prices (type arrays, tails: the same whatever the schedule and depth)
-            i = self.inputs
-            problem = Problem(i.model, i.cluster, i.base, b, i.parts, i.options, v, one_chunk, self.clock,
-                              restriction, schedule, least, one_chunk, self.shapes)
-            if not problem.chunked and one_chunk is None:
-                self.plain[(b, restriction)] = problem
-            self.problem = problem
+        key = (b, v, restriction, schedule, least)
+        for problem in self.problems:
+            if (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
+                    problem.inputs.least_share) == key:
+                self.problems.remove(problem)
+                self.problems.insert(0, problem)
+                return problem
+        # a one-chunk problem serves one search (its depth, its micro-batch's 1F1B): done with it,
+        # drop its position prices (bounded memory); a chunked one serves every depth of its group
+        for done in [problem for problem in self.problems if not problem.chunked]:
+            done.release_position_prices()
+            self.problems.remove(done)
+        del self.problems[PROBLEMS_KEPT - 1:]
+        one_chunk = self.plain.get((b, restriction))
+        # one-chunk problems of one micro-batch and restriction share their position-free
+        # prices (type arrays, tails: the same whatever the schedule and depth)
+        i = self.inputs
+        problem = Problem(i.model, i.cluster, i.base, b, i.parts, i.options, v, one_chunk, self.clock,
+                          restriction, schedule, least, one_chunk, self.shapes)
+        if not problem.chunked and one_chunk is None:
+            self.plain[(b, restriction)] = problem
+        self.problems.insert(0, problem)
         return problem
 
     def draft(self) -> tuple[PlanDraft, float]:

@@ -6,7 +6,7 @@ seed and back up the search (planner.search.driver)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
+from itertools import product, zip_longest
 
 from ..cost.runtimes.capability import Capability
 from ..inputs.hardware import Cluster
@@ -159,7 +159,7 @@ def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, cap: Cap
 
 
 def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
-                 cap: Capability):
+                 cap: Capability, paired: bool = False):
     """(micro-batch, virtual stages V, pipeline ranks, restriction, schedule name) searched in
     turn: 1F1B (V = 1) with any number of stages in one DP, interleaved and ZB-H1 with the
     number of ranks P fixed per DP, since a rank's in-flight micro-batches (and deferred W
@@ -167,7 +167,7 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
     runtime (restrictions). The schedules are the searched ones the runtime runs
     (schedules.searched_schedules, Capability.schedules); ZB-H1 where each replica can take
     P micro-batches. Order: the smallest micro-batch's ZB-H1 searches, the 1F1B ones, then
-    the other depth-dependent ones by micro-batch (below)."""
+    the other depth-dependent ones by micro-batch (`paired`: two groups at a time, below)."""
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
@@ -202,7 +202,19 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
             if not schedule.depth_dependent():
                 for r in per_b[b]:
                     yield b, v, None, r, schedule.name
-    for b in sizes:
-        for v, schedule in schedules:
-            if schedule.depth_dependent() and (b, v, schedule) not in first:
-                yield from by_depth(b, v, schedule)
+    # `paired`: the other depth-dependent groups (one per micro-batch, V and schedule) two at a time,
+    # their searches alternating. Searches j and j + 1 run side by side on two lanes
+    # (planner.search.lanes: search j on lane j % 2), so each lane takes one group's searches, which
+    # share its tables, and each search starts from its group's searches before it: the order for
+    # a search on parts of nodes, where the skip checks (their floors the whole cluster's) rule few
+    # searches out and nearly every one runs its DP. Unpaired, a group's searches alternate lanes:
+    # on a cluster searched whole most are ruled out, and the few DPs left run side by side.
+    rest = [list(by_depth(b, v, schedule)) for b in sizes for v, schedule in schedules
+            if schedule.depth_dependent() and (b, v, schedule) not in first]
+    if not paired:
+        for group in rest:
+            yield from group
+        return
+    for one, other in zip(rest[::2], rest[1::2] + [[]]):
+        for pair in zip_longest(one, other):
+            yield from (search for search in pair if search is not None)
