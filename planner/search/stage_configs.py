@@ -183,8 +183,16 @@ class StageConfigs:
             block_prices = BlockPrices(dec, full, emb, head)
         times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
         worst = (-INF, "")
+        # the spans depend on the replica's own dimensions alone (span_price: dims.within_replica), not on
+        # its stage's replica count, ZeRO stage or offload: built once, their totals kept (SpanPrice)
+        span_key = ("spans", i, dims.within_replica, sh, ep_group)
+        spans = self.tables.replica_arrays.get(span_key)
+        if spans is None:
+            spans = self.tables.replica_arrays[span_key] = {
+                (has_head, has_emb): span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
+                for has_head, has_emb in product((False, True), repeat=2)}
         for has_head, has_emb in product((False, True), repeat=2):
-            span = span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
+            span = spans[(has_head, has_emb)]
             w = params[(has_head, has_emb)] = span.weight_params
             experts[(has_head, has_emb)] = span.expert_params
             times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
