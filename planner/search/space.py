@@ -195,26 +195,34 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
     # Then 1F1B: its best plan bounds the interleaved searches, which cost more.
     first = [(b, v, schedule) for b in sizes[:1] for v, schedule in schedules
              if schedule.depth_dependent() and schedule.split_backward]
-    for b, v, schedule in first:
-        yield from by_depth(b, v, schedule)
+    head = [search for b, v, schedule in first for search in by_depth(b, v, schedule)]
+    lane_of: dict[int, int] = {}  # micro-batch -> the lane of its first 1F1B search (`paired`)
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
                 for r in per_b[b]:
-                    yield b, v, None, r, schedule.name
-    # `paired`: the other depth-dependent groups (one per micro-batch, V and schedule) two at a time,
-    # their searches alternating. Searches j and j + 1 run side by side on two lanes
-    # (planner.search.lanes: search j on lane j % 2), so each lane takes one group's searches, which
-    # share its tables, and each search starts from its group's searches before it: the order for
-    # a search on parts of nodes, where the skip checks (their floors the whole cluster's) rule few
-    # searches out and nearly every one runs its DP. Unpaired, a group's searches alternate lanes:
-    # on a cluster searched whole most are ruled out, and the few DPs left run side by side.
-    rest = [list(by_depth(b, v, schedule)) for b in sizes for v, schedule in schedules
+                    lane_of.setdefault(b, len(head) % 2)
+                    head.append((b, v, None, r, schedule.name))
+    yield from head
+    # The other depth-dependent groups (one per micro-batch, V and schedule). `paired`: searches j
+    # and j + 1 run side by side on two lanes (planner.search.lanes: search j on lane j % 2), so the
+    # groups go to the lane that searched their micro-batch's 1F1B (whose tables they share) and
+    # the two lanes' groups alternate search by search; each search starts from its group's searches
+    # before it. The order for a search on parts of nodes, where the skip checks (their floors the
+    # whole cluster's) rule few searches out and nearly every one runs its DP. Unpaired, a group's
+    # searches alternate lanes: on a cluster searched whole most are ruled out, and the few DPs
+    # left run side by side.
+    rest = [(b, list(by_depth(b, v, schedule))) for b in sizes for v, schedule in schedules
             if schedule.depth_dependent() and (b, v, schedule) not in first]
     if not paired:
-        for group in rest:
+        for _, group in rest:
             yield from group
         return
-    for one, other in zip(rest[::2], rest[1::2] + [[]]):
-        for pair in zip_longest(one, other):
-            yield from (search for search in pair if search is not None)
+    queues: list[list] = [[], []]
+    for b, group in rest:
+        queues[lane_of.get(b, 0)].extend(group)
+    at = len(head)
+    while queues[0] or queues[1]:
+        lane = at % 2 if queues[at % 2] else 1 - at % 2
+        yield queues[lane].pop(0)
+        at += 1
