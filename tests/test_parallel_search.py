@@ -9,6 +9,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,44 @@ def test_two_search_processes_give_the_same_plan_json_as_one(seed):
     again = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=2))
     assert plan_json(again)["solver"]["candidates"] == plan_json(two)["solver"]["candidates"]  # deterministic
     assert multiprocessing.active_children() == []  # the lane processes have ended
+
+
+@needs_fork
+@pytest.mark.parametrize("seed", [32, 5])
+def test_on_parts_two_search_processes_give_the_same_plan_json_as_one(seed):
+    """On parts of nodes the searches are ordered for the lanes (space.subproblems `paired`)."""
+    model, cluster, base = tiny_instance(seed)
+    coarse = dict(OPTIONS, max_exact_nodes=0, max_bundle_nodes=2)
+    one = solve(model, cluster, base, SolverOptions(**coarse, jobs=1))
+    two = solve(model, cluster, base, SolverOptions(**coarse, jobs=2))
+    assert one.decomposition != "exact" and _without_work(one) == _without_work(two)
+
+
+def test_paired_order_keeps_each_group_on_the_lane_of_its_micro_batch():
+    """`paired`: the same searches as unpaired; the zero-bubble and 1F1B head first, unchanged; each later
+    group on the lane (index parity) of its micro-batch's 1F1B search while both lanes have searches left."""
+    from planner.cost.runtimes.capability import capability
+    from planner.search.space import subproblems, within
+    model, cluster, base = tiny_instance(32)
+    base = replace(base, global_batch=48)
+    cap = capability("any")
+    options = within(SolverOptions(micro_batches=(1, 2, 4), tp_degrees=(1, 2), recompute_modes=("none", "full"),
+                                   virtual_stages=(1, 2), zero_bubble=True), cap)
+    plain = list(subproblems(model, cluster, base, 6, options, cap))
+    paired = list(subproblems(model, cluster, base, 6, options, cap, paired=True))
+    assert sorted(map(repr, plain)) == sorted(map(repr, paired)) and len(set(map(repr, paired))) == len(paired)
+    one_f1b = [i for i, s in enumerate(plain) if s[2] is None]
+    head = one_f1b[-1] + 1
+    assert paired[:head] == plain[:head]
+    lane_of = {}
+    for i in one_f1b:
+        lane_of.setdefault(plain[i][0], i % 2)
+    rest = paired[head:]
+    assert len({lane_of[s[0]] for s in rest}) == 2 and len(rest) >= 4
+    left = [sum(1 for s in rest[k:] if lane_of[s[0]] == lane) for k in range(len(rest)) for lane in (0, 1)]
+    for k, search in enumerate(rest):
+        if left[2 * k] and left[2 * k + 1]:  # both lanes' queues still hold searches
+            assert lane_of[search[0]] == (head + k) % 2
 
 
 def test_a_search_starts_from_the_searches_before_the_previous_one():
