@@ -88,9 +88,12 @@ class StageConfigs:
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
         heads = inputs.model.config.num_heads if inputs.model.config else 1
         out = []
+        clock = self.state.clock
         for take in product(*ranges):
             if not any(take):
                 continue
+            if clock is not None:
+                clock.check()
             nodes = inputs.parts.nodes(used, take)
             sizes = [(inputs.groups[i].gpus_per_node, n) for i, n in enumerate(nodes) if n]
             gpus = sum(n * inputs.groups[i].gpus_per_node for i, n in enumerate(nodes))
