@@ -6,7 +6,7 @@ seed and back up the search (planner.search.driver)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product, zip_longest
+from itertools import product
 
 from ..cost.runtimes.capability import Capability
 from ..inputs.hardware import Cluster
