@@ -80,7 +80,8 @@ class StageConfigs:
     def _stage_shapes(self, used: tuple[int, ...]) -> list[tuple[tuple[int, ...], list[tuple[int, int, str, int]]]]:
         """(node vector, its (tp, cp, CP kind, dp) shapes) of every stage that can follow `used` parts,
         in configs' order, whatever the restriction: the same for every problem of a solve (the
-        model, sequence, options and decomposition alike), so kept in the solve's `shapes` memo."""
+        model, sequence, options and decomposition alike), so kept in `shapes`, which the lane's
+        problems share (planner.search.lanes)."""
         known = self.shapes.get(used)
         if known is not None:
             return known
