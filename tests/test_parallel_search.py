@@ -161,3 +161,32 @@ print("done")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("seed", [32, 5])
+def test_searched_whole_the_uniform_scan_comes_after_the_searches_bounded_by_their_plan(monkeypatch, seed):
+    """On a cluster searched whole the seed scan prices only plans outside the exact search's space,
+    so it runs after the searches, bounded by their best plan (driver); the plan is the scan's where
+    it is faster, else the search's."""
+    model, cluster, base = tiny_instance(seed)
+    events = []
+    run, scan = Lane.run, Lane.seed
+
+    def logged_run(self, index, start):
+        outcome = run(self, index, start)
+        events.append(("run", outcome.found[0] if outcome.found is not None else None))
+        return outcome
+
+    def logged_seed(self, space, accept, bound_s, share):
+        found = scan(self, space, accept, bound_s, share)
+        events.append(("seed", bound_s, found.best[2].step_time_s if found.best is not None else None))
+        return found
+    monkeypatch.setattr(Lane, "run", logged_run)
+    monkeypatch.setattr(Lane, "seed", logged_seed)
+    result = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=1))
+    assert result.decomposition == "exact"
+    assert [kind for kind, *_ in events].count("seed") == 1 and events[-1][0] == "seed"
+    searched = min(step for kind, step in events[:-1] if step is not None)
+    _, bound_s, scanned = events[-1]
+    assert bound_s == searched
+    assert result.estimate.step_time_s == pytest.approx(min(searched, scanned or searched), rel=1e-6)

@@ -54,9 +54,11 @@ TP and one DP degree for every stage (Megatron-LM, torchtitan, DeepSpeed) gets o
 shares (shares.even_makespan); a runtime that splits the blocks equally gets one search per
 pipeline depth P with every stage holding blocks / P. The union of these searches is the
 runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
-(planner.search.uniform) that the runtime can run are priced first (two lanes each take every other
+(planner.search.uniform) that the runtime can run are priced too (two lanes each take every other
 candidate, Searches.seed; ties to the first in candidate order): the faster of those and the
-search's plan is returned, so a plan is never slower than the best uniform configuration.
+search's plan is returned, so a plan is never slower than the best uniform configuration. On parts
+of nodes they come first and bound the searches; on a cluster searched whole only those outside the
+exact search's space count, and they come after the searches, bounded by their best plan.
 Those include what the exact search does not plan: one-stage plans with activation offload, and
 the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts the embedding and
 the head on rank 0; looped BFS, whose ZeRO collectives run once per loop) where the runtime runs
@@ -95,7 +97,7 @@ from .parallel import Searches
 from .rank_costs import KnownCosts
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
 from .stages import INF, SolverOptions
-from .uniform import improving_uniform
+from .uniform import UniformSeed, improving_uniform
 
 _uniform_space = uniform_space  # the name tests/test_decompose.py knows
 
@@ -194,22 +196,36 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
+        seed_space, accepts = uniform_space(options, cap, whole_nodes=False), partial(_seed_accepts, parts.exact, space)
+
+        def take(found: UniformSeed) -> bool:
+            """Keep a seed scan's plan where it is the fastest yet; whether the scan ran to the end."""
+            nonlocal seed, incumbent_s
+            if found.best is not None and (seed is None or found.best[2].step_time_s < seed[1].step_time_s):
+                seed = found.best[1:]  # (plan, estimate)
+                incumbent_s = min(incumbent_s, seed[1].step_time_s)
+                clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
+            return found.complete
+
+        seeded = False  # whether the seed scan ran to the end
         try:
             # with a time limit the exact search stops at 3/4 of it; the rest prices uniform plans
             clock.phase_limit_s = None if options.time_limit_s is None else options.time_limit_s * 0.75
             # the fastest uniform plan, its candidates shared between the lanes; a plan no faster than
-            # the caller's bound is of no use (uniform_bound)
-            found = searches.seed(uniform_space(options, cap, whole_nodes=False), partial(_seed_accepts, parts.exact, space),
-                                  incumbent_s)
-            if found.best is not None:
-                seed = found.best[1:]  # (plan, estimate)
-                incumbent_s = min(incumbent_s, seed[1].step_time_s)
-                clock.best_step_s = min(incumbent_s, clock.best_step_s or INF)
-            if not found.complete:
-                raise SearchTimeout
+            # the caller's bound is of no use (uniform_bound). On parts of nodes it comes first: its plans
+            # (whole-node ones the parts may miss) bound the searches. Searched whole, it prices only the
+            # plans outside the exact search's space (_seed_accepts) and comes after the searches, bounded
+            # by their best plan: only a faster one can be returned, and uniform_bound rules most out unpriced
+            if not parts.exact:
+                seeded = take(searches.seed(seed_space, accepts, incumbent_s))
+                if not seeded:
+                    raise SearchTimeout
             # the searches, two at a time (planner.search.lanes)
             outcomes = searches.run(len(subproblems), incumbent_s)
             complete = len(outcomes) == len(subproblems) and all(o.complete for o in outcomes)
+            if parts.exact and complete:
+                searched_s = min((o.found[0] for o in outcomes if o.found is not None), default=INF)
+                seeded = complete = take(searches.seed(seed_space, accepts, min(incumbent_s, searched_s)))
         except SearchTimeout:
             complete = False
         clock.phase_limit_s = None
@@ -226,6 +242,12 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                     clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
             except SearchTimeout:
                 pass
+        if not seeded and parts.exact:
+            # cut short before the seed scan ended: it runs here (the lane processes keep the phase's
+            # limit), in the time left, bounded by the best plan found
+            known_s = min([o.found[0] for o in outcomes if o.found is not None] + [incumbent_s]
+                          + ([seed[1].step_time_s] if seed is not None else []))
+            take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
         found = [(o.found, o.index) for o in outcomes if o.found is not None]
         best = min(found) if found else None  # ties: lanes' module docstring
         # ties (within 1e-6) go to the exact search's plan

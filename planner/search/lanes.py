@@ -1,8 +1,8 @@
 """The driver's searches (space.subproblems), two at a time, with a result that does not depend
 on how they are run.
 
-Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed or the caller's
-bound), not from j-1's: so searches j-1 and j can run at the same time, and what search j finds
+Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed where it came first,
+or the caller's bound), not from j-1's: so searches j-1 and j can run at the same time, and what search j finds
 depends only on the searches before j-1, never on which of two running searches finished first.
 In two processes (`SolverOptions.jobs` 2, planner.search.parallel) search j runs on lane
 j % LANES, each lane with its own price tables; in one process one lane runs them all in turn,
@@ -44,8 +44,8 @@ PlanKey = tuple[float, int, int, int]  # (step s, nodes used, micro-batch, V): s
 
 @dataclass(frozen=True)
 class Start:
-    """What a search starts from: the step time of the uniform seed or the caller's bound, and the
-    best plan of the searches before the one just before it."""
+    """What a search starts from: the step time of the uniform seed (where it comes first, driver) or
+    the caller's bound, and the best plan of the searches before the one just before it."""
     incumbent_s: float
     best: PlanKey | None
 
@@ -159,7 +159,7 @@ class Lane:
 
     def seed(self, space: UniformSpace, accept, bound_s: float, share: tuple[int, int]) -> UniformSeed:
         """The fastest uniform plan of `space` among the candidates of `share` (uniform.best_uniform_share),
-        before any search: `accept` a picklable callable (a lane process receives it)."""
+        before the searches or after them (driver): `accept` a picklable callable (a lane process receives it)."""
         i = self.inputs
         return best_uniform_share(i.model, i.cluster, i.base, space, i.options.params_mapping(), self.clock, accept,
                                   bound_s, share)

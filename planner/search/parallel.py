@@ -5,9 +5,10 @@ the same Start, so the plan is the same.
 `SolverOptions.jobs` 1 runs in this process; 2 (the CLI's default) forks one process per lane
 where the platform has fork and this process may have children (a daemonic process, e.g. a
 `planner sweep` worker, may not: it runs them in turn). A lane process gets a copy of the
-search's inputs at the fork; it first scans its share of the uniform candidates (the seed,
-Searches.seed), then receives (search index, Start), sends back Outcomes, and at the end
-the draft of its best plan, whose share ILPs the parent solves; progress is reported here.
+search's inputs at the fork; it scans its share of the uniform candidates (the seed,
+Searches.seed) when asked, before the searches or after them (driver), receives (search index,
+Start) and sends back Outcomes, and at the end the draft of its best plan, whose share ILPs the
+parent solves; progress is reported here.
 """
 
 from __future__ import annotations
