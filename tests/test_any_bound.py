@@ -94,3 +94,48 @@ def test_rank_floor_never_rules_out_a_search_against_its_own_optimum(monkeypatch
         assert not ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * (1 + 1e-6))
         floors.append(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * 0.8))
     assert any(floors)  # the floor is not vacuous there: it rules out a cutoff at 80 % of some optimum
+
+
+# ZeRO-Offload wins in block_instance 6 and 10 (tests/test_memsave.py): a rank may fit only offloaded
+@pytest.mark.parametrize("seed", [6, 10])
+def test_rank_floor_with_offload_never_rules_out_a_search_against_its_own_optimum(monkeypatch, seed):
+    from .test_memsave import OFFLOAD_OPTIONS, block_instance
+
+    model, cluster, base = block_instance(seed)
+    given = SolverOptions(**{**OFFLOAD_OPTIONS, "recompute_modes": ("none", "full"), "virtual_stages": (1, 2),
+                             "zero_bubble": True, "zero_stages": (1, 2, 3)})
+    cap = capability("any")
+    options = within(given, cap)
+    checked = 0
+    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups), options, cap):
+        best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
+        if best is None:
+            continue
+        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
+        assert not ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * (1 + 1e-6))
+        checked += 1
+    assert checked
+
+
+def test_rank_floor_counts_zero_offload_step_where_a_rank_holds_its_blocks_only_offloaded(monkeypatch):
+    """llama-3-70b on 2 H100 + 2 A100 + 4 V100 nodes (benchmarks/planning_time.py's 1:1:2 64), interleaved
+    V = 2 on 4 ranks: the relaxation's best ranks put 46 blocks on the H100 nodes, which hold them without
+    recomputation only with the optimizer states offloaded; counting ZeRO-Offload's CPU step there (and
+    the states where it is off) rules out a cutoff 2 % below the search's own optimum."""
+    from planner.inputs.hardware import cluster_from_spec
+    from planner.inputs.model import load_model
+    from planner.plan import Training
+
+    def group(name, gpu, nodes, bandwidth):
+        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
+                "inter_node": {"bandwidth_GBps": bandwidth, "latency_us": 5}}
+    cluster = cluster_from_spec({"name": "h100-a100-v100-2-2-4", "node_groups": [
+        group("h100", "H100-SXM5-80GB", 2, 400), group("a100", "A100-SXM4-80GB", 2, 200),
+        group("v100", "V100-SXM2-32GB", 4, 50)]})
+    model, base = load_model("llama-3-70b"), Training(64, 4096, "fp16", 1, runtime="any")
+    given = SolverOptions()
+    options = within(given, capability("any"))
+    assert options.offload
+    best = _alone(monkeypatch, model, cluster, base, given, (1, 2, 4, "interleaved"))
+    assert ranks_cannot_beat(model, cluster, base, 1, 2, 4, "interleaved", 1, options, best * 0.98)
+    assert not ranks_cannot_beat(model, cluster, base, 1, 2, 4, "interleaved", 1, options, best * (1 + 1e-6))

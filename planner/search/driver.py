@@ -38,7 +38,7 @@ then the 1F1B ones, which with them bound the interleaved ones (space.subproblem
 problems of a micro-batch share their position-free prices. A search whose plans all lie at or above
 the best plan known is skipped before its tables are built: a restricted one by restriction_bound, the
 free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
-under `any`, 51 of its 60 searches). Searches run two at a time (planner.search.lanes): search j
+under `any`, 54 of its 60 searches). Searches run two at a time (planner.search.lanes): search j
 starts from the best plan of searches 0 .. j-2, so j-1 and j can run in two processes
 (SolverOptions.jobs, planner.search.parallel) and the plan depends neither on which finishes
 first nor on the number of processes; ties between the plans of different searches go to the

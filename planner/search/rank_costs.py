@@ -1,11 +1,13 @@
 """The relaxed costs of one pipeline rank for planner.search.rank_floor's knapsack: per node vector,
-position (micro-batches held), TP degree and ZeRO stage, lower bounds B' on its busy time and c' on its
+position (micro-batches held), TP degree, ZeRO stage and ZeRO-Offload (off, or on where the options allow it),
+lower bounds B' on its busy time and c' on its
 latency over its block count (the argument is rank_floor's module docstring)."""
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+from itertools import product
 
 import numpy as np
 
@@ -13,6 +15,7 @@ from ..core.dims import StageDims
 from ..cost.paths import pair_link, slowest, whole_node_layout
 from ..cost.pricing import boundary_bytes, layer_price, p2p_s, span_price, zero_comm
 from ..cost.sharding import Sharding
+from ..cost.stage_memory import offload_step_s
 from ..cost.stage_tail import grad_reduce_s, optimizer_s
 from ..cost.states import model_state_bytes
 from ..inputs.hardware import Cluster
@@ -70,10 +73,10 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
                 schedule: str, v: int) -> dict:
     """Per group and tp: (points, room, states, a block's price, cost parameters): points the
     (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
-    and sp; states(dp, zero) a block's model states on one GPU."""
+    and sp; states(dp, zero, offload) a block's model states on one GPU (ZeRO-Offload: without the
+    optimizer states, which it keeps in host memory)."""
     decoders = [layer for layer in model.layers if layer.kind == "decoder"]
     dec = decoders[0]
-    keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
     out = {}
     for i, g in enumerate(cluster.groups):
         p = options.params_for(g.gpu.name)
@@ -89,7 +92,8 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
                 floor = latency_floor_s(schedule, price, v)
                 points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s, 0.0 if floor is None else floor))
 
-            def states(dp: int, zero: int, tp: int = tp, params: float = dec.weight_params) -> float:
+            def states(dp: int, zero: int, offload: bool, tp: int = tp, params: float = dec.weight_params) -> float:
+                keep = 2 if offload else 3  # ZeRO-Offload takes the optimizer states off the GPU
                 return sum(model_state_bytes(params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
             ends = {}
             for kind in ("embedding", "head"):
@@ -150,24 +154,32 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
     return max(0.0, best)
 
 
-def _tail_floor_s(cluster: Cluster, options: SolverOptions, base: Training, layout, groups: list[int],
-                  tp: int, dp: int, zero: int, info: dict, n: np.ndarray, ends: tuple) -> np.ndarray:
-    """E': the least a rank's tail takes after its last micro-batch (Problem._tail, cost.stage_tail):
-    the gradient reduction over its layout at its slowest GPU's parameters, less at most the
-    slowest backward any of its replicas may have (grad_reduce_s falls as that grows), and its
-    GPUs' slowest optimizer step (none counted where ZeRO-Offload may run it on the CPUs); `layout`
-    the rank's, paths.whole_node_layout."""
+def _tail_floors_s(cluster: Cluster, base: Training, layout, groups: list[int], tp: int, dp: int, zero: int,
+                   offloads: tuple[bool, ...], info: dict, n: np.ndarray, ends: tuple) -> dict[bool, np.ndarray]:
+    """E' per offload of `offloads`: the least a rank's tail takes after its last micro-batch
+    (Problem._tail, cost.stage_tail): the gradient reduction over its layout at its slowest GPU's
+    parameters, less at most the slowest backward any of its replicas may have (grad_reduce_s falls
+    as that grows), and its GPUs' slowest optimizer step, or with ZeRO-Offload (True) the slowest
+    step on its nodes' CPUs (stage_memory.offload_step_s, its GPU's optimizer share of the
+    parameters); `layout` the rank's, paths.whole_node_layout."""
     blocks = [info[(i, tp)] for i in groups]
     slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
     dims = StageDims(tp, tp > 1, dp, zero)
     first = blocks[0]
     span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
     bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
-    tail = grad_reduce_s(span.weight_params, dims, base.dtype, layout, info[(slow, tp)][4], bwd)
-    if not options.offload:
-        tail = tail + np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
-                                          optimizer=base.optimizer) for i in groups], axis=0)
-    return np.maximum(0.0, np.asarray(tail, dtype=float) * np.ones(len(n)))
+    reduce_s = grad_reduce_s(span.weight_params, dims, base.dtype, layout, info[(slow, tp)][4], bwd)
+    out = {}
+    for offload in offloads:
+        if offload:
+            params = span.weight_params / dims.state_divisors[2]
+            step = np.max([offload_step_s(params, cluster.groups[i].host, cluster.groups[i].gpus_per_node,
+                                          base.dtype, base.optimizer) for i in groups], axis=0)
+        else:
+            step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
+                                       optimizer=base.optimizer) for i in groups], axis=0)
+        out[offload] = np.maximum(0.0, np.asarray(reduce_s + step, dtype=float) * np.ones(len(n)))
+    return out
 
 
 @lru_cache(maxsize=1024)
@@ -184,8 +196,8 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
                v: int, memo: dict, shared: dict, limit: float = INF) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
-    where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp
-    and ZeRO stage, n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
+    where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp,
+    ZeRO stage and ZeRO-Offload (off, then on where options.offload), n = 0..blocks) (module docstring of rank_floor); INF where the rank cannot hold n
     blocks. The vectors' options are priced together, one row each (every step is elementwise over
     them). `memo` keeps what ranks on other nodes and other searches at this schedule and V share,
     `shared` what those at other schedules and V share too (KnownCosts). Where B' + E' surely
@@ -208,10 +220,13 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     kinds = list(dict.fromkeys(ends for _, _, ends in helds))  # the positions' ends, once each
     ids = memo.setdefault("row ids", {})
     numbered = [ids.setdefault(row, len(ids)) for row in rows]
-    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO stage)
-    index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage): its rows' places in memo["pool"]
+    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO, offload)
+    index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
     places, wanted = {}, []  # the rows of this call's, those not priced before
     zeros = _zero_stages(options, v, cluster)
+    # a stage offloads its optimizer or not (planner.search.block.MemorySavers): with it, no optimizer
+    # states on the GPU but ZeRO-Offload's step on the CPUs in the tail
+    offloads = (False, True) if options.offload else (False,)
     for nodes in vectors:
         for tp in options.tp_degrees:
             if any((i, tp) not in info for i in groups):
@@ -227,10 +242,15 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             if ("layout", nodes, tp) not in shared:
                 shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
             layout = shared[("layout", nodes, tp)]
-            for zero in zeros:
+            for zero, offload in product(zeros, offloads):
+                by_ends = shared.setdefault(("tail", nodes, tp, zero, offloads), {})
+                for ends in kinds:
+                    if ends not in by_ends:
+                        by_ends[ends] = _tail_floors_s(cluster, base, layout, groups, tp, dp, zero, offloads, info, n,
+                                                       ends)
                 option_comms = []
                 for i in groups:
-                    part = (i, tp, dp, zero)
+                    part = (i, tp, dp, zero, offload)
                     if part not in places:
                         places[part] = known = index.setdefault(part, {})
                         wanted.extend((part, row, number) for row, number in zip(rows, numbered) if number not in known)
@@ -239,16 +259,11 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
                         shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
                     option_comms.append(shared[comm_key])
-                by_ends = shared.setdefault(("tail", nodes, tp, zero), {})
-                for ends in kinds:
-                    if ends not in by_ends:
-                        by_ends[ends] = _tail_floor_s(cluster, options, base, layout, groups, tp, dp, zero, info, n,
-                                                      ends)
-                tails.append([by_ends[ends] for ends in kinds])
+                tails.append([by_ends[ends][offload] for ends in kinds])
                 owners.append(nodes)
                 counts.append(replicas)
                 dps.append(dp)
-                parts.append([(i, tp, dp, zero) for i in groups])
+                parts.append([(i, tp, dp, zero, offload) for i in groups])
                 comms.append(option_comms)
                 sends.append(send)
     wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
@@ -324,19 +339,20 @@ def _pooled(memo: dict, times: np.ndarray, lats: np.ndarray) -> int:
 
 
 def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, (whole,
-    deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp replicas,
-    ZeRO-`zero`, `whole` micro-batches' activations and the deferred-W inputs of `deferred` more held,
+    """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, offload,
+    (whole, deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp
+    replicas, ZeRO-`zero` (with ZeRO-Offload or not), `whole` micro-batches' activations and the deferred-W inputs of `deferred` more held,
     the embedding's or head's (`ends`) with them: arrays over (wanted, n) (module docstring of
     rank_floor, the memory bound)."""
     rooms, held, pass_s, lat_s, which = [], [], [], [], []
-    parts, extras, curves = {}, {}, {}  # per (group, tp, dp, ZeRO stage), (group, tp, ends), (group, tp, held)
-    for i, tp, dp, zero, (whole, deferred, kinds) in wanted:
+    parts, extras, curves = {}, {}, {}  # per (group, tp, dp, ZeRO stage, offload), (group, tp, ends), (group, tp, held)
+    for i, tp, dp, zero, offload, (whole, deferred, kinds) in wanted:
         points, room, states, price, p, ends, *_ = info[(i, tp)]
-        if (i, tp, dp, zero) not in parts:
+        if (i, tp, dp, zero, offload) not in parts:
             # a block's states, and the embedding's and head's
-            parts[(i, tp, dp, zero)] = (states(dp, zero), {kind: states(dp, zero, params=ends[kind][4]) for kind in ends})
-        state, end_states = parts[(i, tp, dp, zero)]
+            parts[(i, tp, dp, zero, offload)] = (states(dp, zero, offload), {
+                kind: states(dp, zero, offload, params=ends[kind][4]) for kind in ends})
+        state, end_states = parts[(i, tp, dp, zero, offload)]
         if (i, tp, kinds) not in extras:
             extra = [ends[kind] for kind in kinds]
             extras[(i, tp, kinds)] = (extra, sum(e[2] for e in extra), sum(e[3] for e in extra))

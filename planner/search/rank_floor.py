@@ -19,7 +19,8 @@ deferred-W inputs of d_j more (Schedule.deferred_w_microbatches; ZB-H1), so a re
 micro-batches holds min(s, f_j) of them whole (stage_types.share_cap) and, where s >= least >= f_j,
 the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bounds:
   * every GPU of the rank holds the n blocks' weights, gradients and optimizer states at ZeRO-z over
-    the rank's replicas (none of the optimizer states where ZeRO-Offload may take them) and what it
+    the rank's replicas (none of the optimizer states where the rank offloads them: ZeRO-Offload is a
+    choice of each rank where the options allow it, planner.search.block) and what it
     keeps in flight within its memory less the reserve (cost.stage_memory.replica_memory; the
     recomputation's working set >= 0 left out), or the rank cannot hold n blocks; in the room A
     the states leave, a replica holding w micro-batches whole and e W inputs passes n blocks in at
@@ -60,10 +61,13 @@ the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bo
   * E'_k, the tail (Problem._tail, cost.stage_tail): the gradient reduction over the rank's layout at
     its slowest GPU's parameters, hidden behind at most the slowest backward any of its replicas
     may take (n blocks at the slowest recompute mode, with the embedding or head; the exposed
-    part falls as that grows), and the slowest optimizer step of its groups (none counted where
-    ZeRO-Offload may run it on the CPUs);
+    part falls as that grows), and the slowest optimizer step of its groups, or where the rank
+    offloads, the slowest ZeRO-Offload step on its nodes' CPUs (stage_memory.offload_step_s: the
+    gradients down and weights up over PCIe, the step at the host's memory bandwidth). Each rank
+    option is priced both ways, so a rank that holds its blocks without recomputation only with
+    its optimizer states off the GPU pays the CPU step for it;
   * a rank with B'_k + E'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + E_k + delta).
-A rank's options (tp, z) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
+A rank's options (tp, z, offload) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
 (disjoint node sets, blocks summing to L, P ranks, the j-th from the end with position j's costs;
 idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks placed,
 blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W] has
