@@ -83,17 +83,26 @@ def test_rank_floor_never_rules_out_a_search_against_its_own_optimum(monkeypatch
     model, cluster, base = make(seed)
     base = replace(base, runtime="any")
     given = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True, "zero_stages": (1, 2, 3)})
+    verdicts = _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given)
+    assert verdicts and not any(at_optimum for at_optimum, _ in verdicts)
+    # the floor is not vacuous there: it rules out a cutoff at 80 % of some optimum
+    assert any(below for _, below in verdicts)
+
+
+def _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given: SolverOptions) -> list[tuple[bool, bool]]:
+    """Per search of the instance that has a plan: whether rank_floor rules it out against its own
+    optimum (solved alone) just above it, and against 80 % of it."""
     cap = capability("any")
     options = within(given, cap)
-    floors = []
+    verdicts = []
     for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups), options, cap):
         best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
         if best is None:
             continue
         least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        assert not ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * (1 + 1e-6))
-        floors.append(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * 0.8))
-    assert any(floors)  # the floor is not vacuous there: it rules out a cutoff at 80 % of some optimum
+        verdicts.append(tuple(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * factor)
+                              for factor in (1 + 1e-6, 0.8)))
+    return verdicts
 
 
 # ZeRO-Offload wins in block_instance 6 and 10 (tests/test_memsave.py): a rank may fit only offloaded
@@ -104,17 +113,8 @@ def test_rank_floor_with_offload_never_rules_out_a_search_against_its_own_optimu
     model, cluster, base = block_instance(seed)
     given = SolverOptions(**{**OFFLOAD_OPTIONS, "recompute_modes": ("none", "full"), "virtual_stages": (1, 2),
                              "zero_bubble": True, "zero_stages": (1, 2, 3)})
-    cap = capability("any")
-    options = within(given, cap)
-    checked = 0
-    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups), options, cap):
-        best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
-        if best is None:
-            continue
-        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        assert not ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * (1 + 1e-6))
-        checked += 1
-    assert checked
+    verdicts = _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given)
+    assert verdicts and not any(at_optimum for at_optimum, _ in verdicts)
 
 
 def test_rank_floor_counts_zero_offload_step_where_a_rank_holds_its_blocks_only_offloaded(monkeypatch):
