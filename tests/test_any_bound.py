@@ -100,8 +100,8 @@ def _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given: SolverOp
         if best is None:
             continue
         least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        verdicts.append(tuple(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, best * factor)
-                              for factor in (1 + 1e-6, 0.8)))
+        verdicts.append(tuple(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options,
+                                                best * factor) for factor in (1 + 1e-6, 0.8)))
     return verdicts
 
 

@@ -196,7 +196,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
-        seed_space, accepts = uniform_space(options, cap, whole_nodes=False), partial(_seed_accepts, parts.exact, space)
+        seed_space = uniform_space(options, cap, whole_nodes=False)
+        accepts = partial(_seed_accepts, parts.exact, space)
 
         def take(found: UniformSeed) -> bool:
             """Keep a seed scan's plan where it is the fastest yet; whether the scan ran to the end."""

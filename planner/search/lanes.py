@@ -2,8 +2,8 @@
 on how they are run.
 
 Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed where it came first,
-or the caller's bound), not from j-1's: so searches j-1 and j can run at the same time, and what search j finds
-depends only on the searches before j-1, never on which of two running searches finished first.
+or the caller's bound), not from j-1's: so searches j-1 and j can run at the same time, and what
+search j finds depends only on the searches before j-1, never on which of two running searches finished first.
 In two processes (`SolverOptions.jobs` 2, planner.search.parallel) search j runs on lane
 j % LANES, each lane with its own price tables; in one process one lane runs them all in turn,
 sharing its tables. The plan is the same either way; `solver.candidates`, the stage
@@ -159,7 +159,8 @@ class Lane:
 
     def seed(self, space: UniformSpace, accept, bound_s: float, share: tuple[int, int]) -> UniformSeed:
         """The fastest uniform plan of `space` among the candidates of `share` (uniform.best_uniform_share),
-        before the searches or after them (driver): `accept` a picklable callable (a lane process receives it)."""
+        before the searches or after them (driver): `accept` a picklable callable (a lane process
+        receives it)."""
         i = self.inputs
         return best_uniform_share(i.model, i.cluster, i.base, space, i.options.params_mapping(), self.clock, accept,
                                   bound_s, share)
