@@ -199,6 +199,10 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         seed_space = uniform_space(options, cap, whole_nodes=False)
         accepts = partial(_seed_accepts, parts.exact, space)
 
+        def searched_s() -> float:
+            """The step time of the best plan the searches found so far (INF: none)."""
+            return min((o.found[0] for o in outcomes if o.found is not None), default=INF)
+
         def take(found: UniformSeed) -> bool:
             """Keep a seed scan's plan where it is the fastest yet; whether the scan ran to the end."""
             nonlocal seed, incumbent_s
@@ -225,8 +229,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
             outcomes = searches.run(len(subproblems), incumbent_s)
             complete = len(outcomes) == len(subproblems) and all(o.complete for o in outcomes)
             if parts.exact and complete:
-                searched_s = min((o.found[0] for o in outcomes if o.found is not None), default=INF)
-                seeded = complete = take(searches.seed(seed_space, accepts, min(incumbent_s, searched_s)))
+                seeded = complete = take(searches.seed(seed_space, accepts, min(incumbent_s, searched_s())))
         except SearchTimeout:
             complete = False
         clock.phase_limit_s = None
@@ -246,8 +249,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         if not seeded and parts.exact:
             # cut short before the seed scan ended: it runs here (the lane processes keep the phase's
             # limit), in the time left, bounded by the best plan found
-            known_s = min([o.found[0] for o in outcomes if o.found is not None] + [incumbent_s]
-                          + ([seed[1].step_time_s] if seed is not None else []))
+            known_s = min(searched_s(), incumbent_s, INF if seed is None else seed[1].step_time_s)
             take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
         found = [(o.found, o.index) for o in outcomes if o.found is not None]
         best = min(found) if found else None  # ties: lanes' module docstring

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from itertools import product
 
 import numpy as np
 
@@ -242,30 +241,33 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
             if ("layout", nodes, tp) not in shared:
                 shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
             layout = shared[("layout", nodes, tp)]
-            for zero, offload in product(zeros, offloads):
+            for zero in zeros:
                 by_ends = shared.setdefault(("tail", nodes, tp, zero, offloads), {})
                 for ends in kinds:
                     if ends not in by_ends:
                         by_ends[ends] = _tail_floors_s(cluster, base, layout, groups, tp, dp, zero, offloads, info, n,
                                                        ends)
-                option_comms = []
+                zero_comms = []
                 for i in groups:
-                    part = (i, tp, dp, zero, offload)
-                    if part not in places:
-                        places[part] = known = index.setdefault(part, {})
-                        wanted.extend((part, row, number) for row, number in zip(rows, numbered) if number not in known)
                     comm_key = ("zero", v, nodes, tp, zero, i)
                     if comm_key not in shared:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
                         shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
-                    option_comms.append(shared[comm_key])
-                tails.append([by_ends[ends][offload] for ends in kinds])
-                owners.append(nodes)
-                counts.append(replicas)
-                dps.append(dp)
-                parts.append([(i, tp, dp, zero, offload) for i in groups])
-                comms.append(option_comms)
-                sends.append(send)
+                    zero_comms.append(shared[comm_key])
+                for offload in offloads:
+                    option_parts = [(i, tp, dp, zero, offload) for i in groups]
+                    for part in option_parts:
+                        if part not in places:
+                            places[part] = known = index.setdefault(part, {})
+                            wanted.extend((part, row, number) for row, number in zip(rows, numbered)
+                                          if number not in known)
+                    tails.append([by_ends[ends][offload] for ends in kinds])
+                    owners.append(nodes)
+                    counts.append(replicas)
+                    dps.append(dp)
+                    parts.append(option_parts)
+                    comms.append(zero_comms)
+                    sends.append(send)
     wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
     if wanted:
         first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
