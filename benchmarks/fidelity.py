@@ -240,6 +240,7 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib  # the optional `viz` extra, imported only here
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "planner-fidelity"  # fixed element ids: the same runs, the same file
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 6.0))
@@ -257,7 +258,7 @@ def plot(rows: list[dict], path: str) -> None:
            ylabel="predicted", title="planner cost model vs published runs (dashed: ±40 %)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})  # no timestamp in the file
 
 
 PUBLISHED_MEMORY = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "published-memory.yaml"

@@ -342,6 +342,11 @@ NEMO_MODELS = {"gpt3-5b": (24, 4096, 16384, 32, 32), "gpt3-20b": (44, 6144, 2457
                "gpt3-175b": (96, 12288, 49152, 96, 96), "nemotron-8b": (32, 4096, 16384, 32, 32),
                "nemotron-22b": (40, 6144, 24576, 48, 48), "nemotron-340b": (96, 18432, 73728, 96, 8)}
 
+# the optimizer a recipe states: nemotron_340b.yaml sets optim.dtype: bf16 (Apex DistributedFusedAdam's
+# state dtype: parameter shard, momentum and variance in bf16), in both stored versions of the file
+# (one with distributed_fused_adam, one with mcore_distributed_optim); the other recipes keep fp32 states
+NEMO_OPTIMIZERS = {"nemotron-340b": "adamw-bf16"}
+
 
 @lru_cache(maxsize=None)
 def _nemo_model(name: str, seq_len: int) -> Model:
@@ -368,7 +373,9 @@ def _nemo(run: dict) -> Plan:
     cp = p.get("cp") or 1  # Megatron-core context parallelism (ring, --cp-comm-type p2p)
     dp = gpus // (p["tp"] * p["pp"] * cp)
     schedule = search_schedule(vp).name
-    training = Training(run["global_batch"], run["seq_len"], _dtype(run), run["micro_batch"], schedule, vp, "flash")
+    optimizer = NEMO_OPTIMIZERS.get(run["model"]["name"].lower(), "adamw")
+    training = Training(run["global_batch"], run["seq_len"], _dtype(run), run["micro_batch"], schedule, vp, "flash",
+                        optimizer=optimizer)
     return uniform_plan(model, cluster, training, tp=p["tp"], pp=p["pp"], dp=dp, zero=1, recompute="none",
                         sequence_parallel=p["tp"] > 1, cp=cp)
 

@@ -140,7 +140,7 @@ def _with_optimizer(name):
 
 
 @pytest.mark.parametrize("name,state_bytes", [("adamw", 12), ("adamw-8bit", 6.0039), ("adafactor", 4.0078),
-                                              ("sgd", 8)])
+                                              ("adamw-bf16", 6), ("sgd", 8)])
 def test_optimizer_states_per_parameter_and_step_traffic_order(name, state_bytes):
     plan = _with_optimizer(name)
     est = evaluate(plan)
@@ -167,6 +167,8 @@ def test_optimizer_is_kept_in_plan_json_and_refused_by_runtimes_without_it():
     with pytest.raises(BadInput, match="no adamw-8bit optimizer"):
         export_deepspeed(plan, lambda message: None)
     assert "--optimizer sgd" in export_megatron(_with_optimizer("sgd"), lambda message: None)
+    with pytest.raises(BadInput, match="no adamw-bf16 optimizer"):  # priced, exported to none
+        export_megatron(_with_optimizer("adamw-bf16"), lambda message: None)
 
 
 @pytest.mark.parametrize("seed,optimizer", [(1, "adamw-8bit"), (6, "adafactor"), (10, "sgd")])

@@ -34,7 +34,7 @@ def common_options(func: Callable) -> Callable:
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
         click.option("--optimizer", type=click.Choice(OPTIMIZER_NAMES), default="adamw", show_default=True,
                      help="Its states set the memory per parameter and its step time (a training choice, "
-                          "not searched): adamw 12 B, adamw-8bit 6 B, adafactor 4 B, sgd (momentum) 8 B."),
+                          "not searched): adamw 12 B, adamw-8bit 6 B, adafactor 4 B, adamw-bf16 6 B, sgd (momentum) 8 B."),
     ]
     for option in reversed(options):
         func = option(func)

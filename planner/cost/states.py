@@ -45,6 +45,10 @@ OPTIMIZERS = {
     # master 4 + factored statistics; reads master and the gradient twice (its row and column
     # means, then the update: 4+2+2), writes master and copy (4+2)
     "adafactor": Optimizer("adafactor", 4 + FACTORED_BYTES, FACTORED_BYTES, 14),
+    # AdamW with every state in bf16 (Apex DistributedFusedAdam `dtype=torch.bfloat16`, as NeMo's
+    # `optim.dtype: bf16` passes it): a bf16 parameter shard, momentum and variance, 2+2+2 bytes;
+    # reads shard, gradient, m, v (2+2+2+2), writes shard, m, v and the copy sent to the all-gather (2+2+2+2)
+    "adamw-bf16": Optimizer("adamw-bf16", 6, 4, 16),
     # SGD with momentum (Sutskever et al. 2013): master 4 + momentum 4; reads master, gradient,
     # momentum (4+2+4), writes master, momentum, copy (4+4+2)
     "sgd": Optimizer("sgd", 8, 4, 20),
