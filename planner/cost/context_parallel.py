@@ -3,6 +3,7 @@ both kinds, the part attention does not hide (planner.cost.pricing adds it to a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ..inputs.hardware import GpuSpec, Link
@@ -49,20 +50,22 @@ def cp_comm(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostPa
             one_pass = (cp - 1) / cp * nbytes / (link.bandwidth_bytes_per_s * eff) + (cp - 1) * link.latency_s
         fwd = bwd = one_pass
     elif params.cp_ring == "torch-allgather":
-        fwd, bwd = _torch_ring_s(layer, sh, gpu, link, params, attn_fwd_s, attn_bwd_s, tokens, eff)
+        fwd, bwd = _torch_ring_s(layer, sh, gpu, link, params, attn_fwd_s, attn_bwd_s)
     else:
         kv_bytes = nb * tokens * dims.head_share(2 * c.kv_dim)
-
-        def step_s(nbytes):
-            if link.curves:
-                return collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-            return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff)
-
-        fwd = (cp - 1) * max(0.0, step_s(kv_bytes) - attn_fwd_s / cp)
-        bwd = (cp - 1) * max(0.0, step_s(2 * kv_bytes) - attn_bwd_s / cp)
+        fwd = (cp - 1) * max(0.0, _sendrecv_s(kv_bytes, link, eff) - attn_fwd_s / cp)
+        bwd = (cp - 1) * max(0.0, _sendrecv_s(2 * kv_bytes, link, eff) - attn_bwd_s / cp)
     if sh.recompute == "full":
         bwd += fwd
     return fwd, bwd
+
+
+def _sendrecv_s(nbytes: float, link: Link, efficiency: float) -> float:
+    """One rank's send to its ring neighbour (and its receive, at once); a measured link prices
+    it by its "sendrecv" size curve (planner.inputs.linkcurve)."""
+    if link.curves:
+        return collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+    return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * efficiency)
 
 
 # torch.distributed.tensor.experimental._attention (PyTorch 2.6, the ring torchtitan's
@@ -88,8 +91,37 @@ TORCH_RING_MERGE_COMPILED_BYTES = 4 + 2 + 4
 TORCH_RING_ACCUM_COMPILED_BYTES = 3 * (4 + 2 + 4)
 
 
+@dataclass(frozen=True)
+class TorchRingParts:
+    """The pieces of PyTorch's ring under torchtitan for one layer and micro-batch on one GPU,
+    each as priced on its own (_torch_ring_s composes them; benchmarks/cp_ring_probe.py times
+    each on a node): seconds."""
+
+    gather_s: float  # one all-gather of every rank's K and V (heads repeated)
+    dkv_s: float  # one permute of a block's fp32 dK, dV to the next rank
+    merge_s: float  # the forward's output merges, every step after the first
+    accum_s: float  # the backward's fp32 gradient accumulations, every step after the first
+
+
+def torch_ring_parts(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostParams) -> TorchRingParts:
+    """The pieces of _torch_ring_s (see there for their sources)."""
+    c, dims, cp, nb = layer.config, sh.dims, sh.dims.cp, sh.dtype_bytes
+    tokens = sh.micro_batch * dims.local_seq_len(sh.seq_len)
+    eff = link_efficiency(link, params)
+    kv_bytes = nb * tokens * dims.head_share(2 * c.q_dim)  # this rank's K and V, heads repeated
+    gather_s = ring_allgather_s(cp * kv_bytes, cp, link, eff)
+    dkv_s = _sendrecv_s(kv_bytes * 4 / nb, link, eff)  # dK and dV (as kv_bytes: both), in fp32
+    hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
+    out_elements = tokens * dims.head_share(c.o_dim)
+    compiled = params.torch_compile
+    merge_bytes = TORCH_RING_MERGE_COMPILED_BYTES if compiled else TORCH_RING_MERGE_FP32_BYTES
+    accum_bytes = TORCH_RING_ACCUM_COMPILED_BYTES if compiled else TORCH_RING_ACCUM_FP32_BYTES
+    return TorchRingParts(gather_s, dkv_s, (cp - 1) * out_elements * merge_bytes / hbm,
+                          (cp - 1) * out_elements * accum_bytes / hbm)
+
+
 def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: CostParams,
-                  attn_fwd_s: float, attn_bwd_s: float, tokens: float, eff: float) -> tuple[float, float]:
+                  attn_fwd_s: float, attn_bwd_s: float) -> tuple[float, float]:
     """PyTorch's ring attention (torch.distributed.tensor.experimental._attention, Dec 2024) under
     torchtitan, per layer and micro-batch, the part attention does not hide: (forward, backward).
 
@@ -110,24 +142,10 @@ def _torch_ring_s(layer: Layer, sh: Sharding, gpu: GpuSpec, link: Link, params: 
       moves no wait unless reorder_for_compute_comm_overlap is set (torch/_inductor/config.py,
       default False; torchtitan does not set it): every all-gather and every dK, dV permute is
       exposed, and the merges and accumulations run fused (TORCH_RING_*_COMPILED_BYTES)."""
-    c, dims, cp, nb = layer.config, sh.dims, sh.dims.cp, sh.dtype_bytes
-    kv_bytes = nb * tokens * dims.head_share(2 * c.q_dim)  # this rank's K and V, heads repeated
-    gather_s = ring_allgather_s(cp * kv_bytes, cp, link, eff)
-
-    def send_s(nbytes):
-        if link.curves:
-            return collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-        return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff)
-
-    dkv_s = send_s(2 * kv_bytes * 4 / nb)  # fp32 dK, dV
-    hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
-    out_elements = tokens * dims.head_share(c.o_dim)
-    compiled = params.torch_compile
-    merge_bytes = TORCH_RING_MERGE_COMPILED_BYTES if compiled else TORCH_RING_MERGE_FP32_BYTES
-    accum_bytes = TORCH_RING_ACCUM_COMPILED_BYTES if compiled else TORCH_RING_ACCUM_FP32_BYTES
-    merge_s = (cp - 1) * out_elements * merge_bytes / hbm
-    accum_s = (cp - 1) * out_elements * accum_bytes / hbm
-    if compiled:  # traced: each collective waited on where it is issued, nothing hidden
+    cp = sh.dims.cp
+    parts = torch_ring_parts(layer, sh, gpu, link, params)
+    gather_s, dkv_s, merge_s, accum_s = parts.gather_s, parts.dkv_s, parts.merge_s, parts.accum_s
+    if params.torch_compile:  # traced: each collective waited on where it is issued, nothing hidden
         return gather_s + merge_s, gather_s + cp * dkv_s + accum_s
     fwd = max(0.0, gather_s - attn_fwd_s / cp) + merge_s
     bwd = (max(0.0, gather_s - attn_bwd_s / cp) + (cp - 1) * max(0.0, dkv_s - attn_bwd_s / cp) + dkv_s
