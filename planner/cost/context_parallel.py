@@ -68,17 +68,23 @@ def _sendrecv_s(nbytes: float, link: Link, efficiency: float) -> float:
     return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * efficiency)
 
 
+# eager, in both passes: K and V (heads repeated: q_dim = o_dim wide) concatenated for the rotater
+# at every step but the last (`torch.cat([key.flatten(), value.flatten()])`, read 2 and write 2 bytes
+# each), which the all-gather rotater drops after its one all-gather (traced, the dead copies go):
+# per element of the attention output, cp - 1 times a pass
+TORCH_RING_KV_CAT_BYTES = 2 * (2 + 2)
 # torch.distributed.tensor.experimental._attention (PyTorch 2.6, the ring torchtitan's
 # context_parallel_degree runs; torchtitan's default context_parallel_rotate_method "allgather"):
 # the output of every ring step is merged in fp32 (_ContextParallelOptions.convert_to_f32):
 # the cast of the block output (read nb, write 4 bytes) and out - sigmoid(lse_b - lse) * (out - out_b),
 # three fp32 elementwise ops reading 5 and writing 3 tensors (_SDPAMerger._merge_one): bytes per
-# element of the attention output, per step after the first
-TORCH_RING_MERGE_FP32_BYTES = 6 + 8 * 4
+# element of the attention output, per step after the first; and the K, V concatenation
+TORCH_RING_MERGE_FP32_BYTES = 6 + 8 * 4 + TORCH_RING_KV_CAT_BYTES
 # backward, per step after the first: dQ, dK, dV accumulated in fp32 from the block's 16-bit
 # gradients (read 4 + 2, write 4 each) and dK, dV concatenated for the send (read 4, write 4
-# each) (_templated_ring_attention_backward), per element of the attention output
-TORCH_RING_ACCUM_FP32_BYTES = 3 * (4 + 2 + 4) + 2 * 8
+# each) (_templated_ring_attention_backward), per element of the attention output; and the K, V
+# concatenation
+TORCH_RING_ACCUM_FP32_BYTES = 3 * (4 + 2 + 4) + 2 * 8 + TORCH_RING_KV_CAT_BYTES
 
 
 # under torch.compile (CostParams.torch_compile) TorchInductor fuses each step's merge into one
