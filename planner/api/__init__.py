@@ -21,8 +21,9 @@ from ..inputs.hardware import GIB, Cluster, load_cluster
 from ..load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                     load_profiles, per_gpu_params, require, resolve_dtype)
 from ..inputs.model import Model, load_model
-from ..plan import CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems, uniform_plan
-from ..cost.runtimes import get_runtime
+from ..plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems,
+                    tf32_problem, uniform_plan)
+from ..cost.runtimes import get_runtime, tf32_setting
 from ..verify.plan_checks import load_plan_file
 from ..schedules import SCHEDULES, get_schedule, search_schedule
 from .any_runtime import NOT_COMPARED_NOTE, _with_any_runtime
@@ -77,7 +78,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
-                    request.fp8_recipe, request.compile)
+                    request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype))
     check_training_inputs(model, base)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
@@ -190,7 +191,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         if value is not None and (not isinstance(value, int) or value < 1):
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile)
+                        r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype))
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
@@ -206,6 +207,14 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
                         ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
                         offload_activations=r.offload_activations)
+
+
+def _tf32(tf32: bool | None, runtime: str, dtype: str) -> bool | None:
+    """`--tf32/--no-tf32` as Training.tf32_matmul: under fp32 the flag or the runtime's default."""
+    problem = tf32_problem(tf32, dtype)
+    if problem:
+        raise BadInput(problem, "--tf32/--no-tf32")
+    return tf32_setting(runtime, dtype, tf32)
 
 
 def _etp(etp: int | None, tp: int) -> int:
@@ -267,7 +276,8 @@ def describe_plan(plan: Plan) -> dict:
             "micro_batch": t.micro_batch, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
             "attention": t.attention, "optimizer": t.optimizer,
             **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
-            **({"compile": True} if t.compile else {}), "pp": plan.pp,
+            **({"compile": True} if t.compile else {}),
+            **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

@@ -30,6 +30,7 @@ class PlanRequest:
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default (kept, not searched)
     compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
+    tf32: bool | None = None  # under fp32, GEMMs on TF32 (Training.tf32_matmul); None: the runtime's default
     micro_batches: tuple[int, ...] = ()
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
@@ -69,6 +70,7 @@ class EvaluateRequest:
     optimizer: str = "adamw"  # planner.plan.OPTIMIZER_NAMES
     fp8_recipe: str = ""  # under fp8, planner.plan.FP8_RECIPE_NAMES; "": the runtime's default
     compile: bool = False  # the model under torch.compile (Training.compile; runtimes torchtitan and any)
+    tf32: bool | None = None  # under fp32, GEMMs on TF32 (Training.tf32_matmul); None: the runtime's default
     recompute: str = "none"
     recompute_layers: int = 0  # recompute "block": decoder blocks recomputed per chunk (its first)
     offload: bool = False  # ZeRO-Offload: optimizer states and master weights in host memory

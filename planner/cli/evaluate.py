@@ -50,7 +50,8 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
-def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, attention, optimizer,
+def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, tf32, attention,
+                     optimizer,
                      tp, pp, dp, micro_batch,
                      recompute, recompute_layers, offload, offload_activations, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
                      virtual_stages, plan_file, runtime, profiles,
@@ -71,6 +72,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
                                           ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
                                           ("--dtype", dtype), ("--fp8-recipe", fp8_recipe),
                                           ("--compile", torch_compile or None), ("--links", links),
+                                          ("--tf32" if tf32 else "--no-tf32", tf32),
                                           ("--cp", cp if cp != 1 else None),
                                           ("--ep", None if ep == 1 else ep), ("--etp", etp),
                                           ("--offload-activations", offload_activations or None)) if value is not None]
@@ -82,7 +84,7 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
         result = evaluate(EvaluateRequest(
             model=model_name, cluster=cluster, global_batch=global_batch, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
             micro_batch=micro_batch, dtype=dtype, attention=attention, optimizer=optimizer,
-            fp8_recipe=fp8_recipe or "", compile=torch_compile, recompute=recompute,
+            fp8_recipe=fp8_recipe or "", compile=torch_compile, tf32=tf32, recompute=recompute,
             recompute_layers=recompute_layers, offload=offload, offload_activations=offload_activations, zero=zero,
             sequence_parallel=sequence_parallel, schedule=schedule, virtual_stages=virtual_stages,
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",

@@ -11,8 +11,8 @@ from ..plan import FP8_RECIPE_NAMES, OPTIMIZER_NAMES
 
 
 def common_options(func: Callable) -> Callable:
-    """--model, --cluster, --global-batch, --seq-len, --dtype, --fp8-recipe, --compile, --attention, --optimizer
-    (plan, evaluate)."""
+    """--model, --cluster, --global-batch, --seq-len, --dtype, --fp8-recipe, --compile, --tf32/--no-tf32,
+    --attention, --optimizer (plan, evaluate)."""
     options = [
         click.option("--model", "model_name", help="Catalog name, HF config.json or layer-profile file."),
         click.option("--cluster", "cluster_name", help="Cluster file (YAML/JSON) or built-in example name."),
@@ -30,6 +30,12 @@ def common_options(func: Callable) -> Callable:
                           "torchtitan and any only (any is priced as megatron, whose fused kernels already "
                           "price the same: no change in time); megatron, megatron-2021, deepspeed and fsdp1 "
                           "exit 2."),
+        click.option("--tf32/--no-tf32", "tf32", default=None,
+                     help="With --dtype fp32: run the fp32 GEMMs on TF32 tensor cores where the GPU has them "
+                          "(Ampere and later), priced at the TF32 peak, MFU relative to it; recorded as "
+                          "training.tf32_matmul [default: the runtime's: on for megatron, megatron-2021, "
+                          "deepspeed and any (NGC containers allow TF32), off for torchtitan and fsdp1 "
+                          "(PyTorch's allow_tf32 default)]."),
         click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="flash", show_default=True,
                      help="flash keeps no s^2 scores; standard keeps them (2021-22 kernels)."),
         click.option("--optimizer", type=click.Choice(OPTIMIZER_NAMES), default="adamw", show_default=True,

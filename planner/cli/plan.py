@@ -51,7 +51,8 @@ from .output import emit, search_progress, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Write the plan JSON to FILE.")
-def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, attention, optimizer,
+def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, tf32, attention,
+                 optimizer,
                  micro_batches, virtual_stages,
                  zero_bubble, cp_degrees, ep_degrees, time_limit, max_bundle_nodes, solver, jobs, compare_any, runtime, profiles, calibrations, links, as_json, output) -> None:
     """Find the fastest plan for a model on a (mixed) cluster, and prove it.
@@ -77,7 +78,7 @@ def plan_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_rec
         model=model_name or DEFAULT_PLAN["model"], cluster=cluster_with_links(cluster, links) if links else cluster,
         global_batch=DEFAULT_PLAN["global_batch"] if global_batch is None else global_batch,
         seq_len=DEFAULT_PLAN["seq_len"] if seq_len is None else seq_len, dtype=dtype, attention=attention,
-        optimizer=optimizer, fp8_recipe=fp8_recipe or "", compile=torch_compile,
+        optimizer=optimizer, fp8_recipe=fp8_recipe or "", compile=torch_compile, tf32=tf32,
         micro_batches=tuple(micro_batches), virtual_stages=tuple(virtual_stages), zero_bubble=zero_bubble,
         time_limit_s=time_limit,
         cp_degrees=tuple(cp_degrees),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .formulas import CostParams
+from .formulas import CostParams, mfu_peak_dtype
 from .states import MemoryBreakdown
 from ..inputs.hardware import GIB, GpuSpec
 from ..plan import Plan, Replica, Stage
@@ -64,6 +64,9 @@ class Estimate:
     model_flops_per_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
     peak_flops_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
     measured: bool = False  # some GPU type priced from a measured profile (--profile)
+    # the dtype whose peak MFU divides by (formulas.mfu_peak_dtype): "tf32" where fp32 GEMMs ran on
+    # TF32; GPU types that differ, each one's in rank order joined by "+" ("tf32+fp32")
+    mfu_peak_dtype: str = ""
 
     def check_credible(self) -> None:
         """flops.check_credible: raises NotCredible (an internal error) when the analytic
@@ -101,7 +104,8 @@ class Estimate:
 
     def explanation_json(self) -> dict:
         """The keys `evaluate --json` and a plan's `predicted` add for the explanations."""
-        return {"mfu_attention": "causal", "critical": self.critical.to_json() if self.critical else None,
+        return {"mfu_attention": "causal", "mfu_peak_dtype": self.mfu_peak_dtype,
+                "critical": self.critical.to_json() if self.critical else None,
                 "pp_comm_overlapped_s": sum(b.overlapped_s for b in self.pipeline_links),
                 "pipeline_links": [b.to_json() for b in self.pipeline_links]}
 
@@ -232,7 +236,10 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     recompute_full = all(st.recompute == "full" for st in plan.stages)
     hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
     in_use = set(gpu_by_rank.values())
-    peak_of = {gpu.name: gpu.peak(t.dtype) for gpu in cluster.gpu_types if gpu.name in in_use}
+    # MFU's peak is the one the GEMMs were priced at: TF32's where fp32 GEMMs run on TF32 (mfu_peak_dtype)
+    peak_dtype_of = {gpu.name: mfu_peak_dtype(gpu, t.dtype, pricer.params_for(gpu))
+                     for gpu in cluster.gpu_types if gpu.name in in_use}
+    peak_of = {gpu.name: gpu.peak(peak_dtype_of[gpu.name]) for gpu in cluster.gpu_types if gpu.name in in_use}
     peak_by_rank = {r: peak_of[gpu_by_rank[r]] for r in used}
     peak_sum = sum(peak_by_rank.values())
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
@@ -249,7 +256,8 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         mfu=model_flops / step_s / peak_sum, bubble_fraction=breakdown["bubble"] / step_s,
         num_gpus_used=len(used), memory_by_rank=memory, capacity_by_rank=capacity,
         gpu_by_rank=gpu_by_rank, overflows=overflows, critical=critical, pipeline_links=links,
-        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank, measured=measured)
+        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank, measured=measured,
+        mfu_peak_dtype="+".join(dict.fromkeys(peak_dtype_of[gpu_by_rank[r]] for r in used)))
 
 
 def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, replica: Replica,

@@ -128,12 +128,18 @@ def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> floa
     return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
 
 
+def mfu_peak_dtype(gpu: GpuSpec, dtype: str, params: CostParams) -> str:
+    """The dtype whose peak MFU divides by on `gpu`: the training dtype's, or "tf32" where fp32
+    GEMMs run on TF32 tensor cores (matmul_peak prices them there), so MFU stays <= 100 %."""
+    return "tf32" if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32") else dtype
+
+
 def matmul_peak(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
     """Peak FLOP/s of the GEMMs: fp32 training runs them on TF32 tensor cores where the
     software allows it (NGC PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;
     upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them.
     fp8 training runs all but the decoder GEMMs in bf16 (planner.cost.fp8): the bf16 peak here."""
-    if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32"):
+    if mfu_peak_dtype(gpu, dtype, params) == "tf32":
         return gpu.peak("tf32")
     if dtype == "fp8":
         return gpu.peak("bf16")

@@ -42,7 +42,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      "attention": t.attention, "runtime": t.runtime,
                      **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {}),
                      **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
-                     **({"compile": True} if t.compile else {})},
+                     **({"compile": True} if t.compile else {}),
+                     **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -83,6 +84,25 @@ def _bool(data: Mapping[str, Any], key: str, where: str, path: str) -> bool:
     value = data.get(key, False)
     if not isinstance(value, bool):  # "false" is not false
         raise BadInput(f"must be true or false, got {value!r}", where, f"{path}.{key}")
+    return value
+
+
+def tf32_problem(tf32_matmul: bool | None, dtype: str) -> str:
+    """Why a training cannot state `tf32_matmul` under `dtype` ('' when it can): only fp32 GEMMs
+    have a TF32 path (None, the runtime's default, is always fine)."""
+    if tf32_matmul is None or dtype == "fp32":
+        return ""
+    return f"the TF32 setting applies to dtype fp32 only, not {dtype}"
+
+
+def _tf32(tr: Mapping[str, Any], dtype: str, where: str) -> bool | None:
+    """training.tf32_matmul: true, false, or absent (None: the runtime's default)."""
+    if "tf32_matmul" not in tr:
+        return None
+    value = _bool(tr, "tf32_matmul", where, "training")
+    problem = tf32_problem(value, dtype)
+    if problem:
+        raise BadInput(problem, where, "training.tf32_matmul")
     return value
 
 
@@ -133,7 +153,8 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
         attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
-        optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"))
+        optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"),
+        tf32_matmul=_tf32(tr, dtype, where))
     stages = []
     for i, st in enumerate(data["stages"]):
         path = f"stages[{i}]"

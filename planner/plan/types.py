@@ -81,6 +81,9 @@ class Training:
     # TorchInductor's fused elementwise kernels (CostParams.torch_compile); only where the runtime
     # compiles (planner.cost.runtimes.capability: Capability.compile)
     compile: bool = False
+    # under fp32: its GEMMs run on TF32 tensor cores where the GPU has them (`--tf32/--no-tf32`;
+    # CostParams.tf32_matmul); None: the runtime's default (planner.cost.runtimes, Runtime.tf32_matmul)
+    tf32_matmul: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,16 @@ def dims_text(s) -> str:
             + (f"\nep {s.ep}" + (f" etp {s.etp}" if s.etp and s.etp != s.tp else "") if s.ep > 1 or s.etp else ""))
 
 def precision_text(t) -> str:
-    """A training's dtype with its fp8 recipe and torch.compile: `fp8 (torchao-rowwise), torch.compile`."""
-    return t.dtype + (f" ({t.fp8_recipe})" if t.fp8_recipe else "") + (", torch.compile" if t.compile else "")
+    """A training's dtype with its fp8 recipe, its TF32 setting under fp32 and torch.compile:
+    `fp8 (torchao-rowwise), torch.compile`, `fp32 (TF32 matmuls allowed)`."""
+    return (t.dtype + (f" ({t.fp8_recipe})" if t.fp8_recipe else "")
+            + ("" if t.tf32_matmul is None else " (TF32 matmuls allowed)" if t.tf32_matmul else " (TF32 off)")
+            + (", torch.compile" if t.compile else ""))
+
+
+def mfu_text(est: Estimate) -> str:
+    """`MFU 41.2%`, naming the peak it is relative to where that is TF32's (fp32 GEMMs on TF32)."""
+    return f"MFU {est.mfu:.1%}" + (f" of {est.mfu_peak_dtype} peak" if "tf32" in est.mfu_peak_dtype else "")
 
 
 def headline(plan: Plan, est: Estimate) -> str:

@@ -35,10 +35,12 @@ def get_runtime(name: str) -> Runtime:
 
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
-                 base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "", torch_compile: bool = False) -> CostParams:
+                 base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "", torch_compile: bool = False,
+                 tf32_matmul: bool | None = None) -> CostParams:
     """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's;
     `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes;
-    `torch_compile` (Training.compile) the model under torch.compile (CostParams.torch_compile)."""
+    `torch_compile` (Training.compile) the model under torch.compile (CostParams.torch_compile);
+    `tf32_matmul` (Training.tf32_matmul) fp32 GEMMs on TF32, None: the runtime's (Runtime.tf32_matmul)."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
     params = runtime.params(base.with_updates(**architecture_params(gpu)))
@@ -46,19 +48,32 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
         params = params.with_updates(fp8_recipe=runtime_recipe(runtime.fp8_recipe, fp8_recipe, runtime.name))
     if torch_compile:
         params = params.with_updates(torch_compile=True)
+    if tf32_matmul is not None:
+        params = params.with_updates(tf32_matmul=tf32_matmul)
     return params
 
 
+def tf32_setting(runtime: str, dtype: str, tf32: bool | None = None) -> bool | None:
+    """A training's Training.tf32_matmul: under fp32 `tf32` (--tf32/--no-tf32) or, None, the runtime's
+    stated default (Runtime.tf32_matmul); None under the other dtypes, whose GEMMs have no TF32 path."""
+    if dtype != "fp32":
+        return None
+    return get_runtime(runtime).tf32_matmul if tf32 is None else tf32
+
+
 def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME,
-                   fp8_recipe: str = "", torch_compile: bool = False) -> dict[str, CostParams]:
+                   fp8_recipe: str = "", torch_compile: bool = False,
+                   tf32_matmul: bool | None = None) -> dict[str, CostParams]:
     """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
-    return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe, torch_compile=torch_compile) for gpu in gpus}
+    return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe, torch_compile=torch_compile,
+                                   tf32_matmul=tf32_matmul) for gpu in gpus}
 
 
 def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str | None = None) -> dict[str, CostParams]:
     """cluster_params under a plan's training choices (its runtime unless `runtime` is given, its fp8
-    recipe, torch.compile): how every command prices a plan."""
-    return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile)
+    recipe, torch.compile, its TF32 setting): how every command prices a plan."""
+    return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile,
+                          training.tf32_matmul)
 
 
 # Megatron-LM (arguments.py) has no option that compiles the model: its speed comes from its own
@@ -85,4 +100,4 @@ def compile_problem(runtime: str) -> str:
 
 
 __all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "cluster_params",
-           "compile_problem", "get_runtime", "stack_params", "training_params", "violations"]
+           "compile_problem", "get_runtime", "stack_params", "tf32_setting", "training_params", "violations"]
