@@ -11,11 +11,26 @@ import pytest
 from planner.cost.runtimes import RUNTIMES
 from planner.verify.plan_checks import load_schema
 
-from .conftest import assert_bad_input, evaluate_args, invoke
+from .conftest import assert_bad_input, evaluate_args, hf_config, invoke
 
 # the red-team reproducer of issue 30, item 1
 RED_TEAM = ["plan", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024",
             "--dtype", "fp32"]
+
+
+@pytest.fixture
+def titan_debug(tmp_path) -> str:
+    """torchtitan's llama3 `debugmodel` flavour as a config file: a model torchtitan builds (gpt2 it cannot)."""
+    config = hf_config("llama-3-8b")
+    config.update(hidden_size=256, num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16,
+                  intermediate_size=768, vocab_size=2048)
+    path = tmp_path / "titan-debug.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def model_for(runtime: str, titan_debug: str) -> str:
+    return titan_debug if runtime == "torchtitan" else "gpt2"
 
 
 def plan_json(*args: str) -> dict:
@@ -33,8 +48,8 @@ def test_red_team_fp32_plan_on_dgx_a100_exits_0_with_mfu_against_the_tf32_peak()
 
 @pytest.mark.parametrize("cluster", ["dgx-a100", "dgx-h100-2node"])
 @pytest.mark.parametrize("runtime", sorted(RUNTIMES))
-def test_fp32_plan_of_every_runtime_keeps_mfu_at_most_one(runtime, cluster):
-    data = plan_json("plan", "--model", "gpt2", "--cluster", cluster, "--global-batch", "64", "--seq-len", "1024",
+def test_fp32_plan_of_every_runtime_keeps_mfu_at_most_one(runtime, cluster, titan_debug):
+    data = plan_json("plan", "--model", model_for(runtime, titan_debug), "--cluster", cluster, "--global-batch", "64", "--seq-len", "1024",
                      "--dtype", "fp32", "--runtime", runtime)
     tf32 = RUNTIMES[runtime].tf32_matmul
     assert data["training"]["tf32_matmul"] is tf32
@@ -42,16 +57,17 @@ def test_fp32_plan_of_every_runtime_keeps_mfu_at_most_one(runtime, cluster):
     assert 0 < data["predicted"]["mfu"] <= 1
 
 
-def fp32_estimate(runtime: str, *flags: str) -> dict:
-    result = invoke(*evaluate_args(cluster="dgx-a100", global_batch=32, seq_len=1024, dp=32,
+def fp32_estimate(runtime: str, model: str, *flags: str) -> dict:
+    result = invoke(*evaluate_args(model, "dgx-a100", global_batch=32, seq_len=1024, dp=32,
                                    extra=("--dtype", "fp32", "--runtime", runtime, *flags)))
     assert result.exit_code == 0, (result.exit_code, result.stderr)
     return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize("runtime,flag", [("torchtitan", "--tf32"), ("megatron", "--no-tf32")])
-def test_tf32_flag_overrides_the_runtime_default_and_flips_the_priced_step(runtime, flag):
-    default, flipped = fp32_estimate(runtime), fp32_estimate(runtime, flag)
+def test_tf32_flag_overrides_the_runtime_default_and_flips_the_priced_step(runtime, flag, titan_debug):
+    model = model_for(runtime, titan_debug)
+    default, flipped = fp32_estimate(runtime, model), fp32_estimate(runtime, model, flag)
     on, off = (flipped, default) if flag == "--tf32" else (default, flipped)
     assert on["config"]["tf32_matmul"] is True and off["config"]["tf32_matmul"] is False
     assert on["step_time_s"] < off["step_time_s"]  # the A100's TF32 peak is 8x its fp32 peak
