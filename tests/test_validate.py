@@ -342,7 +342,7 @@ def test_cli_valid_plan(tmp_path, solved_plan):
     assert result.stderr == ""
     result = cli("validate", write(tmp_path, solved_plan), "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"valid": True, "kind": "plan", "problems": []}
+    assert json.loads(result.stdout) == {"valid": True, "kind": "plan", "problems": [], "notes": []}
 
 
 def test_cli_lists_every_problem_on_stderr(tmp_path, plan):

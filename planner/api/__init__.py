@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..core.clock import Progress
 from ..core.errors import BadInput
-from ..inputs.hardware import GIB, Cluster, load_cluster
+from ..inputs.hardware import Cluster, load_cluster
 from ..load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                     load_profiles, per_gpu_params, require, resolve_dtype)
 from ..inputs.model import Model, load_model
@@ -101,6 +101,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     if request.runtime != "any":
         result = (_with_any_runtime(result, model, cluster, base, options) if request.compare_any
                   else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
+    result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
@@ -117,11 +118,14 @@ def plan_json(result: SearchResult) -> dict:
 
 def predicted_json(est: Estimate) -> dict:
     """A plan file's `predicted` (formats.md section 5) from an estimate."""
-    return {"step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
-            "bubble_fraction": est.bubble_fraction, "samples_per_s": est.samples_per_s,
-            "model_tflops_per_gpu": est.model_tflops_per_gpu, "breakdown_s": dict(est.breakdown_s),
-            "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(est.memory_by_rank.items())},
-            **est.explanation_json()}
+    return est.predicted_json()
+
+
+def _priced_with(est: Estimate, profiles: tuple[str, ...], calibrations: tuple[str, ...]) -> Estimate:
+    """`est` recording the measured inputs it was priced with (a plan file's predicted.priced_with)."""
+    if not profiles and not calibrations:
+        return est
+    return replace(est, priced_with_profiles=tuple(profiles), priced_with_calibrations=tuple(calibrations))
 
 
 # --- evaluate ----------------------------------------------------------------------------------
@@ -236,7 +240,13 @@ def evaluate_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tupl
     from ..cost.evaluate import evaluate as price
 
     per_gpu = per_gpu_params(profiles, calibrations, plan.cluster, plan.model, plan.training, warn, runtime)
-    return Evaluation(plan, price(plan, {"*": DEFAULT_PARAMS, **per_gpu}))
+    return Evaluation(plan, _priced_with(price(plan, {"*": DEFAULT_PARAMS, **per_gpu}), profiles, calibrations))
+
+
+def reprice_plan(plan: Plan, profiles: tuple[str, ...] = (), calibrations: tuple[str, ...] = ()) -> Estimate:
+    """The estimate of `plan` as `evaluate --plan` prices it, under its own runtime, with these measured
+    inputs: how `validate` re-checks a plan's `predicted` (planner.verify.figures)."""
+    return evaluate_plan(plan, profiles, calibrations).estimate
 
 
 def evaluate(request: EvaluateRequest, warn: Warn | None = None) -> Evaluation:
@@ -294,8 +304,29 @@ def estimate_json(plan: Plan, estimate: Estimate) -> dict:
     return report
 
 
+def evaluation_plan_json(evaluation: Evaluation, runtime: str | None = None) -> dict:
+    """The plan file (formats.md section 5) of a priced configuration (`planner evaluate --plan-out`):
+    exactly the configuration, made for `runtime` (default: its own, training.runtime), with its
+    estimate as `predicted`, as `plan` writes one; `validate`, `export` and `run` read it. BadInput
+    when it is not a plan every command accepts (verify.plan_checks: a configuration that does not
+    fit, or that the runtime cannot run)."""
+    from ..plan import plan_to_json
+    from ..verify.plan_checks import check_plan_data
+
+    plan = evaluation.plan
+    if runtime and runtime != plan.training.runtime:
+        plan = replace(plan, training=replace(plan.training, runtime=runtime))
+    evaluation.estimate.check_credible()
+    data = plan_to_json(plan, predicted_json(evaluation.estimate))
+    _, problems = check_plan_data(data, "--plan-out")
+    if problems:
+        path, message = problems[0]
+        raise BadInput(f"{message} (not a valid plan; none written)", "--plan-out", path or None)
+    return data
+
+
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
-           "describe_plan", "estimate_json", "evaluate", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
+           "describe_plan", "estimate_json", "evaluate", "evaluation_plan_json", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
            "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
            "predicted_json",
-           "require", "resolve_dtype"]
+           "reprice_plan", "require", "resolve_dtype"]

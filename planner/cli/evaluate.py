@@ -3,19 +3,23 @@ when the configuration does not fit."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from ..core.errors import BadInput
-from ..api import EvaluateRequest, evaluate, evaluate_plan_file, input_files, require
+from ..api import EvaluateRequest, evaluate, evaluate_plan_file, evaluation_plan_json, input_files, require
+from ..core.io import json_text
+from ..core.markup import esc
+from ..core.outfile import check_output, write_output
 from ..inputs.links import cluster_with_links
 from ..inputs.hardware import GIB
 from ..plan import SCHEDULES, STAGE_RECOMPUTE_MODES
 from ..cost.runtimes import get_runtime
 from ..report.views import print_estimate
 from .options import common_options, links_option, measurement_options
-from .output import EXIT_INFEASIBLE, emit, err, warn
+from .output import EXIT_INFEASIBLE, emit, err, stdout, warn
 
 
 @click.command("evaluate")
@@ -50,12 +54,15 @@ from .output import EXIT_INFEASIBLE, emit, err, warn
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
+@click.option("--plan-out", type=str, default=None, metavar="FILE",
+              help="Also write the configuration as a plan file (planner.plan/v1, as `plan -o` writes one) for "
+                   "validate, export and run; none when it does not fit (exit 1).")
 def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8_recipe, torch_compile, tf32, attention,
                      optimizer,
                      tp, pp, dp, micro_batch,
                      recompute, recompute_layers, offload, offload_activations, zero, sequence_parallel, cp, cp_kind, ep, etp, schedule,
                      virtual_stages, plan_file, runtime, profiles,
-                     calibrations, links, as_json, output) -> None:
+                     calibrations, links, as_json, output, plan_out) -> None:
     """Price one configuration: step time, its breakdown, memory per GPU type.
 
     \b
@@ -63,9 +70,16 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
       planner evaluate --model llama-3-8b --cluster dgx-a100 --global-batch 256 \\
           --seq-len 4096 --tp 4 --pp 2 --dp 4 --micro-batch 1 --recompute selective
       planner evaluate --plan plan.json --json
+      planner evaluate --model gpt2 --cluster consumer-3090-4090 --global-batch 64 \\
+          --seq-len 1024 --tp 1 --pp 1 --dp 16 --micro-batch 4 --plan-out hand.json
     """
     if runtime is not None:
         get_runtime(runtime)  # an unknown name is a bad input before anything is read
+    inputs = input_files(model_name, cluster_name, profiles, calibrations, plan_file, links)
+    if plan_out:
+        check_output(plan_out, inputs, "--plan-out")  # before pricing, as `plan -o` does
+        if output and os.path.abspath(output) == os.path.abspath(plan_out):
+            raise BadInput("names the same file as -o (the report); give the plan its own file", "--plan-out")
     if plan_file:
         given = [flag for flag, value in (("--model", model_name), ("--cluster", cluster_name),
                                           ("--global-batch", global_batch), ("--seq-len", seq_len),
@@ -90,11 +104,16 @@ def evaluate_command(model_name, cluster_name, global_batch, seq_len, dtype, fp8
             profiles=tuple(profiles), calibrations=tuple(calibrations), runtime=runtime or "megatron",
             cp=cp, cp_kind=cp_kind, ep=ep, etp=etp), warn)
     plan, estimate = result.plan, result.estimate
-    emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None,
-         input_files(model_name, cluster_name, profiles, calibrations, plan_file, links))
+    # the plan file is checked (exit 2 when not a valid plan) before anything is printed
+    plan_data = evaluation_plan_json(result, runtime) if plan_out and estimate.fits else None
+    emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None, inputs)
     if not estimate.fits:
         worst = max(estimate.overflows, key=lambda o: o.over_bytes)
         err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "
             f"{worst.capacity_bytes / GIB:.1f} GiB (over by {worst.over_bytes / GIB:.1f} GiB; "
-            f"{len(estimate.overflows)} ranks overflow)")
+            f"{len(estimate.overflows)} ranks overflow)" + (f"; no plan written to {plan_out}" if plan_out else ""))
         sys.exit(EXIT_INFEASIBLE)
+    if plan_data is not None:
+        write_output(plan_out, json_text(plan_data) + "\n", inputs=inputs)
+        if not as_json:
+            stdout().print(f"plan written to {esc(plan_out)}")

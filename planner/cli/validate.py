@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..core.errors import BadInput
+from ..api import reprice_plan
 from ..core.io import json_text
 from ..verify.validate import summarize, validate_file
 from .output import EXIT_BAD_INPUT, bad_input_exit
@@ -23,7 +24,10 @@ def validate_command(file: str, as_json: bool) -> None:
     A plan is checked against its JSON Schema (shipped in the package), then for the
     invariants a trainer relies on (every rank once, layers covered once in order,
     shares summing to the global batch in whole micro-batches) and, re-priced, for
-    memory. Exit 0 when valid, 2 with one `FILE: path: message` line per problem.
+    memory; the figures it reports (model.params, predicted) must be what the planner
+    computes for it (predicted re-priced with the --profile / --calibration files the plan
+    records; a note on stderr when they cannot be read). Exit 0 when valid, 2 with one
+    `FILE: path: message` line per problem.
 
     \b
     Example:
@@ -32,13 +36,15 @@ def validate_command(file: str, as_json: bool) -> None:
       planner validate plan.json
     """
     try:
-        kind, data, problems = validate_file(file)
+        kind, data, problems, notes = validate_file(file, reprice_plan)
     except BadInput as exc:
         bad_input_exit(exc)
         return
     if as_json:
         click.echo(json_text({"valid": not problems, "kind": kind,
-                              "problems": [{"path": p, "message": m} for p, m in problems]}))
+                              "problems": [{"path": p, "message": m} for p, m in problems], "notes": notes}))
+    for note in notes:
+        click.echo(f"{file}: note: {note}", err=True)
     if problems:
         for path, message in problems:
             click.echo(": ".join(x for x in (file, path, message) if x), err=True)

@@ -63,6 +63,10 @@ class Estimate:
     pipeline_links: tuple[BoundaryComm, ...] = field(default=(), compare=False)
     model_flops_per_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
     peak_flops_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    # the measured inputs it was priced with, as given (`--profile GPU=FILE`, `--calibration FILE`):
+    # a plan file records them (predicted.priced_with) so that `planner validate` can re-price it
+    priced_with_profiles: tuple[str, ...] = field(default=(), compare=False)
+    priced_with_calibrations: tuple[str, ...] = field(default=(), compare=False)
     measured: bool = False  # some GPU type priced from a measured profile (--profile)
     # the dtype whose peak MFU divides by (formulas.mfu_peak_dtype): "tf32" where fp32 GEMMs ran on
     # TF32; GPU types that differ, each one's in rank order joined by "+" ("tf32+fp32")
@@ -101,6 +105,17 @@ class Estimate:
                           for o in self.overflows],
         }
 
+
+    def predicted_json(self) -> dict:
+        """A plan file's `predicted` (formats.md section 5)."""
+        priced_with = self.priced_with_profiles or self.priced_with_calibrations
+        return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+                "bubble_fraction": self.bubble_fraction, "samples_per_s": self.samples_per_s,
+                "model_tflops_per_gpu": self.model_tflops_per_gpu, "breakdown_s": dict(self.breakdown_s),
+                "peak_memory_GiB_by_rank": {str(r): m.total_bytes / GIB for r, m in sorted(self.memory_by_rank.items())},
+                **self.explanation_json(),
+                **({"priced_with": {"profiles": list(self.priced_with_profiles),
+                                    "calibrations": list(self.priced_with_calibrations)}} if priced_with else {})}
 
     def explanation_json(self) -> dict:
         """The keys `evaluate --json` and a plan's `predicted` add for the explanations."""

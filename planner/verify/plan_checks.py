@@ -12,8 +12,8 @@ the earlier one's guarantees):
    and what its runtime (training.runtime) can run (planner.cost.runtimes.capability.violations);
 3. memory: the plan is re-priced with the cost model and every rank that overflows is listed.
 
-`predicted` is not compared with a re-price: it may come from measured times (`--profile`)
-that the plan file does not carry.
+`predicted` and `model.params` are not compared here: `planner validate` alone recomputes
+them (planner.verify.figures), so that a plan priced by another planner version still loads.
 
 Problems are (json_path, message) pairs; paths read like `stages[1].replicas[0].batch_share`
 ("" is the top level).

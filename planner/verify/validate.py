@@ -1,7 +1,8 @@
 """`planner validate`: check a plan or layer-profile file and list every problem.
 
 A plan gets the checks of planner.verify.plan_checks (schema, invariants and consistency, memory),
-the same that every command reading a plan runs through plan_checks.load_plan_file.
+the same that every command reading a plan runs through plan_checks.load_plan_file, then those of
+planner.verify.figures: the figures it reports (model.params, predicted) are recomputed.
 
 A layer profile is checked against profile.schema.json, then read as a model and, where it
 carries measured times, as measurements (their lengths must agree).
@@ -16,7 +17,8 @@ from typing import Any, Mapping
 
 from ..core.errors import BadInput
 from ..plan import PLAN_FORMAT
-from .plan_checks import Problem, bad_input_problem, schema_problems, validate_plan_data
+from .figures import Reprice, figure_check
+from .plan_checks import Problem, bad_input_problem, check_plan_data, schema_problems
 
 PROFILE_FORMAT = "planner.profile/v1"
 
@@ -80,15 +82,26 @@ def summarize(kind: str, data: Mapping[str, Any]) -> str:
             f"seq-len {data.get('seq_len')}, {len(layers)} layers{', with measured times' if measured else ''})")
 
 
-def validate_file(path: str) -> tuple[str | None, Any, list[Problem]]:
-    """Read and check FILE: (kind, data, problems). Raises BadInput when the file cannot be
-    read or parsed."""
+def validate_plan_file_data(data: Any, reprice: Reprice, where: str = "plan") -> tuple[list[Problem], list[str]]:
+    """(problems, notes) of a parsed plan file: plan_checks.check_plan_data, then, when that
+    passed, figures.figure_check (what the plan reports, recomputed; `predicted` with `reprice`)."""
+    plan, problems = check_plan_data(data, where)
+    if problems or plan is None:
+        return problems, []
+    return figure_check(data, plan, reprice)
+
+
+def validate_file(path: str, reprice: Reprice) -> tuple[str | None, Any, list[Problem], list[str]]:
+    """Read and check FILE: (kind, data, problems, notes); a note says what was not checked.
+    `reprice` prices a plan as `evaluate --plan` does (figures.Reprice). Raises BadInput when the
+    file cannot be read or parsed."""
     from ..core.io import parse_structured, read_text
 
     data = parse_structured(read_text(path, "file"), path)
     kind = detect_kind(data)
     if kind is None:
         what = "a mapping" if isinstance(data, dict) else f"{type(data).__name__}, not a mapping"
-        return None, data, [("format", f"neither {PLAN_FORMAT!r} nor {PROFILE_FORMAT!r} ({what})")]
-    check = validate_plan_data if kind == "plan" else validate_profile_data
-    return kind, data, check(data, path)
+        return None, data, [("format", f"neither {PLAN_FORMAT!r} nor {PROFILE_FORMAT!r} ({what})")], []
+    if kind == "plan":
+        return kind, data, *validate_plan_file_data(data, reprice, path)
+    return kind, data, validate_profile_data(data, path), []
