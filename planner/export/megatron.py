@@ -9,9 +9,13 @@ from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
-from .base import Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
+from ..cost.runtimes.megatron import RUNTIME as MEGATRON
+from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
+
+TP_OVERLAP_NOTE = ("TP communication overlaps the weight-gradient GEMMs as priced: megatron-core's default "
+                   "with CUDA_DEVICE_MAX_CONNECTIONS=1 (no --tp-comm-overlap, whose forward overlap is not priced)")
 
 LAYOUT_CHARS = {"embedding": "E", "decoder": "t", "head": "L"}  # PipelineParallelLayerLayout.parse_str_to_list
 
@@ -132,6 +136,48 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
     return flags
 
 
+def priced_flags(u: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, Any]]:
+    """The data-parallel and optimizer flags that the megatron runtime's price assumes
+    (planner.cost.runtimes.megatron; Megatron-LM leaves each of them off by default), in the
+    combinations Megatron-LM's validate_args accepts (megatron/training/arguments.py):
+
+    * ZeRO >= 1, or optimizer offload: --use-distributed-optimizer (ZeRO-1's sharded states);
+    * Runtime.overlap_grad_reduce: --overlap-grad-reduce (the gradient reduction bucket by bucket
+      under the backward, planner.cost.stage_tail.grad_reduce_s) and, with the distributed optimizer,
+      --overlap-param-gather (its parameter all-gather, priced in the same overlapped reduction;
+      validate_args asserts it only with the distributed optimizer and --overlap-grad-reduce);
+    * optimizer offload: --optimizer-cpu-offload with --use-precision-aware-optimizer, which
+      validate_args asserts with it (megatron-core's HybridDeviceOptimizer reuses that path;
+      OptimizerConfig accepts it with adam only), the whole state on the CPU (fraction 1.0).
+
+    The overlapped TP communication (Runtime.overlap_tp_comm) is not a flag: megatron-core's and
+    Transformer Engine's linears start the input-gradient all-reduce / reduce-scatter
+    asynchronously under the weight-gradient GEMM by default, given CUDA_DEVICE_MAX_CONNECTIONS=1
+    (megatron/core/tensor_parallel/layers.py), which the usage line and launch scripts set.
+    --tp-comm-overlap (Transformer Engine userbuffers, which also hide the forward's
+    collectives) is priced by no runtime and not written."""
+    flags: list[tuple[str, Any]] = []
+    distributed = u.zero >= 1 or u.offload
+    if distributed:
+        flags.append(("--use-distributed-optimizer", None))
+        if u.zero >= 2:
+            warn(f"ZeRO-{u.zero} exported as --use-distributed-optimizer, which shards optimizer state "
+                 "only (ZeRO-1): gradients" + (" and parameters" if u.zero == 3 else "")
+                 + " are no longer sharded")
+    if MEGATRON.overlap_grad_reduce:
+        flags.append(("--overlap-grad-reduce", None))
+        if distributed:
+            flags.append(("--overlap-param-gather", None))
+    if u.offload:
+        if optimizer != "adam":
+            raise BadInput(f"Megatron-LM offloads only Adam to the CPU (--optimizer-cpu-offload needs "
+                           f"--use-precision-aware-optimizer, which takes adam only); the plan uses "
+                           f"{optimizer}: plan with --optimizer adamw or without offload", "--to megatron")
+        flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
+                  ("--use-precision-aware-optimizer", None)]
+    return flags
+
+
 def export_megatron(plan: Plan, warn: Warn) -> str:
     c = plan.model.config
     if c is None:
@@ -170,21 +216,11 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
                   ("--recompute-num-layers", 1)]
     if optimizer != "adam":
         flags.append(("--optimizer", optimizer))
-    if u.offload:
-        # megatron-core optimizer/cpu_offloading (HybridDeviceOptimizer): needs the distributed optimizer
-        flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0)]
-        if u.zero == 0:
-            flags.append(("--use-distributed-optimizer", None))
+    flags += priced_flags(u, optimizer, warn)
     if u.offload_activations:
         # megatron-core model_parallel_config.py cpu_offloading / cpu_offloading_num_layers: the
         # first K layers' activations to the CPU (Transformer Engine cpu_offload.py); one stage only
         flags += [("--cpu-offloading", None), ("--cpu-offloading-num-layers", u.offload_activations)]
-    if u.zero >= 1:
-        flags.append(("--use-distributed-optimizer", None))
-        if u.zero >= 2:
-            warn(f"ZeRO-{u.zero} exported as --use-distributed-optimizer, which shards optimizer state "
-                 "only (ZeRO-1): gradients" + (" and parameters" if u.zero == 3 else "")
-                 + " are no longer sharded")
     if c.num_kv_heads % u.tp:
         warn(f"{c.num_kv_heads} query groups do not split over tp={u.tp}; Megatron will refuse it")
     flags += _model_flags(plan, u.tp, warn)
@@ -202,6 +238,9 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     elif u.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
+    # Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP below Blackwell;
+    # the priced TP overlap rests on it (priced_flags)
+    one_connection = u.tp > 1 or u.cp > 1
     header = [comment_line(text) for text in (
         f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
         f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
@@ -210,7 +249,9 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         f"decoder layers per pipeline stage: {u.decoders}" + (f" (layout {layout})" if layout else ""),
         f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "
         "exactly this many tokens, with --data-path etc.",
-        "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
+        "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; " + ("CUDA_DEVICE_MAX_CONNECTIONS=1 " if one_connection else "")
+        + "torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
+        *([TP_OVERLAP_NOTE] if MEGATRON.overlap_tp_comm and u.tp > 1 else []),
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
