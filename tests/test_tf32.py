@@ -135,3 +135,14 @@ def test_human_output_names_the_tf32_peak_and_setting():
     text = " ".join(result.stdout.split())
     assert "TF32 matmuls allowed" in text
     assert "of tf32 peak" in text
+
+
+@pytest.mark.parametrize("flag,line", [("--tf32", "export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
+                                       ("--no-tf32", "export NVIDIA_TF32_OVERRIDE=0")])
+def test_launch_scripts_carry_the_tf32_setting_the_plan_was_priced_with(tmp_path, flag, line):
+    path, out, launch = tmp_path / "plan.json", tmp_path / "megatron.args", tmp_path / "launch"
+    assert invoke(*RED_TEAM, flag, "-o", path).exit_code == 0
+    result = invoke("export", path, "--to", "megatron", "-o", out, "--launch-dir", launch)
+    assert result.exit_code == 0, result.stderr
+    scripts = sorted(launch.iterdir())
+    assert scripts and all(line in script.read_text().splitlines() for script in scripts)

@@ -129,6 +129,11 @@ def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
             ': "${MASTER_ADDR:?set MASTER_ADDR to the address of node rank 0}"']
         if n.visible is not None:
             lines.append(f"export CUDA_VISIBLE_DEVICES={n.visible}")
+        if plan.training.tf32_matmul is not None:
+            # fp32 GEMMs on TF32 or not, as priced (Training.tf32_matmul): PyTorch's cuBLAS override
+            # (what NGC containers set), or the switch that turns TF32 off in cuBLAS and cuDNN
+            lines.append("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" if plan.training.tf32_matmul
+                         else "export NVIDIA_TF32_OVERRIDE=0")
         run = (f"torchrun --nnodes {len(nodes)} --node-rank {n.node_rank} --nproc-per-node {n.nproc} "
                '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}"')
         if target == "megatron":
