@@ -311,7 +311,7 @@ def test_ray_resume_and_shard(ray, ray_cluster, ray_inputs, tmp_path):
     assert ray.is_initialized()
 
 
-def test_ray_failed_task_is_an_error_row(ray, ray_cluster, ray_inputs, tmp_path, monkeypatch):
+def test_ray_failed_task_is_a_failed_row(ray, ray_cluster, ray_inputs, tmp_path, monkeypatch):
     cluster, local_rows, _ = ray_inputs
 
     def task(combo, time_limit, want_plan, model, cluster):  # pickled by value: runs on the workers
@@ -325,7 +325,7 @@ def test_ray_failed_task_is_an_error_row(ray, ray_cluster, ray_inputs, tmp_path,
                        batches=(8,))
     assert result.exit_code == 0, (result.output, result.exception)
     rows = read_csv(out)[1]
-    assert [r["status"] for r in rows] == ["error", "error", "infeasible"]
+    assert [r["status"] for r in rows] == ["failed", "error", "infeasible"]
     assert rows[0]["reason"] == "worker failed: ValueError: boom"
     assert comparable(rows[1:]) == comparable(local_rows[1:])
 

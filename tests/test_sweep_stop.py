@@ -302,7 +302,7 @@ def test_plans_dir_symlink_is_refused_not_followed(tmp_path):
     result = runner().invoke(group(), sweep_args(out, "--jobs", 1, "--plans-dir", plans, batches=(32, 64)))
     assert result.exit_code == 0, result.output
     rows = read_csv(out)
-    assert rows[0]["status"] == "error" and "symbolic link" in rows[0]["reason"], rows[0]
+    assert rows[0]["status"] == "failed" and "symbolic link" in rows[0]["reason"], rows[0]
     assert rows[1]["status"] == "ok"
     assert victim.read_text() == "keep me"
     assert json.loads((plans / f"gpt2__{CLUSTER}__64__512.json").read_text())["training"]["global_batch"] == 64

@@ -11,6 +11,7 @@ from rich.console import Console
 from ..core.clock import DEFAULT_TIME_LIMIT_S
 from ..core.errors import BadInput
 from ..core.ranges import RANGES
+from ..plan import OPTIMIZER_NAMES
 from ..sweep.run import EXECUTORS, parse_shard, sweep
 from ..sweep.output import SweepInterrupted, output_format
 from .output import err
@@ -40,7 +41,8 @@ def _shard_option(ctx, param, value):
                    "else on a local Ray started for the run (needs the ray extra).")
 @click.option("--plans-dir", type=str, default=None, metavar="DIR",
               help="Also write each feasible plan as DIR/<model>__<cluster>__<global_batch>__<seq_len>.json "
-                   "(-<hash>.json where distinct inputs would share a name).")
+                   "(then __<runtime>, __<dtype>, __<optimizer>, __cp<N>, __ep<N> where not plan's default; "
+                   "-<hash>.json where distinct inputs would share a name or it is over 128 characters).")
 @click.option("--resume", is_flag=True,
               help="Keep the rows already in the output file and plan only the missing combinations.")
 @click.option("--shard", type=str, default=None, metavar="i/n", callback=_shard_option,
@@ -51,30 +53,47 @@ def _shard_option(ctx, param, value):
               help="Micro-batch sizes to search, as `planner plan` (repeatable) [default: 1 2 4 8].")
 @click.option("--virtual-stages", "virtual_stages", type=int, multiple=True, metavar="V",
               help="Pipeline chunks per rank to search, as `planner plan` (repeatable) [default: 1 2].")
-@click.option("--runtime", type=str, default="megatron", show_default=True, metavar="NAME",
-              help="Plan what this runtime can run, as `planner plan --runtime` (megatron, torchtitan, deepspeed, "
-                   "megatron-2021, fsdp1, any); the `runtime` column.")
+@click.option("--runtime", "runtimes", type=str, multiple=True, default=("megatron",), show_default=True,
+              metavar="NAME", help="Plan what this runtime can run, as `planner plan --runtime` (megatron, torchtitan, "
+                                   "deepspeed, megatron-2021, fsdp1, any); repeatable; the `runtime` column.")
+@click.option("--dtype", "dtypes", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), multiple=True,
+              help="Training precision, as `planner plan --dtype`; repeatable [default: bf16 where every GPU "
+                   "has it, else fp16]; the `dtype` column (empty: the default).")
+@click.option("--optimizer", "optimizers", type=click.Choice(OPTIMIZER_NAMES), multiple=True,
+              help="Optimizer, as `planner plan --optimizer`; repeatable [default: adamw].")
+@click.option("--cp", "cp_degrees", type=click.IntRange(min=1), multiple=True, metavar="N",
+              help="Context-parallel degree, as `planner plan --cp N`; repeatable, one row each [default: "
+                   "plan's search]; the `cp_degrees` column.")
+@click.option("--ep", "ep_degrees", type=click.IntRange(min=1), multiple=True, metavar="N",
+              help="Expert-parallel degree, as `planner plan --ep N`; repeatable, one row each [default: "
+                   "plan's search]; the `ep_degrees` column.")
 @click.option("--compare-any", "compare_any", is_flag=True,
               help="Also search each row under --runtime any, as `planner plan --compare-any`: the "
                    "`any_runtime_step_s` column (empty without it).")
 @click.option("-o", "--output", type=str, required=True, metavar="FILE",
               help="Results file: .csv or .jsonl (one JSON object per line).")
 def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir, resume, shard, time_limit,
-                  micro_batches, virtual_stages, runtime, compare_any, output) -> None:
-    """Plan every combination of models, clusters, global batches and sequence lengths.
+                  micro_batches, virtual_stages, runtimes, dtypes, optimizers, cp_degrees, ep_degrees, compare_any,
+                  output) -> None:
+    """Plan every combination of models, clusters, global batches and sequence lengths
+    (and runtimes, dtypes, optimizers, cp and ep degrees).
 
     Combinations are the cartesian product of the repeated options, numbered models
-    outermost, then clusters, batches and sequence lengths, in the order given. Each gets one
-    row: model, cluster, global_batch, seq_len, status (ok, infeasible or error), reason,
-    step_time_s, tokens_per_s, mfu, pp, tp, dp, num_gpus_used, solver_seconds, runtime,
-    any_runtime_step_s (with --compare-any). One bad
+    outermost, then clusters, batches, sequence lengths, runtimes, dtypes, optimizers, cp and
+    ep degrees, in the order given. Each gets one row: model, cluster, global_batch, seq_len,
+    status (ok, infeasible, error, or failed: not finished for a reason outside its inputs,
+    which --resume plans again), reason, step_time_s, tokens_per_s, mfu, pp, tp, dp,
+    num_gpus_used, solver_seconds, runtime, any_runtime_step_s (with --compare-any), dtype,
+    optimizer, cp_degrees, ep_degrees, model_name, micro_batch, schedule, virtual_stages, cp,
+    ep, zero, recompute, peak_memory_GiB, stages (each stage's tp.dp.cp.ep). One bad
     combination never stops the others. Each row is the plan `planner plan` finds for the
     same inputs (--micro-batch and --virtual-stages as there). Rows are appended as they finish; at the end the
     file is rewritten sorted by combination index, so it does not depend on --jobs or
     --executor. The file is never truncated in place (a temporary file replaces it), a
     symbolic link as -o or in --plans-dir is refused, and a second sweep on the same -o
-    while one runs exits 2. Ctrl-C stops the workers, keeps every row written and exits
-    130 (SIGTERM: 143); --resume continues.
+    while one runs exits 2, as does a results file that cannot be written (a full disk: the
+    file keeps its complete rows). Ctrl-C stops the workers, keeps every row written and
+    exits 130 (SIGTERM: 143); --resume continues.
 
     \b
     Examples:
@@ -114,13 +133,15 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir
             counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
                            resume=resume, shard=shard, time_limit=time_limit, progress=progress,
                            executor=executor, micro_batches=micro_batches, virtual_stages=virtual_stages,
-                           runtime=runtime, compare_any=compare_any)
+                           runtimes=runtimes, dtypes=dtypes, optimizers=optimizers, cp_degrees=cp_degrees,
+                           ep_degrees=ep_degrees, compare_any=compare_any)
     except SweepInterrupted as exc:
         err(str(exc))
         sys.exit(exc.exit_code)
     kept = f", {counts['kept']} kept from {output}" if resume else ""
-    click.echo(f"planner sweep: {counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} error "
-               f"({counts['rows']} rows in {output}{kept})", err=True)
+    failed = f", {counts['failed']} failed (--resume retries them)" if counts["failed"] else ""
+    click.echo(f"planner sweep: {counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} error"
+               f"{failed} ({counts['rows']} rows in {output}{kept})", err=True)
 
 
 def add_commands(group: click.Group) -> None:

@@ -10,7 +10,7 @@
 - A target that is the same file as one of the command's inputs (`export p.json -o p.json`,
   hard links included) is refused before anything is written.
 - `exclusive_lock(path)`: a non-blocking lock on the sidecar file `<path>.lock`, so two
-  processes (two sweeps) never write one file at the same time.
+  processes (two sweeps) never write one file at the same time; a link there is refused.
 """
 
 from __future__ import annotations
@@ -176,6 +176,24 @@ def write_output(path: str, data: str | bytes, *, inputs: Iterable[str] = (), wh
         handle.write(data)
 
 
+def _open_lock(lock_path: str, path: str) -> int:
+    """Open (creating it if need be) the lock file itself: never a symbolic link there
+    (O_NOFOLLOW: a link would let the lock create or touch the file it points to), and only
+    a regular file."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(lock_path, flags, 0o666)
+    except OSError as exc:
+        if os.path.islink(lock_path):
+            raise BadInput(f"the lock file {lock_path} is a symbolic link (to {os.readlink(lock_path)}); "
+                           "planner does not follow links: remove it", path) from None
+        raise BadInput(f"cannot create the lock file {lock_path}: {exc.strerror}", path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"the lock file {lock_path} is not a regular file: remove it", path)
+    return fd
+
+
 @contextmanager
 def exclusive_lock(path: str, holder: str = "another process") -> Iterator[None]:
     """Hold an exclusive lock on `<path>.lock` for the block, or raise BadInput at once when
@@ -186,10 +204,7 @@ def exclusive_lock(path: str, holder: str = "another process") -> Iterator[None]
         return
     lock_path = f"{path}.lock"
     while True:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except OSError as exc:
-            raise BadInput(f"cannot create the lock file {lock_path}: {exc.strerror}", path) from None
+        fd = _open_lock(lock_path, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

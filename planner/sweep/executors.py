@@ -67,8 +67,9 @@ def start_executor(name: str, jobs: int | None, todo: list[Combination]) -> Iter
 
 
 def failed_row(combo: Combination, exc: BaseException) -> dict:
-    """The row of a combination whose worker failed (killed for memory, a lost node, ...)."""
-    return _empty_row(combo, "error", f"worker failed: {type(exc).__name__}: {exc}")
+    """The row of a combination whose worker failed (killed for memory, a lost node, ...):
+    `failed`, so --resume plans it again."""
+    return _empty_row(combo, "failed", f"worker failed: {type(exc).__name__}: {exc}")
 
 
 # --- local --------------------------------------------------------------------------------------

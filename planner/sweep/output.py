@@ -2,8 +2,9 @@
 
 Rows go to a .csv or .jsonl file. A sweep starts its file with start_output (the header, and
 with --resume the rows kept, in a temporary file that replaces the output: the only copy of
-the kept rows is never truncated), appends each row as one flushed line (fsynced at least once
-every FSYNC_EVERY_S), and ends with write_all (the sorted rows, again by temporary file and
+the kept rows is never truncated), appends each row as one whole line in one write (fsynced at
+least once every FSYNC_EVERY_S; a write that fails, as on a full disk, is cut back to the last
+complete row), and ends with write_all (the sorted rows, again by temporary file and
 rename). read_rows reads back the complete rows for --resume.
 
 Ctrl-C raises KeyboardInterrupt; inside sigterm_interrupts SIGTERM raises _Terminated (a
@@ -14,6 +15,7 @@ reports as `interrupted: N rows written; --resume continues`, exit 130 (SIGINT) 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -28,8 +30,15 @@ from ..core.io import json_text
 from ..core.outfile import commit, discard, open_temp, replacing
 
 COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s", "tokens_per_s",
-           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds", "runtime", "any_runtime_step_s")
-STATUSES = ("ok", "infeasible", "error")
+           "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds", "runtime", "any_runtime_step_s",
+           # the sweep's other axes (as given; empty: plan's default), then the plan's shape
+           "dtype", "optimizer", "cp_degrees", "ep_degrees", "model_name", "micro_batch", "schedule",
+           "virtual_stages", "cp", "ep", "zero", "recompute", "peak_memory_GiB", "stages")
+# failed: the row could not be finished for a reason outside its inputs (a full disk, a plan
+# file not written, a worker killed); --resume plans it again
+STATUSES = ("ok", "infeasible", "error", "failed")
+# rows of earlier versions that failed for the same reasons under status `error`
+_RETRIED_ERRORS = ("plan not written:", "worker failed:")
 FORMATS = (".csv", ".jsonl")
 FSYNC_EVERY_S = 1.0  # appended rows reach the disk at least this often (and at every stop)
 
@@ -67,26 +76,57 @@ def _csv_value(value: Any) -> Any:
     return "" if value is None else value
 
 
+def needs_retry(row: dict) -> bool:
+    """A row that --resume plans again: one that failed for a reason outside its inputs."""
+    return row.get("status") == "failed" or (
+        row.get("status") == "error" and str(row.get("reason") or "").startswith(_RETRIED_ERRORS))
+
+
+def row_line(row: dict, fmt: str) -> str:
+    """One complete line of the output file for `row` (COLUMNS, in order)."""
+    if fmt != ".csv":
+        return json_text({c: row.get(c) for c in COLUMNS}, indent=None) + "\n"
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerow([_csv_value(row.get(c)) for c in COLUMNS])
+    return text.getvalue()
+
+
 class RowWriter:
-    """Appends rows to an open file, one complete, flushed line per row; `sync` fsyncs."""
+    """Writes rows to an open file, one complete, flushed line per row; `sync` fsyncs.
+
+    `write` goes through the handle (a temporary file, discarded if it fails); `append` adds a
+    row to the committed output with one write of the whole line on the file descriptor and,
+    when that fails (a full disk: ENOSPC, EDQUOT), cuts the file back to its last complete
+    row before it raises, so the file never ends in a torn row."""
 
     def __init__(self, handle, fmt: str):
         self.handle = handle
         self.fmt = fmt
-        self.csv = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n") \
-            if fmt == ".csv" else None
         self.synced_at = time.monotonic()
 
     def header(self) -> None:
-        if self.csv is not None:
-            self.csv.writeheader()
+        if self.fmt == ".csv":
+            self.handle.write(",".join(COLUMNS) + "\n")
 
     def write(self, row: dict) -> None:
-        if self.csv is not None:
-            self.csv.writerow({c: _csv_value(row.get(c)) for c in COLUMNS})
-        else:
-            self.handle.write(json_text({c: row.get(c) for c in COLUMNS}, indent=None) + "\n")
+        self.handle.write(row_line(row, self.fmt))
         self.handle.flush()
+
+    def append(self, row: dict) -> None:
+        data = memoryview(row_line(row, self.fmt).encode("utf-8"))
+        self.handle.flush()  # nothing of the handle's may follow the row
+        fd = self.handle.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            try:
+                os.ftruncate(fd, end)
+                os.lseek(fd, end, os.SEEK_SET)
+            except OSError:
+                pass
+            raise
 
     def sync(self, force: bool = False) -> None:
         """fsync the file: when `force`, else at most once every FSYNC_EVERY_S (a row is on
@@ -182,5 +222,5 @@ def rows_on_disk(path: str, fmt: str) -> int:
         return 0
 
 
-__all__ = ["COLUMNS", "FORMATS", "STATUSES", "RowWriter", "SweepInterrupted", "output_format", "read_rows",
-           "start_output"]
+__all__ = ["COLUMNS", "FORMATS", "STATUSES", "RowWriter", "SweepInterrupted", "needs_retry", "output_format",
+           "read_rows", "row_line", "start_output"]

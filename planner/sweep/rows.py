@@ -1,10 +1,11 @@
 """One row of `planner sweep`: the combinations (model, cluster, global batch, sequence
-length, in a fixed order), their plan file names, and plan_combination, which plans one of
-them (planner.api.plan) and never raises. Both planner.sweep.run and planner.sweep.executors use these;
-this module imports neither.
+length, runtime, dtype, optimizer, cp and ep degrees, in a fixed order), their plan file names,
+and plan_combination, which plans one of them (planner.api.plan) and never raises. Both
+planner.sweep.run and planner.sweep.executors use these; this module imports neither.
 
 Combination index: the cartesian product of the options, models outermost, then clusters,
-global batches and sequence lengths, each in the order given (repeated values are dropped).
+global batches, sequence lengths, runtimes, dtypes, optimizers, cp and ep degrees, each in the
+order given (repeated values are dropped).
 Model and cluster names travel to local worker processes as strings, not objects, and every
 worker loads them itself (cached per process).
 """
@@ -30,38 +31,67 @@ from .output import COLUMNS
 EXECUTORS = ("local", "ray")  # planner.sweep.executors
 
 
+DEFAULT_RUNTIME, DEFAULT_OPTIMIZER = "megatron", "adamw"  # PlanRequest's
+# the columns that identify a row, and the text a row without one of them (an older file) means
+KEY_COLUMNS = ("model", "cluster", "global_batch", "seq_len", "runtime", "dtype", "optimizer", "cp_degrees",
+               "ep_degrees")
+_KEY_DEFAULTS = {"runtime": DEFAULT_RUNTIME, "optimizer": DEFAULT_OPTIMIZER}
+MAX_PLAN_NAME = 128  # characters of a --plans-dir file name (file systems allow 255 bytes)
+_HASH_HEX = 10
+
+
 @dataclass(frozen=True)
 class Combination:
+    """One row to plan. `runtime`, `dtype`, `optimizer`: as `planner plan` takes them (None:
+    the sweep's request's); `cp`, `ep`: the `--cp` / `--ep` degree of the row (None: plan's
+    default search)."""
     index: int
     model: str
     cluster: str
     global_batch: int
     seq_len: int
+    runtime: str | None = None
+    dtype: str | None = None
+    optimizer: str | None = None
+    cp: int | None = None
+    ep: int | None = None
     plan_name: str = ""  # its --plans-dir file name, when plan_file_names set it
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return row_key({"model": self.model, "cluster": self.cluster, "global_batch": self.global_batch,
-                        "seq_len": self.seq_len})
+    def key(self) -> tuple[str, ...]:
+        return row_key(self.request_columns())
+
+    def request_columns(self) -> dict[str, Any]:
+        """The row's columns that say what was asked (KEY_COLUMNS)."""
+        return {"model": self.model, "cluster": self.cluster, "global_batch": self.global_batch,
+                "seq_len": self.seq_len, "runtime": self.runtime, "dtype": self.dtype, "optimizer": self.optimizer,
+                "cp_degrees": self.cp, "ep_degrees": self.ep}
 
 
-def row_key(row: dict) -> tuple[str, str, str, str]:
-    """What matches a row to a combination; numbers as text, so CSV and JSONL rows agree."""
-    def text(value: Any) -> str:
+def row_key(row: dict) -> tuple[str, ...]:
+    """What matches a row to a combination; numbers as text, so CSV and JSONL rows agree, and
+    an absent or empty column as its default."""
+    def text(column: str) -> str:
+        value = row.get(column)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        return str(value).strip()
+        value = "" if value is None else str(value).strip()
+        return value or _KEY_DEFAULTS.get(column, "")
 
-    return tuple(text(row.get(c)) for c in ("model", "cluster", "global_batch", "seq_len"))  # type: ignore[return-value]
+    return tuple(text(c) for c in KEY_COLUMNS)
 
 
 def combinations(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int],
-                 seq_lens: Iterable[int]) -> list[Combination]:
-    """The cartesian product in a fixed order (models outermost), duplicates dropped."""
+                 seq_lens: Iterable[int], runtimes: Iterable[str | None] = (None,),
+                 dtypes: Iterable[str | None] = (None,), optimizers: Iterable[str | None] = (None,),
+                 cps: Iterable[int | None] = (None,), eps: Iterable[int | None] = (None,)) -> list[Combination]:
+    """The cartesian product in a fixed order (models outermost), duplicates dropped; an empty
+    axis is its default (None)."""
     def unique(values: Iterable) -> list:
-        return list(dict.fromkeys(values))
+        return list(dict.fromkeys(values)) or [None]
 
-    product = itertools.product(unique(models), unique(clusters), unique(batches), unique(seq_lens))
+    product = itertools.product(unique(models), unique(clusters), unique(batches), unique(seq_lens),
+                                unique(runtimes), unique(dtypes), unique(optimizers), unique(cps), unique(eps))
     return [Combination(i, *values) for i, values in enumerate(product)]
 
 
@@ -77,16 +107,36 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_HEX]
+
+
+def capped_name(name: str) -> str:
+    """`name` (…​.json) if it has at most MAX_PLAN_NAME characters, else its start and a hash
+    of the whole name: `<start>-<10 hex>.json`, MAX_PLAN_NAME long (deterministic, distinct
+    names stay distinct)."""
+    if len(name) <= MAX_PLAN_NAME:
+        return name
+    suffix = f"-{_short_hash(name)}.json"
+    return name[:MAX_PLAN_NAME - len(suffix)].rstrip("._-") + suffix
+
+
 def plan_file_name(combo: Combination) -> str:
     """The name plan_file_names gave the combination, else the plain one:
-    <model>__<cluster>__<global_batch>__<seq_len>.json, with path separators and other unsafe
-    characters of the names (which may be file paths) replaced by '_'."""
+    <model>__<cluster>__<global_batch>__<seq_len>[__<runtime>][__<dtype>][__<optimizer>][__cp<N>]
+    [__ep<N>].json (the parts in brackets where the row asks for other than plan's default),
+    with path separators and other unsafe characters of the names (which may be file paths)
+    replaced by '_', capped to MAX_PLAN_NAME characters (capped_name)."""
     if combo.plan_name:
         return combo.plan_name
     def safe(name: str) -> str:
         return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip(".") or "_"
 
-    return f"{safe(combo.model)}__{safe(combo.cluster)}__{combo.global_batch}__{combo.seq_len}.json"
+    parts = [safe(combo.model), safe(combo.cluster), str(combo.global_batch), str(combo.seq_len)]
+    parts += [safe(v) for v, default in ((combo.runtime, DEFAULT_RUNTIME), (combo.dtype, None),
+                                         (combo.optimizer, DEFAULT_OPTIMIZER)) if v and v != default]
+    parts += [f"{axis}{v}" for axis, v in (("cp", combo.cp), ("ep", combo.ep)) if v is not None]
+    return capped_name("__".join(parts) + ".json")
 
 
 def _identity(name: str) -> str:
@@ -98,17 +148,20 @@ def plan_file_names(combos: list[Combination]) -> list[Combination]:
     """The combinations with unique plan file names: the plain name, and where distinct inputs
     share one (`../cfg.json` and `./cfg.json` are both `_cfg.json`), a `-<10 hex>` hash of the
     resolved inputs before `.json` on each of them. Deterministic for the same inputs."""
+    def identity(c: Combination) -> tuple:
+        asked = [v for v in c.key[4:] if v not in ("", DEFAULT_RUNTIME, DEFAULT_OPTIMIZER)]
+        return (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len, *asked)
+
     plain = {c.index: plan_file_name(c) for c in combos}
     owners: dict[str, set[tuple]] = {}
     for c in combos:
-        owners.setdefault(plain[c.index], set()).add(
-            (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len))
+        owners.setdefault(plain[c.index], set()).add(identity(c))
     named = []
     for c in combos:
         name = plain[c.index]
         if len(owners[name]) > 1:
-            ident = "\0".join(map(str, (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len)))
-            name = f"{name[:-len('.json')]}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}.json"
+            stem = name[:-len(".json")][:MAX_PLAN_NAME - len(".json") - _HASH_HEX - 1]
+            name = f"{stem}-{_short_hash(chr(0).join(map(str, identity(c))))}.json"
         named.append(replace(c, plan_name=name))
     return named
 
@@ -134,11 +187,59 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _empty_row(combo: Combination, status: str, reason: str, runtime: str | None = None) -> dict:
+def _asked(combo: Combination, template: PlanRequest) -> PlanRequest:
+    """The request of one row: the sweep's, with the combination's axes where it sets them
+    (as `planner plan --runtime/--dtype/--optimizer/--cp/--ep` would take them)."""
+    return replace(template, global_batch=combo.global_batch, seq_len=combo.seq_len,
+                   runtime=combo.runtime or template.runtime,
+                   dtype=combo.dtype if combo.dtype is not None else template.dtype,
+                   optimizer=combo.optimizer or template.optimizer,
+                   cp_degrees=(combo.cp,) if combo.cp is not None else template.cp_degrees,
+                   ep_degrees=(combo.ep,) if combo.ep is not None else template.ep_degrees)
+
+
+def _empty_row(combo: Combination, status: str, reason: str, request: PlanRequest | None = None,
+               model_name: str | None = None) -> dict:
     row = {c: None for c in COLUMNS}
-    row.update(model=combo.model, cluster=combo.cluster, global_batch=combo.global_batch,
-               seq_len=combo.seq_len, status=status, reason=_one_line(reason), runtime=runtime)
+    row.update(combo.request_columns())
+    if request is not None:
+        row.update(runtime=request.runtime, dtype=request.dtype, optimizer=request.optimizer)
+    row.update(status=status, reason=_one_line(reason), model_name=model_name)
     return row
+
+
+def _per_stage(values: list) -> Any:
+    """One value when every stage has it, else each stage's, joined by '/'."""
+    return values[0] if len(set(values)) == 1 else "/".join(map(str, values))
+
+
+def stages_text(planned) -> str:
+    """Each stage's tp, dp, cp and ep, runs of equal stages as `<shape> xN`, joined by ' | ':
+    `tp4.dp2.cp1.ep1 x3 | tp2.dp4.cp1.ep1`."""
+    shapes = [f"tp{s.tp}.dp{s.dp}.cp{s.cp}.ep{s.ep}" for s in planned.stages]
+    runs = [(shape, len(list(group))) for shape, group in itertools.groupby(shapes)]
+    return " | ".join(shape if n == 1 else f"{shape} x{n}" for shape, n in runs)
+
+
+def plan_columns(planned, est) -> dict:
+    """The columns that describe a plan's shape and its estimate."""
+    from ..inputs.hardware import GIB
+
+    stages = planned.stages
+    t = planned.training
+    return dict(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
+                tp=max(s.tp for s in stages), dp=max(s.dp for s in stages), num_gpus_used=est.num_gpus_used,
+                micro_batch=t.micro_batch, schedule=t.schedule, virtual_stages=t.virtual_stages,
+                cp=max(s.cp for s in stages), ep=max(s.ep for s in stages),
+                zero=_per_stage([s.zero for s in stages]), recompute=_per_stage([s.recompute for s in stages]),
+                peak_memory_GiB=max(m.total_bytes for m in est.memory_by_rank.values()) / GIB,
+                stages=stages_text(planned))
+
+
+def _environmental(exc: BaseException) -> bool:
+    """A failure outside the row's inputs: the OS (a full disk, EIO, EACCES: OSError, also
+    when reported as bad input while handling one) or memory."""
+    return isinstance(exc, (OSError, MemoryError)) or isinstance(exc.__context__, OSError)
 
 
 def plan_combination(combo: Combination, request: PlanRequest | None, want_plan: bool = False,
@@ -146,48 +247,47 @@ def plan_combination(combo: Combination, request: PlanRequest | None, want_plan:
     """Plan one combination: its row, and its plan JSON when `want_plan` and feasible. Never
     raises (every failure is a row). The search is planner.api.plan's, of `request` (the
     sweep's flags; None: the defaults of `planner plan`, no time limit) with the combination's
-    model, cluster, global batch and sequence length, so a row equals `planner plan` with the
-    same inputs. Every executor runs this for every row; `model` and `cluster`, when given,
-    are the loaded forms of combo.model and combo.cluster."""
+    model, cluster, global batch, sequence length and other axes (_asked), so a row equals
+    `planner plan` with the same inputs. Every executor runs this for every row; `model` and
+    `cluster`, when given, are the loaded forms of combo.model and combo.cluster."""
     started = time.perf_counter()
-    template = request if request is not None else PlanRequest(time_limit_s=None)
+    asked = _asked(combo, request if request is not None else PlanRequest(time_limit_s=None))
+    name = None
     try:
         from ..api import plan, plan_json
 
         model = model if model is not None else _model(combo.model)
+        name = model.name
         cluster = cluster if cluster is not None else _cluster(combo.cluster)
-        result = plan(replace(template, model=model, cluster=cluster, global_batch=combo.global_batch,
-                              seq_len=combo.seq_len))
-        est, planned = result.estimate, result.plan
-        row = _empty_row(combo, "ok", "")
-        row.update(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
-                   tp=max(s.tp for s in planned.stages), dp=max(s.dp for s in planned.stages),
-                   num_gpus_used=est.num_gpus_used, solver_seconds=result.seconds,
+        result = plan(replace(asked, model=model, cluster=cluster))
+        row = _empty_row(combo, "ok", "", asked, name)
+        row.update(plan_columns(result.plan, result.estimate), solver_seconds=result.seconds,
                    any_runtime_step_s=result.any_runtime_step_s)
-        row["runtime"] = template.runtime
         return row, plan_json(result) if want_plan else None
     except NoFeasiblePlan as exc:
-        row = _empty_row(combo, "infeasible", exc.message, template.runtime)
+        row = _empty_row(combo, "infeasible", exc.message, asked, name)
         row["solver_seconds"] = time.perf_counter() - started
         return row, None
-    except BadInput as exc:
-        return _empty_row(combo, "error", str(exc), template.runtime), None
     except RecursionError:
-        return _empty_row(combo, "error", "input too deeply nested", template.runtime), None
+        return _empty_row(combo, "error", "input too deeply nested", asked, name), None
     except Exception as exc:  # noqa: BLE001 - one bad combination never stops the others
-        return _empty_row(combo, "error", f"{type(exc).__name__}: {exc}", template.runtime), None
+        status = "failed" if _environmental(exc) else "error"
+        reason = str(exc) if isinstance(exc, BadInput) else f"{type(exc).__name__}: {exc}"
+        return _empty_row(combo, status, reason, asked, name), None
 
 
 def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str | None) -> dict:
-    """Write `plan` to plans_dir (if both are given); the row, or an error row if that fails.
-    Written like every output (planner.core.outfile): a symbolic link there is refused, not followed."""
+    """Write `plan` to plans_dir (if both are given); the row, or a `failed` row (which
+    --resume plans again) if that fails. Written like every output (planner.core.outfile): a
+    symbolic link there is refused, not followed."""
     if plan is None or plans_dir is None:
         return row
     path = str(Path(plans_dir) / plan_file_name(combo))
     try:
         write_output(path, json_text(plan) + "\n", inputs=(combo.model, combo.cluster))
     except BadInput as exc:
-        return _empty_row(combo, "error", f"plan not written: {exc}")
+        failed = {c: row.get(c) for c in ("runtime", "dtype", "optimizer", "model_name")}
+        return {**_empty_row(combo, "failed", f"plan not written: {exc}"), **failed}
     return row
 
 
@@ -197,5 +297,6 @@ def run_combination(combo: Combination, request: PlanRequest | None, plans_dir: 
     return save_plan(combo, row, plan, plans_dir)
 
 
-__all__ = ["EXECUTORS", "Combination", "combinations", "parse_shard", "plan_combination", "plan_file_name",
-           "plan_file_names", "row_key", "run_combination", "save_plan"]
+__all__ = ["EXECUTORS", "KEY_COLUMNS", "MAX_PLAN_NAME", "Combination", "capped_name", "combinations", "parse_shard",
+           "plan_columns", "plan_combination", "plan_file_name", "plan_file_names", "row_key", "run_combination",
+           "save_plan", "stages_text"]

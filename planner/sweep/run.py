@@ -26,13 +26,34 @@ from ..api import PlanRequest, require
 from ..core.errors import BadInput
 from ..cost.runtimes import get_runtime
 from ..core.outfile import check_output, exclusive_lock, input_paths
-from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, rows_on_disk, sigterm_interrupts, \
+from ..plan import OPTIMIZER_NAMES
+from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, needs_retry, rows_on_disk, sigterm_interrupts, \
     write_all, output_format, read_rows, start_output
-from .rows import EXECUTORS, Combination, combinations, parse_shard, plan_combination, plan_file_name, \
-    plan_file_names, row_key, run_combination
+from .rows import DEFAULT_OPTIMIZER, EXECUTORS, Combination, combinations, parse_shard, plan_combination, \
+    plan_file_name, plan_file_names, row_key, run_combination
 
 
 # --- the sweep --------------------------------------------------------------------------------
+
+
+def _axes(runtime: str | Iterable[str], runtimes: Iterable[str], dtypes: Iterable[str], optimizers: Iterable[str],
+          cps: Iterable[int], eps: Iterable[int]) -> dict[str, tuple]:
+    """The sweep's axes beyond models, clusters, batches and lengths, each value checked
+    before any work (a dtype a row's cluster or runtime lacks is that row's error): runtimes
+    (`runtime` when none), dtypes, optimizers, cp and ep degrees (empty: plan's default, None)."""
+    runtimes = tuple(runtimes) or ((runtime,) if isinstance(runtime, str) else tuple(runtime))
+    for name in runtimes:
+        get_runtime(name)  # an unknown name is bad input before any work
+    for name in optimizers:
+        if name not in OPTIMIZER_NAMES:
+            raise BadInput(f"expected one of {', '.join(OPTIMIZER_NAMES)}, got {name!r}", "--optimizer")
+    for flag, degrees in (("--cp", cps), ("--ep", eps)):
+        for degree in degrees:
+            if not isinstance(degree, int) or isinstance(degree, bool) or degree < 1:
+                raise BadInput(f"must be a positive integer, got {degree!r}", flag)
+    return {"runtimes": runtimes, "dtypes": tuple(dtypes) or (None,),
+            "optimizers": tuple(optimizers) or (DEFAULT_OPTIMIZER,), "cps": tuple(cps) or (None,),
+            "eps": tuple(eps) or (None,)}
 
 
 def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int], seq_lens: Iterable[int],
@@ -40,18 +61,22 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
           shard: tuple[int, int] | None = None, time_limit: float | None = None,
           progress: Callable[[int, int], Any] | None = None, executor: str = "local",
           micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = (),
-          runtime: str = "megatron", compare_any: bool = False) -> dict[str, int]:
+          runtime: str = "megatron", compare_any: bool = False, runtimes: Iterable[str] = (),
+          dtypes: Iterable[str] = (), optimizers: Iterable[str] = (), cp_degrees: Iterable[int] = (),
+          ep_degrees: Iterable[int] = ()) -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.
 
     `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
     tasks at a time; None: the cluster's CPUs), see planner.sweep.executors.
     `progress(done, total)` is called once before the first row and after every row.
     Ctrl-C or SIGTERM: the workers stop, every row written stays, SweepInterrupted is raised.
-    A second sweep on the same output while one runs is BadInput (see exclusive_lock).
+    A second sweep on the same output while one runs is BadInput (see exclusive_lock), and so
+    is a results file that cannot be written (a full disk): the file keeps its complete rows.
     Every row is planned as `planner plan` would with `time_limit` (None: none),
-    `micro_batches` and `virtual_stages` (empty: plan's defaults) and `runtime` (every row's
-    `runtime` column; with `compare_any`, `any_runtime_step_s` is what `--runtime any` would reach,
-    as `plan --compare-any` reports)."""
+    `micro_batches` and `virtual_stages` (empty: plan's defaults) and its own runtime (of
+    `runtimes`, else `runtime`), dtype, optimizer, `--cp` and `--ep` degree (each list one axis
+    of the product; empty: plan's default); with `compare_any`, `any_runtime_step_s` is what
+    `--runtime any` would reach, as `plan --compare-any` reports."""
     fmt = output_format(output)
     if time_limit is not None:
         require(time_limit, "--time-limit")
@@ -59,11 +84,11 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
         require(b, "--micro-batch")
     for v in virtual_stages:
         require(v, "--virtual-stages")
-    get_runtime(runtime)  # an unknown name is bad input before any work
+    axes = _axes(runtime, runtimes, dtypes, optimizers, cp_degrees, ep_degrees)
     request = PlanRequest(time_limit_s=time_limit, micro_batches=tuple(micro_batches),
-                          virtual_stages=tuple(virtual_stages), runtime=runtime, compare_any=compare_any)
+                          virtual_stages=tuple(virtual_stages), compare_any=compare_any)
     models, clusters = list(models), list(clusters)
-    combos = combinations(models, clusters, batches, seq_lens)
+    combos = combinations(models, clusters, batches, seq_lens, **axes)
     if plans_dir is not None:
         combos = plan_file_names(combos)  # over every combination, so shards agree
     if shard is not None:
@@ -86,13 +111,23 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
             raise SweepInterrupted(rows_on_disk(output, fmt), getattr(exc, "signum", signal.SIGINT)) from None
 
 
+def _not_written(exc: OSError | BadInput, output: str, rows: int) -> BadInput:
+    """The bad input of a results file that cannot be written (a full disk, a quota)."""
+    reason = exc.message if isinstance(exc, BadInput) else f"cannot write: {exc.strerror or exc}"
+    return BadInput(f"{reason}; the {rows} complete rows written stay in the file: make room and rerun "
+                    "with --resume", output)
+
+
 def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int | None, plans_dir: str | None,
                   resume: bool, request: PlanRequest, progress: Callable[[int, int], Any] | None,
                   executor: str) -> dict[str, int]:
-    """The sweep, with the output locked."""
+    """The sweep, with the output locked. With --resume, the rows of this sweep's combinations
+    that failed for a reason outside their inputs (needs_retry) are planned again."""
     from .executors import start_executor
 
-    kept = read_rows(output, fmt) if resume else []
+    ours = {c.key for c in combos}
+    kept = [r for r in (read_rows(output, fmt) if resume else [])
+            if not (needs_retry(r) and row_key(r) in ours)]
     kept_keys = {row_key(r) for r in kept}
     todo = [c for c in combos if c.key not in kept_keys]
     new_rows: dict[int, dict] = {}
@@ -107,8 +142,11 @@ def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int
 
             def on_row(index: int, row: dict) -> None:
                 nonlocal done_count
-                writer.write(row)
-                writer.sync()
+                try:
+                    writer.append(row)  # whole, or not at all
+                    writer.sync()
+                except OSError as exc:  # stops the sweep: its workers end, its rows stay
+                    raise _not_written(exc, output, len(kept) + len(new_rows)) from None
                 new_rows[index] = row
                 done_count += 1
                 if progress:
@@ -117,7 +155,10 @@ def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int
             try:
                 execute(todo, request, plans_dir, on_row)
             finally:
-                writer.sync(force=True)
+                try:
+                    writer.sync(force=True)
+                except OSError:
+                    pass  # the final file below is written and synced anew, or reports why not
 
     # Deterministic final file: rows of this sweep's combinations by index; kept rows of
     # other combinations (e.g. an earlier sweep over other values) after them, as they were.
@@ -128,7 +169,10 @@ def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int
         if row is not None:
             final.append(row)
     final.extend(r for r in kept if row_key(r) in by_key)
-    write_all(output, fmt, final)
+    try:
+        write_all(output, fmt, final)
+    except BadInput as exc:
+        raise _not_written(exc, output, len(kept) + len(new_rows)) from None
     counts = {s: 0 for s in STATUSES}
     for row in final:
         counts[row["status"]] += 1
