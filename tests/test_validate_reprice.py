@@ -104,3 +104,22 @@ def test_a_recorded_profile_that_cannot_be_read_leaves_a_note_not_a_pass_in_sile
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "note: predicted not re-checked" in lines[0] and str(profile) in lines[0]
     assert json.loads(invoke("validate", out, "--json").stdout)["notes"][0].startswith("predicted not re-checked")
+
+
+def test_a_plan_priced_with_a_calibration_is_repriced_with_it(tmp_path):
+    from planner.cost.formulas import DEFAULT_PARAMS
+
+    from .test_calibrate import TRUE, profile_from_params
+
+    profile, calibration, out = tmp_path / "p.json", tmp_path / "c.yaml", tmp_path / "calibrated.json"
+    profile_from_params(profile, DEFAULT_PARAMS.with_updates(**TRUE))
+    assert invoke("calibrate", profile, "--gpu", "A100-SXM4-80GB", "-o", calibration).exit_code == 0
+    result = invoke("evaluate", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024",
+                    "--tp", "1", "--pp", "1", "--dp", "32", "--micro-batch", "2", "--calibration", calibration,
+                    "--plan-out", out)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(out.read_text())["predicted"]["priced_with"] == {"profiles": [], "calibrations": [str(calibration)]}
+    assert invoke("validate", out).exit_code == 0
+    data = json.loads(out.read_text())
+    del data["predicted"]["priced_with"]  # priced with the calibration, re-priced without it: refused
+    assert_bad_input(invoke("validate", write(tmp_path, data, "unrecorded.json")), "predicted.step_time_s")
