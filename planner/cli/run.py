@@ -3,14 +3,17 @@ process per rank under torchrun; world rank 0 prints one JSON line per step."""
 
 from __future__ import annotations
 
-import json
+import os
+import stat
+import sys
 from pathlib import Path
 
 import click
 
 from ..core.errors import BadInput
-from ..core.outfile import check_output
-from .output import bad_input_exit
+from ..core.io import json_text
+from ..core.outfile import check_output, commit, open_temp
+from .output import EXIT_INFEASIBLE, bad_input_exit, err
 
 
 @click.command("run")
@@ -35,13 +38,14 @@ def run_command(plan_file, steps, seed, data, lr, device, log_file, save_dir) ->
 
     Launch one process per rank of the plan with torchrun (the lines of `planner export
     PLAN --to rankmap`); a one-rank plan also runs without torchrun. World rank 0 prints
-    per step {"step", "loss", "step_time_s", "predicted_step_time_s"}.
+    per step {"step", "loss", "step_time_s", "predicted_step_time_s"}. A loss that is not
+    finite stops the run with exit 1; bad flags or environment exit 2.
 
     \b
     Example:
       torchrun --nproc_per_node=3 -m planner.cli run plan.json --steps 5
     """
-    from ..runner.launch import RunOptions, load_run_plan, run_plan
+    from ..runner.launch import Diverged, RunOptions, load_run_plan, run_plan
 
     try:
         if log_file:
@@ -53,10 +57,10 @@ def run_command(plan_file, steps, seed, data, lr, device, log_file, save_dir) ->
         log = None
         try:
             for record in run_plan(plan, options, predicted):
-                line = json.dumps(record)
+                line = json_text(record, indent=None)
                 click.echo(line)
                 if log_file:
-                    log = log or open(log_file, "w", encoding="utf-8")
+                    log = log or _open_log(log_file)
                     log.write(line + "\n")
                     log.flush()
         finally:
@@ -64,3 +68,20 @@ def run_command(plan_file, steps, seed, data, lr, device, log_file, save_dir) ->
                 log.close()
     except BadInput as exc:
         bad_input_exit(exc)
+    except Diverged as exc:
+        err(str(exc))
+        sys.exit(EXIT_INFEASIBLE)
+
+
+def _open_log(path: str):
+    """The log file open for writing line by line: a regular file is new (a temporary file
+    renamed over `path`, as planner.core.outfile writes every file); a device or FIFO
+    (/dev/stdout), which check_output lets through, is written through."""
+    try:
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            return open(path, "w", encoding="utf-8")
+        handle, tmp = open_temp(path)
+        commit(handle, tmp, path)
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror or exc}", path) from None
+    return handle

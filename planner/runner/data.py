@@ -33,11 +33,13 @@ class Batches:
             size = path.stat().st_size
             if size % 2:
                 raise BadInput(f"a token file holds uint16 ids (an even number of bytes), this one has {size}", source)
-            self.tokens = np.memmap(path, dtype="<u2", mode="r")
-            self.windows = len(self.tokens) // (seq_len + 1)
-            if self.windows == 0:
-                raise BadInput(f"{len(self.tokens)} tokens, fewer than one sample of seq_len + 1 = {seq_len + 1}",
-                               source)
+            self.windows = size // 2 // (seq_len + 1)
+            if self.windows == 0:  # an empty file included (it cannot be memory-mapped)
+                raise BadInput(f"{size // 2} tokens, fewer than one sample of seq_len + 1 = {seq_len + 1}", source)
+            try:
+                self.tokens = np.memmap(path, dtype="<u2", mode="r")
+            except OSError as exc:
+                raise BadInput(f"cannot read: {exc.strerror or exc}", source) from None
 
     def batch(self, step: int) -> np.ndarray:
         """Step `step`'s global batch: global_batch x (seq_len + 1) int64 ids."""

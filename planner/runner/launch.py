@@ -5,11 +5,17 @@ used cluster rank; gloo on CPU, NCCL on CUDA. A one-rank plan also runs without 
 Per step, world rank 0 yields {"step", "loss", "step_time_s", "predicted_step_time_s"}:
 the mean loss over the global batch, the wall time of the step on this machine (from a
 barrier before it to a barrier after the optimizer) and the plan's prediction (its
-`predicted.step_time_s`, else the cost model's price of the plan).
+`predicted.step_time_s`, else the cost model's price of the plan). A step whose loss is not
+finite raises Diverged on every rank (the loss is all-reduced, so every rank sees it).
+
+Bad options and a bad launch environment (RANK outside WORLD_SIZE, no MASTER_ADDR, a port in
+use) are BadInput before any collective can wait on a peer that never comes.
 """
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core.errors import BadInput
+from ..core.outfile import check_output, write_output
 from ..plan import Plan
 from .data import SYNTHETIC, Batches
 from .layout import Layout
@@ -31,7 +38,29 @@ class RunOptions:
     lr: float = 1e-3
     device: str = "auto"  # auto: cuda when available, else cpu
     save_dir: str | None = None  # write each rank's final parameters (whole layers) as DIR/rank<R>.pt
-    timeout_s: float = 600.0  # a receive or collective that waits longer fails
+    timeout_s: float = 600.0  # a rendezvous, receive or collective that waits longer fails
+
+
+# AdamW's largest sane learning rate: past it the first update alone moves each weight by more
+# than 10 (Adam's step is about lr per weight), and from about 3e37 its arithmetic overflows fp32
+MAX_LR = 10.0
+MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed and most launchers take a seed
+
+
+def check_options(options: RunOptions) -> None:
+    """BadInput, naming the flag, for an option the run cannot use."""
+    if not (math.isfinite(options.lr) and 0 < options.lr <= MAX_LR):
+        raise BadInput(f"{options.lr:g} is outside 0 < LR <= {MAX_LR:g}", "--lr")
+    if not 0 <= options.seed <= MAX_SEED:
+        raise BadInput(f"{options.seed} is outside 0..2**63-1", "--seed")
+
+
+class Diverged(Exception):
+    """The loss of a step is not finite: training stops (exit 1 in `planner run`)."""
+
+    def __init__(self, step: int, loss: float):
+        self.step, self.loss = step, loss
+        super().__init__(f"training diverged: the loss of step {step} is {loss} (not finite); lower --lr")
 
 
 @dataclass(frozen=True)
@@ -44,14 +73,37 @@ class Launch:
     local_rank: int = 0
 
     @classmethod
-    def from_env(cls) -> "Launch":
-        env = os.environ
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Launch":
+        """torchrun's RANK, WORLD_SIZE, LOCAL_RANK, checked: a rank outside the world, or a
+        world of several ranks without MASTER_ADDR and MASTER_PORT, is BadInput naming the
+        variable (it would wait for peers that never come, or fail inside torch)."""
+        env = os.environ if env is None else env
         if "WORLD_SIZE" not in env:
             return cls()
-        try:
-            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), "env://", int(env.get("LOCAL_RANK", "0")))
-        except (KeyError, ValueError):
-            raise BadInput("RANK and WORLD_SIZE must be integers (as torchrun sets them)", "environment") from None
+        values = {}
+        for name, default in (("WORLD_SIZE", None), ("RANK", None), ("LOCAL_RANK", "0")):
+            text = env.get(name, default)
+            try:
+                values[name] = int(text)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise BadInput(f"{'is not set' if text is None else repr(text) + ' is not an integer'}; torchrun "
+                               "sets RANK, WORLD_SIZE and LOCAL_RANK", name) from None
+        world, rank, local = values["WORLD_SIZE"], values["RANK"], values["LOCAL_RANK"]
+        if world < 1:
+            raise BadInput(f"{world} is not a number of processes (1 or more)", "WORLD_SIZE")
+        if not 0 <= rank < world:
+            raise BadInput(f"{rank} is outside the world of WORLD_SIZE={world} ranks (0..{world - 1})", "RANK")
+        if local < 0:
+            raise BadInput(f"{local} is negative", "LOCAL_RANK")
+        if world > 1:
+            for name in ("MASTER_ADDR", "MASTER_PORT"):
+                if not env.get(name):
+                    raise BadInput(f"is not set, but WORLD_SIZE={world}: the ranks meet at MASTER_ADDR:MASTER_PORT "
+                                   "(torchrun sets both)", name)
+            port = env["MASTER_PORT"]
+            if not (port.isdigit() and 0 < int(port) < 65536):
+                raise BadInput(f"{port!r} is not a TCP port (1..65535)", "MASTER_PORT")
+        return cls(rank, world, "env://", local)
 
 
 def predicted_step_time_s(plan: Plan, data: Mapping[str, Any]) -> float:
@@ -79,6 +131,7 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
              launch: Launch | None = None) -> Iterator[dict]:
     """Train `plan` for options.steps steps as this process's rank; yields one record per step on
     world rank 0 (nothing on the others)."""
+    check_options(options)
     torch = _torch()
     import torch.distributed as dist
 
@@ -99,10 +152,13 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
     device = torch.device(f"cuda:{launch.local_rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
+    target = None
+    if options.save_dir is not None:
+        target = str(Path(options.save_dir) / f"rank{launch.rank}.pt")
+        check_output(target)  # before training, not after it
     distributed = launch.world_size > 1
     if distributed:
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=launch.init_method, rank=launch.rank,
-                                world_size=launch.world_size, timeout=timedelta(seconds=options.timeout_s))
+        _init_process_group(dist, "nccl" if cuda else "gloo", launch, options.timeout_s)
     try:
         groups = {ranks: dist.new_group(list(ranks)) for ranks in layout.groups} if distributed else {}
         state = RankState(layout, launch.rank, groups, options.seed, device, AdamWSettings(lr=options.lr))
@@ -116,15 +172,36 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
             if distributed:
                 dist.barrier()
             elapsed = time.perf_counter() - start
+            if not math.isfinite(loss):
+                raise Diverged(step + 1, loss)
             if launch.rank == 0:
                 yield {"step": step + 1, "loss": loss, "step_time_s": elapsed, "predicted_step_time_s": predicted}
-        if options.save_dir is not None:
+        if target is not None:
             params = gather_parameters(state, groups)
-            target = Path(options.save_dir) / f"rank{launch.rank}.pt"
-            torch.save({"plan_rank": layout.plan_ranks[launch.rank], "layers": params}, target)
+            buffer = io.BytesIO()
+            torch.save({"plan_rank": layout.plan_ranks[launch.rank], "layers": params}, buffer)
+            write_output(target, buffer.getvalue())
     finally:
         if distributed:
             dist.destroy_process_group()
+
+
+def _init_process_group(dist, backend: str, launch: Launch, timeout_s: float) -> None:
+    """init_process_group with a finite timeout; a rendezvous that fails (the port taken, the
+    address unreachable, the peers absent past the timeout) is BadInput naming where."""
+    try:
+        dist.init_process_group(backend, init_method=launch.init_method, rank=launch.rank,
+                                world_size=launch.world_size, timeout=timedelta(seconds=timeout_s))
+    except dist.DistError as exc:
+        env = os.environ
+        where = f"MASTER_ADDR:MASTER_PORT ({env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')})" \
+            if launch.init_method == "env://" else launch.init_method
+        text = str(exc)
+        if "EADDRINUSE" in text or "address already in use" in text.lower():
+            raise BadInput("the port is in use (another run or torchrun holds it): choose a free MASTER_PORT, or let "
+                           "torchrun --standalone pick one", where) from None
+        first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        raise BadInput(f"the ranks could not meet (timeout {timeout_s:g} s): {first}", where) from None
 
 
 def load_run_plan(path: str) -> tuple[Plan, float]:

@@ -182,7 +182,7 @@ def new_layer(config: ModelConfig, index: int, tp: TPGroup, recompute: str = "no
 
 def init_full(config: ModelConfig, index: int, seed: int) -> dict[str, torch.Tensor]:
     """The whole (tp = 1) parameters of layer `index`, the same for every plan."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + index) % 2**64)  # the range manual_seed takes
     layer = new_layer(config, index, TPGroup())
     state = {}
     with torch.no_grad():

@@ -158,6 +158,12 @@ def check_runnable(plan: Plan, chunks: int) -> None:
     if config.model_type not in SUPPORTED_TYPES:
         raise BadInput(f"the runtime builds {', '.join(SUPPORTED_TYPES)} models, not {config.model_type!r}",
                        "plan", "model.config.model_type")
+    if config.model_type != "gpt2" and config.head_dim % 2:
+        # rotary embedding turns pairs of a head's dimensions (Su et al. 2021): an odd head_dim
+        # has no layer shape to build
+        field = "head_dim" if config.attention_head_dim else "hidden_size"  # given, or hidden / heads
+        raise BadInput(f"rotary embedding needs an even head_dim, this model's is {config.head_dim}", "plan",
+                       f"model.config.{field}")
     schedule = get_schedule(plan.training.schedule)
     if not schedule.runs_in_planner_run:
         # the reference runtime runs whole backwards in Megatron's orders; the zero-bubble and
