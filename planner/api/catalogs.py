@@ -21,15 +21,17 @@ def gpu_catalog() -> list[dict]:
 
 
 def model_catalog() -> list[dict]:
-    """`planner models --json`: the built-in models with parameter counts and shapes."""
+    """`planner models --json`: the built-in models with parameter counts (`active_params`: those
+    one token passes through, fewer than `params` for a mixture of experts) and shapes."""
     from ..inputs.model import catalog_names
+    from .model_info import active_params
 
     rows = []
     for name in catalog_names():
         m = load_model(name)
         c = m.config
-        rows.append({"name": name, "model_type": c.model_type, "params": m.params,
+        rows.append({"name": name, "model_type": c.model_type, "params": m.params, "active_params": active_params(m),
                      "layers": c.num_layers, "hidden": c.hidden, "heads": c.num_heads,
                      "kv_heads": c.num_kv_heads, "ffn_hidden": c.ffn_hidden, "vocab": c.vocab,
-                     "experts": c.num_experts})
+                     "experts": c.num_experts, "experts_top_k": c.experts_top_k})
     return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from .catalog import gpus, models
+from .catalog import gpus, inspect_command, models
 from .evaluate import evaluate_command
 from .export import export_command
 from .links import profile_links_command
@@ -33,7 +33,7 @@ def main() -> None:
     """
 
 
-for _command in (gpus, models, plan_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
+for _command in (gpus, models, inspect_command, plan_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
                  sweep_command, validate_command, export_command, show_command, run_command):
     main.add_command(_command)
 
