@@ -200,3 +200,26 @@ def test_columns_of_earlier_files_keep_their_place():
     assert COLUMNS[:16] == ("model", "cluster", "global_batch", "seq_len", "status", "reason", "step_time_s",
                             "tokens_per_s", "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds", "runtime",
                             "any_runtime_step_s")
+
+
+def test_an_os_error_while_planning_is_failed_and_a_bad_input_is_error(tmp_path, monkeypatch):
+    """EIO while reading a model is the machine's fault (failed: --resume retries it); a
+    folder given as the model file is the input's (error: kept)."""
+    out = tmp_path / "r.csv"
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+
+    def io_error(name):
+        if name == "gpt2":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_model(name)
+
+    real_model = sweep_rows._model
+    monkeypatch.setattr(sweep_rows, "_model", io_error)
+    result = runner().invoke(group(), sweep_args(out, models=("gpt2", folder)))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert [r["status"] for r in complete_rows(out)] == ["failed", "error"]
+    monkeypatch.undo()
+    result = runner().invoke(group(), sweep_args(out, "--resume", models=("gpt2", folder)))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert [r["status"] for r in complete_rows(out)] == ["ok", "error"]

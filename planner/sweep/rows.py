@@ -12,6 +12,7 @@ worker loads them itself (cached per process).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import os
@@ -236,10 +237,20 @@ def plan_columns(planned, est) -> dict:
                 stages=stages_text(planned))
 
 
+# errors of the machine, not of the inputs: a full disk or quota, I/O, permissions, no memory,
+# too many open files, a busy or stale resource
+ENVIRONMENTAL_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ENOSPC", "EDQUOT", "EFBIG", "EIO", "EACCES", "EPERM", "EROFS", "ENOMEM", "EMFILE", "ENFILE", "EAGAIN",
+    "EBUSY", "ETIMEDOUT", "ESTALE", "ENOLCK") if hasattr(errno, name))
+
+
 def _environmental(exc: BaseException) -> bool:
-    """A failure outside the row's inputs: the OS (a full disk, EIO, EACCES: OSError, also
-    when reported as bad input while handling one) or memory."""
-    return isinstance(exc, (OSError, MemoryError)) or isinstance(exc.__context__, OSError)
+    """A failure outside the row's inputs: out of memory, or an OS error of the machine (a full
+    disk, EIO, EACCES; also when reported as bad input while handling one)."""
+    if isinstance(exc, MemoryError):
+        return True
+    cause = exc if isinstance(exc, OSError) else exc.__context__
+    return isinstance(cause, OSError) and cause.errno in ENVIRONMENTAL_ERRNOS
 
 
 def plan_combination(combo: Combination, request: PlanRequest | None, want_plan: bool = False,
