@@ -139,19 +139,18 @@ def test_with_topology_there_is_no_default_edge_behind_the_spine():
     assert route(s).bandwidth_bytes_per_s == 10 * GB  # not the 200 GB/s inter_node default
 
 
-def test_every_pair_is_resolved_at_load_not_while_pricing(monkeypatch):
+def test_a_pair_is_searched_once_and_pricing_reuses_it(monkeypatch):
     cluster = load_cluster(SPINE)
-    assert [(a, b) for a, b, _ in cluster.topology.routes] == [("rack-a", "rack-b")]
-
-    def no_search(*args, **kwargs):
-        raise AssertionError("a path search while pricing")
-
-    monkeypatch.setattr(topology, "widest_path", no_search)
-    monkeypatch.setattr(topology.nx, "single_source_dijkstra", no_search)
+    searches = []
+    real = topology.least_latency_from
+    monkeypatch.setattr(topology, "least_latency_from", lambda *a: searches.append(a) or real(*a))
     assert cluster.link(0, 31).bandwidth_bytes_per_s == 50 * GB
+    assert len(searches) == 1
     plan = uniform_plan(load_model("gpt2"), cluster, Training(32, 512, "bf16", 1), tp=1, pp=2, dp=16,
                         zero=0, recompute="none", sequence_parallel=False)
     assert evaluate(plan).step_time_s > 0
+    assert len(searches) == 1
+    assert [(a, b) for a, b, _ in cluster.topology.routes] == [("rack-a", "rack-b")]
 
 
 # --- the example and the CLI -------------------------------------------------------------------------

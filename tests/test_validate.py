@@ -113,10 +113,19 @@ def test_solver_plans_validate_against_the_schema_and_survive_a_json_round_trip(
     assert len(pipeline_plan["stages"]) == 2
 
 
-def test_added_keys_are_allowed(plan):
+def test_an_unknown_key_is_a_problem_at_its_path_naming_the_nearest_key(plan):
     plan["note"] = "hand-edited"
-    plan["stages"][0]["comment"] = "fine"
+    plan["stages"][0]["recompte"] = "full"
+    plan["stages"][0]["replicas"][0]["colour"] = "red"
+    problems = dict(validate_plan_data(plan))
+    assert problems["stages[0].recompte"] == "unknown key (did you mean recompute?)"
+    assert problems["stages[0].replicas[0].colour"] == "unknown key (known: dp_rank, batch_share, ranks)"
+    assert problems["note"].startswith("unknown key (known: format, model, cluster")
+
+
+def test_the_reports_predicted_and_solver_may_carry_added_keys(plan):
     plan["solver"]["extra"] = {"anything": [1, 2]}
+    plan["predicted"]["extra"] = 1
     assert validate_plan_data(plan) == []
 
 

@@ -18,6 +18,7 @@ from ..cost.formulas import DEFAULT_PARAMS, CostParams, layer_time
 from ..core.dims import StageDims
 from ..core import ranges
 from ..core.errors import BadInput
+from ..core.io import check_keys
 from ..inputs.hardware import GpuSpec
 from ..inputs.measured import MeasuredTimes
 from ..inputs.model import Model
@@ -26,6 +27,7 @@ from ..cost.sharding import Sharding
 FITTED = ("gemm_efficiency", "hbm_efficiency", "attention_efficiency")
 GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 CALIBRATION_FORMAT = "planner.calibration/v1"
+CALIBRATION_KEYS = ("format", "gpu", "source", "params", "rms_log_error_before", "rms_log_error_after", "points")
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,14 @@ def params_from_calibration(data: Mapping[str, Any], where: str) -> tuple[str, d
     """(GPU name, parameter overrides) from a calibration file."""
     if data.get("format") != CALIBRATION_FORMAT:
         raise BadInput(f"not a calibration file (format must be {CALIBRATION_FORMAT})", where, "format")
+    check_keys(data, CALIBRATION_KEYS, where)
     gpu = data.get("gpu")
     if not isinstance(gpu, str) or not gpu:
         raise BadInput("missing GPU name", where, "gpu")
     params = data.get("params")
     if not isinstance(params, dict):
         raise BadInput("must be a mapping", where, "params")
+    check_keys(params, FITTED, where, "params")
     out = {}
     for name in FITTED:
         out[name] = float(ranges.get(params, name, "efficiency", where, f"params.{name}"))

@@ -18,6 +18,7 @@ and ``- + : @ =`` as the first character (a leading ``-`` reads as a flag).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
@@ -26,6 +27,17 @@ NAME_MAX = 128
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9._+/:@=-]{0,%d}" % (NAME_MAX - 1))
 NAME_RULE = (f"1-{NAME_MAX} characters of letters, digits and . _ + / : @ = -, "
              "starting with a letter, digit, _, . or /")
+
+
+def name_from_file(path: str | Path) -> str:
+    """The name of a model or cluster that declares none: its file name's stem, made a name
+    (the rule is for names, not file names): each character the rule refuses becomes ``_``, a
+    ``_`` goes in front of a first character that cannot start a name, and the result is cut
+    to NAME_MAX characters."""
+    name = re.sub(r"[^A-Za-z0-9._+/:@=-]", "_", Path(path).stem)
+    if not re.match(r"[A-Za-z0-9_./]", name):
+        name = "_" + name
+    return name[:NAME_MAX]
 
 
 def is_name(value: Any) -> bool:

@@ -10,6 +10,7 @@ the files and flags (GB/s, us, GiB, TFLOP/s, seconds, counts).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -94,9 +95,21 @@ RANGES: dict[str, Range] = {
 }
 
 
+_BASE60 = re.compile(r"([-+]?)([0-9]+(?::[0-5]?[0-9])+)(\.[0-9]*)?")
+
+
 def _show(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    text = text if len(text) <= 40 else text[:37] + "..."
+    base60 = _BASE60.fullmatch(value) if isinstance(value, str) else None
+    if base60:  # YAML 1.1 reads `12:30` as 750; planner.core.io reads it as the string it is
+        sign, digits, fraction = base60.groups()
+        number = 0.0
+        for part in digits.split(":"):
+            number = number * 60 + int(part)
+        number = (number + float(fraction or "0")) * (-1 if sign == "-" else 1)
+        text += f" (base-60 numbers are not read: write {number:g} if that is meant)"
+    return text
 
 
 def check(value: Any, figure: str, where: str | None, field: str | None = None) -> Any:

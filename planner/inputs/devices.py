@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from ..core import ranges
 from ..core.errors import BadInput
+from ..core.io import check_keys
 from .linkcurve import LinkCurve, read_curves
 
 GIB = 2**30
@@ -109,11 +110,17 @@ class Device:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any]) -> Link:
+LINK_KEYS = ("kind", "bandwidth_GBps", "latency_us", "curve")  # formats.md sections 1 and 6
+
+
+def read_link(data: Any, where: str, field_name: str, default: Mapping[str, Any],
+              more_keys: tuple[str, ...] = ()) -> Link:
+    """A link mapping (LINK_KEYS, and `more_keys`: a links entry's `between`) over `default`."""
     if data is None:
         data = default
     if not isinstance(data, dict):
         raise BadInput("must be a mapping with bandwidth_GBps and latency_us", where, field_name)
+    check_keys(data, LINK_KEYS + more_keys, where, field_name)
     merged = {**default, **data}
     bw = ranges.get(merged, "bandwidth_GBps", "bandwidth_GBps", where, f"{field_name}.bandwidth_GBps")
     lat = ranges.get(merged, "latency_us", "latency_us", where, f"{field_name}.latency_us",

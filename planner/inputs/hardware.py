@@ -15,8 +15,8 @@ from typing import Any, Iterator, Mapping
 from ..core import ranges
 from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, HostSpec, Link, NodeGroup, read_link  # noqa: F401
 from ..core.errors import BadInput
-from ..core.io import get_str, load_mapping
-from ..core.names import check_name
+from ..core.io import check_keys, get_str, load_mapping
+from ..core.names import check_name, name_from_file
 from ..core.ranges import MAX_CLUSTER_GPUS
 from .topology import Topology, topology_from_spec
 
@@ -42,6 +42,12 @@ CLUSTERS_DIR = PROFILES_DIR / "clusters"
 DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "latency_us": 5.0}
 DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
 
+# The keys of each mapping of a cluster file (formats.md section 1); any other is bad input.
+CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology")
+NODE_GROUP_KEYS = ("name", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host")
+GPU_KEYS = ("architecture", "segment", "vendor", "memory_GiB", "peak_tflops", "hbm_GBps", "intra_node",
+            "inter_node", "source")
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -65,11 +71,12 @@ class Cluster:
             seen.setdefault(g.gpu.name, g.gpu)
         return tuple(seen.values())
 
+    @cached_property
+    def _group_of(self) -> dict[str, NodeGroup]:
+        return {g.name: g for g in self.groups}
+
     def group(self, name: str) -> NodeGroup:
-        for g in self.groups:
-            if g.name == name:
-                return g
-        raise KeyError(name)
+        return self._group_of[name]
 
     def group_of_rank(self, rank: int) -> NodeGroup:
         # groups hold consecutive rank ranges in order: the last group starting at or before rank
@@ -95,7 +102,7 @@ class Cluster:
 
     def group_link(self, name_a: str, name_b: str) -> Link:
         """Link between nodes of two groups: the group's own inter_node, else the widest path
-        between them in the cluster's topology (planner.inputs.topology), resolved at load."""
+        between them in the cluster's topology (planner.inputs.topology), searched once."""
         if name_a == name_b:
             return self.group(name_a).inter_node
         return self.topology.route(name_a, name_b)
@@ -119,15 +126,14 @@ class Cluster:
 def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
     if not isinstance(entry, dict):
         raise BadInput("must be a mapping", where, prefix)
+    check_keys(entry, GPU_KEYS, where, prefix)
     memory = ranges.get(entry, "memory_GiB", "memory_GiB", where, f"{prefix}.memory_GiB")
     peaks = entry.get("peak_tflops")
     if not isinstance(peaks, dict) or not peaks:
         raise BadInput("missing or empty peak_tflops mapping", where, f"{prefix}.peak_tflops")
+    check_keys(peaks, DTYPES, where, f"{prefix}.peak_tflops", "dtype")
     peak_flops = {}
     for dtype in sorted(peaks, key=str):
-        if dtype not in DTYPES:
-            raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", where,
-                           f"{prefix}.peak_tflops")
         peak_flops[dtype] = ranges.get(peaks, dtype, "peak_tflops", where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
     hbm = ranges.get(entry, "hbm_GBps", "hbm_GBps", where, f"{prefix}.hbm_GBps")
     return GpuSpec(
@@ -191,6 +197,7 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     """Build a typed Cluster from a parsed cluster file (formats.md section 1)."""
     if not isinstance(spec, dict):
         raise BadInput("cluster must be a mapping", where)
+    check_keys(spec, CLUSTER_KEYS, where)
     catalog_raw = load_catalog_data()
     by_lower = {k.lower(): k for k in catalog_raw}
     extra = spec.get("gpus") or {}
@@ -207,6 +214,7 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             entry = extra[own_key]
             if not isinstance(entry, dict):
                 raise BadInput("must be a mapping", where, f"gpus.{own_key}")
+            check_keys(entry, GPU_KEYS, where, f"gpus.{own_key}")
             merged = {**base, **entry}
             return _gpu_spec(base_key or str(own_key), merged, where, f"gpus.{own_key}")
         if base_key is None:
@@ -224,6 +232,7 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         prefix = f"node_groups[{i}]"
         if not isinstance(g, dict):
             raise BadInput("must be a mapping", where, prefix)
+        check_keys(g, NODE_GROUP_KEYS, where, prefix)
         name = check_name(get_str(g, "name", where, f"{prefix}.name"), where, f"{prefix}.name")
         if name in names:
             raise BadInput(f"duplicate node group name {name!r}", where, f"{prefix}.name")
@@ -250,7 +259,7 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     if spec.get("name"):
         cluster_name = check_name(spec["name"], where, "name")
     else:
-        cluster_name = check_name(Path(where).stem, where, "(the name taken from the file name)")
+        cluster_name = name_from_file(where)
     return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec))
 
 
@@ -264,9 +273,7 @@ def read_host(data: Any, where: str, path: str) -> HostSpec:
         return HostSpec()
     if not isinstance(data, dict):
         raise BadInput("must be a mapping of memory_GiB, pcie_GBps, memory_bandwidth_GBps", where, path)
-    unknown = sorted(set(data) - set(HOST_KEYS))
-    if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} (expected {', '.join(HOST_KEYS)})", where, f"{path}.{unknown[0]}")
+    check_keys(data, HOST_KEYS, where, path)
     values = {}
     for key, unit in HOST_KEYS.items():
         if key in data:

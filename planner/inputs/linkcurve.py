@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core import ranges
 from ..core.errors import BadInput
+from ..core.io import check_keys
 
 GB = 1e9
 US = 1e-6
@@ -159,17 +160,14 @@ def read_curves(data: Any, where: str, field_name: str, bandwidth_bytes_per_s: f
         return ()
     if not isinstance(data, dict) or not data:
         raise BadInput(f"must be a mapping of collective ({', '.join(OPS)}) to its curve", where, field_name)
+    check_keys(data, OPS, where, field_name, "collective")
     curves = []
     for op in sorted(data, key=str):
         prefix = f"{field_name}.{op}"
-        if op not in OPS:
-            raise BadInput(f"unknown collective (known: {', '.join(OPS)})", where, prefix)
         entry = data[op]
         if not isinstance(entry, dict):
             raise BadInput("must be a mapping with ranks, size_bytes and busbw_GBps", where, prefix)
-        for key in sorted(entry, key=str):
-            if key not in CURVE_KEYS:
-                raise BadInput(f"unknown key (known: {', '.join(CURVE_KEYS)})", where, f"{prefix}.{key}")
+        check_keys(entry, CURVE_KEYS, where, prefix)
         ranks_n = ranges.get(entry, "ranks", "degree", where, f"{prefix}.ranks")
         if ranks_n < 2:
             raise BadInput(f"must be at least 2 (a collective between ranks), got {ranks_n}", where, f"{prefix}.ranks")

@@ -7,14 +7,13 @@ two groups. Merged into a cluster file's spec, the fragment's links replace the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .devices import read_link
 from ..core.errors import BadInput
-from ..core.io import load_mapping
+from ..core.io import check_keys, load_mapping
 from .linkcurve import OPS, curve_json
-from ..core.names import check_name
+from ..core.names import check_name, name_from_file
 
 FORMAT = "planner.links/v1"
 FRAGMENT_KEYS = ("format", "measured", "intra_node", "inter_node", "node_groups", "links")
@@ -32,9 +31,7 @@ def _between(entry: Any, where: str, prefix: str) -> tuple[str, str]:
 
 def check_fragment(data: Mapping[str, Any], where: str) -> dict:
     """`data` if it is a valid fragment, else BadInput naming `where` and the field."""
-    for key in sorted(data, key=str):
-        if key not in FRAGMENT_KEYS:
-            raise BadInput(f"unknown key (known: {', '.join(FRAGMENT_KEYS)})", where, str(key))
+    check_keys(data, FRAGMENT_KEYS, where)
     if data.get("format", FORMAT) != FORMAT:
         raise BadInput(f"expected {FORMAT!r}, got {data['format']!r}", where, "format")
     if data.get("measured") is not None and not isinstance(data["measured"], dict):
@@ -49,9 +46,8 @@ def check_fragment(data: Mapping[str, Any], where: str) -> dict:
         check_name(name, where, "node_groups (a group name)")
         if not isinstance(entry, dict) or not entry:
             raise BadInput("must be a mapping with intra_node and/or inter_node", where, f"node_groups.{name}")
+        check_keys(entry, NODE_LINKS, where, f"node_groups.{name}")
         for key in entry:
-            if key not in NODE_LINKS:
-                raise BadInput(f"unknown key (known: {', '.join(NODE_LINKS)})", where, f"node_groups.{name}.{key}")
             read_link(entry[key], where, f"node_groups.{name}.{key}", {})
     links = data.get("links") or []
     if not isinstance(links, list):
@@ -62,7 +58,7 @@ def check_fragment(data: Mapping[str, Any], where: str) -> dict:
         if pair in seen:
             raise BadInput(f"a second link between {pair[0]!r} and {pair[1]!r}", where, f"links[{i}].between")
         seen.add(pair)
-        read_link(entry, where, f"links[{i}]", {})
+        read_link(entry, where, f"links[{i}]", {}, ("between",))
     if not any(data.get(k) for k in (*NODE_LINKS, "node_groups", "links")):
         raise BadInput("holds no link (intra_node, inter_node, node_groups or links)", where)
     return dict(data)
@@ -115,7 +111,7 @@ def cluster_with_links(cluster_name: str, links_path: str):
     path = resolve_cluster_path(cluster_name)
     spec = load_mapping(path, "cluster file")
     merged = merge_fragment(spec, fragment, links_path)
-    merged.setdefault("name", Path(path).stem)
+    merged.setdefault("name", name_from_file(path))
     return cluster_from_spec(merged, f"{path} (with {links_path})")
 
 

@@ -14,8 +14,16 @@ from typing import Any, Mapping, Sequence
 
 from ..core import ranges
 from ..core.errors import BadInput
+from ..core.io import check_keys
 
 KINDS = ("embedding", "decoder", "head")
+# The keys of a layer-profile file's mappings (formats.md section 3, planner/data/profile.schema.json).
+PROFILE_KEYS = ("format", "model", "dtype", "seq_len", "source", "device", "date", "torch_version", "warmup",
+                "repeats", "layers")
+LAYER_KEYS = ("name", "kind", "params", "fwd_flops_per_sample", "act_bytes_per_sample", "out_bytes_per_sample",
+              "measured")
+TIMES_KEYS = ("fwd_s", "bwd_s", "saved_bytes_per_sample", "peak_memory_bytes")  # one tp degree's
+MEASURED_KEYS = ("micro_batch", "tp", *TIMES_KEYS, "by_tp")
 MIN_FRACTION = 0.05  # an extrapolation never drops below this share of the nearest measurement
 
 
@@ -71,10 +79,28 @@ def _numbers(value: Any, where: str, field: str, figure: str) -> tuple[float, ..
     return tuple(float(ranges.check(x, figure, where, f"{field}[{i}]")) for i, x in enumerate(value))
 
 
+def check_profile_keys(data: Mapping[str, Any], where: str) -> None:
+    """BadInput naming the first key of a layer-profile file that its format does not have."""
+    check_keys(data, PROFILE_KEYS, where)
+    layers = data.get("layers")
+    for i, layer in enumerate(layers if isinstance(layers, list) else []):
+        if not isinstance(layer, dict):
+            continue
+        check_keys(layer, LAYER_KEYS, where, f"layers[{i}]")
+        measured = layer.get("measured")
+        if isinstance(measured, dict):
+            check_keys(measured, MEASURED_KEYS, where, f"layers[{i}].measured")
+            by_tp = measured.get("by_tp")
+            for tp, times in (by_tp.items() if isinstance(by_tp, dict) else ()):
+                if isinstance(times, dict):
+                    check_keys(times, TIMES_KEYS, where, f"layers[{i}].measured.by_tp.{tp}")
+
+
 def measured_from_profile(data: Mapping[str, Any], gpu: str, where: str) -> MeasuredTimes:
     """Read the `measured` entries of a layer-profile file (formats.md section 3)."""
     if data.get("format") != "planner.profile/v1":
         raise BadInput("not a layer profile (format must be planner.profile/v1)", where, "format")
+    check_profile_keys(data, where)
     layers = data.get("layers")
     if not isinstance(layers, list) or not layers:
         raise BadInput("must be a non-empty list", where, "layers")

@@ -17,11 +17,12 @@ from typing import Any, Mapping
 from ..core.dims import StageDims
 from ..core.errors import BadInput
 from .hardware import PROFILES_DIR
+from .measured import check_profile_keys
 from ..core import ranges
 from ..core.io import MAX_NUMBER, load_mapping
 from .model_families import (SUPPORTED_TYPES, Mla, attention_params, expert_params,  # noqa: F401 (re-exported)
                              hf_dimensions, mlp_params)
-from ..core.names import check_name
+from ..core.names import check_name, name_from_file
 from .model_config import ModelConfig  # noqa: F401 (re-exported)
 
 MODELS_DIR = PROFILES_DIR / "models"
@@ -327,7 +328,7 @@ def load_model(name_or_path: str) -> Model:
     data = load_mapping(path, "model file")
     if path.parent != MODELS_DIR and data.get("_name_or_path"):
         return model_from_dict(data, data["_name_or_path"], str(path), "_name_or_path")
-    return model_from_dict(data, path.stem, str(path), "(the name taken from the file name)")
+    return model_from_dict(data, name_from_file(path), str(path), "(the name taken from the file name)")
 
 
 def model_from_dict(data: Mapping[str, Any], name: str, where: str = "model",
@@ -365,6 +366,7 @@ def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
 
 
 def _model_from_profile(data: Mapping[str, Any], name: str, where: str) -> Model:
+    check_profile_keys(data, where)
     seq_len = ranges.get(data, "seq_len", "seq_len", where, "seq_len")
     entries = data.get("layers")
     if not isinstance(entries, list) or not entries:

@@ -378,6 +378,25 @@ def features_beyond_gpt_flags(c: Any) -> list[str]:
     return [name for present, name in named if present]
 
 
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral, qwen*_moe, deepseek_v3
+MOE_TYPE_OF = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe", "qwen3": "qwen3_moe"}
+
+
+def _refuse_experts_in_dense(data: Mapping[str, Any], mtype: str, where: str) -> None:
+    """A config of a dense family (its reader finds no experts) carrying an expert count above
+    1 is bad input: its transformers class builds no experts from it, so the planner would
+    price a dense model of a mixture-of-experts checkpoint."""
+    for key in EXPERT_KEYS:
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            moe = MOE_TYPE_OF.get(mtype)
+            hint = f"model_type {moe}" if moe else "a mixture-of-experts model_type (mixtral, qwen2_moe, " \
+                                                   "qwen3_moe, deepseek_v3)"
+            raise BadInput(f"{value} experts in a {mtype} config: {mtype} is dense (its transformers model builds "
+                           f"no experts), so it would be planned as a dense model; for a mixture of experts use {hint}",
+                           where, key)
+
+
 def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The ModelConfig fields (all but the name) of a parsed Hugging Face config.json."""
     mtype = data.get("model_type")
@@ -387,6 +406,8 @@ def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
                        where, "model_type")
     dims = READERS[mtype](_Reader(data, where))
+    if not dims.get("num_experts"):
+        _refuse_experts_in_dense(data, mtype, where)
     if dims["num_heads"] % dims["num_kv_heads"]:
         raise BadInput(f"{dims['num_heads']} heads are not a multiple of {dims['num_kv_heads']} key/value heads",
                        where, "num_key_value_heads")

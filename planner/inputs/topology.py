@@ -14,11 +14,17 @@ Without a `topology:` section, two groups with no `links` entry are joined direc
 smaller of their `inter_node` bandwidths and the larger latency (formats.md section 1); with
 one, the file describes the whole network and two groups it does not join are a bad input.
 
-Every pair's link is resolved once, at load (`topology_from_spec`); pricing looks it up.
+A pair's link is searched when first asked for and kept (Topology.route), so loading a
+cluster of many groups takes time linear in its file, not one search per pair: loading only
+checks that every pair has a route (check_routes: one union-find over the switches). Without
+a `topology:` section there are no switches and a route is its direct edge; with one, the
+searches run over the switches only, from a group's edges to them (its signature), and groups
+of one signature share them.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence
@@ -26,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from ..core.errors import BadInput
+from ..core.io import check_keys
 from .devices import Link, NodeGroup, read_link
 from ..core.names import check_name
 
@@ -38,17 +45,154 @@ Edge = tuple[str, str, Link]  # endpoint names sorted
 @dataclass(frozen=True)
 class Topology:
     switches: tuple[str, ...]
-    edges: tuple[Edge, ...]  # every edge of the graph, sorted by endpoints
-    routes: tuple[Edge, ...]  # every pair of different groups, names sorted: the widest path
+    edges: tuple[Edge, ...]  # the file's links (`links:`, `topology.links`), sorted by endpoints
+    given: tuple[Edge, ...] = ()  # routes stated ahead (a merged cluster's, planner.search.decompose)
+    # without a `topology:` section, each group's inter_node: two groups without a links entry
+    # talk at the smaller bandwidth and the larger latency (formats.md section 1)
+    default: tuple[tuple[str, Link], ...] = ()
     graph: nx.Graph = field(compare=False, hash=False, repr=False, default_factory=nx.Graph)
+    _found: dict = field(compare=False, hash=False, repr=False, default_factory=dict)  # pair -> (Link, path)
 
     @cached_property
-    def _route_of(self) -> dict[tuple[str, str], Link]:
-        return {(a, b): link for a, b, link in self.routes}
+    def _given_of(self) -> dict[tuple[str, str], Link]:
+        return {(a, b): link for a, b, link in self.given}
+
+    @cached_property
+    def _edge_of(self) -> dict[tuple[str, str], Link]:
+        return {(a, b): link for a, b, link in self.edges}
+
+    @cached_property
+    def _default_of(self) -> dict[str, Link]:
+        return dict(self.default)
+
+    @cached_property
+    def _adjacent(self) -> dict[str, list[tuple[str, Link]]]:
+        """Each switch's switch neighbours (in edge order: every search is deterministic)."""
+        out: dict[str, list[tuple[str, Link]]] = {s: [] for s in self.switches}
+        for a, b, link in self.edges:
+            if a in out and b in out:
+                out[a].append((b, link))
+                out[b].append((a, link))
+        return out
+
+    @cached_property
+    def _signatures(self) -> dict[str, tuple[tuple[str, Link], ...]]:
+        """Each group's edges to switches, (switch, Link) sorted by switch: groups alike in it
+        have alike routes through the switches."""
+        switches = set(self.switches)
+        out: dict[str, list[tuple[str, Link]]] = {}
+        for a, b, link in self.edges:
+            if (a in switches) != (b in switches):
+                group, switch = (b, a) if a in switches else (a, b)
+                out.setdefault(group, []).append((switch, link))
+        return {g: tuple(sorted(edges, key=lambda e: e[0])) for g, edges in out.items()}
 
     def route(self, name_a: str, name_b: str) -> Link:
         """The link between two different groups (in either order)."""
-        return self._route_of[(name_a, name_b) if name_a < name_b else (name_b, name_a)]
+        return self._resolve(*((name_a, name_b) if name_a < name_b else (name_b, name_a)))[0]
+
+    @property
+    def routes(self) -> tuple[Edge, ...]:
+        """Every pair of different groups (names sorted) with its route: for reports and tests,
+        as it searches every pair (route() asks for one)."""
+        names = sorted({*self._default_of, *(n for n, s in self.graph.nodes(data="switch") if not s),
+                        *(x for a, b, _ in self.given for x in (a, b))})
+        return tuple((a, b, self.route(a, b)) for i, a in enumerate(names) for b in names[i + 1:])
+
+    def _resolve(self, a: str, b: str) -> tuple[Link, tuple[str, ...]]:
+        """(route, path from a to b) of a < b, searched once."""
+        found = self._found.get((a, b))
+        if found is None:
+            found = self._found[(a, b)] = self._search(a, b)
+        return found
+
+    def _search(self, a: str, b: str) -> tuple[Link, tuple[str, ...]]:
+        if (a, b) in self._given_of:
+            return self._given_of[(a, b)], (a, b)
+        direct = self._edge_of.get((a, b))
+        if self.default:  # no switches: the links entry, else the default edge
+            if direct is None:
+                la, lb = self._default_of[a], self._default_of[b]
+                direct = Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
+                              max(la.latency_s, lb.latency_s), DEFAULT_KIND)
+            return direct, (a, b)
+        via = self._via_switches(self._signatures.get(a, ()), self._signatures.get(b, ()))
+        if direct is not None and (via is None or (direct.bandwidth_bytes_per_s, -direct.latency_s)
+                                   >= (via[0].bandwidth_bytes_per_s, -via[0].latency_s)):
+            return direct, (a, b)
+        assert via is not None, "every pair of groups has a route (checked at load)"
+        return via[0], (a, *via[1], b)
+
+    def _via_switches(self, sig_a: tuple, sig_b: tuple) -> tuple[Link, tuple[str, ...]] | None:
+        """The widest path through switches from a group of signature sig_a to one of sig_b
+        (the largest bottleneck; among those, the least latency), as a Link named by its
+        switches and the switches in order; None when there is none.
+
+        From sig_a, one search for the widest bottleneck to every switch (widest_from), then,
+        per bottleneck width asked for, one Dijkstra on latency over the edges at least that
+        wide (least_latency_from); both kept, so groups of one signature share them. Latency
+        is not searched along with width in one pass: a wider prefix may be slower and lose
+        its width at a later hop."""
+        widths = self._found.get(("widths", sig_a))
+        if widths is None:
+            widths = self._found[("widths", sig_a)] = widest_from(self._adjacent, sig_a)
+        ends = [(t, link) for t, link in sig_b if t in widths]
+        if not ends:
+            return None
+        width = max(min(widths[t], link.bandwidth_bytes_per_s) for t, link in ends)
+        key = ("latency", sig_a, width)
+        tree = self._found.get(key)
+        if tree is None:
+            tree = self._found[key] = least_latency_from(self._adjacent, sig_a, width)
+        dist, previous = tree
+        latency, last = min((dist[t] + link.latency_s, t) for t, link in ends
+                            if link.bandwidth_bytes_per_s >= width and t in dist)
+        path = [last]
+        while previous[path[-1]] is not None:
+            path.append(previous[path[-1]])
+        inner = tuple(reversed(path))
+        return Link(width, latency, "via " + ", ".join(inner)), inner
+
+
+def widest_from(adjacent: Mapping[str, list[tuple[str, Link]]], start: Sequence[tuple[str, Link]]) -> dict[str, float]:
+    """The widest bottleneck bandwidth from a group (its edges to switches, `start`) to every
+    switch it reaches (Dijkstra with max-min in place of sum)."""
+    heap = [(-link.bandwidth_bytes_per_s, i, switch) for i, (switch, link) in enumerate(start)]
+    heapq.heapify(heap)
+    best: dict[str, float] = {}
+    count = len(heap)
+    while heap:
+        negative, _, u = heapq.heappop(heap)
+        if u in best:
+            continue
+        best[u] = -negative
+        for v, link in adjacent[u]:
+            if v not in best:
+                count += 1
+                heapq.heappush(heap, (-min(best[u], link.bandwidth_bytes_per_s), count, v))
+    return best
+
+
+def least_latency_from(adjacent: Mapping[str, list[tuple[str, Link]]], start: Sequence[tuple[str, Link]],
+                       width: float) -> tuple[dict[str, float], dict[str, str | None]]:
+    """(latency, previous switch) from a group (its edges to switches, `start`) to every switch
+    it reaches over edges of at least `width` (Dijkstra; None: entered from the group)."""
+    heap: list = [(link.latency_s, i, switch, None) for i, (switch, link) in enumerate(start)
+                  if link.bandwidth_bytes_per_s >= width]
+    heapq.heapify(heap)
+    dist: dict[str, float] = {}
+    previous: dict[str, str | None] = {}
+    count = len(heap)
+    while heap:
+        d, _, u, before = heapq.heappop(heap)
+        if u in dist:
+            continue
+        dist[u], previous[u] = d, before
+        for v, link in adjacent[u]:
+            if v not in dist and link.bandwidth_bytes_per_s >= width:
+                count += 1
+                heapq.heappush(heap, (d + link.latency_s, count, v, u))
+    return dist, previous
 
 
 def build_graph(groups: Sequence[str], switches: Sequence[str], edges: Sequence[Edge]) -> nx.Graph:
@@ -63,51 +207,40 @@ def build_graph(groups: Sequence[str], switches: Sequence[str], edges: Sequence[
     return graph
 
 
-def widest_path(graph: nx.Graph, source: str, target: str) -> tuple[float, float, list[str]] | None:
-    """(bottleneck bandwidth, total latency, path) of the widest source-target path whose inner
-    vertices are switches, ties broken by the least latency; None when there is none.
+def check_routes(graph: nx.Graph, groups: Sequence[str], switches: Sequence[str],
+                 edges: Mapping[tuple[str, str], Link], where: str) -> None:
+    """BadInput naming the first pair of groups (in name order) with no path between them: a
+    direct edge, or a switch that both reach (one union-find over the switch-to-switch edges)."""
+    parent = {s: s for s in switches}
 
-    The widest bandwidth is the largest w for which source and target are connected by edges of
-    at least w (binary search over the distinct edge bandwidths); the path is then the
-    least-latency one among those edges (Dijkstra). Searching latency along with width in one
-    Dijkstra would be wrong: a wider prefix may be slower and lose its width at a later hop."""
-    transit = graph.subgraph([source, target] + [n for n, s in graph.nodes(data="switch") if s])
-    widths = sorted({bw for _, _, bw in transit.edges(data="bandwidth_bytes_per_s")}, reverse=True)
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
 
-    def at_least(width: float) -> nx.Graph:
-        return nx.subgraph_view(transit, filter_edge=lambda u, v: transit[u][v]["bandwidth_bytes_per_s"] >= width)
-
-    lo, hi = 0, len(widths)  # the first index whose width connects them, len(widths) if none does
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if nx.has_path(at_least(widths[mid]), source, target):
-            hi = mid
-        else:
-            lo = mid + 1
-    if lo == len(widths):
-        return None
-    latency, path = nx.single_source_dijkstra(at_least(widths[lo]), source, target, weight="latency_s")
-    return widths[lo], latency, path
-
-
-def resolve_routes(graph: nx.Graph, groups: Sequence[str], where: str) -> tuple[Edge, ...]:
-    """The widest path between every pair of groups, as Links (a direct edge keeps its own
-    Link, kind included; a path through switches is named by them)."""
-    routes = []
+    for a, b in edges:
+        if a in parent and b in parent:
+            parent[find(a)] = find(b)
+    reach = {g: frozenset(find(n) for n in graph[g] if n in parent) for g in groups}
+    members: dict[str, set[str]] = {}
+    for g, comps in reach.items():
+        for c in comps:
+            members.setdefault(c, set()).add(g)
+    everyone = set(groups)
+    if any(len(m) == len(everyone) for m in members.values()):
+        return  # one switch network joins every group
     names = sorted(groups)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            found = widest_path(graph, a, b)
-            if found is None:
-                raise BadInput(f"no route between node groups {a!r} and {b!r} (join them through a "
-                               "switch in topology.links, or with a links entry)", where, "topology")
-            bandwidth, latency, path = found
-            if len(path) == 2:
-                link = graph[a][b]["link"]
-            else:
-                link = Link(bandwidth, latency, "via " + ", ".join(path[1:-1]))
-            routes.append((a, b, link))
-    return tuple(routes)
+    joined: dict[frozenset, set[str]] = {}
+    for a in names:
+        if reach[a] not in joined:
+            joined[reach[a]] = set().union(*(members[c] for c in reach[a]))
+        direct = {n for n in graph[a] if n not in parent}
+        missing = everyone - joined[reach[a]] - direct - {a}
+        if missing:
+            b = min(missing)  # b > a: a pair (b, a) with b < a was checked at b
+            raise BadInput(f"no route between node groups {a!r} and {b!r} (join them through a "
+                           "switch in topology.links, or with a links entry)", where, "topology")
 
 
 def _between(entry: Any, known: Mapping[str, str], where: str, prefix: str) -> tuple[str, str]:
@@ -146,15 +279,14 @@ def _switches(raw: Any, groups: Sequence[str], where: str) -> tuple[str, ...]:
 
 
 def topology_from_spec(spec: Mapping[str, Any], groups: Sequence[NodeGroup], where: str) -> Topology:
-    """The graph of a cluster file's `links:` and `topology:` sections, its routes resolved."""
+    """The graph of a cluster file's `links:` and `topology:` sections, every pair of groups
+    checked to have a route."""
     names = [g.name for g in groups]
     raw = spec.get("topology")
     if raw is not None and not isinstance(raw, dict):
         raise BadInput("must be a mapping with switches and links", where, "topology")
     raw = raw or {}
-    for key in sorted(raw, key=str):
-        if key not in TOPOLOGY_KEYS:
-            raise BadInput(f"unknown key (known: {', '.join(TOPOLOGY_KEYS)})", where, f"topology.{key}")
+    check_keys(raw, TOPOLOGY_KEYS, where, "topology")
     switches = _switches(raw.get("switches"), names, where)
     kinds = {**{n: "node group" for n in names}, **{s: "switch" for s in switches}}
     edges: dict[tuple[str, str], Link] = {}
@@ -172,23 +304,18 @@ def topology_from_spec(spec: Mapping[str, Any], groups: Sequence[NodeGroup], whe
             if pair in edges:
                 raise BadInput(f"a second link between {pair[0]!r} and {pair[1]!r} (the first is "
                                f"{first[pair]})", where, f"{prefix}.between")
-            edges[pair] = read_link(entry, where, prefix, {"latency_us": 0.0})
+            edges[pair] = read_link(entry, where, prefix, {"latency_us": 0.0}, ("between",))
             first[pair] = prefix
     used = {x for pair in edges for x in pair}
     for i, name in enumerate(switches):
         if name not in used:
             raise BadInput(f"switch {name!r} has no link", where, f"topology.switches[{i}]")
-    if "topology" not in spec or spec["topology"] is None:  # the default fabric of formats.md
-        by_name = {g.name: g.inter_node for g in groups}
-        for i, a in enumerate(sorted(names)):
-            for b in sorted(names)[i + 1:]:
-                if (a, b) not in edges:
-                    la, lb = by_name[a], by_name[b]
-                    edges[(a, b)] = Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
-                                         max(la.latency_s, lb.latency_s), DEFAULT_KIND)
     ordered = tuple((a, b, edges[(a, b)]) for a, b in sorted(edges))
     graph = build_graph(names, switches, ordered)
-    return Topology(switches, ordered, resolve_routes(graph, names, where), graph)
+    if spec.get("topology") is None:  # the default fabric of formats.md: every pair is joined
+        return Topology(switches, ordered, (), tuple((g.name, g.inter_node) for g in groups), graph)
+    check_routes(graph, names, switches, edges, where)
+    return Topology(switches, ordered, (), (), graph)
 
 
 @dataclass(frozen=True)
@@ -207,8 +334,10 @@ class RoutePath:
 
 def route_path(topology: Topology, name_a: str, name_b: str) -> RoutePath:
     """The path behind Topology.route(name_a, name_b), from name_a to name_b."""
-    found = widest_path(topology.graph, name_a, name_b)
-    assert found is not None, "every pair of groups has a route (resolved at load)"
-    path = found[2]
+    link, path = topology._resolve(*sorted((name_a, name_b)))
+    if path[0] != name_a:
+        path = path[::-1]
+    if len(path) == 2:  # a direct edge (a links entry, the default edge or a given route)
+        return RoutePath(path, ((name_a, name_b, link),), link)
     hops = tuple((u, v, topology.graph[u][v]["link"]) for u, v in zip(path, path[1:]))
-    return RoutePath(tuple(path), hops, topology.route(name_a, name_b))
+    return RoutePath(path, hops, link)

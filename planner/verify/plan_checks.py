@@ -27,6 +27,7 @@ from importlib.resources import files
 from typing import Any, Iterable, Mapping
 
 from ..core.errors import BadInput
+from ..core.io import check_keys
 from ..plan import PLAN_FORMAT, Plan, plan_from_json, structural_problems
 
 SCHEMAS = {"plan": "plan.schema.json", "profile": "profile.schema.json"}
@@ -63,10 +64,37 @@ def _path_key(parts: Iterable[Any]) -> tuple:
     return tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in parts)
 
 
+def unknown_keys(data: Any, kind: str) -> list[tuple[list, str]]:
+    """(path parts, message) of the first unknown key of each mapping whose schema lists its
+    `properties` and leaves `additionalProperties` unset: such a mapping takes only those keys
+    (the schema is the list of documented keys; `model.config` and `cluster.spec` list none,
+    and cluster.spec is checked by its own reader)."""
+    schema = load_schema(kind)
+    found: list[tuple[list, str]] = []
+
+    def walk(node: Any, part: Mapping[str, Any], parts: list) -> None:
+        while "$ref" in part:  # "#/$defs/stage"
+            part = schema["$defs"][part["$ref"].rsplit("/", 1)[-1]]
+        if isinstance(node, dict) and "properties" in part and "additionalProperties" not in part:
+            try:
+                check_keys(node, part["properties"], None)
+            except BadInput as exc:
+                found.append((parts + [exc.field], exc.message))
+            for key, value in node.items():
+                if key in part["properties"]:
+                    walk(value, part["properties"][key], parts + [key])
+        elif isinstance(node, list) and isinstance(part.get("items"), dict):
+            for i, item in enumerate(node):
+                walk(item, part["items"], parts + [i])
+
+    walk(data, schema, [])
+    return found
+
+
 def schema_problems(data: Any, kind: str) -> list[Problem]:
-    """Every JSON-Schema violation, sorted by path."""
+    """Every JSON-Schema violation, and every unknown key (unknown_keys), sorted by path."""
     validator = _validator(kind)
-    found = []
+    found = [(_path_key(parts), json_path(parts), message) for parts, message in unknown_keys(data, kind)]
     for error in validator.iter_errors(data):
         parts = list(error.absolute_path)
         message = error.message
