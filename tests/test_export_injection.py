@@ -214,10 +214,17 @@ def check_exports(plan: Plan, name: str) -> None:
     plain = renamed(plan, "plain")
     # megatron: the same number of comment lines and exactly the same flags
     assert megatron_words(export(evil, "megatron")) == megatron_words(export(plain, "megatron"))
-    # deepspeed: names appear only as the node table's JSON strings (group, GPU)
+    # deepspeed: names appear only as the node table's JSON strings (group, GPU) and, reduced to
+    # host-name characters, in the hostfile's placeholder names (planner_launch)
     def unnamed(config: dict) -> dict:
         for node in config["planner_pipeline"].get("node_ranks", []):
             node.pop("group"), node.pop("gpu")
+        launch = config["planner_launch"]
+        assert all(re.fullmatch(r"[a-z0-9-]+ slots=\d+", line) for line in launch["hostfile"])
+        for i, line in enumerate(launch["hostfile"]):
+            host = line.split()[0]
+            launch["command"] = launch["command"].replace(host, f"HOST{i}")
+            launch["hostfile"][i] = line.replace(host, f"HOST{i}")
         return config
     assert unnamed(json.loads(export(evil, "deepspeed"))) == unnamed(json.loads(export(plain, "deepspeed")))
     # torchtitan TOML: exactly the intended sections and keys, the name intact

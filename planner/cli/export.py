@@ -12,7 +12,7 @@ from ..core.outfile import check_output, write_output
 from ..verify.plan_checks import load_plan_file
 from .output import bad_input_exit, err, warn
 
-LAUNCH_TARGETS = ("megatron", "torchtitan", "torchtitan-cli")
+LAUNCH_TARGETS = ("megatron", "torchtitan", "torchtitan-cli", "deepspeed")
 
 
 def _step_s(evaluation, runtime: str) -> str:
@@ -28,7 +28,8 @@ def _step_s(evaluation, runtime: str) -> str:
 @click.option("--lossy", is_flag=True,
               help="Export a plan the target cannot run exactly as the nearest plan it can, re-priced.")
 @click.option("--launch-dir", type=str, default=None, metavar="DIR",
-              help="Also write a torchrun script per node into DIR (megatron, torchtitan; needs -o).")
+              help="Also write a torchrun script per node into DIR (megatron, torchtitan), or DeepSpeed's "
+                   "hostfile and launch.sh (deepspeed); needs -o.")
 def export_command(plan_file: str, target: str, output: str | None, lossy: bool, launch_dir: str | None) -> None:
     """Write a plan as a runtime's launch configuration.
 
@@ -84,7 +85,8 @@ def export_command(plan_file: str, target: str, output: str | None, lossy: bool,
             for name, script in scripts.items():
                 path = os.path.join(launch_dir, name)
                 write_output(path, script, inputs=[plan_file])
-                os.chmod(path, 0o755)
+                if name.endswith(".sh"):
+                    os.chmod(path, 0o755)
             err(f"wrote {len(scripts)} launch scripts to {launch_dir}: " + ", ".join(scripts))
     except BadInput as exc:  # also when registered on a plain click.Group
         bad_input_exit(exc)

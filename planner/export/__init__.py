@@ -18,7 +18,13 @@ Targets and output formats (stdout, or FILE with -o):
   ``{"num_stages": P, "parts": [cumulative boundaries over the planner's layer list],
   "partition_method": "type:transformer" | "custom", "layer_list": ..., "activation_checkpoint_interval": 0|1,
   "tensor_parallel_size": TP, "data_parallel_size": DP, "sequence_parallel": bool,
-  "node_ranks": [which node starts as which node rank, on which GPUs]}``
+  "node_ranks": [which node starts as which node rank, on which GPUs, its global ranks as
+  {"first": F, "last": L}]}``, and ``planner_launch``: ``{"hostfile": ["GROUP-NODE slots=N", ...]
+  (nodes in node-rank order, placeholder names to replace), "command": "deepspeed --hostfile
+  hostfile --num_nodes N --num_gpus G train.py --deepspeed --deepspeed_config ds_config.json"
+  (``--include`` where a node runs only some GPUs), "notes": [...]}`` (with TP > 1 the notes say that
+  tensor parallelism needs Megatron-DeepSpeed; planner.export.ds_launch; ``--launch-dir`` writes
+  ``hostfile`` and ``launch.sh``)
   (``type:transformer`` where every pipeline rank has the same decoder blocks, as DeepSpeed
   runs plans of its runtime: its own partitioning over the layers named like "transformer", as
   Megatron-DeepSpeed's GPTModelPipe does, gives ``parts``; ``custom`` for the reduced form of an
@@ -37,8 +43,9 @@ Targets and output formats (stdout, or FILE with -o):
   ``--s.no_key``.
 * ``rankmap``: JSON, one entry per used rank (stage, layers, TP group, DP group, batch
   share, placement) and a ``torchrun`` line per run of alike nodes that starts ``planner
-  run plan.json`` (the reference runtime, planner.runner) on each; carries the whole
-  heterogeneous plan, so it always exports.
+  run plan.json`` (the reference runtime, planner.runner) on each, with the node ranks it takes
+  as ``"node_rank_range": {"first": F, "last": L}``; carries the whole heterogeneous plan, so it
+  always exports.
 
 Every string goes through the format's own writer: ``tomli_w`` for TOML, ``json.dumps`` for
 JSON, ``shlex.quote`` for shell words (a torchtitan-cli value that starts with ``-`` is written
@@ -87,7 +94,9 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from .base import RECOMPUTE_ORDER, Uniform, Warn, comment_line, decoder_counts, uniform_form
 from .deepspeed import export_deepspeed
-from .launch import NodeLaunch, launch_scripts, node_launches, placeable
+from .deepspeed import deepspeed_launch_dir
+from .launch import NodeLaunch, node_launches, placeable
+from .launch import launch_scripts as _torchrun_scripts
 from .megatron import export_megatron, megatron_layout, vocab_divisor
 from .rankmap import export_rankmap
 from .runnable import TARGET_RUNTIMES, capability_problems, describe_form, runnable_form, runnable_forms, runtime_problems
@@ -105,6 +114,14 @@ TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
 EXPORTERS: dict[str, Callable[[Plan, Warn], str]] = {
     "megatron": export_megatron, "deepspeed": export_deepspeed, "torchtitan": export_torchtitan,
     "torchtitan-cli": export_torchtitan_cli, "rankmap": export_rankmap}
+
+
+def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
+    """`--launch-dir` files: {file name: text}; a torchrun script per node (planner.export.launch),
+    or DeepSpeed's hostfile and launcher script (planner.export.ds_launch)."""
+    if target == "deepspeed":
+        return deepspeed_launch_dir(plan, config_path)
+    return _torchrun_scripts(plan, target, config_path)
 
 
 def export_plan(plan: Plan, target: str, warn: Warn) -> str:

@@ -8,6 +8,7 @@ from ..core.errors import BadInput
 from ..core.io import json_text
 from ..plan import Plan
 from .base import Warn, route_entries, runtime_optimizer, uniform_form
+from .ds_launch import deepspeed_hosts, deepspeed_launch_files, launch_entry, reordered_hosts
 from .launch import node_launches, placeable
 
 
@@ -96,6 +97,18 @@ def export_deepspeed(plan: Plan, warn: Warn) -> str:
     if placed:  # PipeModelDataParallelTopology orders ranks pipe, data, model: start the nodes in this order
         config["planner_pipeline"]["node_ranks"] = [
             {"node_rank": n.node_rank, "group": n.group, "node": n.node, "gpu": n.gpu, "devices": list(n.devices),
-             "ranks": [n.first_rank, n.first_rank + n.nproc - 1], "pipeline_ranks": list(n.pipeline_ranks)}
+             "ranks": {"first": n.first_rank, "last": n.first_rank + n.nproc - 1},
+             "pipeline_ranks": list(n.pipeline_ranks)}
             for n in node_launches(plan)]
+    for host in reordered_hosts(deepspeed_hosts(plan, u.world)):
+        warn(f"DeepSpeed's launcher runs a node's GPUs in ascending order: node {host.node} of group {host.group!r} "
+             f"runs its ranks on GPUs {sorted(host.devices)}, not the plan's {list(host.devices)}")
+    config["planner_launch"] = launch_entry(plan, u.world, u.tp, u.pp, u.sequence_parallel)
     return json_text(config) + "\n"
+
+
+def deepspeed_launch_dir(plan: Plan, config_path: str) -> dict[str, str]:
+    """`--launch-dir` files of a deepspeed export (planner.export.ds_launch.deepspeed_launch_files);
+    the export itself has reported the losses already."""
+    u = uniform_form(plan, "deepspeed", lambda message: None, placeable(plan))
+    return deepspeed_launch_files(plan, config_path, u.world, u.tp, u.pp, u.sequence_parallel)

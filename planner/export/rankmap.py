@@ -59,7 +59,7 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
             f"CUDA_VISIBLE_DEVICES={','.join(map(str, locals_))} "
         launch.append({
             "group": group, "nodes": [n for (_, n), _ in nodes[i:j + 1]],
-            "nnodes": len(nodes), "nproc_per_node": len(locals_), "node_rank_range": [i, j],
+            "nnodes": len(nodes), "nproc_per_node": len(locals_), "node_rank_range": {"first": i, "last": j},
             "torchrun": f"{visible}torchrun --nnodes={len(nodes)} --nproc_per_node={len(locals_)} "
                         f"--node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
                         f"-m planner.cli run plan.json  # NODE_RANK in {i}..{j}"})

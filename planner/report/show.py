@@ -51,7 +51,7 @@ from .tables import gpu_labels, gpu_legend, headline, mfu_text, replicas_by_gpu,
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
-INSTALL_HINT = "pip install 'planner[viz]' (matplotlib)"
+INSTALL_HINT = "pip install 'planner[viz]', or from a checkout pip install -e '.[viz]' (matplotlib)"
 
 # memory parts in bar order: (MemoryBreakdown attribute, label, glyph, colour)
 MEMORY_PARTS = (("weights_bytes", "weights", "█", "blue"),
