@@ -144,10 +144,13 @@ def _sweep_locked(combos: list[Combination], output: str, fmt: str, *, jobs: int
                 nonlocal done_count
                 try:
                     writer.append(row)  # whole, or not at all
-                    writer.sync()
                 except OSError as exc:  # stops the sweep: its workers end, its rows stay
                     raise _not_written(exc, output, len(kept) + len(new_rows)) from None
                 new_rows[index] = row
+                try:
+                    writer.sync()
+                except OSError as exc:
+                    raise _not_written(exc, output, len(kept) + len(new_rows)) from None
                 done_count += 1
                 if progress:
                     progress(done_count, total)
