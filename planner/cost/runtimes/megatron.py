@@ -25,4 +25,9 @@ RUNTIME = Runtime(
     # --bf16); megatron-core's DistributedDataParallel then keeps fp32 gradient buffers
     # (distributed_data_parallel.py: grad_dtype = torch.float if grad_reduce_in_fp32)
     bf16_fp32_grads=True,
-    source="Megatron-LM arguments --overlap-grad-reduce, --tp-comm-overlap; Korthikanti et al. 2022")
+    # the DP overlap is --overlap-grad-reduce (with the distributed optimizer --overlap-param-gather);
+    # the TP overlap is megatron-core's default asynchronous input-gradient all-reduce / reduce-scatter
+    # under the weight-gradient GEMM (tensor_parallel/layers.py, CUDA_DEVICE_MAX_CONNECTIONS=1), not
+    # --tp-comm-overlap (Transformer Engine userbuffers, which also hide the forward's collectives)
+    source="Megatron-LM arguments --overlap-grad-reduce, --overlap-param-gather; megatron-core "
+           "tensor_parallel/layers.py; Korthikanti et al. 2022")
