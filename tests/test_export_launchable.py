@@ -33,8 +33,10 @@ def on_last_gpus(plan, gpus_per_node: int = 4):
     spec = small_cluster_spec(nodes=len({plan.cluster.device(r).node for r in plan.used_ranks()}),
                               gpus_per_node=gpus_per_node)
     move = {r: (r // 2) * gpus_per_node + gpus_per_node - 2 + r % 2 for r in plan.used_ranks()}
-    stages = tuple(dataclasses.replace(s, replicas=tuple(dataclasses.replace(rep, ranks=tuple(move[r] for r in rep.ranks))
-                                                         for rep in s.replicas)) for s in plan.stages)
+    def moved(rep):
+        return dataclasses.replace(rep, ranks=tuple(move[r] for r in rep.ranks))
+
+    stages = tuple(dataclasses.replace(s, replicas=tuple(moved(rep) for rep in s.replicas)) for s in plan.stages)
     return dataclasses.replace(plan, cluster=cluster_from_spec(spec), stages=stages)
 
 
@@ -105,7 +107,8 @@ def test_deepspeed_launcher_gives_every_rank_the_gpu_its_plan_chose(case):
 def test_launch_dir_writes_deepspeed_hostfile_and_script(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_to_json(deepspeed_plan())))
-    result = invoke("export", path, "--to", "deepspeed", "-o", tmp_path / "ds.json", "--launch-dir", tmp_path / "launch")
+    result = invoke("export", path, "--to", "deepspeed", "-o", tmp_path / "ds.json",
+                    "--launch-dir", tmp_path / "launch")
     assert result.exit_code == 0, result.stderr
     hostfile = (tmp_path / "launch" / "hostfile").read_text().splitlines()
     assert [line for line in hostfile if not line.startswith("#")] == ["g-0 slots=4", "g-1 slots=4"]
