@@ -127,9 +127,12 @@ def commit(handle: IO, tmp: Path, path: str) -> None:
 
 
 def discard(handle: IO, tmp: Path) -> None:
-    """Close and delete a temporary file of open_temp that is not to be committed."""
+    """Close and delete a temporary file of open_temp that is not to be committed (a flush
+    that fails on close, as on a full disk, changes nothing: the file goes)."""
     try:
         handle.close()
+    except OSError:
+        pass
     finally:
         tmp.unlink(missing_ok=True)
 
