@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from planner.cli import PlannerGroup
 from planner.cli.sweep import add_commands
@@ -85,18 +86,23 @@ def test_full_disk_during_rows_exits_2_and_leaves_no_torn_row(tmp_path, monkeypa
     assert [(r["global_batch"], r["status"]) for r in rows] == [(b, "ok") for b in ("8", "16", "32", "64")]
 
 
-def test_file_size_limit_mid_row_exits_2_with_complete_rows_only(tmp_path):
+@pytest.mark.parametrize("limit", [100, 700])
+def test_file_size_limit_mid_row_exits_2_with_complete_rows_only(tmp_path, limit):
     """A real short write (RLIMIT_FSIZE: the kernel writes up to the limit, then EFBIG), as a
-    disk that fills mid-row: exit 2, one line, no traceback, and only whole rows stay."""
+    disk that fills mid-row (700 bytes) or before the header (100): exit 2, one line, no
+    traceback, and only whole rows stay."""
     out = tmp_path / "r.csv"
     code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (700, 700)); "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
             "from planner.cli import main; sys.argv[0] = 'planner'; main()")
     proc = subprocess.run([sys.executable, "-B", "-c", code, *sweep_args(out, batches=(8, 16, 32, 64, 128, 256))],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    if limit == 100:  # not even the header: the output never appears, no temporary file stays
+        assert "cannot write" in proc.stderr and sorted(p.name for p in tmp_path.iterdir()) == [], proc.stderr
+        return
     assert "--resume" in proc.stderr, proc.stderr
     rows = complete_rows(out)
     assert len(rows) < 6 and all(r["status"] == "ok" for r in rows), rows
