@@ -48,6 +48,14 @@ def heterogeneous_data():
     return plan_to_json(result.plan)
 
 
+def runtime_plan(runtime: str, dtype: str):
+    """The plan of `runtime` for heterogeneous_data's inputs: what `export --lossy` writes for it."""
+    from planner.api import PlanRequest, plan
+
+    return plan(PlanRequest(model="llama-3-8b", cluster="a100-v100-mix", global_batch=512, seq_len=4096, dtype=dtype,
+                            runtime=runtime, jobs=2)).plan
+
+
 @pytest.fixture(scope="module")
 def heterogeneous(heterogeneous_data, tmp_path_factory):
     path = tmp_path_factory.mktemp("export") / "mixed.json"
@@ -119,11 +127,10 @@ def test_megatron_refuses_a_plan_it_cannot_run_unless_lossy(group, heterogeneous
     assert len(lossy) == 1 and lossy[0].count("s per step under ") == 2 and "under megatron" in lossy[0]
     a = megatron_args(result.stdout)
     pp, tp = int(a["--pipeline-model-parallel-size"]), int(a["--tensor-model-parallel-size"])
-    assert tp in {s["tp"] for s in heterogeneous_data["stages"]} and pp == 1 + max(
-        s["pipeline_rank"] for s in heterogeneous_data["stages"])
+    own = runtime_plan("megatron", "fp16")  # --lossy plans again under megatron: its own plan is written
+    assert (tp, pp) == (own.stages[0].tp, own.pp)
     counts = layout_counts(a.get("--pipeline-model-parallel-layout"), pp, int(a["--num-layers"]))
-    planned = [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s["layers"] for s in heterogeneous_data["stages"])]
-    assert counts == planned  # the plan's layer split, kept exactly
+    assert counts == [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s.layers for s in own.stages)]
     dp = next(int(line.split("dp ")[1].split()[0]) for line in result.stdout.splitlines()
               if line.startswith("# planner"))
     assert int(a["--global-batch-size"]) % (int(a["--micro-batch-size"]) * dp) == 0
@@ -233,8 +240,11 @@ def test_torchtitan(group, homogeneous, heterogeneous, heterogeneous_data):
     result = run(group, heterogeneous, "--to", "torchtitan", "--lossy")
     assert result.exit_code == 0 and "lossy:" in result.stderr and "warning" not in result.stderr
     par = tomllib.loads(result.stdout)["parallelism"]
+    # torchtitan's own plan for the same inputs (--lossy plans again), in fp32: it has no fp16
+    assert "planned in fp32" in result.stderr
+    own = runtime_plan("torchtitan", "fp32")
     assert [len([n for n in p if n.startswith("layers.")]) for p in par["module_fqns_per_model_part"]] \
-        == [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s["layers"] for s in heterogeneous_data["stages"])]
+        == [l1 - l0 - (l0 == 0) - (l1 == 34) for l0, l1 in (s.layers for s in own.stages)]
 
 
 def cli_args(text: str) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ nothing here prints or exits (warnings go to the `warn` callback, progress to `o
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -32,7 +33,8 @@ from .requests import DEFAULT_PLAN, EvaluateRequest, PlanRequest
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
     from ..cost.evaluate import Estimate
-    from ..search.driver import SearchResult
+    from ..search.driver import SearchResult, SolverOptions
+    from .ranked import Ranking
 
 # What `planner plan` plans without options.
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
@@ -54,9 +56,55 @@ def _cluster(cluster: str | Cluster) -> Cluster:
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
          warn: Warn | None = None) -> SearchResult:
     """The fastest plan for `request` (planner.search.driver.solve), its estimate and the solver's
-    account. `on_progress` is called about every quarter second while the search runs."""
-    from ..search.driver import SolverOptions, solve
+    account. `on_progress` is called about every quarter second while the search runs. Stopped
+    early (planner.core.clock.request_stop, Ctrl-C in the CLI), the best plan found so far."""
+    from ..core.clock import stop_requested
+    from .no_plan import solve_or_explain
+
+    model, cluster, base, options = search_inputs(request, warn)
+    result = solve_or_explain(model, cluster, base, options, request, on_progress)
+    if request.runtime != "any":
+        result = (_with_any_runtime(result, model, cluster, base, options)
+                  if request.compare_any and not stop_requested()
+                  else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
+    result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))
+    problems = structural_problems(result.plan)
+    if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
+        raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
+    return result
+
+
+def plan_top(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
+             warn: Warn | None = None) -> Ranking:
+    """`plan --top K`: plan's plan, then the next request.top - 1 configurations (planner.api.ranked),
+    every search within the request's time limit together."""
+    from ..search.driver import solve
+    from .ranked import Ranking, domains, ranked, runner_up
+
+    started = time.perf_counter()
+    first = plan(request, on_progress, warn)
+    if request.top <= 1:
+        return Ranking((first,), first.optimal)
+    model, cluster, base, options = search_inputs(request)  # its warnings were given once
+
+    def listed(found: SearchResult) -> SearchResult:
+        found = replace(runner_up(found, first), any_runtime_note=NOT_COMPARED_NOTE)
+        return replace(found, estimate=_priced_with(found.estimate, request.profiles, request.calibrations))
+
+    experts = model.config is not None and model.config.num_experts > 1
+    long_sequence = base.seq_len >= options.cp_min_seq_len
+    ranking = ranked(lambda sub, left: solve(model, cluster, base, replace(sub, time_limit_s=left), on_progress),
+                     options, first, request.top,
+                     lambda o: domains(o, cluster.num_gpus, base.global_batch, experts, long_sequence),
+                     request.time_limit_s, lambda: time.perf_counter() - started)
+    return replace(ranking, results=(first, *map(listed, ranking.results[1:])))
+
+
+def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model, Cluster, Training, "SolverOptions"]:
+    """The model, cluster, training and search options of `request`, every input checked."""
+    from ..search.driver import SolverOptions
     from ..search.shares import IlpOptions
+    from .restrict import degree_options
 
     model = _model(request.model)
     cluster = _cluster(request.cluster)
@@ -68,9 +116,6 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
         require(b, "--micro-batch")
     for v in request.virtual_stages:
         require(v, "--virtual-stages")
-    for ep in request.ep_degrees:
-        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
-            raise BadInput(f"must be a positive integer, got {ep!r}", "--ep")
     if not isinstance(request.jobs, int) or isinstance(request.jobs, bool) or request.jobs < 1:
         raise BadInput(f"must be a positive integer, got {request.jobs!r}", "--jobs")
     if request.solver not in SOLVERS:
@@ -80,6 +125,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype))
     check_training_inputs(model, base)
+    _check_runtime_model(request.runtime, model)
+    degrees = degree_options(request, model, cluster)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
@@ -90,22 +137,20 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                             offload=request.offload, activation_offload=request.activation_offload,
                             zero_bubble=request.zero_bubble,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
-                            gpu_params=tuple(sorted(measured.items())),
-                            # degrees given: each of them, across nodes too
-                            **({"ep_degrees": tuple(sorted(set(request.ep_degrees) | {1})), "ep_inside_node": False}
-                               if request.ep_degrees else {}))
+                            gpu_params=tuple(sorted(measured.items())), **degrees)
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
-    result = solve(model, cluster, base, options, on_progress)
-    if request.runtime != "any":
-        result = (_with_any_runtime(result, model, cluster, base, options) if request.compare_any
-                  else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
-    result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))
-    problems = structural_problems(result.plan)
-    if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
-        raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
-    return result
+    return model, cluster, base, options
+
+
+def _check_runtime_model(runtime: str, model: Model) -> None:
+    """A model the runtime cannot build is bad input before any search (capability.model_problem)."""
+    from ..cost.runtimes.capability import model_problem
+
+    problem = model_problem(runtime, model)
+    if problem:
+        raise BadInput(problem, f"--runtime {runtime}")
 
 
 def plan_json(result: SearchResult) -> dict:
@@ -262,20 +307,37 @@ def evaluate_plan_file(path: str, profiles: tuple[str, ...] = (), calibrations: 
     return evaluate_plan(load_plan_file(path, memory=False), profiles, calibrations, warn, runtime)
 
 
-def lossy_form(plan: Plan, target: str) -> tuple[Evaluation, str, Evaluation]:
-    """`export --lossy`: (the plan priced, the runtime it was priced under: its own, or the target's
-    for a runtime without a cost model such as `any`; the plan `target` runs in its place, priced
-    under the target's runtime). The latter is the fastest of planner.export.runnable_forms that
-    fits (else the one that overflows memory least); ties: runnable_forms' order (smaller TP first)."""
+def lossy_form(made: Plan, target: str) -> tuple[Evaluation, str, Evaluation, str]:
+    """`export --lossy`: (the plan `made` priced, the runtime it was priced under: its own, or the target's
+    for a runtime without a cost model such as `any`; the plan `target` runs in its place: the search's
+    plan under the target's runtime (planner.api.lossy), else nearest_form; a one-line note when the
+    dtype had to change, '' else). A model the runtime cannot build stays bad input."""
     from ..cost.runtimes import RUNTIMES
+    from ..core.errors import NoFeasiblePlan
+    from ..export import runtime_problems
+    from .lossy import target_request
+
+    request, note = target_request(made, target)
+    try:
+        found = plan(request)
+        chosen = Evaluation(found.plan, found.estimate)
+        if runtime_problems(found.plan, target):  # e.g. a placement the target cannot number
+            chosen = nearest_form(found.plan, target)
+    except NoFeasiblePlan:
+        chosen, note = nearest_form(made, target), ""
+    runtime = made.training.runtime if made.training.runtime in RUNTIMES else chosen.plan.training.runtime
+    return evaluate_plan(made, runtime=runtime), runtime, chosen, note
+
+
+def nearest_form(plan: Plan, target: str) -> Evaluation:
+    """The fastest of planner.export.runnable_forms of `plan` that fits (else the one that overflows
+    memory least), priced under the target's runtime; ties: runnable_forms' order (smaller TP first)."""
     from ..export import runnable_forms
 
     forms = [evaluate_plan(form) for form in runnable_forms(plan, target)]
     # fitting forms by step time; when none fits, the one that overflows least
-    chosen = min(forms, key=lambda e: (not e.fits, 0.0 if e.fits else max(o.over_bytes for o in e.estimate.overflows),
-                                      e.estimate.step_time_s))
-    runtime = plan.training.runtime if plan.training.runtime in RUNTIMES else chosen.plan.training.runtime
-    return evaluate_plan(plan, runtime=runtime), runtime, chosen
+    return min(forms, key=lambda e: (not e.fits, 0.0 if e.fits else max(o.over_bytes for o in e.estimate.overflows),
+                                     e.estimate.step_time_s))
 
 
 def describe_plan(plan: Plan) -> dict:
@@ -327,6 +389,6 @@ def evaluation_plan_json(evaluation: Evaluation, runtime: str | None = None) -> 
 
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
            "describe_plan", "estimate_json", "evaluate", "evaluation_plan_json", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
-           "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "per_gpu_params", "plan", "plan_from_flags", "plan_json",
+           "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "nearest_form", "per_gpu_params", "plan", "plan_from_flags", "plan_json", "plan_top",
            "predicted_json",
-           "reprice_plan", "require", "resolve_dtype"]
+           "reprice_plan", "require", "resolve_dtype", "search_inputs"]

@@ -38,7 +38,14 @@ class PlanRequest:
     virtual_stages: tuple[int, ...] = ()
     zero_bubble: bool = True  # ZB-H1 and uniform ZB-V where the runtime runs them (SolverOptions.zero_bubble)
     cp_degrees: tuple[int, ...] = ()  # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
-    ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search; empty: SolverOptions' default
+    ep_degrees: tuple[int, ...] = ()  # expert-parallel degrees to search (only these); empty: SolverOptions' default
+    # the tensor-, pipeline- and data-parallel degrees allowed (every stage's, `plan --tp/--pp/--dp`);
+    # empty: the search's own (tp 1 2 4 8, any pp up to max_pp, any dp)
+    tp_degrees: tuple[int, ...] = ()
+    pp_degrees: tuple[int, ...] = ()
+    dp_degrees: tuple[int, ...] = ()
+    max_pp: int | None = None  # the most pipeline stages; None: 16 (SolverOptions.max_stages) or the largest pp
+    top: int = 1  # `plan --top K`: the K fastest plans of distinct configurations (planner.api.ranked)
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     max_bundle_nodes: int = 4
     solver: str = "highs"

@@ -66,7 +66,9 @@ def export_command(plan_file: str, target: str, output: str | None, lossy: bool,
         if problems:
             from ..api import lossy_form
 
-            planned, runtime, exported = lossy_form(plan, target)
+            planned, runtime, exported, note = lossy_form(plan, target)
+            if note:  # the dtype changed: said, never silently
+                err(f"lossy: {note}")
             err(f"lossy: {target} runs {describe_form(exported.plan)}: "
                 f"{_step_s(exported, exported.plan.training.runtime)}; the plan: {_step_s(planned, runtime)}")
             plan = exported.plan

@@ -15,8 +15,27 @@ DEFAULT_TIME_LIMIT_S = 300.0
 
 
 class SearchTimeout(Exception):
-    """Raised inside the search when the time limit is up; `solve` catches it and returns the
-    best plan found so far (never seen outside planner.search.driver)."""
+    """Raised inside the search when the time limit is up (or a stop was requested); `solve`
+    catches it and returns the best plan found so far (never seen outside planner.search.driver)."""
+
+
+# A request to stop every search of this process as if its time limit were up (request_stop):
+# the CLI's Ctrl-C handler sets it, and a forked lane process (planner.search.parallel) sets its
+# own copy when it gets SIGINT, so each returns the best plan found so far.
+_stop = {"requested": False}
+
+
+def request_stop() -> None:
+    """Stop the searches running in this process at their next clock check (SearchTimeout)."""
+    _stop["requested"] = True
+
+
+def stop_requested() -> bool:
+    return _stop["requested"]
+
+
+def clear_stop() -> None:
+    _stop["requested"] = False
 
 
 @dataclass(frozen=True)
@@ -53,7 +72,7 @@ class SearchClock:
     def check(self) -> None:
         now = time.perf_counter()
         limits = [x for x in (self.limit_s, self.phase_limit_s) if x is not None]
-        if limits and now - self.started > min(limits):
+        if (limits and now - self.started > min(limits)) or _stop["requested"]:
             raise SearchTimeout
         if self.on_progress is not None and now - self._last_report >= self.interval_s:
             self._last_report = now

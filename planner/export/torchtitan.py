@@ -12,8 +12,7 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from ..schedules import get_schedule
 from ..inputs.hf_extras import rope_and_norm
-from ..inputs.titan_flavors import (TITAN_LLAMA3_NORM_EPS, TITAN_LLAMA3_ROPE_SCALING, TITAN_LLAMA3_ROPE_THETA,
-                                    titan_llama3_flavor)
+from ..inputs.titan_flavors import TITAN_LLAMA3_ROPE_SCALING, titan_llama3_flavor, titan_model_problem
 from .base import Warn, comment_line, layer_sac_frequency, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
@@ -44,17 +43,13 @@ def titan_fqns(plan: Plan) -> list[list[str]]:
 def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """torchtitan sections -> {key: value}, and comment lines."""
     c = plan.model.config
-    if c is None:
-        raise BadInput("the plan's model is a layer profile without a config: torchtitan needs a "
-                       "model name and flavor", "--to torchtitan")
+    problem = titan_model_problem(plan.model)  # the check `plan --runtime torchtitan` makes
+    if problem:
+        raise BadInput(problem, "--to torchtitan")
     model = {"name": "llama3", "flavor": titan_llama3_flavor(c, plan.model.name)}  # by dimensions
     # torchtitan components/optimizer.py builds torch.optim Adam or AdamW by [optimizer] name
     runtime_optimizer(plan, "torchtitan", {"adamw": "AdamW"})
     extra = rope_and_norm(plan.model.raw, c.model_type, plan.model.name)
-    if (extra.rope_theta, extra.norm_eps) != (TITAN_LLAMA3_ROPE_THETA, TITAN_LLAMA3_NORM_EPS):
-        raise BadInput(f"torchtitan's llama3 flavour {model['flavor']} has rope_theta {TITAN_LLAMA3_ROPE_THETA:g} and "
-                       f"norm eps {TITAN_LLAMA3_NORM_EPS:g}; the model {plan.model.name!r} has {extra.rope_theta:g} and "
-                       f"{extra.norm_eps:g} (the job config cannot set them)", "--to torchtitan")
     scaling = dict(extra.rope_scaling or {})
     same_scaling = scaling.get("rope_type", scaling.get("type")) == "llama3" and all(
         float(scaling.get(k, -1)) == v for k, v in TITAN_LLAMA3_ROPE_SCALING.items() if k != "rope_type")

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ..core.errors import BadInput
-from .model import ModelConfig
+from .hf_extras import rope_and_norm
+from .model import Model, ModelConfig
 
 
 # the ModelConfig dimensions a torchtitan llama3 flavour fixes (its TransformerModelArgs)
@@ -67,3 +68,22 @@ def titan_llama3_flavor(c: ModelConfig, model_name: str) -> str:
                    f"({shape}) is none of its llama3 flavours ({', '.join(TITAN_LLAMA3_FLAVORS)}); "
                    "export --to rankmap, or register a TrainSpec in torchtitan and write its [model]",
                    "--to torchtitan")
+
+
+def titan_model_problem(model: Model) -> str:
+    """Why torchtitan cannot build `model` (as `export --to torchtitan` and `plan --runtime torchtitan`
+    say it), '' when it can: a layer profile without a config, no llama3 flavour of its dimensions,
+    or rotary and norm constants the flavour fixes otherwise (its job config cannot set them)."""
+    c = model.config
+    if c is None:
+        return "the plan's model is a layer profile without a config: torchtitan needs a model name and flavor"
+    try:
+        flavor = titan_llama3_flavor(c, model.name)
+    except BadInput as exc:
+        return exc.message
+    extra = rope_and_norm(model.raw, c.model_type, model.name)
+    if (extra.rope_theta, extra.norm_eps) != (TITAN_LLAMA3_ROPE_THETA, TITAN_LLAMA3_NORM_EPS):
+        return (f"torchtitan's llama3 flavour {flavor} has rope_theta {TITAN_LLAMA3_ROPE_THETA:g} and "
+                f"norm eps {TITAN_LLAMA3_NORM_EPS:g}; the model {model.name!r} has {extra.rope_theta:g} and "
+                f"{extra.norm_eps:g} (the job config cannot set them)")
+    return ""

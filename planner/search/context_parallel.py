@@ -17,8 +17,8 @@ from .stage_types import SolverOptions
 
 def cp_choices(model: Model, t: Training, options: SolverOptions, tp: int) -> list[tuple[int, str]]:
     """(cp, kind) pairs the search tries with `tp`: cp 1, and for long sequences each degree of
-    options.cp_degrees the runtime can run."""
-    out = [(1, "ring")]
+    options.cp_degrees the runtime can run (cp 1 only where they hold it: `plan --top` leaves it out)."""
+    out = [(1, "ring")] if 1 in options.cp_degrees else []
     if t.seq_len < options.cp_min_seq_len:
         return out
     kinds = get_runtime(t.runtime).context_parallel
@@ -45,4 +45,4 @@ def largest_cp(model: Model, base: Training, options: SolverOptions, tp: int, gr
     on the nodes of `group` (cp_choices, places)."""
     fits = [(cp, kind) for cp, kind in cp_choices(model, base, options, tp)
             if places([(group.gpus_per_node, group.nodes)], tp * cp)]
-    return max(fits)
+    return max(fits, default=(1, "ring"))

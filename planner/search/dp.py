@@ -153,7 +153,9 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
             nxt[new_key] = Cell(value, parent)
         for key, cell in nxt.items():
             # Restriction.min_stages: fewer stages are placed but never final
-            if np.isfinite(cell.value[items]) and placed + 1 >= problem.restriction.min_stages:
+            # and SolverOptions.pp_degrees: only the depths allowed are plans
+            if np.isfinite(cell.value[items]) and placed + 1 >= problem.restriction.min_stages \
+                    and problem.options.allows_pp(placed + 1):
                 finals[key] = cell
         layers.append(nxt)
         if not nxt:

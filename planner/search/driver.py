@@ -80,7 +80,7 @@ from functools import partial
 from typing import Callable
 
 from .bound import compute_lower_bound_s
-from ..core.clock import Progress, SearchClock, SearchTimeout
+from ..core.clock import Progress, SearchClock, SearchTimeout, stop_requested
 from .decompose import decompose
 from .scale import solve_scaled
 from ..core.errors import BadInput, NoFeasiblePlan
@@ -101,11 +101,15 @@ from .uniform import UniformSeed, improving_uniform
 
 _uniform_space = uniform_space  # the name tests/test_decompose.py knows
 
-__all__ = ["NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
+__all__ = ["NotFoundInTime", "NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
 
 
 class NothingFaster(NoFeasiblePlan):
     """The search was complete and found no plan faster than SolverOptions.upper_bound_s."""
+
+
+class NotFoundInTime(NoFeasiblePlan):
+    """The time limit (or a stop request) ended the search before it found a plan."""
 
 
 @dataclass(frozen=True)
@@ -269,9 +273,11 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         elif complete and options.upper_bound_s is not None:
             raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
         elif not complete:
-            raise NoFeasiblePlan(f"no plan found within the time limit of {options.time_limit_s:g} s "
-                                 f"({clock.subproblems_done} of {clock.subproblems_total} subproblems searched); "
-                                 "raise --time-limit")
+            searched = f"{clock.subproblems_done} of {clock.subproblems_total} subproblems searched"
+            if stop_requested() or options.time_limit_s is None:
+                raise NotFoundInTime(f"no plan found before the search was stopped ({searched})")
+            raise NotFoundInTime(f"no plan found within the time limit of {options.time_limit_s:g} s "
+                                 f"({searched}); raise --time-limit")
         else:
             shortfall = None
             for o in outcomes:  # the smallest overflow met, the first search's on ties

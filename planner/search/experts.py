@@ -33,11 +33,14 @@ def ep_degrees(inputs: ProblemInputs, nodes: tuple[int, ...], dp: int, tp: int, 
     (plan.structural_problems); 1F1B only (not the interleaved problems)."""
     config = inputs.model.config
     experts = config.num_experts if config is not None else 1
-    if experts <= 1 or sum(1 for n in nodes if n) != 1 or inputs.chunked or inputs.microbatches % dp:
+    if experts <= 1:
         return (1,)
+    one = (1,) if 1 in inputs.options.ep_degrees else ()  # options.ep_degrees without 1: EP only
+    if sum(1 for n in nodes if n) != 1 or inputs.chunked or inputs.microbatches % dp:
+        return one
     (group,) = [inputs.groups[i] for i, n in enumerate(nodes) if n]
     cap = capability(inputs.options.space or inputs.t.runtime)
-    return (1,) + expert_degrees(inputs.options, cap, experts, tp, cp, dp, group.gpus_per_node)
+    return one + expert_degrees(inputs.options, cap, experts, tp, cp, dp, group.gpus_per_node)
 
 
 def stage_ep_group(inputs: ProblemInputs, config: StageConfig, dims: StageDims) -> AllToAllGroup | None:

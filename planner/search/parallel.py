@@ -14,12 +14,14 @@ parent solves; progress is reported here.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import sys
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..core.clock import SearchClock
+from ..core.clock import SearchClock, request_stop, stop_requested
 from .build import PlanDraft
 from .lanes import LANES, Lane, Outcome, start_of
 from .uniform import UniformSeed, UniformSpace, merge_seeds
@@ -37,6 +39,19 @@ class Searches:
         self.clock = clock
         self.jobs = jobs if jobs > 1 and _can_fork() else 1
         self.workers: list[tuple[Any, Connection]] = []
+        self.stopping = False  # SIGINT sent to the lane processes (stop_lanes)
+
+    def stop_lanes(self) -> None:
+        """Pass a stop request of this process on to the lane processes, once: each stops its search
+        as at the time limit (its own request_stop) and stays to send its outcome and draft."""
+        if not self.stopping and stop_requested():
+            self._interrupt_lanes()
+
+    def _interrupt_lanes(self) -> None:
+        self.stopping = True
+        for process, _ in self.workers:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGINT)
 
     def __enter__(self) -> "Searches":
         return self
@@ -55,6 +70,8 @@ class Searches:
                 self.workers.append((process, here))
 
     def __exit__(self, *exc) -> None:
+        if exc[0] is not None and not self.stopping:  # e.g. KeyboardInterrupt: the lanes stop before the join
+            self._interrupt_lanes()
         for process, conn in self.workers:
             try:
                 conn.send(None)
@@ -79,6 +96,7 @@ class Searches:
         seeds = []
         for _, conn in self.workers:
             while not conn.poll(self.clock.interval_s):
+                self.stop_lanes()
                 self.clock.report()
             seeds.append(_receive(conn))
         return merge_seeds(seeds)
@@ -105,6 +123,7 @@ class Searches:
                     next_index[lane] += LANES
             if not running:
                 break
+            self.stop_lanes()
             ready = wait([self.workers[lane][1] for lane in running], timeout=self.clock.interval_s)
             for lane in [lane for lane in running if self.workers[lane][1] in ready]:
                 outcome = _receive(self.workers[lane][1])
@@ -165,6 +184,9 @@ def _serve(lane: Lane, conn: Connection, inherited: list[Connection]) -> None:
     """A lane process: run searches and draft plans until told to stop (None) or the parent is gone."""
     for end in inherited:
         end.close()
+    # Ctrl-C reaches the whole process group: a lane stops its search as at the time limit, and the
+    # parent, which decides what to print, collects its outcome (no KeyboardInterrupt, no traceback here)
+    signal.signal(signal.SIGINT, lambda *_: request_stop())
     if "highspy" in sys.modules:  # HiGHS's worker threads did not survive the fork (the bounds' LPs)
         sys.modules["highspy"].Highs.resetGlobalScheduler(True)
     lane.clock = replace(lane.clock, on_progress=None)  # progress is drawn by the parent

@@ -78,7 +78,9 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
     search space); else also stages on parts of nodes, interleaving, ZeRO-0 and the unsearched
     schedules the runtime runs (uniform_schedules)."""
     zeros = tuple(sorted(set(options.zero_stages) | ({0} if not whole_nodes else set()), reverse=True))
-    return UniformSpace(tp_degrees=tuple(sorted(options.tp_degrees, reverse=True)),
+    # a uniform plan has no expert parallelism: none where options.ep_degrees leave out ep 1
+    tps = tuple(sorted(options.tp_degrees, reverse=True)) if 1 in options.ep_degrees else ()
+    return UniformSpace(tp_degrees=tps, dp_degrees=options.dp_degrees, pp_degrees=options.pp_degrees,
                         micro_batches=tuple(sorted(options.micro_batches)),
                         recompute_modes=tuple(m for m in reversed(options.recompute_modes) if m != "block"),
                         zero_stages=zeros, virtual_stages=(1,) if whole_nodes else tuple(sorted(options.virtual_stages)),
@@ -102,9 +104,12 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
         return [Restriction(even_shares=even, sequence_parallel=sp)]
     heads = model.config.num_heads if model.config else 1
     microbatches = base.global_batch // b
-    totals = {0}  # GPUs a stage on whole nodes can have
+    widths: dict[int, int] = {}  # nodes per node width: groups of one width give the same sums pooled
     for g in cluster.groups:
-        totals = {t + k * g.gpus_per_node for t in totals for k in range(g.nodes + 1)}
+        widths[g.gpus_per_node] = widths.get(g.gpus_per_node, 0) + g.nodes
+    totals = {0}  # GPUs a stage on whole nodes can have
+    for width, nodes in sorted(widths.items()):
+        totals = {t + k * width for t in totals for k in range(nodes + 1)}
     modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
     blocks = model.num_layers - 2
     out = []
@@ -114,7 +119,7 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
                    for cp, _ in cp_choices(model, base, options, tp)):
         group = tp * cp  # one replica: tp x cp GPUs (core.dims.StageDims.group_gpus)
         for dp in sorted({t // group for t in totals if t and t % group == 0}):
-            if even and microbatches % dp:
+            if (even and microbatches % dp) or not options.allows_dp(dp):
                 continue
             offloads = (False, True) if options.offload and not cap.per_stage_offload else (None,)
             for ep, mode, zero, offload in product(_ep_choices(model, cluster, options, cap, tp, cp, dp),
@@ -144,7 +149,7 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
                     out.append(base_r)
                     continue
                 for depth in range(least, min(most, blocks) + 1):
-                    if blocks % depth == 0:
+                    if blocks % depth == 0 and options.allows_pp(depth):
                         out.append(replace(base_r, blocks=blocks // depth, max_stages=depth))
     return out
 

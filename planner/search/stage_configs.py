@@ -63,7 +63,8 @@ class StageConfigs:
             if self.state.clock is not None:
                 self.state.clock.check()
             for tp, cp, kind, dp in shapes:
-                if fixed.tp not in (None, tp) or fixed.cp not in (None, cp) or fixed.dp not in (None, dp):
+                if fixed.tp not in (None, tp) or fixed.cp not in (None, cp) or fixed.dp not in (None, dp) \
+                        or not inputs.options.allows_dp(dp):
                     continue
                 for ep in ep_degrees(inputs, nodes, dp, tp, cp):
                     if fixed.ep not in (None, ep):

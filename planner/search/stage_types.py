@@ -41,6 +41,10 @@ class SolverOptions:
     # EP groups inside one node only (tp x ep <= GPUs per node): across nodes the all-to-all runs
     # at the NIC's share, which rarely wins, and every degree multiplies the configurations priced
     ep_inside_node: bool = True
+    # data-parallel degrees a stage may take and pipeline depths a plan may have (`plan --dp`,
+    # `--pp`); empty: any. With per-stage DP (`any`) every stage's degree is one of them
+    dp_degrees: tuple[int, ...] = ()
+    pp_degrees: tuple[int, ...] = ()
     offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
     # activation offload of one-stage uniform plans that do not fit (planner.search.uniform.fewest_offloaded)
     activation_offload: bool = True
@@ -84,6 +88,12 @@ class SolverOptions:
         if self.max_exact_nodes is not None:
             return self.max_exact_nodes
         return 8 if per_stage_dp else 16
+
+    def allows_dp(self, dp: int) -> bool:
+        return not self.dp_degrees or dp in self.dp_degrees
+
+    def allows_pp(self, pp: int) -> bool:
+        return not self.pp_degrees or pp in self.pp_degrees
 
     def params_for(self, gpu_name: str) -> CostParams:
         return next((p for name, p in self.gpu_params if name == gpu_name), self.params)

@@ -41,6 +41,8 @@ class UniformSpace:
     zero_stages: tuple[int, ...] = (0, 1)  # used when dp > 1; dp = 1 always has ZeRO-0
     virtual_stages: tuple[int, ...] = (1, 2)
     max_stages: int | None = None  # None: any pp
+    dp_degrees: tuple[int, ...] = ()  # the dp and pp allowed (SolverOptions.dp_degrees, pp_degrees); empty: any
+    pp_degrees: tuple[int, ...] = ()
     whole_nodes: bool = False  # every pipeline stage on whole nodes (the solver's space)
     sequence_parallel: bool = True  # with tp > 1
     # a one-stage plan without recomputation that does not fit: also with the fewest decoder
@@ -89,7 +91,8 @@ def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 if space.max_stages is not None and pp > space.max_stages:
                     break
                 dp = n // (tp * pp)
-                if base.global_batch % (dp * b):
+                if base.global_batch % (dp * b) or (space.dp_degrees and dp not in space.dp_degrees) \
+                        or (space.pp_degrees and pp not in space.pp_degrees):
                     continue
                 # a split backward needs pp micro-batches per replica (planner.plan structural_problems)
                 if schedule.split_backward and base.global_batch // (dp * b) < pp:

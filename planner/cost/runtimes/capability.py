@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ...core.errors import BadInput
 
 if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
+    from ...inputs.model import Model
     from ...plan import Plan
 
 ANY = "any"
@@ -241,6 +242,17 @@ def capability(runtime: str) -> Capability:
     if runtime not in CAPABILITIES:
         raise BadInput(f"unknown runtime {runtime!r}, expected one of {', '.join(CAPABILITIES)}", "--runtime")
     return CAPABILITIES[runtime]
+
+
+def model_problem(runtime: str, model: "Model") -> str:
+    """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can): torchtitan
+    builds only its named llama3 flavours (planner.inputs.titan_flavors), the same reason
+    `export --to torchtitan` gives."""
+    if runtime != "torchtitan":
+        return ""
+    from ...inputs.titan_flavors import titan_model_problem
+
+    return titan_model_problem(model)
 
 
 def decoder_blocks(plan: "Plan") -> list[int]:
