@@ -37,7 +37,7 @@ import pytest
 
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
-from planner.api import lossy_form
+from planner.api import nearest_form
 from planner.core.errors import BadInput
 from planner.export import TARGET_RUNTIMES, runtime_problems
 from planner.plan import Training, plan_to_json, uniform_plan
@@ -56,7 +56,7 @@ SOLVED = {
     "mixed-3090-4090": ("llama-3-8b", "consumer-3090-4090", 64, 4096),  # bf16, lossy
 }
 # Layouts set by hand (llama-3-8b on dgx-a100), for what the solver does not pick there; made for
-# runtime `any` (ZeRO-3, GPipe, ZeRO-2 with pipelines: each target gets its runnable form, lossy_form).
+# runtime `any` (ZeRO-3, GPipe, ZeRO-2 with pipelines: each target gets its runnable form, nearest_form).
 UNIFORM = {
     "pp2-zero1-selective": (Training(256, 4096, "bf16", 1, runtime="any"),
                             dict(tp=4, pp=2, dp=4, zero=1, recompute="selective", sequence_parallel=True)),
@@ -90,7 +90,8 @@ RECOMPUTE = ["none", "selective", "full"]
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory):
     """(name, export target) -> a plan file the target runs exactly: the case's plan when it does,
-    else the plan `export --lossy` writes in its place (planner.api.lossy_form)."""
+    else its nearest form the target runs (planner.api.nearest_form: the layouts stay diverse, where
+    `export --lossy` would plan the target's own optimum)."""
     made: dict[str, Path] = {}
 
     def get(name: str, target: str) -> Path:
@@ -102,7 +103,7 @@ def plan_file(tmp_path_factory):
             assert runtime_problems(plan, target) == []  # torchtitan's own plan: exact, never a lossy form
         if runtime_problems(plan, target):
             try:
-                form = lossy_form(plan, target)[2]
+                form = nearest_form(plan, target)
             except BadInput as exc:  # e.g. DeepSpeed's even block split at a depth that does not divide the blocks
                 pytest.skip(f"{target} runs no form of the {name} plan: {exc}")
             if not form.fits:  # `export --lossy` writes it all the same; a plan file must fit

@@ -1,4 +1,5 @@
-"""`planner plan`: flags -> planner.api.plan -> the plan (human view, --json, -o FILE)."""
+"""`planner plan`: flags -> planner.api.plan_top -> the plan (human view, --json, -o FILE); with
+--top K the K fastest configurations too; Ctrl-C keeps the best plan found so far (exit 130)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan_json
-from ..api import plan_top
+from ..api import DEFAULT_PLAN, PlanRequest, input_files, plan_json, plan_top
 from ..api.ranked import Ranking, configuration_text, loses_by, peak_gib
 from ..core.clock import clear_stop, request_stop, stop_requested
 from ..core.errors import NoFeasiblePlan
