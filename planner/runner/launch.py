@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 
 from ..core.errors import BadInput
 from ..core.outfile import check_output, write_output
+from ..cost.runtimes import tf32_setting
 from ..plan import Plan
 from .data import SYNTHETIC, Batches
 from .layout import Layout
@@ -152,6 +153,10 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
     device = torch.device(f"cuda:{launch.local_rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
+        if t.dtype == "fp32":
+            # fp32 GEMMs on TF32 tensor cores exactly as the plan was priced (Training.tf32_matmul,
+            # else its runtime's stated default); PyTorch keeps it off for matmuls by default
+            torch.backends.cuda.matmul.allow_tf32 = bool(tf32_setting(t.runtime, "fp32", t.tf32_matmul))
     target = None
     if options.save_dir is not None:
         target = str(Path(options.save_dir) / f"rank{launch.rank}.pt")
