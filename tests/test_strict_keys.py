@@ -170,7 +170,8 @@ def test_an_unknown_key_in_a_calibration_names_the_nearest_key():
     with pytest.raises(BadInput, match=r"^c\.yaml: parms: unknown key \(did you mean params\?\)$"):
         params_from_calibration({**good, "parms": {}}, "c.yaml")
     typo = {**good, "params": {**good["params"], "gemm_eficiency": 0.5}}
-    with pytest.raises(BadInput, match=r"^c\.yaml: params\.gemm_eficiency: unknown key \(did you mean gemm_efficiency\?\)$"):
+    with pytest.raises(BadInput, match=r"^c\.yaml: params\.gemm_eficiency: unknown key "
+                                       r"\(did you mean gemm_efficiency\?\)$"):
         params_from_calibration(typo, "c.yaml")
 
 

@@ -117,3 +117,44 @@ def test_a_route_is_the_widest_then_least_latency_path_of_all_simple_paths(seed)
             width, latency = _brute_force(cluster.topology.graph, switches, a, b)
             assert link.bandwidth_bytes_per_s == width
             assert link.latency_s == pytest.approx(latency)
+
+
+# --- the search's setup on many groups ---------------------------------------------------------
+
+
+def _counting(monkeypatch, module, name: str) -> list:
+    calls: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    return calls
+
+
+def test_a_thousand_alike_groups_merge_with_route_lookups_linear_in_the_groups(monkeypatch):
+    from planner.cost.formulas import DEFAULT_PARAMS
+    from planner.inputs import hardware
+    from planner.search.decompose import merge_alike, prices_alike
+
+    spec = many_groups(1000)
+    for g in spec["node_groups"]:
+        g["gpu"] = "A100-SXM4-80GB"
+    cluster = cluster_from_spec(spec, "alike.yaml")
+    lookups = _counting(monkeypatch, hardware.Cluster, "group_link")
+    merged = merge_alike(cluster, lambda a, b, group: prices_alike(a, b, DEFAULT_PARAMS))
+    assert [(g.name, g.nodes) for g in merged.cluster.groups] == [("g0", 1000)]
+    assert len(lookups) < 2 * 1000
+    assert merged.cluster.group_link("g0", "g0") == cluster.groups[0].inter_node
+
+
+def test_the_lower_bound_prices_each_kind_of_group_once_however_many_there_are(monkeypatch):
+    from planner.plan import Training
+    from planner.inputs.model import load_model
+    from planner.search import bound
+    from planner.search.driver import SolverOptions
+
+    model, base, options = load_model("gpt2"), Training(64, 1024, "bf16", 1), SolverOptions(micro_batches=(1,))
+    prices = _counting(monkeypatch, bound, "layer_price")
+    bound.compute_lower_bound_s(model, cluster_from_spec(many_groups(2), "two.yaml"), base, options)
+    two = len(prices)
+    prices.clear()
+    bound.compute_lower_bound_s(model, cluster_from_spec(many_groups(300), "many.yaml"), base, options)
+    assert len(prices) == two > 0

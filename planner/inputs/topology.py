@@ -87,6 +87,18 @@ class Topology:
                 out.setdefault(group, []).append((switch, link))
         return {g: tuple(sorted(edges, key=lambda e: e[0])) for g, edges in out.items()}
 
+    @cached_property
+    def _linked(self) -> frozenset[str]:
+        """The groups and switches at an end of a file's link."""
+        return frozenset(x for a, b, _ in self.edges for x in (a, b))
+
+    def interchangeable(self, name_a: str, name_b: str) -> bool:
+        """Whether two groups route alike to every other group by construction: the default
+        fabric, the same inter_node and neither in a `links` entry (every route of theirs is
+        then the default edge of their inter_node)."""
+        return bool(self.default) and name_a not in self._linked and name_b not in self._linked \
+            and self._default_of[name_a] == self._default_of[name_b]
+
     def route(self, name_a: str, name_b: str) -> Link:
         """The link between two different groups (in either order)."""
         return self._resolve(*((name_a, name_b) if name_a < name_b else (name_b, name_a)))[0]

@@ -113,6 +113,15 @@ def latency_floor_s(schedule: str, price, max_v: int) -> float:
     return None
 
 
+def _distinct_groups(cluster: Cluster) -> list:
+    """The node groups, one of each (GPU, GPUs per node, intra_node): what the per-group floors
+    of _modes and ends_floor depend on, so that a cluster of many alike groups prices each once."""
+    out: dict[tuple, object] = {}
+    for g in cluster.groups:
+        out.setdefault((g.gpu, g.gpus_per_node, g.intra_node), g)
+    return list(out.values())
+
+
 def _shapes(model: Model, kind: str) -> list:
     """The layers of `kind`, one of each shape (they differ only by index and name otherwise)."""
     out: dict[tuple, object] = {}
@@ -144,7 +153,7 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
     zeros = sorted(set(options.zero_stages) | {0})
     max_v = max(options.virtual_stages)
     out: dict[tuple[str, int], tuple[float, float, float, float]] = {}
-    for g in cluster.groups:
+    for g in _distinct_groups(cluster):
         name, p = g.gpu.name, options.params_for(g.gpu.name)
         room = g.gpu.memory_bytes - p.reserved_memory_bytes
         for tp in options.tp_degrees:
@@ -187,7 +196,7 @@ def ends_floor(model: Model, cluster: Cluster, base: Training, options: SolverOp
             other_rate[(kind, name)] = min((layer_time(layer, group.gpu, sh, group.intra_node,
                                                        options.params_for(name)).compute_s / b for layer in layers),
                                            default=0.0)
-        for g in cluster.groups:
+        for g in _distinct_groups(cluster):
             for tp in options.tp_degrees:
                 if g.gpus_per_node % tp:
                     continue

@@ -54,7 +54,6 @@ from typing import Callable
 
 from ..cost.formulas import CostParams, link_efficiency
 from ..inputs.hardware import Cluster, Link, NodeGroup
-from ..inputs.topology import Topology
 from ..plan import Plan
 
 
@@ -294,21 +293,29 @@ def merge_alike(cluster: Cluster, prices_alike: Callable[[Link, Link, NodeGroup]
     (module docstring), or None when no two groups merge. `prices_alike(a, b, group)`: whether
     links a and b price the same for that group's GPUs (the cost model's figures of a link)."""
     groups = cluster.groups
+    interchangeable = cluster.topology.interchangeable
     runs: list[list[NodeGroup]] = []
+    in_run: set[str] = set()  # the names of the last run
+    uniform = False  # every group of the last run is interchangeable with its head
     for g in groups:
         run = runs[-1] if runs else None
         head = run[0] if run else None
         if head is not None and (g.gpu, g.gpus_per_node, g.intra_node, g.inter_node, g.host) == \
-                (head.gpu, head.gpus_per_node, head.intra_node, head.inter_node, head.host) \
-                and all(prices_alike(cluster.group_link(m.name, g.name), g.inter_node, g) for m in run) \
-                and all(cluster.group_link(head.name, o.name) == cluster.group_link(g.name, o.name)
-                        for o in groups if o is not g and o is not head and o not in run):
-            run.append(g)
-        else:
-            runs.append([g])
+                (head.gpu, head.gpus_per_node, head.intra_node, head.inter_node, head.host):
+            # interchangeable groups route alike to every other group: the head speaks for the run
+            same = uniform and interchangeable(head.name, g.name)
+            members = run[:1] if same else run
+            if all(prices_alike(cluster.group_link(m.name, g.name), g.inter_node, g) for m in members) \
+                    and (same or all(cluster.group_link(head.name, o.name) == cluster.group_link(g.name, o.name)
+                                     for o in groups if o is not g and o.name not in in_run)):
+                run.append(g)
+                in_run.add(g.name)
+                uniform = same
+                continue
+        runs.append([g])
+        in_run, uniform = {g.name}, True
     if len(runs) == len(groups):
         return None
     merged = tuple(replace(run[0], nodes=sum(m.nodes for m in run)) for run in runs)
-    routes = tuple(sorted((min(a.name, b.name), max(a.name, b.name), cluster.group_link(a.name, b.name))
-                          for i, a in enumerate(merged) for b in merged[i + 1:]))
-    return Merge(replace(cluster, groups=merged, topology=Topology((), (), routes)), len(groups))
+    # each merged group is named as its run's head, whose routes the cluster's topology has
+    return Merge(replace(cluster, groups=merged), len(groups))
