@@ -113,12 +113,13 @@ def test_model_name_or_path_is_checked_at_load(tmp_path, bad):
                      "_name_or_path: must be a name")
 
 
-def test_model_named_by_its_file_checks_the_file_name(tmp_path):
-    path = tmp_path / "my model.json"
+def test_model_named_by_its_file_takes_the_file_name_made_a_name(tmp_path):
+    path = tmp_path / "my model;$(rm -rf).json"
     path.write_text(json.dumps(hf_config("gpt2")))
     cluster = _cluster_file(tmp_path, small_cluster_spec())
-    assert_bad_input(invoke(*evaluate_args(model=str(path), cluster=str(cluster))), str(path),
-                     "file name", "'my model'")
+    result = invoke(*evaluate_args(model=str(path), cluster=str(cluster)))
+    assert result.exit_code == 0, result.output
+    assert load_model(str(path)).name == "my_model___rm_-rf_"
 
 
 def _profile(model="tiny", layer="block"):
