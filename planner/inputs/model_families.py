@@ -383,18 +383,14 @@ MOE_TYPE_OF = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe", "
 
 
 def _refuse_experts_in_dense(data: Mapping[str, Any], mtype: str, where: str) -> None:
-    """A config of a dense family (its reader finds no experts) carrying an expert count above
-    1 is bad input: its transformers class builds no experts from it, so the planner would
-    price a dense model of a mixture-of-experts checkpoint."""
-    for key in EXPERT_KEYS:
-        value = data.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-            moe = MOE_TYPE_OF.get(mtype)
-            hint = f"model_type {moe}" if moe else "a mixture-of-experts model_type (mixtral, qwen2_moe, " \
-                                                   "qwen3_moe, deepseek_v3)"
-            raise BadInput(f"{value} experts in a {mtype} config: {mtype} is dense (its transformers model builds "
-                           f"no experts), so it would be planned as a dense model; for a mixture of experts use {hint}",
-                           where, key)
+    """Bad input for an expert count above 1 in a dense family's config (transformers builds no
+    experts from it: the planner would price a mixture of experts as dense)."""
+    for key in (k for k in EXPERT_KEYS if type(data.get(k)) is int and data[k] > 1):
+        hint = (f"model_type {MOE_TYPE_OF[mtype]}" if mtype in MOE_TYPE_OF
+                else "a mixture-of-experts model_type (mixtral, qwen2_moe, qwen3_moe, deepseek_v3)")
+        raise BadInput(f"{data[key]} experts in a {mtype} config: {mtype} is dense (its transformers model builds "
+                       f"no experts), so it would be planned as a dense model; for a mixture of experts use {hint}",
+                       where, key)
 
 
 def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
