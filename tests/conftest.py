@@ -104,6 +104,17 @@ def small_cluster():
     return cluster_from_spec(small_cluster_spec())
 
 
+@pytest.fixture
+def titan_debug(tmp_path) -> str:
+    """torchtitan's llama3 `debugmodel` flavour as a config file: a model torchtitan builds (gpt2 it cannot)."""
+    config = hf_config("llama-3-8b")
+    config.update(hidden_size=256, num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16,
+                  intermediate_size=768, vocab_size=2048)
+    path = tmp_path / "titan-debug.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def gpt2():
     return load_model("gpt2")

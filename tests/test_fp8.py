@@ -238,9 +238,9 @@ def test_megatron_export_refuses_a_torchao_recipe(rowwise_plan):
         export_megatron(rowwise_plan, lambda _: None)
 
 
-def test_plan_search_keeps_the_chosen_fp8_recipe_in_its_plan(tmp_path):
+def test_plan_search_keeps_the_chosen_fp8_recipe_in_its_plan(tmp_path, titan_debug):
     out = tmp_path / "plan.json"
-    result = invoke("plan", "--model", "gpt2", "--cluster", _cluster_yaml(tmp_path, "H100-SXM5-80GB", 4),
+    result = invoke("plan", "--model", titan_debug, "--cluster", _cluster_yaml(tmp_path, "H100-SXM5-80GB", 4),
                     "--global-batch", "8", "--seq-len", "512", "--dtype", "fp8", "--fp8-recipe", "torchao-rowwise",
                     "--runtime", "torchtitan", "--micro-batch", "1", "-o", str(out))
     assert result.exit_code == 0, (result.output, result.exception)

@@ -20,9 +20,10 @@ ROUTE = ("stage 0 -> 1: rack-a -> rack-b via rack-a - spine - rack-b; bottleneck
          "50 GB/s per node, path latency 8 us")
 
 
-def _plan(cluster: str):
+def _plan(cluster: str, runtime: str = "megatron"):
     """Two stages of 16 GPUs: on two-rack-a100-spine, stage 0 fills rack-a and stage 1 rack-b."""
-    return uniform_plan(load_model("gpt2"), load_cluster(cluster), Training(32, 512, "bf16", 1), tp=4, pp=2, dp=4)
+    training = Training(32, 512, "bf16", 1, runtime=runtime)
+    return uniform_plan(load_model("gpt2"), load_cluster(cluster), training, tp=4, pp=2, dp=4)
 
 
 def _cli(*args: str):
@@ -54,7 +55,9 @@ def test_show_and_export_describe_the_topology(tmp_path):
     assert f"# network: {ROUTE}" in megatron.stdout.splitlines()
     rankmap = json.loads(_cli("export", str(path), "--to", "rankmap").stdout)
     assert rankmap["stage_routes"][0]["path"] == ["rack-a", "spine", "rack-b"]
-    deepspeed = json.loads(_cli("export", str(path), "--to", "deepspeed", "--lossy").stdout)  # a megatron plan
+    ds_path = tmp_path / "deepspeed-plan.json"
+    ds_path.write_text(json.dumps(plan_to_json(_plan("two-rack-a100-spine", runtime="deepspeed"))))
+    deepspeed = json.loads(_cli("export", str(ds_path), "--to", "deepspeed").stdout)
     assert deepspeed["planner_pipeline"]["stage_routes"] == rankmap["stage_routes"]
 
 

@@ -104,7 +104,7 @@ def test_megatron_reduces_fp32_gradients_under_bf16_and_fp8():
     assert reduce["fp8", 0] == reduce["bf16", 0] and reduce["fp8", 1] == reduce["bf16", 1]
 
 
-def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path):
+def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path, titan_debug):
     import json
 
     from planner import api
@@ -112,7 +112,7 @@ def test_a_plan_carries_its_runtime_and_is_re_priced_under_it(tmp_path):
 
     from .conftest import invoke
 
-    request = api.PlanRequest(model="gpt2", cluster="dgx-a100", global_batch=64, seq_len=1024, runtime="torchtitan",
+    request = api.PlanRequest(model=titan_debug, cluster="dgx-a100", global_batch=64, seq_len=1024, runtime="torchtitan",
                               time_limit_s=None)
     result = api.plan(request)
     data = api.plan_json(result)

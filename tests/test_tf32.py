@@ -11,22 +11,11 @@ import pytest
 from planner.cost.runtimes import RUNTIMES
 from planner.verify.plan_checks import load_schema
 
-from .conftest import assert_bad_input, evaluate_args, hf_config, invoke
+from .conftest import assert_bad_input, evaluate_args, invoke
 
 # the red-team reproducer of issue 30, item 1
 RED_TEAM = ["plan", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024",
             "--dtype", "fp32"]
-
-
-@pytest.fixture
-def titan_debug(tmp_path) -> str:
-    """torchtitan's llama3 `debugmodel` flavour as a config file: a model torchtitan builds (gpt2 it cannot)."""
-    config = hf_config("llama-3-8b")
-    config.update(hidden_size=256, num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16,
-                  intermediate_size=768, vocab_size=2048)
-    path = tmp_path / "titan-debug.json"
-    path.write_text(json.dumps(config))
-    return str(path)
 
 
 def model_for(runtime: str, titan_debug: str) -> str:
