@@ -5,6 +5,7 @@ out."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Mapping
 
 from ..core.dims import StageDims
@@ -47,12 +48,10 @@ def route_name(cluster: Cluster, ranks_a, ranks_b=()) -> str:
     if len(nodes) == 1:
         return f"intra-node {next(iter(nodes))[0]}"
     if ranks_b:
-        pairs = [(a, b) for a in sorted({cluster.group_of_rank(r).name for r in ranks_a})
-                 for b in sorted({cluster.group_of_rank(r).name for r in ranks_b})]
+        pairs = boundary_pairs(cluster, sorted({cluster.group_of_rank(r).name for r in ranks_a}),
+                               sorted({cluster.group_of_rank(r).name for r in ranks_b}))
     else:
-        groups = sorted({g for g, _ in nodes})
-        pairs = [(g, g) for g in groups if sum(1 for h, _ in nodes if h == g) >= 2]
-        pairs += [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+        pairs = collective_pairs(cluster, group_node_counts(nodes))
     a, b = min(pairs, key=lambda pair: _slowness(pair_link(cluster, *pair)))
     return f"inter-node {a}" if a == b else f"{a}<->{b}"
 
@@ -62,9 +61,59 @@ def collective_links(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> tu
     the slowest intra link of its groups, and the slowest share among its node pairs."""
     groups = sorted(g for g, n in nodes_per_group.items() if n > 0)
     intra = slowest([cluster.group(g).intra_node for g in groups])
-    candidates = [pair_link(cluster, g, g) for g in groups if nodes_per_group[g] >= 2]
-    candidates += [pair_link(cluster, a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+    candidates = [pair_link(cluster, *pair) for pair in collective_pairs(cluster, nodes_per_group)]
     return intra, (slowest(candidates) if candidates else intra)
+
+
+# Groups alike in every link (Cluster.link_class) give equal pair links, so a collective or a
+# boundary over many groups prices one pair of each kind, not every pair: each kind's first pair
+# in the order of all pairs, so the first slowest of them is also the first slowest of all.
+
+
+def _by_class(cluster: Cluster, groups: list[str]) -> dict[tuple, list[str]]:
+    """`groups` (sorted) by Cluster.link_class, each class's names in that order."""
+    classes: dict[tuple, list[str]] = {}
+    for g in groups:
+        classes.setdefault(cluster.link_class(g), []).append(g)
+    return classes
+
+
+def collective_pairs(cluster: Cluster, nodes_per_group: Mapping[str, int]) -> list[tuple[str, str]]:
+    """The pairs a collective over these nodes may run slowest on: (g, g) for a group of two nodes
+    or more, then (a, b), a < b by name; one of each kind, in that order."""
+    groups = sorted(g for g, n in nodes_per_group.items() if n > 0)
+    selves: dict[tuple, tuple[str, str]] = {}
+    for g in groups:
+        if nodes_per_group[g] >= 2:
+            selves.setdefault(cluster.link_class(g), (g, g))
+    classes = _by_class(cluster, groups)
+    cross = []
+    for members_a in classes.values():
+        a = members_a[0]  # the first a with some b > a of the other class, if any has one
+        for members_b in classes.values():
+            after = bisect_right(members_b, a)
+            if after < len(members_b):
+                cross.append((a, members_b[after]))
+    return list(selves.values()) + sorted(cross)
+
+
+def boundary_pairs(cluster: Cluster, groups_a: list[str], groups_b: list[str]) -> list[tuple[str, str]]:
+    """The pairs of groups_a x groups_b (each sorted) a pipeline boundary may run slowest on, one
+    of each kind, by name: a group on both sides pairs with itself over its inter_node, any other
+    pair over the route between them."""
+    classes_b = _by_class(cluster, groups_b)
+    on_b = set(groups_b)
+    found: dict[tuple, tuple[str, str]] = {}
+    for a in groups_a:
+        kind_a = cluster.link_class(a)
+        if a in on_b:
+            found.setdefault((kind_a, kind_a, True), (a, a))
+        for kind_b, members_b in classes_b.items():
+            if (kind_a, kind_b, False) not in found:
+                others = [b for b in members_b[:2] if b != a]
+                if others:
+                    found[(kind_a, kind_b, False)] = (a, others[0])
+    return sorted(found.values())
 
 
 def nodes_of(cluster: Cluster, ranks) -> dict[tuple[str, int], int]:
@@ -122,7 +171,7 @@ def boundary_link(cluster: Cluster, ranks_a, ranks_b) -> tuple[Link, bool]:
         return cluster.group(group).intra_node, True
     groups_a = sorted({cluster.group_of_rank(r).name for r in ranks_a})
     groups_b = sorted({cluster.group_of_rank(r).name for r in ranks_b})
-    return slowest([pair_link(cluster, a, b) for a in groups_a for b in groups_b]), False
+    return slowest([pair_link(cluster, *pair) for pair in boundary_pairs(cluster, groups_a, groups_b)]), False
 
 
 def alltoall_group(cluster: Cluster, ranks) -> AllToAllGroup:

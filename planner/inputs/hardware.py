@@ -107,6 +107,15 @@ class Cluster:
             return self.group(name_a).inter_node
         return self.topology.route(name_a, name_b)
 
+    def link_class(self, name: str) -> tuple:
+        """A key that node groups alike in every link share (GPUs per node, inter_node and
+        Topology.route_class): pair links from any of them to any other group are equal."""
+        return self._link_class[name]
+
+    @cached_property
+    def _link_class(self) -> dict[str, tuple]:
+        return {g.name: (g.gpus_per_node, g.inter_node, self.topology.route_class(g.name)) for g in self.groups}
+
     def link(self, rank_a: int, rank_b: int) -> Link:
         """Same node -> intra_node; same group -> inter_node; else the group link."""
         da, db = self.device(rank_a), self.device(rank_b)

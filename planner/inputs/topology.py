@@ -99,6 +99,28 @@ class Topology:
         return bool(self.default) and name_a not in self._linked and name_b not in self._linked \
             and self._default_of[name_a] == self._default_of[name_b]
 
+    @cached_property
+    def _paired(self) -> frozenset[str]:
+        """The groups at an end of a group-to-group edge or of a route stated ahead."""
+        switches = set(self.switches)
+        ends = [x for a, b, _ in self.edges if a not in switches and b not in switches for x in (a, b)]
+        return frozenset(ends) | self._given_ends
+
+    @cached_property
+    def _given_ends(self) -> frozenset[str]:
+        return frozenset(x for a, b, _ in self.given for x in (a, b))
+
+    def route_class(self, name: str) -> tuple:
+        """A key that groups routing alike share: route(a, x) == route(b, x) for every other group
+        x, and route(a, b) is one Link for any two of them. Without switches, the groups in no
+        `links` entry with one inter_node (their default edges); with switches, the groups of
+        one signature and no group-to-group edge (their routes run through the switches alike
+        and are named by switches only); every other group is a class of its own."""
+        if self.default:
+            own = name in self._linked or name in self._given_ends
+            return ("own", name) if own else ("default", self._default_of[name])
+        return ("own", name) if name in self._paired else ("switches", self._signatures.get(name, ()))
+
     def route(self, name_a: str, name_b: str) -> Link:
         """The link between two different groups (in either order)."""
         return self._resolve(*((name_a, name_b) if name_a < name_b else (name_b, name_a)))[0]
