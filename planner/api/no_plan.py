@@ -4,6 +4,7 @@ allowed (`--tp/--pp/--dp/--ep/--max-pp`), and, under a runtime narrower than `an
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -27,6 +28,7 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
     any` finds (a stopped search's is passed on as it is)."""
     from ..search.driver import NotFoundInTime, NothingFaster, solve
 
+    started = time.perf_counter()
     try:
         return solve(model, cluster, base, options, on_progress)
     except (NothingFaster, NotFoundInTime):
@@ -39,7 +41,7 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
         if allowed:
             message += f" (allowed: {allowed})"
         if base.runtime != "any":
-            found = _any_runtime_plan(model, cluster, base, options)
+            found = _any_runtime_plan(model, cluster, base, options, time.perf_counter() - started)
             if found is not None:
                 from .ranked import configuration_text
 
@@ -48,11 +50,17 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
         raise NoFeasiblePlan(message, exc.shortfall_bytes, exc.device) from exc
 
 
-def _any_runtime_plan(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SearchResult | None:
-    """The plan of the same search under `--runtime any` within ANY_SUGGESTION_S, None if none."""
+def _any_runtime_plan(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+                      spent_s: float) -> SearchResult | None:
+    """The plan of the same search under `--runtime any` within ANY_SUGGESTION_S and what is left of
+    the time limit after `spent_s` (the failed search's), None if none."""
     from ..search.driver import solve
 
-    limit = ANY_SUGGESTION_S if options.time_limit_s is None else min(ANY_SUGGESTION_S, options.time_limit_s)
+    limit = ANY_SUGGESTION_S
+    if options.time_limit_s is not None:
+        limit = min(limit, options.time_limit_s - spent_s)
+        if limit <= 0:
+            return None
     try:
         return solve(model, cluster, replace(base, runtime="any"),
                      replace(options, space=None, time_limit_s=limit, upper_bound_s=None))
