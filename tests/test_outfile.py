@@ -174,3 +174,14 @@ def test_calibrate_onto_its_profile_is_refused(tmp_path):
     before = profile.read_bytes()
     assert_bad_input(invoke("calibrate", profile, "--gpu", "A100-SXM4-80GB", "-o", profile), "is also an input")
     assert profile.read_bytes() == before
+
+
+def test_yaml_output_refuses_a_non_finite_number_as_json_output_does():
+    """The calibration report and the measured-links file go through core.io.yaml_text: a NaN or an
+    infinity is an internal error naming where, never a `.nan` written as a figure."""
+    from planner.core.io import yaml_text
+
+    assert yaml_text({"a": [1.5, {"b": 2}]}, sort_keys=False) == "a:\n- 1.5\n- b: 2\n"
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(AssertionError, match=r"a\[1\]\.b"):
+            yaml_text({"a": [1.5, {"b": bad}]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ..calibrate.linkprof import LinkProfileOptions, parse_node_groups, parse_sizes
+from ..core.io import yaml_text
 from ..core.outfile import check_output
 
 
@@ -39,8 +40,6 @@ def profile_links_command(output, sizes, iters, warmup, backend, node_groups, ra
       torchrun --nproc-per-node 4 -m planner.cli profile-links --backend gloo --ranks-per-node 2 \\
           --sizes 4K:256K:4 --iters 5 -o cpu-links.yaml
     """
-    import yaml
-
     from ..calibrate.linkprof import profile_links
     from ..core.outfile import write_output
 
@@ -51,7 +50,7 @@ def profile_links_command(output, sizes, iters, warmup, backend, node_groups, ra
     fragment = profile_links(options)
     if fragment is None:  # not rank 0
         return
-    text = yaml.safe_dump(fragment, sort_keys=False, width=120, default_flow_style=None)
+    text = yaml_text(fragment, sort_keys=False, width=120, default_flow_style=None)
     if not output:
         click.echo(text, nl=False)
         return

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..api import input_files, require
 from ..core.errors import BadInput
-from ..core.io import json_text
+from ..core.io import json_text, yaml_text
 from ..core.markup import esc
 from ..inputs.model import ATTENTION_KINDS, load_model
 from ..core.outfile import check_output
@@ -87,15 +87,13 @@ def calibrate_command(profile_file, gpu_name, model_name, attention, output, as_
       planner calibrate h100.json --gpu H100-SXM5-80GB -o h100-calib.yaml
       planner plan --model llama-3-8b --cluster my.yaml --calibration h100-calib.yaml
     """
-    import yaml
-
     from ..calibrate.fit import calibrate_file
     from ..core.outfile import write_output
 
     inputs = input_files(profile_file, model_name)
     check_output(output, inputs)
     report, result = calibrate_file(profile_file, gpu_name, model_name, attention)
-    write_output(output, yaml.safe_dump(report, sort_keys=False), inputs=inputs)
+    write_output(output, yaml_text(report, sort_keys=False), inputs=inputs)
     if as_json:
         click.echo(json_text(report))
     else:

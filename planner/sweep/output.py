@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import signal
 import threading
@@ -73,6 +74,8 @@ def output_format(path: str) -> str:
 
 
 def _csv_value(value: Any) -> Any:
+    # as strict as the JSON rows (core.io.json_text): a NaN or an infinity is an internal error
+    assert not (isinstance(value, float) and not math.isfinite(value)), f"a non-finite number in a sweep row: {value}"
     return "" if value is None else value
 
 
