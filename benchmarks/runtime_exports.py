@@ -7,7 +7,7 @@ Per case: the plan's step time, the same search under `--runtime any` (solver.an
 the plan file), the best uniform configuration the runtime can run (benchmarks/runtime_gap.py's
 best_runnable_uniform, in the plan's dtype), the export's exit code and its warning lines
 (`planner: warning:` on stderr). Global batch 512, sequence 4096 (the `planner plan` defaults),
-the default dtype of the runtime (planner.load.resolve_dtype: bf16 where every GPU has it, else
+the default dtype of the runtime (planner.api.load.resolve_dtype: bf16 where every GPU has it, else
 fp16, or fp32 for torchtitan, which has no fp16), the default time limit. Exit 1 when an export
 fails or warns, or a plan is slower than the best uniform configuration.
 """

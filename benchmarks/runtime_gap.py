@@ -25,7 +25,7 @@ from planner.cost.runtimes import cluster_params  # noqa: E402
 from planner.cost.runtimes.capability import capability, violations  # noqa: E402
 from planner.inputs.hardware import load_cluster  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
-from planner.load import resolve_dtype  # noqa: E402
+from planner.api.load import resolve_dtype  # noqa: E402
 from planner.plan import Training  # noqa: E402
 from planner.search.uniform import UniformSpace, improving_uniform  # noqa: E402
 

@@ -131,7 +131,7 @@ def _box():
 
     cluster = cluster_from_spec({"name": "box-4090", "node_groups": [
         {"name": "a", "gpu": "RTX-4090", "nodes": 1, "gpus_per_node": 4}]})
-    from planner.load import check_training_inputs
+    from planner.api.load import check_training_inputs
 
     model, training = load_model("phi-3-mini"), Training(32, 8192, "bf16", 1, runtime="megatron")
     check_training_inputs(model, training)

@@ -240,7 +240,7 @@ def test_checker_finds_click_and_exits_outside_the_cli():
 # and from the layers below it; the names on one layer import nothing from each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",), ("inputs",), ("schedules",), ("plan",), ("cost",),
-    ("search", "calibrate", "verify", "report"), ("export", "runner", "load"), ("api",), ("sweep",), ("cli",),
+    ("search", "calibrate", "verify", "report"), ("export", "runner"), ("api",), ("sweep",), ("cli",),
 )
 
 

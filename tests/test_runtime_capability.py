@@ -127,7 +127,7 @@ def test_torchtitan_capability_is_what_its_fsdp_ddp_and_amp_run():
     per step (ZeRO-1), bf16 with TP or PP only through FSDP, TP always sequence-parallel, no fp16."""
     from planner.inputs.hardware import load_cluster
     from planner.inputs.model import load_model
-    from planner.load import resolve_dtype
+    from planner.api.load import resolve_dtype
     from planner.plan import Training
 
     model, cluster = load_model("llama-3-8b"), load_cluster("dgx-a100")

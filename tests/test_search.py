@@ -99,9 +99,9 @@ def test_solver_equals_brute_force_on_forced_pipelines_with_interleaving(seed):
 
 def runtime_base(cluster, base, runtime):
     """`base` under `runtime`, in a dtype it has (fp16 instances: bf16 or fp32 for torchtitan,
-    as `planner plan --runtime torchtitan` picks; planner.load.resolve_dtype)."""
+    as `planner plan --runtime torchtitan` picks; planner.api.load.resolve_dtype)."""
     from planner.cost.runtimes.capability import capability
-    from planner.load import resolve_dtype
+    from planner.api.load import resolve_dtype
 
     dtype = base.dtype if base.dtype in capability(runtime).dtypes else resolve_dtype(cluster, None, runtime)
     return replace(base, runtime=runtime, dtype=dtype)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from ..core.clock import Progress
 from ..core.errors import BadInput
 from ..inputs.hardware import Cluster, load_cluster
-from ..load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
+from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                     load_profiles, per_gpu_params, require, resolve_dtype)
 from ..inputs.model import Model, load_model
 from ..plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..cost.fp8 import RECIPES
 from ..cost.runtimes import get_runtime
 from ..cost.runtimes.capability import capability
-from ..load import resolve_dtype
+from .load import resolve_dtype
 from ..plan import Plan
 from .requests import PlanRequest
 

@@ -179,7 +179,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     clock = SearchClock(options.time_limit_s, on_progress, started=started)
     space = options.space or base.runtime
     cap = capability(space)
-    if base.dtype not in cap.dtypes:  # (planner.load.resolve_dtype picks one the runtime has)
+    if base.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
         raise BadInput(f"the {space} runtime has no {base.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
     options = within(options, cap)
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \

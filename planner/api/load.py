@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable
 
-from .core import ranges
-from .core.errors import BadInput
-from .inputs.hardware import Cluster
-from .inputs.model import Model
-from .plan import Training, fp8_recipe_problem
+from ..core import ranges
+from ..core.errors import BadInput
+from ..inputs.hardware import Cluster
+from ..inputs.model import Model
+from ..plan import Training, fp8_recipe_problem
 
 Warn = Callable[[str], None]
 
@@ -35,7 +35,7 @@ def require(value: Any, flag: str) -> Any:
 def input_files(*names: str | Iterable[str] | None) -> list[str]:
     """A command's input names (files or catalog names) that an output must not overwrite;
     `--profile GPU=FILE` specs count as FILE."""
-    from .core.outfile import input_paths
+    from ..core.outfile import input_paths
 
     return [n.partition("=")[2] if "=" in n and not os.path.exists(n) else n for n in input_paths(*names)]
 
@@ -44,7 +44,7 @@ def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = Non
     """bf16 where every GPU supports it, else fp16 (fp32 for a runtime without fp16: torchtitan,
     capability.dtypes); an explicit dtype some GPU or the runtime lacks is bad input. fp8 needs fp8
     tensor cores on every GPU and a `runtime` with an fp8 path (planner.cost.fp8)."""
-    from .cost.runtimes.capability import capability
+    from ..cost.runtimes.capability import capability
 
     dtypes = capability(runtime).dtypes if runtime is not None else ("fp32", "fp16", "bf16", "fp8")
     if dtype is None:
@@ -53,8 +53,8 @@ def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = Non
     if dtype not in dtypes and dtype != "fp8":  # fp8: check_fp8 names the runtime's fp8 path
         raise BadInput(f"the {runtime} runtime has no {dtype} training (it has {', '.join(dtypes)})", "--dtype")
     if dtype == "fp8":
-        from .cost.fp8 import check_fp8
-        from .cost.runtimes import get_runtime
+        from ..cost.fp8 import check_fp8
+        from ..cost.runtimes import get_runtime
 
         name = runtime or "megatron"
         check_fp8(cluster.gpu_types, name, get_runtime(name).fp8_recipe)
@@ -70,7 +70,7 @@ def check_training_inputs(model: Model, training: Training) -> None:
     if problem:
         raise BadInput(problem, "--fp8-recipe")
     if training.compile:
-        from .cost.runtimes import compile_problem
+        from ..cost.runtimes import compile_problem
 
         problem = compile_problem(training.runtime)
         if problem:
@@ -84,9 +84,9 @@ def check_training_inputs(model: Model, training: Training) -> None:
 def load_profiles(specs: Iterable[str], cluster: Cluster, model: Model, training: Training,
                   warn: Warn | None = None, base: dict | None = None) -> dict:
     """`--profile GPU=FILE` (repeatable) -> {GPU name: CostParams pricing it from measurements}."""
-    from .cost.formulas import DEFAULT_PARAMS
-    from .core.io import parse_structured, read_text
-    from .inputs.measured import measured_from_profile
+    from ..cost.formulas import DEFAULT_PARAMS
+    from ..core.io import parse_structured, read_text
+    from ..inputs.measured import measured_from_profile
 
     out = {}
     for spec in specs:
@@ -116,9 +116,9 @@ def load_profiles(specs: Iterable[str], cluster: Cluster, model: Model, training
 
 def load_calibrations(files: Iterable[str], cluster: Cluster, base: dict) -> dict:
     """`--calibration FILE` (repeatable): per GPU type, the fitted efficiencies over `base`."""
-    from .calibrate.fit import params_from_calibration
-    from .cost.formulas import DEFAULT_PARAMS
-    from .core.io import load_mapping
+    from ..calibrate.fit import params_from_calibration
+    from ..cost.formulas import DEFAULT_PARAMS
+    from ..core.io import load_mapping
 
     out = dict(base)
     for path in files:
@@ -134,7 +134,7 @@ def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster
                    training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
     """Cost parameters per GPU type: its architecture's under `runtime` (planner.cost.runtimes), with
     `--profile` measurements and `--calibration` efficiencies over them."""
-    from .cost.runtimes import training_params
+    from ..cost.runtimes import training_params
 
     base = training_params(cluster.gpu_types, training, runtime)
     return load_calibrations(calibrations, cluster, {**base, **load_profiles(profiles, cluster, model, training, warn,
