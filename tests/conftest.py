@@ -1,10 +1,12 @@
-"""Shared helpers: small clusters and models, and running the CLI in-process."""
+"""Shared helpers: small clusters and models, running the CLI in-process, reading its JSON, and
+running the solver beside the brute-force oracle (planner.verify.oracle)."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from click.testing import CliRunner, Result
 from planner.cli import main
 from planner.inputs.hardware import PROFILES_DIR, cluster_from_spec
 from planner.inputs.model import load_model
+from planner.plan import Training, plan_to_json, uniform_plan
 
 MODELS_DIR = PROFILES_DIR / "models"
 CLUSTERS_DIR = PROFILES_DIR / "clusters"
@@ -48,6 +51,32 @@ def hf_config(name: str) -> dict:
     return json.loads((MODELS_DIR / f"{name}.json").read_text())
 
 
+def three_types(h100: int, a100: int, v100: int) -> dict:
+    """A cluster spec of H100, A100 and V100 nodes of 8 GPUs, on 400, 200 and 50 GB/s NICs."""
+    def group(name, gpu, nodes, nic):
+        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
+                "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
+    return {"name": f"odd-{h100}-{a100}-{v100}", "node_groups": [
+        group("h100", "H100-SXM5-80GB", h100, 400), group("a100", "A100-SXM4-80GB", a100, 200),
+        group("v100", "V100-SXM2-32GB", v100, 50)]}
+
+
+def synthetic_profile(path, seq_len=1024, scale=1.0, model_name="gpt2"):
+    """A gpt2 layer profile whose 'measured' times are made up: forward 1 ms x micro-batch."""
+    model = load_model(model_name)
+    layers = []
+    for layer in model.layers:
+        fwd = [scale * 1e-3 * b for b in (1, 2, 4)]
+        layers.append({"name": layer.name, "kind": layer.kind, "params": layer.params,
+                       "fwd_flops_per_sample": layer.fwd_flops_per_sample(seq_len),
+                       "act_bytes_per_sample": layer.act_bytes_per_sample(seq_len),
+                       "out_bytes_per_sample": layer.out_bytes_per_sample(seq_len),
+                       "measured": {"micro_batch": [1, 2, 4], "fwd_s": fwd, "bwd_s": [2 * x for x in fwd]}})
+    path.write_text(json.dumps({"format": "planner.profile/v1", "model": model_name, "dtype": "bf16",
+                                "seq_len": seq_len, "source": "measured", "device": "test", "layers": layers}))
+    return model
+
+
 def require(module: str, env: str):
     """Import an optional package for a test: skip the test when it is missing, unless `env` is
     set (as `make test` sets it for the extras it installs), where a missing one is a failure."""
@@ -75,6 +104,27 @@ def evaluate_args(model: str = "gpt2", cluster: str = "small.yaml", *, global_ba
     return ["evaluate", "--model", model, "--cluster", cluster, "--global-batch", str(global_batch),
             "--seq-len", str(seq_len), "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
             "--micro-batch", str(micro_batch), "--json", *extra]
+
+
+def ok_json(result: Result, *, quiet: bool = True) -> dict | list:
+    """The JSON on stdout of a command that exited 0; `quiet`: with nothing on stderr."""
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    if quiet:
+        assert result.stderr == "", result.stderr
+    return json.loads(result.stdout)
+
+
+def strict_json(text: str):
+    """Parse output JSON, failing on NaN or Infinity (which json.loads accepts by default)."""
+    def refuse(name: str):
+        raise AssertionError(f"non-finite number {name} in the output JSON: {text}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def write_json(tmp_path: Path, data, name: str = "plan.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
 
 
 def assert_bad_input(result: Result, *needles: str) -> str:
@@ -118,3 +168,72 @@ def titan_debug(tmp_path) -> str:
 @pytest.fixture(scope="session")
 def gpt2():
     return load_model("gpt2")
+
+
+@pytest.fixture
+def plan_json(small_cluster, gpt2) -> dict:
+    """A plan file's JSON (a fresh dict): gpt2 on the small cluster, two stages of a TP pair."""
+    return plan_to_json(uniform_plan(gpt2, small_cluster, Training(8, 512, "bf16", 1), tp=2, pp=2, dp=1))
+
+
+@pytest.fixture
+def plan_file(tmp_path, plan_json) -> Path:
+    """plan_json as the file plan.json in the test's temporary folder."""
+    return write_json(tmp_path, plan_json)
+
+
+# 2 nodes of 8 H100-SXM5-80GB, catalog links
+H100 = {"name": "h100-2x8", "node_groups": [{"name": "h100", "gpu": "H100-SXM5-80GB", "nodes": 2,
+                                             "gpus_per_node": 8}]}
+
+
+@pytest.fixture
+def h100(tmp_path, monkeypatch):
+    """H100 as h100.yaml in the working directory (a temporary one)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h100.yaml").write_text(json.dumps(H100))
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op torch thread (as torchrun gives each rank): on a small shared machine, spinning
+    OpenMP threads that wait for a busy core make toy timings jump by milliseconds."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- the solver beside the oracle ----------------------------------------------------------------
+
+
+def runtime_base(cluster, base, runtime):
+    """`base` under `runtime`, in a dtype it has (fp16 instances: bf16 or fp32 for torchtitan,
+    as `planner plan --runtime torchtitan` picks; planner.api.load.resolve_dtype)."""
+    from planner.api.load import resolve_dtype
+    from planner.cost.runtimes.capability import capability
+
+    dtype = base.dtype if base.dtype in capability(runtime).dtypes else resolve_dtype(cluster, None, runtime)
+    return replace(base, runtime=runtime, dtype=dtype)
+
+
+def solve_with_and_without_skips(monkeypatch, skip_test: str, model, cluster, base, options) -> tuple:
+    """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
+    cannot_beat_any, as planner.search.orchestration.lanes calls them) never skipping: (pruned
+    result, full result, whether it skipped a search)."""
+    import planner.search.orchestration.driver as driver
+    import planner.search.orchestration.lanes as lanes
+
+    skipped = []
+    real = getattr(lanes, skip_test)
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        skipped.append(out)
+        return out
+    monkeypatch.setattr(lanes, skip_test, counted)
+    pruned = driver.solve(model, cluster, base, options)
+    monkeypatch.setattr(lanes, skip_test, lambda *args, **kwargs: False)
+    return pruned, driver.solve(model, cluster, base, options), any(skipped)
