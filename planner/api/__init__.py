@@ -29,7 +29,7 @@ from ..verify.plan_checks import load_plan_file
 from ..schedules import SCHEDULES, get_schedule, search_schedule
 from .any_runtime import NOT_COMPARED_NOTE, _with_any_runtime
 from .catalogs import gpu_catalog, model_catalog
-from .requests import DEFAULT_PLAN, EvaluateRequest, PlanRequest
+from .requests import DEFAULT_PLAN, SOLVERS, EvaluateRequest, PlanRequest
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
     from ..cost.evaluate import Estimate
@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, no
 # What `planner plan` plans without options.
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2)
-SOLVERS = ("highs", "cbc")
 
 
 def _model(model: str | Model) -> Model:

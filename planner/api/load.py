@@ -16,13 +16,13 @@ from ..core.errors import BadInput
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training, fp8_recipe_problem
+from .flags import flag_figures
+from .requests import EvaluateRequest, PlanRequest
 
 Warn = Callable[[str], None]
 
-# The documented range (planner.core.ranges) of each numeric flag.
-FLAG_FIGURES = {"--global-batch": "global_batch", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
-                "--virtual-stages": "virtual_stages", "--tp": "degree", "--pp": "degree", "--dp": "degree",
-                "--time-limit": "time_limit_s"}
+# The documented range (planner.core.ranges) of each numeric flag, as its request field declares it.
+FLAG_FIGURES = flag_figures(PlanRequest, EvaluateRequest)
 
 
 def require(value: Any, flag: str) -> Any:

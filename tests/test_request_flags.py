@@ -1,0 +1,74 @@
+"""Each flag of `planner plan` and `planner evaluate` is declared once, on its request field
+(planner.api.flags): the click options, the request the command builds, evaluate's plan-file
+conflicts and the flag ranges all come from that declaration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import pytest
+
+from planner.api import EvaluateRequest, PlanRequest
+from planner.api.flags import declared, flag_figures, from_cli, plan_file_conflicts
+from planner.cli.evaluate import evaluate_command
+from planner.cli.plan import plan_command
+
+from .conftest import invoke
+
+# the options of each command that set no request field
+COMMAND_ONLY = {"plan": {"links", "as_json", "output"},
+                "evaluate": {"plan_file", "links", "as_json", "output", "plan_out"}}
+
+
+@pytest.mark.parametrize("command,request_class", [(plan_command, PlanRequest), (evaluate_command, EvaluateRequest)])
+def test_every_option_of_a_command_is_its_request_fields_declared_flag(command, request_class):
+    flags = {name: flag for name, flag, _ in declared(request_class)}
+    options = {p.name: p for p in command.params if p.name not in COMMAND_ONLY[command.name]}
+    assert set(options) == set(flags)
+    for name, option in options.items():
+        assert option.help == flags[name].help
+        assert flags[name].name.split("/")[0] in option.opts
+        assert bool(option.multiple) == flags[name].repeatable
+
+
+def test_plan_and_evaluate_share_one_declaration_of_their_common_flags():
+    plan = {f.name: f.metadata.get("flag") for f in fields(PlanRequest)}
+    evaluate = {f.name: f.metadata.get("flag") for f in fields(EvaluateRequest)}
+    for name in ("model", "cluster", "global_batch", "seq_len", "dtype", "fp8_recipe", "compile", "tf32",
+                 "attention", "optimizer", "profiles", "calibrations", "runtime"):
+        assert plan[name] is evaluate[name]
+
+
+def test_a_flag_name_has_one_documented_range():
+    by_name: dict[str, set[str]] = {}
+    for request_class in (PlanRequest, EvaluateRequest):
+        for _, flag, _ in declared(request_class):
+            by_name.setdefault(flag.long, set()).add(flag.figure)
+    assert all(len(figures) == 1 for figures in by_name.values())
+    assert flag_figures(PlanRequest, EvaluateRequest)["--seq-len"] == "seq_len"
+
+
+def test_a_flag_left_out_takes_its_request_fields_default():
+    request = from_cli(PlanRequest, {"model": None, "global_batch": None, "seq_len": 1024, "micro_batches": [2, 4],
+                                     "fp8_recipe": None, "runtime": None, "jobs": 2})
+    assert request == PlanRequest(seq_len=1024, micro_batches=(2, 4), jobs=2)
+
+
+def test_plan_file_conflicts_name_the_flags_as_typed():
+    values = {"model": "gpt2", "tf32": False, "cp": 2, "ep": 1, "recompute": "full", "compile": False}
+    assert plan_file_conflicts(EvaluateRequest, values) == ["--model", "--no-tf32", "--cp"]
+
+
+def test_evaluate_plan_refuses_every_flag_a_plan_file_carries(tmp_path):
+    from planner.inputs.hardware import load_cluster
+    from planner.inputs.model import load_model
+    from planner.plan import Training, plan_to_json, uniform_plan
+
+    plan = uniform_plan(load_model("gpt2"), load_cluster("dgx-a100"), Training(32, 1024, "bf16", 1), tp=1, pp=1, dp=32)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(plan)))
+    result = invoke("evaluate", "--plan", path, "--seq-len", "512", "--no-tf32", "--offload-activations", "1",
+                    "--links", "l.yaml")
+    assert result.exit_code == 2
+    assert "drop --seq-len, --no-tf32, --offload-activations, --links" in result.stderr
