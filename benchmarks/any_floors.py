@@ -25,16 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_time  # noqa: E402
 import planner.api as api  # noqa: E402
 from planner.api import PlanRequest  # noqa: E402
-import planner.search.driver as driver  # noqa: E402
-import planner.search.lanes as lanes  # noqa: E402
+import planner.search.orchestration.driver as driver  # noqa: E402
+import planner.search.orchestration.lanes as lanes  # noqa: E402
 from planner.cost.runtimes.capability import capability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
 from planner.schedules import get_schedule  # noqa: E402
-from planner.search.any_bound import subproblem_floor_s  # noqa: E402
-from planner.search.rank_floor import ranks_cannot_beat  # noqa: E402
+from planner.search.bounds.any_bound import subproblem_floor_s  # noqa: E402
+from planner.search.bounds.rank_floor import ranks_cannot_beat  # noqa: E402
 from planner.search.decompose import decompose  # noqa: E402
-from planner.search.space import subproblems, within  # noqa: E402
+from planner.search.orchestration.space import subproblems, within  # noqa: E402
 from planner.search.uniform import UniformSeed  # noqa: E402
 
 

@@ -26,9 +26,9 @@ from planner.cost.runtimes.capability import capability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
 from planner.plan import Training  # noqa: E402
-from planner.search.bound import busy_bound_s, compute_lower_bound_s  # noqa: E402
-from planner.search.space import within  # noqa: E402
-from planner.search.stage_types import SolverOptions  # noqa: E402
+from planner.search.bounds.bound import busy_bound_s, compute_lower_bound_s  # noqa: E402
+from planner.search.orchestration.space import within  # noqa: E402
+from planner.search.pricing.stage_types import SolverOptions  # noqa: E402
 from planning_time import ROWS  # noqa: E402
 
 LLAMA_ROWS = ("1:1:2 64", "1:1:2 256", "1:1:2 1024", "1:1:2 4096", "3+3+4", "4+4+5", "31+47+50", "16 one-node groups")

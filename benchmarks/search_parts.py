@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import planning_time  # noqa: E402
-import planner.search.lanes as lanes  # noqa: E402
+import planner.search.orchestration.lanes as lanes  # noqa: E402
 
 
 def main() -> None:

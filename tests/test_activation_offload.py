@@ -164,7 +164,7 @@ def test_fewest_offloaded_blocks_is_the_fastest_fitting_count_by_enumeration(tp,
 
 def test_megatron_search_offloads_activations_where_memory_binds_and_it_beats_recompute():
     # runtime: megatron (activation offload with one stage, no recompute); torchtitan has none
-    from planner.search.driver import SolverOptions, solve
+    from planner.search.orchestration.driver import SolverOptions, solve
 
     model, cluster, training = _box()
     options = SolverOptions(micro_batches=(1,))

@@ -11,10 +11,10 @@ import pytest
 from planner.cost.runtimes.capability import capability
 from planner.core.errors import NoFeasiblePlan
 from planner.schedules import get_schedule
-from planner.search.any_bound import cannot_beat_any, subproblem_floor_s
-from planner.search.rank_floor import ranks_cannot_beat
-from planner.search.space import subproblems, within
-from planner.search.stage_types import SolverOptions
+from planner.search.bounds.any_bound import cannot_beat_any, subproblem_floor_s
+from planner.search.bounds.rank_floor import ranks_cannot_beat
+from planner.search.orchestration.space import subproblems, within
+from planner.search.pricing.stage_types import SolverOptions
 
 from .oracle import brute_force, solve_with_and_without_skips
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
@@ -60,8 +60,8 @@ def test_skipping_the_searches_the_floors_rule_out_finds_the_same_plan(monkeypat
 def _alone(monkeypatch, model, cluster, base, options, want):
     """The optimum of the driver's one search `want` = (b, v, ranks, schedule), solved alone (no
     other search, no uniform seed), or None where it has no plan."""
-    import planner.search.driver as driver
-    import planner.search.lanes as lanes
+    import planner.search.orchestration.driver as driver
+    import planner.search.orchestration.lanes as lanes
     from planner.search.uniform import UniformSeed
 
     real = driver.runtime_subproblems

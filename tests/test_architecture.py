@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Callable
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "planner"
 CLI = "planner.cli"
@@ -244,19 +245,36 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 
+# Inside planner.search, bottom to top: the parts of a cluster, stage pricing, the lower bounds,
+# the two searches (the DP and the uniform fall-backs), and the orchestration that runs them.
+SEARCH_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("decompose",), ("pricing",), ("bounds",), ("dp", "uniform"), ("orchestration",),
+)
+SEARCH = "planner.search"
+
+
 def part_of(module: str) -> str:
     """The subpackage (or top-level module) of planner a module belongs to; '' for planner itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
 
-def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+def search_part_of(module: str) -> str:
+    """The subpackage (or top-level module) of planner.search a module belongs to; '' for one
+    outside it and for planner.search itself."""
+    if not module.startswith(SEARCH + "."):
+        return ""
+    return module.split(".")[2]
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = LAYERS,
+                     part: Callable[[str], str] = part_of) -> list[str]:
     """Each import from a layer to the same or a higher one (another part of it), sorted."""
-    rank = {name: i for i, names in enumerate(LAYERS) for name in names}
+    rank = {name: i for i, names in enumerate(layers) for name in names}
     out = []
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
-            a, b = part_of(module), part_of(target)
+            a, b = part(module), part(target)
             if not a or not b or a == b:
                 continue
             if a not in rank or b not in rank or rank[b] >= rank[a]:
@@ -274,6 +292,16 @@ def test_subpackages_import_only_the_layers_below_them():
     assert layer_violations(import_graph(package_sources())) == []
 
 
+def test_every_part_of_the_search_has_a_layer():
+    parts = {search_part_of(name) for name in package_sources()} - {""}
+    placed = {name for names in SEARCH_LAYERS for name in names}
+    assert parts == placed
+
+
+def test_the_search_imports_only_its_layers_below():
+    assert layer_violations(import_graph(package_sources()), SEARCH_LAYERS, search_part_of) == []
+
+
 def test_checker_finds_an_import_against_the_data_flow():
     graph = {"planner.cost.pricing": {"planner.search.stages", "planner.inputs.model"},
              "planner.search.stages": {"planner.cost.pricing"},
@@ -282,3 +310,14 @@ def test_checker_finds_an_import_against_the_data_flow():
     assert layer_violations(graph) == ["planner.cost.pricing imports planner.search.stages",
                                        "planner.newthing imports planner.core.errors",
                                        "planner.report.show imports planner.verify.checks"]
+
+
+def test_checker_finds_an_import_against_the_search_layers():
+    graph = {"planner.search.pricing.stages": {"planner.search.bounds.bound", "planner.search.decompose"},
+             "planner.search.bounds.bound": {"planner.search.pricing.stages", "planner.cost.pricing"},
+             "planner.search.dp": {"planner.search.uniform", "planner.search.orchestration.lanes"},
+             "planner.search.orchestration.lanes": {"planner.search.dp"}}
+    assert layer_violations(graph, SEARCH_LAYERS, search_part_of) == [
+        "planner.search.dp imports planner.search.orchestration.lanes",
+        "planner.search.dp imports planner.search.uniform",
+        "planner.search.pricing.stages imports planner.search.bounds.bound"]

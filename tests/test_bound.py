@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from planner.cost.runtimes.capability import capability
-from planner.search.bound import busy_bound_s, compute_lower_bound_s, pipeline_bound_s
-from planner.search.space import within
+from planner.search.bounds.bound import busy_bound_s, compute_lower_bound_s, pipeline_bound_s
+from planner.search.orchestration.space import within
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training
-from planner.search.completion import block_gpu_seconds, seconds_per_block_left
+from planner.search.bounds.completion import block_gpu_seconds, seconds_per_block_left
 from planner.search.decompose import decompose
-from planner.search.driver import SolverOptions, solve
-from planner.search.stage_types import ProblemInputs
+from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.stage_types import ProblemInputs
 
 from .oracle import brute_force
 from .test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance

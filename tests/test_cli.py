@@ -221,6 +221,6 @@ def test_the_core_imports_without_torch():
     import subprocess
     import sys
     code = ("import sys; sys.modules['torch'] = None; "
-            "import planner.cli, planner.search.driver, planner.cost.evaluate, planner.inputs.model; print('ok')")
+            "import planner.cli, planner.search.orchestration.driver, planner.cost.evaluate, planner.inputs.model; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -17,7 +17,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .oracle import brute_force, on_whole_nodes
 
@@ -239,7 +239,7 @@ def test_too_long_a_sequence_says_its_activations_per_gpu_and_the_cp_or_length_t
 
 
 def test_cp_halves_the_head_floor_where_the_search_can_place_it():
-    from planner.search.layer_floor import unplaceable_layer
+    from planner.search.bounds.layer_floor import unplaceable_layer
     model, cluster = load_model("llama-3-8b"), load_cluster("a100-v100-mix")
     base = Training(512, 1048576, "fp16", 1)
     without = unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,), cp_degrees=(1,)))

@@ -6,7 +6,7 @@ import pytest
 
 from planner.search.decompose import bundled, decompose
 from planner.inputs.hardware import cluster_from_spec
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import best_uniform
 
 from .test_search import TINY_OPTIONS, tiny_instance
@@ -59,7 +59,7 @@ def test_search_on_parts_lies_between_the_exact_optimum_and_the_uniform_fallback
     assert exact.optimal and not coarse.optimal and coarse.decomposition != "exact"
     assert coarse.estimate.step_time_s >= exact.estimate.step_time_s * (1 - 1e-9)
     from planner.cost.runtimes.capability import capability
-    from planner.search.driver import _uniform_space, within
+    from planner.search.orchestration.driver import _uniform_space, within
     cap = capability(base.runtime)  # runtime: any (tiny_instance)
     uniform = best_uniform(model, cluster, base, _uniform_space(within(SolverOptions(**TINY_OPTIONS), cap), cap))
     if uniform is not None:

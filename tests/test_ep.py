@@ -20,7 +20,7 @@ from planner.inputs.hardware import GIB, Link, cluster_from_spec
 from planner.inputs.linkcurve import LinkCurve
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Replica, Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .oracle import brute_force, on_whole_nodes
 

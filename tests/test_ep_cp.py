@@ -21,7 +21,7 @@ from planner.cost.moe import AllToAllGroup, moe_alltoall_s
 from planner.inputs.hardware import GIB, Link, cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, uniform_plan
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .oracle import brute_force
 from .test_ep import H100, QWEN, _ep_plan, tiny_moe

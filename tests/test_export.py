@@ -41,7 +41,7 @@ def homogeneous(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def heterogeneous_data():
-    from planner.search.driver import solve
+    from planner.search.orchestration.driver import solve
 
     # runtime: any (per-stage TP and uneven shares: what the exports must reduce)
     result = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1, runtime="any"))

@@ -125,7 +125,7 @@ def readme_plans():
     """The README's Megatron examples, solved: the `make plan` default (llama-3-8b on a100-v100-mix),
     the heterogeneous launch (llama-3-70b on h100-a100-v100), and llama-3-70b on a100-v100-mix,
     whose optimal plan offloads the optimizer."""
-    from planner.search.driver import solve
+    from planner.search.orchestration.driver import solve
 
     runs = [("llama-3-8b", "a100-v100-mix"), ("llama-3-70b", "h100-a100-v100"), ("llama-3-70b", "a100-v100-mix")]
     return {f"{m} on {c}": solve(load_model(m), load_cluster(c), Training(512, 4096, "fp16", 1)).plan for m, c in runs}

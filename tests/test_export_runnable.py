@@ -182,7 +182,7 @@ def test_interleaved_runnable_plan_uses_a_layout_with_virtual_stages(tmp_path):
 
 
 def test_lossy_form_keeps_the_layer_split_and_stage_gpus():
-    from planner.search.driver import solve
+    from planner.search.orchestration.driver import solve
 
     plan = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"),
                  Training(512, 4096, "fp16", 1, runtime="any")).plan

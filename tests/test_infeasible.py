@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from planner.cli import main
 from planner.inputs.hardware import GIB, load_cluster
-from planner.search.layer_floor import unplaceable_layer
+from planner.search.bounds.layer_floor import unplaceable_layer
 from planner.inputs.model import load_model
 from planner.plan import Training
-from planner.search.stage_types import SolverOptions
+from planner.search.pricing.stage_types import SolverOptions
 
 from .conftest import runner
 

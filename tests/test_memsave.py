@@ -14,7 +14,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .oracle import brute_force
 
@@ -68,7 +68,7 @@ def test_block_recompute_search_equals_brute_force_over_every_block_count(seed):
 def test_smallest_fitting_k_is_the_first_count_that_fits_by_enumeration():
     import numpy as np
 
-    from planner.search.block import smallest_fitting_k
+    from planner.search.pricing.block import smallest_fitting_k
 
     rng = random.Random(0)
     for _ in range(200):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-import planner.search.scale as scale
+import planner.search.orchestration.scale as scale
 from planner.cost.evaluate import evaluate
 from planner.cost.formulas import DEFAULT_PARAMS
 from planner.inputs.hardware import cluster_from_spec
 from planner.search.decompose import merge_alike, prices_alike
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .test_trim import OPTIONS, instance
 

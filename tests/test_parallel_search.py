@@ -16,9 +16,9 @@ import pytest
 
 from planner.api import plan_json
 from planner.core.errors import NoFeasiblePlan
-from planner.search.driver import SolverOptions, solve
-from planner.search.lanes import Lane, Outcome, start_of
-from planner.search.parallel import _can_fork
+from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.orchestration.lanes import Lane, Outcome, start_of
+from planner.search.orchestration.parallel import _can_fork
 
 from .test_search import tiny_instance
 from .test_time_limit import timed_solve
@@ -62,7 +62,7 @@ def test_paired_order_keeps_each_group_on_the_lane_of_its_micro_batch():
     """`paired`: the same searches as unpaired; the zero-bubble and 1F1B head first, unchanged; each later
     group on the lane (index parity) of its micro-batch's 1F1B search while both lanes have searches left."""
     from planner.cost.runtimes.capability import capability
-    from planner.search.space import subproblems, within
+    from planner.search.orchestration.space import subproblems, within
     model, cluster, base = tiny_instance(32)
     base = replace(base, global_batch=48)
     cap = capability("any")
@@ -140,9 +140,9 @@ def test_lane_processes_forked_after_this_process_ran_the_ilp_solver_still_solve
     # them. Run in a child with a timeout, since the failure is a hang.
     code = """
 import sys
-from planner.search.driver import SolverOptions, solve
-from planner.search.lanes import Lane, Outcome
-from planner.search.shares import IlpOptions, solve_shares_ilp
+from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.orchestration.lanes import Lane, Outcome
+from planner.search.pricing.shares import IlpOptions, solve_shares_ilp
 from tests.test_search import tiny_instance
 
 def run_with_an_ilp(self, index, start):

@@ -3,7 +3,7 @@ exactly the configurations no other dominates in (tau, X), by rising tau: brute 
 
 import numpy as np
 
-from planner.search.stage_types import INF, pareto_front
+from planner.search.pricing.stage_types import INF, pareto_front
 
 
 def brute_force(taus: np.ndarray, xs: np.ndarray) -> list[list[int]]:

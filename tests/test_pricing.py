@@ -17,7 +17,7 @@ from planner.plan import Training, uniform_plan
 from planner.cost.pricing import DpLayout, Sharding, layer_price, layers_price, span_price, zero_comm
 from planner.cost.stage_memory import replica_memory
 from planner.cost.stage_tail import stage_tail
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 from planner.report.show import rank_timings
 
 from .oracle import brute_force

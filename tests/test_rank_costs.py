@@ -12,12 +12,12 @@ import pytest
 
 from planner.cost.runtimes.capability import capability
 from planner.schedules import get_schedule
-from planner.search.driver import solve
-from planner.search.rank_busy import least_busy
-from planner.search.rank_costs import KnownCosts
-from planner.search.rank_floor import ranks_cannot_beat
-from planner.search.space import subproblems, within
-from planner.search.stage_types import SolverOptions
+from planner.search.orchestration.driver import solve
+from planner.search.bounds.rank_busy import least_busy
+from planner.search.bounds.rank_costs import KnownCosts
+from planner.search.bounds.rank_floor import ranks_cannot_beat
+from planner.search.orchestration.space import subproblems, within
+from planner.search.pricing.stage_types import SolverOptions
 
 from .test_search import TINY_OPTIONS, pipeline_instance
 

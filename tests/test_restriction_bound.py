@@ -13,8 +13,8 @@ from planner.core.errors import BadInput
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.plan import Training, uniform_plan
-from planner.search.restriction_bound import most_speed, restricted_floor_s
-from planner.search.stage_types import Restriction, SolverOptions
+from planner.search.bounds.restriction_bound import most_speed, restricted_floor_s
+from planner.search.pricing.stage_types import Restriction, SolverOptions
 
 from .oracle import solve_with_and_without_skips
 from .test_trim import OPTIONS, instance

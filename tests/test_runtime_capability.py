@@ -13,7 +13,7 @@ from planner.cost.runtimes import RUNTIMES
 from planner.cost.runtimes.capability import CAPABILITIES, capability, violations
 from planner.core.errors import BadInput, NoFeasiblePlan
 from planner.plan import Plan, Replica, Stage, plan_to_json, uniform_plan
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, improving_uniform
 from planner.verify.plan_checks import check_plan_data
 
@@ -156,8 +156,8 @@ def test_torchtitan_capability_is_what_its_fsdp_ddp_and_amp_run():
 def test_torchtitan_search_keeps_zero1_pipelined():
     """ZeRO-1 is torchtitan's only sharding under PP and none without: the search's ZeRO-1 plans have
     at least two stages (Restriction.min_stages), its one-stage plans ZeRO-0 alone or ZeRO-3."""
-    from planner.search.space import restrictions, within
-    from planner.search.stage_types import SolverOptions as Options
+    from planner.search.orchestration.space import restrictions, within
+    from planner.search.pricing.stage_types import SolverOptions as Options
 
     model, cluster, base = pipeline_instance(0)
     base = runtime_base(cluster, base, "torchtitan")

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from planner.plan import Training
 from planner.cost.runtimes.capability import violations
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 
 from .oracle import brute_force
 

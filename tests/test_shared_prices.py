@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from planner.search.decompose import decompose
-from planner.search.shares import UNCAPPED, min_makespan
-from planner.search.stages import Problem, SolverOptions
+from planner.search.pricing.shares import UNCAPPED, min_makespan
+from planner.search.pricing.stages import Problem, SolverOptions
 
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 

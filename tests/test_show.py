@@ -19,7 +19,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 from planner.verify.plan_checks import load_plan_file as load_plan
 from planner.cli.show import add_commands
 from planner.report.show import rank_timings, simulate

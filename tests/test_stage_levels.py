@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from planner.search.decompose import decompose
-from planner.search.shares import min_makespan
-from planner.search.stages import INF, Problem, SolverOptions, share_cap
+from planner.search.pricing.shares import min_makespan
+from planner.search.pricing.stages import INF, Problem, SolverOptions, share_cap
 
 from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 

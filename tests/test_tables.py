@@ -50,7 +50,7 @@ def interleave_nodes(plan: Plan, ways: int) -> Plan:
 
 @pytest.fixture(scope="module")
 def default_result():
-    from planner.search.driver import solve
+    from planner.search.orchestration.driver import solve
 
     # runtime: any (per-stage TP and uneven shares make the widest tables)
     return solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1, runtime="any"))
@@ -58,7 +58,7 @@ def default_result():
 
 @pytest.fixture(scope="module")
 def big_result():
-    from planner.search.driver import SolverOptions, solve
+    from planner.search.orchestration.driver import SolverOptions, solve
 
     # runtime any (per-stage TP and DP); micro-batch 1 and 1F1B only: the tables need a big
     # plan from the search, not the best one, and the narrower search takes a fraction of the time

@@ -13,7 +13,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems
-from planner.search.driver import SolverOptions, solve
+from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, best_uniform
 
 from .conftest import invoke as run_cli

@@ -148,8 +148,8 @@ def test_a_thousand_alike_groups_merge_with_route_lookups_linear_in_the_groups(m
 def test_the_lower_bound_prices_each_kind_of_group_once_however_many_there_are(monkeypatch):
     from planner.plan import Training
     from planner.inputs.model import load_model
-    from planner.search import bound
-    from planner.search.driver import SolverOptions
+    from planner.search.bounds import bound
+    from planner.search.orchestration.driver import SolverOptions
 
     model, base, options = load_model("gpt2"), Training(64, 1024, "bf16", 1), SolverOptions(micro_batches=(1,))
     prices = _counting(monkeypatch, bound, "layer_price")

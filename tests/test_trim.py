@@ -15,7 +15,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.decompose import decompose, trim
-from planner.search.driver import SolverOptions, _solve, solve
+from planner.search.orchestration.driver import SolverOptions, _solve, solve
 from planner.verify.plan_checks import check_plan_data
 
 from .test_time_limit import three_types

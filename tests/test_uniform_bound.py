@@ -14,7 +14,7 @@ from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.uniform import (UniformSpace, best_uniform_share, improving_uniform, indexed_candidates,
                                     merge_seeds, uniform_candidates)
-from planner.search.uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from planner.search.bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
                      virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))

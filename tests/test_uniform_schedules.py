@@ -16,8 +16,8 @@ from planner.core.errors import BadInput
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Training, structural_problems, uniform_plan
-from planner.search.driver import SolverOptions, solve
-from planner.search.space import uniform_space, within
+from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.orchestration.space import uniform_space, within
 
 OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"))
 EXTRA = ("zbv", "looped-bfs")

@@ -16,7 +16,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
-from planner.search.driver import solve
+from planner.search.orchestration.driver import solve
 from planner.cli.validate import add_commands
 from planner.verify.plan_checks import json_path, load_schema, validate_plan_data
 from planner.verify.validate import validate_profile_data

@@ -10,10 +10,10 @@ from itertools import product
 import numpy as np
 import pytest
 
-from planner.search.driver import SolverOptions, solve
-from planner.search.shares import UNCAPPED, min_makespan, solve_shares_ilp
-from planner.search.stage_types import deferred_share_cap
-from planner.search.space import subproblems, within
+from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.shares import UNCAPPED, min_makespan, solve_shares_ilp
+from planner.search.pricing.stage_types import deferred_share_cap
+from planner.search.orchestration.space import subproblems, within
 from planner.cost.runtimes.capability import capability
 
 from .oracle import brute_force
@@ -142,7 +142,7 @@ def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(solved
     """The smallest micro-batch's ZB-H1 searches run first (space.subproblems) and bound the
     rest; the plan is the one the 1F1B-first order finds, on instances where ZB-H1 wins and where
     1F1B does."""
-    import planner.search.driver as driver
+    import planner.search.orchestration.driver as driver
 
     model, cluster, base, vs, result, _ = solved[("pipe", 7)]
     options = SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs})

@@ -33,7 +33,7 @@ from .requests import DEFAULT_PLAN, SOLVERS, EvaluateRequest, PlanRequest
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
     from ..cost.evaluate import Estimate
-    from ..search.driver import SearchResult, SolverOptions
+    from ..search.orchestration.driver import SearchResult, SolverOptions
     from .ranked import Ranking
 
 # What `planner plan` plans without options.
@@ -77,7 +77,7 @@ def plan_top(request: PlanRequest, on_progress: Callable[[Progress], None] | Non
              warn: Warn | None = None) -> Ranking:
     """`plan --top K`: plan's plan, then the next request.top - 1 configurations (planner.api.ranked),
     every search within the request's time limit together."""
-    from ..search.driver import solve
+    from ..search.orchestration.driver import solve
     from .ranked import Ranking, domains, ranked, runner_up
 
     started = time.perf_counter()
@@ -101,8 +101,8 @@ def plan_top(request: PlanRequest, on_progress: Callable[[Progress], None] | Non
 
 def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model, Cluster, Training, "SolverOptions"]:
     """The model, cluster, training and search options of `request`, every input checked."""
-    from ..search.driver import SolverOptions
-    from ..search.shares import IlpOptions
+    from ..search.orchestration.driver import SolverOptions
+    from ..search.pricing.shares import IlpOptions
     from .restrict import degree_options
 
     model = _model(request.model)

@@ -13,7 +13,7 @@ from ..inputs.model import Model
 from ..plan import Training
 
 if TYPE_CHECKING:  # the search loads when a workflow runs, not on import
-    from ..search.driver import SearchResult
+    from ..search.orchestration.driver import SearchResult
 
 
 ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any` search
@@ -25,7 +25,7 @@ def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
     every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
     or that search does not finish in it."""
-    from ..search.driver import NothingFaster, solve
+    from ..search.orchestration.driver import NothingFaster, solve
 
     left = None if options.time_limit_s is None else options.time_limit_s - result.seconds
     if left is not None and left < ANY_RUNTIME_MIN_S:

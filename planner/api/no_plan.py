@@ -17,7 +17,7 @@ from .requests import PlanRequest
 from .restrict import describe_allowed
 
 if TYPE_CHECKING:
-    from ..search.driver import SearchResult, SolverOptions
+    from ..search.orchestration.driver import SearchResult, SolverOptions
 
 ANY_SUGGESTION_S = 30.0  # the most time the `--runtime any` search of a failed plan may take
 
@@ -26,7 +26,7 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
                      on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """planner.search.driver.solve; its NoFeasiblePlan with the allowed degrees and what `--runtime
     any` finds (a stopped search's is passed on as it is)."""
-    from ..search.driver import NotFoundInTime, NothingFaster, solve
+    from ..search.orchestration.driver import NotFoundInTime, NothingFaster, solve
 
     started = time.perf_counter()
     try:
@@ -54,7 +54,7 @@ def _any_runtime_plan(model: Model, cluster: Cluster, base: Training, options: S
                       spent_s: float) -> SearchResult | None:
     """The plan of the same search under `--runtime any` within ANY_SUGGESTION_S and what is left of
     the time limit after `spent_s` (the failed search's), None if none."""
-    from ..search.driver import solve
+    from ..search.orchestration.driver import solve
 
     limit = ANY_SUGGESTION_S
     if options.time_limit_s is not None:

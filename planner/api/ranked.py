@@ -23,7 +23,7 @@ from ..inputs.hardware import GIB
 from ..plan import Plan
 
 if TYPE_CHECKING:
-    from ..search.driver import SearchResult, SolverOptions
+    from ..search.orchestration.driver import SearchResult, SolverOptions
 
 # the dimensions a configuration is told apart by, with the SolverOptions field that allows their values
 DIMENSIONS = (("micro_batch", "micro_batches"), ("pp", "pp_degrees"), ("v", "virtual_stages"),

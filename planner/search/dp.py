@@ -9,8 +9,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.clock import SearchClock
-from .completion import block_gpu_seconds, seconds_per_block_left
-from .stages import INF, Problem, StageConfig, Variant
+from .bounds.completion import block_gpu_seconds, seconds_per_block_left
+from .pricing.stages import INF, Problem, StageConfig, Variant
 
 
 # --- the dynamic programme for one bound W ---------------------------------------------------

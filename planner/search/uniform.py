@@ -28,7 +28,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Plan, Training, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
-from .uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from .bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
 
 
 @dataclass(frozen=True)

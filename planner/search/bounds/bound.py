@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from itertools import product
 
-from ..cost.formulas import layer_time, optimizer_step_s
-from ..cost.states import model_state_bytes
-from ..cost.pricing import layer_price
-from ..cost.runtimes.capability import capability
-from ..core.dims import StageDims
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from ..cost.sharding import Sharding
-from .context_parallel import cp_choices
-from .stage_types import INF, SolverOptions
+from ...cost.formulas import layer_time, optimizer_step_s
+from ...cost.states import model_state_bytes
+from ...cost.pricing import layer_price
+from ...cost.runtimes.capability import capability
+from ...core.dims import StageDims
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ...cost.sharding import Sharding
+from ..pricing.context_parallel import cp_choices
+from ..pricing.stage_types import INF, SolverOptions
 
 
 def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
@@ -50,7 +50,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
     """
     import pulp
 
-    from .shares import _quiet_stdout
+    from ..pricing.shares import _quiet_stdout
 
     sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
     kinds = {"embedding": [], "decoder": [], "head": []}
@@ -269,7 +269,7 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
     """One programme of pipeline_bound_s: rank class mu* = `star`; `alone`: one-stage plans."""
     import pulp
 
-    from .shares import _quiet_stdout
+    from ..pricing.shares import _quiet_stdout
 
     count = {"embedding": 0, "decoder": 0, "head": 0}
     for layer in model.layers:

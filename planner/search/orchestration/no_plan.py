@@ -4,12 +4,12 @@ would fit, GPU types that cannot hold a block, or the memory the closest configu
 
 from __future__ import annotations
 
-from ..core.errors import NoFeasiblePlan
-from ..inputs.hardware import GIB, Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from .layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, sequence_floor, sequence_floor_text
-from .stages import SolverOptions
+from ...core.errors import NoFeasiblePlan
+from ...inputs.hardware import GIB, Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ..bounds.layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, sequence_floor, sequence_floor_text
+from ..pricing.stages import SolverOptions
 
 
 def long_sequence(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:

@@ -79,25 +79,25 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from .bound import compute_lower_bound_s
-from ..core.clock import Progress, SearchClock, SearchTimeout, stop_requested
-from .decompose import decompose
+from ..bounds.bound import compute_lower_bound_s
+from ...core.clock import Progress, SearchClock, SearchTimeout, stop_requested
+from ..decompose import decompose
 from .scale import solve_scaled
-from ..core.errors import BadInput, NoFeasiblePlan
-from ..cost.evaluate import Estimate, evaluate
-from ..cost.runtimes.capability import capability, violations
-from ..inputs.hardware import Cluster
-from .layer_floor import layer_floors, unplaceable_layer
+from ...core.errors import BadInput, NoFeasiblePlan
+from ...cost.evaluate import Estimate, evaluate
+from ...cost.runtimes.capability import capability, violations
+from ...inputs.hardware import Cluster
+from ..bounds.layer_floor import layer_floors, unplaceable_layer
 from .no_plan import layer_too_big, long_sequence, no_plan
-from ..inputs.model import Model
-from ..plan import Plan, Training, structural_problems
+from ...inputs.model import Model
+from ...plan import Plan, Training, structural_problems
 from .build import finish_plan
 from .lanes import Lane, Outcome, SearchInputs
 from .parallel import Searches
-from .rank_costs import KnownCosts
+from ..bounds.rank_costs import KnownCosts
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
-from .stages import INF, SolverOptions
-from .uniform import UniformSeed, improving_uniform
+from ..pricing.stages import INF, SolverOptions
+from ..uniform import UniformSeed, improving_uniform
 
 _uniform_space = uniform_space  # the name tests/test_decompose.py knows
 

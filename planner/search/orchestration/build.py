@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Plan, Replica, Stage, Training
-from .dp import StageChoice
-from .shares import IlpOptions, solve_shares_ilp
-from .stages import Problem
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Plan, Replica, Stage, Training
+from ..dp import StageChoice
+from ..pricing.shares import IlpOptions, solve_shares_ilp
+from ..pricing.stages import Problem
 
 __all__ = ["PlanDraft", "chunk_sizes", "draft_plan", "finish_plan"]
 

@@ -8,13 +8,13 @@ from functools import reduce
 
 import numpy as np
 
-from ..core.clock import SearchClock
-from .decompose import Decomposition
-from ..inputs.hardware import Cluster, Link
-from ..inputs.model import Model
-from ..plan import Training
-from ..cost.pricing import p2p_s
-from ..cost.stage_tail import stage_tail
+from ...core.clock import SearchClock
+from ..decompose import Decomposition
+from ...inputs.hardware import Cluster, Link
+from ...inputs.model import Model
+from ...plan import Training
+from ...cost.pricing import p2p_s
+from ...cost.stage_tail import stage_tail
 from .experts import stage_expert_layout
 from .block import MemorySavers
 from .deferred import DeferredW

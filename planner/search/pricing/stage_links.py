@@ -4,8 +4,8 @@ and its successor, cached per problem (a mixin of planner.search.stages.Problem)
 
 from __future__ import annotations
 
-from ..cost.paths import pair_link, slowest
-from ..inputs.hardware import Link
+from ...cost.paths import pair_link, slowest
+from ...inputs.hardware import Link
 from .stage_types import StageConfig
 
 

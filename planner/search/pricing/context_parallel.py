@@ -9,9 +9,9 @@ ring across nodes, over whole nodes of one node group.
 
 from __future__ import annotations
 
-from ..cost.runtimes import get_runtime
-from ..inputs.model import Model
-from ..plan import Training, context_parallel_problem
+from ...cost.runtimes import get_runtime
+from ...inputs.model import Model
+from ...plan import Training, context_parallel_problem
 from .stage_types import SolverOptions
 
 

@@ -16,19 +16,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.clock import SearchClock, SearchTimeout
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from ..schedules import get_schedule
-from .any_bound import cannot_beat_any
+from ...core.clock import SearchClock, SearchTimeout
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ...schedules import get_schedule
+from ..bounds.any_bound import cannot_beat_any
 from .build import PlanDraft, draft_plan
-from .decompose import Decomposition
-from .dp import price, run_dp, trace
-from .rank_costs import KnownCosts
-from .restriction_bound import cannot_beat
-from .stages import INF, Problem, SolverOptions
-from .uniform import UniformSeed, UniformSpace, best_uniform_share
+from ..decompose import Decomposition
+from ..dp import price, run_dp, trace
+from ..bounds.rank_costs import KnownCosts
+from ..bounds.restriction_bound import cannot_beat
+from ..pricing.stages import INF, Problem, SolverOptions
+from ..uniform import UniformSeed, UniformSpace, best_uniform_share
 
 __all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
 

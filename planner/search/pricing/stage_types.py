@@ -10,15 +10,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.clock import SearchClock
-from ..cost.formulas import DEFAULT_PARAMS, CostParams
-from .decompose import Decomposition
-from ..core.dims import StageDims
-from ..inputs.hardware import Cluster, Link, NodeGroup
-from ..inputs.model import Layer, Model
-from ..plan import Training
-from ..cost.pricing import DpLayout
-from ..schedules import Schedule, get_schedule, search_schedule
+from ...core.clock import SearchClock
+from ...cost.formulas import DEFAULT_PARAMS, CostParams
+from ..decompose import Decomposition
+from ...core.dims import StageDims
+from ...inputs.hardware import Cluster, Link, NodeGroup
+from ...inputs.model import Layer, Model
+from ...plan import Training
+from ...cost.pricing import DpLayout
+from ...schedules import Schedule, get_schedule, search_schedule
 from .shares import UNCAPPED, IlpOptions
 
 INF = float("inf")

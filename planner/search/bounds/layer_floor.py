@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cost.states import model_state_bytes
-from ..core.dims import StageDims
-from ..inputs.hardware import GIB, Cluster
-from ..inputs.model import Layer, Model
-from ..plan import Training
-from .context_parallel import cp_choices, largest_cp
-from ..cost.pricing import saved_activation_bytes, transient_activation_bytes
-from ..cost.sharding import Sharding
-from .stage_types import SolverOptions
+from ...cost.states import model_state_bytes
+from ...core.dims import StageDims
+from ...inputs.hardware import GIB, Cluster
+from ...inputs.model import Layer, Model
+from ...plan import Training
+from ..pricing.context_parallel import cp_choices, largest_cp
+from ...cost.pricing import saved_activation_bytes, transient_activation_bytes
+from ...cost.sharding import Sharding
+from ..pricing.stage_types import SolverOptions
 
 LAYER_WORDS = {"embedding": "embedding", "decoder": "a decoder block", "head": "the output head"}
 

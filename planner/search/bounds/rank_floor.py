@@ -87,14 +87,14 @@ from itertools import product
 
 import numpy as np
 
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from ..schedules import get_schedule
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ...schedules import get_schedule
 from .bound import ends_floor
-from .context_parallel import cp_choices
+from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts, rank_blocks, rank_costs
-from .stage_types import INF, SolverOptions
+from ..pricing.stage_types import INF, SolverOptions
 
 __all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
 

@@ -26,15 +26,15 @@ run."""
 
 from __future__ import annotations
 
-from ..core.dims import StageDims
-from ..cost.pricing import layer_price
-from ..cost.sharding import Sharding
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from .decompose import Decomposition
-from .stage_types import INF, Restriction, SolverOptions
-from .stage_configs import searched_recompute_modes
+from ...core.dims import StageDims
+from ...cost.pricing import layer_price
+from ...cost.sharding import Sharding
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ..decompose import Decomposition
+from ..pricing.stage_types import INF, Restriction, SolverOptions
+from ..pricing.stage_configs import searched_recompute_modes
 
 __all__ = ["cannot_beat", "restricted_floor_s"]
 

@@ -39,20 +39,20 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..core.dims import StageDims
-from ..cost.pricing import layer_price
-from ..cost.sharding import Sharding
-from ..cost.states import model_state_bytes
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
-from ..schedules import get_schedule
+from ...core.dims import StageDims
+from ...cost.pricing import layer_price
+from ...cost.sharding import Sharding
+from ...cost.states import model_state_bytes
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
+from ...schedules import get_schedule
 from .bound import ends_floor, latency_floor_s
 from .completion import BLOCK_MODES
-from .context_parallel import cp_choices
+from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts
 from .rank_floor import ranks_cannot_beat
-from .stage_types import INF, SolverOptions
+from ..pricing.stage_types import INF, SolverOptions
 
 __all__ = ["cannot_beat_any", "subproblem_floor_s"]
 
@@ -95,7 +95,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     group, no group giving more GPUs than it has (the linear relaxation; module docstring, 2)."""
     import pulp
 
-    from .shares import _quiet_stdout
+    from ..pricing.shares import _quiet_stdout
 
     prob = pulp.LpProblem("most_rate", pulp.LpMaximize)
     counts = {}

@@ -14,11 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.dims import StageDims
-from ..plan import Training
-from ..cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, span_price, zero_comm
-from ..cost.stage_memory import replica_memory
-from ..cost.sharding import Sharding
+from ...core.dims import StageDims
+from ...plan import Training
+from ...cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, span_price, zero_comm
+from ...cost.stage_memory import replica_memory
+from ...cost.sharding import Sharding
 from .experts import stage_ep_group, stage_expert_layout
 from .shares import UNCAPPED
 from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap

@@ -10,20 +10,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.dims import StageDims
-from ..cost.paths import pair_link, slowest, whole_node_layout
-from ..cost.pricing import boundary_bytes, layer_price, p2p_s, span_price, zero_comm
-from ..cost.sharding import Sharding
-from ..cost.stage_memory import offload_step_s
-from ..cost.stage_tail import grad_reduce_s, optimizer_s
-from ..cost.states import model_state_bytes
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training
+from ...core.dims import StageDims
+from ...cost.paths import pair_link, slowest, whole_node_layout
+from ...cost.pricing import boundary_bytes, layer_price, p2p_s, span_price, zero_comm
+from ...cost.sharding import Sharding
+from ...cost.stage_memory import offload_step_s
+from ...cost.stage_tail import grad_reduce_s, optimizer_s
+from ...cost.states import model_state_bytes
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training
 from .bound import latency_floor_s
 from .completion import BLOCK_MODES
 from .rank_busy import least_busy
-from .stage_types import INF, SolverOptions
+from ..pricing.stage_types import INF, SolverOptions
 
 __all__ = ["KnownCosts", "rank_blocks", "rank_costs"]
 

@@ -11,15 +11,15 @@ from typing import Iterator
 
 import numpy as np
 
-from ..core.dims import StageDims
-from ..cost.paths import collective_links, whole_node_layout
+from ...core.dims import StageDims
+from ...cost.paths import collective_links, whole_node_layout
 from .interleave import interleaved_type_arrays
-from ..plan import Training
+from ...plan import Training
 from .context_parallel import cp_choices, places
-from ..cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
-from ..cost.stage_memory import offload_fits, replica_memory
+from ...cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
+from ...cost.stage_memory import offload_fits, replica_memory
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
-from ..cost.sharding import Sharding
+from ...cost.sharding import Sharding
 from .block import BlockPrices
 from .shares import UNCAPPED
 from .stage_types import INF, SolverOptions, StageConfig, TypeArrays

@@ -21,10 +21,10 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..core.clock import SearchClock, request_stop, stop_requested
+from ...core.clock import SearchClock, request_stop, stop_requested
 from .build import PlanDraft
 from .lanes import LANES, Lane, Outcome, start_of
-from .uniform import UniformSeed, UniformSpace, merge_seeds
+from ..uniform import UniformSeed, UniformSpace, merge_seeds
 
 __all__ = ["Searches"]
 

@@ -10,11 +10,11 @@ from functools import lru_cache, reduce
 
 import numpy as np
 
-from ..inputs.hardware import Link
-from ..inputs.model import Layer
-from ..core.dims import StageDims
-from ..cost.pricing import DpLayout, ZeroComm, layer_price, p2p_s, span_price, zero_comm
-from ..cost.sharding import Sharding
+from ...inputs.hardware import Link
+from ...inputs.model import Layer
+from ...core.dims import StageDims
+from ...cost.pricing import DpLayout, ZeroComm, layer_price, p2p_s, span_price, zero_comm
+from ...cost.sharding import Sharding
 from .stage_types import INF, TypeArrays
 
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple
 
-from ..cost.replica_pricer import PlanPricer, replica_links
-from ..cost.offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
-from ..cost.stage_memory import held_microbatches, replica_memory
-from ..cost.formulas import CostParams
-from ..cost.paths import slowest_gpu
-from ..cost.pricing import SpanPrice, layers_price, span_price
-from ..inputs.hardware import GpuSpec
-from ..plan import Plan, Replica
-from ..schedules import get_schedule
+from ...cost.replica_pricer import PlanPricer, replica_links
+from ...cost.offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
+from ...cost.stage_memory import held_microbatches, replica_memory
+from ...cost.formulas import CostParams
+from ...cost.paths import slowest_gpu
+from ...cost.pricing import SpanPrice, layers_price, span_price
+from ...inputs.hardware import GpuSpec
+from ...plan import Plan, Replica
+from ...schedules import get_schedule
 
 __all__ = ["busy_lower_bound_s", "screen", "surely_overflows"]
 

@@ -3,11 +3,11 @@ and where its all-to-all runs (planner.search.stages prices them like any other 
 
 from __future__ import annotations
 
-from ..core.dims import StageDims
-from ..cost.moe import AllToAllGroup
-from ..cost.paths import collective_links
-from ..cost.pricing import DpLayout
-from ..cost.runtimes.capability import Capability, capability
+from ...core.dims import StageDims
+from ...cost.moe import AllToAllGroup
+from ...cost.paths import collective_links
+from ...cost.pricing import DpLayout
+from ...cost.runtimes.capability import Capability, capability
 from .stage_types import ProblemInputs, SolverOptions, StageConfig
 
 

@@ -10,17 +10,17 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from .bound import compute_lower_bound_s
-from ..core.clock import Progress
-from ..core.errors import NoFeasiblePlan
-from ..cost.evaluate import evaluate
-from ..cost.runtimes.capability import capability, violations
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Training, structural_problems
-from .decompose import merge_alike, prices_alike, trim
+from ..bounds.bound import compute_lower_bound_s
+from ...core.clock import Progress
+from ...core.errors import NoFeasiblePlan
+from ...cost.evaluate import evaluate
+from ...cost.runtimes.capability import capability, violations
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Training, structural_problems
+from ..decompose import merge_alike, prices_alike, trim
 from .space import within
-from .stages import INF, SolverOptions
+from ..pricing.stages import INF, SolverOptions
 
 __all__ = ["solve_scaled"]
 

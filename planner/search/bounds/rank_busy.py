@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stage_types import INF
+from ..pricing.stage_types import INF
 
 __all__ = ["least_busy"]
 

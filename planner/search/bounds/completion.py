@@ -18,11 +18,11 @@ block's per-GPU cost in ways this argument does not cover."""
 
 from __future__ import annotations
 
-from ..core.dims import StageDims
-from ..cost.pricing import layer_price
-from ..cost.sharding import Sharding
-from .context_parallel import cp_choices
-from .stage_types import INF, ProblemInputs
+from ...core.dims import StageDims
+from ...cost.pricing import layer_price
+from ...cost.sharding import Sharding
+from ..pricing.context_parallel import cp_choices
+from ..pricing.stage_types import INF, ProblemInputs
 
 __all__ = ["BLOCK_MODES", "block_gpu_seconds", "seconds_per_block_left"]
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import product
 
-from ..cost.runtimes.capability import Capability
-from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Plan, Training
-from ..schedules import get_schedule, search_schedule, searched_schedules
-from .context_parallel import cp_choices
-from .experts import expert_degrees
-from .stage_configs import searched_recompute_modes
-from .stages import Restriction, SolverOptions
-from .uniform import UniformSpace, stages_on_whole_nodes
+from ...cost.runtimes.capability import Capability
+from ...inputs.hardware import Cluster
+from ...inputs.model import Model
+from ...plan import Plan, Training
+from ...schedules import get_schedule, search_schedule, searched_schedules
+from ..pricing.context_parallel import cp_choices
+from ..pricing.experts import expert_degrees
+from ..pricing.stage_configs import searched_recompute_modes
+from ..pricing.stages import Restriction, SolverOptions
+from ..uniform import UniformSpace, stages_on_whole_nodes
 
 __all__ = ["in_search_space", "outside_exact_search", "restrictions", "subproblems", "uniform_schedules",
            "uniform_space", "within"]
