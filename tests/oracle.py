@@ -172,8 +172,8 @@ def solve_with_and_without_skips(monkeypatch, skip_test: str, model: Model, clus
     """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
     cannot_beat_any, as planner.search.lanes calls them) never skipping: (pruned result, full
     result, whether it skipped a search)."""
-    import planner.search.driver as driver
-    import planner.search.lanes as lanes
+    import planner.search.orchestration.driver as driver
+    import planner.search.orchestration.lanes as lanes
 
     skipped = []
     real = getattr(lanes, skip_test)
