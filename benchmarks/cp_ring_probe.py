@@ -1,7 +1,7 @@
 """Time the pieces of PyTorch's ring attention (torchtitan's context parallelism) on one GPU node,
 beside the planner's price for each piece. This is the measurement that would settle why
 torchtitan's Llama 3.1 8B runs at cp 4 and 8 (32k tokens per GPU, one H100 node) are 36-42 %
-slower than priced while cp 1 and 2 match (README, "Fidelity against published runs").
+slower than priced while cp 1 and 2 match (docs/fidelity.md, "Known misses").
 
     torchrun --nproc-per-node 8 benchmarks/cp_ring_probe.py             # CUDA + NCCL, every piece
     torchrun --nproc-per-node 8 benchmarks/cp_ring_probe.py --compile   # the ring under torch.compile
