@@ -1,10 +1,10 @@
-"""How close the floor of each unrestricted search (planner.search.any_bound) comes to the best plan of
+"""How close the floor of each unrestricted search (planner.search.bounds.any_bound) comes to the best plan of
 that search, on a planning_time.py row under `--runtime any`.
 
     python benchmarks/any_floors.py [--row "1:1:2 64"] [--cutoff S] [--optimum B,V,RANKS,SCHEDULE ...]
 
 Prints one line per search (micro-batch b, chunks per rank V, pipeline ranks or "any", schedule) of
-the row's space (planner.search.space.subproblems) with its closed-form floor (any_bound) and
+the row's space (planner.search.orchestration.space.subproblems) with its closed-form floor (any_bound) and
 whether rank_floor rules it out against the cutoff S (default: the row's optimum on "1:1:2 64",
 9.537 s, with the driver's margin). `--optimum` also solves the named
 searches alone (no other search, no uniform seed; RANKS "any" for 1F1B), so the floor can be read

@@ -1,4 +1,4 @@
-"""How far the lower bound (planner.search.bound) sits below proven optima.
+"""How far the lower bound (planner.search.bounds.bound) sits below proven optima.
 
     python benchmarks/bound_tightness.py [--runtimes megatron deepspeed ...] [--seeds 50]
 

@@ -16,7 +16,7 @@ does, with the time limit (default: the CLI's, 300 s) and the runtime (default: 
 megatron; `--runtime any` times the unconstrained search; `--compare-any` adds plan's comparison
 search under `--runtime any` to each row's time, as `planner plan --compare-any`). Columns: the decomposition the
 search used (planner.search.decompose), the predicted step time, pipeline ranks and virtual stages,
-whether the plan is proven optimal, its gap to the lower bound (planner.search.bound) and, with
+whether the plan is proven optimal, its gap to the lower bound (planner.search.bounds.bound) and, with
 `--loss-limit S` on the rows of 10-16 nodes (LOSS_ROWS), its true loss against the exact search of the
 whole cluster node by node given S seconds (a lower figure than the exact optimum's when
 that search is cut short: the true loss is then at least that, marked '>=').
@@ -89,7 +89,7 @@ def run_row(name: str, time_limit_s: float | None, max_parts: int, runtime: str 
     started, cpu = time.perf_counter(), time.process_time()
     result = plan(request)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    # the search processes (jobs 2, planner.search.parallel) have ended: their CPU time, and their
+    # the search processes (jobs 2, planner.search.orchestration.parallel) have ended: their CPU time, and their
     # peak counted once per process (an upper bound: a forked process shares its parent's pages)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"gpus": cluster.num_gpus, "nodes": sum(g.nodes for g in cluster.groups),

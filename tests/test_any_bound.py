@@ -1,4 +1,4 @@
-"""planner.search.any_bound and rank_floor: neither rules out the search that holds the brute-force
+"""planner.search.bounds.any_bound and rank_floor: neither rules out the search that holds the brute-force
 optimum (tests/oracle.py) against a cutoff just above it, nor puts its floor above that optimum, and
 skipping the searches they rule out finds the same plan."""
 

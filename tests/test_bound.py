@@ -1,4 +1,4 @@
-"""The lower bound on the step time (planner.search.bound)."""
+"""The lower bound on the step time (planner.search.bounds.bound)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, 
     result = solve(model, cluster, base, options)
     assert result.optimal
     assert 0 < result.lower_bound_s <= result.estimate.step_time_s * (1 + 1e-9)
-    # the DP's completion bound (planner.search.completion) from the empty state, at the optimum's
+    # the DP's completion bound (planner.search.bounds.completion) from the empty state, at the optimum's
     # micro-batch: the least busy time its decoder blocks force on the whole cluster
     inputs = ProblemInputs.of(model, cluster, base, result.plan.training.micro_batch,
                               decompose(cluster, options.exact_node_limit(capability(base.runtime).per_stage_dp),

@@ -1,4 +1,4 @@
-"""Two searches at a time (planner.search.lanes, planner.search.parallel): the plan JSON is the
+"""Two searches at a time (planner.search.orchestration.lanes, planner.search.orchestration.parallel): the plan JSON is the
 same with one search process or two (but for the solver's seconds and candidates: work done); search j starts from the searches
 before j - 1; a lane process's error reaches the caller; a process that may not have children
 (a sweep worker) takes turns; the time limit holds with two processes."""

@@ -1,4 +1,4 @@
-"""The family merge's Pareto front (planner.search.stage_types.pareto_front) keeps, per block count,
+"""The family merge's Pareto front (planner.search.pricing.stage_types.pareto_front) keeps, per block count,
 exactly the configurations no other dominates in (tau, X), by rising tau: brute force is the oracle."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""planner.search.rank_busy and rank_costs' shared costs: least_busy is the least busy time B' of
+"""planner.search.bounds.rank_busy and rank_costs' shared costs: least_busy is the least busy time B' of
 rank_floor's argument (a bisection on the replicas' count function is the oracle), given a limit it
 changes only cells past it, and a KnownCosts whose budget drops every other schedule's pool at each
 check decides as one that keeps them."""

@@ -1,5 +1,5 @@
 """The driver skips a runtime's restricted searches (one tp and dp for every stage) whose lower
-bound (planner.search.restriction_bound) cannot beat the best plan known: the bound never exceeds
+bound (planner.search.bounds.restriction_bound) cannot beat the best plan known: the bound never exceeds
 a plan of the restriction, and skipping leaves the plan found unchanged."""
 
 from __future__ import annotations

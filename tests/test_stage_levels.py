@@ -1,4 +1,4 @@
-"""Stage pricing by memory-capping level (planner.search.stages.Problem.stage_costs): a
+"""Stage pricing by memory-capping level (planner.search.pricing.stages.Problem.stage_costs): a
 configuration is priced once per (flags, link) at every capping level, and a pipeline position
 picks its level per block count; that must equal pricing the position directly, with each
 replica type's share cap at that position's in-flight micro-batches (share_cap)."""

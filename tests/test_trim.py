@@ -1,5 +1,5 @@
 """A one-DP runtime (Megatron) on parts of unequal size also searches the cluster trimmed to
-identical bundles (planner.search.decompose.trim, planner.search.driver.solve)."""
+identical bundles (planner.search.decompose.trim, planner.search.orchestration.driver.solve)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The uniform configurations are pruned by a lower bound (planner.search.uniform_bound) without
+"""The uniform configurations are pruned by a lower bound (planner.search.bounds.uniform_bound) without
 changing which plan wins: the bound never exceeds the priced step time, and the pruned scan
 finds the fastest uniform plan of brute-force pricing."""
 

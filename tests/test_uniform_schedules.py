@@ -1,4 +1,4 @@
-"""ZB-V and looped BFS in `plan` as uniform candidates (planner.search.space.uniform_schedules):
+"""ZB-V and looped BFS in `plan` as uniform candidates (planner.search.orchestration.space.uniform_schedules):
 priced by evaluate where the runtime runs them, they compete with the exact search's plan as
 seeds, and a plan that wins this way is reported not proven optimal."""
 

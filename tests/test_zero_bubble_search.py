@@ -1,4 +1,4 @@
-"""ZB-H1 in the plan search (planner.search.deferred), runtime any: the search equals the brute
+"""ZB-H1 in the plan search (planner.search.pricing.deferred), runtime any: the search equals the brute
 force that enumerates ZB-H1 too, picks it where its smaller bubble wins, and its per-position
 memory caps and least shares agree with what evaluate and the plan checks ask."""
 

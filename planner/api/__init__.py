@@ -54,7 +54,7 @@ def _cluster(cluster: str | Cluster) -> Cluster:
 
 def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = None,
          warn: Warn | None = None) -> SearchResult:
-    """The fastest plan for `request` (planner.search.driver.solve), its estimate and the solver's
+    """The fastest plan for `request` (planner.search.orchestration.driver.solve), its estimate and the solver's
     account. `on_progress` is called about every quarter second while the search runs. Stopped
     early (planner.core.clock.request_stop, Ctrl-C in the CLI), the best plan found so far."""
     from ..core.clock import stop_requested

@@ -24,7 +24,7 @@ ANY_SUGGESTION_S = 30.0  # the most time the `--runtime any` search of a failed 
 
 def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: SolverOptions, request: PlanRequest,
                      on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
-    """planner.search.driver.solve; its NoFeasiblePlan with the allowed degrees and what `--runtime
+    """planner.search.orchestration.driver.solve; its NoFeasiblePlan with the allowed degrees and what `--runtime
     any` finds (a stopped search's is passed on as it is)."""
     from ..search.orchestration.driver import NotFoundInTime, NothingFaster, solve
 

@@ -71,7 +71,7 @@ def peak_gib(result: SearchResult) -> float:
 def domains(options: SolverOptions, num_gpus: int, global_batch: int, experts: bool,
             long_sequence: bool) -> dict[str, tuple[int, ...]]:
     """The values each dimension may take under `options` (an empty pp or dp set: any; cp and ep
-    only 1 for a sequence too short for CP, planner.search.context_parallel, or a dense model)."""
+    only 1 for a sequence too short for CP, planner.search.pricing.context_parallel, or a dense model)."""
     return {"micro_batch": tuple(b for b in options.micro_batches if global_batch % b == 0),
             "v": options.virtual_stages, "pp": options.pp_degrees or tuple(range(1, options.max_stages + 1)),
             "tp": options.tp_degrees, "dp": options.dp_degrees or tuple(range(1, num_gpus + 1)),

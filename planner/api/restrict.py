@@ -1,6 +1,6 @@
 """`plan --tp/--pp/--dp/--max-pp/--ep`: the degrees a search may use, checked against the model and
-the cluster, as planner.search.driver.SolverOptions fields (the search's space is cut at its
-source: planner.search.space, stage_configs, dp, uniform)."""
+the cluster, as planner.search.orchestration.driver.SolverOptions fields (the search's space is cut at its
+source: planner.search.orchestration.space, stage_configs, dp, uniform)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ DEFAULT_TIME_LIMIT_S = 300.0
 
 class SearchTimeout(Exception):
     """Raised inside the search when the time limit is up (or a stop was requested); `solve`
-    catches it and returns the best plan found so far (never seen outside planner.search.driver)."""
+    catches it and returns the best plan found so far (never seen outside planner.search.orchestration.driver)."""
 
 
 # A request to stop every search of this process as if its time limit were up (request_stop):
-# the CLI's Ctrl-C handler sets it, and a forked lane process (planner.search.parallel) sets its
+# the CLI's Ctrl-C handler sets it, and a forked lane process (planner.search.orchestration.parallel) sets its
 # own copy when it gets SIGINT, so each returns the best plan found so far.
 _stop = {"requested": False}
 

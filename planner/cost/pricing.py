@@ -3,7 +3,7 @@
 Every function here is plain arithmetic that takes Python numbers or numpy arrays over a
 decoder-block count n, and gives the same figures either way: planner.cost.evaluate and
 planner.report.show price a plan's replicas with scalars (each layer of a chunk counted once),
-planner.search.stages and planner.search.interleave price a stage configuration for every block count
+planner.search.pricing.stages and planner.search.pricing.interleave price a stage configuration for every block count
 at once (`n = np.arange(L + 1)` decoder blocks, plus 0 or 1 embedding and head).
 
 Per micro-batch on one replica (one tensor-parallel group):

@@ -5,7 +5,7 @@ shrinks from (p - 1)(T_F + T_B + T_W) to (p - 1)(T_F + T_B - T_W), a third of 1F
 T_F = T_B = T_W, and the peak stays 1F1B's p micro-batches (rank 0): rank k holds p - k
 micro-batches whole and the weight-GEMM inputs of k more.
 
-Searched (planner.search.deferred) where the runtime runs it: `--runtime any` only.
+Searched (planner.search.pricing.deferred) where the runtime runs it: `--runtime any` only.
 
 Runtimes: none upstream. Megatron-LM runs 1F1B and interleaved only (the ZB-H1 code is the
 authors' fork, sail-sg/zero-bubble-pipeline-parallelism); DeepSpeed its own 1F1B

@@ -23,7 +23,7 @@ Idle nodes are a choice of the search, part by part: it may leave any parts unus
 slow group that would only stretch the pipeline). Planning time then depends on the
 number of parts and lanes, not on the node counts or their divisibility. A decomposed
 search covers a subset of the plans on whole nodes, so it never claims optimality; its
-gap is measured against a lower bound (planner.search.bound).
+gap is measured against a lower bound (planner.search.bounds.bound).
 
 Trimmed to identical bundles (`trim`): a runtime with one data-parallel degree for every
 stage (Megatron-LM) can rarely use parts of unequal size, whose stages' replica counts differ.

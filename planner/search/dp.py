@@ -1,5 +1,5 @@
 """The dynamic programme of the plan search for one bound W on the bottleneck term, and the
-reconstruction of a plan's stages from its states (see planner.search.driver for the whole)."""
+reconstruction of a plan's stages from its states (see planner.search.orchestration.driver for the whole)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     `cutoff` is the best step time known: a partial plan whose sum of tau plus the X of its
     newest stage reaches it cannot lead to a faster plan (T = max X + sum tau) and is dropped,
     as is one whose sum of tau plus the least busy time its remaining blocks force on the nodes
-    left (planner.search.completion) reaches it.
+    left (planner.search.bounds.completion) reaches it.
     `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
     items = problem.num_blocks + 2

@@ -10,7 +10,7 @@ better yet. benchmarks/plan_quality.py uses the wider space (ZeRO-0, interleavin
 on parts of nodes) as its heterogeneity-blind baseline.
 
 UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS;
-planner.search.space.uniform_schedules): each V's searched schedule is tried first, then these at
+planner.search.orchestration.space.uniform_schedules): each V's searched schedule is tried first, then these at
 the V they accept, so a tie keeps the searched one.
 """
 
@@ -100,7 +100,7 @@ def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                     continue
                 # a schedule outside the exact search: ZeRO-0 only where ZeRO-1 is not in the space,
-                # which is never slower and never uses more memory under the cost model (planner.search.driver)
+                # which is never slower and never uses more memory under the cost model (planner.search.orchestration.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
                 index += 1

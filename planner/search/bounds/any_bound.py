@@ -1,5 +1,5 @@
 """A lower bound on the step time of every plan one unrestricted search (one micro-batch b, V chunks
-per rank, a schedule, P pipeline ranks or any number; planner.search.space.subproblems) can find, so
+per rank, a schedule, P pipeline ranks or any number; planner.search.orchestration.space.subproblems) can find, so
 the driver skips the searches that cannot beat the best plan known without building their tables
 (restriction_bound does the same for the restricted searches of a runtime like Megatron-LM).
 
@@ -13,7 +13,7 @@ Notation: m = global batch / b micro-batches, L decoder blocks, ranks k = 1..P w
    all >= 0), as completion.block_gpu_seconds. Rank k is busy B_k >= s_r t_r for every r, so
    m = sum_r s_r <= B_k sum_r 1 / t_r <= B_k R_k / n_k with R_k = sum_r 1 / a_r, i.e.
    B_k >= m n_k / R_k.
-2. Replicas. A replica takes at least `least` micro-batches (ZB-H1: P, planner.search.deferred;
+2. Replicas. A replica takes at least `least` micro-batches (ZB-H1: P, planner.search.pricing.deferred;
    else 1, and a replica with no micro-batch adds nothing to R_k), so a rank has at most
    D = m // least of them, the plan at most Q = P D; the replicas are disjoint sets of GPUs of one
    group. So sum_k R_k <= R*, the largest sum of 1 / a over at most Q replicas that the GPUs of

@@ -8,7 +8,7 @@ micro-batch it tries, the largest tensor-parallel degree the GPU's node and the 
 heads allow (with sequence parallelism, as the search always uses for tp > 1), the
 recomputation mode that keeps least, and the highest ZeRO stage over every GPU of the
 cluster. When even that exceeds every GPU type's memory for some layer, no plan exists, and
-this is the reason to give (planner.search.driver raises it before searching). Same formulas as
+this is the reason to give (planner.search.orchestration.driver raises it before searching). Same formulas as
 planner.cost.evaluate: planner.cost.pricing's activations and cost.model_state_bytes.
 """
 

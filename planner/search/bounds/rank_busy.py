@@ -1,5 +1,5 @@
-"""The least busy time B' of a pipeline rank's replicas for planner.search.rank_costs (the argument
-is the B' item of planner.search.rank_floor's module docstring)."""
+"""The least busy time B' of a pipeline rank's replicas for planner.search.bounds.rank_costs (the argument
+is the B' item of planner.search.bounds.rank_floor's module docstring)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The relaxed costs of one pipeline rank for planner.search.rank_floor's knapsack: per node vector,
+"""The relaxed costs of one pipeline rank for planner.search.bounds.rank_floor's knapsack: per node vector,
 position (micro-batches held), TP degree, ZeRO stage and ZeRO-Offload (off, or on where the options
 allow it), lower bounds B' on its busy time and c' on its latency over its block count (the argument
 is rank_floor's module docstring)."""
@@ -223,7 +223,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
     places, wanted = {}, []  # the rows of this call's, those not priced before
     zeros = _zero_stages(options, v, cluster)
-    # a stage offloads its optimizer or not (planner.search.block.MemorySavers): with it, no optimizer
+    # a stage offloads its optimizer or not (planner.search.pricing.block.MemorySavers): with it, no optimizer
     # states on the GPU but ZeRO-Offload's step on the CPUs in the tail
     offloads = (False, True) if options.offload else (False,)
     for nodes in vectors:

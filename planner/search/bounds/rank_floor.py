@@ -1,7 +1,7 @@
 """Whether any plan of one unrestricted search (micro-batch b, V chunks per rank, a schedule, P
 pipeline ranks or any number) can beat a cutoff, from a dynamic programme over whole ranks with
-relaxed costs (planner.search.any_bound asks it where its closed-form floor, which lets ranks blend,
-does not decide; the costs are planner.search.rank_costs).
+relaxed costs (planner.search.bounds.any_bound asks it where its closed-form floor, which lets ranks blend,
+does not decide; the costs are planner.search.bounds.rank_costs).
 
 T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + E_j + sum_(k != j) c_k for every rank j
 (evaluate.pipeline_time_s), so with lower bounds B'_k <= B_k, E'_k <= E_k and c'_k <= c_k,
@@ -20,7 +20,7 @@ micro-batches holds min(s, f_j) of them whole (stage_types.share_cap) and, where
 the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bounds:
   * every GPU of the rank holds the n blocks' weights, gradients and optimizer states at ZeRO-z over
     the rank's replicas (none of the optimizer states where the rank offloads them: ZeRO-Offload is a
-    choice of each rank where the options allow it, planner.search.block) and what it
+    choice of each rank where the options allow it, planner.search.pricing.block) and what it
     keeps in flight within its memory less the reserve (cost.stage_memory.replica_memory; the
     recomputation's working set >= 0 left out), or the rank cannot hold n blocks; in the room A
     the states leave, a replica holding w micro-batches whole and e W inputs passes n blocks in at
@@ -72,7 +72,7 @@ A rank's options (tp, z, offload) give (y, c) pairs; S(W), the least sum of c' o
 idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks placed,
 blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W] has
 T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
-planner.search.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
+planner.search.orchestration.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
 search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
 shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The parts of the rank
 costs kept do not depend on the cutoff: the searches of one solve share them (rank_costs.KnownCosts,

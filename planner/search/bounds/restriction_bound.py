@@ -1,5 +1,5 @@
 """A lower bound on the step time of every plan one restricted search (a runtime with one TP and
-DP degree for every stage, planner.search.space.restrictions) can find, so the driver skips the
+DP degree for every stage, planner.search.orchestration.space.restrictions) can find, so the driver skips the
 searches that cannot beat the best plan known without building their tables.
 
 Under a restriction with tp, dp fixed and even shares (cp = 1, no experts), every stage has

@@ -1,5 +1,5 @@
 """A search's plan from its traced stage choices: ranks on whole nodes, batch shares by the
-integer program (planner.search.shares.solve_shares_ilp), interleaved chunks cycled over the ranks.
+integer program (planner.search.pricing.shares.solve_shares_ilp), interleaved chunks cycled over the ranks.
 In two steps: draft_plan needs the search's Problem, finish_plan (the ILPs) does not, so a lane
 process drafts and its parent finishes (a forked process must not run the solver's threads)."""
 
@@ -29,7 +29,7 @@ class RankDraft:
 @dataclass(frozen=True)
 class PlanDraft:
     """A traced plan without its batch shares, free of the Problem that priced it (a lane process
-    sends it to the parent, which solves the share ILPs: planner.search.parallel)."""
+    sends it to the parent, which solves the share ILPs: planner.search.orchestration.parallel)."""
     training: Training
     microbatches: int
     least_share: int

@@ -2,7 +2,7 @@
 
 Search space (all of it searched jointly):
   * micro-batch size b (options); the 1F1B schedule, ZB-H1 where the runtime runs it (`any`;
-    planner.search.deferred: its deferred W inputs in the memory caps per position, at least
+    planner.search.pricing.deferred: its deferred W inputs in the memory caps per position, at least
     P micro-batches per replica, a DP per depth P), or interleaved 1F1B with V chunks
     per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
     possible but for the embedding's or head's chunk, which takes what is fastest;
@@ -23,7 +23,7 @@ Algorithm. Nodes of one group are interchangeable, so the dynamic programme's st
 with the layers placed as a vector, built from the last stage backwards (a stage's
 in-flight micro-batches, P - k, is then known). The configurations on one node vector are
 merged per block count, keeping only those not dominated in both tau and X
-(planner.search.stages). The iteration time T = max_k X_k + sum_k tau_k
+(planner.search.pricing.stages). The iteration time T = max_k X_k + sum_k tau_k
 (evaluate.pipeline_time_s) has a bottleneck term and a sum, so the DP minimises sum tau
 subject to X_k <= W and W descends (Alpa's t_max enumeration, Zheng et al. 2022, sec 5.2):
 a plan with X <= W_i found with sum tau = S_i rules out every W in
@@ -32,15 +32,15 @@ best plan seen optimal. Decoder blocks are identical, so stage costs depend on t
 count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
 the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
 depend on rank 0's links, so the state carries rank 0's signature from the start; a
-rank's tau is its slowest chunk's latency (planner.search.interleave.chunk_latency). The
+rank's tau is its slowest chunk's latency (planner.search.pricing.interleave.chunk_latency). The
 smallest micro-batch's ZB-H1 searches run first (cheap, one per depth, and often the fastest),
 then the 1F1B ones, which with them bound the interleaved ones (space.subproblems); one-chunk
 problems of a micro-batch share their position-free prices. A search whose plans all lie at or above
 the best plan known is skipped before its tables are built: a restricted one by restriction_bound, the
 free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
-under `any`, 54 of its 60 searches). Searches run two at a time (planner.search.lanes): search j
+under `any`, 54 of its 60 searches). Searches run two at a time (planner.search.orchestration.lanes): search j
 starts from the best plan of searches 0 .. j-2, so j-1 and j can run in two processes
-(SolverOptions.jobs, planner.search.parallel) and the plan depends neither on which finishes
+(SolverOptions.jobs, planner.search.orchestration.parallel) and the plan depends neither on which finishes
 first nor on the number of processes; ties between the plans of different searches go to the
 smallest (step, nodes used, micro-batch, V, search index). Shares inside the DP come from
 the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
@@ -68,7 +68,7 @@ Scale. Clusters of more than `SolverOptions.exact_node_limit` nodes are searched
 (planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
 that need no common divisor; idle parts are a choice); the plans on parts are a subset of
 the full space, so such a search reports optimal=false with the gap to a lower bound
-(planner.search.bound). A runtime with one DP degree for every stage can rarely use parts of
+(planner.search.bounds.bound). A runtime with one DP degree for every stage can rarely use parts of
 unequal size (their stages' replica counts differ), so it also searches the cluster trimmed to
 identical bundles (decompose.trim; the other nodes idle) and keeps the faster plan (`solve`).
 """
@@ -163,7 +163,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     (decompose.trim), first, within half the time limit; its plan, mapped back onto the
     cluster with the other nodes idle, bounds the search on parts, and the faster plan is
     returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
-    (decompose.merge_alike). (planner.search.scale)"""
+    (decompose.merge_alike). (planner.search.orchestration.scale)"""
     return solve_scaled(model, cluster, base, options, on_progress, _solve)
 
 
@@ -198,7 +198,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
     outcomes: list[Outcome] = []
     inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
-    known = KnownCosts()  # what the skip checks share (planner.search.rank_costs)
+    known = KnownCosts()  # what the skip checks share (planner.search.bounds.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
         seed_space = uniform_space(options, cap, whole_nodes=False)
         accepts = partial(_seed_accepts, parts.exact, space)
@@ -229,7 +229,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
                 seeded = take(searches.seed(seed_space, accepts, incumbent_s))
                 if not seeded:
                     raise SearchTimeout
-            # the searches, two at a time (planner.search.lanes)
+            # the searches, two at a time (planner.search.orchestration.lanes)
             outcomes = searches.run(len(subproblems), incumbent_s)
             complete = len(outcomes) == len(subproblems) and all(o.complete for o in outcomes)
             if parts.exact and complete:
@@ -261,7 +261,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
         blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
         if best is not None and (seed is None or best[0][0] <= seed[1].step_time_s * (1 + 1e-6)):
             draft, step = searches.draft(best[1])
-            plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.build)
+            plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.orchestration.build)
             estimate = evaluate(plan, options.params_mapping())
             # decoders of several shapes (DeepSeek-V3's dense first layers, Gemma's windows) are
             # priced by the search as their count-weighted mean (Model.decoder_stand_in); the plan is

@@ -4,7 +4,7 @@ on how they are run.
 Search j starts from the best plan of searches 0 .. j-2 (and the uniform seed where it came first,
 or the caller's bound), not from j-1's: so searches j-1 and j can run at the same time, and what
 search j finds depends only on the searches before j-1, never on which of two running searches finished first.
-In two processes (`SolverOptions.jobs` 2, planner.search.parallel) search j runs on lane
+In two processes (`SolverOptions.jobs` 2, planner.search.orchestration.parallel) search j runs on lane
 j % LANES, each lane with its own price tables; in one process one lane runs them all in turn,
 sharing its tables. The plan is the same either way; `solver.candidates`, the stage
 configurations priced, counts the work done, which two lanes partly repeat.

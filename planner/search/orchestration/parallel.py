@@ -1,4 +1,4 @@
-"""Runs the searches (planner.search.lanes) in this process, one lane taking them in turn, or in
+"""Runs the searches (planner.search.orchestration.lanes) in this process, one lane taking them in turn, or in
 two forked processes, one per lane, two searches at a time; either way every search starts from
 the same Start, so the plan is the same.
 

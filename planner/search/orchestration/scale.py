@@ -1,4 +1,4 @@
-"""How `planner.search.driver.solve` meets a large cluster before its dynamic programme: runs of
+"""How `planner.search.orchestration.driver.solve` meets a large cluster before its dynamic programme: runs of
 alike node groups merged into one group (decompose.merge_alike), and for a runtime with one DP
 degree for every stage on parts of unequal size, the cluster trimmed to identical bundles
 (decompose.trim) searched first, its plan bounding the search on parts (driver.solve's docstring).

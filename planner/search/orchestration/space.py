@@ -1,7 +1,7 @@
 """The runtime's search space (planner.cost.runtimes.capability) as the searches the driver runs:
 the options cut to what the runtime can run, the restrictions whose union is its space, the
 (micro-batch, V, ranks, restriction) subproblems in order, and the uniform configurations that
-seed and back up the search (planner.search.driver)."""
+seed and back up the search (planner.search.orchestration.driver)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
     schedules (interleaving needs any layer split), one stage without pipelining. ZeRO-0 is
     left out only where ZeRO-1, which dominates it, is allowed. Recompute "block" is searched
     only where stages may recompute different block counts (the search derives each stage's
-    count from its position, planner.search.block); a runtime with one count runs it as
+    count from its position, planner.search.pricing.block); a runtime with one count runs it as
     evaluated (`planner evaluate --recompute block`). ZeRO-Offload and activation offload only where
     the runtime has them."""
     allowed_zero = set(cap.zero_stages) | set(cap.zero_stages_with_pp)
@@ -156,7 +156,7 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
 
 def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, cap: Capability, tp: int, cp: int,
                 dp: int) -> tuple[int, ...]:
-    """The expert-parallel degrees one restriction may fix (planner.search.experts.ep_degrees
+    """The expert-parallel degrees one restriction may fix (planner.search.pricing.experts.ep_degrees
     offers the same per stage): 1, and for an MoE model experts.expert_degrees on the widest node."""
     experts = model.config.num_experts if model.config is not None else 1
     widest = max(g.gpus_per_node for g in cluster.groups)
@@ -210,7 +210,7 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
                     head.append((b, v, None, r, schedule.name))
     yield from head
     # The other depth-dependent groups (one per micro-batch, V and schedule). `paired`: searches j
-    # and j + 1 run side by side on two lanes (planner.search.lanes: search j on lane j % 2), so the
+    # and j + 1 run side by side on two lanes (planner.search.orchestration.lanes: search j on lane j % 2), so the
     # groups go to the lane that searched their micro-batch's 1F1B (whose tables they share) and
     # the two lanes' groups alternate search by search; each search starts from its group's searches
     # before it. The order for a search on parts of nodes, where the skip checks (their floors the

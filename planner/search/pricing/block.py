@@ -1,4 +1,4 @@
-"""The memory savers in the search (planner.search.stages.Problem's MemorySavers part): ZeRO-Offload
+"""The memory savers in the search (planner.search.pricing.stages.Problem's MemorySavers part): ZeRO-Offload
 per stage, considered only where memory binds, and recompute "block": a stage recomputes the whole forward of only k of its
 decoder blocks and saves the activations of the rest (Megatron-LM --recompute-method block
 --recompute-num-layers k). More recomputed blocks only add time and only free memory, so a
@@ -129,7 +129,7 @@ def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes:
 
 
 class MemorySavers:
-    """The memory savers' part of planner.search.stages.Problem: a configuration's type arrays
+    """The memory savers' part of planner.search.pricing.stages.Problem: a configuration's type arrays
     at a pipeline position, with recompute "block"'s count and offload's pruning."""
 
     def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
@@ -236,7 +236,7 @@ class MemorySavers:
         none = self.type_arrays(replace(config, recompute="none"))
         sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
         full = replace(sh, recompute="full")
-        ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.experts)
+        ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.pricing.experts)
         prices = []
         for ta in none:  # once per replica type's arrays (StageConfigs._replica_arrays), by identity
             known = self.tables.replica_arrays.get(("block prices", id(ta.time)))
@@ -261,7 +261,7 @@ class MemorySavers:
         least = self.tables.least_room.get(key)
         if least is None:  # the least room of the config on the GPU alone, over its types and block counts
             on_gpu = self.type_arrays(replace(config, offload=False))
-            # and the most a deferred W keeps, as a share of a micro-batch (planner.search.deferred)
+            # and the most a deferred W keeps, as a share of a micro-batch (planner.search.pricing.deferred)
             most_w = max((float(ta.wgrad_share[flags].max()) for ta in on_gpu if ta.wgrad_share), default=0.0)
             least = self.tables.least_room[key] = (min(float(ta.room[flags].min()) for ta in on_gpu), most_w)
         return least[0] >= in_flight + deferred * least[1]

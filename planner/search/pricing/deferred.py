@@ -1,4 +1,4 @@
-"""Zero bubble in the search (planner.search.stages.Problem's DeferredW part): ZB-H1 (Qi et al.
+"""Zero bubble in the search (planner.search.pricing.stages.Problem's DeferredW part): ZB-H1 (Qi et al.
 2023, Zero Bubble, sec 3.1) runs 1F1B with the backward split into B and W, rank k holding back
 k W passes. Two things change against 1F1B, both per pipeline position:
 
@@ -27,7 +27,7 @@ Position = tuple[float, float]  # (in-flight micro-batches, deferred W passes) o
 
 
 class DeferredW:
-    """The split backward's part of planner.search.stages.Problem."""
+    """The split backward's part of planner.search.pricing.stages.Problem."""
 
     def position(self, stage_from_end: int, ranks: int | None) -> Position:
         """A rank's in-flight micro-batches (Problem.in_flight) and deferred W passes

@@ -1,5 +1,5 @@
 """The search's expert-parallel options (MoE models): which degrees a stage configuration may take
-and where its all-to-all runs (planner.search.stages prices them like any other stage)."""
+and where its all-to-all runs (planner.search.pricing.stages prices them like any other stage)."""
 
 from __future__ import annotations
 

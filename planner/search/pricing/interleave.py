@@ -1,4 +1,4 @@
-"""The interleaved schedule's stage pricing (planner.search.stages.Problem with V > 1): per-chunk
+"""The interleaved schedule's stage pricing (planner.search.pricing.stages.Problem with V > 1): per-chunk
 times and a rank's slowest-chunk latency. A rank's V chunks hold its blocks; the embedding's
 chunk (rank 0) or the head's (the last rank) takes the count that makes the slowest chunk
 fastest, the others share the rest as evenly as possible (Narayanan et al. 2021, sec 2.2:

@@ -1,7 +1,7 @@
 """A stage's cost at a pipeline position from its costs by memory-capping level (a mixin of
-planner.search.stages.Problem): which configurations a position leaves out, the caps of each
+planner.search.pricing.stages.Problem): which configurations a position leaves out, the caps of each
 capping level, and the makespans of a family's configurations in one vectorised call
-(planner.search.shares.min_makespan), shared where the prices allow (PriceTables.position_free)."""
+(planner.search.pricing.shares.min_makespan), shared where the prices allow (PriceTables.position_free)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class CappingLevels:
         lid = self.link_key(link)  # (the tables' keys take the link by its number)
         if blocks:
             self._price_blocks(blocks, flags, position[0], link, lid, out)
-        if position[1] and todo:  # zero bubble's caps at this position (planner.search.deferred)
+        if position[1] and todo:  # zero bubble's caps at this position (planner.search.pricing.deferred)
             self._price_deferred(todo, flags, position, link, lid, out)
             return out
         levels, by_caps = tables.stage_levels, tables.stage_by_caps

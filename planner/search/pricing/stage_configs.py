@@ -1,7 +1,7 @@
 """The stage configurations a search enumerates (StageConfigs.configs: nodes, tp, cp, ep,
 recompute, ZeRO, offload within the runtime's restriction) and what each one costs per decoder
 block on every replica type (type_arrays), with its parallel dimensions and data-parallel layout:
-the per-configuration half of planner.search.stages.Problem, which mixes it in."""
+the per-configuration half of planner.search.pricing.stages.Problem, which mixes it in."""
 
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ class StageConfigs:
         fixed = inputs.restriction
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
         # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
-        # (planner.search.block, planner.search.deferred)
+        # (planner.search.pricing.block, planner.search.pricing.deferred)
         modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
                  if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
-        # ZeRO-Offload per stage (planner.search.block.MemorySavers): both, or what the restriction fixes
+        # ZeRO-Offload per stage (planner.search.pricing.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
-        # interleaved: the rank time (planner.search.interleave, the 1F1B span plus V - 1 fixed parts)
+        # interleaved: the rank time (planner.search.pricing.interleave, the 1F1B span plus V - 1 fixed parts)
         # is exact only where no ZeRO collective is partly hidden; prefetching (pricing.zero_exposed_s)
         # hides min(comm, compute) per chunk, not affine in a chunk's blocks. So ZeRO-2/3 is left out
         # of interleaved searches under physics that overlap it (the FSDP runtimes, which run no
@@ -82,7 +82,7 @@ class StageConfigs:
         """(node vector, its (tp, cp, CP kind, dp) shapes) of every stage that can follow `used` parts,
         in configs' order, whatever the restriction: the same for every problem of a solve (the
         model, sequence, options and decomposition alike), so kept in `shapes`, which the lane's
-        problems share (planner.search.lanes)."""
+        problems share (planner.search.orchestration.lanes)."""
         known = self.shapes.get(used)
         if known is not None:
             return known
@@ -205,7 +205,7 @@ class StageConfigs:
             bwds[(has_head, has_emb)] = span.bwd_s
             acts = span.act_bytes
             wgrads[(has_head, has_emb)] = span.wgrad_s
-            with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.deferred)
+            with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.pricing.deferred)
                 wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
                                                              / np.where(acts > 0, acts, 1.0), 0.0)
             free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,

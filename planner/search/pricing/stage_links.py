@@ -1,6 +1,6 @@
 """Which link a stage's pipeline boundary runs over, as the plan search sees it: the signature of a
 stage (the boundary link from each node group to its groups) and the link between a configuration
-and its successor, cached per problem (a mixin of planner.search.stages.Problem)."""
+and its successor, cached per problem (a mixin of planner.search.pricing.stages.Problem)."""
 
 from __future__ import annotations
 

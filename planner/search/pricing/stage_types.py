@@ -1,5 +1,5 @@
 """The types of the plan search: solver options, a stage configuration, a replica type's cost
-arrays over block counts, a stage's cost, a merged cost curve, the share cap (planner.search.stages
+arrays over block counts, a stage's cost, a merged cost curve, the share cap (planner.search.pricing.stages
 prices them), and the parts of a stages.Problem: its fixed inputs, the catalogue of
 configurations met, the price tables derived on demand, and the search's changing state."""
 
@@ -32,7 +32,7 @@ class SolverOptions:
     # (below it attention is a small share of the work and CP only adds communication)
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_seq_len: int = 16384
-    # "block" (planner.search.block) after "full": where it recomputes every block it ties full and full is kept
+    # "block" (planner.search.pricing.block) after "full": where it recomputes every block it ties full and full is kept
     recompute_modes: tuple[str, ...] = ("none", "selective", "full", "block")
     zero_stages: tuple[int, ...] = (1, 2, 3)  # with dp > 1; ZeRO-0 is dominated by ZeRO-1
     # expert parallelism of an MoE model's stages (StageDims.ep): the degrees that divide its
@@ -60,11 +60,11 @@ class SolverOptions:
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
     # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
     virtual_stages: tuple[int, ...] = (1, 2)
-    # ZB-H1 (planner.search.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved),
+    # ZB-H1 (planner.search.pricing.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved),
     # and uniform ZB-V (uniform_schedules)
     zero_bubble: bool = True
     # ZB-V (with zero_bubble) and looped BFS priced as uniform configurations where the runtime
-    # runs them (planner.search.space.uniform_schedules)
+    # runs them (planner.search.orchestration.space.uniform_schedules)
     uniform_schedules: bool = True
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
@@ -77,7 +77,7 @@ class SolverOptions:
     # the search looks only for faster plans and raises driver.NothingFaster when there is none
     upper_bound_s: float | None = None
     # processes searching: 1 in this one; 2 runs two searches at a time in two forked processes
-    # (planner.search.parallel); the plan is the same either way (planner.search.lanes)
+    # (planner.search.orchestration.parallel); the plan is the same either way (planner.search.orchestration.lanes)
     jobs: int = 1
 
     def exact_node_limit(self, per_stage_dp: bool) -> int:
@@ -106,7 +106,7 @@ class SolverOptions:
 @dataclass(frozen=True)
 class Restriction:
     """What one search fixes for every stage, from the runtime's capability
-    (planner.cost.runtimes.capability; planner.search.driver enumerates them): None is free."""
+    (planner.cost.runtimes.capability; planner.search.orchestration.driver enumerates them): None is free."""
 
     tp: int | None = None
     dp: int | None = None  # data-parallel replicas of every stage
@@ -176,7 +176,7 @@ class TypeArrays:
     # chunk, the chunk with the embedding, the chunk with the head
     chunk: dict[str, np.ndarray] = field(default_factory=dict)
     cp_link: Link | None = None  # a CP ring spanning nodes: its per-GPU inter-node link (None: inside a node)
-    # a split backward (zero bubble, planner.search.deferred): the weight-gradient time W per
+    # a split backward (zero bubble, planner.search.pricing.deferred): the weight-gradient time W per
     # micro-batch, and a deferred W's kept inputs per micro-batch as a share of its activations
     wgrad: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
     wgrad_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
@@ -255,7 +255,7 @@ class ProblemInputs:
     parts: Decomposition  # how the search sees the nodes: lanes of parts (planner.search.decompose)
     v: int  # virtual stages per rank
     schedule: Schedule
-    chunked: bool  # ranks run several chunks each (planner.search.interleave prices them)
+    chunked: bool  # ranks run several chunks each (planner.search.pricing.interleave prices them)
     t: Training  # the training of the plans searched
     groups: tuple[NodeGroup, ...]
     bundle_nodes: tuple[int, ...]  # the DP's state limits: parts per lane (Decomposition.counts)
@@ -267,7 +267,7 @@ class ProblemInputs:
     blocks: np.ndarray  # 0..num_blocks, the block counts every cost array runs over
     blocks_index: np.ndarray  # the same as integers
     restriction: Restriction = Restriction()
-    least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.deferred)
+    least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.pricing.deferred)
 
     @classmethod
     def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
@@ -322,7 +322,7 @@ class PriceTables:
     # (cid, flags, in flight) -> (types, k); (cid, flags) -> block.block_memory; (cid, flags, k bytes) -> types
     block_types: dict[tuple, object] = field(default_factory=dict)
     least_room: dict[tuple, tuple] = field(default_factory=dict)  # (offloaded config, flags): MemorySavers
-    # planner.search.completion: kappa per group, and per nodes used the least time a block left adds
+    # planner.search.bounds.completion: kappa per group, and per nodes used the least time a block left adds
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
     no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares

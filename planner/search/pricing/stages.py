@@ -75,7 +75,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         for key in [key for key in t.tails if len(key) > 2]:  # (config, flags, k bytes): _finish
             del t.tails[key]
 
-    # the search's shorthands (planner.search.driver, planner.search.dp) -----------------------------
+    # the search's shorthands (planner.search.orchestration.driver, planner.search.dp) -----------------------------
 
     model = property(lambda self: self.inputs.model)
     cluster = property(lambda self: self.inputs.cluster)
