@@ -146,7 +146,7 @@ def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
     overrides = overrides or {}
     arch = architecture_params(gpu, overrides)
     arch.update({k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] == "link"})
-    rt = RUNTIMES[runtime]
+    rt = RUNTIMES[runtime].pricing
     owners = (runtime, "eager") if runtime in EAGER_RUNTIMES else (runtime,)
     rt = replace(rt, **{k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] in owners})
     return rt.params(DEFAULT_PARAMS.with_updates(**arch))

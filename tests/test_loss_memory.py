@@ -18,7 +18,7 @@ H100 = load_catalog()["H100-SXM5-80GB"]  # an fp8 GPU
 
 
 def _params(runtime: str):
-    return RUNTIMES[runtime].params(DEFAULT_PARAMS)
+    return RUNTIMES[runtime].pricing.params(DEFAULT_PARAMS)
 
 
 def test_torchtitan_eager_cross_entropy_holds_two_fp32_logit_gradients_in_the_head_backward():

@@ -10,18 +10,19 @@ import pytest
 
 from planner.cost.evaluate import evaluate
 from planner.cost.runtimes import RUNTIMES
-from planner.cost.runtimes.capability import CAPABILITIES, capability, violations
+from planner.cost.runtimes.capability import capability, violations
 from planner.core.errors import BadInput, NoFeasiblePlan
 from planner.plan import Plan, Replica, Stage, plan_to_json, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, improving_uniform
+from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 from planner.verify.plan_checks import check_plan_data
 
-from .test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance
+from .conftest import runtime_base
 
 
 def test_every_runtime_has_a_capability_and_any_is_a_runtime():
-    assert set(RUNTIMES) == set(CAPABILITIES)
+    assert all(spec.capability is capability(name) for name, spec in RUNTIMES.items()) and "any" in RUNTIMES
     assert capability("any").per_stage_tp and capability("any").uneven_shares
     with pytest.raises(BadInput):
         capability("colossalai")

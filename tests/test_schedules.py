@@ -12,6 +12,8 @@ import pytest
 
 from planner import plan as plan_module
 from planner.cost.evaluate import evaluate
+from planner.cost.runtimes import capability
+from planner.export.torchtitan import TITAN_SCHEDULES
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
@@ -78,14 +80,15 @@ def test_search_plans_1f1b_interleaved_and_zb_h1_only():
     assert [search_schedule(v).name for v in (2, 3, 8)] == ["interleaved"] * 3
 
 
-def test_chunks_per_rank_and_runtime_names():
+def test_chunks_per_rank_and_the_torchtitan_schedule_names():
     assert [get_schedule(n).chunks_per_rank(3) for n in ("1f1b", "interleaved", "gpipe", "zb-h1", "looped-bfs")] == [
         1, 3, 1, 1, 3]
-    # torch.distributed.pipelining.get_schedule_class's names (torchtitan's pipeline_parallel_schedule)
-    assert {n: s.runtime_names["torchtitan"] for n, s in SCHEDULES.items()} == {
-        "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb-h1": None, "zbv": "ZBVZeroBubble",
-        "looped-bfs": "LoopedBFS"}
-    assert get_schedule("interleaved").runtime_names["deepspeed"] is None
+    # torch.distributed.pipelining.get_schedule_class's names (torchtitan's pipeline_parallel_schedule),
+    # one for each schedule torchtitan runs
+    assert TITAN_SCHEDULES == {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
+                               "zbv": "ZBVZeroBubble", "looped-bfs": "LoopedBFS"}
+    assert tuple(TITAN_SCHEDULES) == capability("torchtitan").schedules
+    assert "interleaved" not in capability("deepspeed").schedules
 
 
 def test_interleaved_latency_is_its_slowest_chunk():

@@ -40,7 +40,7 @@ def test_red_team_fp32_plan_on_dgx_a100_exits_0_with_mfu_against_the_tf32_peak()
 def test_fp32_plan_of_every_runtime_keeps_mfu_at_most_one(runtime, cluster, titan_debug):
     data = plan_json("plan", "--model", model_for(runtime, titan_debug), "--cluster", cluster, "--global-batch", "64", "--seq-len", "1024",
                      "--dtype", "fp32", "--runtime", runtime)
-    tf32 = RUNTIMES[runtime].tf32_matmul
+    tf32 = RUNTIMES[runtime].pricing.tf32_matmul
     assert data["training"]["tf32_matmul"] is tf32
     assert data["predicted"]["mfu_peak_dtype"] == ("tf32" if tf32 else "fp32")
     assert 0 < data["predicted"]["mfu"] <= 1

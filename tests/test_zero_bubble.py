@@ -10,6 +10,7 @@ import pytest
 
 from planner.core.errors import BadInput
 from planner.cost.evaluate import evaluate, pipeline_time_s
+from planner.cost.runtimes import capability
 from planner.cost.replica_pricer import PlanPricer
 from planner.cost.formulas import DEFAULT_PARAMS, layer_time
 from planner.cost.pricing import saved_activation_bytes, wgrad_input_bytes
@@ -196,7 +197,7 @@ def test_megatron_and_deepspeed_refuse_the_schedules_they_lack_with_the_reason(s
     for export, runtime in ((export_megatron, "megatron"), (export_deepspeed, "deepspeed")):
         with pytest.raises(BadInput, match=f"{runtime} has no {schedule} schedule \\(.*(1F1B|TrainSchedule)"):
             export(plan, lambda text: None)
-    assert not get_schedule(schedule).supported_by(runtime) and get_schedule(schedule).supported_by("any")
+    assert schedule not in capability(runtime).schedules and schedule in capability("any").schedules
     if schedule == "zb-h1":
         with pytest.raises(BadInput, match="at least 2 stages per rank"):
             titan_settings(plan, lambda text: None)
@@ -207,11 +208,11 @@ def test_megatron_and_deepspeed_refuse_the_schedules_they_lack_with_the_reason(s
 
 def test_the_search_tries_zb_h1_under_any_only():
     from planner.schedules import searched_schedules
-    assert [s.name for s in searched_schedules(1, "any")] == ["1f1b", "zb-h1"]
-    for runtime in ("megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
-        assert [s.name for s in searched_schedules(1, runtime)] == ["1f1b"]
-    for runtime in ("any", "megatron", "deepspeed", "torchtitan", "megatron_2021", "fsdp1"):
-        assert [s.name for s in searched_schedules(2, runtime)] == ["interleaved"]
+    assert [s.name for s in searched_schedules(1, capability("any").schedules)] == ["1f1b", "zb-h1"]
+    for runtime in ("megatron", "deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
+        assert [s.name for s in searched_schedules(1, capability(runtime).schedules)] == ["1f1b"]
+    for runtime in ("any", "megatron", "deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
+        assert [s.name for s in searched_schedules(2, capability(runtime).schedules)] == ["interleaved"]
 
 
 def test_evaluate_flags_refuse_zero_bubble_with_fewer_micro_batches_than_ranks_and_zbv_with_three_chunks():

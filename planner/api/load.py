@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ..core import ranges
 from ..core.errors import BadInput
+from ..core.runtime_default import DEFAULT_RUNTIME
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training, fp8_recipe_problem
@@ -56,7 +57,7 @@ def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = Non
         from ..cost.fp8 import check_fp8
         from ..cost.runtimes import get_runtime
 
-        name = runtime or "megatron"
+        name = runtime or DEFAULT_RUNTIME
         check_fp8(cluster.gpu_types, name, get_runtime(name).fp8_recipe)
         return dtype
     missing = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
@@ -131,7 +132,7 @@ def load_calibrations(files: Iterable[str], cluster: Cluster, base: dict) -> dic
 
 
 def per_gpu_params(profiles: Iterable[str], calibrations: Iterable[str], cluster: Cluster, model: Model,
-                   training: Training, warn: Warn | None = None, runtime: str = "megatron") -> dict:
+                   training: Training, warn: Warn | None = None, runtime: str = DEFAULT_RUNTIME) -> dict:
     """Cost parameters per GPU type: its architecture's under `runtime` (planner.cost.runtimes), with
     `--profile` measurements and `--calibration` efficiencies over them."""
     from ..cost.runtimes import training_params

@@ -19,9 +19,9 @@ from .requests import PlanRequest
 def target_request(plan: Plan, target: str) -> tuple[PlanRequest, str]:
     """The search for `target`'s runtime with the plan's inputs, and a one-line note when that
     runtime has no training in the plan's dtype ('' else: the dtype is kept)."""
-    from ..export.runnable import PRICING_RUNTIME
+    from ..export.targets import EXPORT_TARGETS
 
-    runtime = PRICING_RUNTIME[target]
+    runtime = EXPORT_TARGETS[target].runtime
     t = plan.training
     cap = capability(runtime)
     dtype, note = t.dtype, ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.clock import DEFAULT_TIME_LIMIT_S
+from ..core.runtime_default import DEFAULT_RUNTIME
 from ..inputs.hardware import Cluster
 from ..inputs.model import ATTENTION_KINDS, Model
 from ..plan import FP8_RECIPE_NAMES, OPTIMIZER_NAMES, SCHEDULES, STAGE_RECOMPUTE_MODES
@@ -139,7 +140,7 @@ class PlanRequest:
         "than the plan's own search.", None, "search")))
     profiles: tuple[str, ...] = field(default=(), metadata=declare(PROFILES))
     calibrations: tuple[str, ...] = field(default=(), metadata=declare(CALIBRATIONS))
-    runtime: str = field(default="megatron", metadata=declare(RUNTIME))  # planner.cost.runtimes
+    runtime: str = field(default=DEFAULT_RUNTIME, metadata=declare(RUNTIME))  # planner.cost.runtimes
     # what the search may use beyond the flags (no flag; planner.api.lossy sets them)
     recompute_modes: tuple[str, ...] = ()  # () : the search's default (SolverOptions.recompute_modes)
     offload: bool = True  # the search may offload a stage's optimizer to the host where memory binds
@@ -211,4 +212,4 @@ class EvaluateRequest:
         figure="virtual_stages")))
     profiles: tuple[str, ...] = field(default=(), metadata=declare(PROFILES))
     calibrations: tuple[str, ...] = field(default=(), metadata=declare(CALIBRATIONS))
-    runtime: str = field(default="megatron", metadata=declare(RUNTIME))  # planner.cost.runtimes
+    runtime: str = field(default=DEFAULT_RUNTIME, metadata=declare(RUNTIME))  # planner.cost.runtimes

@@ -7,12 +7,11 @@ import os
 import click
 
 from ..core.errors import BadInput
-from ..export import TARGET_RUNTIMES, TARGETS, describe_form, export_plan, launch_scripts, runtime_problems
+from ..export import (LAUNCH_TARGETS, TARGET_RUNTIMES, TARGETS, describe_form, export_plan, launch_scripts,
+                      runtime_problems)
 from ..core.outfile import check_output, write_output
 from ..verify.plan_checks import load_plan_file
 from .output import bad_input_exit, err, warn
-
-LAUNCH_TARGETS = ("megatron", "torchtitan", "torchtitan-cli", "deepspeed")
 
 
 def _step_s(evaluation, runtime: str) -> str:

@@ -88,8 +88,6 @@ heads, KV heads, FFN width and vocabulary, never by the model's name; planner.in
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ..core.errors import BadInput
 from ..plan import Plan
 from .base import RECOMPUTE_ORDER, Uniform, Warn, comment_line, decoder_counts, uniform_form
@@ -99,21 +97,16 @@ from .launch import NodeLaunch, node_launches, placeable
 from .launch import launch_scripts as _torchrun_scripts
 from .megatron import export_megatron, megatron_layout, vocab_divisor
 from .rankmap import export_rankmap
-from .runnable import TARGET_RUNTIMES, capability_problems, describe_form, runnable_form, runnable_forms, runtime_problems
+from .runnable import capability_problems, describe_form, runnable_form, runnable_forms, runtime_problems
+from .targets import EXPORT_TARGETS, LAUNCH_TARGETS, TARGET_RUNTIMES, TARGETS, ExportTarget
 from .torchtitan import _titan_cli_args, export_torchtitan, export_torchtitan_cli, titan_fqns, titan_settings
 
-__all__ = ["EXPORTERS", "NodeLaunch", "RECOMPUTE_ORDER", "TARGETS", "TARGET_RUNTIMES", "Uniform", "Warn",
+__all__ = ["EXPORT_TARGETS", "ExportTarget", "LAUNCH_TARGETS", "NodeLaunch", "RECOMPUTE_ORDER", "TARGETS",
+           "TARGET_RUNTIMES", "Uniform", "Warn",
            "_titan_cli_args", "capability_problems", "comment_line", "decoder_counts", "describe_form",
            "export_deepspeed", "export_megatron", "export_plan", "export_rankmap", "export_torchtitan",
            "export_torchtitan_cli", "launch_scripts", "megatron_layout", "node_launches", "placeable",
            "runnable_form", "runnable_forms", "runtime_problems", "titan_fqns", "titan_settings", "uniform_form", "vocab_divisor"]
-
-TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap")
-
-
-EXPORTERS: dict[str, Callable[[Plan, Warn], str]] = {
-    "megatron": export_megatron, "deepspeed": export_deepspeed, "torchtitan": export_torchtitan,
-    "torchtitan-cli": export_torchtitan_cli, "rankmap": export_rankmap}
 
 
 def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
@@ -125,6 +118,7 @@ def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
 
 
 def export_plan(plan: Plan, target: str, warn: Warn) -> str:
-    if target not in EXPORTERS:
+    """`plan` as `target`'s text (EXPORT_TARGETS; the exporter's warnings to `warn`)."""
+    if target not in EXPORT_TARGETS:
         raise BadInput(f"unknown target {target!r} (one of {', '.join(TARGETS)})", "--to")
-    return EXPORTERS[target](plan, warn)
+    return EXPORT_TARGETS[target].export(plan, warn)

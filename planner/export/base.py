@@ -9,9 +9,9 @@ from typing import Callable
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..cost.runtimes.capability import CAPABILITIES, activation_offload_violations, capability, one_block_count
+from ..cost.runtimes import RUNTIMES
+from ..cost.runtimes.capability import activation_offload_violations, capability, one_block_count
 from ..plan import Plan
-from ..schedules import get_schedule
 from ..report.routes import stage_routes
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "block": 2, "full": 3}
@@ -88,10 +88,10 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     """`placed`: the launch keeps the plan's placement (planner.export.launch.placeable), so mixed GPU
     types and the placement are kept, not reported."""
     t = plan.training
-    schedule = get_schedule(t.schedule)
-    if plan.pp > 1 and target in schedule.unsupported_because and not schedule.supported_by(target):
+    refusals = RUNTIMES[target].schedule_refusals if target in RUNTIMES else {}
+    if plan.pp > 1 and t.schedule in refusals:
         # a schedule the runtime lacks changes the step's time and memory: no lossy stand-in
-        raise BadInput(f"cannot export: {schedule.refusal(target)}", "--to")
+        raise BadInput(f"cannot export: {target} has no {t.schedule} schedule ({refusals[t.schedule]})", "--to")
     offloaded = activation_offload_blocks(plan, target)
     compile_dropped(plan, target, warn)
     stages = plan.stages
@@ -174,7 +174,7 @@ def activation_offload_blocks(plan: Plan, target: str) -> int:
     if not any(counts):
         return 0
     runtime = "torchtitan" if target.startswith("torchtitan") else target
-    if runtime in CAPABILITIES:
+    if runtime in RUNTIMES:
         reasons = activation_offload_violations(plan, capability(runtime))
         if reasons:
             raise BadInput(f"cannot export activation offload: {reasons[0]}; plan without it", "--to")
@@ -186,7 +186,7 @@ def compile_dropped(plan: Plan, target: str, warn: Warn) -> None:
     such setting (Megatron-LM, DeepSpeed): written without it. Their runtimes price elementwise
     kernels fused already (elementwise_traffic_factor 1), so the price is unchanged."""
     runtime = "torchtitan" if target.startswith("torchtitan") else target
-    if plan.training.compile and runtime in CAPABILITIES and not capability(runtime).compile:
+    if plan.training.compile and runtime in RUNTIMES and not capability(runtime).compile:
         warn(f"the plan runs under torch.compile, which {capability(runtime).describe()} has no setting for: "
              "exported without it (its own fused kernels run the fused elementwise traffic the plan is priced with)")
 

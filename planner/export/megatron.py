@@ -9,7 +9,7 @@ from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.model_families import features_beyond_gpt_flags
 from ..plan import Plan
-from ..cost.runtimes.megatron import RUNTIME as MEGATRON
+from ..cost.runtimes.megatron import SPEC as MEGATRON
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
@@ -164,7 +164,7 @@ def priced_flags(u: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, Any]
             warn(f"ZeRO-{u.zero} exported as --use-distributed-optimizer, which shards optimizer state "
                  "only (ZeRO-1): gradients" + (" and parameters" if u.zero == 3 else "")
                  + " are no longer sharded")
-    if MEGATRON.overlap_grad_reduce:
+    if MEGATRON.pricing.overlap_grad_reduce:
         flags.append(("--overlap-grad-reduce", None))
         if distributed:
             flags.append(("--overlap-param-gather", None))
@@ -251,7 +251,7 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         "exactly this many tokens, with --data-path etc.",
         "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; " + ("CUDA_DEVICE_MAX_CONNECTIONS=1 " if one_connection else "")
         + "torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
-        *([TP_OVERLAP_NOTE] if MEGATRON.overlap_tp_comm and u.tp > 1 else []),
+        *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and u.tp > 1 else []),
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"

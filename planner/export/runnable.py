@@ -20,14 +20,7 @@ from ..cost.runtimes.capability import Capability, capability, violations
 from ..plan import Plan, Replica, Stage, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
-
-# export target -> the runtime names (planner.cost.runtimes) whose plans it runs exactly
-TARGET_RUNTIMES: dict[str, tuple[str, ...]] = {
-    "megatron": ("megatron", "megatron-2021"), "torchtitan": ("torchtitan",),
-    "torchtitan-cli": ("torchtitan",), "deepspeed": ("deepspeed",)}
-# the runtime `--lossy` prices a target's plan under
-PRICING_RUNTIME = {"megatron": "megatron", "torchtitan": "torchtitan", "torchtitan-cli": "torchtitan",
-                   "deepspeed": "deepspeed"}
+from .targets import EXPORT_TARGETS, TARGET_RUNTIMES
 
 
 def _sp(stages: tuple[Stage, ...], tp: int) -> bool:
@@ -40,7 +33,7 @@ def capability_problems(plan: Plan, target: str) -> list[str]:
     """The freedoms of `plan` that `target` cannot express, one line each (empty: runnable): the
     capability model of the target's runtime (capability.violations, the search's own space),
     and a torchrun numbering of the nodes that gives the plan's placement (planner.export.launch)."""
-    out = list(violations(plan, PRICING_RUNTIME[target]))
+    out = list(violations(plan, EXPORT_TARGETS[target].runtime))
     stages = plan.stages
     if len({s.tp for s in stages}) == len({s.dp for s in stages}) == 1:
         try:
@@ -142,7 +135,8 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     if dp < 1:
         raise BadInput(f"no runnable form for {target}: a pipeline rank has no node with {tp} GPUs of the plan "
                        "for one TP group", "--lossy")
-    cap = capability(PRICING_RUNTIME[target])
+    runtime = EXPORT_TARGETS[target].runtime
+    cap = capability(runtime)
     zero = max(s.zero for s in plan.stages)
     recompute = recompute or max((s.recompute for s in plan.stages), key=RECOMPUTE_ORDER.get)
     # a recompute mode the runtime lacks: the next stronger it has (DeepSpeed: selective -> full)
@@ -151,11 +145,11 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
     # sequence parallelism only where the runtime has it (DeepSpeed's pipeline engine has none)
     sp = (_sp(plan.stages, tp) or (cap.sequence_parallel_always and tp > 1)) and cap.sequence_parallel
     # an fp8 recipe of another library than the target's (torchao rowwise -> Megatron): its default
-    target_recipe = get_runtime(PRICING_RUNTIME[target]).fp8_recipe
+    target_recipe = get_runtime(runtime).fp8_recipe
     same_library = (t.fp8_recipe and target_recipe
                     and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
     # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed)
-    training = dataclasses.replace(t, runtime=PRICING_RUNTIME[target], fp8_recipe=t.fp8_recipe if same_library else "",
+    training = dataclasses.replace(t, runtime=runtime, fp8_recipe=t.fp8_recipe if same_library else "",
                                    compile=t.compile and cap.compile)
     if t.virtual_stages == 1 and t.schedule not in cap.schedules:
         training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B

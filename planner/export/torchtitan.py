@@ -10,7 +10,6 @@ import tomli_w
 
 from ..core.errors import BadInput
 from ..plan import Plan
-from ..schedules import get_schedule
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.titan_flavors import TITAN_LLAMA3_ROPE_SCALING, titan_llama3_flavor, titan_model_problem
 from .base import Warn, comment_line, layer_sac_frequency, route_comments, runtime_optimizer, uniform_form
@@ -20,6 +19,10 @@ from .launch import placeable, placement_comments
 # planner.cost.fp8 recipe -> its [quantize.linear.float8] setting (torchtitan 0.2.2
 # config/job_config.py Float8Linear.recipe_name: None = tensorwise, "rowwise", "rowwise_with_gw_hp")
 TITAN_FP8_RECIPES: dict[str, dict[str, str]] = {"torchao-tensorwise": {}, "torchao-rowwise": {"recipe_name": "rowwise"}}
+# planner.schedules name -> torch.distributed.pipelining.get_schedule_class's (torchtitan's
+# parallelism.pipeline_parallel_schedule), for each schedule torchtitan runs (its Capability.schedules)
+TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zbv": "ZBVZeroBubble",
+                   "looped-bfs": "LoopedBFS"}
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -126,7 +129,7 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
         par["expert_parallel_degree"] = u.ep
         par["expert_tensor_parallel_degree"] = u.etp or u.tp
     if u.pp > 1:
-        par["pipeline_parallel_schedule"] = get_schedule(u.schedule).runtime_names["torchtitan"]
+        par["pipeline_parallel_schedule"] = TITAN_SCHEDULES[u.schedule]
         par["pipeline_parallel_microbatch_size"] = u.micro
         par["module_fqns_per_model_part"] = titan_fqns(plan)
     ac: dict[str, Any] = {"mode": u.recompute}

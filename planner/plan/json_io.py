@@ -11,6 +11,7 @@ from ..core import ranges
 from ..core.io import MAX_NUMBER, get_str
 from ..inputs.model import model_from_dict
 from ..core.names import check_name
+from ..core.runtime_default import DEFAULT_RUNTIME
 from .types import (FP8_RECIPE_NAMES, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES, STAGE_RECOMPUTE_MODES, Plan, Replica,
                     Stage, Training)
 
@@ -152,7 +153,8 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
         schedule=schedule, virtual_stages=ranges.get(tr, "virtual_stages", "virtual_stages", where,
                                                      "training.virtual_stages", required=False, default=1),
-        attention=attention, runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default="megatron"),
+        attention=attention,
+        runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default=DEFAULT_RUNTIME),
         optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"),
         tf32_matmul=_tf32(tr, dtype, where))
     stages = []

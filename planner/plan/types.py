@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..core.dims import StageDims, context_parallel_problem as dims_cp_problem
 from ..core.errors import BadInput
+from ..core.runtime_default import DEFAULT_RUNTIME
 from ..inputs.hardware import Cluster
 from .. import schedules
 from ..inputs.model import RECOMPUTE_MODES, Model
@@ -73,7 +74,7 @@ class Training:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     attention: str = "flash"
-    runtime: str = "megatron"  # the software stack it is priced for (planner.cost.runtimes)
+    runtime: str = DEFAULT_RUNTIME  # the software stack it is priced for (planner.cost.runtimes)
     optimizer: str = "adamw"  # OPTIMIZER_NAMES, priced by planner.cost.states.OPTIMIZERS
     # under fp8: FP8_RECIPE_NAMES, the scaling recipe the runtime runs; "": the runtime's default
     fp8_recipe: str = ""

@@ -4,6 +4,8 @@ plan loader and `--schedule` ask the registry, never a schedule's name."""
 
 from __future__ import annotations
 
+from typing import Collection
+
 from . import gpipe, interleaved, looped_bfs, one_f_one_b, zbv, zero_bubble
 from .base import Order, Schedule
 
@@ -35,10 +37,10 @@ def search_schedule(virtual_stages: int) -> Schedule:
     raise KeyError(f"no searched schedule takes {virtual_stages} virtual stages")
 
 
-def searched_schedules(virtual_stages: int, runtime: str) -> list[Schedule]:
-    """The schedules the plan search tries with `virtual_stages` chunks per rank under
-    `runtime`: the default one (search_schedule), then every other searched schedule that
-    takes them and that the runtime runs (Schedule.supported_by; "any": all)."""
+def searched_schedules(virtual_stages: int, runs: Collection[str]) -> list[Schedule]:
+    """The schedules the plan search tries with `virtual_stages` chunks per rank under a
+    runtime that runs the schedules named in `runs` (its Capability.schedules): the default one
+    (search_schedule), then every other searched schedule that takes them and that it runs."""
     default = search_schedule(virtual_stages)
     return [default] + [s for s in SCHEDULES.values() if s is not default and s.searched
-                        and s.accepts_virtual_stages(virtual_stages) and s.supported_by(runtime)]
+                        and s.accepts_virtual_stages(virtual_stages) and s.name in runs]

@@ -4,20 +4,18 @@ all ask it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
 
 Order = list[tuple[str, int]]  # ("F", "B" or "W", micro-batch), in the order one rank runs them
 # a split backward (Qi et al. 2023, Zero Bubble, sec 2): "B" the input gradient, "W" the weight
 # gradient; a schedule that does not split runs "B" as the whole backward
-RUNTIMES = ("megatron", "deepspeed", "torchtitan")  # the runtimes whose schedule support is recorded
 
 
 @dataclass(frozen=True)
 class Schedule:
     """A pipeline schedule: its name in plan files and `--schedule`, the virtual stages
-    (chunks per rank) it takes, whether the search plans it, and what each runtime calls it
-    (None: the runtime has no such schedule)."""
+    (chunks per rank) it takes and whether the search plans it. Which runtimes run it is theirs
+    to say (planner.cost.runtimes: Capability.schedules)."""
 
     name: str
     searched: bool  # the plan search considers it
@@ -27,25 +25,9 @@ class Schedule:
     min_virtual_stages: int = 1
     max_virtual_stages: int | None = 1  # None: no upper limit
     min_pp: int = 1
-    runtime_names: Mapping[str, str | None] = field(default_factory=dict)
     drawn_as: str | None = None  # the approximation `planner show` draws it with, if any
     split_backward: bool = False  # runs the weight-gradient pass W apart from B (order has "W" ops)
     runs_in_planner_run: bool = True  # the reference runtime (planner.runner) executes its order
-    # why a runtime without it (runtime_names None) cannot run it, for the export's refusal
-    unsupported_because: Mapping[str, str] = field(default_factory=dict)
-
-    def supported_by(self, runtime: str) -> bool:
-        """Whether `runtime` runs this schedule ("any": the unconstrained space); a runtime
-        not in RUNTIMES (megatron_2021, fsdp1) keeps what it was always searched with,
-        Megatron's schedules."""
-        if runtime == "any":
-            return True
-        return bool(self.runtime_names.get(runtime if runtime in RUNTIMES else "megatron"))
-
-    def refusal(self, runtime: str) -> str:
-        """Why `runtime` cannot run this schedule (export's message)."""
-        because = self.unsupported_because.get(runtime)
-        return f"{runtime} has no {self.name} schedule" + (f" ({because})" if because else "")
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (

@@ -22,4 +22,4 @@ class GPipe(Schedule):
         return "GPipe"
 
 
-SCHEDULE = GPipe("gpipe", searched=False, runtime_names={"megatron": None, "deepspeed": None, "torchtitan": "GPipe"})
+SCHEDULE = GPipe("gpipe", searched=False)

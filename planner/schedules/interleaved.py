@@ -67,6 +67,4 @@ class Interleaved(Schedule):
 
 
 SCHEDULE = Interleaved("interleaved", searched=True, min_virtual_stages=2, max_virtual_stages=None, min_pp=2,
-                       runtime_names={"megatron": "forward_backward_pipelining_with_interleaving",
-                                      "deepspeed": None, "torchtitan": "Interleaved1F1B"},
                        drawn_as="1F1B over each rank's chunks together")

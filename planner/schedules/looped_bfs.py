@@ -51,7 +51,4 @@ class LoopedBFS(Schedule):
 SCHEDULE = LoopedBFS(
     "looped-bfs", searched=False, uniform_candidate=True, min_virtual_stages=2, max_virtual_stages=None, min_pp=2,
     runs_in_planner_run=False,
-    runtime_names={"megatron": None, "deepspeed": None, "torchtitan": "LoopedBFS"},
-    unsupported_because={"megatron": "Megatron-LM runs 1F1B and interleaved 1F1B only",
-                         "deepspeed": "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)"},
     drawn_as="GPipe over each rank's chunks together")

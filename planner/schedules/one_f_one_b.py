@@ -36,6 +36,4 @@ class OneFOneB(Schedule):
         return "1F1B"
 
 
-SCHEDULE = OneFOneB("1f1b", searched=True, runtime_names={
-    "megatron": "forward_backward_pipelining_without_interleaving", "deepspeed": "TrainSchedule",
-    "torchtitan": "1F1B"})
+SCHEDULE = OneFOneB("1f1b", searched=True)

@@ -65,7 +65,4 @@ SCHEDULE = ZeroBubbleV(
     "zbv", searched=False, uniform_candidate=True, min_virtual_stages=2, max_virtual_stages=2, min_pp=2,
     split_backward=True,
     runs_in_planner_run=False,
-    runtime_names={"megatron": None, "deepspeed": None, "torchtitan": "ZBVZeroBubble"},
-    unsupported_because={"megatron": "Megatron-LM runs 1F1B and interleaved 1F1B only",
-                         "deepspeed": "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)"},
     drawn_as="ZB-H1 over each rank's two chunks together")

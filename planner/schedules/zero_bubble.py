@@ -76,10 +76,4 @@ class ZeroBubbleH1(Schedule):
 
 
 SCHEDULE = ZeroBubbleH1(
-    "zb-h1", searched=True, min_pp=2, split_backward=True, runs_in_planner_run=False,
-    runtime_names={"megatron": None, "deepspeed": None, "torchtitan": None},
-    unsupported_because={
-        "megatron": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",
-        "deepspeed": "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)",
-        "torchtitan": "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need at least "
-                      "2 stages per rank: use zbv"})
+    "zb-h1", searched=True, min_pp=2, split_backward=True, runs_in_planner_run=False)

@@ -26,6 +26,7 @@ from ..api import PlanRequest, require
 from ..core.errors import BadInput
 from ..cost.runtimes import get_runtime
 from ..core.outfile import check_output, exclusive_lock, input_paths
+from ..core.runtime_default import DEFAULT_RUNTIME
 from ..plan import OPTIMIZER_NAMES
 from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, needs_retry, rows_on_disk, sigterm_interrupts, \
     write_all, output_format, read_rows, start_output
@@ -61,7 +62,7 @@ def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int]
           shard: tuple[int, int] | None = None, time_limit: float | None = None,
           progress: Callable[[int, int], Any] | None = None, executor: str = "local",
           micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = (),
-          runtime: str = "megatron", compare_any: bool = False, runtimes: Iterable[str] = (),
+          runtime: str = DEFAULT_RUNTIME, compare_any: bool = False, runtimes: Iterable[str] = (),
           dtypes: Iterable[str] = (), optimizers: Iterable[str] = (), cp_degrees: Iterable[int] = (),
           ep_degrees: Iterable[int] = ()) -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.

@@ -1,37 +1,37 @@
 """The registry of runtimes (software stacks), one module each; `--runtime NAME` picks one.
 
-The default is `megatron` (Megatron-LM with megatron-core). A runtime's cost parameters
-are composed over the GPU architecture's (planner.cost.architectures): `stack_params`.
+Each module declares one RuntimeSpec (registry.py): its pricing, capability, schedules, compile
+support and export; adding a runtime is one module here, one line below, and its exporter
+(planner.export.targets). The default is DEFAULT_RUNTIME (Megatron-LM with megatron-core). A
+runtime's cost parameters are composed over the GPU architecture's
+(planner.cost.architectures): `stack_params`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 from ..architectures import architecture_params
 from ..formulas import DEFAULT_PARAMS, CostParams
 from ..fp8 import runtime_recipe
 from ...inputs.devices import GpuSpec
-from ...core.errors import BadInput
-from . import deepspeed, fsdp1, megatron, megatron_2021, torchtitan
+from ...core.runtime_default import DEFAULT_RUNTIME
+from . import any_runtime, deepspeed, fsdp1, megatron, megatron_2021, torchtitan
 from .base import Runtime
-from .capability import ANY, Capability, capability, violations
+from .capability import capability, violations
+from .registry import RUNTIMES, register_runtime, runtime_spec
+from .spec import ANY, Capability, RuntimeSpec
 
 if TYPE_CHECKING:  # the Training type only (planner.plan sits below cost)
     from ...plan import Training
 
-RUNTIMES: dict[str, Runtime] = {m.RUNTIME.name: m.RUNTIME
-                                for m in (megatron, megatron_2021, deepspeed, torchtitan, fsdp1)}
-# `any`: the whole search space (capability.CAPABILITIES["any"]), priced with Megatron-LM's physics
-RUNTIMES[ANY] = replace(megatron.RUNTIME, name=ANY, title="any runtime (priced as Megatron-LM)")
-DEFAULT_RUNTIME = "megatron"
+for _module in (megatron, megatron_2021, deepspeed, torchtitan, fsdp1, any_runtime):
+    register_runtime(_module.SPEC)
 
 
 def get_runtime(name: str) -> Runtime:
-    if name not in RUNTIMES:
-        raise BadInput(f"unknown runtime {name!r}, expected one of {', '.join(RUNTIMES)}", "--runtime")
-    return RUNTIMES[name]
+    """What the cost model prices of runtime `name` (RuntimeSpec.pricing)."""
+    return runtime_spec(name).pricing
 
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
@@ -76,28 +76,16 @@ def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str 
                           training.tf32_matmul)
 
 
-# Megatron-LM (arguments.py) has no option that compiles the model: its speed comes from its own
-# fused kernels (Transformer Engine, apex), which the cost model already prices fused
-_MEGATRON_NO_COMPILE = "Megatron-LM has no torch.compile of the model (its fused kernels are priced already)"
-# why a runtime without Capability.compile cannot run `--compile`, by runtime
-_NO_COMPILE = {
-    "megatron": _MEGATRON_NO_COMPILE,
-    "megatron-2021": _MEGATRON_NO_COMPILE,
-    # engine.compile() is a call of the training script; Megatron-DeepSpeed's pretrain_gpt makes none
-    "deepspeed": "Megatron-DeepSpeed's training script does not compile the model (DeepSpeed's "
-                 "engine.compile() is a call no config key makes)",
-    # llm-foundry's compile_config is not in the v0.0.4 runs the runtime is fitted on, nor in any export
-    "fsdp1": "the fsdp1 runtime is priced as llm-foundry's published runs ran, eager, and has no export",
-}
-
-
 def compile_problem(runtime: str) -> str:
     """Why `runtime` cannot run the model under torch.compile ('' when it can: Capability.compile)."""
-    if capability(runtime).compile:
+    spec = runtime_spec(runtime)
+    if spec.capability.compile:
         return ""
-    reason = _NO_COMPILE.get(runtime, f"the {runtime} runtime has no torch.compile setting")
-    return f"{reason}; --compile needs --runtime torchtitan (or any)"
+    reason = spec.no_compile or f"the {runtime} runtime has no torch.compile setting"
+    compiling = " or ".join(name for name, s in RUNTIMES.items() if s.capability.compile and name != ANY)
+    return f"{reason}; --compile needs --runtime {compiling} (or {ANY})"
 
 
-__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "capability", "cluster_params",
-           "compile_problem", "get_runtime", "stack_params", "tf32_setting", "training_params", "violations"]
+__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "RuntimeSpec", "capability",
+           "cluster_params", "compile_problem", "get_runtime", "register_runtime", "runtime_spec", "stack_params",
+           "tf32_setting", "training_params", "violations"]

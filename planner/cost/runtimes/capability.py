@@ -1,258 +1,34 @@
-"""What each runtime can express, for a pinned version: the plan search's space under `--runtime`.
+"""Capability: what a runtime can express, for a pinned version: the plan search's space under `--runtime`.
 
 A plan is runnable by a runtime when `violations(plan, runtime)` is empty. The search
-(planner.search.driver) searches exactly the plans a runtime's Capability allows; `any` is
-everything the search supports (per-stage TP, DP, ZeRO, recomputation (with "block": per-stage
-counts of recomputed blocks) and ZeRO-Offload, uneven batch shares, any contiguous layer ranges,
-1F1B and interleaved 1F1B).
-
-Pinned versions and sources (each field's source is in a comment next to it):
-  megatron    Megatron-LM core_r0.13 (megatron-core 0.13)
-  megatron-2021  Megatron-LM v2.x as of Narayanan et al. 2021 (SC'21)
-  torchtitan  torchtitan 0.2.2
-  deepspeed   DeepSpeed 0.19.8 pipeline engine under Megatron-DeepSpeed
-  fsdp1       PyTorch FSDP1 under llm-foundry (Composer)
+(planner.search.orchestration.driver) searches exactly the plans a runtime's Capability allows.
+Each runtime's module (planner.cost.runtimes.<name>) declares its Capability in its RuntimeSpec,
+with its pinned version and each field's source in a comment next to it; `any`
+(any_runtime.py) is everything the search supports.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...core.errors import BadInput
+from .registry import runtime_spec
+from .spec import Capability
 
 if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
     from ...inputs.model import Model
     from ...plan import Plan
 
-ANY = "any"
-
-
-@dataclass(frozen=True)
-class Capability:
-    runtime: str
-    version: str
-    pipeline: bool  # more than one pipeline stage
-    tensor_parallel: bool  # tp > 1
-    per_stage_tp: bool  # stages may have different TP degrees
-    per_stage_dp: bool  # stages may have different numbers of data-parallel replicas
-    uneven_shares: bool  # replicas may take different numbers of micro-batches
-    layer_split: str  # "any": any contiguous layer ranges; "equal": every stage the same decoder blocks
-    schedules: tuple[str, ...]  # pipeline schedules (planner.schedules names)
-    # interleaving needs each replica's micro-batches to be a multiple of the pipeline depth
-    interleaved_microbatch_multiple: bool
-    zero_stages: tuple[int, ...]  # ZeRO/FSDP stages with dp > 1 and one pipeline stage (0: plain DP)
-    zero_stages_with_pp: tuple[int, ...]  # ... with more than one pipeline stage
-    per_stage_zero: bool  # stages may use different ZeRO stages
-    recompute_modes: tuple[str, ...]
-    per_stage_recompute: bool  # stages may recompute differently
-    sequence_parallel: bool  # Megatron-style sequence parallelism with tp > 1
-    # stages on chosen nodes (GPU types), one stage's replicas on several types, nodes left idle
-    stage_placement: bool
-    # recompute "block" (k of a stage's decoder blocks recompute): "per-stage" any k per stage;
-    # "first": one count K for every stage, each recomputing its first min(K, blocks); "every-nth":
-    # one N for every stage, each recomputing every N-th block, floor(blocks / N) of them
-    recompute_layers: str = "first"
-    offload: bool = False  # ZeRO-Offload: optimizer states and their step on the CPU
-    per_stage_offload: bool = False  # some stages offload, others not
-    offload_min_zero: int = 0  # the ZeRO stage offload needs (1: a distributed optimizer)
-    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")  # training dtypes (Training.dtype)
-    # replicated data parallelism (ZeRO-0 with dp > 1) only when it is the only parallelism
-    plain_dp_alone: bool = False
-    # bf16/fp8 mixed precision with TP or PP only where the replicas shard (dp > 1) or CP > 1
-    mixed_precision_needs_sharding: bool = False
-    sequence_parallel_always: bool = False  # TP always shards the sequence (no TP without SP)
-    kv_heads_over_tp: bool = False  # the query groups (KV heads) split over TP: kv_heads % tp == 0
-    # activation offload (Stage.offload_activations): some decoder blocks' saved activations in host memory
-    activation_offload: bool = False
-    # ... only as Megatron-core allows it: one pipeline stage, no recomputation, fewer blocks than the model's
-    activation_offload_alone: bool = False
-    # MoE expert parallelism (ep > 1) beside context parallelism (cp > 1) in one stage, the expert
-    # grid folded over tp x cp x dp (core.dims.StageDims.edp)
-    expert_parallel_with_cp: bool = False
-    # the model under torch.compile (Training.compile, `--compile`): a switch of the runtime's own
-    # that the planner prices (CostParams.torch_compile) and exports
-    compile: bool = False
-
-    @property
-    def uniform(self) -> bool:
-        """One TP degree and one DP degree for every stage (a rectangular device mesh)."""
-        return not self.per_stage_tp or not self.per_stage_dp
-
-    def describe(self) -> str:
-        return CAPABILITY_TITLES.get(self.runtime, self.runtime) + f" ({self.version})"
-
-
-_ALL_RECOMPUTE = ("none", "selective", "full")
-# recompute "block" (planner.search.block): Megatron-LM --recompute-method block --recompute-num-layers k
-_WITH_BLOCK = _ALL_RECOMPUTE + ("block",)
-
-CAPABILITIES: dict[str, Capability] = {
-    ANY: Capability(
-        runtime=ANY, version="the planner's search space", pipeline=True, tensor_parallel=True,
-        per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs"), interleaved_microbatch_multiple=False,
-        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
-        per_stage_zero=True, recompute_modes=_WITH_BLOCK, per_stage_recompute=True,
-        sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
-        offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True,
-        compile=True),
-    "megatron": Capability(
-        runtime="megatron", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
-        # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
-        # and one data-parallel size for the whole world (world = tp * cp * pp * dp)
-        per_stage_tp=False, per_stage_dp=False,
-        # megatron/core/num_microbatches_calculator.py: every DP rank runs
-        # global_batch / (micro_batch * dp) micro-batches
-        uneven_shares=False,
-        # --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py,
-        # docs "Custom Pipeline Model Parallel Layout"): any decoder layers per (virtual) stage
-        layer_split="any",
-        # core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
-        # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout)
-        schedules=("1f1b", "interleaved"),
-        # get_forward_backward_func raised "number of microbatches is not divisible by
-        # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
-        # apex); kept as a conservative requirement for the pinned version
-        interleaved_microbatch_multiple=True,
-        # --use-distributed-optimizer shards the optimizer state over DP (ZeRO-1), with or without
-        # PP; ZeRO-0 without it. Megatron FSDP (--use-custom-fsdp) is not modelled here.
-        zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,
-        # --recompute-granularity {full,selective} with --recompute-method/--recompute-num-layers:
-        # one setting for every pipeline stage (megatron/training/arguments.py)
-        # --recompute-method block --recompute-num-layers k: the first k layers of every pipeline
-        # stage's (chunk's) block (core/transformer/transformer_block.py _checkpointed_forward):
-        # one k for all stages
-        recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
-        sequence_parallel=True,  # --sequence-parallel (Korthikanti et al. 2022), global
-        # rank order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator): pp is outermost, so each
-        # stage is a contiguous block of tp * dp ranks and torchrun's --node-rank decides which
-        # nodes (GPU types) hold which stage; unlaunched nodes stay idle
-        stage_placement=True, recompute_layers="first",
-        # --optimizer-cpu-offload (core/optimizer/cpu_offloading HybridDeviceOptimizer), global;
-        # arguments.py asserts --use-distributed-optimizer with it
-        offload=True, per_stage_offload=False, offload_min_zero=1,
-        # core/transformer/attention.py: num_query_groups // tensor-model-parallel size per rank
-        kv_heads_over_tp=True,
-        # --cpu-offloading --cpu-offloading-num-layers K (model_parallel_config.py cpu_offloading,
-        # run by Transformer Engine's cpu_offload.py); megatron-core 0.16.1 transformer_config.py
-        # __post_init__ raises with pipeline parallelism, with any recompute granularity, and
-        # unless K < num_layers
-        activation_offload=True, activation_offload_alone=True,
-        # megatron-core 0.16.1 parallel_state.initialize_model_parallel: the expert RankGenerator
-        # (tp=etp, ep, dp=edp, cp=1) spans world / pp = tp x cp x dp, so --expert-model-parallel-size
-        # runs beside --context-parallel-size (the MoE layers take each cp rank's tokens)
-        expert_parallel_with_cp=True),
-    "megatron-2021": Capability(
-        runtime="megatron-2021", version="Megatron-LM v2 (SC'21)", pipeline=True, tensor_parallel=True,
-        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,  # mpu/initialize.py: one tp, dp
-        # megatron/model/transformer.py ParallelTransformer: num_layers // pipeline size per stage
-        # (asserted divisible); the planner plans 1F1B only for it
-        layer_split="equal", schedules=("1f1b",), interleaved_microbatch_multiple=True,
-        zero_stages=(0,), zero_stages_with_pp=(0,), per_stage_zero=False,  # no distributed optimizer yet (2022)
-        recompute_modes=("none", "full"), per_stage_recompute=False,  # --checkpoint-activations (global)
-        sequence_parallel=False,  # arrived in 2022 (Korthikanti et al.)
-        stage_placement=True),  # mpu rank order: pipeline outermost
-    "torchtitan": Capability(
-        runtime="torchtitan", version="torchtitan 0.2.2", pipeline=True, tensor_parallel=True,
-        # torchtitan/distributed/parallel_dims.py: one DeviceMesh ["pp", "dp_replicate",
-        # "dp_shard", "cp", "tp"], the same degrees for every stage
-        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
-        # parallelism.module_fqns_per_model_part: any layers per stage (pipeline_parallel.py)
-        layer_split="any",
-        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe, ZBVZeroBubble and
-        # LoopedBFS (torch.distributed.pipelining.schedules; torchtitan/distributed/pipeline_parallel.py
-        # places "v" stages for ZBVZeroBubble, asserting 2 per rank, "loop" stages otherwise)
-        schedules=("1f1b", "interleaved", "gpipe", "zbv", "looped-bfs"),
-        # torch.distributed.pipelining ScheduleInterleaved1F1B needs n_microbatches divisible by
-        # max(1, n_microbatches // pp) (schedules.py); a multiple of pp always is: kept as the rule
-        interleaved_microbatch_multiple=True,
-        # models/llama3/infra/parallelize.py: data_parallel_shard_degree > 1 is FSDP2 (apply_fsdp),
-        # data_parallel_replicate_degree alone is DDP (apply_ddp), which raises "DDP has not
-        # supported > 1D parallelism" beside TP/PP/CP (plain_dp_alone). Without PP, torchtitan's
-        # train loop reduce-scatters every micro-batch: fsdp_reshard_after_forward "always" is
-        # ZeRO-3 (gather before forward and backward); "never" gathers again every micro-batch
-        # (reshard after backward), which no ZeRO stage prices, so no ZeRO-1/2. Under PP,
-        # torch.distributed.pipelining (stage.py backward_maybe_with_nosync) syncs gradients and
-        # reshards only on the last micro-batch: "never" (the PP "default") gathers the weights
-        # once and reduce-scatters the accumulated unsharded gradients once per step, with the
-        # optimizer states sharded: ZeRO-1's memory and traffic; "always" keeps unsharded
-        # gradients beside sharded weights, which no ZeRO stage prices. HSDP (replicate x shard)
-        # has no planner form.
-        zero_stages=(0, 3), zero_stages_with_pp=(1,), per_stage_zero=False, plain_dp_alone=True,
-        # activation_checkpoint.mode {none, selective, full}: one setting for the model; "block" as
-        # per-layer selective checkpointing, selective_ac_option "N": every N-th block
-        # (distributed/activation_checkpoint.py _apply_layer_sac)
-        recompute_modes=_WITH_BLOCK, per_stage_recompute=False,
-        # its TP plan always shards norms on the sequence (parallelize.py apply_tp SequenceParallel)
-        sequence_parallel=True, sequence_parallel_always=True,
-        stage_placement=True,  # pp outermost in the mesh: node rank picks nodes
-        recompute_layers="every-nth",
-        # config/job_config.py training.mixed_precision_param: bfloat16 or float32 (no fp16);
-        # fp8: torchao float8 linears (model.converters); distributed/utils.py maybe_enable_amp:
-        # with TP or PP mixed precision comes only from fully_shard (dp_shard > 1 or CP), else fp32
-        dtypes=("fp32", "bf16", "fp8"), mixed_precision_needs_sharding=True,
-        # distributed/parallel_dims.py build_mesh: sparse mesh ["pp", "dp_replicate", "efsdp", "ep",
-        # "etp"], efsdp = dp_shard x cp x tp / (etp x ep): expert_parallel_degree beside
-        # context_parallel_degree (models/qwen3, deepseek_v3 infra/parallelize.py apply both)
-        expert_parallel_with_cp=True,
-        # config/job_config.py Compile.enable (default False; components ["model", "loss"]):
-        # models/llama3/infra/parallelize.py apply_compile wraps each TransformerBlock in torch.compile
-        compile=True),
-    "deepspeed": Capability(
-        runtime="deepspeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)", pipeline=True, tensor_parallel=True,
-        # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
-        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
-        # runtime/pipe/module.py PipelineModule._partition_layers: "uniform" (partition_uniform:
-        # equal layer-list items +-1, the first parts one more), "parameters" and "type:regex"
-        # (partition_balanced over parameter counts / matching layers), no explicit boundaries.
-        # The export writes "type:transformer" (Megatron-DeepSpeed's GPTModelPipe default), which
-        # gives every stage the same decoder blocks when the stages divide them, the embedding in
-        # the first and the head in the last: the only split the planner plans for it
-        layer_split="equal",
-        schedules=("1f1b",), interleaved_microbatch_multiple=True,  # runtime/pipe/schedule.py TrainSchedule
-        # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1), per_stage_zero=False,
-        recompute_modes=("none", "full"), per_stage_recompute=False,  # activation_checkpoint_interval, global
-        sequence_parallel=False,  # Megatron-DeepSpeed's SP is Ulysses, not Megatron-style SP
-        stage_placement=True,  # pipe axis outermost: hostfile order picks nodes
-        # zero_optimization.offload_optimizer {device: cpu} (runtime/zero/offload_config.py), for the
-        # whole engine, with ZeRO >= 1
-        offload=True, per_stage_offload=False, offload_min_zero=1,
-        # ds_config fp16 / bf16 sections or fp32; no fp8 path in the pipeline engine
-        dtypes=("fp32", "fp16", "bf16"),
-        # Megatron-DeepSpeed's ParallelAttention divides the query groups over TP like Megatron's
-        kv_heads_over_tp=True),
-    "fsdp1": Capability(
-        runtime="fsdp1", version="PyTorch FSDP1 (llm-foundry)", pipeline=False, tensor_parallel=False,
-        per_stage_tp=False, per_stage_dp=False, uneven_shares=False, layer_split="equal",
-        schedules=("1f1b",), interleaved_microbatch_multiple=True,
-        # llm-foundry fsdp_config sharding_strategy FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP (ZeRO-2)
-        zero_stages=(2, 3), zero_stages_with_pp=(), per_stage_zero=False,
-        recompute_modes=("none", "full"), per_stage_recompute=False,  # fsdp_config activation_checkpointing
-        sequence_parallel=False, stage_placement=True),
-}
-
-CAPABILITY_TITLES = {ANY: "any runtime", "megatron": "Megatron-LM", "megatron-2021": "Megatron-LM (2021)",
-                     "torchtitan": "torchtitan", "deepspeed": "DeepSpeed", "fsdp1": "FSDP1"}
-
 
 def capability(runtime: str) -> Capability:
     """The Capability of `runtime` (a planner.cost.runtimes name or `any`)."""
-    if runtime not in CAPABILITIES:
-        raise BadInput(f"unknown runtime {runtime!r}, expected one of {', '.join(CAPABILITIES)}", "--runtime")
-    return CAPABILITIES[runtime]
+    return runtime_spec(runtime).capability
 
 
 def model_problem(runtime: str, model: "Model") -> str:
-    """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can): torchtitan
-    builds only its named llama3 flavours (planner.inputs.titan_flavors), the same reason
-    `export --to torchtitan` gives."""
-    if runtime != "torchtitan":
-        return ""
-    from ...inputs.titan_flavors import titan_model_problem
-
-    return titan_model_problem(model)
+    """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can):
+    RuntimeSpec.model_problem (torchtitan builds only its named llama3 flavours)."""
+    check = runtime_spec(runtime).model_problem
+    return check(model) if check is not None else ""
 
 
 def decoder_blocks(plan: "Plan") -> list[int]:
@@ -404,5 +180,5 @@ def runs_block_counts(block: list[tuple[int, int]], rule: str) -> bool:
     return one_block_count(block) if rule == "first" else every_nth(block) is not None
 
 
-__all__ = ["ANY", "CAPABILITIES", "Capability", "capability", "decoder_blocks", "every_nth", "one_block_count",
+__all__ = ["Capability", "capability", "decoder_blocks", "every_nth", "model_problem", "one_block_count",
            "runs_block_counts", "violations"]

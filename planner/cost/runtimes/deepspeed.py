@@ -9,14 +9,47 @@ kernel launches), fitted across AMP, Sailor and BLOOM.
 """
 
 from .base import Runtime
+from .spec import Capability, RuntimeSpec
 
-RUNTIME = Runtime(
-    name="deepspeed", title="DeepSpeed pipeline engine (Megatron-DeepSpeed)",
-    overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
-    elementwise_traffic_factor=1.0, layer_overhead_s=1.5e-3,  # fitted: AMP, Sailor (MIT, GH200), BLOOM
-    # runtime/pipe/engine.py: under bf16, _exec_reduce_grads calls _bf16_reduce_grads, which
-    # all-reduces "the optimizer's FP32 grads"
-    bf16_fp32_grad_allreduce=True,
-    # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
-    context_parallel=("all-to-all",),
-    source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead")
+SPEC = RuntimeSpec(
+    pricing=Runtime(
+        name="deepspeed", title="DeepSpeed pipeline engine (Megatron-DeepSpeed)",
+        overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
+        elementwise_traffic_factor=1.0, layer_overhead_s=1.5e-3,  # fitted: AMP, Sailor (MIT, GH200), BLOOM
+        # runtime/pipe/engine.py: under bf16, _exec_reduce_grads calls _bf16_reduce_grads, which
+        # all-reduces "the optimizer's FP32 grads"
+        bf16_fp32_grad_allreduce=True,
+        # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
+        context_parallel=("all-to-all",),
+        source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead"),
+    capability=Capability(
+        runtime="deepspeed", title="DeepSpeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)",
+        pipeline=True, tensor_parallel=True,
+        # runtime/pipe/topology.py PipeModelDataParallelTopology: one (pipe, data, model) grid
+        per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
+        # runtime/pipe/module.py PipelineModule._partition_layers: "uniform" (partition_uniform:
+        # equal layer-list items +-1, the first parts one more), "parameters" and "type:regex"
+        # (partition_balanced over parameter counts / matching layers), no explicit boundaries.
+        # The export writes "type:transformer" (Megatron-DeepSpeed's GPTModelPipe default), which
+        # gives every stage the same decoder blocks when the stages divide them, the embedding in
+        # the first and the head in the last: the only split the planner plans for it
+        layer_split="equal",
+        schedules=("1f1b",), interleaved_microbatch_multiple=True,  # runtime/pipe/schedule.py TrainSchedule
+        # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1), per_stage_zero=False,
+        recompute_modes=("none", "full"), per_stage_recompute=False,  # activation_checkpoint_interval, global
+        sequence_parallel=False,  # Megatron-DeepSpeed's SP is Ulysses, not Megatron-style SP
+        stage_placement=True,  # pipe axis outermost: hostfile order picks nodes
+        # zero_optimization.offload_optimizer {device: cpu} (runtime/zero/offload_config.py), for the
+        # whole engine, with ZeRO >= 1
+        offload=True, per_stage_offload=False, offload_min_zero=1,
+        # ds_config fp16 / bf16 sections or fp32; no fp8 path in the pipeline engine
+        dtypes=("fp32", "fp16", "bf16"),
+        # Megatron-DeepSpeed's ParallelAttention divides the query groups over TP like Megatron's
+        kv_heads_over_tp=True),
+    schedule_refusals=dict.fromkeys(("zb-h1", "zbv", "looped-bfs"),
+                                    "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)"),
+    # engine.compile() is a call of the training script; Megatron-DeepSpeed's pretrain_gpt makes none
+    no_compile="Megatron-DeepSpeed's training script does not compile the model (DeepSpeed's "
+               "engine.compile() is a call no config key makes)",
+    exports_as="deepspeed")

@@ -8,26 +8,81 @@ CUDA-graph-free host overhead is hidden behind the GPU for large layers (0 s).
 """
 
 from .base import Runtime
+from .spec import WITH_BLOCK, Capability, RuntimeSpec
 
-RUNTIME = Runtime(
-    name="megatron", title="Megatron-LM (megatron-core)",
-    overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
-    elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
-    # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
-    # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
-    context_parallel=("ring", "all-to-all"),
-    # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
-    # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
-    fp8_recipe="te-delayed",
-    # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
-    # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
-    # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with
-    # --bf16); megatron-core's DistributedDataParallel then keeps fp32 gradient buffers
-    # (distributed_data_parallel.py: grad_dtype = torch.float if grad_reduce_in_fp32)
-    bf16_fp32_grads=True,
-    # the DP overlap is --overlap-grad-reduce (with the distributed optimizer --overlap-param-gather);
-    # the TP overlap is megatron-core's default asynchronous input-gradient all-reduce / reduce-scatter
-    # under the weight-gradient GEMM (tensor_parallel/layers.py, CUDA_DEVICE_MAX_CONNECTIONS=1), not
-    # --tp-comm-overlap (Transformer Engine userbuffers, which also hide the forward's collectives)
-    source="Megatron-LM arguments --overlap-grad-reduce, --overlap-param-gather; megatron-core "
-           "tensor_parallel/layers.py; Korthikanti et al. 2022")
+SPEC = RuntimeSpec(
+    pricing=Runtime(
+        name="megatron", title="Megatron-LM (megatron-core)",
+        overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
+        elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+        # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
+        # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
+        context_parallel=("ring", "all-to-all"),
+        # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
+        # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
+        fp8_recipe="te-delayed",
+        # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
+        # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
+        # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with
+        # --bf16); megatron-core's DistributedDataParallel then keeps fp32 gradient buffers
+        # (distributed_data_parallel.py: grad_dtype = torch.float if grad_reduce_in_fp32)
+        bf16_fp32_grads=True,
+        # the DP overlap is --overlap-grad-reduce (with the distributed optimizer --overlap-param-gather);
+        # the TP overlap is megatron-core's default asynchronous input-gradient all-reduce / reduce-scatter
+        # under the weight-gradient GEMM (tensor_parallel/layers.py, CUDA_DEVICE_MAX_CONNECTIONS=1), not
+        # --tp-comm-overlap (Transformer Engine userbuffers, which also hide the forward's collectives)
+        source="Megatron-LM arguments --overlap-grad-reduce, --overlap-param-gather; megatron-core "
+               "tensor_parallel/layers.py; Korthikanti et al. 2022"),
+    capability=Capability(
+        runtime="megatron", title="Megatron-LM", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
+        # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
+        # and one data-parallel size for the whole world (world = tp * cp * pp * dp)
+        per_stage_tp=False, per_stage_dp=False,
+        # megatron/core/num_microbatches_calculator.py: every DP rank runs
+        # global_batch / (micro_batch * dp) micro-batches
+        uneven_shares=False,
+        # --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py,
+        # docs "Custom Pipeline Model Parallel Layout"): any decoder layers per (virtual) stage
+        layer_split="any",
+        # core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
+        # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout)
+        schedules=("1f1b", "interleaved"),
+        # get_forward_backward_func raised "number of microbatches is not divisible by
+        # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
+        # apex); kept as a conservative requirement for the pinned version
+        interleaved_microbatch_multiple=True,
+        # --use-distributed-optimizer shards the optimizer state over DP (ZeRO-1), with or without
+        # PP; ZeRO-0 without it. Megatron FSDP (--use-custom-fsdp) is not modelled here.
+        zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,
+        # --recompute-granularity {full,selective} with --recompute-method/--recompute-num-layers:
+        # one setting for every pipeline stage (megatron/training/arguments.py)
+        # --recompute-method block --recompute-num-layers k: the first k layers of every pipeline
+        # stage's (chunk's) block (core/transformer/transformer_block.py _checkpointed_forward):
+        # one k for all stages
+        recompute_modes=WITH_BLOCK, per_stage_recompute=False,
+        sequence_parallel=True,  # --sequence-parallel (Korthikanti et al. 2022), global
+        # rank order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator): pp is outermost, so each
+        # stage is a contiguous block of tp * dp ranks and torchrun's --node-rank decides which
+        # nodes (GPU types) hold which stage; unlaunched nodes stay idle
+        stage_placement=True, recompute_layers="first",
+        # --optimizer-cpu-offload (core/optimizer/cpu_offloading HybridDeviceOptimizer), global;
+        # arguments.py asserts --use-distributed-optimizer with it
+        offload=True, per_stage_offload=False, offload_min_zero=1,
+        # core/transformer/attention.py: num_query_groups // tensor-model-parallel size per rank
+        kv_heads_over_tp=True,
+        # --cpu-offloading --cpu-offloading-num-layers K (model_parallel_config.py cpu_offloading,
+        # run by Transformer Engine's cpu_offload.py); megatron-core 0.16.1 transformer_config.py
+        # __post_init__ raises with pipeline parallelism, with any recompute granularity, and
+        # unless K < num_layers
+        activation_offload=True, activation_offload_alone=True,
+        # megatron-core 0.16.1 parallel_state.initialize_model_parallel: the expert RankGenerator
+        # (tp=etp, ep, dp=edp, cp=1) spans world / pp = tp x cp x dp, so --expert-model-parallel-size
+        # runs beside --context-parallel-size (the MoE layers take each cp rank's tokens)
+        expert_parallel_with_cp=True),
+    schedule_refusals={
+        "zb-h1": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",
+        **dict.fromkeys(("zbv", "looped-bfs"), "Megatron-LM runs 1F1B and interleaved 1F1B only")},
+    # megatron/training/arguments.py has no option that compiles the model: its speed comes from its
+    # own fused kernels (Transformer Engine, apex), which the cost model already prices fused
+    no_compile="Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",
+    exports_as="megatron")

@@ -176,7 +176,7 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
-                 for s in searched_schedules(v, cap.runtime)
+                 for s in searched_schedules(v, cap.schedules)
                  if s is search_schedule(v) or (s.name in cap.schedules
                                                 and (options.zero_bubble or not s.split_backward))]
     per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
