@@ -83,6 +83,8 @@ WITH_BLOCK = RECOMPUTE_MODES + ("block",)
 
 @dataclass(frozen=True)
 class RuntimeSpec:
+    """Everything the planner knows of one runtime, declared once, in its module."""
+
     pricing: Runtime  # what the cost model prices: overlaps, kernels, fp8 recipe, TF32 default
     capability: Capability  # the plans it runs, its pipeline schedules (Capability.schedules) among them
     # why it has none of these schedules, by planner.schedules name: `export` refuses them
