@@ -27,12 +27,13 @@ from ..api import PlanRequest
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..core.io import json_text
 from ..core.outfile import write_output
+from ..core.runtime_default import DEFAULT_RUNTIME
 from .output import COLUMNS
 
 EXECUTORS = ("local", "ray")  # planner.sweep.executors
 
 
-DEFAULT_RUNTIME, DEFAULT_OPTIMIZER = "megatron", "adamw"  # PlanRequest's
+DEFAULT_OPTIMIZER = "adamw"  # PlanRequest's
 # the columns that identify a row, and the text a row without one of them (an older file) means
 KEY_COLUMNS = ("model", "cluster", "global_batch", "seq_len", "runtime", "dtype", "optimizer", "cp_degrees",
                "ep_degrees")
