@@ -171,6 +171,16 @@ def test_make_plan_runs_the_planner_plan_the_readme_shows():
     assert any(command.text == "planner plan" for example in EXAMPLES for command in example.commands)
 
 
+def test_the_readme_cluster_file_loads(tmp_path):
+    from planner.inputs.hardware import load_cluster
+    blocks = re.findall(r"^```yaml\n(.*?)^```", README.read_text(), re.S | re.M)
+    assert blocks
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"cluster{number}.yaml"
+        path.write_text(block)
+        assert load_cluster(str(path)).num_gpus > 0
+
+
 def test_the_readme_is_a_short_guide():
     assert len(README.read_text().splitlines()) < 350
 
