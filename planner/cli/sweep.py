@@ -11,6 +11,7 @@ from rich.console import Console
 from ..core.clock import DEFAULT_TIME_LIMIT_S
 from ..core.errors import BadInput
 from ..core.ranges import RANGES
+from ..core.runtime_default import DEFAULT_RUNTIME
 from ..plan import OPTIMIZER_NAMES
 from ..sweep.run import EXECUTORS, parse_shard, sweep
 from ..sweep.output import SweepInterrupted, output_format
@@ -53,7 +54,7 @@ def _shard_option(ctx, param, value):
               help="Micro-batch sizes to search, as `planner plan` (repeatable) [default: 1 2 4 8].")
 @click.option("--virtual-stages", "virtual_stages", type=int, multiple=True, metavar="V",
               help="Pipeline chunks per rank to search, as `planner plan` (repeatable) [default: 1 2].")
-@click.option("--runtime", "runtimes", type=str, multiple=True, default=("megatron",), show_default=True,
+@click.option("--runtime", "runtimes", type=str, multiple=True, default=(DEFAULT_RUNTIME,), show_default=True,
               metavar="NAME", help="Plan what this runtime can run, as `planner plan --runtime` (megatron, torchtitan, "
                                    "deepspeed, megatron-2021, fsdp1, any); repeatable; the `runtime` column.")
 @click.option("--dtype", "dtypes", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), multiple=True,
