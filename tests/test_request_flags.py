@@ -72,3 +72,27 @@ def test_evaluate_plan_refuses_every_flag_a_plan_file_carries(tmp_path):
                     "--links", "l.yaml")
     assert result.exit_code == 2
     assert "drop --seq-len, --no-tf32, --offload-activations, --links" in result.stderr
+
+
+def test_the_sweeps_flags_are_its_rows_request_fields_flags():
+    from planner.cli.sweep import sweep_command
+    from planner.sweep.grid import SWEEP_FLAGS
+
+    options = {p.name: p for p in sweep_command.params}
+    plan_flags = {name: flag for name, flag, _ in declared(PlanRequest)}
+    for s in SWEEP_FLAGS:
+        option, flag = options[s.keyword], plan_flags[s.field]
+        assert flag.long in option.opts
+        assert tuple(getattr(option.type, "choices", ())) == (flag.type if isinstance(flag.type, tuple) else ())
+        assert option.multiple == (bool(s.axis) or flag.repeatable)
+
+
+def test_a_sweep_row_asks_for_its_axis_values_and_the_sweeps_others():
+    from planner.sweep.rows import Combination, plan_combination
+    from planner.sweep.grid import row_request
+
+    template = PlanRequest(time_limit_s=None, micro_batches=(2,), optimizer="sgd")
+    asked = row_request(Combination(0, "gpt2", "dgx-a100", 64, 1024, runtime="torchtitan", cp=2), template)
+    assert asked == PlanRequest(model="gpt2", cluster="dgx-a100", global_batch=64, seq_len=1024, runtime="torchtitan",
+                                cp_degrees=(2,), time_limit_s=None, micro_batches=(2,), optimizer="sgd")
+    assert plan_combination(Combination(0, "gpt2", "dgx-a100", 64, 1024, ep=2), template)[0]["status"] == "error"

@@ -1,7 +1,8 @@
 """A request field's command-line flag, declared once on the field (planner.api.requests): its
 name, help, type, range and default. The CLI builds its options from these declarations
 (planner.cli.declared), a request is built from the parsed values (from_cli), evaluate's plan-file
-conflicts and `planner sweep`'s grid axes are read from them. Nothing here imports click.
+conflicts and `planner sweep`'s flags (planner.sweep.grid) are read from them. Nothing here
+imports click.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ class Flag:
     repeatable: bool = False
     figure: str = ""
     plan_file: bool = False  # evaluate --plan: a plan file carries it; giving it too is bad input
-    sweep: Flag | None = None  # how `planner sweep` takes it: an axis (one row per value) or a list
 
     @property
     def long(self) -> str:

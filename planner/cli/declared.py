@@ -20,10 +20,11 @@ def click_type(flag: Flag) -> Any:
     return flag.type
 
 
-def option(name: str, flag: Flag, field_default: Any) -> Callable:
-    """The click option of the field `name` declared with `flag`."""
+def option(name: str, flag: Flag, field_default: Any, **extra: Any) -> Callable:
+    """The click option of the field `name` declared with `flag` (its value arrives as `name`);
+    `extra`: further click.option arguments."""
     decls = [flag.name, *([flag.alias] if flag.alias else []), name]
-    kwargs: dict[str, Any] = {"help": flag.help, "default": flag.cli_default(field_default)}
+    kwargs: dict[str, Any] = {"help": flag.help, "default": flag.cli_default(field_default), **extra}
     if flag.type is None:
         if "/" not in flag.name:
             kwargs["is_flag"] = True

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import click
 from rich.console import Console
 
-from ..core.clock import DEFAULT_TIME_LIMIT_S
 from ..core.errors import BadInput
-from ..core.ranges import RANGES
-from ..core.runtime_default import DEFAULT_RUNTIME
-from ..plan import OPTIMIZER_NAMES
+from ..sweep.grid import SWEEP_FLAGS, sweep_flag
 from ..sweep.run import EXECUTORS, parse_shard, sweep
 from ..sweep.output import SweepInterrupted, output_format
+from .declared import option
 from .output import err
 
 
@@ -25,15 +24,20 @@ def _shard_option(ctx, param, value):
         raise click.BadParameter(exc.message) from None
 
 
+def sweep_options(group: str) -> Callable[[Callable], Callable]:
+    """A decorator adding the sweep's flags of `group` (planner.sweep.grid), each built from its
+    PlanRequest field's declaration; its value arrives as its sweep() keyword."""
+    def decorate(func: Callable) -> Callable:
+        for s in reversed([s for s in SWEEP_FLAGS if s.group == group]):
+            flag, default = sweep_flag(s)
+            func = option(s.keyword, flag, default, **({"required": True} if s.required else {}))(func)
+        return func
+
+    return decorate
+
+
 @click.command("sweep")
-@click.option("--model", "models", multiple=True, required=True, metavar="M",
-              help="Catalog name, HF config.json or layer-profile file; repeatable.")
-@click.option("--cluster", "clusters", multiple=True, required=True, metavar="C",
-              help="Cluster file (YAML/JSON) or built-in example name; repeatable.")
-@click.option("--global-batch", "batches", multiple=True, required=True, metavar="B",
-              type=click.IntRange(1, int(RANGES["global_batch"].high)), help="Sequences per optimizer step; repeatable.")
-@click.option("--seq-len", "seq_lens", multiple=True, required=True, metavar="S",
-              type=click.IntRange(1, int(RANGES["seq_len"].high)), help="Tokens per sequence; repeatable.")
+@sweep_options("grid")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes, or Ray tasks at a time [default: the number of CPUs, of this machine "
                    "or of the Ray cluster]; 1 (local) runs in this process.")
@@ -48,34 +52,10 @@ def _shard_option(ctx, param, value):
               help="Keep the rows already in the output file and plan only the missing combinations.")
 @click.option("--shard", type=str, default=None, metavar="i/n", callback=_shard_option,
               help="Plan only the combinations whose index % n == i (0 <= i < n).")
-@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, metavar="S",
-              help="Stop each search after S seconds with its best plan so far and the gap.")
-@click.option("--micro-batch", "micro_batches", type=int, multiple=True, metavar="B",
-              help="Micro-batch sizes to search, as `planner plan` (repeatable) [default: 1 2 4 8].")
-@click.option("--virtual-stages", "virtual_stages", type=int, multiple=True, metavar="V",
-              help="Pipeline chunks per rank to search, as `planner plan` (repeatable) [default: 1 2].")
-@click.option("--runtime", "runtimes", type=str, multiple=True, default=(DEFAULT_RUNTIME,), show_default=True,
-              metavar="NAME", help="Plan what this runtime can run, as `planner plan --runtime` (megatron, torchtitan, "
-                                   "deepspeed, megatron-2021, fsdp1, any); repeatable; the `runtime` column.")
-@click.option("--dtype", "dtypes", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), multiple=True,
-              help="Training precision, as `planner plan --dtype`; repeatable [default: bf16 where every GPU "
-                   "has it, else fp16]; the `dtype` column (empty: the default).")
-@click.option("--optimizer", "optimizers", type=click.Choice(OPTIMIZER_NAMES), multiple=True,
-              help="Optimizer, as `planner plan --optimizer`; repeatable [default: adamw].")
-@click.option("--cp", "cp_degrees", type=click.IntRange(min=1), multiple=True, metavar="N",
-              help="Context-parallel degree, as `planner plan --cp N`; repeatable, one row each [default: "
-                   "plan's search]; the `cp_degrees` column.")
-@click.option("--ep", "ep_degrees", type=click.IntRange(min=1), multiple=True, metavar="N",
-              help="Expert-parallel degree, as `planner plan --ep N`; repeatable, one row each [default: "
-                   "plan's search]; the `ep_degrees` column.")
-@click.option("--compare-any", "compare_any", is_flag=True,
-              help="Also search each row under --runtime any, as `planner plan --compare-any`: the "
-                   "`any_runtime_step_s` column (empty without it).")
+@sweep_options("rows")
 @click.option("-o", "--output", type=str, required=True, metavar="FILE",
               help="Results file: .csv or .jsonl (one JSON object per line).")
-def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir, resume, shard, time_limit,
-                  micro_batches, virtual_stages, runtimes, dtypes, optimizers, cp_degrees, ep_degrees, compare_any,
-                  output) -> None:
+def sweep_command(jobs, executor, plans_dir, resume, shard, output, **grid) -> None:
     """Plan every combination of models, clusters, global batches and sequence lengths
     (and runtimes, dtypes, optimizers, cp and ep degrees).
 
@@ -131,11 +111,8 @@ def sweep_command(models, clusters, batches, seq_lens, jobs, executor, plans_dir
 
     try:
         with bar:
-            counts = sweep(models, clusters, batches, seq_lens, output, jobs=jobs, plans_dir=plans_dir,
-                           resume=resume, shard=shard, time_limit=time_limit, progress=progress,
-                           executor=executor, micro_batches=micro_batches, virtual_stages=virtual_stages,
-                           runtimes=runtimes, dtypes=dtypes, optimizers=optimizers, cp_degrees=cp_degrees,
-                           ep_degrees=ep_degrees, compare_any=compare_any)
+            counts = sweep(output=output, jobs=jobs, plans_dir=plans_dir, resume=resume, shard=shard,
+                           progress=progress, executor=executor, **grid)
     except SweepInterrupted as exc:
         err(str(exc))
         sys.exit(exc.exit_code)

@@ -28,6 +28,7 @@ from ..core.errors import BadInput, NoFeasiblePlan
 from ..core.io import json_text
 from ..core.outfile import write_output
 from ..core.runtime_default import DEFAULT_RUNTIME
+from .grid import row_request
 from .output import COLUMNS
 
 EXECUTORS = ("local", "ray")  # planner.sweep.executors
@@ -189,17 +190,6 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _asked(combo: Combination, template: PlanRequest) -> PlanRequest:
-    """The request of one row: the sweep's, with the combination's axes where it sets them
-    (as `planner plan --runtime/--dtype/--optimizer/--cp/--ep` would take them)."""
-    return replace(template, global_batch=combo.global_batch, seq_len=combo.seq_len,
-                   runtime=combo.runtime or template.runtime,
-                   dtype=combo.dtype if combo.dtype is not None else template.dtype,
-                   optimizer=combo.optimizer or template.optimizer,
-                   cp_degrees=(combo.cp,) if combo.cp is not None else template.cp_degrees,
-                   ep_degrees=(combo.ep,) if combo.ep is not None else template.ep_degrees)
-
-
 def _empty_row(combo: Combination, status: str, reason: str, request: PlanRequest | None = None,
                model_name: str | None = None) -> dict:
     row = {c: None for c in COLUMNS}
@@ -259,11 +249,11 @@ def plan_combination(combo: Combination, request: PlanRequest | None, want_plan:
     """Plan one combination: its row, and its plan JSON when `want_plan` and feasible. Never
     raises (every failure is a row). The search is planner.api.plan's, of `request` (the
     sweep's flags; None: the defaults of `planner plan`, no time limit) with the combination's
-    model, cluster, global batch, sequence length and other axes (_asked), so a row equals
+    model, cluster, global batch, sequence length and other axes (row_request), so a row equals
     `planner plan` with the same inputs. Every executor runs this for every row; `model` and
     `cluster`, when given, are the loaded forms of combo.model and combo.cluster."""
     started = time.perf_counter()
-    asked = _asked(combo, request if request is not None else PlanRequest(time_limit_s=None))
+    asked = row_request(combo, request if request is not None else PlanRequest(time_limit_s=None))
     name = None
     try:
         from ..api import plan, plan_json
