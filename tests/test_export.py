@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from planner.core.errors import BadInput
 from planner.cli.export import add_commands
-from planner.export import TARGET_RUNTIMES, _titan_cli_args
+from planner.export import TARGET_RUNTIMES, titan_cli_args
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
@@ -274,11 +274,11 @@ def test_torchtitan_cli(group, homogeneous):
 
 
 def test_torchtitan_cli_values_in_tyro_form():
-    assert _titan_cli_args("checkpoint", "enable", True) == ["--checkpoint.enable"]
-    assert _titan_cli_args("checkpoint", "enable", False) == ["--checkpoint.no_enable"]
-    assert _titan_cli_args("model", "converters", ["a", "b"]) == ["--model.converters", "a,b"]
-    assert _titan_cli_args("p", "m", [["x", "y"], ["z"]]) == ["--p.m", "x,y", "z"]
-    assert _titan_cli_args("training", "seq_len", 4096) == ["--training.seq_len", "4096"]
+    assert titan_cli_args("checkpoint", "enable", True) == ["--checkpoint.enable"]
+    assert titan_cli_args("checkpoint", "enable", False) == ["--checkpoint.no_enable"]
+    assert titan_cli_args("model", "converters", ["a", "b"]) == ["--model.converters", "a,b"]
+    assert titan_cli_args("p", "m", [["x", "y"], ["z"]]) == ["--p.m", "x,y", "z"]
+    assert titan_cli_args("training", "seq_len", 4096) == ["--training.seq_len", "4096"]
 
 
 # 32 B200s (180 GiB): room for llama-3-8b's unsharded states (about 128 GiB) under plain DDP

@@ -118,7 +118,7 @@ def test_plan_reports_what_any_would_gain_and_skips_it_without_time():
     assert data["solver"]["any_runtime_step_s"] == result.any_runtime_step_s
     assert check(data, memory=False)[1] == []  # the schema takes the new keys
     # a limit the search itself uses up leaves no time for the comparison: said, not guessed
-    skipped = api._with_any_runtime(replace(result, seconds=10.0), model, cluster, base,
+    skipped = api.with_any_runtime(replace(result, seconds=10.0), model, cluster, base,
                                     SolverOptions(time_limit_s=10.0))
     assert skipped.any_runtime_step_s is None and "time limit" in skipped.any_runtime_note
 

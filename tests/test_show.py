@@ -105,9 +105,9 @@ def test_show_mixed_plan_lists_both_gpu_types(mixed_file):
 
 def test_no_color_drops_colours(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
-    from planner.report.show import _console
+    from planner.report.show import terminal_console
 
-    assert _console().no_color
+    assert terminal_console().no_color
 
 
 # --- timeline model ------------------------------------------------------------------------

@@ -220,8 +220,8 @@ def test_an_os_error_while_planning_is_failed_and_a_bad_input_is_error(tmp_path,
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real_model(name)
 
-    real_model = sweep_rows._model
-    monkeypatch.setattr(sweep_rows, "_model", io_error)
+    real_model = sweep_rows.cached_model
+    monkeypatch.setattr(sweep_rows, "cached_model", io_error)
     result = runner().invoke(group(), sweep_args(out, models=("gpt2", folder)))
     assert result.exit_code == 0, (result.output, result.exception)
     assert [r["status"] for r in complete_rows(out)] == ["failed", "error"]

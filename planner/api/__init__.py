@@ -27,7 +27,7 @@ from ..plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Trai
 from ..cost.runtimes import get_runtime, tf32_setting
 from ..verify.plan_checks import load_plan_file
 from ..schedules import SCHEDULES, get_schedule, search_schedule
-from .any_runtime import NOT_COMPARED_NOTE, _with_any_runtime
+from .any_runtime import NOT_COMPARED_NOTE, with_any_runtime
 from .catalogs import gpu_catalog, model_catalog
 from .requests import DEFAULT_PLAN, SOLVERS, EvaluateRequest, PlanRequest
 
@@ -63,7 +63,7 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     model, cluster, base, options = search_inputs(request, warn)
     result = solve_or_explain(model, cluster, base, options, request, on_progress)
     if request.runtime != "any":
-        result = (_with_any_runtime(result, model, cluster, base, options)
+        result = (with_any_runtime(result, model, cluster, base, options)
                   if request.compare_any and not stop_requested()
                   else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
     result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))

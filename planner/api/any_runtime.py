@@ -20,7 +20,7 @@ ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any`
 NOT_COMPARED_NOTE = "not searched (--compare-any searches it)"
 
 
-def _with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
+def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
                       options) -> SearchResult:
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
     every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left

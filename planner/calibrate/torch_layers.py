@@ -114,7 +114,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def _apply_rope(x: torch.Tensor, rot_dim: int, base: float) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, rot_dim: int, base: float) -> torch.Tensor:
     """Rotary embedding (Su et al. 2021) on the first `rot_dim` dims of x (b, heads, s, d).
 
     Only elementwise work (no GEMM), so FLOP counters see none, as the analytic model.
@@ -191,8 +191,8 @@ class _Attention(nn.Module):
         q = q.view(b, s, self.heads, d).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, d).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, d).transpose(1, 2)
-        q = _apply_rope(q, self.rot_dim, self.rope_base)
-        k = _apply_rope(k, self.rot_dim, self.rope_base)
+        q = apply_rope(q, self.rot_dim, self.rope_base)
+        k = apply_rope(k, self.rot_dim, self.rope_base)
         return self.out(causal_attention(q, k, v))
 
 

@@ -12,7 +12,8 @@ from ..cost.evaluate import evaluate
 from ..cost.runtimes import training_params
 from ..core.outfile import check_output
 from ..verify.plan_checks import load_plan_file
-from ..report.show import INSTALL_HINT, _console, print_show, rank_timings, require_matplotlib, write_timeline_svg
+from ..report.show import (INSTALL_HINT, print_show, rank_timings, require_matplotlib, terminal_console,
+                            write_timeline_svg)
 from .output import bad_input_exit
 
 
@@ -43,7 +44,7 @@ def show_command(plan_file: str, svg_file: str | None) -> None:
         params = training_params(plan.cluster.gpu_types, plan.training)  # as evaluate --plan prices it
         est = evaluate(plan, params)
         timings = rank_timings(plan, params)
-        print_show(plan, est, timings, _console())
+        print_show(plan, est, timings, terminal_console())
         if svg_file is not None:
             write_timeline_svg(plan, est, timings, svg_file, inputs=(plan_file,))
             click.echo(f"timeline written to {svg_file}")

@@ -99,14 +99,15 @@ from .megatron import export_megatron, megatron_layout, vocab_divisor
 from .rankmap import export_rankmap
 from .runnable import capability_problems, describe_form, runnable_form, runnable_forms, runtime_problems
 from .targets import EXPORT_TARGETS, LAUNCH_TARGETS, TARGET_RUNTIMES, TARGETS, ExportTarget
-from .torchtitan import _titan_cli_args, export_torchtitan, export_torchtitan_cli, titan_fqns, titan_settings
+from .torchtitan import export_torchtitan, export_torchtitan_cli, titan_cli_args, titan_fqns, titan_settings
 
 __all__ = ["EXPORT_TARGETS", "ExportTarget", "LAUNCH_TARGETS", "NodeLaunch", "RECOMPUTE_ORDER", "TARGETS",
            "TARGET_RUNTIMES", "Uniform", "Warn",
-           "_titan_cli_args", "capability_problems", "comment_line", "decoder_counts", "describe_form",
+           "capability_problems", "comment_line", "decoder_counts", "describe_form",
            "export_deepspeed", "export_megatron", "export_plan", "export_rankmap", "export_torchtitan",
            "export_torchtitan_cli", "launch_scripts", "megatron_layout", "node_launches", "placeable",
-           "runnable_form", "runnable_forms", "runtime_problems", "titan_fqns", "titan_settings", "uniform_form", "vocab_divisor"]
+           "runnable_form", "runnable_forms", "runtime_problems",
+           "titan_cli_args", "titan_fqns", "titan_settings", "uniform_form", "vocab_divisor"]
 
 
 def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:

@@ -171,7 +171,7 @@ def export_torchtitan(plan: Plan, warn: Warn) -> str:
     return "".join(comment_line(c) + "\n" for c in comments) + "\n" + tomli_w.dumps(sections)
 
 
-def _titan_cli_args(name: str, key: str, value: Any) -> list[str]:
+def titan_cli_args(name: str, key: str, value: Any) -> list[str]:
     """One setting as torchtitan's ConfigManager (tyro) parses it on the command line."""
     if isinstance(value, bool):  # tyro flags: --s.key / --s.no_key, no value
         return [f"--{name}.{key}" if value else f"--{name}.no_{key}"]
@@ -204,5 +204,5 @@ def export_torchtitan_cli(plan: Plan, warn: Warn) -> str:
     args = []
     for name, values in _flat_sections(sections):
         for k, v in values.items():
-            args += _titan_cli_args(name, k, v)
+            args += titan_cli_args(name, k, v)
     return " ".join(map(shlex.quote, args)) + "\n"

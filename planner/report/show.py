@@ -195,7 +195,7 @@ def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
 # --- terminal view -------------------------------------------------------------------------
 
 
-def _console() -> Console:
+def terminal_console() -> Console:
     return Console(highlight=False, no_color="NO_COLOR" in os.environ)
 
 

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..inputs.model import ModelConfig
-from ..calibrate.torch_layers import DEFAULT_ROPE_BASE, RMSNorm, _apply_rope, add_qkv_projections, causal_attention
+from ..calibrate.torch_layers import DEFAULT_ROPE_BASE, RMSNorm, apply_rope, add_qkv_projections, causal_attention
 
 INIT_STD = 0.02
 COLUMN = ("q_proj", "k_proj", "v_proj", "qkv", "gate", "up")  # sharded on output rows
@@ -102,7 +102,7 @@ class Attention(nn.Module):
         k = k.view(b, s, self.kv_heads, d).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, d).transpose(1, 2)
         if self.rope_base is not None:
-            q, k = _apply_rope(q, d, self.rope_base), _apply_rope(k, d, self.rope_base)
+            q, k = apply_rope(q, d, self.rope_base), apply_rope(k, d, self.rope_base)
         core = checkpoint(causal_attention, q, k, v, use_reentrant=False) if self.selective else \
             causal_attention(q, k, v)
         y = reduce_from_tp(self.out(core), self.tp)

@@ -36,7 +36,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..core.errors import BadInput
-from .rows import EXECUTORS, Combination, _cluster, _empty_row, _model, _one_line, plan_combination, \
+from .rows import EXECUTORS, Combination, cached_cluster, empty_row, cached_model, one_line, plan_combination, \
     run_combination, save_plan
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def start_executor(name: str, jobs: int | None, todo: list[Combination]) -> Iter
 def failed_row(combo: Combination, exc: BaseException) -> dict:
     """The row of a combination whose worker failed (killed for memory, a lost node, ...):
     `failed`, so --resume plans it again."""
-    return _empty_row(combo, "failed", f"worker failed: {type(exc).__name__}: {exc}")
+    return empty_row(combo, "failed", f"worker failed: {type(exc).__name__}: {exc}")
 
 
 # --- local --------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def ray_session(ray: Any, jobs: int | None) -> Iterator[int]:
     except Exception as exc:  # noqa: BLE001 - unreachable address, no room for a local Ray, ...
         where = f"RAY_ADDRESS={address}" if address else "--executor ray"
         action = "cannot connect to Ray" if address else "cannot start a local Ray"
-        raise BadInput(f"{action}: {type(exc).__name__}: {_one_line(exc)}", where) from None
+        raise BadInput(f"{action}: {type(exc).__name__}: {one_line(exc)}", where) from None
     try:
         yield jobs or _cluster_cpus(ray)
     finally:
@@ -243,8 +243,8 @@ def run_ray(ray: Any, in_flight: int, todo: list[Combination], request: PlanRequ
     if not todo:
         return
     task = ray.remote(num_cpus=1)(_ray_task)
-    models = _put_loaded(ray, _model, {c.model for c in todo})
-    clusters = _put_loaded(ray, _cluster, {c.cluster for c in todo})
+    models = _put_loaded(ray, cached_model, {c.model for c in todo})
+    clusters = _put_loaded(ray, cached_cluster, {c.cluster for c in todo})
     queue = iter(todo)
     running: dict[Any, Combination] = {}
     try:

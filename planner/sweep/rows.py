@@ -173,30 +173,30 @@ def plan_file_names(combos: list[Combination]) -> list[Combination]:
 
 
 @lru_cache(maxsize=64)
-def _model(name: str):
+def cached_model(name: str):
     from ..inputs.model import load_model
 
     return load_model(name)
 
 
 @lru_cache(maxsize=64)
-def _cluster(name: str):
+def cached_cluster(name: str):
     from ..inputs.hardware import load_cluster
 
     return load_cluster(name)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _empty_row(combo: Combination, status: str, reason: str, request: PlanRequest | None = None,
+def empty_row(combo: Combination, status: str, reason: str, request: PlanRequest | None = None,
                model_name: str | None = None) -> dict:
     row = {c: None for c in COLUMNS}
     row.update(combo.request_columns())
     if request is not None:
         row.update(runtime=request.runtime, dtype=request.dtype, optimizer=request.optimizer)
-    row.update(status=status, reason=_one_line(reason), model_name=model_name)
+    row.update(status=status, reason=one_line(reason), model_name=model_name)
     return row
 
 
@@ -258,24 +258,24 @@ def plan_combination(combo: Combination, request: PlanRequest | None, want_plan:
     try:
         from ..api import plan, plan_json
 
-        model = model if model is not None else _model(combo.model)
+        model = model if model is not None else cached_model(combo.model)
         name = model.name
-        cluster = cluster if cluster is not None else _cluster(combo.cluster)
+        cluster = cluster if cluster is not None else cached_cluster(combo.cluster)
         result = plan(replace(asked, model=model, cluster=cluster))
-        row = _empty_row(combo, "ok", "", asked, name)
+        row = empty_row(combo, "ok", "", asked, name)
         row.update(plan_columns(result.plan, result.estimate), solver_seconds=result.seconds,
                    any_runtime_step_s=result.any_runtime_step_s)
         return row, plan_json(result) if want_plan else None
     except NoFeasiblePlan as exc:
-        row = _empty_row(combo, "infeasible", exc.message, asked, name)
+        row = empty_row(combo, "infeasible", exc.message, asked, name)
         row["solver_seconds"] = time.perf_counter() - started
         return row, None
     except RecursionError:
-        return _empty_row(combo, "error", "input too deeply nested", asked, name), None
+        return empty_row(combo, "error", "input too deeply nested", asked, name), None
     except Exception as exc:  # noqa: BLE001 - one bad combination never stops the others
         status = "failed" if _environmental(exc) else "error"
         reason = str(exc) if isinstance(exc, BadInput) else f"{type(exc).__name__}: {exc}"
-        return _empty_row(combo, status, reason, asked, name), None
+        return empty_row(combo, status, reason, asked, name), None
 
 
 def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str | None) -> dict:
@@ -289,7 +289,7 @@ def save_plan(combo: Combination, row: dict, plan: dict | None, plans_dir: str |
         write_output(path, json_text(plan) + "\n", inputs=(combo.model, combo.cluster))
     except BadInput as exc:
         failed = {c: row.get(c) for c in ("runtime", "dtype", "optimizer", "model_name")}
-        return {**_empty_row(combo, "failed", f"plan not written: {exc}"), **failed}
+        return {**empty_row(combo, "failed", f"plan not written: {exc}"), **failed}
     return row
 
 
@@ -299,6 +299,7 @@ def run_combination(combo: Combination, request: PlanRequest | None, plans_dir: 
     return save_plan(combo, row, plan, plans_dir)
 
 
-__all__ = ["EXECUTORS", "KEY_COLUMNS", "MAX_PLAN_NAME", "Combination", "capped_name", "combinations", "parse_shard",
+__all__ = ["EXECUTORS", "KEY_COLUMNS", "MAX_PLAN_NAME", "Combination", "cached_cluster", "cached_model", "capped_name",
+           "combinations", "empty_row", "one_line", "parse_shard",
            "plan_columns", "plan_combination", "plan_file_name", "plan_file_names", "row_key", "run_combination",
            "save_plan", "stages_text"]

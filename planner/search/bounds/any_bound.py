@@ -95,7 +95,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     group, no group giving more GPUs than it has (the linear relaxation; module docstring, 2)."""
     import pulp
 
-    from ..pricing.shares import _quiet_stdout
+    from ..pricing.shares import quiet_stdout
 
     prob = pulp.LpProblem("most_rate", pulp.LpMaximize)
     counts = {}
@@ -109,7 +109,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
         return 0.0
     prob += pulp.lpSum(counts.values()) <= replicas, "replicas"
     prob += pulp.lpSum(q / configs[i][j][2] for (i, j), q in counts.items())
-    with _quiet_stdout():
+    with quiet_stdout():
         prob.solve(pulp.HiGHS(msg=False))
     if prob.status != pulp.LpStatusOptimal:
         return INF  # no bound

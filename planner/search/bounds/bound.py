@@ -50,7 +50,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
     """
     import pulp
 
-    from ..pricing.shares import _quiet_stdout
+    from ..pricing.shares import quiet_stdout
 
     sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
     kinds = {"embedding": [], "decoder": [], "head": []}
@@ -85,7 +85,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
                                                                         base.optimizer))
     for name, (count, _) in sorted(gpus.items()):
         prob += pulp.lpSum(busy[name]) <= count * step, f"c_{name}"
-    with _quiet_stdout():
+    with quiet_stdout():
         prob.solve(pulp.HiGHS(msg=False))
     if prob.status != pulp.LpStatusOptimal:
         return 0.0
@@ -269,7 +269,7 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
     """One programme of pipeline_bound_s: rank class mu* = `star`; `alone`: one-stage plans."""
     import pulp
 
-    from ..pricing.shares import _quiet_stdout
+    from ..pricing.shares import quiet_stdout
 
     count = {"embedding": 0, "decoder": 0, "head": 0}
     for layer in model.layers:
@@ -326,7 +326,7 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
     prob += slack <= tau_star * z[star], "f_held"
     if cap_star < INF:
         prob += slack <= tau_star * cap_star, "f_memory"
-    with _quiet_stdout():
+    with quiet_stdout():
         prob.solve(pulp.HiGHS(msg=False))
     if prob.status != pulp.LpStatusOptimal:
         return INF if alone else 0.0

@@ -191,7 +191,7 @@ class IlpOptions:
 
 
 @contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
+def quiet_stdout() -> Iterator[None]:
     """highspy prints a banner on stdout from C when a model is created, whatever the
     options say; --json promises nothing but JSON on stdout, so silence fd 1 meanwhile."""
     sys.stdout.flush()
@@ -243,7 +243,7 @@ def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: S
         prob += assigned[i] <= n * load[i], f"b_class_capacity_{i}"
         prob += assigned[i] >= n * least, f"c_at_least_one_each_{i}"
     prob += pulp.lpSum(assigned.values()) == total, "e_all_microbatches"
-    with _quiet_stdout():
+    with quiet_stdout():
         prob.solve(_solver(options))
     optimal = prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal
     if prob.status != pulp.LpStatusOptimal:
