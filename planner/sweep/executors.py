@@ -36,7 +36,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..core.errors import BadInput
-from .rows import EXECUTORS, Combination, cached_cluster, empty_row, cached_model, one_line, plan_combination, \
+from .rows import EXECUTORS, Combination, cached_cluster, cached_model, empty_row, one_line, plan_combination, \
     run_combination, save_plan
 
 if TYPE_CHECKING:
