@@ -30,11 +30,12 @@ import planner.search.orchestration.lanes as lanes  # noqa: E402
 from planner.cost.runtimes.capability import capability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
-from planner.schedules import get_schedule  # noqa: E402
-from planner.search.bounds.any_bound import subproblem_floor_s  # noqa: E402
-from planner.search.bounds.rank_floor import ranks_cannot_beat  # noqa: E402
+from planner.search.bounds.any_bound import ClosedFormBound  # noqa: E402
+from planner.search.bounds.rank_floor import RankBound  # noqa: E402
+from planner.search.bounds.search_bound import Subproblem  # noqa: E402
 from planner.search.decompose import decompose  # noqa: E402
 from planner.search.orchestration.space import subproblems, within  # noqa: E402
+from planner.search.pricing.stage_types import SearchContext  # noqa: E402
 from planner.search.uniform import UniformSeed  # noqa: E402
 
 
@@ -89,16 +90,18 @@ def main() -> None:
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     print("| b | V | ranks | schedule | closed-form floor s | ruled out by rank_floor |")
     print("|--:|--:|--:|---|--:|--:|")
+    context = SearchContext(model, cluster, base, options)
+    closed_form, rank_bound = ClosedFormBound(context), RankBound(context)
     for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(parts.counts), options, cap):
-        floor = subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options)
-        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        out = ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, args.cutoff)
+        search = Subproblem(b, v, ranks, schedule)
+        floor = closed_form.floor_s(search)
+        out = rank_bound.cannot_beat(search, args.cutoff)
         print(f"| {b} | {v} | {'any' if ranks is None else ranks} | {schedule} | {floor:.3f} | {'yes' if out else 'no'} |")
     for spec in args.optimum:
         b, v, ranks, schedule = spec.split(",")
         want = (int(b), int(v), None if ranks == "any" else int(ranks), schedule)
         step, cpu = _alone(model, cluster, base, given, want)
-        floor = subproblem_floor_s(model, cluster, base, want[0], want[1], want[2], want[3], options)
+        floor = closed_form.floor_s(Subproblem(*want))
         print(f"{spec}: optimum {'none' if step is None else f'{step:.3f}'} s, floor {floor:.3f} s ({cpu:.1f} CPU s)")
 
 

@@ -167,22 +167,21 @@ def on_whole_nodes(plan) -> bool:
             plan.cluster.group(g).gpus_per_node for g, _ in nodes)
 
 
-def solve_with_and_without_skips(monkeypatch, skip_test: str, model: Model, cluster: Cluster, base: Training,
+def solve_with_and_without_skips(monkeypatch, bound: type, model: Model, cluster: Cluster, base: Training,
                                  options) -> tuple:
-    """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
-    cannot_beat_any, as planner.search.lanes calls them) never skipping: (pruned result, full
-    result, whether it skipped a search)."""
+    """driver.solve as it is, then with the skip test of `bound` (RestrictionBound, AnyRuntimeBound:
+    the bounds planner.search.orchestration.lanes skips searches by) never skipping: (pruned
+    result, full result, whether it skipped a search)."""
     import planner.search.orchestration.driver as driver
-    import planner.search.orchestration.lanes as lanes
 
     skipped = []
-    real = getattr(lanes, skip_test)
+    real = bound.cannot_beat
 
     def counted(*args, **kwargs):
         out = real(*args, **kwargs)
         skipped.append(out)
         return out
-    monkeypatch.setattr(lanes, skip_test, counted)
+    monkeypatch.setattr(bound, "cannot_beat", counted)
     pruned = driver.solve(model, cluster, base, options)
-    monkeypatch.setattr(lanes, skip_test, lambda *args, **kwargs: False)
+    monkeypatch.setattr(bound, "cannot_beat", lambda *args, **kwargs: False)
     return pruned, driver.solve(model, cluster, base, options), any(skipped)

@@ -60,7 +60,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     zeros = tuple(0 for _ in problem.bundle_nodes)
     if ranks is None or not problem.chunked:  # (zero bubble: P ranks, no send around to rank 0)
         firsts = [-1]
-        max_stages = min(problem.max_stages, sum(problem.bundle_nodes), items)
+        max_stages = min(problem.stage_configs.max_stages, sum(problem.bundle_nodes), items)
     else:
         firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
         max_stages = ranks

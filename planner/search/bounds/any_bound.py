@@ -32,7 +32,7 @@ Notation: m = global batch / b micro-batches, L decoder blocks, ranks k = 1..P w
 Weighting the inequality of 3 by w_j = R_j / sum_k R_k and using 1,
     T >= m L / sum_k R_k + lambda (L - sum_j w_j n_j) + delta
       >= m L / R* + lambda (L - n_max) + delta        (lambda >= 0; else lambda L + delta),
-the floor `subproblem_floor_s`. MoE models are left out (floor 0): the expert all-to-all and
+the floor (ClosedFormBound.floor_s). MoE models are left out (floor 0): the expert all-to-all and
 expert parallelism change a block's cost in ways this argument does not cover."""
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ from .bound import ends_floor, latency_floor_s
 from .completion import BLOCK_MODES
 from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts
-from .rank_floor import ranks_cannot_beat
-from ..pricing.stage_types import INF, SolverOptions
+from .rank_floor import RankBound
+from .search_bound import Subproblem, floor_cannot_beat
+from ..pricing.stage_types import INF, SearchContext, SolverOptions
 
-__all__ = ["cannot_beat_any", "subproblem_floor_s"]
+__all__ = ["AnyRuntimeBound", "ClosedFormBound"]
 
 
 def _configs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
@@ -135,9 +136,39 @@ def _most_blocks(model: Model, cluster: Cluster, base: Training, options: Solver
     return most
 
 
+class ClosedFormBound:
+    """The floor of the module docstring, of an unrestricted search (a FloorBound)."""
+
+    def __init__(self, context: SearchContext):
+        self.context = context
+
+    def floor_s(self, search: Subproblem) -> float:
+        context = self.context
+        return _floor_s(context.model, context.cluster, context.training, search.micro_batch,
+                        search.virtual_stages, search.ranks, search.schedule, context.options)
+
+    def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
+        return cutoff_s != INF and floor_cannot_beat(self.floor_s(search), cutoff_s)
+
+
+class AnyRuntimeBound:
+    """The skip test of an unrestricted search (a Bound; the restricted ones: restriction_bound):
+    the closed-form floor, then rank_floor's (`known`: the costs the solve's checks share,
+    rank_costs.KnownCosts; None: none shared)."""
+
+    def __init__(self, context: SearchContext, known: KnownCosts | None = None):
+        self.closed_form = ClosedFormBound(context)
+        self.ranks = RankBound(context, known)
+
+    def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
+        if search.restriction.tp is not None or cutoff_s == INF:
+            return False
+        return self.closed_form.cannot_beat(search, cutoff_s) or self.ranks.cannot_beat(search, cutoff_s)
+
+
 @lru_cache(maxsize=256)
-def subproblem_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                       schedule: str, options: SolverOptions) -> float:
+def _floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
+             schedule: str, options: SolverOptions) -> float:
     """The least step time of any plan of the search (b, V = v, `ranks` pipeline ranks or up to
     options.max_stages, `schedule`) (module docstring); 0.0 where the argument does not hold."""
     config = model.config
@@ -165,15 +196,3 @@ def subproblem_floor_s(model: Model, cluster: Cluster, base: Training, b: int, v
         fill = lam * blocks + delta
     return busy + fill
 
-
-def cannot_beat_any(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                    schedule: str, options: SolverOptions, cutoff_s: float, known: KnownCosts | None = None) -> bool:
-    """Whether no plan of the search (b, v, `ranks`, `schedule`) can be faster than `cutoff_s`,
-    with the DP's rounding margin (completion): by the floor above, or by rank_floor (`known`: the
-    costs its checks share, rank_costs.KnownCosts; None: none shared)."""
-    if cutoff_s == INF:
-        return False
-    if subproblem_floor_s(model, cluster, base, b, v, ranks, schedule, options) * (1 - 1e-9) >= cutoff_s:
-        return True
-    least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-    return ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options, cutoff_s, known)

@@ -94,9 +94,10 @@ from ...schedules import get_schedule
 from .bound import ends_floor
 from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts, rank_blocks, rank_costs
-from ..pricing.stage_types import INF, SolverOptions
+from .search_bound import ROUNDING_MARGIN, Subproblem
+from ..pricing.stage_types import INF, SearchContext, SolverOptions
 
-__all__ = ["RANK_FLOOR_LIMITS", "ranks_cannot_beat"]
+__all__ = ["RANK_FLOOR_LIMITS", "RankBound"]
 
 # most node vectors (prod of nodes + 1) and decoder blocks: beyond, the table costs more than the
 # searches it saves (3+3+4 nodes under `--runtime any`, 80 vectors: 11.0 CPU s with it, 8.8 without)
@@ -178,13 +179,27 @@ def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: boo
             schedule.deferred_w_microbatches(depth - from_end, depth, v, m), ends)
 
 
-def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
-                      schedule: str, least: int, options: SolverOptions, cutoff_s: float,
-                      known: KnownCosts | None = None) -> bool:
+class RankBound:
+    """The bound of the module docstring (a Bound). `known`: the costs shared with the solve's
+    other checks (None: none shared, a KnownCosts for each call)."""
+
+    def __init__(self, context: SearchContext, known: KnownCosts | None = None):
+        self.context = context
+        self.known = known
+
+    def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
+        context = self.context
+        return _cannot_beat(context.model, context.cluster, context.training, search.micro_batch,
+                            search.virtual_stages, search.ranks, search.schedule, search.least_share,
+                            context.options, cutoff_s, self.known)
+
+
+def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
+                 schedule: str, least: int, options: SolverOptions, cutoff_s: float,
+                 known: KnownCosts | None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
-    be faster than `cutoff_s` (module docstring); False where the argument does not hold. `known`:
-    the costs shared with the solve's other checks (None: none shared, a KnownCosts for this call)."""
+    be faster than `cutoff_s` (module docstring); False where the argument does not hold."""
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -202,7 +217,7 @@ def ranks_cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v:
     info = rank_blocks(model, cluster, base, options, b, schedule, v)
     if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
-    target = cutoff_s * (1 - 1e-9)  # the DP's rounding margin (completion)
+    target = cutoff_s * (1 - ROUNDING_MARGIN)
     vectors = [nu for nu in product(*(range(c + 1) for c in counts)) if any(nu)]
     by_groups: dict = {}  # the vectors on the same groups, priced together
     for nu in vectors:

@@ -33,10 +33,11 @@ from ...inputs.hardware import Cluster
 from ...inputs.model import Model
 from ...plan import Training
 from ..decompose import Decomposition
-from ..pricing.stage_types import INF, Restriction, SolverOptions
+from ..pricing.stage_types import INF, Restriction, SearchContext, SolverOptions
 from ..pricing.stage_configs import searched_recompute_modes
+from .search_bound import Subproblem, floor_cannot_beat
 
-__all__ = ["cannot_beat", "restricted_floor_s"]
+__all__ = ["RestrictionBound", "restricted_floor_s"]
 
 
 def most_speed(gpus_and_times: list[tuple[int, float]], stage_gpus: int, stages: int) -> float:
@@ -88,15 +89,22 @@ def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, r
     return max(busy, (share - 1) * blocks / speed + blocks * min(t for _, t in per_type))
 
 
-def cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, restriction: Restriction,
-                options: SolverOptions, ranks: int | None, parts: Decomposition, cutoff_s: float,
-                schedule: str = "") -> bool:
-    """Whether no plan of the restricted search (b, restriction, `ranks` pipeline ranks or any
-    number, on `parts`, under `schedule`) can be faster than `cutoff_s`, with the DP's rounding
-    margin (completion)."""
-    if cutoff_s == INF:
-        return False
-    most = ranks if ranks is not None else min(options.max_stages, restriction.max_stages or options.max_stages,
-                                               sum(parts.counts))  # a stage takes a part at least
-    floor = restricted_floor_s(model, cluster, base, b, restriction, options, most, fill=schedule == "1f1b")
-    return floor * (1 - 1e-9) >= cutoff_s
+class RestrictionBound:
+    """The floor of the module docstring (a FloorBound) of a search on `parts`, with at most the
+    search's ranks or, any number, the options' and restriction's stage limits and one part a stage;
+    under 1F1B with the pipeline's fill."""
+
+    def __init__(self, context: SearchContext, parts: Decomposition):
+        self.context = context
+        self.parts = parts
+
+    def floor_s(self, search: Subproblem) -> float:
+        context, options, restriction = self.context, self.context.options, search.restriction
+        most = search.ranks if search.ranks is not None else min(
+            options.max_stages, restriction.max_stages or options.max_stages,
+            sum(self.parts.counts))  # a stage takes a part at least
+        return restricted_floor_s(context.model, context.cluster, context.training, search.micro_batch,
+                                  restriction, options, most, fill=search.schedule == "1f1b")
+
+    def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
+        return cutoff_s != INF and floor_cannot_beat(self.floor_s(search), cutoff_s)

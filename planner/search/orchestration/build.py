@@ -48,8 +48,8 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
     recompute_layers = []
     for c in choices:
         flags = (c.has_head, c.has_emb)
-        position = problem.position(c.from_end, c.ranks)
-        types, k = problem.priced_types(c.cid, flags, position[0])
+        position = problem.deferred.position(c.from_end, c.ranks)
+        types, k = problem.memory_savers.priced_types(c.cid, flags, position[0])
         recompute_layers.append(0 if k is None else int(k[c.blocks]))
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
@@ -68,8 +68,8 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
-        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.link(c.cid, c.successor))]
-        caps = [int(cap[c.blocks]) for cap in problem.share_caps(types, flags, position)]
+        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.links.link(c.cid, c.successor))]
+        caps = [int(cap[c.blocks]) for cap in problem.deferred.share_caps(types, flags, position)]
         ranks.append(RankDraft(tuple(replicas_ranks), tuple(times[t] for t in replica_type),
                                tuple(caps[t] for t in replica_type)))
     stages = []

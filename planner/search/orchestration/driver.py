@@ -96,6 +96,7 @@ from .lanes import Lane, Outcome, SearchInputs
 from .parallel import Searches
 from ..bounds.rank_costs import KnownCosts
 from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
+from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF, SolverOptions
 from ..uniform import UniformSeed, improving_uniform
 
@@ -197,7 +198,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
     # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
     outcomes: list[Outcome] = []
-    inputs = SearchInputs(model, cluster, base, options, parts, tuple(subproblems))
+    inputs = SearchInputs(SearchContext(model, cluster, base, options), parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.bounds.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
         seed_space = uniform_space(options, cap, whole_nodes=False)

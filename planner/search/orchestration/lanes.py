@@ -17,17 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.clock import SearchClock, SearchTimeout
-from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Training
-from ...schedules import get_schedule
-from ..bounds.any_bound import cannot_beat_any
+from ..bounds.any_bound import AnyRuntimeBound
 from .build import PlanDraft, draft_plan
 from ..decompose import Decomposition
 from ..dp import price, run_dp, trace
 from ..bounds.rank_costs import KnownCosts
-from ..bounds.restriction_bound import cannot_beat
-from ..pricing.stages import INF, Problem, SolverOptions
+from ..bounds.restriction_bound import RestrictionBound
+from ..bounds.search_bound import Bound, Subproblem
+from ..pricing.stage_types import SearchContext
+from ..pricing.stages import INF, Problem
 from ..uniform import UniformSeed, UniformSpace, best_uniform_share
 
 __all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
@@ -75,10 +73,7 @@ def start_of(index: int, incumbent_s: float, outcomes: list[Outcome]) -> Start:
 @dataclass(frozen=True)
 class SearchInputs:
     """What every search of one `_solve` shares."""
-    model: Model
-    cluster: Cluster
-    base: Training
-    options: SolverOptions
+    context: SearchContext
     parts: Decomposition
     searches: tuple[tuple, ...]  # space.subproblems: (b, v, ranks, restriction, schedule name)
 
@@ -91,6 +86,10 @@ class Lane:
         self.inputs = inputs
         self.clock = clock
         self.known = known  # the skip checks' shared costs (one per solve; a lane process has its copy)
+        # a search is skipped where one of these rules it out, in this order (the restricted
+        # searches by their restriction, the free one by the closed-form and rank floors)
+        self.bounds: tuple[Bound, ...] = (RestrictionBound(inputs.context, inputs.parts),
+                                          AnyRuntimeBound(inputs.context, known))
         self.problems: list[Problem] = []  # kept with their tables, the latest first (_problem)
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
         self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
@@ -99,15 +98,12 @@ class Lane:
     def run(self, index: int, start: Start) -> Outcome:
         """Search `index` from `start`: skipped when a bound shows it cannot beat the cutoff, else the
         DP with Alpa's descending bound on the bottleneck X (driver's module docstring)."""
-        model, cluster, base, options, parts = (self.inputs.model, self.inputs.cluster, self.inputs.base,
-                                                self.inputs.options, self.inputs.parts)
         b, v, ranks, restriction, schedule = self.inputs.searches[index]
+        search = Subproblem(b, v, ranks, schedule, restriction)
         cutoff_s = start.cutoff_s(start.best)
-        if cannot_beat(model, cluster, base, b, restriction, options, ranks, parts, cutoff_s, schedule) \
-                or (restriction.tp is None  # the free search (`any`); the restricted ones: cannot_beat
-                    and cannot_beat_any(model, cluster, base, b, v, ranks, schedule, options, cutoff_s, self.known)):
+        if any(bound.cannot_beat(search, cutoff_s) for bound in self.bounds):
             return Outcome(index, None, 0, None)  # the DP would prune every plan of it
-        problem = self._problem(b, v, ranks, restriction, schedule)
+        problem = self._problem(search)
         best = start.best
         found_here: tuple[PlanKey, list] | None = None
 
@@ -161,17 +157,18 @@ class Lane:
         """The fastest uniform plan of `space` among the candidates of `share` (uniform.best_uniform_share),
         before the searches or after them (driver): `accept` a picklable callable (a lane process
         receives it)."""
-        i = self.inputs
-        return best_uniform_share(i.model, i.cluster, i.base, space, i.options.params_mapping(), self.clock, accept,
-                                  bound_s, share)
+        context = self.inputs.context
+        return best_uniform_share(context.model, context.cluster, context.training, space,
+                                  context.options.params_mapping(), self.clock, accept, bound_s, share)
 
-    def _problem(self, b: int, v: int, ranks: int | None, restriction, schedule: str) -> Problem:
+    def _problem(self, search: Subproblem) -> Problem:
         """The problem of a search: one the lane kept (the last one, or one of its last PROBLEMS_KEPT
         chunked ones: the searches of two groups alternate, space.subproblems) when it has the same
         micro-batch, V, restriction, schedule and least share, else a new one (sharing position-free
         prices)."""
         # a zero-bubble problem is one per depth: every replica takes at least P micro-batches
-        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
+        b, v, restriction, schedule, least = (search.micro_batch, search.virtual_stages, search.restriction,
+                                              search.schedule, search.least_share)
         key = (b, v, restriction, schedule, least)
         for problem in self.problems:
             if (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
@@ -188,9 +185,9 @@ class Lane:
         one_chunk = self.plain.get((b, restriction))
         # one-chunk problems of one micro-batch and restriction share their position-free
         # prices (type arrays, tails: the same whatever the schedule and depth)
-        i = self.inputs
-        problem = Problem(i.model, i.cluster, i.base, b, i.parts, i.options, v, one_chunk, self.clock,
-                          restriction, schedule, least, one_chunk, self.shapes)
+        context = self.inputs.context
+        problem = Problem(context.model, context.cluster, context.training, b, self.inputs.parts, context.options, v,
+                          one_chunk, self.clock, restriction, schedule, least, one_chunk, self.shapes)
         if not problem.chunked and one_chunk is None:
             self.plain[(b, restriction)] = problem
         self.problems.insert(0, problem)

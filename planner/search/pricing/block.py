@@ -21,7 +21,7 @@ from ...cost.stage_memory import replica_memory
 from ...cost.sharding import Sharding
 from .experts import stage_ep_group, stage_expert_layout
 from .shares import UNCAPPED
-from .stage_types import INF, StageConfig, StageCost, TypeArrays, share_cap
+from .stage_types import INF, ProblemPart, StageConfig, StageCost, TypeArrays, share_cap
 
 
 class BlockPrices(NamedTuple):
@@ -128,9 +128,13 @@ def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes:
     return repeats_none | repeats_full
 
 
-class MemorySavers:
+class MemorySavers(ProblemPart):
     """The memory savers' part of planner.search.pricing.stages.Problem: a configuration's type arrays
     at a pipeline position, with recompute "block"'s count and offload's pruning."""
+
+    def __init__(self, problem):
+        super().__init__(problem)
+        self._never: StageCost | None = None  # nowhere()
 
     def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
                      ) -> tuple[list[TypeArrays], np.ndarray | None]:
@@ -140,9 +144,9 @@ class MemorySavers:
         not bind)."""
         tables = self.tables
         config = self.catalog.configs[cid]
-        if config.offload and self._offload_never_needed(config, flags, in_flight):
+        if config.offload and self.offload_never_needed(config, flags, in_flight):
             return [], np.full(len(self.inputs.blocks), -1)  # (its own arrays never priced)
-        types = self._types_for(cid)
+        types = self.problem.types_for(cid)
         if config.recompute != "block":
             return types, None
         key = (cid, flags, in_flight)
@@ -158,7 +162,7 @@ class MemorySavers:
             if memory is None:
                 memory = [self._per_type(
                     ("memory", id(ta.time), flags), ta,
-                    lambda ta=ta, bp=bp: block_memory([ta], [bp], self.dims(config), self.inputs.t, flags, n,
+                    lambda ta=ta, bp=bp: block_memory([ta], [bp], self.problem.stage_configs.dims(config), self.inputs.t, flags, n,
                                                       config.offload)[0])
                     for ta, bp in zip(types, tables.block_prices[config])]
                 # several types: their figures stacked, k of every type in one call
@@ -167,16 +171,16 @@ class MemorySavers:
             by_k = (cid, flags, k.tobytes())
             block_types = tables.block_types.get(by_k)
             if block_types is None:
-                layout = self.dp_layout(config) if config.zero >= 2 else None
-                expert_layout = stage_expert_layout(self.inputs, config, self.dims(config)) if config.zero >= 2 else None
+                layout = self.problem.stage_configs.dp_layout(config) if config.zero >= 2 else None
+                expert_layout = stage_expert_layout(self.inputs, config, self.problem.stage_configs.dims(config)) if config.zero >= 2 else None
                 shared = [self._per_type(("types", id(ta.time), flags, by_k[2]), ta,
-                                         lambda ta=ta, bp=bp: block_types_at([ta], [bp], self.dims(config),
+                                         lambda ta=ta, bp=bp: block_types_at([ta], [bp], self.problem.stage_configs.dims(config),
                                                                              self.inputs.t, layout, flags, k, n,
                                                                              config.offload, expert_layout)[0])
                           for ta, bp in zip(types, tables.block_prices[config])]
                 block_types = tables.block_types[by_k] = [  # (this config's replica counts)
                     bt if bt.count == ta.count else replace(bt, count=ta.count) for bt, ta in zip(shared, types)]
-            k = np.where(useless_where(k, n, flags, self.options.recompute_modes), -1, k)
+            k = np.where(useless_where(k, n, flags, self.problem.options.recompute_modes), -1, k)
             tables.block_types[key] = (block_types, k)
         return tables.block_types[key]
 
@@ -188,7 +192,7 @@ class MemorySavers:
             known = self.tables.block_types[key] = (ta.time, price())
         return known[1]
 
-    def _price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, lid: int,
+    def price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, lid: int,
                       out: list) -> None:
         """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
         `link` (number `lid`): their type arrays and recomputed-block counts at this position
@@ -207,7 +211,7 @@ class MemorySavers:
                     caps = [share_cap(ta.room[flags], in_flight) for ta in types]
                     memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps) + k.tobytes(), types, k)
             if memo is None:
-                out[index] = self._nowhere()
+                out[index] = self.nowhere()
                 continue
             caps, caps_bytes, types, k = memo
             caps_key = ("block", cid, flags, lid, caps_bytes)
@@ -215,14 +219,14 @@ class MemorySavers:
             if cached is not None:
                 out[index] = cached
                 continue
-            pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps, k))
+            pending.setdefault(self.problem.levels.batch_key(types), []).append((index, cid, caps_key, types, caps, k))
         for batch, group in pending.items():
-            all_times = [self.replica_times(types, flags, link) for _, _, _, types, _, _ in group]
+            all_times = [self.problem.replica_times(types, flags, link) for _, _, _, types, _, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(batch, [item[3] for item in group], all_times,
+            busy_all = self.problem.levels.stacked_makespans(batch, [item[3] for item in group], all_times,
                                               [item[4] for item in group])
             latencies = [reduce(np.maximum, times) for times in all_times]
-            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, k) for (_, cid, _, types, _, k), latency
+            xs, slopes = self.problem.finish_many([(self.catalog.configs[cid], types, latency, k) for (_, cid, _, types, _, k), latency
                                             in zip(group, latencies)], busy_all, flags)
             for (index, _, caps_key, _, _, _), latency, x, slope, x_min in zip(group, latencies, xs, slopes,
                                                                                   xs.min(axis=1)):
@@ -232,8 +236,8 @@ class MemorySavers:
         """A "block" config's position-free type arrays: those of the same config with "none"
         (priced per position by priced_types), and its BlockPrices."""
         inputs, t = self.inputs, self.inputs.t
-        dims = self.dims(config)
-        none = self.type_arrays(replace(config, recompute="none"))
+        dims = self.problem.stage_configs.dims(config)
+        none = self.problem.stage_configs.type_arrays(replace(config, recompute="none"))
         sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
         full = replace(sh, recompute="full")
         ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.pricing.experts)
@@ -249,7 +253,7 @@ class MemorySavers:
         self.tables.types[config] = none
         return none
 
-    def _offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], position) -> bool:
+    def offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], position) -> bool:
         """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
         where the same configuration on the GPU alone cannot hold its in-flight micro-batches (and
         a split backward's deferred W inputs: `position` (in flight, deferred), or in flight alone).
@@ -260,16 +264,16 @@ class MemorySavers:
         key = (config, flags)
         least = self.tables.least_room.get(key)
         if least is None:  # the least room of the config on the GPU alone, over its types and block counts
-            on_gpu = self.type_arrays(replace(config, offload=False))
+            on_gpu = self.problem.stage_configs.type_arrays(replace(config, offload=False))
             # and the most a deferred W keeps, as a share of a micro-batch (planner.search.pricing.deferred)
             most_w = max((float(ta.wgrad_share[flags].max()) for ta in on_gpu if ta.wgrad_share), default=0.0)
             least = self.tables.least_room[key] = (min(float(ta.room[flags].min()) for ta in on_gpu), most_w)
         return least[0] >= in_flight + deferred * least[1]
 
-    def _nowhere(self) -> StageCost:
+    def nowhere(self) -> StageCost:
         """A configuration the search leaves out at this position: infeasible at every block count
         (one read-only instance per problem: the stage loop meets it hundreds of thousands of times)."""
-        cost = self.__dict__.get("_never")
+        cost = self._never
         if cost is None:
             never = np.full(len(self.inputs.blocks), INF)
             never.setflags(write=False)

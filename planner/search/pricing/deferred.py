@@ -21,19 +21,19 @@ from functools import reduce
 
 import numpy as np
 
-from .stage_types import StageCost, TypeArrays, deferred_share_cap, share_cap
+from .stage_types import ProblemPart, StageCost, TypeArrays, deferred_share_cap, share_cap
 
 Position = tuple[float, float]  # (in-flight micro-batches, deferred W passes) of a pipeline rank
 
 
-class DeferredW:
+class DeferredW(ProblemPart):
     """The split backward's part of planner.search.pricing.stages.Problem."""
 
     def position(self, stage_from_end: int, ranks: int | None) -> Position:
         """A rank's in-flight micro-batches (Problem.in_flight) and deferred W passes
         (Schedule.deferred_w_microbatches, 0 but for a split backward)."""
         inputs = self.inputs
-        in_flight = self.in_flight(stage_from_end, ranks)
+        in_flight = self.problem.in_flight(stage_from_end, ranks)
         if not inputs.schedule.split_backward:
             return in_flight, 0.0
         ranks = stage_from_end if ranks is None else ranks
@@ -92,25 +92,25 @@ class DeferredW:
         key = ("times", cid, flags, lid)
         known = self.tables.caps.get(key)
         if known is None:
-            times = self.replica_times(types, flags, link)
+            times = self.problem.replica_times(types, flags, link)
             known = self.tables.caps[key] = (times, self.latency(types, flags, times))
         return known
 
-    def _price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, lid: int,
+    def price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, lid: int,
                         out: list) -> None:
         """stage_costs for (index, cid, _) over `link` (number `lid`) at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica
-        counts in one vectorised call (as Problem._price_levels)."""
+        counts in one vectorised call (as CappingLevels._price_levels)."""
         tables = self.tables
         pending: dict[tuple[int, ...], list] = {}
         new = [cid for _, cid, _ in todo if ("deferred", cid, flags, position) not in tables.caps]
         if new:  # their types' caps at this position in one call
-            self._deferred_caps_at([self._types_for(cid) for cid in new], flags, position)
+            self._deferred_caps_at([self.problem.types_for(cid) for cid in new], flags, position)
         for index, cid, _ in todo:
             memo_key = ("deferred", cid, flags, position)  # the caps do not depend on the link
             memo = tables.caps.get(memo_key)
             if memo is None:
-                types = self._types_for(cid)
+                types = self.problem.types_for(cid)
                 caps = [self._deferred_cap(ta, flags, position) for ta in types]  # (as share_caps)
                 memo = tables.caps[memo_key] = (caps, b"".join(c.tobytes() for c in caps), types)
             caps, caps_bytes, types = memo
@@ -119,13 +119,13 @@ class DeferredW:
             if cached is not None:
                 out[index] = cached
                 continue
-            pending.setdefault(self._batch_key(types), []).append((index, cid, caps_key, types, caps))
+            pending.setdefault(self.problem.levels.batch_key(types), []).append((index, cid, caps_key, types, caps))
         for batch, group in pending.items():
             timed = [self._times_and_latency(cid, types, flags, link, lid) for _, cid, _, types, _ in group]
             self.state.evaluations += len(group)
-            busy_all = self.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
+            busy_all = self.problem.levels.stacked_makespans(batch, [item[3] for item in group], [times for times, _ in timed],
                                               [item[4] for item in group])
-            xs, slopes = self._finish_many([(self.catalog.configs[cid], types, latency, None) for (_, cid, _, types, _),
+            xs, slopes = self.problem.finish_many([(self.catalog.configs[cid], types, latency, None) for (_, cid, _, types, _),
                                             (_, latency) in zip(group, timed)], busy_all, flags)
             for (index, _, caps_key, _, _), (_, latency), x, slope, x_min in zip(group, timed, xs, slopes,
                                                                                   xs.min(axis=1)):

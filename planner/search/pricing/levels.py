@@ -9,11 +9,11 @@ import numpy as np
 
 from .interleave import chunk_latency
 from .shares import UNCAPPED, at_least, even_makespan, min_makespan
-from .stage_types import INF, StageCost, TypeArrays
+from .stage_types import INF, ProblemPart, StageCost, TypeArrays
 
 
-class CappingLevels:
-    """Problem's pricing by capping level (it sets inputs, catalog, tables, state)."""
+class CappingLevels(ProblemPart):
+    """A Problem's pricing by capping level."""
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
                     ranks: int | None = None) -> list[StageCost]:
@@ -24,22 +24,22 @@ class CappingLevels:
         every capping level (`_price_levels`), and a position picks its level per block count.
         The configs on one node vector share their boundary link to any successor."""
         inputs, tables = self.inputs, self.tables
-        position = self.position(stage_from_end, ranks)
+        position = self.problem.deferred.position(stage_from_end, ranks)
         flags = (stage_from_end == 1, has_emb)
         out: list = [None] * len(cids)
         nowhere, blocks, todo = self._sorted_members(tuple(cids), flags, position)
         if nowhere:
-            never = self._nowhere()
+            never = self.problem.memory_savers.nowhere()
             for index in nowhere:
                 out[index] = never
         if not blocks and not todo:
             return out
-        link = self.link(cids[0], successor_id)
-        lid = self.link_key(link)  # (the tables' keys take the link by its number)
+        link = self.problem.links.link(cids[0], successor_id)
+        lid = self.problem.links.link_key(link)  # (the tables' keys take the link by its number)
         if blocks:
-            self._price_blocks(blocks, flags, position[0], link, lid, out)
+            self.problem.memory_savers.price_blocks(blocks, flags, position[0], link, lid, out)
         if position[1] and todo:  # zero bubble's caps at this position (planner.search.pricing.deferred)
-            self._price_deferred(todo, flags, position, link, lid, out)
+            self.problem.deferred.price_deferred(todo, flags, position, link, lid, out)
             return out
         levels, by_caps = tables.stage_levels, tables.stage_by_caps
         missing = [(cid, flags, lid) for _, cid, _ in todo if (cid, flags, lid) not in levels]
@@ -72,7 +72,7 @@ class CappingLevels:
         leveled = []  # (place in todo, cid) of the configs priced by capping level
         for index, cid in enumerate(cids):
             config = configs[cid]
-            if config.offload and self._offload_never_needed(config, flags, position):
+            if config.offload and self.problem.memory_savers.offload_never_needed(config, flags, position):
                 nowhere.append(index)  # (its own arrays never priced)
                 continue
             none = no_shares.get(cid)
@@ -126,7 +126,7 @@ class CappingLevels:
                 continue
             # nor on the config beyond its types' rooms, which configs on other node vectors share
             # (StageConfigs._replica_arrays): by their identities, kept alive with the entry
-            arrays = tuple(ta.room[flags] for ta in self._types_for(cid))
+            arrays = tuple(ta.room[flags] for ta in self.problem.types_for(cid))
             by_rooms = ("levels of", tuple(id(a) for a in arrays))
             known = tables.caps.get(by_rooms)
             if known is None or any(a is not b for a, b in zip(known[0], arrays)):
@@ -164,12 +164,12 @@ class CappingLevels:
         level_busy = None if inputs.chunked or inputs.restriction.even_shares else tables.level_busy
         for base_key in base_keys:
             cid, flags, lid = base_key
-            types = self._types_for(cid)
+            types = self.problem.types_for(cid)
             rooms, caps = self._level_caps(cid, flags)
             one = None if level_busy is None else level_busy.get((self.catalog.configs[cid], flags, lid))
-            pending.setdefault(self._batch_key(types), []).append((base_key, types, rooms, caps, one))
+            pending.setdefault(self.batch_key(types), []).append((base_key, types, rooms, caps, one))
         for batch, items in pending.items():
-            all_times = [self.replica_times(types, base_key[1], link) for base_key, types, _, _, _ in items]
+            all_times = [self.problem.replica_times(types, base_key[1], link) for base_key, types, _, _, _ in items]
             self.state.evaluations += len(items)
             todo = [(times, item) for times, item in zip(all_times, items) if item[4] is None]
             if todo:
@@ -204,11 +204,11 @@ class CappingLevels:
                                                                                           inputs.num_blocks))
                     latency, split = known[1]
                 else:
-                    latency, split = self.latency(types, flags, times), None
+                    latency, split = self.problem.deferred.latency(types, flags, times), None
                 finished.append((self.catalog.configs[cid], types, latency, None))
                 busies.append((busy, rooms, split))
             # X of the batch's configurations in one call (every one has as many capping levels)
-            xs, slopes = self._finish_many(finished, np.concatenate([busy for busy, _, _ in busies]), flags)
+            xs, slopes = self.problem.finish_many(finished, np.concatenate([busy for busy, _, _ in busies]), flags)
             levels = len(xs) // len(items)
             for at, ((base_key, _, _, _, _), (_, _, latency, _), (_, rooms, split), slope) in enumerate(
                     zip(items, finished, busies, slopes)):
@@ -221,12 +221,12 @@ class CappingLevels:
         arrays are priced all the same (they carry the smallest overflow a no-plan message reports)."""
         known = self.tables.no_shares.get(cid)
         if known is None:
-            replicas = self.dims(self.catalog.configs[cid]).dp
+            replicas = self.problem.stage_configs.dims(self.catalog.configs[cid]).dp
             inputs = self.inputs
             known = inputs.microbatches < replicas * inputs.least_share or bool(
                 inputs.restriction.even_shares and inputs.microbatches % replicas)
             if known:
-                self._types_for(cid)
+                self.problem.types_for(cid)
             self.tables.no_shares[cid] = known
         return known
 
@@ -239,7 +239,7 @@ class CappingLevels:
                   self.inputs.least_share if least is None else least)
 
     def stacked_makespans(self, batch, all_types, all_times, all_caps) -> np.ndarray:
-        """The makespans of several configurations of one batch (_batch_key) in one vectorised
+        """The makespans of several configurations of one batch (batch_key) in one vectorised
         call: row i from the replica types `all_types[i]`, their times `all_times[i]` and memory
         caps `all_caps[i]` (one array per replica type each)."""
         kinds = len(all_types[0])
@@ -250,7 +250,7 @@ class CappingLevels:
                               for g in range(kinds)],
                              [np.stack([caps[g] for caps in all_caps]) for g in range(kinds)])
 
-    def _batch_key(self, types: list[TypeArrays]):
+    def batch_key(self, types: list[TypeArrays]):
         """Which configurations share a makespan call: min_makespan takes a replica count per row,
         so any with as many replica types; even_makespan one count per type, so the same counts."""
         return tuple(ta.count for ta in types) if self.inputs.restriction.even_shares else len(types)

@@ -22,7 +22,7 @@ from .experts import ep_degrees, stage_ep_group, stage_expert_layout
 from ...cost.sharding import Sharding
 from .block import BlockPrices
 from .shares import UNCAPPED
-from .stage_types import INF, SolverOptions, StageConfig, TypeArrays
+from .stage_types import INF, ProblemPart, SolverOptions, StageConfig, TypeArrays
 
 
 def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str) -> list[str]:
@@ -33,8 +33,13 @@ def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str)
     return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
 
 
-class StageConfigs:
-    """Problem's configurations and per-configuration tables (it sets inputs, tables, state, base)."""
+class StageConfigs(ProblemPart):
+    """A Problem's configurations and per-configuration tables; the stage shapes per nodes used
+    are the problem's `shapes`, one memo for every problem of a solve."""
+
+    def __init__(self, problem):
+        super().__init__(problem)
+        self.shapes: dict = problem.shapes
 
     @property
     def max_stages(self) -> int:
@@ -115,12 +120,12 @@ class StageConfigs:
         if config in self.tables.types:
             return self.tables.types[config]
         dims = self.dims(config)
-        if self.base is not None:
+        if self.problem.base is not None:
             t = inputs.t
             sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
             layout = self.dp_layout(config) if config.zero >= 2 else None
             out = []
-            for ta in self.base.type_arrays(config):
+            for ta in self.problem.base.stage_configs.type_arrays(config):
                 # once per 1F1B replica type's arrays (_replica_arrays: they fix dims, sharding and
                 # layout), by identity, kept alive with the entry
                 known = self.tables.replica_arrays.get(("chunked", id(ta.time)))
@@ -130,7 +135,7 @@ class StageConfigs:
                         inputs.v)[0])
                 out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
             self.tables.types[config] = out
-            base_overflow = self.base.state.smallest_overflow
+            base_overflow = self.problem.base.state.smallest_overflow
             if self.state.smallest_overflow is None or (base_overflow is not None
                                                         and base_overflow[0] < self.state.smallest_overflow[0]):
                 self.state.smallest_overflow = base_overflow
@@ -138,7 +143,7 @@ class StageConfigs:
         t, b, s = inputs.t, inputs.b, inputs.t.seq_len
         block = config.recompute == "block"  # priced here as "none", per position by priced_types
         if block and "none" in inputs.options.recompute_modes:
-            return self.block_from_none(config)
+            return self.problem.memory_savers.block_from_none(config)
         sh = Sharding(t.dtype, b, s, t.attention, dims.within_replica, "none" if block else config.recompute)
         ep_group = stage_ep_group(inputs, config, dims)
         expert_layout = stage_expert_layout(inputs, config, dims) if dims.zero >= 2 else None

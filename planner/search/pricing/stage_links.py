@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from ...cost.paths import pair_link, slowest
 from ...inputs.hardware import Link
-from .stage_types import StageConfig
+from .stage_types import ProblemPart, StageConfig
 
 
-class StageLinks:
-    """Stage signatures and boundary links of a Problem (its `inputs`, `catalog` and `tables`)."""
+class StageLinks(ProblemPart):
+    """Stage signatures and boundary links of a Problem."""
 
     def signature_id(self, groups: frozenset[int]) -> int:
         sig = self.signature(groups)

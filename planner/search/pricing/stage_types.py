@@ -45,7 +45,7 @@ class SolverOptions:
     # `--pp`); empty: any. With per-stage DP (`any`) every stage's degree is one of them
     dp_degrees: tuple[int, ...] = ()
     pp_degrees: tuple[int, ...] = ()
-    offload: bool = True  # ZeRO-Offload per stage, where memory binds (Problem._offload_never_needed)
+    offload: bool = True  # ZeRO-Offload per stage, where memory binds (MemorySavers.offload_never_needed)
     # activation offload of one-stage uniform plans that do not fit (planner.search.uniform.fewest_offloaded)
     activation_offload: bool = True
     # clusters with at most this many nodes are searched whole (exact); None: by the runtime
@@ -312,7 +312,7 @@ class PriceTables:
     caps: dict[tuple, object] = field(default_factory=dict)  # per config id and position: caps, offload's test
     links: dict[tuple, Link] = field(default_factory=dict)
     stage_levels: dict[tuple, tuple] = field(default_factory=dict)  # (config, flags, link): costs by capping level
-    # (config ids, flags, position) -> what stages.Problem.stage_costs does with each config there
+    # (config ids, flags, position) -> what CappingLevels.stage_costs does with each config there
     members: dict[tuple, tuple] = field(default_factory=dict)
     stage_by_caps: dict[tuple, StageCost] = field(default_factory=dict)
     family: dict[tuple, tuple] = field(default_factory=dict)
@@ -325,9 +325,9 @@ class PriceTables:
     # planner.search.bounds.completion: kappa per group, and per nodes used the least time a block left adds
     kappas: dict[int, float] = field(default_factory=dict)
     per_block_left: dict[tuple[int, ...], float] = field(default_factory=dict)
-    no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> Problem._no_shares
+    no_shares: dict[int, bool] = field(default_factory=dict)  # config id -> CappingLevels._no_shares
     # one-chunk problems: (config, flags, link) -> makespans by capping level with at least one
-    # micro-batch per replica (stages.Problem._price_levels), shared by the problems of one micro-batch
+    # micro-batch per replica (CappingLevels._price_levels), shared by the problems of one micro-batch
     level_busy: dict[tuple, np.ndarray] = field(default_factory=dict)
     # (node group, dims, recompute, ...) -> one replica type's arrays (StageConfigs._replica_arrays)
     replica_arrays: dict[tuple, tuple] = field(default_factory=dict)
@@ -356,3 +356,25 @@ class SearchState:
     clock: SearchClock | None = None
     evaluations: int = 0
     smallest_overflow: tuple[float, str] | None = None
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """What every search of one solve fixes: the model, the cluster, the training (global batch,
+    sequence, dtype, runtime) and the solver's options."""
+    model: Model
+    cluster: Cluster
+    training: Training
+    options: SolverOptions
+
+
+class ProblemPart:
+    """One part of a stages.Problem's pricing, held by the problem: it reads the problem's
+    inputs and shares its catalog, tables and state, and reaches the other parts through it."""
+
+    def __init__(self, problem):
+        self.problem = problem
+        self.inputs: ProblemInputs = problem.inputs
+        self.catalog: Catalog = problem.catalog
+        self.tables: PriceTables = problem.tables
+        self.state: SearchState = problem.state

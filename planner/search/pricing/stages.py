@@ -28,11 +28,14 @@ from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction,
 __all__ = ["INF", "Problem", "Restriction", "SolverOptions", "StageConfig", "StageCost", "TypeArrays", "Variant", "share_cap"]
 
 
-class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
-    """Prices stage configurations for one (micro-batch, decomposition, V) search. Its parts:
+class Problem:
+    """Prices stage configurations for one (micro-batch, decomposition, V) search. Its data:
     `inputs` (frozen: what the search fixes), `catalog` (the configurations, families and
     signatures met, numbered), `tables` (prices derived from the inputs on first use) and
-    `state` (the clock, the evaluation count, the smallest overflow met)."""
+    `state` (the clock, the evaluation count, the smallest overflow met). Its parts, which
+    share that data: `stage_configs` (the configurations and their type arrays), `links`
+    (signatures and boundary links), `levels` (prices by memory-capping level),
+    `memory_savers` (recompute "block" and offload) and `deferred` (the split backward)."""
 
     def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
@@ -60,6 +63,11 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                                                 restriction=restriction, shapes=self.shapes)
             self.tables = PriceTables(dims=self.base.tables.dims, dp_layouts=self.base.tables.dp_layouts,
                                       tails=self.base.tables.tails)
+        self.stage_configs = StageConfigs(self)
+        self.links = StageLinks(self)
+        self.levels = CappingLevels(self)
+        self.memory_savers = MemorySavers(self)
+        self.deferred = DeferredW(self)
 
     def release_position_prices(self) -> None:
         """Drop the prices by position, successor and bound (its 1F1B search is done); keep the
@@ -106,7 +114,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                 # one object per configuration in every list (a StageConfig hashes in Python, an
                 # object's id in C): the same configuration on other nodes used is found by its object
                 interned = self.tables.config_lists.setdefault("configs", {})
-                configs = self.tables.config_lists[key] = [interned.setdefault(c, c) for c in self.configs(used)]
+                configs = self.tables.config_lists[key] = [interned.setdefault(c, c) for c in self.stage_configs.configs(used)]
             # ids by value, found by the object first: the entry keeps its object, so its id stays its own
             by_object = self.catalog.config_objects
             for config in configs:
@@ -125,7 +133,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                     self.catalog.families.append(tuple(members))
                 new_used = self.inputs.parts.after(used, nodes)
                 groups = frozenset(i for i, n in enumerate(nodes) if n)
-                out.append((self.catalog.family_ids[nodes], new_used, self.signature_id(groups)))
+                out.append((self.catalog.family_ids[nodes], new_used, self.links.signature_id(groups)))
             self.catalog.fitting[used] = out
         return self.catalog.fitting[used]
 
@@ -142,8 +150,8 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         if cached is not None:
             return cached
         members = self.catalog.families[fid]
-        key = (fid, self.position(stage_from_end, ranks), stage_from_end == 1, has_emb,
-               self.link(members[0], successor_id))
+        key = (fid, self.deferred.position(stage_from_end, ranks), stage_from_end == 1, has_emb,
+               self.links.link(members[0], successor_id))
         cached = tables.family.get(key)
         if cached is None:
             cached = tables.family[key] = self._merged_family(fid, stage_from_end, has_emb, successor_id, ranks)
@@ -154,7 +162,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                        ranks: int | None) -> tuple["Variant", ...]:
         """family_cost, uncached."""
         members = self.catalog.families[fid]
-        costs = self.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        costs = self.levels.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
         if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
             kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
@@ -212,7 +220,7 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
         or for the last rank's first V - 1 chunks around to rank 0, whose signature the
         search passes as the last rank's successor (interleave.chunk_latency)."""
-        return self.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
+        return self.levels.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
 
     def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with its sends over `link` (None: the last
@@ -224,9 +232,9 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         sends = 1 if not inputs.chunked else (inputs.v - 1 if flags[0] else inputs.v)
         return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
 
-    def _types_for(self, cid: int) -> list[TypeArrays]:
+    def types_for(self, cid: int) -> list[TypeArrays]:
         if cid not in self.tables.types_by_id:
-            self.tables.types_by_id[cid] = self.type_arrays(self.catalog.configs[cid])
+            self.tables.types_by_id[cid] = self.stage_configs.type_arrays(self.catalog.configs[cid])
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
@@ -234,10 +242,10 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
                 ) -> tuple[np.ndarray, float | None]:
         """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
         "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
-        xs, slopes = self._finish_many([(config, types, latency, k)], busy.reshape(-1, busy.shape[-1]), flags)
+        xs, slopes = self.finish_many([(config, types, latency, k)], busy.reshape(-1, busy.shape[-1]), flags)
         return xs.reshape(busy.shape), slopes[0]
 
-    def _finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
+    def finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
                      ) -> tuple[np.ndarray, list[float | None]]:
         """_finish of several configurations (config, types, latency, k or None) in one call:
         `busy` holds as many rows for each (its capping levels), in order; X in the same rows."""
@@ -281,9 +289,9 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
         other node vectors share (StageConfigs._replica_arrays): by the arrays' identities, kept
         alive with the entry (released with the recomputed-block counts' tails)."""
-        dims = self.dims(config)
+        dims = self.stage_configs.dims(config)
         arrays = tuple(ta.time for ta in types)
-        key = ("tail of", flags, dims, self.dp_layout(config), stage_expert_layout(self.inputs, config, dims),
+        key = ("tail of", flags, dims, self.stage_configs.dp_layout(config), stage_expert_layout(self.inputs, config, dims),
                config.offload, tuple(id(a) for a in arrays))
         known = self.tables.tails.get(key)
         if known is None or any(a is not b for a, b in zip(known[0], arrays)):
@@ -294,13 +302,13 @@ class Problem(CappingLevels, StageConfigs, StageLinks, MemorySavers, DeferredW):
         """Exposed gradient reduction and optimizer step after the last micro-batch
         (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
         slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
-        tail = stage_tail(types[0].params[flags], self.dims(config), self.inputs.t.dtype, self.dp_layout(config),
+        tail = stage_tail(types[0].params[flags], self.stage_configs.dims(config), self.inputs.t.dtype, self.stage_configs.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
                           [(ta.group.gpu, ta.cost_params) for ta in types],
                           expert_params=types[0].experts[flags], optimizer=self.inputs.t.optimizer,
                           offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
                           if config.offload else (),
-                          expert_layout=stage_expert_layout(self.inputs, config, self.dims(config)))
+                          expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
         return tail.total_s
 
