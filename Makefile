@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 INTEGRATION_STAMP := $(VENV)/.installed-integration
 
-.PHONY: install test integration plan fidelity clean wheel-check
+.PHONY: install test test-fast integration plan fidelity clean wheel-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ PYTEST_WORKERS ?= -n auto --dist worksteal
 
 test: wheel-check $(INTEGRATION_STAMP)
 	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+
+# the quick loop while editing: everything but the `slow` tests (the brute-force oracle checks and
+# other long runs) and the `integration` ones, on the extras installed; `make test` runs them all
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "not slow and not integration"
 
 integration: $(INTEGRATION_STAMP)
 	PLANNER_REQUIRE_INTEGRATION=1 $(BIN)/python -m pytest -q -m integration

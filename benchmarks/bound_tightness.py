@@ -5,8 +5,8 @@
 Part 1, llama-3-70b on the H100 + A100 + V100 clusters of benchmarks/planning_time.py under
 megatron: the busy-time bound (busy_bound_s, the bound before pipeline_bound_s) and the bound
 now (compute_lower_bound_s), with the CPU seconds of each. Part 2, the oracle instances of
-tests/test_search.py (tiny_instance seeds 0..S-1, pipeline_instance 0..11) under each runtime:
-the brute-force optimum (tests/oracle.py) against both bounds; any bound above an optimum is
+planner/verify/oracle.py (tiny_instance seeds 0..S-1, pipeline_instance 0..11) under each runtime:
+the brute-force optimum (brute_force there) against both bounds; any bound above an optimum is
 printed as a violation. Prints markdown tables.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +52,8 @@ def llama_rows(runtime: str = "megatron") -> None:
 
 
 def oracle_rows(runtimes: list[str], seeds: int) -> None:
-    from tests.oracle import brute_force
-    from tests.test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance
+    from planner.api.load import resolve_dtype
+    from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
     print("| runtime | instances with a plan | bound above the busy bound | busy bound / optimum (mean, max) "
           "| bound / optimum (mean, max) | violations |")
@@ -62,7 +63,9 @@ def oracle_rows(runtimes: list[str], seeds: int) -> None:
         for make, count in ((tiny_instance, seeds), (pipeline_instance, 12)):
             for seed in range(count):
                 model, cluster, base = make(seed)
-                base = runtime_base(cluster, base, runtime)
+                # in a dtype the runtime has, as `planner plan --runtime R` picks it
+                dtype = base.dtype if base.dtype in capability(runtime).dtypes else resolve_dtype(cluster, None, runtime)
+                base = replace(base, runtime=runtime, dtype=dtype)
                 options = within(SolverOptions(**TINY_OPTIONS), capability(runtime))
                 optimum, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"],
                                             TINY_OPTIONS["tp_degrees"], TINY_OPTIONS["recompute_modes"],

@@ -219,20 +219,37 @@ def runtime_base(cluster, base, runtime):
     return replace(base, runtime=runtime, dtype=dtype)
 
 
-def solve_with_and_without_skips(monkeypatch, bound: type, model, cluster, base, options) -> tuple:
-    """driver.solve as it is, then with the skip test of `bound` (RestrictionBound, AnyRuntimeBound:
-    the bounds planner.search.orchestration.lanes skips searches by) never skipping: (pruned
+def assert_solves_to_the_optimum(expected: float, model, cluster, base, options, proven: bool = True):
+    """The solver finds the oracle's optimum step time `expected` (`proven`: and says it is optimal),
+    or no plan where the oracle found none (`expected` inf). Returns the result, None for no plan."""
+    from planner.core.errors import NoFeasiblePlan
+    from planner.search.orchestration.driver import solve
+
+    try:
+        result = solve(model, cluster, base, options)
+    except NoFeasiblePlan:
+        assert expected == float("inf")
+        return None
+    assert result.optimal or not proven
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+    return result
+
+
+def solve_with_and_without_skips(monkeypatch, skip_test: str, model, cluster, base, options) -> tuple:
+    """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
+    cannot_beat_any, as planner.search.orchestration.lanes calls them) never skipping: (pruned
     result, full result, whether it skipped a search)."""
     import planner.search.orchestration.driver as driver
+    import planner.search.orchestration.lanes as lanes
 
     skipped = []
-    real = bound.cannot_beat
+    real = getattr(lanes, skip_test)
 
     def counted(*args, **kwargs):
         out = real(*args, **kwargs)
         skipped.append(out)
         return out
-    monkeypatch.setattr(bound, "cannot_beat", counted)
+    monkeypatch.setattr(lanes, skip_test, counted)
     pruned = driver.solve(model, cluster, base, options)
-    monkeypatch.setattr(bound, "cannot_beat", lambda *args, **kwargs: False)
+    monkeypatch.setattr(lanes, skip_test, lambda *args, **kwargs: False)
     return pruned, driver.solve(model, cluster, base, options), any(skipped)

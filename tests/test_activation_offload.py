@@ -20,7 +20,7 @@ def offloaded(k: int, **flags):
 
 
 @pytest.fixture(scope="module")
-def priced():
+def estimates():
     return {k: evaluate(offloaded(k)) for k in (0, 1, 2, 6)}
 
 
@@ -33,9 +33,9 @@ def _block(plan):
     return lp, plan.cluster.group_of_rank(0).host.pcie_bytes_per_s
 
 
-def test_offload_moves_all_but_a_double_buffer_of_blocks_off_the_gpu(priced):
+def test_offload_moves_all_but_a_double_buffer_of_blocks_off_the_gpu(estimates):
     lp, _ = _block(offloaded(6))
-    act = lambda k: priced[k].memory_by_rank[0].activations_bytes  # noqa: E731
+    act = lambda k: estimates[k].memory_by_rank[0].activations_bytes  # noqa: E731
     # one or two blocks offloaded: the double buffer holds them, the GPU saves nothing
     assert act(1) == pytest.approx(act(0), rel=1e-12) and act(2) == pytest.approx(act(0), rel=1e-12)
     # six blocks, one micro-batch in flight (pp = 1): four blocks' activations leave the GPU
@@ -43,16 +43,16 @@ def test_offload_moves_all_but_a_double_buffer_of_blocks_off_the_gpu(priced):
     assert act(0) - act(6) > 2**30  # (a figure that matters: over 1 GiB here)
 
 
-def test_offload_exposes_the_pcie_copies_that_the_blocks_compute_does_not_hide(priced):
+def test_offload_exposes_the_pcie_copies_that_the_blocks_compute_does_not_hide(estimates):
     lp, pcie = _block(offloaded(6))
     copy = lp.act_bytes / pcie
     per_block = (max(0.0, copy - (lp.fwd_s + lp.tp_comm_fwd_s)) + max(0.0, copy - (lp.bwd_s + lp.tp_comm_bwd_s)))
     n_micro = FLAGS["global_batch"] // FLAGS["dp"]
     assert per_block > 0  # 16k tokens on tp 8: a block's copy outlasts its compute
-    assert priced[6].step_time_s - priced[0].step_time_s == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
-    assert priced[6].breakdown_s["offload"] == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
-    assert "offload" not in priced[0].breakdown_s
-    assert sum(priced[6].breakdown_s.values()) == pytest.approx(priced[6].step_time_s, rel=1e-9)
+    assert estimates[6].step_time_s - estimates[0].step_time_s == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
+    assert estimates[6].breakdown_s["offload"] == pytest.approx(n_micro * 6 * per_block, rel=1e-9)
+    assert "offload" not in estimates[0].breakdown_s
+    assert sum(estimates[6].breakdown_s.values()) == pytest.approx(estimates[6].step_time_s, rel=1e-9)
 
 
 def test_a_faster_pcie_link_hides_the_copies():

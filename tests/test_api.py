@@ -12,8 +12,7 @@ from planner import api
 from planner.core.errors import BadInput, NoFeasiblePlan
 from planner.inputs.hardware import load_cluster
 
-from .conftest import SMALL_CLUSTER_YAML, evaluate_args, invoke
-from .test_measured import synthetic_profile
+from .conftest import SMALL_CLUSTER_YAML, evaluate_args, invoke, synthetic_profile
 
 
 @pytest.fixture

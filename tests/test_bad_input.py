@@ -398,12 +398,6 @@ def test_byte_order_mark_before_json_is_accepted(tmp_path, small_cluster_file):
 # --- plan files ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def plan_json(small_cluster, gpt2) -> dict:
-    plan = uniform_plan(gpt2, small_cluster, Training(8, 512, "bf16", 1), tp=2, pp=2, dp=1)
-    return plan_to_json(plan)
-
-
 @pytest.mark.parametrize("content", ['{"format": "something/else"}', "[1, 2, 3]", '"a plan"'])
 def test_plan_file_that_is_not_a_plan_names_format(tmp_path, content):
     path = write(tmp_path, "plan.json", content)

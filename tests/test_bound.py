@@ -14,10 +14,9 @@ from planner.search.bounds.completion import block_gpu_seconds, seconds_per_bloc
 from planner.search.decompose import decompose
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import ProblemInputs
+from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
-from .oracle import brute_force
-from .test_search import TINY_OPTIONS, pipeline_instance, runtime_base, tiny_instance
-from .test_time_limit import three_types
+from .conftest import runtime_base, three_types
 
 
 @pytest.mark.parametrize("make, seed", [(tiny_instance, s) for s in range(0, 50, 5)]
@@ -55,6 +54,7 @@ WAIT_BINDS = [("megatron", pipeline_instance, 9), ("megatron", pipeline_instance
               ("deepspeed", tiny_instance, 1), ("torchtitan", tiny_instance, 26)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime, make, seed", WAIT_BINDS)
 def test_pipeline_bound_binds_yet_never_exceeds_the_brute_force_optimum(runtime, make, seed):
     model, cluster, base = make(seed)

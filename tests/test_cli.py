@@ -12,17 +12,11 @@ from planner.inputs.hardware import load_cluster
 from planner.inputs.model import catalog_names, load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
-from .conftest import CATALOG_NAMES, evaluate_args, invoke, small_cluster_spec
+from .conftest import CATALOG_NAMES, evaluate_args, invoke, ok_json, small_cluster_spec
 
 EVALUATE_KEYS = {"fits", "step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "mfu",
                  "peak_memory_GiB", "breakdown_s"}
 BREAKDOWN_KEYS = {"compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
-
-
-def ok_json(result) -> dict | list:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    assert result.stderr == ""
-    return json.loads(result.stdout)
 
 
 # --- listings -------------------------------------------------------------------------------

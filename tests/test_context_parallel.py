@@ -18,8 +18,8 @@ from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.verify.oracle import brute_force, on_whole_nodes
 
-from .oracle import brute_force, on_whole_nodes
 
 H100X2 = "profiles/clusters/dgx-h100-2node.yaml"
 
@@ -159,6 +159,7 @@ def cp_instance(seed: int):
     return model, cluster, Training(rng.choice([2, 4]), seq_len, "fp16", 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["any", "megatron"])
 @pytest.mark.parametrize("seed", range(8))
 def test_solver_with_cp_equals_brute_force_optimum(seed, runtime):
@@ -181,6 +182,7 @@ def test_solver_with_cp_equals_brute_force_optimum(seed, runtime):
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_cp_oracle_instances_choose_cp_somewhere():
     chosen = 0
     for seed in range(8):

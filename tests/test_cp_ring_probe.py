@@ -12,6 +12,7 @@ import pytest
 PROBE = Path(__file__).resolve().parent.parent / "benchmarks" / "cp_ring_probe.py"
 
 
+@pytest.mark.slow
 def test_probe_times_the_ring_collectives_on_cpu_beside_their_price():
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, str(PROBE), "--cpu-world", "2", "--tokens", "64", "--iters", "1"],

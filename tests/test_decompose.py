@@ -8,9 +8,9 @@ from planner.search.decompose import bundled, decompose
 from planner.inputs.hardware import cluster_from_spec
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import best_uniform
+from planner.verify.oracle import TINY_OPTIONS, tiny_instance
 
-from .test_search import TINY_OPTIONS, tiny_instance
-from .test_time_limit import three_types
+from .conftest import three_types
 
 
 def part_sizes(lane) -> list[int]:

@@ -21,11 +21,10 @@ from planner.inputs.linkcurve import LinkCurve
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Replica, Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.verify.oracle import brute_force, on_whole_nodes
 
-from .oracle import brute_force, on_whole_nodes
+from .conftest import H100
 
-H100 = {"name": "h100-2x8", "node_groups": [{"name": "h100", "gpu": "H100-SXM5-80GB", "nodes": 2,
-                                             "gpus_per_node": 8}]}
 QWEN = "qwen3-30b-a3b"
 
 
@@ -116,12 +115,6 @@ def _evaluate(args, ep=None):
     cmd = ["evaluate", "--model", QWEN, "--cluster", "h100.yaml", "--global-batch", "64", "--seq-len", "4096",
            "--micro-batch", "1", "--json", *args] + (["--ep", str(ep)] if ep else [])
     return CliRunner().invoke(main, cmd)
-
-
-@pytest.fixture
-def h100(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "h100.yaml").write_text(json.dumps(H100))
 
 
 def test_evaluate_with_ep_holds_an_eighth_of_the_experts_and_pays_the_alltoall(h100):
@@ -245,6 +238,7 @@ def moe_instance(seed: int):
 
 
 # any: per-stage freedom; megatron: one (tp, ep, dp) grid for every stage (capability.violations)
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["any", "megatron"])
 @pytest.mark.parametrize("seed", range(8))
 def test_solver_with_ep_equals_brute_force_optimum(seed, runtime):
@@ -267,6 +261,7 @@ def test_solver_with_ep_equals_brute_force_optimum(seed, runtime):
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_some_oracle_instance_is_won_by_expert_parallelism():
     """The oracle's EP cases are not vacuous: on some instance the optimum uses ep > 1."""
     won = []

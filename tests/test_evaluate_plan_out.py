@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import assert_bad_input, invoke
-from .test_measured import synthetic_profile
+from .conftest import assert_bad_input, invoke, synthetic_profile
 
 # tp 2 x pp 2 x dp 8 on the 32 GPUs of dgx-a100, interleaved over 2 chunks per rank
 HAND = ["--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024",

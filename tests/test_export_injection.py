@@ -18,7 +18,7 @@ from planner.export import comment_line, export_plan, launch_scripts, titan_sett
 from planner.inputs.hardware import CLUSTERS_DIR, cluster_from_spec, load_catalog, load_cluster
 from planner.inputs.model import catalog_names, load_model, model_from_dict
 from planner.core.names import NAME_MAX, check_name, is_name
-from planner.plan import Plan, Training, plan_from_json, plan_to_json, uniform_plan
+from planner.plan import Plan, Training, plan_from_json, uniform_plan
 
 from .conftest import assert_bad_input, evaluate_args, hf_config, invoke, small_cluster_spec
 
@@ -134,11 +134,6 @@ def _profile(model="tiny", layer="block"):
 def test_layer_profile_model_and_layer_names_are_checked(profile, field):
     with pytest.raises(BadInput, match=rf"^profile.json: {re.escape(field)}: must be a name"):
         model_from_dict(profile, "fallback", "profile.json")
-
-
-@pytest.fixture
-def plan_json(gpt2, small_cluster):
-    return plan_to_json(uniform_plan(gpt2, small_cluster, Training(8, 512, "bf16", 1), tp=1, pp=2, dp=2))
 
 
 @pytest.mark.parametrize("bad", BAD_NAMES.values(), ids=BAD_NAMES.keys())

@@ -131,6 +131,7 @@ def readme_plans():
     return {f"{m} on {c}": solve(load_model(m), load_cluster(c), Training(512, 4096, "fp16", 1)).plan for m, c in runs}
 
 
+@pytest.mark.slow
 def test_readme_plans_export_every_priced_flag_without_a_warning(readme_plans):
     offloaded = []
     for name, plan in readme_plans.items():

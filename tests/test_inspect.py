@@ -9,13 +9,8 @@ import pytest
 
 from planner.inputs.model import catalog_names, load_model
 
-from .conftest import assert_bad_input, hf_config, invoke
+from .conftest import assert_bad_input, hf_config, invoke, ok_json
 
-
-def ok_json(result) -> dict | list:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    assert result.stderr == ""
-    return json.loads(result.stdout)
 
 # Published active (per-token) parameter counts of the catalog's mixtures of experts.
 ACTIVE_PUBLISHED = {

@@ -88,7 +88,7 @@ RECOMPUTE = ["none", "selective", "full"]
 
 
 @pytest.fixture(scope="module")
-def plan_file(tmp_path_factory):
+def runnable_plan_file(tmp_path_factory):
     """(name, export target) -> a plan file the target runs exactly: the case's plan when it does,
     else its nearest form the target runs (planner.api.nearest_form: the layouts stay diverse, where
     `export --lossy` would plan the target's own optimum)."""
@@ -218,8 +218,8 @@ def ds_expected_zero(f: SimpleNamespace) -> int:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_deepspeed_config_parses_to_the_plan(case, plan_file, ds_world):
-    path = plan_file(case, "deepspeed")
+def test_deepspeed_config_parses_to_the_plan(case, runnable_plan_file, ds_world):
+    path = runnable_plan_file(case, "deepspeed")
     f = facts(json.loads(path.read_text()))
     text, warnings = export(path, "deepspeed")
     ds = json.loads(text)
@@ -275,11 +275,11 @@ def _planned_pipeline_module():
 
 
 @pytest.mark.parametrize("case", BF16_CASES)
-def test_deepspeed_engine_starts_from_the_export(case, plan_file, ds_world):
+def test_deepspeed_engine_starts_from_the_export(case, runnable_plan_file, ds_world):
     import torch
     from torch import nn
 
-    path = plan_file(case, "deepspeed")
+    path = runnable_plan_file(case, "deepspeed")
     f = facts(json.loads(path.read_text()))
     ds = json.loads(export(path, "deepspeed")[0])
     pipe = ds["planner_pipeline"]
@@ -353,8 +353,8 @@ def flat(config, prefix: str = "") -> dict:
     return out
 
 
-def titan_configs(case, plan_file, titan, tmp_path):
-    path = plan_file(case, "torchtitan")
+def titan_configs(case, runnable_plan_file, titan, tmp_path):
+    path = runnable_plan_file(case, "torchtitan")
     toml_text, warnings = export(path, "torchtitan")
     cli_text, cli_warnings = export(path, "torchtitan-cli")
     assert cli_warnings.replace("torchtitan-cli:", "torchtitan:") == warnings
@@ -366,8 +366,8 @@ def titan_configs(case, plan_file, titan, tmp_path):
 
 
 @pytest.mark.parametrize("case", TITAN_CASES)
-def test_torchtitan_config_manager_parses_to_the_plan(case, plan_file, titan, tmp_path):
-    f, config, from_cli, warnings = titan_configs(case, plan_file, titan, tmp_path)
+def test_torchtitan_config_manager_parses_to_the_plan(case, runnable_plan_file, titan, tmp_path):
+    f, config, from_cli, warnings = titan_configs(case, runnable_plan_file, titan, tmp_path)
     a, b = flat(config), flat(from_cli)
     assert a.pop("job.config_file") and b.pop("job.config_file") is None
     assert a == b  # the TOML and the command-line overrides are one configuration
@@ -408,7 +408,7 @@ def test_torchtitan_config_manager_parses_to_the_plan(case, plan_file, titan, tm
 # a pipeline part lacks the modules of the other parts, whose TP plan keys torchtitan then skips
 @pytest.mark.filterwarnings("ignore:Parallelize plan key:UserWarning")
 @pytest.mark.parametrize("case", TITAN_CASES)
-def test_torchtitan_trainer_builds_the_plan(case, plan_file, titan, tmp_path, monkeypatch):
+def test_torchtitan_trainer_builds_the_plan(case, runnable_plan_file, titan, tmp_path, monkeypatch):
     """The trainer's steps up to the parallelized model, on every pipeline rank."""
     import torch
 
@@ -416,7 +416,7 @@ def test_torchtitan_trainer_builds_the_plan(case, plan_file, titan, tmp_path, mo
     from torchtitan.distributed import ParallelDims
     from torchtitan.protocols.train_spec import get_train_spec
 
-    f, config, _, _ = titan_configs(case, plan_file, titan, tmp_path)
+    f, config, _, _ = titan_configs(case, runnable_plan_file, titan, tmp_path)
     calls = []
     monkeypatch.setattr(llama_parallelize, "apply_fsdp", lambda model, mesh, **kw: calls.append(
         ("fsdp", mesh.size(), kw["reshard_after_forward_policy"], kw["pp_enabled"])))

@@ -7,9 +7,8 @@ import json
 import pytest
 
 from planner.inputs.measured import MIN_FRACTION, KindTimes, _interpolate
-from planner.inputs.model import load_model
 
-from .conftest import invoke
+from .conftest import invoke, synthetic_profile
 
 
 def test_interpolation_is_linear_between_points_and_extends_past_them():
@@ -27,22 +26,6 @@ def test_kind_times_interpolate_over_micro_batch_and_tp():
     assert times.at(1, 1) == pytest.approx((1.0, 2.0))
     assert times.at(2, 2) == pytest.approx((1.2, 2.4))
     assert times.at(4, 1) == pytest.approx((4.0, 8.0))
-
-
-def synthetic_profile(path, seq_len=1024, scale=1.0, model_name="gpt2"):
-    """A gpt2 layer profile whose 'measured' times are made up: forward 1 ms x micro-batch."""
-    model = load_model(model_name)
-    layers = []
-    for layer in model.layers:
-        fwd = [scale * 1e-3 * b for b in (1, 2, 4)]
-        layers.append({"name": layer.name, "kind": layer.kind, "params": layer.params,
-                       "fwd_flops_per_sample": layer.fwd_flops_per_sample(seq_len),
-                       "act_bytes_per_sample": layer.act_bytes_per_sample(seq_len),
-                       "out_bytes_per_sample": layer.out_bytes_per_sample(seq_len),
-                       "measured": {"micro_batch": [1, 2, 4], "fwd_s": fwd, "bwd_s": [2 * x for x in fwd]}})
-    path.write_text(json.dumps({"format": "planner.profile/v1", "model": model_name, "dtype": "bf16",
-                                "seq_len": seq_len, "source": "measured", "device": "test", "layers": layers}))
-    return model
 
 
 ARGS = ["--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024",

@@ -11,15 +11,10 @@ from planner.core.errors import BadInput
 from planner.inputs.model import load_model
 from planner.inputs.titan_flavors import llama3_architecture
 
-from .conftest import assert_bad_input, invoke
+from .conftest import assert_bad_input, invoke, ok_json
 
 NEW = ["qwen3-8b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mistral-nemo-12b", "deepseek-v3", "gemma-2-9b",
        "gemma-3-12b", "phi-3-mini", "olmo-2-7b"]
-
-
-def ok_json(result):
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    return json.loads(result.stdout)
 
 
 def test_models_lists_every_new_family_with_its_exact_count():

@@ -13,25 +13,13 @@ import pytest
 
 from planner.core import outfile
 from planner.core.errors import BadInput
-from planner.inputs.hardware import cluster_from_spec
-from planner.inputs.model import load_model
 from planner.core.outfile import check_output, exclusive_lock, write_output
-from planner.plan import Training, plan_to_json, uniform_plan
 
-from .conftest import assert_bad_input, hf_config, invoke, require, small_cluster_spec
+from .conftest import assert_bad_input, hf_config, invoke, require
 
 
 def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
-
-
-@pytest.fixture
-def plan_file(tmp_path) -> Path:
-    plan = uniform_plan(load_model("gpt2"), cluster_from_spec(small_cluster_spec()), Training(8, 512, "bf16", 1),
-                        tp=1, pp=1, dp=4)
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps(plan_to_json(plan)))
-    return path
 
 
 # --- the helper ------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Plan, Training, plan_from_json, structural_problems
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 from .conftest import invoke
-from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 
 def neighbours(plan: Plan):

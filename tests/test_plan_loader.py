@@ -14,7 +14,7 @@ from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
 from planner.verify.plan_checks import load_plan_file
 from planner.core.errors import BadInput
 
-from .conftest import invoke
+from .conftest import invoke, write_json
 
 EXPORTS = ["megatron", "deepspeed", "torchtitan", "torchtitan-cli", "rankmap"]
 COMMANDS = {"validate": ["validate"], "evaluate": ["evaluate", "--plan"], "show": ["show"],
@@ -35,12 +35,6 @@ def run(command: str, path) -> object:
     args = COMMANDS[command]
     args = [str(path) if a == "FILE" else a for a in args] if "FILE" in args else [*args, str(path)]
     return invoke(*args)
-
-
-def write(tmp_path, data) -> str:
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 def edit_spec_gpu(p):  # the cluster spec edited after planning: group a100 now holds H100s
@@ -74,7 +68,7 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_loads_the_valid_plan(tmp_path, good, command):
-    result = run(command, write(tmp_path, good))
+    result = run(command, write_json(tmp_path, good))
     assert result.exit_code == 0, (result.output, result.exception)
 
 
@@ -84,7 +78,7 @@ def test_every_command_refuses_what_validate_refuses(tmp_path, good, command, co
     edit, json_path, text, several = CORRUPTIONS[corruption]
     data = copy.deepcopy(good)
     edit(data)
-    path = write(tmp_path, data)
+    path = write_json(tmp_path, data)
     checked = run("validate", path)
     assert checked.exit_code == 2 and f"{path}: {json_path}: " in checked.stderr
     result = run(command, path)
@@ -102,10 +96,10 @@ def test_every_command_refuses_what_validate_refuses(tmp_path, good, command, co
 def test_the_count_of_further_problems_is_validates(tmp_path, good):
     data = copy.deepcopy(good)
     edit_spec_gpu(data)
-    path = write(tmp_path, data)
+    path = write_json(tmp_path, data)
     problems = run("validate", path).stderr.strip().splitlines()
     with pytest.raises(BadInput) as caught:
-        load_plan_file(path)
+        load_plan_file(str(path))
     assert len(problems) == 32 and f"(and {len(problems) - 1} more; see `planner validate`)" in str(caught.value)
 
 

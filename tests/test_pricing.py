@@ -19,8 +19,8 @@ from planner.cost.stage_memory import replica_memory
 from planner.cost.stage_tail import stage_tail
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.report.show import rank_timings
+from planner.verify.oracle import brute_force
 
-from .oracle import brute_force
 
 MODEL = load_model("gpt2-medium")
 CLUSTER = load_cluster("a100-v100-mix")
@@ -74,6 +74,7 @@ def test_optimizer_step_is_sharded_over_dp_only_from_zero_1():
     assert steps[1] == steps[2] == steps[3]
 
 
+@pytest.mark.slow
 def test_search_prices_a_zero_0_replicated_stage_as_evaluate_does():
     """ZeRO-0 at dp > 1: every replica steps its full optimizer copy, in the search too (it
     divided the step by dp, and the re-price check failed)."""

@@ -18,7 +18,7 @@ if os.environ.get("PLANNER_REQUIRE_TORCH"):  # `make test` installs torch: a mis
     import torch
 else:
     torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 from planner.inputs.model import DTYPE_BYTES, load_model  # noqa: E402
 
@@ -41,16 +41,6 @@ TOP_KEYS = {"format", "model", "dtype", "seq_len", "source", "device", "date", "
 LAYER_KEYS = {"name", "kind", "params", "fwd_flops_per_sample", "act_bytes_per_sample",
               "out_bytes_per_sample", "measured"}
 MEASURED_KEYS = {"micro_batch", "tp", "fwd_s", "bwd_s", "saved_bytes_per_sample", "by_tp"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a small shared CI machine, spinning OpenMP threads that wait
-    for a busy core make toy timings jump by milliseconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny_config(tmp_path: Path, kind: str, **changes) -> Path:

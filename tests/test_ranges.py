@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from planner.core import io
 from planner.core.ranges import RANGES
 
-from .conftest import assert_bad_input, evaluate_args, hf_config, invoke, small_cluster_spec
+from .conftest import assert_bad_input, evaluate_args, hf_config, invoke, small_cluster_spec, strict_json
 
 PLANNER_DIR = Path(__file__).resolve().parent.parent / "planner"
 
@@ -46,13 +46,6 @@ def cluster_text(**replace: str) -> str:
 
 def evaluate_cluster(path: Path, *extra: str):
     return invoke(*evaluate_args(cluster=str(path), extra=extra))
-
-
-def strict_json(text: str):
-    """Parse output JSON, failing on NaN or Infinity (which json.loads accepts by default)."""
-    def refuse(name: str):
-        raise AssertionError(f"{name} in the output JSON")
-    return json.loads(text, parse_constant=refuse)
 
 
 # --- only JSON's types from YAML --------------------------------------------------------------

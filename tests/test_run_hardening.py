@@ -18,7 +18,7 @@ import pytest
 from planner.core.errors import BadInput
 from planner.plan import Plan, Replica, Stage, Training
 
-from .conftest import assert_bad_input, invoke, require
+from .conftest import assert_bad_input, invoke, require, strict_json
 from .test_runtime import CLUSTER, LLAMA, MODELS, TRAINING, write_plan
 
 torch = require("torch", "PLANNER_REQUIRE_TORCH")
@@ -43,7 +43,7 @@ def two_ranks() -> Plan:
 
 
 @pytest.fixture
-def plan(tmp_path) -> Path:
+def one_rank_file(tmp_path) -> Path:
     return write_plan(one_rank(), tmp_path / "plan.json")
 
 
@@ -72,25 +72,25 @@ def assert_one_line_exit_2(done: subprocess.CompletedProcess, *needles: str) -> 
 
 
 @pytest.mark.parametrize("content", [b"", b"\x01\x00" * 16], ids=["empty", "16 tokens"])
-def test_a_token_file_shorter_than_one_sample_is_bad_input(plan, tmp_path, content):
+def test_a_token_file_shorter_than_one_sample_is_bad_input(one_rank_file, tmp_path, content):
     tokens = tmp_path / "tokens.bin"
     tokens.write_bytes(content)
-    assert_bad_input(run_cli(plan, "--data", tokens), str(tokens), f"{len(content) // 2} tokens",
+    assert_bad_input(run_cli(one_rank_file, "--data", tokens), str(tokens), f"{len(content) // 2} tokens",
                      "seq_len + 1 = 17")
 
 
 @pytest.mark.parametrize("lr", ["1e300", "inf", "nan", "11"])
-def test_a_learning_rate_past_sane_is_bad_input(plan, lr):
-    assert_bad_input(run_cli(plan, "--lr", lr), "--lr", "0 < LR <= 10")
+def test_a_learning_rate_past_sane_is_bad_input(one_rank_file, lr):
+    assert_bad_input(run_cli(one_rank_file, "--lr", lr), "--lr", "0 < LR <= 10")
 
 
-def test_a_seed_past_64_bits_is_bad_input(plan):
-    assert_bad_input(run_cli(plan, "--seed", str(2**63)), "--seed", "0..2**63-1")
-    assert_bad_input(run_cli(plan, "--seed", "99999999999999999999999"), "--seed")
+def test_a_seed_past_64_bits_is_bad_input(one_rank_file):
+    assert_bad_input(run_cli(one_rank_file, "--seed", str(2**63)), "--seed", "0..2**63-1")
+    assert_bad_input(run_cli(one_rank_file, "--seed", "99999999999999999999999"), "--seed")
 
 
-def test_the_largest_seed_trains(plan):
-    result = run_cli(plan, "--seed", str(2**63 - 1), "--steps", "1")
+def test_the_largest_seed_trains(one_rank_file):
+    result = run_cli(one_rank_file, "--seed", str(2**63 - 1), "--steps", "1")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["step"] == 1
 
@@ -102,19 +102,19 @@ def test_an_odd_rotary_head_dim_is_bad_input(tmp_path, head_dim):
     assert_bad_input(run_cli(path), "model.config.head_dim", f"even head_dim, this model's is {head_dim}")
 
 
-def test_save_params_refuses_a_link_before_training(plan, tmp_path):
+def test_save_params_refuses_a_link_before_training(one_rank_file, tmp_path):
     folder = tmp_path / "params"
     folder.mkdir()
     victim = tmp_path / "victim.pt"
     (folder / "rank0.pt").symlink_to(victim)
-    assert_bad_input(run_cli(plan, "--steps", "1", "--save-params", folder), "rank0.pt", "symbolic link")
+    assert_bad_input(run_cli(one_rank_file, "--steps", "1", "--save-params", folder), "rank0.pt", "symbolic link")
     assert not victim.exists() and (folder / "rank0.pt").is_symlink()
 
 
-def test_save_params_writes_a_loadable_file(plan, tmp_path):
+def test_save_params_writes_a_loadable_file(one_rank_file, tmp_path):
     folder = tmp_path / "params"
     folder.mkdir()
-    result = run_cli(plan, "--steps", "1", "--save-params", folder)
+    result = run_cli(one_rank_file, "--steps", "1", "--save-params", folder)
     assert result.exit_code == 0, result.output
     saved = torch.load(folder / "rank0.pt")
     assert saved["plan_rank"] == 0 and sorted(saved["layers"]) == list(range(6))
@@ -122,12 +122,6 @@ def test_save_params_writes_a_loadable_file(plan, tmp_path):
 
 
 # --- divergence -----------------------------------------------------------------------------------
-
-
-def strict_json(line: str) -> dict:
-    def refuse(name):
-        raise ValueError(f"non-finite number {name} in {line}")
-    return json.loads(line, parse_constant=refuse)
 
 
 def test_a_diverging_run_stops_with_exit_1_and_no_nan(tmp_path):

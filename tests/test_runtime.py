@@ -27,7 +27,7 @@ from planner.plan import Plan, Replica, Stage, Training, plan_to_json, uniform_p
 from .conftest import assert_bad_input, invoke, require, small_cluster_spec
 
 torch = require("torch", "PLANNER_REQUIRE_TORCH")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 import torch._dynamo  # noqa: E402,F401  torch.utils.checkpoint's first call imports it: once here, not per rank
 from planner.runner import engine  # noqa: E402  (imported before the forks: every rank inherits it)
@@ -46,15 +46,6 @@ CLUSTER = cluster_from_spec(small_cluster_spec(gpus_per_node=8))
 TRAINING = Training(global_batch=8, seq_len=16, dtype="fp32", micro_batch=2, runtime="any")
 STEPS = 2
 REL = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny layers: one intra-op thread (as torchrun gives each rank); several spin on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def stage(index: int, layers: tuple[int, int], shares: list[tuple[int, list[int]]], tp: int = 1, zero: int = 0,

@@ -11,8 +11,8 @@ import pytest
 from planner.search.decompose import decompose
 from planner.search.pricing.shares import UNCAPPED, min_makespan
 from planner.search.pricing.stages import Problem, SolverOptions
+from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 
-from .test_search import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 
 @pytest.mark.parametrize("least", [1, 2, 3])

@@ -23,8 +23,7 @@ from planner.inputs.measured import measured_from_profile
 from planner.inputs.model import load_model, model_from_dict
 from planner.verify.plan_checks import load_plan_file, load_schema
 
-from .conftest import assert_bad_input, hf_config, invoke, small_cluster_spec
-from .test_measured import synthetic_profile
+from .conftest import assert_bad_input, hf_config, invoke, small_cluster_spec, synthetic_profile
 
 CURVE = {"ranks": 2, "size_bytes": [4096, 65536], "busbw_GBps": [1.0, 2.0]}
 

@@ -77,6 +77,7 @@ def base(tmp_path_factory):
     return result, header, rows, plans
 
 
+@pytest.mark.slow
 def test_csv_rows_columns_and_statuses(base):
     result, header, rows, _ = base
     assert header == list(COLUMNS)
@@ -99,6 +100,7 @@ def test_csv_rows_columns_and_statuses(base):
     assert len(summary) == 1 and "2 ok, 2 infeasible, 2 error" in summary[0], result.stderr
 
 
+@pytest.mark.slow
 def test_plans_dir_one_loadable_json_per_ok_row(base):
     _, _, rows, plans = base
     ok = [r for r in rows if r["status"] == "ok"]
@@ -112,6 +114,7 @@ def test_plans_dir_one_loadable_json_per_ok_row(base):
         assert data["predicted"]["step_time_s"] == pytest.approx(float(r["step_time_s"]))
 
 
+@pytest.mark.slow
 def test_jsonl_parallel_matches_sequential(base, tmp_path):
     _, _, csv_rows, _ = base
     out = tmp_path / "results.jsonl"
@@ -124,6 +127,7 @@ def test_jsonl_parallel_matches_sequential(base, tmp_path):
     assert comparable(rows) == comparable(csv_rows)
 
 
+@pytest.mark.slow
 def test_csv_parallel_matches_sequential(base, tmp_path):
     _, _, csv_rows, _ = base
     out = tmp_path / "results.csv"
@@ -134,6 +138,7 @@ def test_csv_parallel_matches_sequential(base, tmp_path):
     assert comparable(rows) == comparable(csv_rows)
 
 
+@pytest.mark.slow
 def test_resume_keeps_existing_rows(base, tmp_path):
     _, _, csv_rows, _ = base
     out = tmp_path / "results.csv"
@@ -163,6 +168,7 @@ def test_resume_jsonl_all_done_computes_nothing(tmp_path):
     assert [r["reason"] for r in read_jsonl(out)] == ["MARK32", "MARK64"]
 
 
+@pytest.mark.slow
 def test_shards_cover_every_combination_once(base, tmp_path):
     _, _, csv_rows, _ = base
     keys = []
@@ -251,6 +257,7 @@ def plan_files(folder: Path) -> dict[str, dict]:
     return plans
 
 
+@pytest.mark.slow
 def test_ray_rows_equal_local_rows(ray, ray_inputs, tmp_path, monkeypatch):
     """No RAY_ADDRESS: a local Ray is started for the run (--jobs 2), then shut down."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -269,6 +276,7 @@ def test_ray_rows_equal_local_rows(ray, ray_inputs, tmp_path, monkeypatch):
     assert not ray.is_initialized()  # the Ray it started is shut down
 
 
+@pytest.mark.slow
 def test_ray_address_unreachable_is_bad_input(ray, ray_inputs, tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nobody listens: fails at once, not after minutes
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -287,6 +295,7 @@ def ray_cluster(ray):
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_resume_and_shard(ray, ray_cluster, ray_inputs, tmp_path):
     """A Ray the caller initialized is used and left running; --resume and --shard work."""
     cluster, local_rows, _ = ray_inputs
@@ -311,6 +320,7 @@ def test_ray_resume_and_shard(ray, ray_cluster, ray_inputs, tmp_path):
     assert ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_ray_failed_task_is_a_failed_row(ray, ray_cluster, ray_inputs, tmp_path, monkeypatch):
     cluster, local_rows, _ = ray_inputs
 
@@ -330,6 +340,7 @@ def test_ray_failed_task_is_a_failed_row(ray, ray_cluster, ray_inputs, tmp_path,
     assert comparable(rows[1:]) == comparable(local_rows[1:])
 
 
+@pytest.mark.slow
 def test_ray_address_connects_and_leaves_the_cluster_running(ray, ray_cluster, ray_inputs, tmp_path):
     """RAY_ADDRESS names a running cluster: the sweep connects to it and does not stop it."""
     cluster, local_rows, _ = ray_inputs
@@ -411,6 +422,7 @@ def test_run_ray_interrupted_cancels_what_is_in_flight(monkeypatch):
     assert len(fake.cancelled) == 2 and set(fake.cancelled) == set(fake.results)
 
 
+@pytest.mark.slow
 def test_rows_name_their_runtime_and_what_any_would_reach(base, tmp_path):
     _, _, rows, _ = base
     for r in rows:

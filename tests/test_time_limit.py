@@ -16,16 +16,7 @@ from planner.plan import Training, structural_problems
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import UniformSpace, best_uniform
 
-from .conftest import invoke as run_cli
-
-
-def three_types(h100: int, a100: int, v100: int) -> dict:
-    def group(name, gpu, nodes, nic):
-        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
-                "inter_node": {"bandwidth_GBps": nic, "latency_us": 5}}
-    return {"name": f"odd-{h100}-{a100}-{v100}", "node_groups": [
-        group("h100", "H100-SXM5-80GB", h100, 400), group("a100", "A100-SXM4-80GB", a100, 200),
-        group("v100", "V100-SXM2-32GB", v100, 50)]}
+from .conftest import invoke as run_cli, three_types
 
 
 def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True, jobs: int = 1):

@@ -18,7 +18,7 @@ from planner.search.decompose import decompose, trim
 from planner.search.orchestration.driver import SolverOptions, _solve, solve
 from planner.verify.plan_checks import check_plan_data
 
-from .test_time_limit import three_types
+from .conftest import three_types
 
 # one GPU a node, no TP, one micro-batch size: the search is cheap
 OPTIONS = dict(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none", "full"), virtual_stages=(1,),

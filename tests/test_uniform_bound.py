@@ -21,7 +21,7 @@ SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("
 
 
 @pytest.fixture(scope="module")
-def priced():
+def priced_candidates():
     """Every candidate of SPACE, priced, on 2 H100 + 1 A100 + 3 V100 nodes of 2 GPUs (a TP pair
     and DP groups across types) with a 4-block model whose memory binds on some."""
     model = model_from_dict({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 4,
@@ -37,8 +37,8 @@ def priced():
     return model, cluster, base, [(plan, evaluate(plan)) for plan in candidates]
 
 
-def test_the_bound_never_exceeds_the_priced_step_time(priced):
-    *_, pairs = priced
+def test_the_bound_never_exceeds_the_priced_step_time(priced_candidates):
+    *_, pairs = priced_candidates
     assert len({plan.training.schedule for plan, _ in pairs}) >= 3
     ratios = [busy_lower_bound_s(plan) / estimate.step_time_s for plan, estimate in pairs]
     assert max(ratios) <= 1 + 1e-12
@@ -48,8 +48,8 @@ def test_the_bound_never_exceeds_the_priced_step_time(priced):
     assert memo
 
 
-def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
-    model, cluster, base, pairs = priced
+def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced_candidates):
+    model, cluster, base, pairs = priced_candidates
     fitting = [(estimate.step_time_s, i) for i, (_, estimate) in enumerate(pairs) if estimate.fits]
     assert len(fitting) < len(pairs)  # memory binds on some
     best_s, first = min(fitting)  # ties: the first in candidate order
@@ -61,8 +61,8 @@ def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced):
     assert list(improving_uniform(model, cluster, base, SPACE, bound_s=lowest * (1 - 1e-9))) == []
 
 
-def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
-    *_, pairs = priced
+def test_surely_overflows_flags_only_plans_that_do_not_fit(priced_candidates):
+    *_, pairs = priced_candidates
     flagged = [surely_overflows(plan) for plan, _ in pairs]
     assert not any(flag and estimate.fits for flag, (_, estimate) in zip(flagged, pairs))
     not_fitting = sum(not estimate.fits for _, estimate in pairs)
@@ -81,8 +81,8 @@ def test_surely_overflows_flags_only_plans_that_do_not_fit(priced):
             assert surely_overflows(form, every_replica=True) == gpu_over
 
 
-def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_is_tighter(priced):
-    *_, pairs = priced
+def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_is_tighter(priced_candidates):
+    *_, pairs = priced_candidates
     floors = [screen(plan)[0] for plan, _ in pairs]
     assert all(floor <= estimate.step_time_s for floor, (_, estimate) in zip(floors, pairs))
     assert all(floor >= busy_lower_bound_s(plan) * (1 - 1e-6) or plan.stages[0].ep > 1
@@ -92,10 +92,10 @@ def test_the_screen_bound_with_the_fill_never_exceeds_the_priced_step_time_and_i
     assert [screen(plan)[1] for plan, _ in pairs] == [surely_overflows(plan) for plan, _ in pairs]
 
 
-def test_shares_of_the_uniform_scan_merge_to_the_whole_scan_plan(priced):
+def test_shares_of_the_uniform_scan_merge_to_the_whole_scan_plan(priced_candidates):
     """Lanes scan the uniform candidates in shares (index modulo n); merged by (step, index), they give
     the plan of the scan in one process, and the shares' indices are the whole scan's."""
-    model, cluster, base, pairs = priced
+    model, cluster, base, pairs = priced_candidates
     plan, estimate = list(improving_uniform(model, cluster, base, SPACE))[-1]
     whole = [(i, p) for i, p in indexed_candidates(model, cluster, base, SPACE)]
     assert [p for _, p in whole] == [p for p, _ in pairs]

@@ -64,7 +64,7 @@ def brute_force_extra(model, cluster, base):
 
 
 @pytest.fixture(scope="module")
-def solved():
+def uniform_results():
     out = {}
     for name, args in CASES.items():
         model, cluster, base = titan_instance(*args)
@@ -73,9 +73,10 @@ def solved():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_uniform_candidate_is_the_best_of_the_brute_force_enumeration(solved, name):
-    model, cluster, base, result, _ = solved[name]
+def test_the_uniform_candidate_is_the_best_of_the_brute_force_enumeration(uniform_results, name):
+    model, cluster, base, result, _ = uniform_results[name]
     expected = brute_force_extra(model, cluster, base)
     assert expected is not None and expected[1] == name
     assert result.plan.training.schedule == name and result.plan.training.virtual_stages == 2
@@ -83,8 +84,8 @@ def test_the_uniform_candidate_is_the_best_of_the_brute_force_enumeration(solved
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_a_winning_uniform_schedule_beats_the_exact_search_and_is_not_proven_optimal(solved, name):
-    _, _, _, result, without = solved[name]
+def test_a_winning_uniform_schedule_beats_the_exact_search_and_is_not_proven_optimal(uniform_results, name):
+    _, _, _, result, without = uniform_results[name]
     assert without.plan.training.schedule not in EXTRA and without.optimal
     assert result.estimate.step_time_s < without.estimate.step_time_s * (1 - 1e-9)
     assert not result.optimal

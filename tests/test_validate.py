@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import click
@@ -20,8 +19,8 @@ from planner.search.orchestration.driver import solve
 from planner.cli.validate import add_commands
 from planner.verify.plan_checks import json_path, load_schema, validate_plan_data
 from planner.verify.validate import validate_profile_data
-from tests.conftest import runner
 
+from .conftest import runner, write_json
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -85,12 +84,6 @@ def cli(*args: str):
     group = click.Group()
     add_commands(group)
     return runner().invoke(group, [str(a) for a in args])
-
-
-def write(tmp_path: Path, data, name: str = "plan.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return path
 
 
 # --- the schemas -------------------------------------------------------------------------------
@@ -345,18 +338,18 @@ def test_profile_problems_have_paths():
 
 
 def test_cli_valid_plan(tmp_path, solved_plan):
-    result = cli("validate", write(tmp_path, solved_plan))
+    result = cli("validate", write_json(tmp_path, solved_plan))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("valid: plan gpt2 on consumer-3090-4090")
     assert result.stderr == ""
-    result = cli("validate", write(tmp_path, solved_plan), "--json")
+    result = cli("validate", write_json(tmp_path, solved_plan), "--json")
     assert result.exit_code == 0
     assert json.loads(result.stdout) == {"valid": True, "kind": "plan", "problems": [], "notes": []}
 
 
 def test_cli_lists_every_problem_on_stderr(tmp_path, plan):
     plan["stages"][0]["replicas"][0]["batch_share"] += 1
-    path = write(tmp_path, plan)
+    path = write_json(tmp_path, plan)
     result = cli("validate", path)
     assert result.exit_code == 2
     assert result.stdout == ""
@@ -374,7 +367,7 @@ def test_cli_lists_every_problem_on_stderr(tmp_path, plan):
 
 
 def test_cli_valid_profile(tmp_path):
-    result = cli("validate", write(tmp_path, hand_profile(), "profile.json"))
+    result = cli("validate", write_json(tmp_path, hand_profile(), "profile.json"))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("valid: layer profile toy (measured")
 
@@ -398,11 +391,11 @@ def test_cli_unreadable_file_is_one_line(tmp_path, content, needle):
 
 
 def test_cli_unknown_format(tmp_path):
-    path = write(tmp_path, {"format": "something/v9"})
+    path = write_json(tmp_path, {"format": "something/v9"})
     result = cli("validate", path)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"{path}: format: neither")
-    path = write(tmp_path, [1, 2, 3])
+    path = write_json(tmp_path, [1, 2, 3])
     result = cli("validate", path)
     assert result.exit_code == 2
     assert "format" in result.stderr

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from .conftest import assert_bad_input, invoke
-from .test_measured import synthetic_profile
+from .conftest import assert_bad_input, invoke, synthetic_profile, write_json
 
 PLAN = ["plan", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "1024"]
 
@@ -22,14 +21,8 @@ def planned(tmp_path_factory) -> dict:
     return json.loads(path.read_text())
 
 
-def write(tmp_path, data: dict, name: str = "plan.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return path
-
-
 def test_a_plan_as_written_by_plan_validates_clean(planned, tmp_path):
-    result = invoke("validate", write(tmp_path, planned), "--json")
+    result = invoke("validate", write_json(tmp_path, planned), "--json")
     assert result.exit_code == 0 and result.stderr == "", result.stderr
     assert json.loads(result.stdout) == {"valid": True, "kind": "plan", "problems": [], "notes": []}
 
@@ -38,7 +31,7 @@ def test_an_edited_step_time_is_refused_naming_the_key_and_both_values(planned, 
     data = json.loads(json.dumps(planned))
     true_step = data["predicted"]["step_time_s"]
     data["predicted"]["step_time_s"] = 0.001
-    line = assert_bad_input(invoke("validate", write(tmp_path, data)), "predicted.step_time_s", "0.001",
+    line = assert_bad_input(invoke("validate", write_json(tmp_path, data)), "predicted.step_time_s", "0.001",
                             repr(true_step))
     assert "more figures differ" not in line  # the other figures are the planner's own
 
@@ -47,32 +40,32 @@ def test_edited_params_are_refused_with_the_recount(planned, tmp_path):
     data = json.loads(json.dumps(planned))
     params = data["model"]["params"]
     data["model"]["params"] = params * 2
-    assert_bad_input(invoke("validate", write(tmp_path, data)), "model.params", str(params * 2), str(params))
+    assert_bad_input(invoke("validate", write_json(tmp_path, data)), "model.params", str(params * 2), str(params))
 
 
 def test_an_edited_nested_figure_is_refused(planned, tmp_path):
     data = json.loads(json.dumps(planned))
     data["predicted"]["peak_memory_GiB_by_rank"]["0"] /= 2
-    assert_bad_input(invoke("validate", write(tmp_path, data)), "predicted.peak_memory_GiB_by_rank.0")
+    assert_bad_input(invoke("validate", write_json(tmp_path, data)), "predicted.peak_memory_GiB_by_rank.0")
 
 
 def test_a_figure_within_rounding_is_accepted(planned, tmp_path):
     data = json.loads(json.dumps(planned))
     data["predicted"]["step_time_s"] *= 1 + 1e-12
-    assert invoke("validate", write(tmp_path, data)).exit_code == 0
+    assert invoke("validate", write_json(tmp_path, data)).exit_code == 0
 
 
 def test_a_plan_without_predicted_is_not_compared(planned, tmp_path):
     data = json.loads(json.dumps(planned))
     del data["predicted"]
-    assert invoke("validate", write(tmp_path, data)).exit_code == 0
+    assert invoke("validate", write_json(tmp_path, data)).exit_code == 0
 
 
 def test_export_still_reads_a_plan_whose_figures_differ(planned, tmp_path):
     """Only validate compares them: a plan priced by another planner version still exports."""
     data = json.loads(json.dumps(planned))
     data["predicted"]["step_time_s"] = 0.001
-    assert invoke("export", write(tmp_path, data), "--to", "megatron").exit_code == 0
+    assert invoke("export", write_json(tmp_path, data), "--to", "megatron").exit_code == 0
 
 
 @pytest.fixture
@@ -93,7 +86,7 @@ def test_a_plan_priced_with_a_profile_is_repriced_with_it(measured_plan):
     result = invoke("validate", out)
     assert result.exit_code == 0 and result.stderr == "", result.stderr
     data["predicted"]["step_time_s"] *= 2
-    assert_bad_input(invoke("validate", write(out.parent, data, "edited.json")), "predicted.step_time_s")
+    assert_bad_input(invoke("validate", write_json(out.parent, data, "edited.json")), "predicted.step_time_s")
 
 
 def test_a_recorded_profile_that_cannot_be_read_leaves_a_note_not_a_pass_in_silence(measured_plan):
@@ -122,4 +115,4 @@ def test_a_plan_priced_with_a_calibration_is_repriced_with_it(tmp_path):
     assert invoke("validate", out).exit_code == 0
     data = json.loads(out.read_text())
     del data["predicted"]["priced_with"]  # priced with the calibration, re-priced without it: refused
-    assert_bad_input(invoke("validate", write(tmp_path, data, "unrecorded.json")), "predicted.step_time_s")
+    assert_bad_input(invoke("validate", write_json(tmp_path, data, "unrecorded.json")), "predicted.step_time_s")

@@ -15,9 +15,8 @@ from planner.search.pricing.shares import UNCAPPED, min_makespan, solve_shares_i
 from planner.search.pricing.stage_types import deferred_share_cap
 from planner.search.orchestration.space import subproblems, within
 from planner.cost.runtimes.capability import capability
+from planner.verify.oracle import brute_force, pipeline_instance, tiny_instance
 
-from .oracle import brute_force
-from .test_search import pipeline_instance, tiny_instance
 
 ZB_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"), virtual_stages=(1,),
                   offload=False, zero_bubble=True)
@@ -27,7 +26,7 @@ CASES = [("pipe", 7, (1,)), ("pipe", 8, (1,)), ("pipe", 9, (1,)), ("pipe", 10, (
 
 
 @pytest.fixture(scope="module")
-def solved():
+def zero_bubble_results():
     out = {}
     for kind, seed, vs in CASES:
         model, cluster, base = (pipeline_instance if kind == "pipe" else tiny_instance)(seed)
@@ -39,18 +38,19 @@ def solved():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,seed", [(k, s) for k, s, _ in CASES])
-def test_search_with_zero_bubble_equals_brute_force(solved, kind, seed):
-    model, cluster, base, vs, result, _ = solved[(kind, seed)]
+def test_search_with_zero_bubble_equals_brute_force(zero_bubble_results, kind, seed):
+    model, cluster, base, vs, result, _ = zero_bubble_results[(kind, seed)]
     expected, _, _ = brute_force(model, cluster, base, ZB_OPTIONS["micro_batches"], ZB_OPTIONS["tp_degrees"],
                                  ZB_OPTIONS["recompute_modes"], virtual_stages=vs, zero_bubble=True)
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
 
 
-def test_zero_bubble_is_chosen_where_it_wins_and_1f1b_is_strictly_slower_there(solved):
+def test_zero_bubble_is_chosen_where_it_wins_and_1f1b_is_strictly_slower_there(zero_bubble_results):
     chosen = 0
-    for (kind, seed), (_, _, _, _, result, without) in solved.items():
+    for (kind, seed), (_, _, _, _, result, without) in zero_bubble_results.items():
         plan = result.plan
         if plan.training.schedule == "zb-h1":
             chosen += 1
@@ -118,6 +118,7 @@ def test_least_share_makespan_equals_enumeration_and_the_ilp():
             assert max(x * t for x, (t, _) in zip(ilp.shares, replicas)) == pytest.approx(best)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", (6, 8))  # 6: 1F1B with a stage offloaded; 8: ZB-H1
 def test_search_with_zero_bubble_and_offload_equals_brute_force(seed):
     from .test_memsave import OFFLOAD_OPTIONS, block_instance
@@ -138,13 +139,13 @@ def _old_order(subs: list) -> list:
     return plain + rest
 
 
-def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(solved, monkeypatch):
+def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(zero_bubble_results, monkeypatch):
     """The smallest micro-batch's ZB-H1 searches run first (space.subproblems) and bound the
     rest; the plan is the one the 1F1B-first order finds, on instances where ZB-H1 wins and where
     1F1B does."""
     import planner.search.orchestration.driver as driver
 
-    model, cluster, base, vs, result, _ = solved[("pipe", 7)]
+    model, cluster, base, vs, result, _ = zero_bubble_results[("pipe", 7)]
     options = SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs})
     subs = list(subproblems(model, cluster, base, 3, within(options, capability("any")), capability("any")))
     assert subs[0][4] == "zb-h1" and subs[0][0] == min(s[0] for s in subs)
@@ -152,7 +153,7 @@ def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(solved
     original = driver.runtime_subproblems
     monkeypatch.setattr(driver, "runtime_subproblems", lambda *a, **k: _old_order(list(original(*a, **k))))
     for key in (("pipe", 7), ("pipe", 8), ("tiny", 32)):
-        model, cluster, base, vs, result, _ = solved[key]
+        model, cluster, base, vs, result, _ = zero_bubble_results[key]
         old = solve(model, cluster, base, SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs}))
         assert old.plan == result.plan and old.estimate.step_time_s == result.estimate.step_time_s
         assert old.optimal == result.optimal
