@@ -235,21 +235,20 @@ def assert_solves_to_the_optimum(expected: float, model, cluster, base, options,
     return result
 
 
-def solve_with_and_without_skips(monkeypatch, skip_test: str, model, cluster, base, options) -> tuple:
-    """driver.solve as it is, then with the searches' skip test `skip_test` (cannot_beat,
-    cannot_beat_any, as planner.search.orchestration.lanes calls them) never skipping: (pruned
+def solve_with_and_without_skips(monkeypatch, bound: type, model, cluster, base, options) -> tuple:
+    """driver.solve as it is, then with the skip test of `bound` (RestrictionBound, AnyRuntimeBound:
+    the bounds planner.search.orchestration.lanes skips searches by) never skipping: (pruned
     result, full result, whether it skipped a search)."""
     import planner.search.orchestration.driver as driver
-    import planner.search.orchestration.lanes as lanes
 
     skipped = []
-    real = getattr(lanes, skip_test)
+    real = bound.cannot_beat
 
     def counted(*args, **kwargs):
         out = real(*args, **kwargs)
         skipped.append(out)
         return out
-    monkeypatch.setattr(lanes, skip_test, counted)
+    monkeypatch.setattr(bound, "cannot_beat", counted)
     pruned = driver.solve(model, cluster, base, options)
-    monkeypatch.setattr(lanes, skip_test, lambda *args, **kwargs: False)
+    monkeypatch.setattr(bound, "cannot_beat", lambda *args, **kwargs: False)
     return pruned, driver.solve(model, cluster, base, options), any(skipped)

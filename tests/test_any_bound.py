@@ -10,11 +10,11 @@ import pytest
 
 from planner.cost.runtimes.capability import capability
 from planner.core.errors import NoFeasiblePlan
-from planner.schedules import get_schedule
-from planner.search.bounds.any_bound import cannot_beat_any, subproblem_floor_s
-from planner.search.bounds.rank_floor import ranks_cannot_beat
+from planner.search.bounds.any_bound import AnyRuntimeBound, ClosedFormBound
+from planner.search.bounds.rank_floor import RankBound
+from planner.search.bounds.search_bound import Subproblem
 from planner.search.orchestration.space import subproblems, within
-from planner.search.pricing.stage_types import SolverOptions
+from planner.search.pricing.stage_types import SearchContext, SolverOptions
 from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
 from .conftest import solve_with_and_without_skips
@@ -44,15 +44,16 @@ def test_the_search_holding_the_optimum_is_never_ruled_out(make, seed):
             if plan is None:
                 continue
             b_, v_, ranks, schedule = _search_of(plan)
-            assert subproblem_floor_s(model, cluster, base, b_, v_, ranks, schedule, options) <= best * (1 + 1e-9)
-            assert not cannot_beat_any(model, cluster, base, b_, v_, ranks, schedule, options, best * (1 + 1e-6))
+            context, search = SearchContext(model, cluster, base, options), Subproblem(b_, v_, ranks, schedule)
+            assert ClosedFormBound(context).floor_s(search) <= best * (1 + 1e-9)
+            assert not AnyRuntimeBound(context).cannot_beat(search, best * (1 + 1e-6))
 
 
 def test_skipping_the_searches_the_floors_rule_out_finds_the_same_plan(monkeypatch):
     model, cluster, base = pipeline_instance(11)
     base = replace(base, runtime="any")
     options = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True})
-    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, "cannot_beat_any", model, cluster, base, options)
+    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, AnyRuntimeBound, model, cluster, base, options)
     assert skipped  # the floors rule some searches out here
     assert pruned.optimal and full.optimal
     assert pruned.plan == full.plan and pruned.estimate.step_time_s == full.estimate.step_time_s
@@ -100,9 +101,9 @@ def _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given: SolverOp
         best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
         if best is None:
             continue
-        least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-        verdicts.append(tuple(ranks_cannot_beat(model, cluster, base, b, v, ranks, schedule, least, options,
-                                                best * factor) for factor in (1 + 1e-6, 0.8)))
+        bound = RankBound(SearchContext(model, cluster, base, options))
+        verdicts.append(tuple(bound.cannot_beat(Subproblem(b, v, ranks, schedule), best * factor)
+                              for factor in (1 + 1e-6, 0.8)))
     return verdicts
 
 
@@ -138,5 +139,7 @@ def test_rank_floor_counts_zero_offload_step_where_a_rank_holds_its_blocks_only_
     options = within(given, capability("any"))
     assert options.offload
     best = _alone(monkeypatch, model, cluster, base, given, (1, 2, 4, "interleaved"))
-    assert ranks_cannot_beat(model, cluster, base, 1, 2, 4, "interleaved", 1, options, best * 0.98)
-    assert not ranks_cannot_beat(model, cluster, base, 1, 2, 4, "interleaved", 1, options, best * (1 + 1e-6))
+    bound, search = RankBound(SearchContext(model, cluster, base, options)), Subproblem(1, 2, 4, "interleaved")
+    assert search.least_share == 1
+    assert bound.cannot_beat(search, best * 0.98)
+    assert not bound.cannot_beat(search, best * (1 + 1e-6))

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from planner.cost.runtimes.capability import capability
-from planner.schedules import get_schedule
 from planner.search.orchestration.driver import solve
 from planner.search.bounds.rank_busy import least_busy
 from planner.search.bounds.rank_costs import KnownCosts
-from planner.search.bounds.rank_floor import ranks_cannot_beat
+from planner.search.bounds.rank_floor import RankBound
+from planner.search.bounds.search_bound import Subproblem
 from planner.search.orchestration.space import subproblems, within
-from planner.search.pricing.stage_types import SolverOptions
+from planner.search.pricing.stage_types import SearchContext, SolverOptions
 from planner.verify.oracle import TINY_OPTIONS, pipeline_instance
 
 
@@ -78,8 +78,7 @@ def test_a_budget_that_drops_every_pool_changes_no_decision():
     for cutoff in (best * 0.9, best, best * 1.05):  # (some searches ruled out, some not)
         for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups),
                                                     options, cap):
-            least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
-            args = (model, cluster, base, b, v, ranks, schedule, least, options, cutoff)
-            decided.append(ranks_cannot_beat(*args, known=kept))
-            assert ranks_cannot_beat(*args, known=dropped) == decided[-1]
+            context, search = SearchContext(model, cluster, base, options), Subproblem(b, v, ranks, schedule)
+            decided.append(RankBound(context, kept).cannot_beat(search, cutoff))
+            assert RankBound(context, dropped).cannot_beat(search, cutoff) == decided[-1]
     assert any(decided) and not all(decided)

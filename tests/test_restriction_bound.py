@@ -13,7 +13,7 @@ from planner.core.errors import BadInput
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.plan import Training, uniform_plan
-from planner.search.bounds.restriction_bound import most_speed, restricted_floor_s
+from planner.search.bounds.restriction_bound import RestrictionBound, most_speed, restricted_floor_s
 from planner.search.pricing.stage_types import Restriction, SolverOptions
 
 from .conftest import solve_with_and_without_skips
@@ -66,6 +66,6 @@ def one_gpu_nodes(h100: int, a100: int, v100: int) -> dict:
 def test_skipping_bounded_searches_finds_the_same_plan(monkeypatch, memory_gib):
     model, cluster, base = instance(memory_gib, "megatron")
     options = SolverOptions(**OPTIONS)
-    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, "cannot_beat", model, cluster, base, options)
+    pruned, full, skipped = solve_with_and_without_skips(monkeypatch, RestrictionBound, model, cluster, base, options)
     assert skipped  # the bound rules some searches out here
     assert pruned.plan == full.plan and pruned.estimate.step_time_s == full.estimate.step_time_s

@@ -1,4 +1,4 @@
-"""Stage pricing by memory-capping level (planner.search.pricing.stages.Problem.stage_costs): a
+"""Stage pricing by memory-capping level (planner.search.pricing.levels.CappingLevels.stage_costs): a
 configuration is priced once per (flags, link) at every capping level, and a pipeline position
 picks its level per block count; that must equal pricing the position directly, with each
 replica type's share cap at that position's in-flight micro-batches (share_cap)."""
@@ -18,16 +18,16 @@ from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 def _direct_x(problem: Problem, cid: int, from_end: int, has_emb: bool, successor: int, ranks):
     """X = B + E - tau of one position, its makespan B priced with that position's caps."""
     config = problem.config_list[cid]
-    types = problem.type_arrays(config)
+    types = problem.stage_configs.type_arrays(config)
     flags = (from_end == 1, has_emb)
     in_flight = problem.in_flight(from_end, ranks)
     caps = [share_cap(ta.room[flags], in_flight) for ta in types]
-    times = problem.replica_times(types, flags, problem.link(cid, successor))
+    times = problem.replica_times(types, flags, problem.links.link(cid, successor))
     busy = min_makespan(problem.microbatches, [ta.count for ta in types], times, caps)
     cost = problem.stage_cost(cid, from_end, has_emb, successor, ranks)
     tail = problem.tables.tails.get((config, flags))
     if tail is None:  # a config with no batch shares is left unpriced: infinite everywhere
-        assert problem._no_shares(cid) and not np.isfinite(cost.x).any()
+        assert problem.levels._no_shares(cid) and not np.isfinite(cost.x).any()
         return cost, np.full(len(cost.x), INF)
     with np.errstate(invalid="ignore"):
         x = busy + tail - cost.tau
@@ -59,7 +59,7 @@ def test_stage_cost_by_capping_level_equals_pricing_each_position(make, seed):
                                                                    int(from_end != 1 and not has_emb))
                                 assert np.all(~np.isfinite(expected[~where]) | forced[~where])
                                 checked += 1
-                                capped += int(np.any(where & (problem.type_arrays(problem.config_list[cid])[0]
+                                capped += int(np.any(where & (problem.stage_configs.type_arrays(problem.config_list[cid])[0]
                                                               .room[(from_end == 1, has_emb)]
                                                               < problem.in_flight(from_end, ranks))))
     assert checked > 0 and capped > 0  # some positions price with binding memory caps
@@ -76,7 +76,7 @@ def test_released_problem_keeps_its_shared_tails_and_the_next_prices_as_a_fresh_
     def priced(problem: Problem) -> list[np.ndarray]:
         zeros = tuple(0 for _ in problem.bundle_nodes)
         return [cost.x for fid, _, sig in problem.transitions(zeros) for from_end in (1, 2)
-                for cost in problem.stage_costs(problem.catalog.families[fid], from_end, False,
+                for cost in problem.levels.stage_costs(problem.catalog.families[fid], from_end, False,
                                                 -1 if from_end == 1 else sig)]
 
     first = Problem(model, cluster, base, 1, parts, options)
