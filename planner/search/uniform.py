@@ -59,15 +59,15 @@ def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
     return all(start in boundaries for start in range(0, cluster.num_gpus + 1, ranks_per_stage))
 
 
-def uniform_candidates(model: Model, cluster: Cluster, base: Training, space: UniformSpace
+def uniform_candidates(model: Model, cluster: Cluster, training: Training, space: UniformSpace
                        ) -> Iterator[Plan]:
     """Every uniform plan of `space`, in (tp, micro-batch, recompute, ZeRO, V, schedule, pp)
     order, the searched schedule of each V first."""
-    for _, plan in indexed_candidates(model, cluster, base, space):
+    for _, plan in indexed_candidates(model, cluster, training, space):
         yield plan
 
 
-def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+def indexed_candidates(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
                        share: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, Plan]]:
     """(candidate index, plan) of uniform_candidates; with `share` (k, n) only those whose index
     is k modulo n, the others never built. An index counts the configurations in order, so it is
@@ -81,7 +81,7 @@ def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                                              space.zero_stages, space.virtual_stages):
         if n % tp or heads % tp or any(g.gpus_per_node % tp for g in cluster.groups):
             continue
-        if base.global_batch % b or (recompute == "selective" and base.attention == "flash"):
+        if training.global_batch % b or (recompute == "selective" and training.attention == "flash"):
             continue
         for schedule in _schedules(space, v):
             chunked = schedule.chunks_per_rank(v) > 1
@@ -91,11 +91,11 @@ def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 if space.max_stages is not None and pp > space.max_stages:
                     break
                 dp = n // (tp * pp)
-                if base.global_batch % (dp * b) or (space.dp_degrees and dp not in space.dp_degrees) \
+                if training.global_batch % (dp * b) or (space.dp_degrees and dp not in space.dp_degrees) \
                         or (space.pp_degrees and pp not in space.pp_degrees):
                     continue
                 # a split backward needs pp micro-batches per replica (planner.plan structural_problems)
-                if schedule.split_backward and base.global_batch // (dp * b) < pp:
+                if schedule.split_backward and training.global_batch // (dp * b) < pp:
                     continue
                 if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                     continue
@@ -106,22 +106,22 @@ def indexed_candidates(model: Model, cluster: Cluster, base: Training, space: Un
                 index += 1
                 if index % parts != part:
                     continue
-                training = replace(base, micro_batch=b, schedule=schedule.name, virtual_stages=v)
+                planned = replace(training, micro_batch=b, schedule=schedule.name, virtual_stages=v)
                 try:
-                    yield index, uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                    yield index, uniform_plan(model, cluster, planned, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
                                               recompute=recompute,
                                               sequence_parallel=space.sequence_parallel and tp > 1)
                 except BadInput:
                     continue
 
 
-def _schedules(space: UniformSpace, v: int) -> list[Schedule]:
+def _schedules(space: UniformSpace, virtual_stages: int) -> list[Schedule]:
     """The schedules tried at V: the searched one, then each of space.schedules that takes V."""
     extra = [get_schedule(name) for name in space.schedules]
-    return [search_schedule(v)] + [s for s in extra if s.accepts_virtual_stages(v)]
+    return [search_schedule(virtual_stages)] + [s for s in extra if s.accepts_virtual_stages(virtual_stages)]
 
 
-def improving_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+def improving_uniform(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
                       params: CostParams | Mapping[str, CostParams] | None = None,
                       clock: SearchClock | None = None,
                       accept: Callable[[Plan], bool] | None = None,
@@ -133,7 +133,7 @@ def improving_uniform(model: Model, cluster: Cluster, base: Training, space: Uni
     or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
     those that uniform_bound.screen finds not fitting or bounds likewise with the pipeline's fill
     (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
-    for _, plan, estimate in _improving(model, cluster, base, space, params, clock, accept, bound_s, (0, 1)):
+    for _, plan, estimate in _improving(model, cluster, training, space, params, clock, accept, bound_s, (0, 1)):
         yield plan, estimate
 
 
@@ -146,7 +146,7 @@ class UniformSeed:
     complete: bool = True
 
 
-def best_uniform_share(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+def best_uniform_share(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
                        params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
                        accept: Callable[[Plan], bool] | None, bound_s: float, share: tuple[int, int]) -> UniformSeed:
     """improving_uniform's last plan over the candidates of `share` (indexed_candidates), with its
@@ -154,7 +154,7 @@ def best_uniform_share(model: Model, cluster: Cluster, base: Training, space: Un
     merge_seeds give improving_uniform's plan (each share's pruning is exact, by its own best)."""
     best = None
     try:
-        for best in _improving(model, cluster, base, space, params, clock, accept, bound_s, share):
+        for best in _improving(model, cluster, training, space, params, clock, accept, bound_s, share):
             pass
     except SearchTimeout:
         return UniformSeed(best, False)
@@ -168,7 +168,7 @@ def merge_seeds(seeds: list[UniformSeed]) -> UniformSeed:
     return UniformSeed(best, all(seed.complete for seed in seeds))
 
 
-def _improving(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+def _improving(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
                params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
                accept: Callable[[Plan], bool] | None, bound_s: float,
                share: tuple[int, int]) -> Iterator[tuple[int, Plan, Estimate]]:
@@ -176,7 +176,7 @@ def _improving(model: Model, cluster: Cluster, base: Training, space: UniformSpa
     best_s = float("inf")
     seen: set = set()
     computes: dict = {}  # busy_lower_bound_s's chunk computes, shared by the candidates
-    for index, plan in indexed_candidates(model, cluster, base, space, share):
+    for index, plan in indexed_candidates(model, cluster, training, space, share):
         if clock is not None:
             clock.check()
         offloadable = space.activation_offload and len(plan.stages) == 1 and plan.stages[0].recompute == "none"
@@ -251,11 +251,11 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
     return (form, estimate) if estimate.fits else None
 
 
-def best_uniform(model: Model, cluster: Cluster, base: Training, space: UniformSpace,
+def best_uniform(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
                  params: CostParams | Mapping[str, CostParams] | None = None) -> tuple[Plan, Estimate] | None:
     """The fastest uniform plan of `space` that fits (ties: the first in candidate order),
     or None when none fits."""
     best = None
-    for best in improving_uniform(model, cluster, base, space, params):
+    for best in improving_uniform(model, cluster, training, space, params):
         pass
     return best

@@ -58,8 +58,9 @@ from ..pricing.stage_types import INF, SearchContext, SolverOptions
 __all__ = ["AnyRuntimeBound", "ClosedFormBound"]
 
 
-def _configs(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedule: str,
-             v: int) -> list[list[tuple[int, int, float, float, float, float]]]:
+def _configs(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
+             schedule: str,
+             virtual_stages: int) -> list[list[tuple[int, int, float, float, float, float]]]:
     """Per node group, per replica shape (tp, cp): (tp, cp, a: the least time of one block for one
     micro-batch, lambda: the least it adds to the rank's latency, the least activation bytes one
     GPU keeps for it, the block's weight parameters per GPU), over sp and recompute modes."""
@@ -73,17 +74,17 @@ def _configs(model: Model, cluster: Cluster, base: Training, options: SolverOpti
         for tp in options.tp_degrees:
             if g.gpus_per_node % tp:
                 continue
-            for cp, kind in cp_choices(model, base, options, tp):
+            for cp, kind in cp_choices(model, training, options, tp):
                 a = lam = act = INF
                 for sp in ((False, True) if tp > 1 else (False,)):
                     for mode in BLOCK_MODES:
-                        sh = Sharding(base.dtype, b, base.seq_len, base.attention,
+                        sh = Sharding(training.dtype, micro_batch, training.seq_len, training.attention,
                                       StageDims(tp, sp, cp=cp, cp_kind=kind), mode)
                         for layer in shapes:
                             # cp_link None: the ring inside the node, the fastest link it could have
                             price = layer_price(layer, sh, g.gpu, g.intra_node, p)
                             a = min(a, price.time_s)
-                            floor = latency_floor_s(schedule, price, v)
+                            floor = latency_floor_s(schedule, price, virtual_stages)
                             lam = min(lam, 0.0 if floor is None else floor)
                             act = min(act, price.act_bytes)
                 rows.append((tp, cp, a, lam, act, min(layer.weight_params for layer in shapes) / tp))
@@ -117,7 +118,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     return float(pulp.value(prob.objective))
 
 
-def _most_blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptions, configs: list,
+def _most_blocks(model: Model, cluster: Cluster, training: Training, options: SolverOptions, configs: list,
                  replicas: int) -> int:
     """n_max: the most decoder blocks one GPU of any group holds with the states and one
     micro-batch's activations of each (module docstring, 4)."""
@@ -128,7 +129,7 @@ def _most_blocks(model: Model, cluster: Cluster, base: Training, options: Solver
         room = g.gpu.memory_bytes - options.params_for(g.gpu.name).reserved_memory_bytes
         for tp, cp, _a, _lam, act, params in rows:
             dp = max(1, min(replicas * cp, cluster.num_gpus // tp))
-            states = min(sum(model_state_bytes(params, base.dtype, z, dp, base.optimizer)[:keep]) for z in zeros)
+            states = min(sum(model_state_bytes(params, training.dtype, z, dp, training.optimizer)[:keep]) for z in zeros)
             held = states + act
             if held <= 0:
                 return model.num_layers
@@ -167,21 +168,22 @@ class AnyRuntimeBound:
 
 
 @lru_cache(maxsize=256)
-def _floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
+def _floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: int, virtual_stages: int,
+             ranks: int | None,
              schedule: str, options: SolverOptions) -> float:
     """The least step time of any plan of the search (b, V = v, `ranks` pipeline ranks or up to
     options.max_stages, `schedule`) (module docstring); 0.0 where the argument does not hold."""
     config = model.config
-    if config is None or getattr(config, "num_experts", 1) > 1 or base.global_batch % b:
+    if config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch:
         return 0.0
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
-    m = base.global_batch // b
+    m = training.global_batch // micro_batch
     least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
     per_rank = m // least
     most_ranks = ranks if ranks is not None else options.max_stages
     if per_rank < 1:
         return INF  # no replica can take its least share
-    configs = _configs(model, cluster, base, options, b, schedule, v)
+    configs = _configs(model, cluster, training, options, micro_batch, schedule, virtual_stages)
     rate = _most_rate(cluster, configs, most_ranks * per_rank)
     if rate == INF:
         return 0.0
@@ -189,9 +191,9 @@ def _floor_s(model: Model, cluster: Cluster, base: Training, b: int, v: int, ran
         return INF
     busy = m * blocks / rate
     lam = min((row[3] for rows in configs for row in rows), default=0.0)
-    delta = ends_floor(model, cluster, base, options, b, [schedule])[1]
+    delta = ends_floor(model, cluster, training, options, micro_batch, [schedule])[1]
     if lam >= 0.0:
-        fill = lam * max(0, blocks - _most_blocks(model, cluster, base, options, configs, per_rank)) + delta
+        fill = lam * max(0, blocks - _most_blocks(model, cluster, training, options, configs, per_rank)) + delta
     else:
         fill = lam * blocks + delta
     return busy + fill

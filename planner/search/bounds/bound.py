@@ -17,16 +17,16 @@ from ..pricing.context_parallel import cp_choices
 from ..pricing.stage_types import INF, SolverOptions
 
 
-def compute_lower_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def compute_lower_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
                           with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time: the larger of busy_bound_s (every GPU's compute
     and optimizer step at its cheapest) and pipeline_bound_s (that plus the wait for the other
     pipeline ranks which slow GPUs, or the memory that forces them onto more GPUs, impose)."""
-    return max(busy_bound_s(model, cluster, base, options, with_optimizer),
-               pipeline_bound_s(model, cluster, base, options, with_optimizer))
+    return max(busy_bound_s(model, cluster, training, options, with_optimizer),
+               pipeline_bound_s(model, cluster, training, options, with_optimizer))
 
 
-def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def busy_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
                  with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time, as a linear program.
 
@@ -52,7 +52,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
 
     from ..pricing.shares import quiet_stdout
 
-    sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
+    sizes = [b for b in options.micro_batches if training.global_batch % b == 0] or list(options.micro_batches)
     kinds = {"embedding": [], "decoder": [], "head": []}
     for layer in model.layers:
         kinds[layer.kind].append(layer)
@@ -69,9 +69,9 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
     for kind, layers in kinds.items():
         if not layers:
             continue
-        prob += pulp.lpSum(share[(kind, name)] for name in gpus) == base.global_batch * len(layers), f"a_{kind}"
+        prob += pulp.lpSum(share[(kind, name)] for name in gpus) == training.global_batch * len(layers), f"a_{kind}"
         for name, (_, group) in sorted(gpus.items()):
-            per_sample = min(sum(layer_time(layer, group.gpu, Sharding(base.dtype, b, base.seq_len, base.attention,
+            per_sample = min(sum(layer_time(layer, group.gpu, Sharding(training.dtype, b, training.seq_len, training.attention,
                                                                        StageDims(), "none"),
                                             group.intra_node, options.params_for(group.gpu.name)).compute_s
                                  for layer in layers) / b / len(layers) for b in sizes)
@@ -82,7 +82,7 @@ def busy_bound_s(model: Model, cluster: Cluster, base: Training, options: Solver
         prob += pulp.lpSum(stepped.values()) == sum(layer.weight_params for layer in model.layers) / 1e9, "b_steps"
         for name, (_, group) in sorted(gpus.items()):
             busy[name].append(stepped[name] * optimizer_step_s(1e9, group.gpu, options.params_for(group.gpu.name),
-                                                                        base.optimizer))
+                                                                        training.optimizer))
     for name, (count, _) in sorted(gpus.items()):
         prob += pulp.lpSum(busy[name]) <= count * step, f"c_{name}"
     with quiet_stdout():
@@ -132,7 +132,7 @@ def _shapes(model: Model, kind: str) -> list:
     return list(out.values())
 
 
-def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules,
+def _modes(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int, schedules,
            act_caps: bool, alone: bool) -> dict:
     """Per replica mode mu = (GPU type, tp): (kappa, tau, cap, cap_alone) at micro-batch
     b. kappa: the least GPU-seconds one decoder block of one sample costs it (tp x cp x
@@ -160,14 +160,15 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
             if g.gpus_per_node % tp:
                 continue
             dp = max(1, cluster.num_gpus // tp)
-            states = min(sum(model_state_bytes(block_params / tp, base.dtype, z, dp, base.optimizer)[:3 - options.offload])
+            states = min(sum(model_state_bytes(block_params / tp, training.dtype, z, dp, training.optimizer)[:3 - options.offload])
                          for z in zeros)
             kappa = tau = act = INF
-            for (cp, kind), sp, mode in product(cp_choices(model, base, options, tp), {False, tp > 1}, recompute):
-                sh = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp, cp=cp, cp_kind=kind), mode)
+            for (cp, kind), sp, mode in product(cp_choices(model, training, options, tp), {False, tp > 1}, recompute):
+                sh = Sharding(training.dtype, micro_batch, training.seq_len, training.attention,
+                              StageDims(tp, sp, cp=cp, cp_kind=kind), mode)
                 for layer in decoders:
                     price = layer_price(layer, sh, g.gpu, g.intra_node, p)
-                    kappa = min(kappa, tp * cp * price.time_s / b)
+                    kappa = min(kappa, tp * cp * price.time_s / micro_batch)
                     floors = [latency_floor_s(s, price, max_v) for s in schedules]
                     tau = min(tau, 0.0 if None in floors else max(0.0, min(floors)))
                     act = min(act, price.act_bytes)
@@ -181,7 +182,8 @@ def _modes(model: Model, cluster: Cluster, base: Training, options: SolverOption
     return out
 
 
-def ends_floor(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int, schedules) -> tuple:
+def ends_floor(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
+               schedules) -> tuple:
     """The embedding's and head's rates per GPU type (compute at tp 1, as busy_bound_s) and delta,
     the least (<= 0) they add to rank latencies (latency_floor_s; below 0 only under ZB-H1)."""
     names = sorted({g.gpu.name for g in cluster.groups})
@@ -192,17 +194,18 @@ def ends_floor(model: Model, cluster: Cluster, base: Training, options: SolverOp
         floor = 0.0
         for name in names:
             group = next(g for g in cluster.groups if g.gpu.name == name)
-            sh = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(), "none")
+            sh = Sharding(training.dtype, micro_batch, training.seq_len, training.attention, StageDims(), "none")
             other_rate[(kind, name)] = min((layer_time(layer, group.gpu, sh, group.intra_node,
-                                                       options.params_for(name)).compute_s / b for layer in layers),
+                                                       options.params_for(name)).compute_s / micro_batch for layer in layers),
                                            default=0.0)
         for g in _distinct_groups(cluster):
             for tp in options.tp_degrees:
                 if g.gpus_per_node % tp:
                     continue
-                for (cp, cp_kind), sp, mode in product(cp_choices(model, base, options, tp), {False, tp > 1},
+                for (cp, cp_kind), sp, mode in product(cp_choices(model, training, options, tp), {False, tp > 1},
                                                        ("none", "full")):
-                    sh = Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp, cp=cp, cp_kind=cp_kind),
+                    sh = Sharding(training.dtype, micro_batch, training.seq_len, training.attention,
+                                  StageDims(tp, sp, cp=cp, cp_kind=cp_kind),
                                   mode)
                     for layer in layers:
                         price = layer_price(layer, sh, g.gpu, g.intra_node, options.params_for(g.gpu.name))
@@ -212,7 +215,7 @@ def ends_floor(model: Model, cluster: Cluster, base: Training, options: SolverOp
     return other_rate, delta
 
 
-def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def pipeline_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
                      with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time that adds to the busy time the wait for the other
     pipeline ranks that slow GPUs, or the memory that keeps blocks off a GPU, force, as a minimum of
@@ -245,26 +248,26 @@ def pipeline_bound_s(model: Model, cluster: Cluster, base: Training, options: So
     config = model.config
     if config is not None and getattr(config, "num_experts", 1) > 1:
         return 0.0
-    cap = capability(options.space or base.runtime)
+    cap = capability(options.space or training.runtime)
     schedules = [s for s in cap.schedules if s == "1f1b" or options.max_stages > 1]
     # activations bound the blocks a GPU holds unless activation offload may serve a pipelined stage
     act_caps = not options.activation_offload or cap.activation_offload_alone
-    sizes = [b for b in options.micro_batches if base.global_batch % b == 0] or list(options.micro_batches)
+    sizes = [b for b in options.micro_batches if training.global_batch % b == 0] or list(options.micro_batches)
     best = INF
     for b in sizes:
-        modes = _modes(model, cluster, base, options, b, schedules, act_caps, cap.activation_offload_alone)
-        ends = ends_floor(model, cluster, base, options, b, schedules)
+        modes = _modes(model, cluster, training, options, b, schedules, act_caps, cap.activation_offload_alone)
+        ends = ends_floor(model, cluster, training, options, b, schedules)
         blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
         for alone in ((False, True) if options.max_stages > 1 else (True,)):
             for star in modes:
                 if alone and modes[star][3] < blocks:
                     continue
-                best = min(best, _wait_lp_s(model, cluster, base, options, modes, ends, star, alone,
+                best = min(best, _wait_lp_s(model, cluster, training, options, modes, ends, star, alone,
                                             not cap.uneven_shares, with_optimizer))
     return 0.0 if best == INF else best
 
 
-def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOptions, modes: dict, ends: tuple,
+def _wait_lp_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions, modes: dict, ends: tuple,
                star: tuple, alone: bool, even: bool, with_optimizer: bool) -> float:
     """One programme of pipeline_bound_s: rank class mu* = `star`; `alone`: one-stage plans."""
     import pulp
@@ -292,13 +295,13 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
           for kind in ("embedding", "head") for j, name in enumerate(names)}
     y = {name: prob.add_variable(f"y_{j}", lowBound=0) for j, name in enumerate(names)}
     prob += step
-    prob += pulp.lpSum(x.values()) == base.global_batch * count["decoder"], "a_decoder"
+    prob += pulp.lpSum(x.values()) == training.global_batch * count["decoder"], "a_decoder"
     if even:  # a rank's blocks are every sample's: G z_mu block-samples in the ranks of class mu
         for i, mu in enumerate(order):
-            prob += pulp.lpSum(x[(mu, g)] for g in names if (mu, g) in x) == base.global_batch * z[mu], f"g_{i}"
+            prob += pulp.lpSum(x[(mu, g)] for g in names if (mu, g) in x) == training.global_batch * z[mu], f"g_{i}"
     for kind in ("embedding", "head"):
         if count[kind]:
-            prob += pulp.lpSum(xo[(kind, n)] for n in names) == base.global_batch * count[kind], f"a_{kind}"
+            prob += pulp.lpSum(xo[(kind, n)] for n in names) == training.global_batch * count[kind], f"a_{kind}"
     if with_optimizer:
         prob += pulp.lpSum(y.values()) == params, "b_steps"
     wait = pulp.lpSum(modes[mu][1] * z[mu] for mu in order) - slack + delta  # delta <= 0
@@ -308,7 +311,7 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
                  for kind in ("embedding", "head") if count[kind]]
         if with_optimizer:
             group = next(g for g in cluster.groups if g.gpu.name == name)
-            work.append(y[name] * optimizer_step_s(1e9, group.gpu, options.params_for(name), base.optimizer))
+            work.append(y[name] * optimizer_step_s(1e9, group.gpu, options.params_for(name), training.optimizer))
         prob += pulp.lpSum(work) <= gpus[name] * step - gpus[name] * wait, f"c_{j}"
     # (d) through running sums: X_i = X_i-1 + the block-samples of mode i, Z_i likewise, X_i <= G Z_i
     run_x = run_z = None
@@ -317,7 +320,7 @@ def _wait_lp_s(model: Model, cluster: Cluster, base: Training, options: SolverOp
         cum_x, cum_z = prob.add_variable(f"X_{i}"), prob.add_variable(f"Z_{i}")
         prob += cum_x == (here_x if run_x is None else run_x + here_x), f"dx_{i}"
         prob += cum_z == (z[mu] if run_z is None else run_z + z[mu]), f"dz_{i}"
-        prob += cum_x <= base.global_batch * cum_z, f"d_{i}"
+        prob += cum_x <= training.global_batch * cum_z, f"d_{i}"
         run_x, run_z = cum_x, cum_z
     prob += pulp.lpSum(z.values()) == count["decoder"], "e_blocks"
     tau_star, cap_star = modes[star][1], modes[star][3 if alone else 2]

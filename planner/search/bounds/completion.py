@@ -39,7 +39,7 @@ def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
         return 0.0
     group = inputs.groups[group_index]
     p = inputs.options.params_for(group.gpu.name)
-    t = inputs.t
+    t = inputs.training
     best = INF
     for tp in inputs.options.tp_degrees:
         if group.gpus_per_node % tp:
@@ -48,7 +48,7 @@ def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
             for sp in ((False, True) if tp > 1 else (False,)):
                 dims = StageDims(tp, sp, cp=cp, cp_kind=kind)
                 for mode in BLOCK_MODES:
-                    sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims, mode)
+                    sh = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims, mode)
                     # cp_link None: the ring inside the node, the fastest link it could have
                     price = layer_price(inputs.dec, sh, group.gpu, group.intra_node, p)
                     best = min(best, tp * cp * price.time_s)

@@ -47,18 +47,18 @@ class LayerFloor:
         return self.activation_bytes - self.free_bytes
 
 
-def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOptions,
+def _floor(layer: Layer, model: Model, group, training: Training, options: SolverOptions,
            micro_batch: int, num_gpus: int) -> LayerFloor | None:
     heads = model.config.num_heads if model.config else 1
     tps = [tp for tp in options.tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
     if not tps:
         return None
     tp = max(tps)
-    cp, kind = largest_cp(model, base, options, tp, group)
+    cp, kind = largest_cp(model, training, options, tp, group)
 
     def need(mode: str) -> float:
         # recompute "block" holds at least what "full" does (every block recomputed)
-        sh = Sharding(base.dtype, micro_batch, base.seq_len, base.attention, StageDims(tp, tp > 1, cp=cp,
+        sh = Sharding(training.dtype, micro_batch, training.seq_len, training.attention, StageDims(tp, tp > 1, cp=cp,
                                                                                         cp_kind=kind),
                       "full" if mode == "block" else mode)
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
@@ -66,18 +66,18 @@ def _floor(layer: Layer, model: Model, group, base: Training, options: SolverOpt
     mode = min(options.recompute_modes, key=need)
     dp = max(1, StageDims(tp, cp=cp).replicas_on(num_gpus))
     dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0, cp, kind)
-    states = model_state_bytes(dims.weight_share(layer.weight_params), base.dtype, dims.zero, dims.dp,
-                               base.optimizer)
+    states = model_state_bytes(dims.weight_share(layer.weight_params), training.dtype, dims.zero, dims.dp,
+                               training.optimizer)
     states = sum(states[:2]) if options.offload else sum(states)  # ZeRO-Offload keeps the optimizer's on the host
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free, cp)
 
 
-def layer_floors(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> dict[str, list[LayerFloor]]:
+def layer_floors(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> dict[str, list[LayerFloor]]:
     """Each layer kind's floor on each GPU type of the cluster (types whose nodes allow no tp
     degree of the search left out)."""
-    sizes = [b for b in options.micro_batches if base.global_batch % b == 0]
+    sizes = [b for b in options.micro_batches if training.global_batch % b == 0]
     if not sizes:
         return {}
     kinds: dict[str, Layer] = {}
@@ -89,19 +89,19 @@ def layer_floors(model: Model, cluster: Cluster, base: Training, options: Solver
     for kind, layer in kinds.items():
         best: dict[str, LayerFloor] = {}  # per GPU type, its best group (node sizes bound tp)
         for g in cluster.groups:
-            f = _floor(layer, model, g, base, options, min(sizes), cluster.num_gpus)
+            f = _floor(layer, model, g, training, options, min(sizes), cluster.num_gpus)
             if f is not None and (f.gpu not in best or f.over_bytes < best[f.gpu].over_bytes):
                 best[f.gpu] = f
         out[kind] = list(best.values())
     return out
 
 
-def unplaceable_layer(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> LayerFloor | None:
+def unplaceable_layer(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> LayerFloor | None:
     """A layer kind that fits on no GPU type even alone at the most sharding, as its floor on
     the type where it comes closest (of several such kinds, the one farthest from fitting);
     None when every layer kind fits somewhere."""
     worst: LayerFloor | None = None
-    for floors in layer_floors(model, cluster, base, options).values():
+    for floors in layer_floors(model, cluster, training, options).values():
         if not floors:
             continue
         closest = min(floors, key=lambda f: (f.over_bytes, f.gpu))
@@ -136,20 +136,20 @@ class SequenceFloor:
     def over_bytes(self) -> float:
         return self.activation_bytes - self.free_bytes
 
-    def explains(self, base: Training, options: SolverOptions) -> bool:
+    def explains(self, training: Training, options: SolverOptions) -> bool:
         """Whether it is the reason to give: a long sequence (options.cp_min_seq_len) whose
         activations overflow the memory the model states leave."""
-        return base.seq_len >= options.cp_min_seq_len and self.free_bytes > 0 and self.over_bytes > 0
+        return training.seq_len >= options.cp_min_seq_len and self.free_bytes > 0 and self.over_bytes > 0
 
 
-def _sequence_bytes(model: Model, base: Training, seq_len: int, tp: int, cp: int, micro_batch: int = 1) -> float:
+def _sequence_bytes(model: Model, training: Training, seq_len: int, tp: int, cp: int, micro_batch: int = 1) -> float:
     dims = StageDims(tp, tp > 1, cp=cp)
-    sh = Sharding(base.dtype, micro_batch, seq_len, base.attention, dims, "full")
+    sh = Sharding(training.dtype, micro_batch, seq_len, training.attention, dims, "full")
     return (sum(saved_activation_bytes(layer, sh) for layer in model.layers)
             + max(transient_activation_bytes(layer, sh) for layer in model.layers))
 
 
-def sequence_floor(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:
+def sequence_floor(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> SequenceFloor | None:
     """SequenceFloor on the GPU type with the most memory (None without a model config or a
     tp degree)."""
     if model.config is None:
@@ -160,28 +160,28 @@ def sequence_floor(model: Model, cluster: Cluster, base: Training, options: Solv
     if not tps:
         return None
     tp = max(tps)
-    cp, kind = largest_cp(model, base, options, tp, group)
-    runs_cp = len(cp_choices(model, base, options, tp)) > 1
+    cp, kind = largest_cp(model, training, options, tp, group)
+    runs_cp = len(cp_choices(model, training, options, tp)) > 1
     # the model states at their least: ZeRO-3 over every GPU of the cluster (ZeRO-Offload: the
     # optimizer's on the host)
-    states = model_state_bytes(model.params, base.dtype, 3, cluster.num_gpus, base.optimizer)
+    states = model_state_bytes(model.params, training.dtype, 3, cluster.num_gpus, training.optimizer)
     states = sum(states[:2]) if options.offload else sum(states)
     params = options.params_for(group.gpu.name)
     free = group.gpu.memory_bytes - params.reserved_memory_bytes - states
-    sizes = [b for b in options.micro_batches if base.global_batch % b == 0]
+    sizes = [b for b in options.micro_batches if training.global_batch % b == 0]
     b = min(sizes, default=1)
-    need = _sequence_bytes(model, base, base.seq_len, tp, cp, b)
+    need = _sequence_bytes(model, training, training.seq_len, tp, cp, b)
     cp_needed = None
     if runs_cp:
         for c in (2 ** k for k in range(1, 11)):
-            if c > cp and _sequence_bytes(model, base, base.seq_len - base.seq_len % (2 * c), tp, c, b) <= free:
+            if c > cp and _sequence_bytes(model, training, training.seq_len - training.seq_len % (2 * c), tp, c, b) <= free:
                 cp_needed = c
                 break
     longest, step = None, 1024
-    low, high = 1, base.seq_len // step
+    low, high = 1, training.seq_len // step
     while low <= high:  # activations grow with the length: the longest multiple of 1024 that fits
         mid = (low + high) // 2
-        if _sequence_bytes(model, base, mid * step, tp, cp, b) <= free:
+        if _sequence_bytes(model, training, mid * step, tp, cp, b) <= free:
             longest, low = mid * step, mid + 1
         else:
             high = mid - 1
@@ -189,13 +189,13 @@ def sequence_floor(model: Model, cluster: Cluster, base: Training, options: Solv
                          group.nodes * group.gpus_per_node)
 
 
-def sequence_floor_text(floor: SequenceFloor, base: Training) -> str:
+def sequence_floor_text(floor: SequenceFloor, training: Training) -> str:
     """'one 1,048,576-token sequence needs 201.3 GiB of activations per GPU at tp 8, cp 2 with full
     recomputation, more than the 70.1 GiB left on H100-SXM5-80GB; it needs cp >= 8 (tp 8 x cp 8 =
     64 GPUs of one type per sequence; there are 16), or --seq-len <= 262,144'."""
     where = f"tp {floor.tp}" + (f", cp {floor.cp}" if floor.cp > 1 else "")
-    sample = (f"one {base.seq_len:,}-token sequence" if floor.micro_batch == 1
-              else f"one micro-batch ({floor.micro_batch} sequences of {base.seq_len:,} tokens)")
+    sample = (f"one {training.seq_len:,}-token sequence" if floor.micro_batch == 1
+              else f"one micro-batch ({floor.micro_batch} sequences of {training.seq_len:,} tokens)")
     text = (f"{sample} needs {floor.activation_bytes / GIB:.1f} GiB of activations "
             f"per GPU at {where} with full recomputation (1F1B's first pipeline rank holds all the layers' "
             f"worth), more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left on {floor.gpu}")

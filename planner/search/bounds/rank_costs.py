@@ -68,8 +68,8 @@ def _least_times(lines: list[tuple[list[float], list[float], float]], per_block:
 
 
 @lru_cache(maxsize=64)
-def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int,
-                schedule: str, v: int) -> dict:
+def rank_blocks(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
+                schedule: str, virtual_stages: int) -> dict:
     """Per group and tp: (points, room, states, a block's price, cost parameters): points the
     (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
     and sp; states(dp, zero, offload) a block's model states on one GPU (ZeRO-Offload: without the
@@ -83,22 +83,22 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
         for tp in options.tp_degrees:
             if g.gpus_per_node % tp:
                 continue
-            shardings = [Sharding(base.dtype, b, base.seq_len, base.attention, StageDims(tp, sp), mode)
+            shardings = [Sharding(training.dtype, micro_batch, training.seq_len, training.attention, StageDims(tp, sp), mode)
                          for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
             block_prices = [layer_price(dec, sh, g.gpu, g.intra_node, p) for sh in shardings]
             points = []
             for price in block_prices:
-                floor = latency_floor_s(schedule, price, v)
+                floor = latency_floor_s(schedule, price, virtual_stages)
                 points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s, 0.0 if floor is None else floor))
 
             def states(dp: int, zero: int, offload: bool, tp: int = tp, params: float = dec.weight_params) -> float:
                 keep = 2 if offload else 3  # ZeRO-Offload takes the optimizer states off the GPU
-                return sum(model_state_bytes(params / tp, base.dtype, zero, dp, base.optimizer)[:keep])
+                return sum(model_state_bytes(params / tp, training.dtype, zero, dp, training.optimizer)[:keep])
             ends = {}
             for kind in ("embedding", "head"):
                 layer = next(layer for layer in model.layers if layer.kind == kind)
                 prices = [layer_price(layer, sh, g.gpu, g.intra_node, p) for sh in shardings]
-                floors = [latency_floor_s(schedule, price, v) for price in prices]
+                floors = [latency_floor_s(schedule, price, virtual_stages) for price in prices]
                 # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
                 ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
                               min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
@@ -110,17 +110,17 @@ def rank_blocks(model: Model, cluster: Cluster, base: Training, options: SolverO
     return out
 
 
-def _zero_stages(options: SolverOptions, v: int, cluster: Cluster) -> list[int]:
+def _zero_stages(options: SolverOptions, virtual_stages: int, cluster: Cluster) -> list[int]:
     """The ZeRO stages a rank may take: the options' (ZeRO-0 where ZeRO-1 is not one: ZeRO-1 holds no
     more and adds no collective per micro-batch); an interleaved search leaves ZeRO-2/3 out where
     every group's runtime hides part of its collectives (StageConfigs)."""
     zeros = sorted(set(options.zero_stages) | {0})
-    if v > 1 and all(options.params_for(g.gpu.name).overlap_zero_comm for g in cluster.groups):
+    if virtual_stages > 1 and all(options.params_for(g.gpu.name).overlap_zero_comm for g in cluster.groups):
         zeros = [z for z in zeros if z < 2]
     return [z for z in zeros if z or 1 not in zeros]
 
 
-def _zero_floor_s(layout, tp: int, dp: int, zero: int, base: Training, price, p, n: np.ndarray, v: int
+def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price, p, n: np.ndarray, virtual_stages: int
                   ) -> np.ndarray:
     """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
     (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
@@ -130,11 +130,11 @@ def _zero_floor_s(layout, tp: int, dp: int, zero: int, base: Training, price, p,
     if zero < 2 or dp <= 1:
         return np.zeros(len(n))
     dims = StageDims(tp, tp > 1, dp, zero)
-    comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, base.dtype, layout, p)
+    comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, training.dtype, layout, p)
     out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
-    if v > 1:
-        one, two = (zero_comm(w, dims, base.dtype, layout, p).total_s for w in (1.0, 2.0))
-        out = out + (v - 1) * min(0.0, 2 * one - two)
+    if virtual_stages > 1:
+        one, two = (zero_comm(w, dims, training.dtype, layout, p).total_s for w in (1.0, 2.0))
+        out = out + (virtual_stages - 1) * min(0.0, 2 * one - two)
     return out
 
 
@@ -153,7 +153,7 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
     return max(0.0, best)
 
 
-def _tail_floors_s(cluster: Cluster, base: Training, layout, groups: list[int], tp: int, dp: int, zero: int,
+def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[int], tp: int, dp: int, zero: int,
                    offloads: tuple[bool, ...], info: dict, n: np.ndarray, ends: tuple) -> dict[bool, np.ndarray]:
     """E' per offload of `offloads`: the least a rank's tail takes after its last micro-batch
     (Problem._tail, cost.stage_tail): the gradient reduction over its layout at its slowest GPU's
@@ -167,16 +167,16 @@ def _tail_floors_s(cluster: Cluster, base: Training, layout, groups: list[int], 
     first = blocks[0]
     span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
     bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
-    reduce_s = grad_reduce_s(span.weight_params, dims, base.dtype, layout, info[(slow, tp)][4], bwd)
+    reduce_s = grad_reduce_s(span.weight_params, dims, training.dtype, layout, info[(slow, tp)][4], bwd)
     out = {}
     for offload in offloads:
         if offload:
             params = span.weight_params / dims.state_divisors[2]
             step = np.max([offload_step_s(params, cluster.groups[i].host, cluster.groups[i].gpus_per_node,
-                                          base.dtype, base.optimizer) for i in groups], axis=0)
+                                          training.dtype, training.optimizer) for i in groups], axis=0)
         else:
             step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
-                                       optimizer=base.optimizer) for i in groups], axis=0)
+                                       optimizer=training.optimizer) for i in groups], axis=0)
         out[offload] = np.maximum(0.0, np.asarray(reduce_s + step, dtype=float) * np.ones(len(n)))
     return out
 
@@ -191,9 +191,9 @@ def _curves(points: tuple, whole: float, deferred: float) -> tuple[tuple, tuple]
             _lines(_envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)])))
 
 
-def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: dict, vectors: list[tuple[int, ...]],
+def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, info: dict, vectors: list[tuple[int, ...]],
                blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
-               v: int, memo: dict, shared: dict, limit: float = INF) -> dict:
+               virtual_stages: int, memo: dict, shared: dict, limit: float = INF) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
     where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp,
     ZeRO stage and ZeRO-Offload (off, then on where options.offload), n = 0..blocks) (module
@@ -212,7 +212,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     groups_key = tuple(groups)
     assert all(tuple(i for i, count in enumerate(nodes) if count) == groups_key for nodes in vectors)
     # sends per micro-batch: one, none from the last rank (the head's); V chunks V, the last rank V - 1
-    per_position = np.array([[float(v - 1 if "head" in ends else v) if v > 1 else float("head" not in ends)]
+    per_position = np.array([[float(virtual_stages - 1 if "head" in ends else virtual_stages) if virtual_stages > 1 else float("head" not in ends)]
                              for _, _, ends in helds] * 2)
     # the rows of a replica's pass: kept[j] held at each position j, then one micro-batch at each
     rows = kept + tuple((1.0, 0.0, ends) for _, _, ends in kept)
@@ -222,7 +222,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO, offload)
     index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
     places, wanted = {}, []  # the rows of this call's, those not priced before
-    zeros = _zero_stages(options, v, cluster)
+    zeros = _zero_stages(options, virtual_stages, cluster)
     # a stage offloads its optimizer or not (planner.search.pricing.block.MemorySavers): with it, no optimizer
     # states on the GPU but ZeRO-Offload's step on the CPUs in the tail
     offloads = (False, True) if options.offload else (False,)
@@ -245,14 +245,14 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
                 by_ends = shared.setdefault(("tail", nodes, tp, zero, offloads), {})
                 for ends in kinds:
                     if ends not in by_ends:
-                        by_ends[ends] = _tail_floors_s(cluster, base, layout, groups, tp, dp, zero, offloads, info, n,
+                        by_ends[ends] = _tail_floors_s(cluster, training, layout, groups, tp, dp, zero, offloads, info, n,
                                                        ends)
                 zero_comms = []
                 for i in groups:
-                    comm_key = ("zero", v, nodes, tp, zero, i)
+                    comm_key = ("zero", virtual_stages, nodes, tp, zero, i)
                     if comm_key not in shared:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
-                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, base, price, p, n, v)
+                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, training, price, p, n, virtual_stages)
                     zero_comms.append(shared[comm_key])
                 for offload in offloads:
                     option_parts = [(i, tp, dp, zero, offload) for i in groups]
@@ -285,7 +285,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, base: Training, info: d
     extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
     pool = memo["pool"]
     times = pool[0][at] + extra
-    lats = pool[1][at] + extra / v
+    lats = pool[1][at] + extra / virtual_stages
     times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
     fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
@@ -393,14 +393,15 @@ class KnownCosts:
         self._parts: dict = {}
         self._scopes: dict = {}  # every scope with a pool, least recently used first
 
-    def part(self, model: Model, cluster: Cluster, base: Training, options: SolverOptions, b: int) -> dict:
+    def part(self, model: Model, cluster: Cluster, training: Training, options: SolverOptions,
+             micro_batch: int) -> dict:
         """The shared costs of the instance's ranks at micro-batch b (rank_costs' `shared`)."""
-        return self._parts.setdefault((model, cluster, base, options, b), {})
+        return self._parts.setdefault((model, cluster, training, options, micro_batch), {})
 
-    def scope(self, shared: dict, schedule: str, v: int) -> dict:
+    def scope(self, shared: dict, schedule: str, virtual_stages: int) -> dict:
         """The costs of `shared`'s part that depend on the schedule and V (rank_costs' `memo`), the
         pools of others dropped first where they pass the budget."""
-        memo = shared.setdefault((schedule, v), {})
+        memo = shared.setdefault((schedule, virtual_stages), {})
         self._scopes.pop(id(memo), None)
         self._scopes[id(memo)] = memo
         held = sum(2 * other["pool"][0].nbytes for other in self._scopes.values() if "pool" in other)

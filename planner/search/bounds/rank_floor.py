@@ -167,7 +167,7 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
                 for used, moves in steps if moves), default=INF)
 
 
-def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: bool = False
+def _held(schedule, from_end: int, ranks: int | None, virtual_stages: int, m: int, first: bool = False
           ) -> tuple[float, float, tuple]:
     """(in-flight micro-batches, deferred W passes) of the rank `from_end` from the last of a pipeline
     of `ranks` ranks (None: any depth, for a schedule whose count depends on the distance from the
@@ -175,8 +175,8 @@ def _held(schedule, from_end: int, ranks: int | None, v: int, m: int, first: boo
     depth = from_end if ranks is None else ranks
     # the last rank holds the head; the first the embedding, known only where the depth is
     ends = ("head",) * (from_end == 1) + ("embedding",) * (first or (ranks is not None and from_end == ranks))
-    return (schedule.in_flight_microbatches(depth - from_end, depth, v, m),
-            schedule.deferred_w_microbatches(depth - from_end, depth, v, m), ends)
+    return (schedule.in_flight_microbatches(depth - from_end, depth, virtual_stages, m),
+            schedule.deferred_w_microbatches(depth - from_end, depth, virtual_stages, m), ends)
 
 
 class RankBound:
@@ -194,7 +194,8 @@ class RankBound:
                             context.options, cutoff_s, self.known)
 
 
-def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int, ranks: int | None,
+def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch: int, virtual_stages: int,
+                 ranks: int | None,
                  schedule: str, least: int, options: SolverOptions, cutoff_s: float,
                  known: KnownCosts | None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
@@ -203,18 +204,18 @@ def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int,
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
-    if (cutoff_s == INF or config is None or getattr(config, "num_experts", 1) > 1 or base.global_batch % b
+    if (cutoff_s == INF or config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch
             or len({(l.config, l.params, l.weight_params, l.blend) for l in model.layers if l.kind == "decoder"}) > 1
             or int(np.prod([c + 1 for c in counts])) > RANK_FLOOR_LIMITS[0] or blocks > RANK_FLOOR_LIMITS[1]
-            or any(len(cp_choices(model, base, options, tp)) > 1 for tp in options.tp_degrees)):
+            or any(len(cp_choices(model, training, options, tp)) > 1 for tp in options.tp_degrees)):
         return False
-    m = base.global_batch // b
+    m = training.global_batch // micro_batch
     if ranks is None and get_schedule(schedule).depth_dependent():
         return False  # the in-flight counts need the depth
     most_replicas = m // least
     if most_replicas < 1:
         return True  # no replica can take its least share
-    info = rank_blocks(model, cluster, base, options, b, schedule, v)
+    info = rank_blocks(model, cluster, training, options, micro_batch, schedule, virtual_stages)
     if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - ROUNDING_MARGIN)
@@ -224,10 +225,10 @@ def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int,
         by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
     known = known if known is not None else KnownCosts()
-    shared = known.part(model, cluster, base, options, b)
-    memo = known.scope(shared, schedule, v)
+    shared = known.part(model, cluster, training, options, micro_batch)
+    memo = known.scope(shared, schedule, virtual_stages)
     if "delta" not in memo:
-        memo["delta"] = ends_floor(model, cluster, base, options, b, [schedule])[1]
+        memo["delta"] = ends_floor(model, cluster, training, options, micro_batch, [schedule])[1]
     delta = memo["delta"]
 
     def options_of(helds: tuple) -> dict:
@@ -235,7 +236,7 @@ def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int,
         costs = {}
         for same in by_groups.values():
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
-            costs.update(rank_costs(cluster, options, base, info, same, blocks, m, most_replicas, helds, least, v,
+            costs.update(rank_costs(cluster, options, training, info, same, blocks, m, most_replicas, helds, least, virtual_stages,
                                     memo, shared, target - delta))
         out = {}
         for nu in vectors:
@@ -243,20 +244,20 @@ def _cannot_beat(model: Model, cluster: Cluster, base: Training, b: int, v: int,
             # T >= B_k + delta: a rank busier than the cutoff (less delta) is in no plan that beats it;
             # every chunk holds a block, a rank without the embedding or head one at least (Problem._finish)
             able = (busy <= target - delta) | (np.arange(blocks + 1) == 0)
-            able &= (np.arange(blocks + 1) >= v) if v > 1 else \
+            able &= (np.arange(blocks + 1) >= virtual_stages) if virtual_stages > 1 else \
                 ((np.arange(blocks + 1) > 0) | np.array([[[bool(ends)]] for _, _, ends in helds]))
             with np.errstate(invalid="ignore"):
                 out[nu] = (np.where(able, busy - latency, INF), np.where(able, latency, INF))
         return out
     positions = range(1, depth + 1)
-    ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m) for j in positions))
+    ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, virtual_stages, m) for j in positions))
     if _descends_past(target, delta, ranked, counts, blocks, depth, ranks is not None, None):
         return True
     if ranks is not None:
         return False
     # any depth: the first rank, placed last at a position not known before, holds the embedding
     # (priced only where the search is not ruled out without it)
-    first = options_of(tuple(_held(get_schedule(schedule), j, ranks, v, m, first=True) for j in positions))
+    first = options_of(tuple(_held(get_schedule(schedule), j, ranks, virtual_stages, m, first=True) for j in positions))
     return _descends_past(target, delta, ranked, counts, blocks, depth, False, first)
 
 

@@ -52,7 +52,7 @@ def most_speed(gpus_and_times: list[tuple[int, float]], stage_gpus: int, stages:
     return total
 
 
-def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, restriction: Restriction,
+def restricted_floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: int, restriction: Restriction,
                        options: SolverOptions, stages: int, fill: bool = False) -> float:
     """The least step time of any plan of micro-batch b under `restriction` with at most `stages`
     pipeline ranks (module docstring); `fill`: under 1F1B, with the pipeline's fill; 0.0 where the argument does not hold (no fixed tp or dp,
@@ -69,10 +69,10 @@ def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, r
     for group in cluster.groups:
         p = options.params_for(group.gpu.name)
         modes = ([restriction.recompute] if restriction.recompute is not None
-                 else searched_recompute_modes(options, base, group.gpu.name))
+                 else searched_recompute_modes(options, training, group.gpu.name))
         # "block" recomputes some blocks fully and the rest not at all: between "none" and "full"
         modes = {"none" if m == "block" else m for m in modes} or {"none"}
-        t = min(layer_price(dec, Sharding(base.dtype, b, base.seq_len, base.attention, dims, mode), group.gpu,
+        t = min(layer_price(dec, Sharding(training.dtype, micro_batch, training.seq_len, training.attention, dims, mode), group.gpu,
                             group.intra_node, p).time_s for mode in sorted(modes))
         if t <= 0.0:
             return 0.0
@@ -80,7 +80,7 @@ def restricted_floor_s(model: Model, cluster: Cluster, base: Training, b: int, r
     speed = most_speed(per_type, tp * dp, stages)
     if speed <= 0.0:
         return INF
-    share, blocks = (base.global_batch // b) / dp, model.num_layers - 2
+    share, blocks = (training.global_batch // micro_batch) / dp, model.num_layers - 2
     busy = share * blocks / speed
     if not fill:
         return busy

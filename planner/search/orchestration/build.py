@@ -42,7 +42,7 @@ class PlanDraft:
 def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
     """The traced choices as a PlanDraft: ranks on whole nodes; an interleaved plan cycles V chunks
     over the pipeline ranks, each rank taking the same blocks per chunk."""
-    v = problem.v
+    v = problem.virtual_stages
     next_node = [0 for _ in problem.groups]  # stages take each group's nodes in order (planner.search.decompose)
     ranks = []
     recompute_layers = []
@@ -84,7 +84,8 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
                                 c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
                                 offload=c.config.offload))
             first = end
-    return PlanDraft(problem.t, problem.microbatches, problem.inputs.least_share, problem.restriction.even_shares,
+    return PlanDraft(problem.training, problem.microbatches, problem.inputs.least_share,
+                     problem.restriction.even_shares,
                      problem.options.ilp, tuple(ranks), tuple(stages))
 
 
@@ -114,7 +115,7 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     """Blocks of each of a rank's V chunks: the embedding's (first) or head's (last) chunk takes
     the count the stage cost chose, the others share the rest as evenly as possible, the
     earlier ones taking the larger parts (interleave.chunk_latency)."""
-    v, n = problem.v, choice.blocks
+    v, n = problem.virtual_stages, choice.blocks
     if not problem.chunked:
         return [n]
     split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks).split

@@ -147,7 +147,7 @@ class SearchResult:
         return max(0.0, 1.0 - self.any_runtime_step_s / self.estimate.step_time_s)
 
 
-def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions = SolverOptions(),
+def solve(model: Model, cluster: Cluster, training: Training, options: SolverOptions = SolverOptions(),
           on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """The fastest plan in the search space (module docstring), proven optimal when the
     whole cluster is one bundle and the time limit did not bite.
@@ -157,7 +157,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     that none was found in time: the exact search stops at 3/4 of the limit, and the rest
     goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
     `on_progress` is called about every quarter second. The space is what the runtime
-    `options.space` (default base.runtime) can run (module docstring).
+    `options.space` (default training.runtime) can run (module docstring).
 
     A runtime with one DP degree for every stage on a cluster cut into parts of unequal size
     (planner.search.decompose) is also searched on the cluster trimmed to identical bundles
@@ -165,7 +165,7 @@ def solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions
     cluster with the other nodes idle, bounds the search on parts, and the faster plan is
     returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
     (decompose.merge_alike). (planner.search.orchestration.scale)"""
-    return solve_scaled(model, cluster, base, options, on_progress, _solve)
+    return solve_scaled(model, cluster, training, options, on_progress, _solve)
 
 
 def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
@@ -174,31 +174,31 @@ def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
     return not (exact and in_search_space(plan)) and not violations(plan, space)
 
 
-def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
            on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
     """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
     clock = SearchClock(options.time_limit_s, on_progress, started=started)
-    space = options.space or base.runtime
+    space = options.space or training.runtime
     cap = capability(space)
-    if base.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
-        raise BadInput(f"the {space} runtime has no {base.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
+    if training.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
+        raise BadInput(f"the {space} runtime has no {training.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
     options = within(options, cap)
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
-    floor = unplaceable_layer(model, cluster, base, options)
+    floor = unplaceable_layer(model, cluster, training, options)
     if floor is not None:
-        raise layer_too_big(floor, base, long_sequence(model, cluster, base, options))
+        raise layer_too_big(floor, training, long_sequence(model, cluster, training, options))
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
-    clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, base, options)
-    subproblems = list(runtime_subproblems(model, cluster, base, sum(parts.counts), options, cap, paired=not parts.exact))
+    clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, training, options)
+    subproblems = list(runtime_subproblems(model, cluster, training, sum(parts.counts), options, cap, paired=not parts.exact))
     clock.subproblems_total = len(subproblems)
     seed: tuple[Plan, Estimate] | None = None
     complete = True
     # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
     outcomes: list[Outcome] = []
-    inputs = SearchInputs(SearchContext(model, cluster, base, options), parts, tuple(subproblems))
+    inputs = SearchInputs(SearchContext(model, cluster, training, options), parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.bounds.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
         seed_space = uniform_space(options, cap, whole_nodes=False)
@@ -243,7 +243,7 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
             # in the time left may beat what the exact search found so far, or be the only plan
             previous = seed
             try:
-                for seed in improving_uniform(model, cluster, base, uniform_space(options, cap),
+                for seed in improving_uniform(model, cluster, training, uniform_space(options, cap),
                                               options.params_mapping(), clock, lambda p: not violations(p, space)):
                     if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
                         seed = previous
@@ -284,8 +284,8 @@ def _solve(model: Model, cluster: Cluster, base: Training, options: SolverOption
             for o in outcomes:  # the smallest overflow met, the first search's on ties
                 if o.shortfall and (shortfall is None or o.shortfall[0] < shortfall[0]):
                     shortfall = o.shortfall
-            raise no_plan(shortfall, layer_floors(model, cluster, base, options), base,
-                          long_sequence(model, cluster, base, options))
+            raise no_plan(shortfall, layer_floors(model, cluster, training, options), training,
+                          long_sequence(model, cluster, training, options))
     evaluations = sum(o.evaluations for o in outcomes)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"

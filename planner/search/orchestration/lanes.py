@@ -171,7 +171,7 @@ class Lane:
                                               search.schedule, search.least_share)
         key = (b, v, restriction, schedule, least)
         for problem in self.problems:
-            if (problem.b, problem.v, problem.restriction, problem.inputs.schedule.name,
+            if (problem.micro_batch, problem.virtual_stages, problem.restriction, problem.inputs.schedule.name,
                     problem.inputs.least_share) == key:
                 self.problems.remove(problem)
                 self.problems.insert(0, problem)

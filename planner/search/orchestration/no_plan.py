@@ -12,17 +12,17 @@ from ..bounds.layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, sequenc
 from ..pricing.stages import SolverOptions
 
 
-def long_sequence(model: Model, cluster: Cluster, base: Training, options: SolverOptions) -> SequenceFloor | None:
+def long_sequence(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> SequenceFloor | None:
     """The sequence floor when it explains a failed search (SequenceFloor.explains), else None."""
-    floor = sequence_floor(model, cluster, base, options)
-    return floor if floor is not None and floor.explains(base, options) else None
+    floor = sequence_floor(model, cluster, training, options)
+    return floor if floor is not None and floor.explains(training, options) else None
 
 
-def _floor_text(floor: LayerFloor, base: Training) -> str:
+def _floor_text(floor: LayerFloor, training: Training) -> str:
     """'the activations of one 1,048,576-token sample in the output head need 129.2 GiB on
     A100-SXM4-80GB even at tp 8 with sequence parallelism, more than the 77.8 GiB left there'."""
-    sample = (f"one {base.seq_len:,}-token sample" if floor.micro_batch == 1
-              else f"one micro-batch ({floor.micro_batch} samples of {base.seq_len:,} tokens)")
+    sample = (f"one {training.seq_len:,}-token sample" if floor.micro_batch == 1
+              else f"one micro-batch ({floor.micro_batch} samples of {training.seq_len:,} tokens)")
     sharding = f"tp {floor.tp}" + (" with sequence parallelism" if floor.tp > 1 else "")
     if floor.cp > 1:
         sharding += f", cp {floor.cp}"
@@ -32,26 +32,26 @@ def _floor_text(floor: LayerFloor, base: Training) -> str:
             f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
 
 
-def layer_too_big(floor: LayerFloor, base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
+def layer_too_big(floor: LayerFloor, training: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
     """The real cause when one layer alone fits no GPU: one sample's activations at this length
     (and what would fit: a cp degree or a length, sequence_floor_text)."""
     smaller = " or allow --micro-batch 1" if floor.micro_batch > 1 else ""
     advice = f"shorten --seq-len{smaller}"
     if sequence is not None:
-        advice += f"; {sequence_floor_text(sequence, base)}"
+        advice += f"; {sequence_floor_text(sequence, training)}"
     return NoFeasiblePlan(
-        f"no configuration fits: {_floor_text(floor, base)} (the GPU type that comes closest); {advice}",
+        f"no configuration fits: {_floor_text(floor, training)} (the GPU type that comes closest); {advice}",
         shortfall_bytes=floor.over_bytes, device=floor.gpu)
 
 
 def no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
-             base: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
+             training: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
     """Why the search found nothing; a long sequence whose activations overflow (`sequence`)
     adds them and the cp degree or length that would fit, or is the reason when nothing finer is known."""
-    found = _no_plan_reason(shortfall, floors, base)
+    found = _no_plan_reason(shortfall, floors, training)
     if sequence is None:
         return found
-    text = sequence_floor_text(sequence, base)
+    text = sequence_floor_text(sequence, training)
     if found.shortfall_bytes is None:
         return NoFeasiblePlan(f"no configuration fits: {text}", shortfall_bytes=sequence.over_bytes,
                               device=sequence.gpu)
@@ -59,7 +59,7 @@ def no_plan(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFlo
 
 
 def _no_plan_reason(shortfall: tuple[float, str] | None, floors: dict[str, list[LayerFloor]],
-                    base: Training) -> NoFeasiblePlan:
+                    training: Training) -> NoFeasiblePlan:
     if shortfall is None or shortfall[0] <= 0:
         blocks = floors.get("decoder", [])
         left_out = sorted((f for f in blocks if f.over_bytes > 0), key=lambda f: f.gpu)
@@ -68,7 +68,7 @@ def _no_plan_reason(shortfall: tuple[float, str] | None, floors: dict[str, list[
             worst = min(left_out, key=lambda f: f.over_bytes)
             others = [f.gpu for f in left_out if f is not worst]
             return NoFeasiblePlan(
-                f"no configuration in the search space fits: {_floor_text(worst, base)}"
+                f"no configuration in the search space fits: {_floor_text(worst, training)}"
                 + (f" ({', '.join(others)} cannot hold one either)" if others else "")
                 + f", and the {able} GPUs are too few for the model's layers with their micro-batches in "
                 "flight; shorten --seq-len or add GPUs with more memory",

@@ -25,13 +25,13 @@ from ..pricing.stages import INF, SolverOptions
 __all__ = ["solve_scaled"]
 
 
-def solve_scaled(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def solve_scaled(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
                  on_progress: Callable[[Progress], None] | None, solve_one: Callable[..., Any]) -> Any:
     """driver.solve (its docstring): merged groups, then the trimmed cluster and the whole one; a
     driver.SearchResult (this module sits below the driver, which passes its `_solve`)."""
     merged = merge_alike(cluster, lambda a, b, group: prices_alike(a, b, options.params_for(group.gpu.name)))
     if merged is not None:  # runs of alike groups searched as one group each (decompose.merge_alike)
-        inner = solve_scaled(model, merged.cluster, base, options, on_progress, solve_one)
+        inner = solve_scaled(model, merged.cluster, training, options, on_progress, solve_one)
         plan = merged.plan_on(cluster, inner.plan)
         estimate = evaluate(plan, options.params_mapping())
         assert abs(estimate.step_time_s - inner.estimate.step_time_s) <= 1e-9 * inner.estimate.step_time_s, \
@@ -39,20 +39,20 @@ def solve_scaled(model: Model, cluster: Cluster, base: Training, options: Solver
         assert not structural_problems(plan) and estimate.fits
         return replace(inner, plan=plan, estimate=estimate, decomposition=merged.describe(inner.decomposition))
     started = time.perf_counter()
-    cap = capability(options.space or base.runtime)
+    cap = capability(options.space or training.runtime)
     cut = None if cap.per_stage_dp else trim(cluster, options.exact_node_limit(False), options.max_bundle_nodes,
-                                             base.global_batch, options.max_trimmed_bundle_nodes)
+                                             training.global_batch, options.max_trimmed_bundle_nodes)
     if cut is None:
-        return solve_one(model, cluster, base, options, on_progress, started)
+        return solve_one(model, cluster, training, options, on_progress, started)
     limit = options.time_limit_s
     trimmed = None
     try:
         half = replace(options, time_limit_s=None if limit is None else limit / 2,
                        max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
-        inner = solve_one(model, cut.cluster, base, half, on_progress, started)
+        inner = solve_one(model, cut.cluster, training, half, on_progress, started)
         plan = cut.plan_on(cluster, inner.plan)
         trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
-        assert not structural_problems(plan) and not violations(plan, options.space or base.runtime), \
+        assert not structural_problems(plan) and not violations(plan, options.space or training.runtime), \
             f"a trimmed plan mapped back is invalid: {structural_problems(plan)}"
         assert trimmed[1].fits, "a trimmed plan mapped back does not fit"
     except NoFeasiblePlan:
@@ -61,7 +61,7 @@ def solve_scaled(model: Model, cluster: Cluster, base: Training, options: Solver
     if trimmed is not None:
         bound = min(bound if bound is not None else INF, trimmed[1].step_time_s)
     try:
-        whole = solve_one(model, cluster, base, replace(options, upper_bound_s=bound), on_progress, started)
+        whole = solve_one(model, cluster, training, replace(options, upper_bound_s=bound), on_progress, started)
     except NoFeasiblePlan:
         if trimmed is None:
             raise
@@ -70,7 +70,7 @@ def solve_scaled(model: Model, cluster: Cluster, base: Training, options: Solver
         return whole
     plan, estimate, inner = trimmed
     lower_bound = (whole.lower_bound_s if whole is not None
-                   else compute_lower_bound_s(model, cluster, base, within(options, cap)))
+                   else compute_lower_bound_s(model, cluster, training, within(options, cap)))
     gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
                    candidates=inner.candidates + (whole.candidates if whole is not None else 0),

@@ -90,8 +90,8 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         schedules=() if whole_nodes else uniform_schedules(options, cap))
 
 
-def restrictions(model: Model, cluster: Cluster, base: Training, options: SolverOptions, cap: Capability,
-                 b: int) -> list[Restriction]:
+def restrictions(model: Model, cluster: Cluster, training: Training, options: SolverOptions, cap: Capability,
+                 micro_batch: int) -> list[Restriction]:
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
     one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO, offload) the runtime allows,
     and per pipeline depth where it splits the blocks equally. Order: tp, dp, ep, recompute, ZeRO,
@@ -103,20 +103,20 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
     if not cap.uniform:
         return [Restriction(even_shares=even, sequence_parallel=sp)]
     heads = model.config.num_heads if model.config else 1
-    microbatches = base.global_batch // b
+    microbatches = training.global_batch // micro_batch
     widths: dict[int, int] = {}  # nodes per node width: groups of one width give the same sums pooled
     for g in cluster.groups:
         widths[g.gpus_per_node] = widths.get(g.gpus_per_node, 0) + g.nodes
     totals = {0}  # GPUs a stage on whole nodes can have
     for width, nodes in sorted(widths.items()):
         totals = {t + k * width for t in totals for k in range(nodes + 1)}
-    modes = searched_recompute_modes(options, base, cluster.groups[0].gpu.name)
+    modes = searched_recompute_modes(options, training, cluster.groups[0].gpu.name)
     blocks = model.num_layers - 2
     out = []
     kv_heads = model.config.num_kv_heads if model.config else 1
     for tp, cp in ((tp, cp) for tp in options.tp_degrees if heads % tp == 0
                    and not (cap.kv_heads_over_tp and kv_heads % tp)
-                   for cp, _ in cp_choices(model, base, options, tp)):
+                   for cp, _ in cp_choices(model, training, options, tp)):
         group = tp * cp  # one replica: tp x cp GPUs (core.dims.StageDims.group_gpus)
         for dp in sorted({t // group for t in totals if t and t % group == 0}):
             if (even and microbatches % dp) or not options.allows_dp(dp):
@@ -138,7 +138,7 @@ def restrictions(model: Model, cluster: Cluster, base: Training, options: Solver
                     if tp > 1 or cp > 1 or ep > 1:
                         continue
                     most = 1
-                if cap.mixed_precision_needs_sharding and base.dtype != "fp32" and dp == 1 and cp == 1:
+                if cap.mixed_precision_needs_sharding and training.dtype != "fp32" and dp == 1 and cp == 1:
                     if tp > 1:
                         continue
                     most = 1  # one GPU: autocast
@@ -163,7 +163,7 @@ def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, cap: Cap
     return (1,) + expert_degrees(options, cap, experts, tp, cp, dp, widest)
 
 
-def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, options: SolverOptions,
+def subproblems(model: Model, cluster: Cluster, training: Training, nodes: int, options: SolverOptions,
                  cap: Capability, paired: bool = False):
     """(micro-batch, virtual stages V, pipeline ranks, restriction, schedule name) searched in
     turn: 1F1B (V = 1) with any number of stages in one DP, interleaved and ZB-H1 with the
@@ -174,26 +174,26 @@ def subproblems(model: Model, cluster: Cluster, base: Training, nodes: int, opti
     P micro-batches. Order: the smallest micro-batch's ZB-H1 searches, the 1F1B ones, then
     the other depth-dependent ones by micro-batch (`paired`: two groups at a time, below)."""
     blocks = model.num_layers - 2
-    sizes = [b for b in sorted(options.micro_batches) if base.global_batch % b == 0]
+    sizes = [b for b in sorted(options.micro_batches) if training.global_batch % b == 0]
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
                  for s in searched_schedules(v, cap.schedules)
                  if s is search_schedule(v) or (s.name in cap.schedules
                                                 and (options.zero_bubble or not s.split_backward))]
-    per_b = {b: restrictions(model, cluster, base, options, cap, b) for b in sizes}
+    per_b = {b: restrictions(model, cluster, training, options, cap, b) for b in sizes}
 
-    def by_depth(b: int, v: int, schedule):
-        for r in per_b[b]:
+    def by_depth(micro_batch: int, virtual_stages: int, schedule):
+        for r in per_b[micro_batch]:
             most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
             # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
-            layers = blocks // v if schedule.chunks_per_rank(v) > 1 else blocks + 2
+            layers = blocks // virtual_stages if schedule.chunks_per_rank(virtual_stages) > 1 else blocks + 2
             for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
                 # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
-                if cap.interleaved_microbatch_multiple and r.dp and (base.global_batch // b // r.dp) % ranks:
+                if cap.interleaved_microbatch_multiple and r.dp and (training.global_batch // micro_batch // r.dp) % ranks:
                     continue
                 # zero bubble: every replica takes at least P micro-batches (planner.plan)
-                if schedule.split_backward and base.global_batch // b < ranks * (r.dp or 1):
+                if schedule.split_backward and training.global_batch // micro_batch < ranks * (r.dp or 1):
                     continue
-                yield b, v, ranks, r, schedule.name
+                yield micro_batch, virtual_stages, ranks, r, schedule.name
 
     # The smallest micro-batch's zero-bubble searches first: one cheap DP per depth, and ZB-H1's
     # latency is 1F1B's less 2 W, so their plans are often the fastest and bound the rest.

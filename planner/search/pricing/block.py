@@ -49,7 +49,7 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
     return np.minimum(k, n).astype(np.int64)
 
 
-def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
                       layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
                       n: np.ndarray, offload: bool = False,
                       expert_layout: DpLayout | None = None) -> tuple[list[TypeArrays], np.ndarray]:
@@ -57,11 +57,11 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
     the stage's recomputed-block count k per block count: the largest any replica type needs
     (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
     are those of the span with k blocks recomputed, priced as planner.cost.evaluate prices it."""
-    k = recomputed_blocks(block_memory(types, prices, dims, t, flags, n, offload), in_flight, n)
-    return block_types_at(types, prices, dims, t, layout, flags, k, n, offload, expert_layout), k
+    k = recomputed_blocks(block_memory(types, prices, dims, training, flags, n, offload), in_flight, n)
+    return block_types_at(types, prices, dims, training, layout, flags, k, n, offload, expert_layout), k
 
 
-def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
                  flags: tuple[bool, bool], n: np.ndarray, offload: bool = False) -> list[tuple]:
     """Per replica type, what smallest_fitting_k takes besides the in-flight count: (free bytes
     and activation bytes with none recomputed, bytes saved per recomputed block, transient)."""
@@ -69,8 +69,8 @@ def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: Stage
     out = []
     for ta, bp in zip(types, prices):
         none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
-        free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, t.dtype, dims, ta.cost_params,
-                                                          optimizer=t.optimizer, offload=offload).total_bytes
+        free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, training.dtype, dims, ta.cost_params,
+                                                          optimizer=training.optimizer, offload=offload).total_bytes
         saved = bp.kept.act_bytes - bp.recomputed.act_bytes
         out.append((free, none.act_bytes, saved, bp.recomputed.transient_bytes))
     return out
@@ -93,7 +93,7 @@ def stacked_memory(memory: list[tuple], n: np.ndarray) -> tuple:
     return free, acts, saved, transient
 
 
-def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, t: Training,
+def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
                    layout: DpLayout | None, flags: tuple[bool, bool], k: np.ndarray, n: np.ndarray,
                    offload: bool = False, expert_layout: DpLayout | None = None) -> list[TypeArrays]:
     """The config's type arrays with k[n] of its n blocks recomputed (block_type_arrays)."""
@@ -104,11 +104,11 @@ def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: Sta
         span = span_price(((n - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
                            (float(has_emb), bp.emb)), dims)
         w = span.weight_params
-        time = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, ta.cost_params, span.expert_params,
+        time = ChunkTime(span, zero_comm(w, dims, training.dtype, layout, ta.cost_params, span.expert_params,
                                          expert_layout)).time_s
         acts = span.act_bytes
-        free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, ta.cost_params,
-                                                          optimizer=t.optimizer, offload=offload).total_bytes
+        free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, training.dtype, dims, ta.cost_params,
+                                                          optimizer=training.optimizer, offload=offload).total_bytes
         with np.errstate(divide="ignore", invalid="ignore"):
             room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), np.inf)
         room = np.where((free < 0) | (ta.room[flags] < 0), -1.0, np.minimum(room, float(UNCAPPED)))
@@ -162,7 +162,7 @@ class MemorySavers(ProblemPart):
             if memory is None:
                 memory = [self._per_type(
                     ("memory", id(ta.time), flags), ta,
-                    lambda ta=ta, bp=bp: block_memory([ta], [bp], self.problem.stage_configs.dims(config), self.inputs.t, flags, n,
+                    lambda ta=ta, bp=bp: block_memory([ta], [bp], self.problem.stage_configs.dims(config), self.inputs.training, flags, n,
                                                       config.offload)[0])
                     for ta, bp in zip(types, tables.block_prices[config])]
                 # several types: their figures stacked, k of every type in one call
@@ -175,7 +175,7 @@ class MemorySavers(ProblemPart):
                 expert_layout = stage_expert_layout(self.inputs, config, self.problem.stage_configs.dims(config)) if config.zero >= 2 else None
                 shared = [self._per_type(("types", id(ta.time), flags, by_k[2]), ta,
                                          lambda ta=ta, bp=bp: block_types_at([ta], [bp], self.problem.stage_configs.dims(config),
-                                                                             self.inputs.t, layout, flags, k, n,
+                                                                             self.inputs.training, layout, flags, k, n,
                                                                              config.offload, expert_layout)[0])
                           for ta, bp in zip(types, tables.block_prices[config])]
                 block_types = tables.block_types[by_k] = [  # (this config's replica counts)
@@ -235,10 +235,10 @@ class MemorySavers(ProblemPart):
     def block_from_none(self, config: StageConfig) -> list[TypeArrays]:
         """A "block" config's position-free type arrays: those of the same config with "none"
         (priced per position by priced_types), and its BlockPrices."""
-        inputs, t = self.inputs, self.inputs.t
+        inputs, t = self.inputs, self.inputs.training
         dims = self.problem.stage_configs.dims(config)
         none = self.problem.stage_configs.type_arrays(replace(config, recompute="none"))
-        sh = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, "none")
+        sh = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims.within_replica, "none")
         full = replace(sh, recompute="full")
         ep_group = stage_ep_group(inputs, config, dims)  # an MoE stage's all-to-all (planner.search.pricing.experts)
         prices = []

@@ -15,18 +15,18 @@ from ...plan import Training, context_parallel_problem
 from .stage_types import SolverOptions
 
 
-def cp_choices(model: Model, t: Training, options: SolverOptions, tp: int) -> list[tuple[int, str]]:
+def cp_choices(model: Model, training: Training, options: SolverOptions, tp: int) -> list[tuple[int, str]]:
     """(cp, kind) pairs the search tries with `tp`: cp 1, and for long sequences each degree of
     options.cp_degrees the runtime can run (cp 1 only where they hold it: `plan --top` leaves it out)."""
     out = [(1, "ring")] if 1 in options.cp_degrees else []
-    if t.seq_len < options.cp_min_seq_len:
+    if training.seq_len < options.cp_min_seq_len:
         return out
-    kinds = get_runtime(t.runtime).context_parallel
+    kinds = get_runtime(training.runtime).context_parallel
     if not kinds:
         return out
     kind = "ring" if "ring" in kinds else kinds[0]
     for cp in options.cp_degrees:
-        if cp > 1 and not context_parallel_problem(model, t, tp, cp, kind):
+        if cp > 1 and not context_parallel_problem(model, training, tp, cp, kind):
             out.append((cp, kind))
     return out
 
@@ -40,9 +40,9 @@ def places(node_sizes: list[tuple[int, int]], size: int) -> bool:
     return len(node_sizes) == 1 and size % node_sizes[0][0] == 0 and (node_sizes[0][0] * node_sizes[0][1]) % size == 0
 
 
-def largest_cp(model: Model, base: Training, options: SolverOptions, tp: int, group) -> tuple[int, str]:
+def largest_cp(model: Model, training: Training, options: SolverOptions, tp: int, group) -> tuple[int, str]:
     """The largest context-parallel degree (and kind) the search may give this training at `tp`
     on the nodes of `group` (cp_choices, places)."""
-    fits = [(cp, kind) for cp, kind in cp_choices(model, base, options, tp)
+    fits = [(cp, kind) for cp, kind in cp_choices(model, training, options, tp)
             if places([(group.gpus_per_node, group.nodes)], tp * cp)]
     return max(fits, default=(1, "ring"))

@@ -37,7 +37,7 @@ class DeferredW(ProblemPart):
         if not inputs.schedule.split_backward:
             return in_flight, 0.0
         ranks = stage_from_end if ranks is None else ranks
-        return in_flight, inputs.schedule.deferred_w_microbatches(ranks - stage_from_end, ranks, inputs.v,
+        return in_flight, inputs.schedule.deferred_w_microbatches(ranks - stage_from_end, ranks, inputs.virtual_stages,
                                                                   inputs.microbatches)
 
     def share_caps(self, types: list[TypeArrays], flags: tuple[bool, bool], position: Position) -> list[np.ndarray]:
@@ -81,7 +81,7 @@ class DeferredW(ProblemPart):
     def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
-        schedule, v = self.inputs.schedule, self.inputs.v
+        schedule, v = self.inputs.schedule, self.inputs.virtual_stages
         if not schedule.split_backward:
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])

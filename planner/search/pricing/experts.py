@@ -39,7 +39,7 @@ def ep_degrees(inputs: ProblemInputs, nodes: tuple[int, ...], dp: int, tp: int, 
     if sum(1 for n in nodes if n) != 1 or inputs.chunked or inputs.microbatches % dp:
         return one
     (group,) = [inputs.groups[i] for i, n in enumerate(nodes) if n]
-    cap = capability(inputs.options.space or inputs.t.runtime)
+    cap = capability(inputs.options.space or inputs.training.runtime)
     return one + expert_degrees(inputs.options, cap, experts, tp, cp, dp, group.gpus_per_node)
 
 

@@ -20,7 +20,7 @@ from .stage_types import INF, TypeArrays
 
 def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
                             layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], n: np.ndarray,
-                            v: int) -> list[TypeArrays]:
+                            virtual_stages: int) -> list[TypeArrays]:
     """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
     same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
     `layers` (decoder block, embedding, head) over the block counts `n`."""
@@ -42,13 +42,13 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
             zero = ZeroComm(*(2 * x - y + (y - x) * w for x, y in ((one.reduce_scatter_s, two.reduce_scatter_s),
                                                                    (one.gather_s, two.gather_s))), one.overlap)
             chunk_times[kind] = span.time_s + zero.exposed_s(span)
-        times = {flags: time + (v - 1) * fixed for flags, time in ta.time.items()}
+        times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.experts, ta.room, ta.boundary_bytes, p,
                               chunk_times, ta.cp_link))
     return out
 
 
-def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, v: int,
+def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, virtual_stages: int,
                   n: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
     the blocks of its embedding or head chunk (None for a middle rank). The other chunks
@@ -59,12 +59,12 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
     sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
     counts = np.arange(n + 1)
     if not has_head and not has_emb:
-        per_chunk = np.minimum(-(-counts // v), n)
+        per_chunk = np.minimum(-(-counts // virtual_stages), n)
         latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
-        latency = np.where(counts >= v, latency, INF)
+        latency = np.where(counts >= virtual_stages, latency, INF)
         return latency, None
     extra = "head" if has_head else "emb"
-    special, others, valid = _split_grid(n, v)
+    special, others, valid = _split_grid(n, virtual_stages)
     grid = None
     for ta, send in zip(types, sends):
         own = ta.chunk[extra][special] + (0.0 if has_head else send)
@@ -77,15 +77,15 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
 
 
 @lru_cache(maxsize=64)
-def _split_grid(n: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split_grid(n: int, virtual_stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """chunk_latency's grid over (n, a), the special chunk holding a of a rank's n blocks and the
     other V - 1 sharing n - a: a, the blocks of the largest other chunk, and whether the split
     is valid (read-only: shared by every call with this n and V)."""
     counts = np.arange(n + 1)
     total, special = np.meshgrid(counts, counts, indexing="ij")
     rest = total - special
-    valid = (special >= 1) & (rest >= v - 1)
-    others = np.clip(-(-rest // (v - 1)), 0, n)
+    valid = (special >= 1) & (rest >= virtual_stages - 1)
+    others = np.clip(-(-rest // (virtual_stages - 1)), 0, n)
     for array in (special, others, valid):
         array.setflags(write=False)
     return special, others, valid

@@ -200,7 +200,8 @@ class CappingLevels(ProblemPart):
                     by_chunks = ("latency", tuple(id(c) for c in chunks), flags, lid)
                     known = tables.replica_arrays.get(by_chunks)
                     if known is None or any(a is not b for a, b in zip(known[0], chunks)):
-                        known = tables.replica_arrays[by_chunks] = (chunks, chunk_latency(types, flags, link, inputs.v,
+                        known = tables.replica_arrays[by_chunks] = (chunks,
+                                                                    chunk_latency(types, flags, link, inputs.virtual_stages,
                                                                                           inputs.num_blocks))
                     latency, split = known[1]
                 else:

@@ -25,12 +25,12 @@ from .shares import UNCAPPED
 from .stage_types import INF, ProblemPart, SolverOptions, StageConfig, TypeArrays
 
 
-def searched_recompute_modes(options: SolverOptions, t: Training, gpu_name: str) -> list[str]:
+def searched_recompute_modes(options: SolverOptions, training: Training, gpu_name: str) -> list[str]:
     """The recompute modes the search tries: Megatron's selective recompute is identical to none
     under flash attention; a runtime whose selective checkpointing is per-op (torchtitan) saves
     less, so it stays a choice."""
     per_op = options.params_for(gpu_name).selective_recompute == "op"
-    return [m for m in options.recompute_modes if not (m == "selective" and t.attention == "flash" and not per_op)]
+    return [m for m in options.recompute_modes if not (m == "selective" and training.attention == "flash" and not per_op)]
 
 
 class StageConfigs(ProblemPart):
@@ -53,7 +53,7 @@ class StageConfigs(ProblemPart):
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
         # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
         # (planner.search.pricing.block, planner.search.pricing.deferred)
-        modes = [m for m in searched_recompute_modes(inputs.options, inputs.t, inputs.groups[0].gpu.name)
+        modes = [m for m in searched_recompute_modes(inputs.options, inputs.training, inputs.groups[0].gpu.name)
                  if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
         # ZeRO-Offload per stage (planner.search.pricing.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
@@ -108,7 +108,7 @@ class StageConfigs(ProblemPart):
             for tp in inputs.options.tp_degrees:
                 if any(g % tp for g, _ in sizes) or heads % tp:
                     continue
-                for cp, kind in cp_choices(inputs.model, inputs.t, inputs.options, tp):
+                for cp, kind in cp_choices(inputs.model, inputs.training, inputs.options, tp):
                     if places(sizes, tp * cp):
                         shapes.append((tp, cp, kind, StageDims(tp, cp=cp).replicas_on(gpus)))
             out.append((nodes, shapes))
@@ -120,27 +120,28 @@ class StageConfigs(ProblemPart):
         if config in self.tables.types:
             return self.tables.types[config]
         dims = self.dims(config)
-        if self.problem.base is not None:
-            t = inputs.t
-            sharding = Sharding(t.dtype, inputs.b, t.seq_len, t.attention, dims.within_replica, config.recompute)
+        if self.problem.base_problem is not None:
+            t = inputs.training
+            sharding = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims.within_replica,
+                                config.recompute)
             layout = self.dp_layout(config) if config.zero >= 2 else None
             out = []
-            for ta in self.problem.base.stage_configs.type_arrays(config):
+            for ta in self.problem.base_problem.stage_configs.type_arrays(config):
                 # once per 1F1B replica type's arrays (_replica_arrays: they fix dims, sharding and
                 # layout), by identity, kept alive with the entry
                 known = self.tables.replica_arrays.get(("chunked", id(ta.time)))
                 if known is None or known[0] is not ta.time:
                     known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
                         [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
-                        inputs.v)[0])
+                        inputs.virtual_stages)[0])
                 out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
             self.tables.types[config] = out
-            base_overflow = self.problem.base.state.smallest_overflow
+            base_overflow = self.problem.base_problem.state.smallest_overflow
             if self.state.smallest_overflow is None or (base_overflow is not None
                                                         and base_overflow[0] < self.state.smallest_overflow[0]):
                 self.state.smallest_overflow = base_overflow
             return self.tables.types[config]
-        t, b, s = inputs.t, inputs.b, inputs.t.seq_len
+        t, b, s = inputs.training, inputs.micro_batch, inputs.training.seq_len
         block = config.recompute == "block"  # priced here as "none", per position by priced_types
         if block and "none" in inputs.options.recompute_modes:
             return self.problem.memory_savers.block_from_none(config)
@@ -177,7 +178,7 @@ class StageConfigs(ProblemPart):
                         expert_layout: DpLayout | None, offload: bool, block: bool) -> tuple:
         """type_arrays for the replicas on node group i: (the TypeArrays fields after count and
         group, the overflow a "does not fit" message reports, recompute "block"'s BlockPrices)."""
-        inputs, t = self.inputs, self.inputs.t
+        inputs, t = self.inputs, self.inputs.training
         n = inputs.blocks
         group = inputs.groups[i]
         gpu = group.gpu

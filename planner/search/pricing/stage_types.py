@@ -251,12 +251,12 @@ class ProblemInputs:
     model: Model
     cluster: Cluster
     options: SolverOptions
-    b: int  # micro-batch size
+    micro_batch: int
     parts: Decomposition  # how the search sees the nodes: lanes of parts (planner.search.decompose)
-    v: int  # virtual stages per rank
+    virtual_stages: int  # per rank
     schedule: Schedule
     chunked: bool  # ranks run several chunks each (planner.search.pricing.interleave prices them)
-    t: Training  # the training of the plans searched
+    training: Training  # the training of the plans searched (the caller's at this micro-batch and schedule)
     groups: tuple[NodeGroup, ...]
     bundle_nodes: tuple[int, ...]  # the DP's state limits: parts per lane (Decomposition.counts)
     emb: Layer
@@ -270,17 +270,18 @@ class ProblemInputs:
     least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.pricing.deferred)
 
     @classmethod
-    def of(cls, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition, options: SolverOptions,
+    def of(cls, model: Model, cluster: Cluster, training: Training, micro_batch: int, parts: Decomposition,
+           options: SolverOptions,
            virtual_stages: int, restriction: Restriction = Restriction(),
            schedule_name: str | None = None, least_share: int = 1) -> "ProblemInputs":
         schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
-        t = replace(base, micro_batch=b, schedule=schedule.name, virtual_stages=virtual_stages)
+        searched = replace(training, micro_batch=micro_batch, schedule=schedule.name, virtual_stages=virtual_stages)
         groups = tuple(cluster.groups)
         num_blocks = model.num_layers - 2
-        return cls(model, cluster, options, b, parts, virtual_stages, schedule,
-                   schedule.chunks_per_rank(virtual_stages) > 1, t, groups,
+        return cls(model, cluster, options, micro_batch, parts, virtual_stages, schedule,
+                   schedule.chunks_per_rank(virtual_stages) > 1, searched, groups,
                    parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
-                   num_blocks, base.global_batch // b, np.arange(num_blocks + 1, dtype=float),
+                   num_blocks, training.global_batch // micro_batch, np.arange(num_blocks + 1, dtype=float),
                    np.arange(num_blocks + 1), restriction, least_share)
 
 

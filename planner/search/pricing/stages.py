@@ -37,12 +37,13 @@ class Problem:
     (signatures and boundary links), `levels` (prices by memory-capping level),
     `memory_savers` (recompute "block" and offload) and `deferred` (the split backward)."""
 
-    def __init__(self, model: Model, cluster: Cluster, base: Training, b: int, parts: Decomposition,
+    def __init__(self, model: Model, cluster: Cluster, training: Training, micro_batch: int, parts: Decomposition,
                  options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
                  clock: SearchClock | None = None, restriction: Restriction = Restriction(),
                  schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None,
                  shapes: dict | None = None):
-        self.inputs = ProblemInputs.of(model, cluster, base, b, parts, options, virtual_stages, restriction,
+        self.inputs = ProblemInputs.of(model, cluster, training, micro_batch, parts, options, virtual_stages,
+                                       restriction,
                                        schedule_name, least_share)
         # the stage shapes per nodes used (StageConfigs._stage_shapes): one memo for every problem
         # of a solve (same model, sequence, options and decomposition), which the caller passes
@@ -54,15 +55,17 @@ class Problem:
             self.tables = shared.tables.position_free()
         self.state = SearchState(clock)
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
-        self.base: Problem | None = None
+        self.base_problem: Problem | None = None
         if self.inputs.chunked:
             # one chunked problem serves every depth of its micro-batch, V and restriction (the
             # driver passes the ranks to run_dp); a chunked config's tail (exposed gradient
             # reduction, optimizer step) is its 1F1B one, so the tails are the base's
-            self.base = base_problem or Problem(model, cluster, base, b, parts, options, clock=clock,
+            self.base_problem = base_problem or Problem(model, cluster, training, micro_batch, parts, options,
+                                                        clock=clock,
                                                 restriction=restriction, shapes=self.shapes)
-            self.tables = PriceTables(dims=self.base.tables.dims, dp_layouts=self.base.tables.dp_layouts,
-                                      tails=self.base.tables.tails)
+            self.tables = PriceTables(dims=self.base_problem.tables.dims,
+                                      dp_layouts=self.base_problem.tables.dp_layouts,
+                                      tails=self.base_problem.tables.tails)
         self.stage_configs = StageConfigs(self)
         self.links = StageLinks(self)
         self.levels = CappingLevels(self)
@@ -88,10 +91,10 @@ class Problem:
     model = property(lambda self: self.inputs.model)
     cluster = property(lambda self: self.inputs.cluster)
     options = property(lambda self: self.inputs.options)
-    b = property(lambda self: self.inputs.b)
+    micro_batch = property(lambda self: self.inputs.micro_batch)
     parts = property(lambda self: self.inputs.parts)
-    v = property(lambda self: self.inputs.v)
-    t = property(lambda self: self.inputs.t)
+    virtual_stages = property(lambda self: self.inputs.virtual_stages)
+    training = property(lambda self: self.inputs.training)
     chunked = property(lambda self: self.inputs.chunked)
     groups = property(lambda self: self.inputs.groups)
     bundle_nodes = property(lambda self: self.inputs.bundle_nodes)
@@ -205,7 +208,8 @@ class Problem:
         if ranks is None:
             assert not inputs.schedule.depth_dependent(), "the search fixes the number of pipeline ranks"
             ranks = stage_from_end
-        return inputs.schedule.in_flight_microbatches(ranks - stage_from_end, ranks, inputs.v, inputs.microbatches)
+        return inputs.schedule.in_flight_microbatches(ranks - stage_from_end, ranks, inputs.virtual_stages,
+                                                      inputs.microbatches)
 
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
                    ranks: int | None = None) -> StageCost:
@@ -229,7 +233,7 @@ class Problem:
         inputs = self.inputs
         if link is None:
             return [ta.time[flags] for ta in types]
-        sends = 1 if not inputs.chunked else (inputs.v - 1 if flags[0] else inputs.v)
+        sends = 1 if not inputs.chunked else (inputs.virtual_stages - 1 if flags[0] else inputs.virtual_stages)
         return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
 
     def types_for(self, cid: int) -> list[TypeArrays]:
@@ -273,7 +277,7 @@ class Problem:
             # tail finite, so x is +inf, -inf or nan exactly there
             x = np.where(x > -INF, x, INF)
         if inputs.chunked:
-            x[..., :inputs.v] = INF  # every chunk holds at least one block
+            x[..., :inputs.virtual_stages] = INF  # every chunk holds at least one block
         elif not has_head and not has_emb:
             x[..., 0] = INF  # a stage holds at least one layer
         if inputs.restriction.blocks is not None:
@@ -302,11 +306,12 @@ class Problem:
         """Exposed gradient reduction and optimizer step after the last micro-batch
         (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
         slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
-        tail = stage_tail(types[0].params[flags], self.stage_configs.dims(config), self.inputs.t.dtype, self.stage_configs.dp_layout(config),
+        tail = stage_tail(types[0].params[flags], self.stage_configs.dims(config), self.inputs.training.dtype,
+                          self.stage_configs.dp_layout(config),
                           slow.cost_params,
                           reduce(np.minimum, [ta.bwd[flags] for ta in types]),
                           [(ta.group.gpu, ta.cost_params) for ta in types],
-                          expert_params=types[0].experts[flags], optimizer=self.inputs.t.optimizer,
+                          expert_params=types[0].experts[flags], optimizer=self.inputs.training.optimizer,
                           offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
                           if config.offload else (),
                           expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
