@@ -96,3 +96,11 @@ def test_a_sweep_row_asks_for_its_axis_values_and_the_sweeps_others():
     assert asked == PlanRequest(model="gpt2", cluster="dgx-a100", global_batch=64, seq_len=1024, runtime="torchtitan",
                                 cp_degrees=(2,), time_limit_s=None, micro_batches=(2,), optimizer="sgd")
     assert plan_combination(Combination(0, "gpt2", "dgx-a100", 64, 1024, ep=2), template)[0]["status"] == "error"
+
+
+def test_the_sweeps_axes_are_the_combination_attributes_in_grid_order():
+    from planner.sweep.grid import AXES
+    from planner.sweep.rows import Combination
+
+    attributes = [f.name for f in fields(Combination) if f.name not in ("index", "plan_name")]
+    assert [s.axis for s in AXES] == attributes
