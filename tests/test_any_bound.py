@@ -143,3 +143,20 @@ def test_rank_floor_counts_zero_offload_step_where_a_rank_holds_its_blocks_only_
     assert search.least_share == 1
     assert bound.cannot_beat(search, best * 0.98)
     assert not bound.cannot_beat(search, best * (1 + 1e-6))
+
+
+def test_the_free_search_bound_leaves_a_restricted_search_to_the_restriction_bound():
+    """AnyRuntimeBound (a Bound) rules out the free search whose closed-form floor is above the
+    cutoff, never a restricted one (RestrictionBound's) and never against no cutoff at all."""
+    from planner.search.pricing.stage_types import INF, Restriction
+
+    model, cluster, base = tiny_instance(0)
+    options = within(SolverOptions(**TINY_OPTIONS), capability("any"))
+    context = SearchContext(model, cluster, replace(base, runtime="any"), options)
+    free, restricted = Subproblem(1, 1, None, "1f1b"), Subproblem(1, 1, None, "1f1b", Restriction(tp=1, dp=1))
+    floor = ClosedFormBound(context).floor_s(free)
+    assert 0 < floor < INF
+    bound = AnyRuntimeBound(context)
+    assert bound.cannot_beat(free, floor / 2)
+    assert not bound.cannot_beat(restricted, floor / 2)
+    assert not bound.cannot_beat(free, INF)

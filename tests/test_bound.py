@@ -13,7 +13,7 @@ from planner.plan import Training
 from planner.search.bounds.completion import block_gpu_seconds, seconds_per_block_left
 from planner.search.decompose import decompose
 from planner.search.orchestration.driver import SolverOptions, solve
-from planner.search.pricing.stage_types import ProblemInputs
+from planner.search.pricing.stage_types import ProblemInputs, SearchContext
 from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
 from .conftest import runtime_base, three_types
@@ -30,9 +30,9 @@ def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, 
     assert 0 < result.lower_bound_s <= result.estimate.step_time_s * (1 + 1e-9)
     # the DP's completion bound (planner.search.bounds.completion) from the empty state, at the optimum's
     # micro-batch: the least busy time its decoder blocks force on the whole cluster
-    inputs = ProblemInputs.of(model, cluster, base, result.plan.training.micro_batch,
+    inputs = ProblemInputs.of(SearchContext(model, cluster, base, options), result.plan.training.micro_batch,
                               decompose(cluster, options.exact_node_limit(capability(base.runtime).per_stage_dp),
-                                        options.max_bundle_nodes), options, 1)
+                                        options.max_bundle_nodes), 1)
     kappas = tuple(block_gpu_seconds(inputs, g) for g in range(len(inputs.groups)))
     forced = seconds_per_block_left(inputs, kappas, (0,) * len(inputs.bundle_nodes)) * inputs.num_blocks
     assert 0 < forced <= result.estimate.step_time_s * (1 + 1e-9)

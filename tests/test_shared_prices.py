@@ -10,6 +10,7 @@ import pytest
 
 from planner.search.decompose import decompose
 from planner.search.pricing.shares import UNCAPPED, min_makespan
+from planner.search.pricing.stage_types import SearchContext
 from planner.search.pricing.stages import Problem, SolverOptions
 from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 
@@ -39,9 +40,10 @@ def test_interleaved_problem_priced_at_another_depth_first_prices_as_one_alone(m
     model, cluster, base = make(seed)
     options = SolverOptions(**TINY_OPTIONS)
     parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
-    one_chunk = Problem(model, cluster, base, 1, parts, options)
-    shared = Problem(model, cluster, base, 1, parts, options, 2, one_chunk)  # depth 2, then depth 3
-    alone = Problem(model, cluster, base, 1, parts, options, 2)  # depth 3 only, its own base
+    context = SearchContext(model, cluster, base, options)
+    one_chunk = Problem(context, 1, parts)
+    shared = Problem(context, 1, parts, 2, one_chunk)  # depth 2, then depth 3
+    alone = Problem(context, 1, parts, 2)  # depth 3 only, its own base
     zeros = tuple(0 for _ in shared.bundle_nodes)
     for fid, _, sig in shared.transitions(zeros):
         for from_end in range(1, 3):

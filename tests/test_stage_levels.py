@@ -10,6 +10,7 @@ import pytest
 
 from planner.search.decompose import decompose
 from planner.search.pricing.shares import min_makespan
+from planner.search.pricing.stage_types import SearchContext
 from planner.search.pricing.stages import INF, Problem, SolverOptions, share_cap
 from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 
@@ -42,7 +43,7 @@ def test_stage_cost_by_capping_level_equals_pricing_each_position(make, seed):
     parts = decompose(cluster, options.exact_node_limit(True), options.max_bundle_nodes)
     checked = capped = 0
     for v in (1, 2):
-        problem = Problem(model, cluster, base, 1, parts, options, v)
+        problem = Problem(SearchContext(model, cluster, base, options), 1, parts, v)
         zeros = tuple(0 for _ in problem.bundle_nodes)
         for fid, _, sig in problem.transitions(zeros):
             for cid in problem.catalog.families[fid]:
@@ -79,13 +80,13 @@ def test_released_problem_keeps_its_shared_tails_and_the_next_prices_as_a_fresh_
                 for cost in problem.levels.stage_costs(problem.catalog.families[fid], from_end, False,
                                                 -1 if from_end == 1 else sig)]
 
-    first = Problem(model, cluster, base, 1, parts, options)
+    first = Problem(SearchContext(model, cluster, base, options), 1, parts)
     expected = priced(first)
     kept = {key: tail for key, tail in first.tables.tails.items() if len(key) == 2}
     assert kept
     first.release_position_prices()
     assert all(first.tables.tails.get(key) is tail for key, tail in kept.items())
     assert all(len(key) == 2 for key in first.tables.tails)
-    second = Problem(model, cluster, base, 1, parts, options, shared=first)
+    second = Problem(SearchContext(model, cluster, base, options), 1, parts, shared=first)
     got = priced(second)
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))

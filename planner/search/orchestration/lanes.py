@@ -185,9 +185,8 @@ class Lane:
         one_chunk = self.plain.get((b, restriction))
         # one-chunk problems of one micro-batch and restriction share their position-free
         # prices (type arrays, tails: the same whatever the schedule and depth)
-        context = self.inputs.context
-        problem = Problem(context.model, context.cluster, context.training, b, self.inputs.parts, context.options, v,
-                          one_chunk, self.clock, restriction, schedule, least, one_chunk, self.shapes)
+        problem = Problem(self.inputs.context, b, self.inputs.parts, v, one_chunk, self.clock, restriction, schedule,
+                          least, one_chunk, self.shapes)
         if not problem.chunked and one_chunk is None:
             self.plain[(b, restriction)] = problem
         self.problems.insert(0, problem)

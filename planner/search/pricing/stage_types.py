@@ -270,10 +270,10 @@ class ProblemInputs:
     least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.pricing.deferred)
 
     @classmethod
-    def of(cls, model: Model, cluster: Cluster, training: Training, micro_batch: int, parts: Decomposition,
-           options: SolverOptions,
-           virtual_stages: int, restriction: Restriction = Restriction(),
-           schedule_name: str | None = None, least_share: int = 1) -> "ProblemInputs":
+    def of(cls, context: "SearchContext", micro_batch: int, parts: Decomposition, virtual_stages: int,
+           restriction: Restriction = Restriction(), schedule_name: str | None = None,
+           least_share: int = 1) -> "ProblemInputs":
+        model, cluster, training, options = context.model, context.cluster, context.training, context.options
         schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
         searched = replace(training, micro_batch=micro_batch, schedule=schedule.name, virtual_stages=virtual_stages)
         groups = tuple(cluster.groups)

@@ -10,9 +10,7 @@ import numpy as np
 
 from ...core.clock import SearchClock
 from ..decompose import Decomposition
-from ...inputs.hardware import Cluster, Link
-from ...inputs.model import Model
-from ...plan import Training
+from ...inputs.hardware import Link
 from ...cost.pricing import p2p_s
 from ...cost.stage_tail import stage_tail
 from .experts import stage_expert_layout
@@ -21,7 +19,8 @@ from .deferred import DeferredW
 from .stage_configs import StageConfigs
 from .stage_links import StageLinks
 from .levels import CappingLevels
-from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchState, SolverOptions, StageConfig,
+from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchContext, SearchState, SolverOptions,
+                          StageConfig,
                           StageCost,
                           TypeArrays, Variant, pareto_front, share_cap)
 
@@ -37,14 +36,12 @@ class Problem:
     (signatures and boundary links), `levels` (prices by memory-capping level),
     `memory_savers` (recompute "block" and offload) and `deferred` (the split backward)."""
 
-    def __init__(self, model: Model, cluster: Cluster, training: Training, micro_batch: int, parts: Decomposition,
-                 options: SolverOptions, virtual_stages: int = 1, base_problem: "Problem | None" = None,
-                 clock: SearchClock | None = None, restriction: Restriction = Restriction(),
-                 schedule_name: str | None = None, least_share: int = 1, shared: "Problem | None" = None,
-                 shapes: dict | None = None):
-        self.inputs = ProblemInputs.of(model, cluster, training, micro_batch, parts, options, virtual_stages,
-                                       restriction,
-                                       schedule_name, least_share)
+    def __init__(self, context: SearchContext, micro_batch: int, parts: Decomposition, virtual_stages: int = 1,
+                 base_problem: "Problem | None" = None, clock: SearchClock | None = None,
+                 restriction: Restriction = Restriction(), schedule_name: str | None = None, least_share: int = 1,
+                 shared: "Problem | None" = None, shapes: dict | None = None):
+        self.inputs = ProblemInputs.of(context, micro_batch, parts, virtual_stages, restriction, schedule_name,
+                                       least_share)
         # the stage shapes per nodes used (StageConfigs._stage_shapes): one memo for every problem
         # of a solve (same model, sequence, options and decomposition), which the caller passes
         self.shapes: dict = {} if shapes is None else shapes
@@ -60,9 +57,8 @@ class Problem:
             # one chunked problem serves every depth of its micro-batch, V and restriction (the
             # driver passes the ranks to run_dp); a chunked config's tail (exposed gradient
             # reduction, optimizer step) is its 1F1B one, so the tails are the base's
-            self.base_problem = base_problem or Problem(model, cluster, training, micro_batch, parts, options,
-                                                        clock=clock,
-                                                restriction=restriction, shapes=self.shapes)
+            self.base_problem = base_problem or Problem(context, micro_batch, parts, clock=clock,
+                                                        restriction=restriction, shapes=self.shapes)
             self.tables = PriceTables(dims=self.base_problem.tables.dims,
                                       dp_layouts=self.base_problem.tables.dp_layouts,
                                       tails=self.base_problem.tables.tails)
