@@ -119,6 +119,7 @@ def test_rank_floor_with_offload_never_rules_out_a_search_against_its_own_optimu
     assert verdicts and not any(at_optimum for at_optimum, _ in verdicts)
 
 
+@pytest.mark.slow
 def test_rank_floor_counts_zero_offload_step_where_a_rank_holds_its_blocks_only_offloaded(monkeypatch):
     """llama-3-70b on 2 H100 + 2 A100 + 4 V100 nodes (benchmarks/planning_time.py's 1:1:2 64), interleaved
     V = 2 on 4 ranks: the relaxation's best ranks put 46 blocks on the H100 nodes, which hold them without

@@ -173,6 +173,7 @@ def test_some_oracle_instances_are_won_by_ep_beside_cp():
 # --- the search on the issue's model ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_qwen3_30b_a3b_at_64k_tokens_on_16_h100_plans_cp_with_ep_and_beats_either_alone():
     """The issue's MoE model at a long sequence: the search folds EP over the CP ranks (tp 1 x cp 8 x
     ep 8 on dgx-h100-2node), faster than the best plan without EP and the best without CP; the

@@ -183,6 +183,7 @@ def test_megatron_interleaved_uses_layers_per_virtual_stage(group, tmp_path):
     assert "--num-virtual-stages-per-pipeline-rank" not in a
 
 
+@pytest.mark.slow
 def test_deepspeed(group, homogeneous, heterogeneous):
     result = run(group, as_runtime(homogeneous, "deepspeed"), "--to", "deepspeed")
     assert result.exit_code == 2 and "selective recomput" in result.stderr  # DeepSpeed checkpoints whole layers

@@ -181,6 +181,7 @@ def test_interleaved_runnable_plan_uses_a_layout_with_virtual_stages(tmp_path):
     assert "--num-layers-per-virtual-pipeline-stage" not in a and "--num-virtual-stages-per-pipeline-rank" not in a
 
 
+@pytest.mark.slow
 def test_lossy_form_keeps_the_layer_split_and_stage_gpus():
     from planner.search.orchestration.driver import solve
 

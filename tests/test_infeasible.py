@@ -3,6 +3,8 @@ Without context parallelism (`--cp 1`, cp_degrees=(1,)); with it: tests/test_con
 
 from __future__ import annotations
 
+import pytest
+
 from planner.cli import main
 from planner.inputs.hardware import GIB, load_cluster
 from planner.search.bounds.layer_floor import unplaceable_layer
@@ -54,6 +56,7 @@ def test_small_gpus_name_the_head_instead_of_the_global_batch():
     assert "even at tp 4" in result.stderr and "global batch" not in result.stderr
 
 
+@pytest.mark.slow
 def test_gpus_too_small_for_a_block_are_named_when_the_rest_are_too_few():
     result = plan(*LLAMA_1M, "--dtype", "fp32", "--micro-batch", "1", "--virtual-stages", "1")
     assert result.exit_code == 1

@@ -70,6 +70,7 @@ def test_bad_profiles_exit_2_naming_the_problem(tmp_path, spec, needle):
     assert result.exit_code == 2 and needle in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_a_real_cpu_profile_prices_compute_within_30_percent_of_its_measured_sum(tmp_path):
     import os

@@ -61,6 +61,7 @@ def test_wheel_build_lists_its_data_folders_as_packages(wheel):
     assert "would be ignored" not in output, output
 
 
+@pytest.mark.slow
 def test_unpacked_wheel_runs_outside_the_checkout(wheel, tmp_path):
     path, _ = wheel
     site = tmp_path / "site"

@@ -115,6 +115,7 @@ def test_plan_writes_the_file_given_with_o(tmp_path):
     assert json.loads(path.read_text())["format"] == "planner.plan/v1"
 
 
+@pytest.mark.slow
 def test_a_model_that_fits_nowhere_exits_1_with_the_shortfall():
     result = invoke("plan", "--model", "llama-3.1-405b", "--cluster", "consumer-3090-4090",
                     "--global-batch", "16", "--seq-len", "4096")
@@ -157,6 +158,7 @@ def test_plan_bad_input_exits_2_naming_the_field(args, field):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_time_limit_reports_a_valid_plan_and_its_gap():
     cluster = load_cluster("h100-a100-v100")
     result = solve(load_model("llama-3-8b"), cluster, Training(512, 4096, "fp16", 1, runtime="any"),

@@ -134,6 +134,7 @@ def test_runtime_torchtitan_refuses_a_model_it_cannot_build_at_plan_time(tmp_pat
     assert reason in exported.stderr
 
 
+@pytest.mark.slow
 def test_lossy_plans_again_for_the_target_runtime_and_says_when_the_dtype_changes(tmp_path):
     path = tmp_path / "megatron.json"
     args = ["--model", "llama-3-8b", "--cluster", "a100-v100-mix", "--global-batch", "64", "--seq-len", "1024"]

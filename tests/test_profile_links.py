@@ -26,6 +26,7 @@ pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_profile_links_under_torchrun_writes_a_fragment_evaluate_takes(tmp_path):
     out = tmp_path / "links.yaml"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),

@@ -250,6 +250,7 @@ def _check_finite_outcome(result, json_always: bool) -> None:
         strict_json(result.stdout)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(spec=extreme_cluster(), per_gpu=st.sampled_from([1, 4, 2**24]),
        seq_len=st.sampled_from([1, 256, 2**24]), data=st.data())

@@ -89,6 +89,7 @@ def test_a_seed_past_64_bits_is_bad_input(one_rank_file):
     assert_bad_input(run_cli(one_rank_file, "--seed", "99999999999999999999999"), "--seed")
 
 
+@pytest.mark.slow
 def test_the_largest_seed_trains(one_rank_file):
     result = run_cli(one_rank_file, "--seed", str(2**63 - 1), "--steps", "1")
     assert result.exit_code == 0, result.output
@@ -111,6 +112,7 @@ def test_save_params_refuses_a_link_before_training(one_rank_file, tmp_path):
     assert not victim.exists() and (folder / "rank0.pt").is_symlink()
 
 
+@pytest.mark.slow
 def test_save_params_writes_a_loadable_file(one_rank_file, tmp_path):
     folder = tmp_path / "params"
     folder.mkdir()
@@ -124,6 +126,7 @@ def test_save_params_writes_a_loadable_file(one_rank_file, tmp_path):
 # --- divergence -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_diverging_run_stops_with_exit_1_and_no_nan(tmp_path):
     """fp16 at lr 10: the first update overflows fp16 activations, the loss turns NaN."""
     path = write_plan(one_rank(training=replace(TRAINING, dtype="fp16")), tmp_path / "plan.json")
@@ -169,12 +172,14 @@ def test_world_size_without_master_addr_exits_2(tmp_path):
     assert_bad_input(run_cli(path, env={"WORLD_SIZE": "2", "RANK": "0"}), "MASTER_ADDR", "WORLD_SIZE=2")
 
 
+@pytest.mark.slow
 def test_a_rank_outside_the_world_exits_2_at_once(tmp_path):
     path = write_plan(two_ranks(), tmp_path / "plan.json")
     env = {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     assert_one_line_exit_2(run_process(path, env, tmp_path), "RANK", "outside the world")
 
 
+@pytest.mark.slow
 def test_a_master_port_in_use_exits_2(tmp_path):
     path = write_plan(two_ranks(), tmp_path / "plan.json")
     with socket.socket() as taken:

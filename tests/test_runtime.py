@@ -260,6 +260,7 @@ def test_run_refuses_what_it_cannot_run(tmp_path):
     assert_bad_input(invoke("run", one, "--save-params", tmp_path / "missing"), "no such folder")
 
 
+@pytest.mark.slow
 def test_torchrun_runs_a_plan_with_uneven_shares(reference, tmp_path):
     plan = write_plan(CASES["uneven_shares_3_1"](), tmp_path / "plan.json")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

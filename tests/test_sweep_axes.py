@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
+import pytest
 
 from planner.api import PlanRequest, plan, plan_json
 from planner.cli import PlannerGroup
@@ -55,6 +56,7 @@ def assert_row_is_plans(row: dict, **changes) -> None:
     assert float(row["step_time_s"]) == expected["predicted"]["step_time_s"]
 
 
+@pytest.mark.slow
 def test_runtime_and_dtype_are_axes_of_the_product_in_order(tmp_path):
     out = tmp_path / "r.csv"
     result = run(out, "--runtime", "megatron", "--runtime", "torchtitan", "--dtype", "bf16", "--dtype", "fp16")
@@ -68,6 +70,7 @@ def test_runtime_and_dtype_are_axes_of_the_product_in_order(tmp_path):
         assert_row_is_plans(row, runtime=row["runtime"], dtype=row["dtype"])
 
 
+@pytest.mark.slow
 def test_optimizer_cp_and_ep_rows_equal_plan_with_those_flags(tmp_path):
     out, plans = tmp_path / "r.csv", tmp_path / "plans"
     result = run(out, "--optimizer", "adamw", "--optimizer", "sgd", "--cp", "2", "--ep", "1", "--plans-dir", plans)

@@ -58,6 +58,7 @@ def complete_rows(path: Path) -> list[dict]:
 # --- a full disk ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_full_disk_during_rows_exits_2_and_leaves_no_torn_row(tmp_path, monkeypatch):
     """The third row meets ENOSPC half-way through its write: exit 2 naming the file and
     --resume, the file ends with the two complete rows before it; --resume then finishes."""
@@ -86,6 +87,7 @@ def test_full_disk_during_rows_exits_2_and_leaves_no_torn_row(tmp_path, monkeypa
     assert [(r["global_batch"], r["status"]) for r in rows] == [(b, "ok") for b in ("8", "16", "32", "64")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [100, 700])
 def test_file_size_limit_mid_row_exits_2_with_complete_rows_only(tmp_path, limit):
     """A real short write (RLIMIT_FSIZE: the kernel writes up to the limit, then EFBIG), as a

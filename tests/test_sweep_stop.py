@@ -219,6 +219,7 @@ def stop(proc: subprocess.Popen, sig: int, *, group: bool) -> tuple[str, str]:
             proc.kill()
 
 
+@pytest.mark.slow
 @linux_only
 def test_ctrl_c_exits_130_keeps_rows_and_resume_continues(tmp_path):
     out = tmp_path / "r.csv"

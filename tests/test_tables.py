@@ -94,6 +94,7 @@ def assert_nothing_cut(out: str, plan: Plan, width: int) -> None:
                 assert word in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("which", ["default", "big", "strided"])
 def test_plan_and_show_tables_cut_no_cell(which, width, request):

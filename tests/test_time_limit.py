@@ -46,6 +46,7 @@ def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
     assert evaluate(result.plan).step_time_s == pytest.approx(result.estimate.step_time_s)
 
 
+@pytest.mark.slow
 def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
     # 31 + 47 + 50 nodes (1,024 GPUs) searched whole, node by node: the first DP pass alone takes hours
     result, seconds = timed_solve((31, 47, 50), 3.0)
@@ -56,6 +57,7 @@ def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
         assert result.estimate.fits and not result.optimal
 
 
+@pytest.mark.slow
 def test_odd_node_counts_get_a_plan_on_parts_not_the_uniform_fallback():
     # decomposed, 31 + 47 + 50 nodes search as 4 parts and finish well inside the limit
     result, seconds = timed_solve((31, 47, 50), 120.0, exact=False)

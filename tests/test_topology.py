@@ -156,6 +156,7 @@ def test_a_pair_is_searched_once_and_pricing_reuses_it(monkeypatch):
 # --- the example and the CLI -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_spine_example_plans_and_its_plan_carries_the_topology(tmp_path):
     out = tmp_path / "plan.json"
     result = invoke("plan", "--model", "gpt2", "--cluster", SPINE, "--global-batch", "32",
