@@ -30,6 +30,7 @@ from planner.plan import Training  # noqa: E402
 from planner.search.bounds.bound import busy_bound_s, compute_lower_bound_s  # noqa: E402
 from planner.search.orchestration.space import within  # noqa: E402
 from planner.search.pricing.stage_types import SolverOptions  # noqa: E402
+from planner.search.pricing.stage_types import SearchContext  # noqa: E402
 from planning_time import ROWS  # noqa: E402
 
 LLAMA_ROWS = ("1:1:2 64", "1:1:2 256", "1:1:2 1024", "1:1:2 4096", "3+3+4", "4+4+5", "31+47+50", "16 one-node groups")
@@ -45,9 +46,9 @@ def llama_rows(runtime: str = "megatron") -> None:
         options = within(SolverOptions(gpu_params=tuple(sorted(cluster_params(cluster.gpu_types, runtime).items()))),
                          capability(runtime))
         t = time.process_time()
-        busy = busy_bound_s(model, cluster, base, options)
+        busy = busy_bound_s(SearchContext(model, cluster, base, options))
         busy_cpu, t = time.process_time() - t, time.process_time()
-        bound = compute_lower_bound_s(model, cluster, base, options)
+        bound = compute_lower_bound_s(SearchContext(model, cluster, base, options))
         print(f"| {name} | {busy:.3f} | {busy_cpu:.2f} | {bound:.3f} | {time.process_time() - t:.2f} |", flush=True)
 
 
@@ -73,7 +74,7 @@ def oracle_rows(runtimes: list[str], seeds: int) -> None:
                                             runtime=runtime)
                 if optimum == float("inf"):
                     continue
-                busy, bound = busy_bound_s(model, cluster, base, options), compute_lower_bound_s(model, cluster, base, options)
+                busy, bound = busy_bound_s(SearchContext(model, cluster, base, options)), compute_lower_bound_s(SearchContext(model, cluster, base, options))
                 higher += bound > busy * 1.001
                 if bound > optimum * (1 + 1e-9):
                     violations += 1

@@ -14,6 +14,7 @@ from planner.search.bounds.completion import block_gpu_seconds, seconds_per_bloc
 from planner.search.decompose import decompose
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import ProblemInputs, SearchContext
+from planner.search.pricing.stage_types import SearchContext
 from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
 from .conftest import runtime_base, three_types
@@ -41,8 +42,8 @@ def test_lower_bound_never_exceeds_the_proven_optimum_on_oracle_instances(make, 
 def test_lower_bound_counts_the_optimizer_step():
     cluster = cluster_from_spec(three_types(2, 2, 4))
     model, base, options = load_model("llama-3-70b"), Training(64, 4096, "fp16", 1), SolverOptions(micro_batches=(1,))
-    compute_only = compute_lower_bound_s(model, cluster, base, options, with_optimizer=False)
-    with_steps = compute_lower_bound_s(model, cluster, base, options)
+    compute_only = compute_lower_bound_s(SearchContext(model, cluster, base, options), with_optimizer=False)
+    with_steps = compute_lower_bound_s(SearchContext(model, cluster, base, options))
     # 70.6 G parameters at 28 bytes each over HBM: about 13 ms spread over the 64 GPUs
     assert with_steps > compute_only + 5e-3
 
@@ -63,11 +64,11 @@ def test_pipeline_bound_binds_yet_never_exceeds_the_brute_force_optimum(runtime,
                                  TINY_OPTIONS["recompute_modes"], zero_stages=(0, 1, 2, 3),
                                  virtual_stages=TINY_OPTIONS["virtual_stages"], runtime=runtime)
     options = within(SolverOptions(**TINY_OPTIONS), capability(runtime))
-    busy = busy_bound_s(model, cluster, base, options)
-    wait = pipeline_bound_s(model, cluster, base, options)
+    busy = busy_bound_s(SearchContext(model, cluster, base, options))
+    wait = pipeline_bound_s(SearchContext(model, cluster, base, options))
     assert wait > busy * 1.01
     assert wait <= expected * (1 + 1e-9)
-    assert compute_lower_bound_s(model, cluster, base, options) == max(busy, wait)
+    assert compute_lower_bound_s(SearchContext(model, cluster, base, options)) == max(busy, wait)
 
 
 def test_pipeline_bound_charges_the_slow_ranks_under_megatron():
@@ -78,6 +79,6 @@ def test_pipeline_bound_charges_the_slow_ranks_under_megatron():
     model = load_model("llama-3-70b")
     base = Training(64, 4096, "fp16", 1, runtime="megatron")
     options = within(SolverOptions(micro_batches=(1, 2)), capability("megatron"))
-    busy = busy_bound_s(model, cluster, base, options)
-    wait = pipeline_bound_s(model, cluster, base, options)
+    busy = busy_bound_s(SearchContext(model, cluster, base, options))
+    wait = pipeline_bound_s(SearchContext(model, cluster, base, options))
     assert wait > busy * 1.08

@@ -18,6 +18,7 @@ from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model, model_from_dict
 from planner.plan import Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.stage_types import SearchContext
 from planner.verify.oracle import brute_force, on_whole_nodes
 
 
@@ -244,10 +245,10 @@ def test_cp_halves_the_head_floor_where_the_search_can_place_it():
     from planner.search.bounds.layer_floor import unplaceable_layer
     model, cluster = load_model("llama-3-8b"), load_cluster("a100-v100-mix")
     base = Training(512, 1048576, "fp16", 1)
-    without = unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,), cp_degrees=(1,)))
+    without = unplaceable_layer(SearchContext(model, cluster, base, SolverOptions(micro_batches=(2,), cp_degrees=(1,))))
     assert without is not None and without.layer == "head"
     # the A100 nodes (2 x 8) hold tp 8 x cp 2: the head's logits split over the sequence too
-    assert unplaceable_layer(model, cluster, base, SolverOptions(micro_batches=(2,))) is None
+    assert unplaceable_layer(SearchContext(model, cluster, base, SolverOptions(micro_batches=(2,)))) is None
 
 
 def test_planner_run_refuses_a_cp_plan_with_reason():

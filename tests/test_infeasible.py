@@ -11,6 +11,7 @@ from planner.search.bounds.layer_floor import unplaceable_layer
 from planner.inputs.model import load_model
 from planner.plan import Training
 from planner.search.pricing.stage_types import SolverOptions
+from planner.search.pricing.stage_types import SearchContext
 
 from .conftest import runner
 
@@ -68,8 +69,8 @@ def test_gpus_too_small_for_a_block_are_named_when_the_rest_are_too_few():
 def test_no_layer_is_unplaceable_when_one_sample_fits():
     model, cluster = load_model("llama-3-8b"), load_cluster("a100-v100-mix")
     for seq_len in (4096, 1048576):  # 1M tokens fit with tp 8 on the A100s (the head: 66 of 78 GiB)
-        assert unplaceable_layer(model, cluster, Training(512, seq_len, "fp16", 1), SolverOptions()) is None
-    floor = unplaceable_layer(model, cluster, Training(512, 1048576, "fp16", 1),
-                              SolverOptions(micro_batches=(2,), cp_degrees=(1,)))
+        assert unplaceable_layer(SearchContext(model, cluster, Training(512, seq_len, "fp16", 1), SolverOptions())) is None
+    floor = unplaceable_layer(SearchContext(model, cluster, Training(512, 1048576, "fp16", 1),
+                              SolverOptions(micro_batches=(2,), cp_degrees=(1,))))
     assert floor is not None and floor.layer == "head" and floor.gpu == "A100-SXM4-80GB" and floor.tp == 8
     assert floor.over_bytes > 0

@@ -11,6 +11,7 @@ import pytest
 
 from planner.inputs import topology
 from planner.inputs.hardware import GB, US, cluster_from_spec
+from planner.search.pricing.stage_types import SearchContext
 
 
 def many_groups(n: int, leaves: int = 0) -> dict:
@@ -153,8 +154,8 @@ def test_the_lower_bound_prices_each_kind_of_group_once_however_many_there_are(m
 
     model, base, options = load_model("gpt2"), Training(64, 1024, "bf16", 1), SolverOptions(micro_batches=(1,))
     prices = _counting(monkeypatch, bound, "layer_price")
-    bound.compute_lower_bound_s(model, cluster_from_spec(many_groups(2), "two.yaml"), base, options)
+    bound.compute_lower_bound_s(SearchContext(model, cluster_from_spec(many_groups(2), "two.yaml"), base, options))
     two = len(prices)
     prices.clear()
-    bound.compute_lower_bound_s(model, cluster_from_spec(many_groups(300), "many.yaml"), base, options)
+    bound.compute_lower_bound_s(SearchContext(model, cluster_from_spec(many_groups(300), "many.yaml"), base, options))
     assert len(prices) == two > 0

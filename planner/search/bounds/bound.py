@@ -14,20 +14,17 @@ from ...inputs.model import Model
 from ...plan import Training
 from ...cost.sharding import Sharding
 from ..pricing.context_parallel import cp_choices
-from ..pricing.stage_types import INF, SolverOptions
+from ..pricing.stage_types import INF, SearchContext, SolverOptions
 
 
-def compute_lower_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-                          with_optimizer: bool = True) -> float:
+def compute_lower_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time: the larger of busy_bound_s (every GPU's compute
     and optimizer step at its cheapest) and pipeline_bound_s (that plus the wait for the other
     pipeline ranks which slow GPUs, or the memory that forces them onto more GPUs, impose)."""
-    return max(busy_bound_s(model, cluster, training, options, with_optimizer),
-               pipeline_bound_s(model, cluster, training, options, with_optimizer))
+    return max(busy_bound_s(context, with_optimizer), pipeline_bound_s(context, with_optimizer))
 
 
-def busy_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-                 with_optimizer: bool = True) -> float:
+def busy_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time, as a linear program.
 
     Each layer of each sample must run on some GPU type, costing at least its compute time
@@ -48,6 +45,7 @@ def busy_bound_s(model: Model, cluster: Cluster, training: Training, options: So
     slowest replica type's step), and T = max X + sum tau >= X_k + tau_k = B_k + E_k
     (evaluate.pipeline_time_s). `with_optimizer` False leaves the steps out (compute only).
     """
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     import pulp
 
     from ..pricing.shares import quiet_stdout
@@ -215,8 +213,7 @@ def ends_floor(model: Model, cluster: Cluster, training: Training, options: Solv
     return other_rate, delta
 
 
-def pipeline_bound_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-                     with_optimizer: bool = True) -> float:
+def pipeline_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
     """A lower bound on any plan's step time that adds to the busy time the wait for the other
     pipeline ranks that slow GPUs, or the memory that keeps blocks off a GPU, force, as a minimum of
     linear programs (0.0 for MoE models).
@@ -245,6 +242,7 @@ def pipeline_bound_s(model: Model, cluster: Cluster, training: Training, options
     any stage, activations bound no cap (_modes). The least over the classes, mu* and the
     micro-batches that divide the global batch bounds every plan.
     """
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     config = model.config
     if config is not None and getattr(config, "num_experts", 1) > 1:
         return 0.0

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from ...cost.states import model_state_bytes
 from ...core.dims import StageDims
-from ...inputs.hardware import GIB, Cluster
+from ...inputs.hardware import GIB
 from ...inputs.model import Layer, Model
 from ...plan import Training
 from ..pricing.context_parallel import cp_choices, largest_cp
 from ...cost.pricing import saved_activation_bytes, transient_activation_bytes
 from ...cost.sharding import Sharding
-from ..pricing.stage_types import SolverOptions
+from ..pricing.stage_types import SearchContext, SolverOptions
 
 LAYER_WORDS = {"embedding": "embedding", "decoder": "a decoder block", "head": "the output head"}
 
@@ -74,9 +74,10 @@ def _floor(layer: Layer, model: Model, group, training: Training, options: Solve
     return LayerFloor(layer.kind, group.gpu.name, micro_batch, tp, mode, need(mode), free, cp)
 
 
-def layer_floors(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> dict[str, list[LayerFloor]]:
+def layer_floors(context: SearchContext) -> dict[str, list[LayerFloor]]:
     """Each layer kind's floor on each GPU type of the cluster (types whose nodes allow no tp
     degree of the search left out)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     sizes = [b for b in options.micro_batches if training.global_batch % b == 0]
     if not sizes:
         return {}
@@ -96,12 +97,12 @@ def layer_floors(model: Model, cluster: Cluster, training: Training, options: So
     return out
 
 
-def unplaceable_layer(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> LayerFloor | None:
+def unplaceable_layer(context: SearchContext) -> LayerFloor | None:
     """A layer kind that fits on no GPU type even alone at the most sharding, as its floor on
     the type where it comes closest (of several such kinds, the one farthest from fitting);
     None when every layer kind fits somewhere."""
     worst: LayerFloor | None = None
-    for floors in layer_floors(model, cluster, training, options).values():
+    for floors in layer_floors(context).values():
         if not floors:
             continue
         closest = min(floors, key=lambda f: (f.over_bytes, f.gpu))
@@ -149,9 +150,10 @@ def _sequence_bytes(model: Model, training: Training, seq_len: int, tp: int, cp:
             + max(transient_activation_bytes(layer, sh) for layer in model.layers))
 
 
-def sequence_floor(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> SequenceFloor | None:
+def sequence_floor(context: SearchContext) -> SequenceFloor | None:
     """SequenceFloor on the GPU type with the most memory (None without a model config or a
     tp degree)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     if model.config is None:
         return None
     group = max(cluster.groups, key=lambda g: (g.gpu.memory_bytes, g.name))

@@ -186,11 +186,12 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
     if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
-    floor = unplaceable_layer(model, cluster, training, options)
+    context = SearchContext(model, cluster, training, options)
+    floor = unplaceable_layer(context)
     if floor is not None:
-        raise layer_too_big(floor, training, long_sequence(model, cluster, training, options))
+        raise layer_too_big(floor, training, long_sequence(context))
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
-    clock.lower_bound_s = lower_bound = compute_lower_bound_s(model, cluster, training, options)
+    clock.lower_bound_s = lower_bound = compute_lower_bound_s(context)
     subproblems = list(runtime_subproblems(model, cluster, training, sum(parts.counts), options, cap, paired=not parts.exact))
     clock.subproblems_total = len(subproblems)
     seed: tuple[Plan, Estimate] | None = None
@@ -198,7 +199,7 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
     # the best uniform configuration off whole nodes (seed) or the caller's bound: prunes the DP
     incumbent_s = INF if options.upper_bound_s is None else options.upper_bound_s
     outcomes: list[Outcome] = []
-    inputs = SearchInputs(SearchContext(model, cluster, training, options), parts, tuple(subproblems))
+    inputs = SearchInputs(context, parts, tuple(subproblems))
     known = KnownCosts()  # what the skip checks share (planner.search.bounds.rank_costs)
     with Searches(Lane(inputs, clock, known), options.jobs, clock) as searches:
         seed_space = uniform_space(options, cap, whole_nodes=False)
@@ -284,8 +285,7 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
             for o in outcomes:  # the smallest overflow met, the first search's on ties
                 if o.shortfall and (shortfall is None or o.shortfall[0] < shortfall[0]):
                     shortfall = o.shortfall
-            raise no_plan(shortfall, layer_floors(model, cluster, training, options), training,
-                          long_sequence(model, cluster, training, options))
+            raise no_plan(shortfall, layer_floors(context), training, long_sequence(context))
     evaluations = sum(o.evaluations for o in outcomes)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"

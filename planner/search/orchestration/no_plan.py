@@ -5,17 +5,16 @@ would fit, GPU types that cannot hold a block, or the memory the closest configu
 from __future__ import annotations
 
 from ...core.errors import NoFeasiblePlan
-from ...inputs.hardware import GIB, Cluster
-from ...inputs.model import Model
+from ...inputs.hardware import GIB
 from ...plan import Training
 from ..bounds.layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, sequence_floor, sequence_floor_text
-from ..pricing.stages import SolverOptions
+from ..pricing.stage_types import SearchContext
 
 
-def long_sequence(model: Model, cluster: Cluster, training: Training, options: SolverOptions) -> SequenceFloor | None:
+def long_sequence(context: SearchContext) -> SequenceFloor | None:
     """The sequence floor when it explains a failed search (SequenceFloor.explains), else None."""
-    floor = sequence_floor(model, cluster, training, options)
-    return floor if floor is not None and floor.explains(training, options) else None
+    floor = sequence_floor(context)
+    return floor if floor is not None and floor.explains(context.training, context.options) else None
 
 
 def _floor_text(floor: LayerFloor, training: Training) -> str:

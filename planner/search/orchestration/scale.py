@@ -20,6 +20,7 @@ from ...inputs.model import Model
 from ...plan import Training, structural_problems
 from ..decompose import merge_alike, prices_alike, trim
 from .space import within
+from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF, SolverOptions
 
 __all__ = ["solve_scaled"]
@@ -70,7 +71,7 @@ def solve_scaled(model: Model, cluster: Cluster, training: Training, options: So
         return whole
     plan, estimate, inner = trimmed
     lower_bound = (whole.lower_bound_s if whole is not None
-                   else compute_lower_bound_s(model, cluster, training, within(options, cap)))
+                   else compute_lower_bound_s(SearchContext(model, cluster, training, within(options, cap))))
     gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
                    candidates=inner.candidates + (whole.candidates if whole is not None else 0),
