@@ -16,9 +16,9 @@ from planner.plan import Training, uniform_plan
 
 PACKAGE = Path(__file__).resolve().parent.parent / "planner"
 # the modules that price a stage: none divides by a sharding degree itself
-PRICING_MODULES = ("cost/formulas.py", "cost/pricing.py", "search/stages.py", "cost/evaluate.py",
+PRICING_MODULES = ("cost/formulas.py", "cost/pricing.py", "search/pricing/stages.py", "cost/evaluate.py",
                    "cost/replica_pricer.py",
-                   "search/interleave.py", "report/show.py", "search/layer_floor.py", "export/base.py")
+                   "search/pricing/interleave.py", "report/show.py", "search/bounds/layer_floor.py", "export/base.py")
 DIVISION = re.compile(r"/\s*(\w+\.)*(tp|sp_div)\b|/\s*\(dp if zero")
 
 
