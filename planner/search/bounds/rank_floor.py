@@ -1,83 +1,8 @@
 """Whether any plan of one unrestricted search (micro-batch b, V chunks per rank, a schedule, P
-pipeline ranks or any number) can beat a cutoff, from a dynamic programme over whole ranks with
-relaxed costs (planner.search.bounds.any_bound asks it where its closed-form floor, which lets ranks blend,
-does not decide; the costs are planner.search.bounds.rank_costs).
-
-T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + E_j + sum_(k != j) c_k for every rank j
-(evaluate.pipeline_time_s), so with lower bounds B'_k <= B_k, E'_k <= E_k and c'_k <= c_k,
-    T >= max_k y_k + sum_k c'_k + delta,   y_k = B'_k + E'_k - c'_k,
-delta <= 0 what the embedding and head add at least to the latencies (bound.ends_floor). Each rank is a
-set of whole nodes, nu_g of group g, holding n decoder blocks with one TP degree tp (inside a node;
-stage_configs) and one ZeRO stage z: its replicas are the tp-GPU slices of its nodes, at most
-D = m // least of which take micro-batches (any_bound, 2). Every replica takes `least` >= 1 of them
-(ProblemInputs.least_share), so a rank has at most D replicas, and X_j >= 0: a rank's latency (a
-replica's pass, less its W under ZB-H1, or its slowest chunk) is no more than that replica's busy
-time; so T >= X_j + sum_k c_k gives T >= max(0, max_k y_k) + sum_k c'_k + delta too. The ranks are
-numbered from the last, j = 1..P (any P for 1F1B, whose counts depend on j only): the rank j from
-the end holds f_j = Schedule.in_flight_microbatches micro-batches' activations at its peak and the
-deferred-W inputs of d_j more (Schedule.deferred_w_microbatches; ZB-H1), so a replica with s
-micro-batches holds min(s, f_j) of them whole (stage_types.share_cap) and, where s >= least >= f_j,
-the W inputs of min(d_j, least - f_j) more at least (deferred_share_cap). The bounds:
-  * every GPU of the rank holds the n blocks' weights, gradients and optimizer states at ZeRO-z over
-    the rank's replicas (none of the optimizer states where the rank offloads them: ZeRO-Offload is a
-    choice of each rank where the options allow it, planner.search.pricing.block) and what it
-    keeps in flight within its memory less the reserve (cost.stage_memory.replica_memory; the
-    recomputation's working set >= 0 left out), or the rank cannot hold n blocks; in the room A
-    the states leave, a replica holding w micro-batches whole and e W inputs passes n blocks in at
-    least n h(A / n) + Z: h the lower convex envelope of the points (w act + e wgrad_act bytes,
-    time) of one block per recompute mode (none, selective, full; layer_price at b, the node's own
-    link; "block" recomputation mixes full and none block by block, and h is convex and falls);
-    Z what ZeRO-2/3's collectives over the rank's layout (StageConfigs.dp_layout) add at least,
-    (1 - overlap_zero_comm) of zero_comm's total (dp_comm.zero_exposed_s hides at most that
-    share), V chunks adding V - 1 fixed parts (interleave.interleaved_type_arrays; counted where
-    negative only); an interleaved search leaves ZeRO-2/3 out where every group's runtime
-    overlaps it (StageConfigs), so the rank does too;
-  * B'_k: replica r of pass t1_r holding one micro-batch and tf_r holding f_j (and the W inputs)
-    takes s_r <= g_r(B) = max(min(f_j - 1, B / t1_r), B / tf_r) micro-batches in the busy time B
-    (s_r < f_j: s_r t1_r <= s_r t_r <= B; else s_r tf_r <= B), or s_r <= B / tf_r where least >=
-    f_j; B' is the least B with sum_r g_r(B) >= m (g_r piecewise linear and rising; with one
-    micro-batch held everywhere B' = m / R, R the sum of 1 / pass, any_bound, 1); where the D
-    replicas are of one type, one takes q = ceil(m / D) whole micro-batches at least, so also
-    B' >= q tf (q >= f_j, or none takes fewer than f_j) or q t1;
-  * c'_k: the latency of a one-chunk rank is its slowest replica's (DeferredW.latency: 1F1B the
-    pass, ZB-H1 the pass less 2 W, both with ZeRO's collectives; interleaved its slowest chunk,
-    at least the mean of its V chunks, bound.latency_floor_s), so c' is the largest over its
-    groups of n h'(A / n) + Z (V chunks: Z / V), h' the envelope of the latency floors, at one
-    micro-batch held where a replica may take fewer than f_j, and also the least over groups of
-    it at f_j held where those cannot take all m (then some replica takes f_j or more);
-  * the last rank (j = 1) also holds the head and the first (j = P) the embedding (with any depth
-    the first is the rank placed last, priced in a last step of the knapsack where the search is
-    not ruled out without it): their states at ZeRO-z and what they keep in flight (the least
-    over the modes, as for a block) come off the room A, their least pass (over the modes) adds to every replica's pass, and the positive part
-    of their least latency floor to c' (delta holds the negative part; span_price adds them up);
-  * the sends: every replica's pass carries its rank's sends to the next (Problem.replica_times:
-    one, none from the last rank; V chunks V, the last rank V - 1), each at least p2p_s over the
-    slowest pair link between the rank's groups and the one group of the next rank that makes it
-    least (the boundary is the slowest over all pairs, stage_links; none counted on a measured
-    link), added to B' and to c' (one chunk: the latency is a replica's pass with its sends; V
-    chunks: the slowest chunk with its send is at least their mean, so 1/V of the sends and of Z);
-  * a rank holds a decoder block at least, or none where it holds the embedding or head (one
-    chunk), and every one of V chunks one at least (Problem._finish);
-  * E'_k, the tail (Problem._tail, cost.stage_tail): the gradient reduction over the rank's layout at
-    its slowest GPU's parameters, hidden behind at most the slowest backward any of its replicas
-    may take (n blocks at the slowest recompute mode, with the embedding or head; the exposed
-    part falls as that grows), and the slowest optimizer step of its groups, or where the rank
-    offloads, the slowest ZeRO-Offload step on its nodes' CPUs (stage_memory.offload_step_s: the
-    gradients down and weights up over PCIe, the step at the host's memory bandwidth). Each rank
-    option is priced both ways, so a rank that holds its blocks without recomputation only with
-    its optimizer states off the GPU pays the CPU step for it;
-  * a rank with B'_k + E'_k + delta >= the cutoff is in no plan that beats it (T >= B_k + E_k + delta).
-A rank's options (tp, z, offload) give (y, c) pairs; S(W), the least sum of c' over the choices of ranks
-(disjoint node sets, blocks summing to L, P ranks, the j-th from the end with position j's costs;
-idle nodes allowed) whose every y is at most W, is a knapsack over (nodes used, ranks placed,
-blocks placed), solved exactly. A plan whose largest y lies in (cutoff - S(W) - delta, W] has
-T > cutoff, so W descends from cutoff - delta to that bound (Alpa's t_max enumeration, as in
-planner.search.orchestration.driver); when no choice of ranks is left, or S(W) + delta reaches the cutoff, the
-search cannot beat it. Left out (no answer): context parallelism, MoE models, decoders of several
-shapes, and clusters or models too large for the table (RANK_FLOOR_LIMITS). The parts of the rank
-costs kept do not depend on the cutoff: the searches of one solve share them (rank_costs.KnownCosts,
-bounded; the caller may keep one per solve); B' is solved exactly only where a rank could beat the
-cutoff (elsewhere a value above it, which rules the rank out all the same)."""
+pipeline ranks or any number) can beat a cutoff: an exact knapsack over whole pipeline ranks with
+relaxed per-rank costs (planner.search.bounds.rank_costs), asked by planner.search.bounds.any_bound
+where its closed-form floor does not decide, its bound on the bottleneck term descended as the
+search does. The argument, bound by bound: docs/solver.md, "The rank floor's argument"."""
 
 
 from __future__ import annotations
