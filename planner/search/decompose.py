@@ -1,49 +1,10 @@
 """How the plan search sees a cluster's nodes: lanes of parts, for any node counts.
 
-The dynamic programme (planner.search.dp) places stages on whole *parts*: its state counts the
-parts used so far in each *lane*, and a stage takes the next few parts of some lanes. A
-lane is a sequence of nodes: one node group, or (on clusters with more groups than parts)
-every group with the same GPU type, gpus per node and links inside the node, in cluster
-order. A lane's nodes are cut into consecutive parts whose sizes differ by at most one
-node, the larger parts first, so the state (parts used per lane) fixes exactly which nodes
-of which groups a stage gets and prices it with its real node counts. Three cases:
-
-  * exact: a cluster of at most `max_exact_nodes` nodes: one lane per group, parts of one
-    node. The search space is every plan on whole nodes; the search can prove optimality.
-  * identical bundles: when every group's node count has a common divisor r that leaves at
-    most `max_parts` parts (parts of r nodes each, one lane per group). Each stage's
-    replicas then span all r bundles, as before this module existed.
-  * near-equal parts (no common divisor needed): `max_parts` parts in all (at least one per
-    lane), shared between lanes in proportion to their nodes (largest remainder, ties to
-    the earlier lane), each lane cut into parts of floor or ceil of its nodes / its parts.
-    31 + 47 + 50 nodes become 31 / 47 / 25+25; the same cluster minus one node
-    31 / 47 / 25+24. Bundles that differ by a node need no remainder: every node is in a part.
-
-Idle nodes are a choice of the search, part by part: it may leave any parts unused (a
-slow group that would only stretch the pipeline). Planning time then depends on the
-number of parts and lanes, not on the node counts or their divisibility. A decomposed
-search covers a subset of the plans on whole nodes, so it never claims optimality; its
-gap is measured against a lower bound (planner.search.bounds.bound).
-
-Trimmed to identical bundles (`trim`): a runtime with one data-parallel degree for every
-stage (Megatron-LM) can rarely use parts of unequal size, whose stages' replica counts differ.
-For it the search also tries the cluster with floor(n_i / g) * g nodes of each group i (the
-rest idle), for the g whose bundles have at most `max_trimmed_parts` nodes (total / g; a search
-with one DP degree per stage stays cheap on more parts than `max_parts`, SolverOptions),
-that divides the global batch (a stage on identical bundles has a multiple of g replicas when
-they sit inside nodes, and even shares need the batch divisible by them) and that keeps the most
-nodes (ties: the larger g): 31 + 47 + 49 nodes with a batch of 1,016 become 24 + 40 + 48 in 8
-bundles of 14 nodes.
-A trimmed group keeps the first nodes of its group, so a plan on it maps back rank for rank.
-
-Alike groups merged (`merge_alike`): consecutive node groups with the same GPU type, node
-(GPUs, links, host) and network, whose link to each other prices like a group's own inter_node
-link and whose links to every other group are the same, are one group to every price (a node of
-one talks to a node of the next as two nodes of one group do). The search plans the cluster with
-each such run as one group, in the same rank order, so its plan is a plan on the original
-cluster rank for rank, priced the same: 16 one-node groups of three types are searched as
-three groups of 6, 5 and 5 nodes (which may then be cut to bundles, above).
-"""
+The dynamic programme (planner.search.dp) places stages on whole parts; its state counts the parts
+used in each lane (a sequence of nodes: one group, or the groups alike in GPU and node). Here: the
+exact, identical-bundle and near-equal cuts into parts, `trim` (identical bundles, the rest idle,
+for runtimes with one DP degree per stage) and `merge_alike` (alike consecutive groups priced as
+one). The rules and examples: docs/solver.md, "Scale: any node counts"."""
 
 from __future__ import annotations
 
