@@ -26,7 +26,7 @@ from .offload import offloaded_activation_bytes
 from .pricing import boundary_bytes
 from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
 from .stage_memory import held_microbatches, offloaded_state_bytes, replica_memory
-from .stage_tail import stage_tail
+from .stage_tail import StageTail, stage_tail
 from ..schedules import get_schedule
 from .paths import route_name, slowest_gpu
 
@@ -143,11 +143,33 @@ def pipeline_time_s(busy: list[float], tails: list[float], latencies: list[float
     return scores[k_star] + sum(latencies), k_star
 
 
+@dataclass(frozen=True)
+class _RankTally:
+    """What pricing the pipeline ranks gathers for each GPU rank, in the order it prices them."""
+    memory: dict[int, MemoryBreakdown] = field(default_factory=dict)
+    capacity: dict[int, float] = field(default_factory=dict)
+    gpu_by_rank: dict[int, str] = field(default_factory=dict)
+    flops_by_rank: dict[int, float] = field(default_factory=dict)  # model FLOPs per step
+    host_overflows: list[Overflow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _RankPrice:
+    """One pipeline rank priced: its busiest replica, its latency c_k and its tail E_k."""
+    busy_s: float
+    latency_s: float
+    bottleneck: ReplicaPrice
+    replica: Replica
+    fill: Parts  # c_k split by kind (explain.latency_parts)
+    fill_price: ReplicaPrice | None  # the replica whose latency is c_k
+    tail: StageTail
+    measured: bool
+
+
 def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None) -> Estimate:
     """Price `plan`; never raises for a plan that does not fit (see `fits`, `overflows`)."""
     pricer = PlanPricer(plan, params)
-    model, cluster, t = plan.model, plan.cluster, plan.training
-    b, s = t.micro_batch, t.seq_len
+    t = plan.training
     schedule = get_schedule(t.schedule)
     v = schedule.chunks_per_rank(t.virtual_stages)
     pp = plan.pp
@@ -155,84 +177,16 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     for st in plan.stages:
         chunks.setdefault(st.pipeline_rank, []).append(st)
 
-    busy, latencies, bottlenecks, tails = [], [], [], []
-    critical_replicas: list[Replica] = []
-    fills: list[Parts] = []  # c_k of each rank, split by kind (explain.latency_parts)
-    fill_prices: list[ReplicaPrice | None] = []  # the replica whose latency is c_k
-    flops_by_rank: dict[int, float] = {}  # model FLOPs per step
-    measured = False
-    memory: dict[int, MemoryBreakdown] = {}
-    capacity: dict[int, float] = {}
-    gpu_by_rank: dict[int, str] = {}
-    host_overflows: list[Overflow] = []
+    tally = _RankTally()
+    layer_flops = [layer_model_flops_per_sample(layer, t.seq_len) for layer in plan.model.layers]  # per sample
+    ranks = [_price_rank(pricer, k, chunks[k], layer_flops, schedule, v, tally) for k in range(pp)]
+    busy = [r.busy_s for r in ranks]
+    latencies = [r.latency_s for r in ranks]
+    bottlenecks = [r.bottleneck for r in ranks]
+    fills = [r.fill for r in ranks]
 
-    layer_flops = [layer_model_flops_per_sample(layer, s) for layer in model.layers]  # model FLOPs per sample
-    for k in range(pp):
-        rank_chunks = chunks[k]
-        head = rank_chunks[0]
-        dims = head.dims
-        stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
-        stage_tau_price = None
-        min_bwd = float("inf")
-        steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
-        offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
-        rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
-        held_by_price: dict[tuple[int, int], tuple] = {}  # (id(price), micro-batches) -> (in flight, memory)
-        for replica in head.replicas:
-            price = pricer.replica(rank_chunks, replica)
-            measured = measured or price.params.measured is not None
-            n_micro = replica.batch_share // b
-            replica_busy = n_micro * price.per_microbatch_s
-            if replica_busy > stage_busy:
-                stage_busy, stage_btl, stage_replica = replica_busy, price, replica
-            tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s, price.forward_s)
-            if tau > stage_tau:
-                stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
-            min_bwd = min(min_bwd, price.span.bwd_s)
-            steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
-            held = held_by_price.get((id(price), n_micro))  # replicas alike share their price object
-            if held is None:
-                in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
-                                                        [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
-                mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer,
-                                     head.offload, price.act_offload)
-                held = held_by_price[(id(price), n_micro)] = (in_flight, mem)
-            in_flight, mem = held
-            if head.offload or price.act_offload.host_bytes:
-                # ZeRO-Offload's states and offloaded activations: each GPU's take its share of its node's host memory
-                hosted = offloaded_activation_bytes(price.act_offload, in_flight)
-                if head.offload:
-                    hosted += offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
-                for rank in replica.ranks:
-                    group = cluster.group_of_rank(rank)
-                    if head.offload:
-                        offload_hosts[(group.host, group.gpus_per_node)] = None
-                    share = group.host.memory_bytes / group.gpus_per_node
-                    if hosted > share:
-                        host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
-            rank_compute = dims.compute_share(rank_flops * replica.batch_share)
-            for rank in replica.ranks:
-                gpu = cluster.group_of_rank(rank).gpu
-                memory[rank], capacity[rank], gpu_by_rank[rank] = mem, gpu.memory_bytes, gpu.name
-                flops_by_rank[rank] = rank_compute
-        # the gradient reduction runs at the parameters of the replicas' slowest GPU
-        reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
-        # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
-        loops = schedule.gradient_loops(v)
-        loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
-        tails.append(stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                                min_bwd, steppers.values(), loops, loop_bwd,
-                                expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
-                                offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head)))
-        busy.append(stage_busy)
-        latencies.append(stage_tau)
-        bottlenecks.append(stage_btl)
-        critical_replicas.append(stage_replica)
-        fills.append(stage_fill)
-        fill_prices.append(stage_tau_price)
-
-    step_s, k_star = pipeline_time_s(busy, [tail.total_s for tail in tails], latencies)
-    btl, tail = bottlenecks[k_star], tails[k_star]
+    step_s, k_star = pipeline_time_s(busy, [r.tail.total_s for r in ranks], latencies)
+    btl, tail = bottlenecks[k_star], ranks[k_star].tail
     per_mb = btl.per_microbatch_s
     n_btl = busy[k_star] / per_mb if per_mb > 0 else 0.0
     own = Parts()
@@ -245,34 +199,121 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     breakdown = explain_breakdown(own.times(n_btl), fill, tail.grad_reduce_s, tail.optimizer_s,
                                   any(st.cp > 1 for st in plan.stages))
 
+    memory, capacity, gpu_by_rank = tally.memory, tally.capacity, tally.gpu_by_rank
     used = plan.used_ranks()
-    tokens = t.global_batch * s
-    model_flops = sum(layer_flops) * t.global_batch  # flops.model_flops_per_sample, from the per-layer list
-    recompute_full = all(st.recompute == "full" for st in plan.stages)
-    hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
-    in_use = set(gpu_by_rank.values())
-    # MFU's peak is the one the GEMMs were priced at: TF32's where fp32 GEMMs run on TF32 (mfu_peak_dtype)
-    peak_dtype_of = {gpu.name: mfu_peak_dtype(gpu, t.dtype, pricer.params_for(gpu))
-                     for gpu in cluster.gpu_types if gpu.name in in_use}
-    peak_of = {gpu.name: gpu.peak(peak_dtype_of[gpu.name]) for gpu in cluster.gpu_types if gpu.name in in_use}
-    peak_by_rank = {r: peak_of[gpu_by_rank[r]] for r in used}
-    peak_sum = sum(peak_by_rank.values())
+    peak_dtype_of, peak_by_rank = _mfu_peaks(pricer, gpu_by_rank, used)
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
-                      for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(host_overflows)
-    flops_per_s = {r: f / step_s for r, f in flops_by_rank.items()}
-    critical = _critical_path(pricer, chunks, k_star, critical_replicas[k_star], btl, round(n_btl), own, fills,
+                      for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(tally.host_overflows)
+    flops_per_s = {r: f / step_s for r, f in tally.flops_by_rank.items()}
+    critical = _critical_path(pricer, chunks, k_star, ranks[k_star].replica, btl, round(n_btl), own, fills,
                               tail, breakdown, flops_per_s, peak_by_rank)
-    links = _pipeline_links(pricer, chunks, k_star, busy, bottlenecks, fill_prices, schedule, v)
+    links = _pipeline_links(pricer, chunks, k_star, busy, bottlenecks, [r.fill_price for r in ranks], schedule, v)
+    model_flops = sum(layer_flops) * t.global_batch  # flops.model_flops_per_sample, from the per-layer list
     return Estimate(
         fits=not overflows, step_time_s=step_s, breakdown_s=breakdown,
-        tokens_per_s=tokens / step_s, samples_per_s=t.global_batch / step_s,
-        model_tflops_per_gpu=model_flops / step_s / len(used) / 1e12,
-        hardware_tflops_per_gpu=hardware_flops / step_s / len(used) / 1e12,
-        mfu=model_flops / step_s / peak_sum, bubble_fraction=breakdown["bubble"] / step_s,
+        bubble_fraction=breakdown["bubble"] / step_s,
+        **_throughput(plan, model_flops, step_s, len(used), sum(peak_by_rank.values())),
         num_gpus_used=len(used), memory_by_rank=memory, capacity_by_rank=capacity,
         gpu_by_rank=gpu_by_rank, overflows=overflows, critical=critical, pipeline_links=links,
-        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank, measured=measured,
+        model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank,
+        measured=any(r.measured for r in ranks),
         mfu_peak_dtype="+".join(dict.fromkeys(peak_dtype_of[gpu_by_rank[r]] for r in used)))
+
+
+def _throughput(plan: Plan, model_flops: float, step_s: float, n_used: int, peak_sum: float) -> dict[str, float]:
+    """Estimate's rates: tokens, samples, model and hardware TFLOP/s per GPU, MFU."""
+    t = plan.training
+    tokens = t.global_batch * t.seq_len
+    recompute_full = all(st.recompute == "full" for st in plan.stages)
+    hardware_flops = model_flops * (4 / 3 if recompute_full else 1)
+    return {"tokens_per_s": tokens / step_s, "samples_per_s": t.global_batch / step_s,
+            "model_tflops_per_gpu": model_flops / step_s / n_used / 1e12,
+            "hardware_tflops_per_gpu": hardware_flops / step_s / n_used / 1e12,
+            "mfu": model_flops / step_s / peak_sum}
+
+
+def _mfu_peaks(pricer: PlanPricer, gpu_by_rank: Mapping[int, str],
+               used) -> tuple[dict[str, str], dict[int, float]]:
+    """The peak dtype of each GPU type in use and the peak FLOP/s of each used rank: MFU's peak is
+    the one the GEMMs were priced at, TF32's where fp32 GEMMs run on TF32 (mfu_peak_dtype)."""
+    cluster, dtype = pricer.plan.cluster, pricer.plan.training.dtype
+    in_use = set(gpu_by_rank.values())
+    peak_dtype_of = {gpu.name: mfu_peak_dtype(gpu, dtype, pricer.params_for(gpu))
+                     for gpu in cluster.gpu_types if gpu.name in in_use}
+    peak_of = {gpu.name: gpu.peak(peak_dtype_of[gpu.name]) for gpu in cluster.gpu_types if gpu.name in in_use}
+    return peak_dtype_of, {r: peak_of[gpu_by_rank[r]] for r in used}
+
+
+def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flops: list[float], schedule,
+                v: int, tally: _RankTally) -> _RankPrice:
+    """Price pipeline rank k's replicas: its busiest one, its slowest latency, its tail; records each
+    GPU rank's memory, capacity, GPU type and model FLOPs, and host-memory overflows, in `tally`."""
+    cluster, t = pricer.plan.cluster, pricer.plan.training
+    pp = pricer.plan.pp
+    head = rank_chunks[0]
+    dims = head.dims
+    stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
+    stage_tau_price = None
+    min_bwd = float("inf")
+    measured = False
+    steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+    offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
+    rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
+    held_by_price: dict[tuple[int, int], tuple] = {}  # (id(price), micro-batches) -> (in flight, memory)
+    for replica in head.replicas:
+        price = pricer.replica(rank_chunks, replica)
+        measured = measured or price.params.measured is not None
+        n_micro = replica.batch_share // t.micro_batch
+        replica_busy = n_micro * price.per_microbatch_s
+        if replica_busy > stage_busy:
+            stage_busy, stage_btl, stage_replica = replica_busy, price, replica
+        tau = schedule.latency_s(price.per_microbatch_s, price.slowest_chunk_s, v, price.wgrad_s, price.forward_s)
+        if tau > stage_tau:
+            stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
+        min_bwd = min(min_bwd, price.span.bwd_s)
+        steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
+        held = held_by_price.get((id(price), n_micro))  # replicas alike share their price object
+        if held is None:
+            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
+                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
+            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer,
+                                 head.offload, price.act_offload)
+            held = held_by_price[(id(price), n_micro)] = (in_flight, mem)
+        in_flight, mem = held
+        if head.offload or price.act_offload.host_bytes:
+            _host_memory(pricer, head, replica, price, in_flight, offload_hosts, tally.host_overflows)
+        rank_compute = dims.compute_share(rank_flops * replica.batch_share)
+        for rank in replica.ranks:
+            gpu = cluster.group_of_rank(rank).gpu
+            tally.memory[rank], tally.capacity[rank], tally.gpu_by_rank[rank] = mem, gpu.memory_bytes, gpu.name
+            tally.flops_by_rank[rank] = rank_compute
+    # the gradient reduction runs at the parameters of the replicas' slowest GPU
+    reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
+    # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
+    loops = schedule.gradient_loops(v)
+    loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
+    tail = stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
+                      min_bwd, steppers.values(), loops, loop_bwd,
+                      expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
+                      offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+    return _RankPrice(stage_busy, stage_tau, stage_btl, stage_replica, stage_fill, stage_tau_price, tail, measured)
+
+
+def _host_memory(pricer: PlanPricer, head: Stage, replica: Replica, price: ReplicaPrice, in_flight,
+                 offload_hosts: dict[tuple, None], host_overflows: list[Overflow]) -> None:
+    """ZeRO-Offload's states and offloaded activations: each GPU's take its share of its node's host
+    memory; records the offloaded stage's nodes in `offload_hosts` and each GPU over its share."""
+    cluster, t, dims = pricer.plan.cluster, pricer.plan.training, head.dims
+    hosted = offloaded_activation_bytes(price.act_offload, in_flight)
+    if head.offload:
+        hosted += offloaded_state_bytes(price.span.weight_params, dims, t.dtype, t.optimizer)
+    for rank in replica.ranks:
+        group = cluster.group_of_rank(rank)
+        if head.offload:
+            offload_hosts[(group.host, group.gpus_per_node)] = None
+        share = group.host.memory_bytes / group.gpus_per_node
+        if hosted > share:
+            host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
 
 
 def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, replica: Replica,
