@@ -1,43 +1,14 @@
 """A stage's parallel dimensions, and every division of a replica's figures by their degrees.
 
-A stage runs `dp` replicas (data parallelism) of one model-parallel group of `tp` GPUs
-(tensor parallelism, Shoeybi et al. 2019). Sequence parallelism (Korthikanti et al. 2022,
-sec 4.2.2) splits over the sequence what TP leaves replicated; ZeRO (Rajbhandari et al.
-2020) shards the model states over the dp replicas. Pipeline parallelism is the stage list
-itself (planner.plan), not a field here.
-
-The figures of one layer (model.Layer, cost.layer_time) are per replica; the methods below
-are the only place they are divided by a degree: weights (`weight_share`), activations
-(`activation_share`: the replicated part by the sequence split, the sharded part by tp),
-the pipeline send (`boundary_share`) and the model states (`state_divisors`). Each
-dimension's collectives are priced where its cost lives: TP's in cost.layer_time
-(_with_tp_comm), ZeRO's and DP's in planner.cost.pricing (zero_comm, grad_reduce_s).
-
-A new dimension (context parallelism cp, expert parallelism ep) is a field here, its factor
-in `group_gpus` and in the divisions below, and one function of its collectives' cost.
-
-Context parallelism (`cp`, kind `cp_kind`) splits every sequence of a replica over `cp`
-groups of `tp` GPUs: each holds seq_len / cp tokens of every activation and does 1/cp of
-the attention (`local_seq_len`, `attention_share`); weights are replicated over the cp
-ranks, whose gradients are reduced with the dp replicas' (Megatron-core
-context_parallel docs: "gradients are all-reduced across dp x cp"). Kinds: "ring"
-(Liu et al. 2023, Ring Attention; Megatron-core CP and torchtitan CP, KV blocks passed
-around the ring, causal load balancing: each rank holds chunks i and 2cp-1-i) and
-"all-to-all" (Jacobs et al. 2023, DeepSpeed-Ulysses: the sequence split is exchanged for a
-head split around attention). Their collectives: planner.cost.formulas.cp_comm.
-
-Expert parallelism (Lepikhin et al. 2020, GShard; Megatron-core MoE "parallel folding") splits
-the routed experts of an MoE layer over `ep` ranks carved out of the stage's tp x cp x dp
-GPUs, each expert's GEMMs over `etp` ranks (expert tensor parallelism, Megatron's
---expert-tensor-parallel-size; 0 = tp, Megatron's default). The dense part of a layer keeps
-the tp x cp x dp grid; the experts use etp x ep x edp over the same GPUs, edp = tp x cp x dp /
-(etp x ep) the expert-data-parallel group ZeRO shards their states over
-(`expert_state_divisors`). Beside context parallelism the MoE layers see each cp rank's
-seq_len / cp tokens as tokens of their own (the expert grid has no cp: megatron-core 0.16.1
-parallel_state.initialize_model_parallel builds the expert RankGenerator with cp=1 over the
-world / pp GPUs; torchtitan 0.2.2 ParallelDims.build_mesh: efsdp = dp_shard x cp x tp /
-(etp x ep)). The dispatch and combine all-to-all is priced in cost.moe.moe_alltoall_s.
-"""
+A stage runs `dp` replicas of one model-parallel group of `tp` GPUs, with sequence parallelism,
+ZeRO over the replicas, context parallelism (`cp`, `cp_kind`) and expert parallelism (`ep`, `etp`);
+pipeline parallelism is the stage list itself (planner.plan). A layer's figures (model.Layer,
+cost.layer_time) are per replica; the methods here are the only place they are divided by a degree
+(`weight_share`, `activation_share`, `boundary_share`, `state_divisors`, `expert_state_divisors`).
+Each dimension's collectives are priced where its cost lives: TP's in cost.layer_time, ZeRO's in
+cost.dp_comm.zero_comm, DP's in cost.stage_tail.grad_reduce_s, CP's in cost.context_parallel.cp_comm,
+EP's in cost.moe.moe_alltoall_s. A new dimension is a field here, its factor in `group_gpus` and
+the divisions, and one cost function for its collectives. The dimensions and their sources: docs/cost-model.md."""
 
 from __future__ import annotations
 
