@@ -1,7 +1,7 @@
 """The analytic cost model: pure functions for the time and memory of a layer, a
 collective and an optimizer step. No I/O. Every formula names its source. The ring
 collectives live in planner.cost.collectives, the elementwise traffic of a layer in
-planner.cost.elementwise.
+planner.cost.elementwise, the time its recomputation takes in planner.cost.recompute.
 
 Times are seconds, sizes bytes, rates per second. `CostParams` holds the few physical
 parameters fitted to published measurements (benchmarks/fidelity.py): the GEMM
@@ -18,6 +18,7 @@ from ..inputs.hardware import GIB, GpuSpec, Link
 from ..inputs.measured import MeasuredTimes
 from .collectives import ring_allgather_s, ring_allreduce_s  # noqa: F401 (re-exported)
 from .elementwise import elementwise_bytes
+from .recompute import layer_recompute_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .sharding import Sharding
 from . import fp8 as fp8_cost
@@ -237,17 +238,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     b = micro_batch
     measured = params.measured.times(layer.kind) if params.measured is not None else None
     if measured is not None:
-        # measured forward and backward of this layer kind (planner profile), interpolated;
-        # full recomputation repeats the forward; communication stays analytic below
-        fwd, bwd = measured.at(b, tp)
-        # measured over whole sequences: CP splits the work cp ways (StageDims.compute_share)
-        fwd, bwd = fwd / sh.dims.cp, bwd / sh.dims.cp
-        recompute_s = fwd if recompute == "full" else 0.0
-        # a measured backward is not split: its weight-gradient GEMMs repeat the forward's
-        # FLOPs (Narayanan et al. 2021, sec 5.1), at most half the backward (Qi et al. 2023, sec 2)
-        wgrad = min(fwd, bwd / 2)
-        return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, seq_len, tp, sequence_parallel, recompute,
-                             tp_link, nb, params, wgrad)
+        return _measured_layer_time(layer, measured, sh, tp_link, params)
     if layer.config is None:  # a layer-profile entry without shapes: FLOPs at the plateau
         flops = sh.dims.compute_share(layer.fwd_flops_per_sample(sh.seq_len) * b)
         fwd = flops / (peak * params.gemm_efficiency)
@@ -256,16 +247,61 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
         return LayerTime(fwd, 2 * fwd, recompute_s, 0.0, 0.0, fwd)
     hbm = gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency
 
-    # GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
-    # (Narayanan et al. 2021, sec 5.1).
-    # Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
-    # and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
-    # Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance).
-    fp8 = dtype == "fp8" and layer.kind == "decoder"
+    gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = _gemm_times(layer, gpu, sh, params, seq_len, peak)
+    gemm_fwd, gemm_bwd = sum(gemm_times), sum(gemm_bwd_times)
+
+    attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
+
+    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
+    score_fwd = score_bytes * b / hbm
+    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
+    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+    # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
+    cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
+    bwd = gemm_bwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
+    recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, params.layer_overhead_s, fwd, gemm_times,
+                                    elem_fwd, cast_fwd, attn_fwd, score_fwd)
+
+    # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
+    # GEMM backward; attention scores, elementwise kernels and the host time belong to the input
+    # gradient (Qi et al. 2023, Zero Bubble, sec 2: T_W ~ T_B for the GEMMs)
+    return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
+                         tp_link, nb, params, gemm_bwd / 2)
+
+
+def _measured_layer_time(layer: Layer, measured, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
+    """_layer_time from the measured forward and backward of this layer kind (planner profile),
+    interpolated; full recomputation repeats the forward; communication stays analytic."""
+    b, tp = sh.micro_batch, sh.dims.tp
+    fwd, bwd = measured.at(b, tp)
+    # measured over whole sequences: CP splits the work cp ways (StageDims.compute_share)
+    fwd, bwd = fwd / sh.dims.cp, bwd / sh.dims.cp
+    recompute_s = fwd if sh.recompute == "full" else 0.0
+    # a measured backward is not split: its weight-gradient GEMMs repeat the forward's
+    # FLOPs (Narayanan et al. 2021, sec 5.1), at most half the backward (Qi et al. 2023, sec 2)
+    wgrad = min(fwd, bwd / 2)
+    return _with_tp_comm(layer, fwd, bwd, recompute_s, fwd, b, sh.dims.local_seq_len(sh.seq_len), tp,
+                         sh.dims.sequence_parallel, sh.recompute, tp_link, DTYPE_BYTES[sh.dtype], params, wgrad)
+
+
+def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, seq_len: int,
+                peak: float) -> tuple[list[float], list[float], float, float]:
+    """Forward and backward time of each of the layer's GEMMs (Layer.gemms' order) and the bytes
+    of its fp8 casts, forward and backward.
+
+    GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
+    (Narayanan et al. 2021, sec 5.1).
+    Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
+    and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
+    Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance)."""
+    b = sh.micro_batch
+    fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
     imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
     gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
-    for g in layer.gemms(seq_len, tp, sh.dims.ep, sh.dims.etp):
+    for g in layer.gemms(seq_len, sh.dims.tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
         if recipe is not None:
             shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
@@ -280,54 +316,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
         gemm_times.append(seconds * imbalance if g.expert else seconds)
         bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
         gemm_bwd_times.append(bwd_seconds * imbalance if g.expert else bwd_seconds)
-    gemm_fwd, gemm_bwd = sum(gemm_times), sum(gemm_bwd_times)
-
-    attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
-
-    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
-    elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
-    score_fwd = score_bytes * b / hbm
-    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
-    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
-    # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
-    cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
-    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
-    bwd = gemm_bwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
-
-    # Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
-    # repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
-    # whose selective checkpointing is per-op (torchtitan) every second matmul and the
-    # elementwise kernels (op_sac_recomputed_gemm_s).
-    if recompute == "full":
-        recompute_s = fwd
-    elif recompute == "selective" and params.selective_recompute == "op":
-        recompute_s = (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + cast_fwd / 2
-                       + params.layer_overhead_s / 3
-                       if layer.kind == "decoder" else 0.0)
-    elif recompute == "selective" and attention == "standard":
-        recompute_s = attn_fwd + score_fwd
-    else:
-        recompute_s = 0.0
-
-    # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
-    # GEMM backward; attention scores, elementwise kernels and the host time belong to the input
-    # gradient (Qi et al. 2023, Zero Bubble, sec 2: T_W ~ T_B for the GEMMs)
-    return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
-                         tp_link, nb, params, gemm_bwd / 2)
-
-
-def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
-    """The matmuls torchtitan's per-op selective checkpointing recomputes in a block's backward:
-    it saves the output of every compute op except every second matmul (torchtitan's op-level
-    SAC policy: "Saves output of all compute ops, except every second mm"); in call order q, k, v, o, then w1, w3, w2 (gated MLP) or w1, w2, it recomputes k, o
-    and w3 (or w2). `gemm_times` are the block's forward GEMM times in Layer.gemms' order."""
-    c = layer.config
-    qkv, out, mlp_in, mlp_down = gemm_times[:4]
-    per_kv = c.kv_dim / (c.hidden + 2 * c.kv_dim)
-    calls = [qkv * (1 - 2 * per_kv), qkv * per_kv, qkv * per_kv, out]
-    calls += [mlp_in / 2, mlp_in / 2] if c.gated_mlp else [mlp_in]
-    calls.append(mlp_down)
-    return sum(calls[1::2])
+    return gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes
 
 
 def hidden_fraction_of_steps(steps: int) -> float:
