@@ -1,39 +1,8 @@
-"""A lower bound on the step time of every plan one unrestricted search (one micro-batch b, V chunks
-per rank, a schedule, P pipeline ranks or any number; planner.search.orchestration.space.subproblems) can find, so
-the driver skips the searches that cannot beat the best plan known without building their tables
-(restriction_bound does the same for the restricted searches of a runtime like Megatron-LM).
-
-Notation: m = global batch / b micro-batches, L decoder blocks, ranks k = 1..P with n_k blocks.
-
-1. Busy time. A replica r of rank k takes s_r whole micro-batches (sum_r s_r = m) and its pass
-   over n_k blocks takes t_r >= n_k a_r, a_r the least time of one decoder block for one
-   micro-batch on a replica of its GPU type and size over the shardings the search may give it
-   (tp, cp, sequence parallelism, recompute mode; layer_price on the node's own link, the
-   fastest a TP or CP group has; ChunkTime adds ZeRO collectives, sends, embedding and head,
-   all >= 0), as completion.block_gpu_seconds. Rank k is busy B_k >= s_r t_r for every r, so
-   m = sum_r s_r <= B_k sum_r 1 / t_r <= B_k R_k / n_k with R_k = sum_r 1 / a_r, i.e.
-   B_k >= m n_k / R_k.
-2. Replicas. A replica takes at least `least` micro-batches (ZB-H1: P, planner.search.pricing.deferred;
-   else 1, and a replica with no micro-batch adds nothing to R_k), so a rank has at most
-   D = m // least of them, the plan at most Q = P D; the replicas are disjoint sets of GPUs of one
-   group. So sum_k R_k <= R*, the largest sum of 1 / a over at most Q replicas that the GPUs of
-   each group can form (`_most_rate`, a linear programme: its optimum bounds the integer one).
-3. Fill. T = max_j (B_j + E_j - c_j) + sum_k c_k >= B_j + sum_(k != j) c_k for every rank j
-   (evaluate.pipeline_time_s, E_j >= 0). Rank k's latency c_k (Schedule.latency_s) is at least
-   n_k lambda plus what its embedding or head adds, at least delta (<= 0) over both
-   (bound.ends_floor): lambda the least a decoder block adds to it under the schedule
-   (bound.latency_floor_s: 1F1B the pass; interleaved the slowest chunk, at least the pass / V;
-   ZB-H1 the pass less twice its W), over the same shardings.
-4. Memory. Every GPU of rank k holds its n_k blocks' weights, gradients and optimizer states
-   (cost.model_state_bytes at tp, ZeRO over at most D x cp replicas, no more than the cluster's
-   GPUs / tp; without the optimizer states where ZeRO-Offload may take them) and the activations
-   of at least one micro-batch (every schedule keeps one in flight; the least over recompute
-   modes), beside the reserve; so n_k <= n_max, the most blocks any group's GPUs hold so.
-Weighting the inequality of 3 by w_j = R_j / sum_k R_k and using 1,
-    T >= m L / sum_k R_k + lambda (L - sum_j w_j n_j) + delta
-      >= m L / R* + lambda (L - n_max) + delta        (lambda >= 0; else lambda L + delta),
-the floor (ClosedFormBound.floor_s). MoE models are left out (floor 0): the expert all-to-all and
-expert parallelism change a block's cost in ways this argument does not cover."""
+"""A closed-form lower bound on the step time of every plan one unrestricted search (one
+micro-batch b, V chunks per rank, a schedule, P pipeline ranks or any number) can find, from busy
+time over the replicas its micro-batches can feed, the pipeline's fill and a per-GPU memory cap on
+blocks, so the driver skips the searches that cannot beat the best plan known without building
+their tables. The argument: docs/solver.md, "The closed-form floor's argument"."""
 
 from __future__ import annotations
 
