@@ -37,31 +37,48 @@ def decoder_blocks(plan: "Plan") -> list[int]:
     return [sum(1 for k in kinds[s.layers[0]:s.layers[1]] if k == "decoder") for s in plan.stages]
 
 
+def _degrees(stages, attr: str) -> list[int]:
+    """The distinct values of a stage's `attr` (tp, cp, ep, dp) over `stages`, ascending."""
+    return sorted({getattr(s, attr) for s in stages})
+
+
 def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     """Why `runtime` cannot run `plan`, one human reason each; () when it can."""
     cap = capability(runtime)
+    out = _parallelism_violations(plan, cap)
+    out += _zero_violations(plan, cap)
+    out += _recompute_violations(plan, cap)
+    out += _optimizer_offload_violations(plan, cap)
+    out += _precision_violations(plan, cap)
+    out += activation_offload_violations(plan, cap)
+    out += _sequence_parallel_violations(plan, cap)
+    return tuple(out)
+
+
+def _parallelism_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot lay out the plan's parallel grid, layer split and schedule."""
     name = cap.describe()
     out: list[str] = []
     stages = plan.stages
     pp = plan.pp
     if pp > 1 and not cap.pipeline:
         out.append(f"{name} has no pipeline parallelism (the plan has {pp} stages)")
-    tps = sorted({s.tp for s in stages})
+    tps = _degrees(stages, "tp")
     if not cap.tensor_parallel and tps != [1]:
         out.append(f"{name} has no tensor parallelism (the plan uses tp {tps[-1]})")
     if not cap.per_stage_tp and len(tps) > 1:
         out.append(f"{name} runs one TP degree in every stage (the plan has {', '.join(map(str, tps))})")
-    cps = sorted({s.cp for s in stages})
+    cps = _degrees(stages, "cp")
     if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
         out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
-    eps = sorted({s.ep for s in stages})
+    eps = _degrees(stages, "ep")
     if not cap.per_stage_tp and len(eps) > 1:
         out.append(f"{name} runs one EP degree in every stage (the plan has {', '.join(map(str, eps))})")
     both = next((s for s in stages if s.ep > 1 and s.cp > 1), None)
     if both is not None and not cap.expert_parallel_with_cp:
         out.append(f"{name} has no expert parallelism beside context parallelism (the plan has ep {both.ep} "
                    f"with cp {both.cp})")
-    dps = sorted({s.dp for s in stages})
+    dps = _degrees(stages, "dp")
     if not cap.per_stage_dp and len(dps) > 1:
         out.append(f"{name} runs one DP degree in every stage (the plan has {', '.join(map(str, dps))})")
     shares = sorted({r.batch_share for s in stages for r in s.replicas})
@@ -77,8 +94,16 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
             and plan.num_microbatches % pp:
         out.append(f"{name} interleaves only when each replica's micro-batches ({plan.num_microbatches}) are a "
                    f"multiple of the pipeline depth ({pp})")
+    return out
+
+
+def _zero_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot run the plan's ZeRO stages."""
+    name = cap.describe()
+    out: list[str] = []
+    pp = plan.pp
     allowed_zero = cap.zero_stages_with_pp if pp > 1 else cap.zero_stages
-    zeros = sorted({s.zero for s in stages if s.dp > 1})
+    zeros = sorted({s.zero for s in plan.stages if s.dp > 1})
     bad_zero = [z for z in zeros if z not in allowed_zero]
     if bad_zero:
         with_pp = " with pipeline parallelism" if pp > 1 else ""
@@ -86,6 +111,14 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
                    f"(it has {', '.join(f'ZeRO-{z}' for z in allowed_zero) or 'none'})")
     if not cap.per_stage_zero and len(zeros) > 1:
         out.append(f"{name} runs one ZeRO stage in every stage (the plan has {', '.join(map(str, zeros))})")
+    return out
+
+
+def _recompute_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot recompute activations as the plan does."""
+    name = cap.describe()
+    out: list[str] = []
+    stages = plan.stages
     modes = sorted({s.recompute for s in stages})
     bad_modes = [m for m in modes if m not in cap.recompute_modes]
     if bad_modes:
@@ -97,14 +130,32 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
         rule = "every N-th block, one N" if cap.recompute_layers == "every-nth" else "the same number of blocks"
         out.append(f"{name} recomputes {rule} in every stage (the plan recomputes "
                    f"{', '.join(f'{k} of {n}' for k, n in block)})")
+    return out
+
+
+def _optimizer_offload_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot offload the optimizer as the plan does (ZeRO-Offload)."""
+    name = cap.describe()
+    stages = plan.stages
     offloads = sorted({s.offload for s in stages})
     if True in offloads and not cap.offload:
-        out.append(f"{name} has no ZeRO-Offload of the optimizer alone")
-    elif len(offloads) > 1 and not cap.per_stage_offload:
-        out.append(f"{name} offloads the optimizer of every stage or of none (the plan offloads some)")
-    elif True in offloads and any(s.zero < cap.offload_min_zero for s in stages if s.dp > 1):
-        out.append(f"{name} offloads the optimizer only with ZeRO-{cap.offload_min_zero} or above "
-                   "(a distributed optimizer)")
+        return [f"{name} has no ZeRO-Offload of the optimizer alone"]
+    if len(offloads) > 1 and not cap.per_stage_offload:
+        return [f"{name} offloads the optimizer of every stage or of none (the plan offloads some)"]
+    if True in offloads and any(s.zero < cap.offload_min_zero for s in stages if s.dp > 1):
+        return [f"{name} offloads the optimizer only with ZeRO-{cap.offload_min_zero} or above "
+                "(a distributed optimizer)"]
+    return []
+
+
+def _precision_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot train the plan's dtype, compile it, or shard its heads and its
+    data-parallel ranks as planned."""
+    name = cap.describe()
+    out: list[str] = []
+    stages = plan.stages
+    pp = plan.pp
+    tps, cps, eps, dps = (_degrees(stages, attr) for attr in ("tp", "cp", "ep", "dp"))
     dtype = plan.training.dtype
     if dtype not in cap.dtypes:
         out.append(f"{name} has no {dtype} training (it has {', '.join(cap.dtypes)})")
@@ -121,8 +172,14 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")
-    out += activation_offload_violations(plan, cap)
-    sps = {s.sequence_parallel for s in stages if s.tp > 1}
+    return out
+
+
+def _sequence_parallel_violations(plan: "Plan", cap: Capability) -> list[str]:
+    """Why `cap`'s runtime cannot run the plan's sequence parallelism."""
+    name = cap.describe()
+    sps = {s.sequence_parallel for s in plan.stages if s.tp > 1}
+    out: list[str] = []
     if cap.sequence_parallel_always and False in sps:
         out.append(f"{name}'s tensor parallelism always shards the sequence (the plan has TP without "
                    "sequence parallelism)")
@@ -130,7 +187,7 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
         out.append(f"{name} has no Megatron-style sequence parallelism")
     elif len(sps) > 1 and not cap.per_stage_tp:
         out.append(f"{name} turns sequence parallelism on or off for every stage at once")
-    return tuple(out)
+    return out
 
 
 def activation_offload_violations(plan: "Plan", cap: Capability) -> list[str]:
