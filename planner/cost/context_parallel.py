@@ -70,8 +70,8 @@ def _sendrecv_s(nbytes: float, link: Link, efficiency: float) -> float:
 
 # eager, in both passes: K and V (heads repeated: q_dim = o_dim wide) concatenated for the rotater
 # at every step but the last (`torch.cat([key.flatten(), value.flatten()])`, read 2 and write 2 bytes
-# each), which the all-gather rotater drops after its one all-gather (traced, the dead copies go):
-# per element of the attention output, cp - 1 times a pass
+# each), which the all-gather rotater leaves unused after its one all-gather (a compiled graph drops
+# them as dead code, so only eager pays): per element of the attention output, cp - 1 times a pass
 TORCH_RING_KV_CAT_BYTES = 2 * (2 + 2)
 # torch.distributed.tensor.experimental._attention (PyTorch 2.6, the ring torchtitan's
 # context_parallel_degree runs; torchtitan's default context_parallel_rotate_method "allgather"):

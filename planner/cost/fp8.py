@@ -70,9 +70,8 @@ class Fp8Recipe:
 # from torchao's published Llama3-8B 8xH100 torchtitan table (torchao/float8/README.md, "e2e
 # training benchmarks", torchao 0.10: bf16 6150, tensorwise 7689.5, rowwise 6768 tokens/s), as
 # the rate at which this model prices that run's rowwise / tensorwise throughput as published
-# (`python benchmarks/derive_rowwise_rate.py`: 0.717; the table's earlier version, PR #1793 at
-# batch 2, gives 0.970). pytorch/pytorch#147971 measures the kernel at 90-100 % of tensorwise
-# for most shapes, down to 50 % for some.
+# (`python benchmarks/derive_rowwise_rate.py`: 0.717). pytorch/pytorch#147971 measures the
+# kernel at 90-100 % of tensorwise for most shapes, down to 50 % for some.
 TORCHAO_ROWWISE_GEMM_RATE = 0.717
 
 RECIPES: dict[str, Fp8Recipe] = {

@@ -38,7 +38,8 @@ COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "s
 # failed: the row could not be finished for a reason outside its inputs (a full disk, a plan
 # file not written, a worker killed); --resume plans it again
 STATUSES = ("ok", "infeasible", "error", "failed")
-# rows of earlier versions that failed for the same reasons under status `error`
+# `error` rows whose reason starts so failed for a reason outside their inputs (a sweep file may
+# record these under `error` rather than `failed`), so --resume plans them again too
 _RETRIED_ERRORS = ("plan not written:", "worker failed:")
 FORMATS = (".csv", ".jsonl")
 FSYNC_EVERY_S = 1.0  # appended rows reach the disk at least this often (and at every stop)
