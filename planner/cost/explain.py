@@ -1,34 +1,7 @@
 """What sets the step time, in terms a user can check: the critical pipeline rank, its
 critical replica (GPU type, ranks), the links on its path with the time each exposes, and
-the step time split into parts that sum to it (planner.cost.evaluate builds these).
-
-The step (evaluate.pipeline_time_s) is T = B_k* + E_k* + sum_{k != k*} c_k: the critical
-rank k*'s busy time (its busiest replica: micro-batches x per-micro-batch time), its tail
-(exposed gradient reduction, optimizer step) and one micro-batch latency c_k of every other
-rank (the pipeline's fill and drain). Each of those terms is split by what it is made of:
-
-  compute    the critical replica's forward, backward and recomputation;
-  tp_comm    TP collectives on the critical path: the critical replica's, and those inside
-             the other ranks' fill/drain micro-batch;
-  cp_comm    context-parallel collectives attention does not hide (formulas.cp_comm), likewise;
-  ep_comm    the MoE dispatch/combine all-to-all under expert parallelism, likewise (only
-             in a plan with expert parallelism);
-  pp_comm    pipeline sends on the critical path, likewise (see below);
-  dp_comm    the exposed gradient reduction and ZeRO-2/3 collectives, likewise;
-  bubble     the other ranks' compute during fill and drain (the critical rank idles);
-  optimizer  the critical rank's optimizer step.
-
-Pipeline sends (pricing.p2p_s): Megatron-LM's 1F1B exchanges activations and gradients
-with blocking point-to-point calls (Narayanan et al. 2021, sec 4.1; Megatron-core
-`schedules.forward_backward_pipelining_without_interleaving` waits on each
-send/recv before the next compute), so a send is on its rank's critical path; the model
-charges a boundary's two transfers per micro-batch (activation forward, gradient back) to
-the rank that sends forward. A send is *exposed* when it is on the critical path of the step:
-every send of the critical rank, and the one fill/drain micro-batch of each other rank;
-the other ranks' remaining sends run while the critical rank is busy (*overlapped*: the
-sending rank has that much slack). The receiving rank's wait is not charged (the search
-prices a stage knowing its successor only): on a pipeline whose receiving side is the
-critical rank this model is optimistic by up to its micro-batches x one transfer.
+the step time split into parts that sum to it (planner.cost.evaluate builds these). The terms of
+the split and which pipeline sends are exposed: docs/cost-model.md, "What sets the step time".
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Model FLOPs, the numerator of MFU, defined once; and the check that no GPU is credited
-with more than its peak.
-
-Convention (every MFU and model TFLOP/s the planner prints, in `evaluate`, `plan`, `show`,
-sweep rows and the benchmarks, goes through `model_flops_per_sample`):
-
-- forward + backward = 3 x forward: the backward computes the input and the weight
-  gradients, each as many FLOPs as the forward (Narayanan et al. 2021, sec 5.1);
-  recomputation is not counted (model FLOPs, not hardware FLOPs: Chowdhery et al. 2022,
-  PaLM, appendix B);
-- every weight GEMM of the model at 2 FLOPs per multiply-add (QKV, attention output, MLP,
-  MoE: the top-k experts a token visits, the router; the LM head; no embedding lookup);
-- attention scores (QK^T and attention x V) counted CAUSALLY: half of the full
-  4 s^2 h forward FLOPs of a layer, 2 s^2 h, i.e. the lower triangle a causal mask keeps.
-  This is FlashAttention's count for causal kernels (Dao 2023, FlashAttention-2, sec 4.1:
-  causal FLOPs are half the non-causal) and what planner.cost.formulas prices the flash kernel as
-  doing (cost.layer_time: causal_skip=True), so MFU and the step time count the same work.
-  PaLM appendix B (12 L H Q T per token), Megatron-LM (Narayanan et al. 2021, eq. 3:
-  96 B s l h^2 (1 + s/6h + V/16lh)) and torchtitan (`6N + 12 l h q t`, "we do not account
-  for sparsity in causal attention") count the FULL s^2: their MFU is higher than ours by
-  the ratio full / causal of the whole count, for llama-3-8b 1.07x at 4k tokens, 1.36x at
-  32k, 1.70x at 131k (3 x model.Model.fwd_flops_per_sample, the full count, over
-  model_flops_per_sample).
-
-A layer read from a layer-profile file (no shapes) counts the forward FLOPs the file gives
-(3 x), scaled linearly with the sequence length as the rest of the planner does.
+with more than its peak. Every MFU and model TFLOP/s the planner prints goes through
+`model_flops_per_sample`: 3 x forward, no recomputation, causal attention at half the full s^2.
+The convention and its sources: docs/cost-model.md, "What sets the step time".
 """
 
 from __future__ import annotations
