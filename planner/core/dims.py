@@ -21,7 +21,7 @@ class StageDims:
     sequence_parallel: bool = False
     dp: int = 1  # replicas of the model-parallel group
     zero: int = 0  # ZeRO stage over the dp replicas
-    cp: int = 1  # context-parallel ranks sharing one sequence (module docstring)
+    cp: int = 1  # context-parallel ranks sharing one sequence (docs/cost-model.md)
     cp_kind: str = "ring"  # "ring" (Ring Attention / Megatron CP) or "all-to-all" (Ulysses)
     ep: int = 1  # expert parallelism: ranks the routed experts are split over (from the dp replicas)
     etp: int = 0  # expert tensor parallelism; 0: as tp (Megatron's default)
@@ -58,7 +58,7 @@ class StageDims:
     @property
     def edp(self) -> int:
         """The expert-data-parallel group: the stage's tp x cp x dp GPUs over one expert grid
-        (etp x ep); the cp ranks fold into it (module docstring)."""
+        (etp x ep); the cp ranks fold into it (docs/cost-model.md, "Expert parallelism")."""
         return max(1, self.gpus // (self.expert_tp * self.ep))
 
     def ep_group(self, position: int) -> list[int]:

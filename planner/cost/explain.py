@@ -149,7 +149,7 @@ class CriticalPath:
 def breakdown(critical: Parts, fill: Parts, grad_reduce_s: float, optimizer_s: float,
               context_parallel: bool = False) -> dict[str, float]:
     """breakdown_s from the critical replica's busy time, the other ranks' fill and drain,
-    and the critical rank's tail (module docstring); the parts sum to the step. The key
+    and the critical rank's tail (docs/cost-model.md); the parts sum to the step. The key
     cp_comm is there when the plan uses context parallelism (`context_parallel`), ep_comm when it
     uses expert parallelism, offload when activation offload exposes copies (additive keys,
     absent otherwise)."""

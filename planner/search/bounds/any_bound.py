@@ -63,7 +63,7 @@ def _configs(model: Model, cluster: Cluster, training: Training, options: Solver
 
 def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     """R*: the largest sum of 1 / a over at most `replicas` replicas, each of tp x cp GPUs of one
-    group, no group giving more GPUs than it has (the linear relaxation; module docstring, 2)."""
+    group, no group giving more GPUs than it has (the linear relaxation; the floor's argument, 2)."""
     import pulp
 
     from ..pricing.shares import quiet_stdout
@@ -90,7 +90,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
 def _most_blocks(model: Model, cluster: Cluster, training: Training, options: SolverOptions, configs: list,
                  replicas: int) -> int:
     """n_max: the most decoder blocks one GPU of any group holds with the states and one
-    micro-batch's activations of each (module docstring, 4)."""
+    micro-batch's activations of each (the closed-form floor's argument, 4)."""
     zeros = sorted(set(options.zero_stages) | {0})
     keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
     most = 0
@@ -107,7 +107,7 @@ def _most_blocks(model: Model, cluster: Cluster, training: Training, options: So
 
 
 class ClosedFormBound:
-    """The floor of the module docstring, of an unrestricted search (a FloorBound)."""
+    """The closed-form floor of an unrestricted search (a FloorBound; its argument in docs/solver.md)."""
 
     def __init__(self, context: SearchContext):
         self.context = context
@@ -141,7 +141,7 @@ def _floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: in
              ranks: int | None,
              schedule: str, options: SolverOptions) -> float:
     """The least step time of any plan of the search (b, V = v, `ranks` pipeline ranks or up to
-    options.max_stages, `schedule`) (module docstring); 0.0 where the argument does not hold."""
+    options.max_stages, `schedule`) (the floor's argument); 0.0 where the argument does not hold."""
     config = model.config
     if config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch:
         return 0.0

@@ -1,5 +1,5 @@
 """The least busy time B' of a pipeline rank's replicas for planner.search.bounds.rank_costs (the argument
-is the B' item of planner.search.bounds.rank_floor's module docstring)."""
+is the B' item of docs/solver.md, "The rank floor's argument")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, 
     """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
     take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
     than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
-    holding it (module docstring of rank_floor, B'). Where B' + `tails` (per row and n) surely
+    holding it (the rank floor's argument, docs/solver.md: B'). Where B' + `tails` (per row and n) surely
     exceeds `limit`, some value no less than B' (the rank is in no plan that beats the cutoff)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         whole = m / (counts[:, :, None] / fulls).sum(axis=0)

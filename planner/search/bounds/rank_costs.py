@@ -1,7 +1,7 @@
 """The relaxed costs of one pipeline rank for planner.search.bounds.rank_floor's knapsack: per node vector,
 position (micro-batches held), TP degree, ZeRO stage and ZeRO-Offload (off, or on where the options
 allow it), lower bounds B' on its busy time and c' on its latency over its block count (the argument
-is rank_floor's module docstring)."""
+is in docs/solver.md, "The rank floor's argument")."""
 
 from __future__ import annotations
 
@@ -196,8 +196,8 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
                virtual_stages: int, memo: dict, shared: dict, limit: float = INF) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
     where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp,
-    ZeRO stage and ZeRO-Offload (off, then on where options.offload), n = 0..blocks) (module
-    docstring of rank_floor); INF where the rank cannot hold n blocks. The vectors' options are
+    ZeRO stage and ZeRO-Offload (off, then on where options.offload), n = 0..blocks) (the rank
+    floor's argument, docs/solver.md); INF where the rank cannot hold n blocks. The vectors' options are
     priced together, one row each (every step is elementwise over them). `memo` keeps what ranks on
     other nodes and other searches at this schedule and V share, `shared` what those at other
     schedules and V share too (KnownCosts). Where B' + E' surely exceeds `limit`, B' is some value
@@ -345,7 +345,7 @@ def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.nda
     (whole, deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp
     replicas, ZeRO-`zero` (with ZeRO-Offload or not), `whole` micro-batches' activations and the
     deferred-W inputs of `deferred` more held, the embedding's or head's (`ends`) with them: arrays
-    over (wanted, n) (module docstring of rank_floor, the memory bound)."""
+    over (wanted, n) (the rank floor's argument, docs/solver.md: the memory bound)."""
     rooms, held, pass_s, lat_s, which = [], [], [], [], []
     # per (group, tp, dp, ZeRO stage, offload), (group, tp, ends), (group, tp, held)
     parts, extras, curves = {}, {}, {}

@@ -105,7 +105,7 @@ def _held(schedule, from_end: int, ranks: int | None, virtual_stages: int, m: in
 
 
 class RankBound:
-    """The bound of the module docstring (a Bound). `known`: the costs shared with the solve's
+    """The rank floor (a Bound; its argument in docs/solver.md). `known`: the costs shared with the solve's
     other checks (None: none shared, a KnownCosts for each call)."""
 
     def __init__(self, context: SearchContext, known: KnownCosts | None = None):
@@ -125,7 +125,7 @@ def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch
                  known: KnownCosts | None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
-    be faster than `cutoff_s` (module docstring); False where the argument does not hold."""
+    be faster than `cutoff_s` (the rank floor's argument); False where the argument does not hold."""
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -188,12 +188,12 @@ def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch
 
 def _descends_past(target: float, delta: float, ranked: dict, counts: tuple[int, ...], blocks: int, depth: int,
                    exact: bool, first: dict | None) -> bool:
-    """Whether T >= max_k y_k + S(W) + delta reaches `target` for every choice of ranks (module
-    docstring): W descends from where T >= target surely (Alpa's t_max enumeration, as the
+    """Whether T >= max_k y_k + S(W) + delta reaches `target` for every choice of ranks (the rank
+    floor's argument): W descends from where T >= target surely (Alpa's t_max enumeration, as the
     driver); plans whose largest y is in (target - S(W) - delta, W] cannot beat the cutoff, so W
     drops to that; done when no plan is left, given up when W stalls."""
     bound = target - delta
-    lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (module docstring)
+    lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (the rank floor's argument)
     for _ in range(_STEPS):
         least_sum = _least_latencies(bound, ranked, counts, blocks, depth, exact, first)
         if least_sum == INF or lowest + least_sum + delta >= target:
