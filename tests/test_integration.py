@@ -3,7 +3,7 @@
 * DeepSpeed: the `--to deepspeed` config goes through `deepspeed.runtime.config.DeepSpeedConfig`
   with DeepSpeed's own pipeline grid as `mpu` (as its PipelineEngine passes it), then
   `deepspeed.initialize` builds the engine: a `PipelineModule` cut at `planner_pipeline.parts`
-  (its `_partition_layers` overridden, as the export's docstring says) when pp > 1, else a plain
+  (its `_partition_layers` overridden, as docs/runtimes-and-exports.md says) when pp > 1, else a plain
   module with the grid as `mpu`.
 * torchtitan 0.2.2: the `--to torchtitan` TOML and the `--to torchtitan-cli` overrides go through
   `torchtitan.config.ConfigManager` and must give the same JobConfig. Then the trainer's own steps
