@@ -37,48 +37,45 @@ def decoder_blocks(plan: "Plan") -> list[int]:
     return [sum(1 for k in kinds[s.layers[0]:s.layers[1]] if k == "decoder") for s in plan.stages]
 
 
-def _degrees(stages, attr: str) -> list[int]:
-    """The distinct values of a stage's `attr` (tp, cp, ep, dp) over `stages`, ascending."""
-    return sorted({getattr(s, attr) for s in stages})
-
-
 def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     """Why `runtime` cannot run `plan`, one human reason each; () when it can."""
     cap = capability(runtime)
-    out = _parallelism_violations(plan, cap)
-    out += _zero_violations(plan, cap)
-    out += _recompute_violations(plan, cap)
-    out += _optimizer_offload_violations(plan, cap)
-    out += _precision_violations(plan, cap)
+    name = cap.describe()
+    stages = plan.stages
+    # the distinct degrees over the stages, ascending
+    grid = (sorted({s.tp for s in stages}), sorted({s.cp for s in stages}), sorted({s.ep for s in stages}),
+            sorted({s.dp for s in stages}))
+    out = _parallelism_violations(plan, cap, name, *grid)
+    out += _zero_violations(plan, cap, name)
+    out += _recompute_violations(plan, cap, name)
+    out += _optimizer_offload_violations(plan, cap, name)
+    out += _precision_violations(plan, cap, name, *grid)
     out += activation_offload_violations(plan, cap)
-    out += _sequence_parallel_violations(plan, cap)
+    out += _sequence_parallel_violations(plan, cap, name)
     return tuple(out)
 
 
-def _parallelism_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot lay out the plan's parallel grid, layer split and schedule."""
-    name = cap.describe()
+def _parallelism_violations(plan: "Plan", cap: Capability, name: str, tps: list[int], cps: list[int],
+                            eps: list[int], dps: list[int]) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot lay out the plan's parallel grid (the distinct tp, cp, ep
+    and dp degrees of its stages, ascending), layer split and schedule."""
     out: list[str] = []
     stages = plan.stages
     pp = plan.pp
     if pp > 1 and not cap.pipeline:
         out.append(f"{name} has no pipeline parallelism (the plan has {pp} stages)")
-    tps = _degrees(stages, "tp")
     if not cap.tensor_parallel and tps != [1]:
         out.append(f"{name} has no tensor parallelism (the plan uses tp {tps[-1]})")
     if not cap.per_stage_tp and len(tps) > 1:
         out.append(f"{name} runs one TP degree in every stage (the plan has {', '.join(map(str, tps))})")
-    cps = _degrees(stages, "cp")
     if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
         out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
-    eps = _degrees(stages, "ep")
     if not cap.per_stage_tp and len(eps) > 1:
         out.append(f"{name} runs one EP degree in every stage (the plan has {', '.join(map(str, eps))})")
     both = next((s for s in stages if s.ep > 1 and s.cp > 1), None)
     if both is not None and not cap.expert_parallel_with_cp:
         out.append(f"{name} has no expert parallelism beside context parallelism (the plan has ep {both.ep} "
                    f"with cp {both.cp})")
-    dps = _degrees(stages, "dp")
     if not cap.per_stage_dp and len(dps) > 1:
         out.append(f"{name} runs one DP degree in every stage (the plan has {', '.join(map(str, dps))})")
     shares = sorted({r.batch_share for s in stages for r in s.replicas})
@@ -97,9 +94,8 @@ def _parallelism_violations(plan: "Plan", cap: Capability) -> list[str]:
     return out
 
 
-def _zero_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot run the plan's ZeRO stages."""
-    name = cap.describe()
+def _zero_violations(plan: "Plan", cap: Capability, name: str) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot run the plan's ZeRO stages."""
     out: list[str] = []
     pp = plan.pp
     allowed_zero = cap.zero_stages_with_pp if pp > 1 else cap.zero_stages
@@ -114,9 +110,8 @@ def _zero_violations(plan: "Plan", cap: Capability) -> list[str]:
     return out
 
 
-def _recompute_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot recompute activations as the plan does."""
-    name = cap.describe()
+def _recompute_violations(plan: "Plan", cap: Capability, name: str) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot recompute activations as the plan does."""
     out: list[str] = []
     stages = plan.stages
     modes = sorted({s.recompute for s in stages})
@@ -133,9 +128,8 @@ def _recompute_violations(plan: "Plan", cap: Capability) -> list[str]:
     return out
 
 
-def _optimizer_offload_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot offload the optimizer as the plan does (ZeRO-Offload)."""
-    name = cap.describe()
+def _optimizer_offload_violations(plan: "Plan", cap: Capability, name: str) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot offload the optimizer as the plan does (ZeRO-Offload)."""
     stages = plan.stages
     offloads = sorted({s.offload for s in stages})
     if True in offloads and not cap.offload:
@@ -148,14 +142,13 @@ def _optimizer_offload_violations(plan: "Plan", cap: Capability) -> list[str]:
     return []
 
 
-def _precision_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot train the plan's dtype, compile it, or shard its heads and its
-    data-parallel ranks as planned."""
-    name = cap.describe()
+def _precision_violations(plan: "Plan", cap: Capability, name: str, tps: list[int], cps: list[int],
+                          eps: list[int], dps: list[int]) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot train the plan's dtype, compile it, or shard its heads and
+    its data-parallel ranks as planned (tps, cps, eps, dps: as _parallelism_violations)."""
     out: list[str] = []
     stages = plan.stages
     pp = plan.pp
-    tps, cps, eps, dps = (_degrees(stages, attr) for attr in ("tp", "cp", "ep", "dp"))
     dtype = plan.training.dtype
     if dtype not in cap.dtypes:
         out.append(f"{name} has no {dtype} training (it has {', '.join(cap.dtypes)})")
@@ -175,9 +168,8 @@ def _precision_violations(plan: "Plan", cap: Capability) -> list[str]:
     return out
 
 
-def _sequence_parallel_violations(plan: "Plan", cap: Capability) -> list[str]:
-    """Why `cap`'s runtime cannot run the plan's sequence parallelism."""
-    name = cap.describe()
+def _sequence_parallel_violations(plan: "Plan", cap: Capability, name: str) -> list[str]:
+    """Why `cap`'s runtime (`name`) cannot run the plan's sequence parallelism."""
     sps = {s.sequence_parallel for s in plan.stages if s.tp > 1}
     out: list[str] = []
     if cap.sequence_parallel_always and False in sps:
