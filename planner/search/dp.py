@@ -58,99 +58,20 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     """
     items = problem.num_blocks + 2
     zeros = tuple(0 for _ in problem.bundle_nodes)
-    if ranks is None or not problem.chunked:  # (zero bubble: P ranks, no send around to rank 0)
-        firsts = [-1]
-        max_stages = min(problem.stage_configs.max_stages, sum(problem.bundle_nodes), items)
-    else:
-        firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
-        max_stages = ranks
-    layers: list[dict[State, Cell]] = [{}]
-    for first in firsts:
-        start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
-        start.value[0] = 0.0
-        layers[0][State(zeros, 0, first, first)] = start
+    max_stages, start = _start_layer(problem, ranks, items, zeros)
+    layers: list[dict[State, Cell]] = [start]
     moves: list[Move] = []
     finals: dict[State, Cell] = {}
-    recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
     per_block_left = _per_block_left(problem)
     if cutoff < INF and per_block_left(zeros) * problem.num_blocks * (1 - 1e-9) >= cutoff:
         return {}, [{}], []  # the blocks alone keep every plan from beating the cutoff (completion)
     # blocks still to place once a stage leaves `l` items placed from the end (the embedding aside)
     blocks_left = np.maximum(items - 1 - np.arange(items + 1), 0)
     for placed in range(max_stages):
-        head = 1 if placed == 0 else 0
-        front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
-        # states with the same successor see the same stage costs (whatever their first
-        # rank): relax each family from all of them at once, one row per state
-        batches: dict[int, dict[int, list]] = {}
-        for key in sorted(layers[placed]):
-            cell = layers[placed][key]
-            used, successor = key.used, key.successor
-            if not np.isfinite(cell.value[:items]).any():
-                continue
-            by_family = batches.setdefault(successor, {})
-            for fid, new_used, sig in problem.transitions(used):
-                by_family.setdefault(fid, []).append((key, new_used, sig))
-        # candidates per new state, in the order met: the first candidate reaching the least
-        # value at an item count is its parent there (as a strict-improvement scan would pick;
-        # a new state's candidates all share its first rank, so they are met in the order of
-        # (successor, family, has_emb, variant, source state))
-        offers: dict[State, list] = {}
-        for successor, by_family in sorted(batches.items()):
-            for fid, all_sources in sorted(by_family.items()):
-                if clock is not None:
-                    clock.check()
-                all_values = np.stack([layers[placed][key].value for key, _, _ in all_sources])
-                sig = all_sources[0][2]
-                all_future = None
-                if cutoff < INF:  # the least the remaining blocks add, per source row and item count
-                    rates = np.array([per_block_left(new_used) for _, new_used, _ in all_sources])
-                    with np.errstate(invalid="ignore"):
-                        all_future = np.where(blocks_left > 0, rates[:, None] * blocks_left, 0.0)
-                    all_future *= 1 - 1e-9  # never prune on rounding
-                for has_emb in front_choices:
-                    sources, values = all_sources, all_values
-                    if ranks is not None and problem.chunked and has_emb:
-                        # the first rank must have the signature the search started from
-                        rows = [i for i, (key, _, _) in enumerate(all_sources) if key.first == sig]
-                        if not rows:
-                            continue
-                        sources, values = [all_sources[i] for i in rows], all_values[rows]
-                        future = None if all_future is None else all_future[rows]
-                    else:
-                        future = all_future
-                    for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
-                        if variant.x_min > bound:
-                            continue
-                        ok = np.isfinite(variant.x) if bound == INF else variant.x <= bound
-                        recipe_key = (id(variant), ok.tobytes())
-                        prepared = recipes.get(recipe_key)
-                        if prepared is None:
-                            prepared = recipes[recipe_key] = (variant, recipe(variant, ok))
-                        if prepared[1] is None:
-                            continue
-                        cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
-                        if cands is None:
-                            continue
-                        if cutoff < INF:
-                            cands[cands + np.maximum(variant.x_min, future) >= cutoff] = INF
-                        alive = np.isfinite(cands).any(axis=-1)
-                        for row in np.flatnonzero(alive):
-                            key, new_used, _ = sources[row]
-                            offers.setdefault(State(new_used, placed + 1, sig, key.first), []).append(
-                                (cands[row], key, fid, v_index, has_emb))
-        nxt: dict[State, Cell] = {}
-        for new_key, offered in offers.items():
-            stacked = np.stack([o[0] for o in offered])
-            winner = stacked.argmin(axis=0)
-            value = stacked[winner, np.arange(items + 1)]
-            parent = np.full(items + 1, -1, dtype=np.int64)
-            finite = np.isfinite(value)
-            for index in np.unique(winner[finite]):
-                _, key, fid, v_index, has_emb = offered[index]
-                moves.append(Move(key, fid, v_index, has_emb))
-                parent[finite & (winner == index)] = len(moves) - 1
-            nxt[new_key] = Cell(value, parent)
+        batches = _batches(problem, layers[placed], items)
+        offers = _offers(problem, layers[placed], batches, placed, bound, ranks, cutoff, clock,
+                         per_block_left, blocks_left)
+        nxt = _merge_offers(offers, items, moves)
         for key, cell in nxt.items():
             # Restriction.min_stages: fewer stages are placed but never final
             # and SolverOptions.pp_degrees: only the depths allowed are plans
@@ -161,6 +82,119 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
         if not nxt:
             break
     return finals, layers, moves
+
+
+def _start_layer(problem: Problem, ranks: int | None, items: int,
+                 zeros: tuple[int, ...]) -> tuple[int, dict[State, Cell]]:
+    """The most stages a plan may have, and the DP's first layer: one empty state per signature
+    the first rank may have (-1 alone for 1F1B), at value 0 with no item placed."""
+    if ranks is None or not problem.chunked:  # (zero bubble: P ranks, no send around to rank 0)
+        firsts = [-1]
+        max_stages = min(problem.stage_configs.max_stages, sum(problem.bundle_nodes), items)
+    else:
+        firsts = sorted({sig for _, _, sig in problem.transitions(zeros)})
+        max_stages = ranks
+    layer: dict[State, Cell] = {}
+    for first in firsts:
+        start = Cell(np.full(items + 1, INF), np.full(items + 1, -1, dtype=np.int64))
+        start.value[0] = 0.0
+        layer[State(zeros, 0, first, first)] = start
+    return max_stages, layer
+
+
+def _batches(problem: Problem, layer: dict[State, Cell], items: int) -> dict[int, dict[int, list]]:
+    """The layer's live states by successor, then by the stage family each can place next, as
+    (state, nodes used after the stage, the stage's signature id), in state order."""
+    # states with the same successor see the same stage costs (whatever their first
+    # rank): relax each family from all of them at once, one row per state
+    batches: dict[int, dict[int, list]] = {}
+    for key in sorted(layer):
+        cell = layer[key]
+        used, successor = key.used, key.successor
+        if not np.isfinite(cell.value[:items]).any():
+            continue
+        by_family = batches.setdefault(successor, {})
+        for fid, new_used, sig in problem.transitions(used):
+            by_family.setdefault(fid, []).append((key, new_used, sig))
+    return batches
+
+
+def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[int, list]], placed: int,
+            bound: float, ranks: int | None, cutoff: float, clock: SearchClock | None,
+            per_block_left, blocks_left: np.ndarray) -> dict[State, list]:
+    """The candidate values of each state one stage further than `layer`, as
+    (values per item count, source state, family id, variant index, has_emb)."""
+    items = problem.num_blocks + 2
+    head = 1 if placed == 0 else 0
+    front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
+    recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
+    # candidates per new state, in the order met: the first candidate reaching the least
+    # value at an item count is its parent there (as a strict-improvement scan would pick;
+    # a new state's candidates all share its first rank, so they are met in the order of
+    # (successor, family, has_emb, variant, source state))
+    offers: dict[State, list] = {}
+    for successor, by_family in sorted(batches.items()):
+        for fid, all_sources in sorted(by_family.items()):
+            if clock is not None:
+                clock.check()
+            all_values = np.stack([layer[key].value for key, _, _ in all_sources])
+            sig = all_sources[0][2]
+            all_future = None
+            if cutoff < INF:  # the least the remaining blocks add, per source row and item count
+                rates = np.array([per_block_left(new_used) for _, new_used, _ in all_sources])
+                with np.errstate(invalid="ignore"):
+                    all_future = np.where(blocks_left > 0, rates[:, None] * blocks_left, 0.0)
+                all_future *= 1 - 1e-9  # never prune on rounding
+            for has_emb in front_choices:
+                sources, values = all_sources, all_values
+                if ranks is not None and problem.chunked and has_emb:
+                    # the first rank must have the signature the search started from
+                    rows = [i for i, (key, _, _) in enumerate(all_sources) if key.first == sig]
+                    if not rows:
+                        continue
+                    sources, values = [all_sources[i] for i in rows], all_values[rows]
+                    future = None if all_future is None else all_future[rows]
+                else:
+                    future = all_future
+                for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
+                    if variant.x_min > bound:
+                        continue
+                    ok = np.isfinite(variant.x) if bound == INF else variant.x <= bound
+                    recipe_key = (id(variant), ok.tobytes())
+                    prepared = recipes.get(recipe_key)
+                    if prepared is None:
+                        prepared = recipes[recipe_key] = (variant, recipe(variant, ok))
+                    if prepared[1] is None:
+                        continue
+                    cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
+                    if cands is None:
+                        continue
+                    if cutoff < INF:
+                        cands[cands + np.maximum(variant.x_min, future) >= cutoff] = INF
+                    alive = np.isfinite(cands).any(axis=-1)
+                    for row in np.flatnonzero(alive):
+                        key, new_used, _ = sources[row]
+                        offers.setdefault(State(new_used, placed + 1, sig, key.first), []).append(
+                            (cands[row], key, fid, v_index, has_emb))
+    return offers
+
+
+def _merge_offers(offers: dict[State, list], items: int, moves: list[Move]) -> dict[State, Cell]:
+    """Each new state's cell: per item count the least value offered and, in `moves` (appended
+    to), the move of the first offer reaching it."""
+    nxt: dict[State, Cell] = {}
+    for new_key, offered in offers.items():
+        stacked = np.stack([o[0] for o in offered])
+        winner = stacked.argmin(axis=0)
+        value = stacked[winner, np.arange(items + 1)]
+        parent = np.full(items + 1, -1, dtype=np.int64)
+        finite = np.isfinite(value)
+        for index in np.unique(winner[finite]):
+            _, key, fid, v_index, has_emb = offered[index]
+            moves.append(Move(key, fid, v_index, has_emb))
+            parent[finite & (winner == index)] = len(moves) - 1
+        nxt[new_key] = Cell(value, parent)
+    return nxt
 
 
 def _per_block_left(problem: Problem):
