@@ -81,11 +81,11 @@ from typing import Callable
 
 from ..bounds.bound import compute_lower_bound_s
 from ...core.clock import Progress, SearchClock, SearchTimeout, stop_requested
-from ..decompose import decompose
+from ..decompose import Decomposition, decompose
 from .scale import solve_scaled
 from ...core.errors import BadInput, NoFeasiblePlan
 from ...cost.evaluate import Estimate, evaluate
-from ...cost.runtimes.capability import capability, violations
+from ...cost.runtimes.capability import Capability, capability, violations
 from ...inputs.hardware import Cluster
 from ..bounds.layer_floor import layer_floors, unplaceable_layer
 from .no_plan import layer_too_big, long_sequence, no_plan
@@ -180,16 +180,7 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
     clock = SearchClock(options.time_limit_s, on_progress, started=started)
     space = options.space or training.runtime
     cap = capability(space)
-    if training.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
-        raise BadInput(f"the {space} runtime has no {training.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
-    options = within(options, cap)
-    if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
-            or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
-        raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
-    context = SearchContext(model, cluster, training, options)
-    floor = unplaceable_layer(context)
-    if floor is not None:
-        raise layer_too_big(floor, training, long_sequence(context))
+    options, context = _checked_context(model, cluster, training, options, space, cap)
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(context)
     subproblems = list(runtime_subproblems(model, cluster, training, sum(parts.counts), options, cap, paired=not parts.exact))
@@ -240,52 +231,93 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
             complete = False
         clock.phase_limit_s = None
         if not complete and 1 in options.virtual_stages:
-            # cut short: the best uniform configuration of the space (1F1B, stages on whole nodes)
-            # in the time left may beat what the exact search found so far, or be the only plan
-            previous = seed
-            try:
-                for seed in improving_uniform(model, cluster, training, uniform_space(options, cap),
-                                              options.params_mapping(), clock, lambda p: not violations(p, space)):
-                    if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
-                        seed = previous
-                        continue
-                    clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
-            except SearchTimeout:
-                pass
+            seed = _uniform_in_time_left(model, cluster, training, options, cap, space, clock, seed)
         if not seeded and parts.exact:
             # cut short before the seed scan ended: it runs here (the lane processes keep the phase's
             # limit), in the time left, bounded by the best plan found
             known_s = min(searched_s(), incumbent_s, INF if seed is None else seed[1].step_time_s)
             take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
-        found = [(o.found, o.index) for o in outcomes if o.found is not None]
-        best = min(found) if found else None  # ties: lanes' module docstring
-        # ties (within 1e-6) go to the exact search's plan
         blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
-        if best is not None and (seed is None or best[0][0] <= seed[1].step_time_s * (1 + 1e-6)):
-            draft, step = searches.draft(best[1])
-            plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.orchestration.build)
-            estimate = evaluate(plan, options.params_mapping())
-            # decoders of several shapes (DeepSeek-V3's dense first layers, Gemma's windows) are
-            # priced by the search as their count-weighted mean (Model.decoder_stand_in); the plan is
-            # re-priced layer by layer, so only uniform decoders re-price to the search's figure
-            assert blended or abs(estimate.step_time_s - step) <= 1e-6 * step, \
-                f"re-priced step {estimate.step_time_s} differs from the search's {step}"
-        elif seed is not None:
-            plan, estimate = seed
-        elif complete and options.upper_bound_s is not None:
-            raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
-        elif not complete:
-            searched = f"{clock.subproblems_done} of {clock.subproblems_total} subproblems searched"
-            if stop_requested() or options.time_limit_s is None:
-                raise NotFoundInTime(f"no plan found before the search was stopped ({searched})")
-            raise NotFoundInTime(f"no plan found within the time limit of {options.time_limit_s:g} s "
-                                 f"({searched}); raise --time-limit")
-        else:
-            shortfall = None
-            for o in outcomes:  # the smallest overflow met, the first search's on ties
-                if o.shortfall and (shortfall is None or o.shortfall[0] < shortfall[0]):
-                    shortfall = o.shortfall
-            raise no_plan(shortfall, layer_floors(context), training, long_sequence(context))
+        plan, estimate = _chosen_plan(searches, outcomes, seed, complete, blended, model, cluster, training,
+                                      options, clock, context)
+    return _result(plan, estimate, outcomes, space, complete, blended, parts, lower_bound, clock)
+
+
+def _checked_context(model: Model, cluster: Cluster, training: Training, options: SolverOptions, space: str,
+                     cap: Capability) -> tuple[SolverOptions, SearchContext]:
+    """The options within what the runtime `space` runs (its capability `cap`) and the search's
+    context; BadInput where the runtime lacks the dtype or the model is not embedding, decoder
+    blocks and head, and the layer error where some layer fits on no stage."""
+    if training.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
+        raise BadInput(f"the {space} runtime has no {training.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
+    options = within(options, cap)
+    if model.config is None or any(l.kind != "decoder" for l in model.layers[1:-1]) \
+            or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
+        raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
+    context = SearchContext(model, cluster, training, options)
+    floor = unplaceable_layer(context)
+    if floor is not None:
+        raise layer_too_big(floor, training, long_sequence(context))
+    return options, context
+
+
+def _uniform_in_time_left(model: Model, cluster: Cluster, training: Training, options: SolverOptions, cap: Capability,
+                          space: str, clock: SearchClock,
+                          seed: tuple[Plan, Estimate] | None) -> tuple[Plan, Estimate] | None:
+    """After a search cut short: the best uniform configuration of the space (1F1B, stages on whole
+    nodes) in the time left where it beats `seed` (what the exact search found so far may be slower,
+    or there is no plan yet), else `seed`."""
+    previous = seed
+    try:
+        for seed in improving_uniform(model, cluster, training, uniform_space(options, cap),
+                                      options.params_mapping(), clock, lambda p: not violations(p, space)):
+            if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
+                seed = previous
+                continue
+            clock.best_step_s = min(seed[1].step_time_s, clock.best_step_s or INF)
+    except SearchTimeout:
+        pass
+    return seed
+
+
+def _chosen_plan(searches: Searches, outcomes: list[Outcome], seed: tuple[Plan, Estimate] | None, complete: bool,
+                 blended: bool, model: Model, cluster: Cluster, training: Training, options: SolverOptions,
+                 clock: SearchClock, context: SearchContext) -> tuple[Plan, Estimate]:
+    """The plan returned, the searches' best or the uniform `seed`, with its estimate; else the
+    NoFeasiblePlan that says why there is none."""
+    found = [(o.found, o.index) for o in outcomes if o.found is not None]
+    best = min(found) if found else None  # ties: lanes' module docstring
+    # ties (within 1e-6) go to the exact search's plan
+    if best is not None and (seed is None or best[0][0] <= seed[1].step_time_s * (1 + 1e-6)):
+        draft, step = searches.draft(best[1])
+        plan = finish_plan(draft, model, cluster)  # the share ILPs, here (planner.search.orchestration.build)
+        estimate = evaluate(plan, options.params_mapping())
+        # decoders of several shapes (DeepSeek-V3's dense first layers, Gemma's windows) are
+        # priced by the search as their count-weighted mean (Model.decoder_stand_in); the plan is
+        # re-priced layer by layer, so only uniform decoders re-price to the search's figure
+        assert blended or abs(estimate.step_time_s - step) <= 1e-6 * step, \
+            f"re-priced step {estimate.step_time_s} differs from the search's {step}"
+        return plan, estimate
+    if seed is not None:
+        return seed
+    if complete and options.upper_bound_s is not None:
+        raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
+    if not complete:
+        searched = f"{clock.subproblems_done} of {clock.subproblems_total} subproblems searched"
+        if stop_requested() or options.time_limit_s is None:
+            raise NotFoundInTime(f"no plan found before the search was stopped ({searched})")
+        raise NotFoundInTime(f"no plan found within the time limit of {options.time_limit_s:g} s "
+                             f"({searched}); raise --time-limit")
+    shortfall = None
+    for o in outcomes:  # the smallest overflow met, the first search's on ties
+        if o.shortfall and (shortfall is None or o.shortfall[0] < shortfall[0]):
+            shortfall = o.shortfall
+    raise no_plan(shortfall, layer_floors(context), training, long_sequence(context))
+
+
+def _result(plan: Plan, estimate: Estimate, outcomes: list[Outcome], space: str, complete: bool, blended: bool,
+            parts: Decomposition, lower_bound: float, clock: SearchClock) -> SearchResult:
+    """The SearchResult of the plan chosen, checked valid, runnable by `space` and fitting."""
     evaluations = sum(o.evaluations for o in outcomes)
     problems = structural_problems(plan)
     assert not problems, f"solver built an invalid plan: {problems}"
