@@ -219,8 +219,67 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
     kinds = list(dict.fromkeys(ends for _, _, ends in helds))  # the positions' ends, once each
     ids = memo.setdefault("row ids", {})
     numbered = [ids.setdefault(row, len(ids)) for row in rows]
-    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO, offload)
     index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
+    owners, counts, dps, parts, comms, sends, tails, places, wanted = _options(
+        cluster, options, training, info, vectors, n, most_replicas, virtual_stages, shared, groups, kinds, rows,
+        numbered, index)
+    wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
+    if wanted:
+        first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
+        for place, ((part, number), _) in enumerate(wanted, first):
+            index[part][number] = place
+    none = np.full((h, 1, blocks + 1), INF)
+    none[:, :, 0] = 0.0
+    if not counts:
+        return {nodes: (none, none.copy()) for nodes in vectors}
+    k = len(counts)
+    places = {part: [known[number] for number in numbered] for part, known in places.items()}
+    at = np.array([[places[part] for part in option] for option in parts])  # (option, i, row)
+    # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
+    # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
+    extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
+    pool = memo["pool"]
+    times = pool[0][at] + extra
+    lats = pool[1][at] + extra / virtual_stages
+    times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
+    fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
+    ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
+    lat_ones = lats[:, :, h:]
+    tails = np.array(tails)[:, [kinds.index(ends) for _, _, ends in helds]]  # (option, j, n)
+    busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
+                       limit, tails.reshape(k * h, -1))
+    busy = busy.reshape(k, h, -1)
+    if len(groups) == 1:
+        # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
+        # in-flight count where q reaches it (or every replica does), else one micro-batch at least
+        most = np.array([-(-m // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
+        holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
+        with np.errstate(invalid="ignore"):
+            busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
+    busy = busy + tails  # B' + E': X + c = B + E
+    small = (below > 0)[None, :, None]
+    # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
+    fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
+    # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
+    # at least one micro-batch's, and where they cannot all, the least of holding it
+    latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))
+    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < m)
+    latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
+    busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
+    busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
+    busy, latency = busy.transpose(1, 0, 2), latency.transpose(1, 0, 2)  # (j, option, n)
+    return _by_vector(vectors, owners, busy, latency, none)
+
+
+def _options(cluster: Cluster, options: SolverOptions, training: Training, info: dict, vectors: list[tuple[int, ...]],
+             n: np.ndarray, most_replicas: int, virtual_stages: int, shared: dict, groups: list[int],
+             kinds: list, rows: tuple, numbered: list[int], index: dict) -> tuple:
+    """rank_costs' options (tp, ZeRO stage, offload) on each node vector, in order: per option its node
+    vector, replicas per group, DP degree, (group, tp, dp, ZeRO, offload) parts, ZeRO collectives, send
+    floors and tail floors per kind of ends; then each part's known row places (`index`'s entries) and
+    the (part, row, row id) not priced before."""
+    groups_key = tuple(groups)
+    owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO, offload)
     places, wanted = {}, []  # the rows of this call's, those not priced before
     zeros = _zero_stages(options, virtual_stages, cluster)
     # a stage offloads its optimizer or not (planner.search.pricing.block.MemorySavers): with it, no optimizer
@@ -268,51 +327,14 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
                     parts.append(option_parts)
                     comms.append(zero_comms)
                     sends.append(send)
-    wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
-    if wanted:
-        first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
-        for place, ((part, number), _) in enumerate(wanted, first):
-            index[part][number] = place
-    none = np.full((h, 1, blocks + 1), INF)
-    none[:, :, 0] = 0.0
-    if not counts:
-        return {nodes: (none, none.copy()) for nodes in vectors}
-    k = len(counts)
-    places = {part: [known[number] for number in numbered] for part, known in places.items()}
-    at = np.array([[places[part] for part in option] for option in parts])  # (option, i, row)
-    # ZeRO's collectives and the sends in the pass (pricing.ChunkTime, Problem.replica_times) and in
-    # the latency: V chunks' slowest at least their mean (interleave.chunk_latency); (option, i, row, n)
-    extra = np.array(comms)[:, :, None, :] + np.array(sends)[:, :, None, None] * per_position
-    pool = memo["pool"]
-    times = pool[0][at] + extra
-    lats = pool[1][at] + extra / virtual_stages
-    times, lats = times.transpose(1, 0, 2, 3), lats.transpose(1, 0, 2, 3)  # (i, k, j, n)
-    fulls, lat_fulls = times[:, :, :h].reshape(len(groups), k * h, -1), lats[:, :, :h]
-    ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
-    lat_ones = lats[:, :, h:]
-    tails = np.array(tails)[:, [kinds.index(ends) for _, _, ends in helds]]  # (option, j, n)
-    busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
-                       limit, tails.reshape(k * h, -1))
-    busy = busy.reshape(k, h, -1)
-    if len(groups) == 1:
-        # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
-        # in-flight count where q reaches it (or every replica does), else one micro-batch at least
-        most = np.array([-(-m // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
-        holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
-        with np.errstate(invalid="ignore"):
-            busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
-    busy = busy + tails  # B' + E': X + c = B + E
-    small = (below > 0)[None, :, None]
-    # every replica holds one micro-batch at least, or the in-flight count where none takes fewer
-    fits = np.where(small, np.isfinite(times[:, :, h:]).all(axis=0), np.isfinite(times[:, :, :h]).all(axis=0))
-    # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
-    # at least one micro-batch's, and where they cannot all, the least of holding it
-    latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))
-    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < m)
-    latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
-    busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
-    busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
-    busy, latency = busy.transpose(1, 0, 2), latency.transpose(1, 0, 2)  # (j, option, n)
+    return owners, counts, dps, parts, comms, sends, tails, places, wanted
+
+
+def _by_vector(vectors: list[tuple[int, ...]], owners: list, busy: np.ndarray, latency: np.ndarray,
+               none: np.ndarray) -> dict:
+    """rank_costs' (B', c') arrays (position, option, n) cut per node vector (its options are
+    consecutive), `none` for a vector with no option."""
+    k = len(owners)
     out, first = {}, 0
     for nodes in vectors:
         last = first
