@@ -226,7 +226,7 @@ class Layer:
     def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
                                     dtype_bytes: int = 2) -> float:
         """Activation bytes a decoder block saves per sample on one TP rank under torchtitan's
-        per-op selective checkpointing (cost.op_sac_recomputed_gemm_s): the block input, the
+        per-op selective checkpointing (cost.recompute.op_sac_recomputed_gemm_s): the block input, the
         outputs of the matmuls it keeps (every odd one in call order: q, v, w1, w2 with a gated
         MLP) and of flash attention (output and fp32 log-sum-exp). Other layers save what they
         save without recomputation."""
