@@ -14,7 +14,7 @@ from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec
 from planner.plan import Training, uniform_plan
 from planner.search.bounds.restriction_bound import RestrictionBound, most_speed, restricted_floor_s
-from planner.search.pricing.stage_types import Restriction, SolverOptions
+from planner.search.pricing.stage_types import Restriction, SearchContext, SolverOptions
 
 from .conftest import solve_with_and_without_skips
 from .test_trim import OPTIONS, instance
@@ -46,8 +46,9 @@ def test_the_bound_never_exceeds_a_uniform_plan_of_the_restriction():
             continue
         restriction = Restriction(1, dp, recompute, 1 if dp > 1 else None, even_shares=True)
         assert plan.training.schedule == "1f1b"
-        floor = restricted_floor_s(model, cluster, base, b, restriction, options, pp)
-        filled = restricted_floor_s(model, cluster, base, b, restriction, options, pp, fill=True)
+        context = SearchContext(model, cluster, base, options)
+        floor = restricted_floor_s(context, b, restriction, pp)
+        filled = restricted_floor_s(context, b, restriction, pp, fill=True)
         assert 0 < floor <= filled <= evaluate(plan).step_time_s * (1 + 1e-12)
         tighter += filled > floor * (1 + 1e-9)
         checked += 1

@@ -13,8 +13,6 @@ from ...cost.pricing import layer_price
 from ...cost.sharding import Sharding
 from ...cost.states import model_state_bytes
 from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Training
 from ...schedules import get_schedule
 from .bound import ends_floor, latency_floor_s
 from .completion import BLOCK_MODES
@@ -22,17 +20,18 @@ from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts
 from .rank_floor import RankBound
 from .search_bound import Subproblem, floor_cannot_beat
-from ..pricing.stage_types import INF, SearchContext, SolverOptions
+from ..pricing.stage_types import INF, SearchContext
 
 __all__ = ["AnyRuntimeBound", "ClosedFormBound"]
 
 
-def _configs(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
+def _configs(context: SearchContext, micro_batch: int,
              schedule: str,
              virtual_stages: int) -> list[list[tuple[int, int, float, float, float, float]]]:
     """Per node group, per replica shape (tp, cp): (tp, cp, a: the least time of one block for one
     micro-batch, lambda: the least it adds to the rank's latency, the least activation bytes one
     GPU keeps for it, the block's weight parameters per GPU), over sp and recompute modes."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     decoders = [layer for layer in model.layers if layer.kind == "decoder"]
     shapes = {(layer.config, layer.params, layer.weight_params, layer.fixed, layer.blend): layer
               for layer in decoders}.values()
@@ -87,10 +86,10 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     return float(pulp.value(prob.objective))
 
 
-def _most_blocks(model: Model, cluster: Cluster, training: Training, options: SolverOptions, configs: list,
-                 replicas: int) -> int:
+def _most_blocks(context: SearchContext, configs: list, replicas: int) -> int:
     """n_max: the most decoder blocks one GPU of any group holds with the states and one
     micro-batch's activations of each (the closed-form floor's argument, 4)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     zeros = sorted(set(options.zero_stages) | {0})
     keep = 3 - int(bool(options.offload))  # ZeRO-Offload takes the optimizer states off the GPU
     most = 0
@@ -113,9 +112,7 @@ class ClosedFormBound:
         self.context = context
 
     def floor_s(self, search: Subproblem) -> float:
-        context = self.context
-        return _floor_s(context.model, context.cluster, context.training, search.micro_batch,
-                        search.virtual_stages, search.ranks, search.schedule, context.options)
+        return _floor_s(self.context, search.micro_batch, search.virtual_stages, search.ranks, search.schedule)
 
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
         return cutoff_s != INF and floor_cannot_beat(self.floor_s(search), cutoff_s)
@@ -137,11 +134,10 @@ class AnyRuntimeBound:
 
 
 @lru_cache(maxsize=256)
-def _floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: int, virtual_stages: int,
-             ranks: int | None,
-             schedule: str, options: SolverOptions) -> float:
+def _floor_s(context: SearchContext, micro_batch: int, virtual_stages: int, ranks: int | None, schedule: str) -> float:
     """The least step time of any plan of the search (b, V = v, `ranks` pipeline ranks or up to
     options.max_stages, `schedule`) (the floor's argument); 0.0 where the argument does not hold."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     config = model.config
     if config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch:
         return 0.0
@@ -152,7 +148,7 @@ def _floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: in
     most_ranks = ranks if ranks is not None else options.max_stages
     if per_rank < 1:
         return INF  # no replica can take its least share
-    configs = _configs(model, cluster, training, options, micro_batch, schedule, virtual_stages)
+    configs = _configs(context, micro_batch, schedule, virtual_stages)
     rate = _most_rate(cluster, configs, most_ranks * per_rank)
     if rate == INF:
         return 0.0
@@ -160,9 +156,9 @@ def _floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: in
         return INF
     busy = m * blocks / rate
     lam = min((row[3] for rows in configs for row in rows), default=0.0)
-    delta = ends_floor(model, cluster, training, options, micro_batch, [schedule])[1]
+    delta = ends_floor(context, micro_batch, [schedule])[1]
     if lam >= 0.0:
-        fill = lam * max(0, blocks - _most_blocks(model, cluster, training, options, configs, per_rank)) + delta
+        fill = lam * max(0, blocks - _most_blocks(context, configs, per_rank)) + delta
     else:
         fill = lam * blocks + delta
     return busy + fill

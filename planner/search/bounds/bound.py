@@ -11,10 +11,9 @@ from ...cost.runtimes.capability import capability
 from ...core.dims import StageDims
 from ...inputs.hardware import Cluster
 from ...inputs.model import Model
-from ...plan import Training
 from ...cost.sharding import Sharding
 from ..pricing.context_parallel import cp_choices
-from ..pricing.stage_types import INF, SearchContext, SolverOptions
+from ..pricing.stage_types import INF, SearchContext
 
 
 def compute_lower_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
@@ -130,8 +129,7 @@ def _shapes(model: Model, kind: str) -> list:
     return list(out.values())
 
 
-def _modes(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int, schedules,
-           act_caps: bool, alone: bool) -> dict:
+def _modes(context: SearchContext, micro_batch: int, schedules, act_caps: bool, alone: bool) -> dict:
     """Per replica mode mu = (GPU type, tp): (kappa, tau, cap, cap_alone) at micro-batch
     b. kappa: the least GPU-seconds one decoder block of one sample costs it (tp x cp x
     LayerPrice.time_s / b, over cp, sequence parallelism and recompute; the TP ring inside a node, the fastest
@@ -144,6 +142,7 @@ def _modes(model: Model, cluster: Cluster, training: Training, options: SolverOp
     activation offload may take the activations of a rank that does not recompute. (One mode per
     recompute mode as well, "none" with its larger activations, gave +1.3 % on llama-3-70b for 7x
     the programmes.)"""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     decoders = _shapes(model, "decoder")
     block_params = min(layer.weight_params for layer in decoders)
     modes_rc = {"block": ("none", "full")}
@@ -180,10 +179,10 @@ def _modes(model: Model, cluster: Cluster, training: Training, options: SolverOp
     return out
 
 
-def ends_floor(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
-               schedules) -> tuple:
+def ends_floor(context: SearchContext, micro_batch: int, schedules) -> tuple:
     """The embedding's and head's rates per GPU type (compute at tp 1, as busy_bound_s) and delta,
     the least (<= 0) they add to rank latencies (latency_floor_s; below 0 only under ZB-H1)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     names = sorted({g.gpu.name for g in cluster.groups})
     count = {kind: sum(1 for layer in model.layers if layer.kind == kind) for kind in ("embedding", "head")}
     other_rate, delta = {}, 0.0
@@ -253,25 +252,25 @@ def pipeline_bound_s(context: SearchContext, with_optimizer: bool = True) -> flo
     sizes = [b for b in options.micro_batches if training.global_batch % b == 0] or list(options.micro_batches)
     best = INF
     for b in sizes:
-        modes = _modes(model, cluster, training, options, b, schedules, act_caps, cap.activation_offload_alone)
-        ends = ends_floor(model, cluster, training, options, b, schedules)
+        modes = _modes(context, b, schedules, act_caps, cap.activation_offload_alone)
+        ends = ends_floor(context, b, schedules)
         blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
         for alone in ((False, True) if options.max_stages > 1 else (True,)):
             for star in modes:
                 if alone and modes[star][3] < blocks:
                     continue
-                best = min(best, _wait_lp_s(model, cluster, training, options, modes, ends, star, alone,
-                                            not cap.uneven_shares, with_optimizer))
+                best = min(best, _wait_lp_s(context, modes, ends, star, alone, not cap.uneven_shares, with_optimizer))
     return 0.0 if best == INF else best
 
 
-def _wait_lp_s(model: Model, cluster: Cluster, training: Training, options: SolverOptions, modes: dict, ends: tuple,
+def _wait_lp_s(context: SearchContext, modes: dict, ends: tuple,
                star: tuple, alone: bool, even: bool, with_optimizer: bool) -> float:
     """One programme of pipeline_bound_s: rank class mu* = `star`; `alone`: one-stage plans."""
     import pulp
 
     from ..pricing.shares import quiet_stdout
 
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     count = {"embedding": 0, "decoder": 0, "head": 0}
     for layer in model.layers:
         count[layer.kind] += 1

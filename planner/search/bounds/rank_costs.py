@@ -18,12 +18,11 @@ from ...cost.stage_memory import offload_step_s
 from ...cost.stage_tail import grad_reduce_s, optimizer_s
 from ...cost.states import model_state_bytes
 from ...inputs.hardware import Cluster
-from ...inputs.model import Model
 from ...plan import Training
 from .bound import latency_floor_s
 from .completion import BLOCK_MODES
 from .rank_busy import least_busy
-from ..pricing.stage_types import INF, SolverOptions
+from ..pricing.stage_types import INF, SearchContext, SolverOptions
 
 __all__ = ["KnownCosts", "rank_blocks", "rank_costs"]
 
@@ -68,12 +67,12 @@ def _least_times(lines: list[tuple[list[float], list[float], float]], per_block:
 
 
 @lru_cache(maxsize=64)
-def rank_blocks(model: Model, cluster: Cluster, training: Training, options: SolverOptions, micro_batch: int,
-                schedule: str, virtual_stages: int) -> dict:
+def rank_blocks(context: SearchContext, micro_batch: int, schedule: str, virtual_stages: int) -> dict:
     """Per group and tp: (points, room, states, a block's price, cost parameters): points the
     (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
     and sp; states(dp, zero, offload) a block's model states on one GPU (ZeRO-Offload: without the
     optimizer states, which it keeps in host memory)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     decoders = [layer for layer in model.layers if layer.kind == "decoder"]
     dec = decoders[0]
     out = {}
@@ -415,10 +414,9 @@ class KnownCosts:
         self._parts: dict = {}
         self._scopes: dict = {}  # every scope with a pool, least recently used first
 
-    def part(self, model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-             micro_batch: int) -> dict:
+    def part(self, context: SearchContext, micro_batch: int) -> dict:
         """The shared costs of the instance's ranks at micro-batch b (rank_costs' `shared`)."""
-        return self._parts.setdefault((model, cluster, training, options, micro_batch), {})
+        return self._parts.setdefault((context, micro_batch), {})
 
     def scope(self, shared: dict, schedule: str, virtual_stages: int) -> dict:
         """The costs of `shared`'s part that depend on the schedule and V (rank_costs' `memo`), the

@@ -12,15 +12,12 @@ from itertools import product
 
 import numpy as np
 
-from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Training
 from ...schedules import get_schedule
 from .bound import ends_floor
 from ..pricing.context_parallel import cp_choices
 from .rank_costs import KnownCosts, rank_blocks, rank_costs
 from .search_bound import ROUNDING_MARGIN, Subproblem
-from ..pricing.stage_types import INF, SearchContext, SolverOptions
+from ..pricing.stage_types import INF, SearchContext
 
 __all__ = ["RANK_FLOOR_LIMITS", "RankBound"]
 
@@ -113,19 +110,18 @@ class RankBound:
         self.known = known
 
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
-        context = self.context
-        return _cannot_beat(context.model, context.cluster, context.training, search.micro_batch,
-                            search.virtual_stages, search.ranks, search.schedule, search.least_share,
-                            context.options, cutoff_s, self.known)
+        return _cannot_beat(self.context, search.micro_batch, search.virtual_stages, search.ranks, search.schedule,
+                            search.least_share, cutoff_s, self.known)
 
 
-def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch: int, virtual_stages: int,
+def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
                  ranks: int | None,
-                 schedule: str, least: int, options: SolverOptions, cutoff_s: float,
+                 schedule: str, least: int, cutoff_s: float,
                  known: KnownCosts | None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
     be faster than `cutoff_s` (the rank floor's argument); False where the argument does not hold."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     config = model.config
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     counts = tuple(g.nodes for g in cluster.groups)
@@ -140,7 +136,7 @@ def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch
     most_replicas = m // least
     if most_replicas < 1:
         return True  # no replica can take its least share
-    info = rank_blocks(model, cluster, training, options, micro_batch, schedule, virtual_stages)
+    info = rank_blocks(context, micro_batch, schedule, virtual_stages)
     if any(point[3] < 0 for points, *_ in info.values() for point in points):
         return False  # c >= 0 is assumed below
     target = cutoff_s * (1 - ROUNDING_MARGIN)
@@ -150,10 +146,10 @@ def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch
         by_groups.setdefault(tuple(bool(x) for x in nu), []).append(nu)
     depth = ranks if ranks is not None else min(options.max_stages, sum(counts))
     known = known if known is not None else KnownCosts()
-    shared = known.part(model, cluster, training, options, micro_batch)
+    shared = known.part(context, micro_batch)
     memo = known.scope(shared, schedule, virtual_stages)
     if "delta" not in memo:
-        memo["delta"] = ends_floor(model, cluster, training, options, micro_batch, [schedule])[1]
+        memo["delta"] = ends_floor(context, micro_batch, [schedule])[1]
     delta = memo["delta"]
 
     def options_of(helds: tuple) -> dict:

@@ -29,11 +29,8 @@ from __future__ import annotations
 from ...core.dims import StageDims
 from ...cost.pricing import layer_price
 from ...cost.sharding import Sharding
-from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Training
 from ..decompose import Decomposition
-from ..pricing.stage_types import INF, Restriction, SearchContext, SolverOptions
+from ..pricing.stage_types import INF, Restriction, SearchContext
 from ..pricing.stage_configs import searched_recompute_modes
 from .search_bound import Subproblem, floor_cannot_beat
 
@@ -52,11 +49,12 @@ def most_speed(gpus_and_times: list[tuple[int, float]], stage_gpus: int, stages:
     return total
 
 
-def restricted_floor_s(model: Model, cluster: Cluster, training: Training, micro_batch: int, restriction: Restriction,
-                       options: SolverOptions, stages: int, fill: bool = False) -> float:
+def restricted_floor_s(context: SearchContext, micro_batch: int, restriction: Restriction,
+                       stages: int, fill: bool = False) -> float:
     """The least step time of any plan of micro-batch b under `restriction` with at most `stages`
     pipeline ranks (module docstring); `fill`: under 1F1B, with the pipeline's fill; 0.0 where the argument does not hold (no fixed tp or dp,
     uneven shares, CP, experts, a TP group wider than a node), INF where no stage fits."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     tp, dp = restriction.tp, restriction.dp
     config = model.config
     if (tp is None or dp is None or not restriction.even_shares or (restriction.cp or 1) > 1
@@ -103,8 +101,7 @@ class RestrictionBound:
         most = search.ranks if search.ranks is not None else min(
             options.max_stages, restriction.max_stages or options.max_stages,
             sum(self.parts.counts))  # a stage takes a part at least
-        return restricted_floor_s(context.model, context.cluster, context.training, search.micro_batch,
-                                  restriction, options, most, fill=search.schedule == "1f1b")
+        return restricted_floor_s(context, search.micro_batch, restriction, most, fill=search.schedule == "1f1b")
 
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
         return cutoff_s != INF and floor_cannot_beat(self.floor_s(search), cutoff_s)
