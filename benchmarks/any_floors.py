@@ -92,7 +92,7 @@ def main() -> None:
     print("|--:|--:|--:|---|--:|--:|")
     context = SearchContext(model, cluster, base, options)
     closed_form, rank_bound = ClosedFormBound(context), RankBound(context)
-    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(parts.counts), options, cap):
+    for b, v, ranks, _, schedule in subproblems(context, sum(parts.counts), cap):
         search = Subproblem(b, v, ranks, schedule)
         floor = closed_form.floor_s(search)
         out = rank_bound.cannot_beat(search, args.cutoff)

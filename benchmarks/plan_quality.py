@@ -40,6 +40,7 @@ from planner.cost.runtimes import cluster_params  # noqa: E402
 from planner.inputs.hardware import Cluster, cluster_from_spec, load_cluster  # noqa: E402
 from planner.inputs.model import Model, load_model  # noqa: E402
 from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
+from planner.search.pricing.stage_types import SearchContext, SolverOptions  # noqa: E402
 from planner.search.uniform import UniformSpace, best_uniform  # noqa: E402
 
 CASES = [  # cluster, model, global batch, sequence length
@@ -74,7 +75,8 @@ def _request(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dt
 
 
 def best_uniform_tokens_per_s(model: Model, cluster: Cluster, global_batch: int, seq_len: int, dtype: str) -> float:
-    best = best_uniform(model, cluster, Training(global_batch, seq_len, dtype, 1, runtime=RUNTIME),
+    best = best_uniform(SearchContext(model, cluster, Training(global_batch, seq_len, dtype, 1, runtime=RUNTIME),
+                                      SolverOptions()),
                         UniformSpace(tp_degrees=TP, micro_batches=MICRO_BATCHES, recompute_modes=RECOMPUTE),
                         cluster_params(cluster.gpu_types, RUNTIME))
     return 0.0 if best is None else best[1].tokens_per_s

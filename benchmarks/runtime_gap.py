@@ -27,6 +27,7 @@ from planner.inputs.hardware import load_cluster  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
 from planner.api.load import resolve_dtype  # noqa: E402
 from planner.plan import Training  # noqa: E402
+from planner.search.pricing.stage_types import SearchContext, SolverOptions  # noqa: E402
 from planner.search.uniform import UniformSpace, improving_uniform  # noqa: E402
 
 CASES = [(c, m) for m in ("llama-3-8b", "llama-3-70b") for c in ("dgx-a100", "a100-v100-mix", "h100-a100-v100")]
@@ -40,7 +41,8 @@ def best_runnable_uniform(model, cluster, dtype: str, runtime: str):
                          zero_stages=zeros, virtual_stages=(1, 2) if "interleaved" in cap.schedules else (1,),
                          sequence_parallel=cap.sequence_parallel)
     best = None
-    for best in improving_uniform(model, cluster, Training(GLOBAL_BATCH, SEQ_LEN, dtype, 1, runtime=runtime), space,
+    training = Training(GLOBAL_BATCH, SEQ_LEN, dtype, 1, runtime=runtime)
+    for best in improving_uniform(SearchContext(model, cluster, training, SolverOptions()), space,
                                   cluster_params(cluster.gpu_types, runtime), accept=lambda p: not violations(p, runtime)):
         pass
     return best

@@ -97,7 +97,7 @@ def _rank_floor_at_own_optima(monkeypatch, model, cluster, base, given: SolverOp
     cap = capability("any")
     options = within(given, cap)
     verdicts = []
-    for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups), options, cap):
+    for b, v, ranks, _, schedule in subproblems(SearchContext(model, cluster, base, options), sum(g.nodes for g in cluster.groups), cap):
         best = _alone(monkeypatch, model, cluster, base, given, (b, v, ranks, schedule))
         if best is None:
             continue

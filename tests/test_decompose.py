@@ -7,6 +7,7 @@ import pytest
 from planner.search.decompose import bundled, decompose
 from planner.inputs.hardware import cluster_from_spec
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import best_uniform
 from planner.verify.oracle import TINY_OPTIONS, tiny_instance
 
@@ -61,6 +62,7 @@ def test_search_on_parts_lies_between_the_exact_optimum_and_the_uniform_fallback
     from planner.cost.runtimes.capability import capability
     from planner.search.orchestration.driver import _uniform_space, within
     cap = capability(base.runtime)  # runtime: any (tiny_instance)
-    uniform = best_uniform(model, cluster, base, _uniform_space(within(SolverOptions(**TINY_OPTIONS), cap), cap))
+    options = within(SolverOptions(**TINY_OPTIONS), cap)
+    uniform = best_uniform(SearchContext(model, cluster, base, options), _uniform_space(options, cap))
     if uniform is not None:
         assert coarse.estimate.step_time_s <= uniform[1].step_time_s * (1 + 1e-9)

@@ -63,13 +63,14 @@ def test_paired_order_keeps_each_group_on_the_lane_of_its_micro_batch():
     group on the lane (index parity) of its micro-batch's 1F1B search while both lanes have searches left."""
     from planner.cost.runtimes.capability import capability
     from planner.search.orchestration.space import subproblems, within
+    from planner.search.pricing.stage_types import SearchContext
     model, cluster, base = tiny_instance(32)
     base = replace(base, global_batch=48)
     cap = capability("any")
     options = within(SolverOptions(micro_batches=(1, 2, 4), tp_degrees=(1, 2), recompute_modes=("none", "full"),
                                    virtual_stages=(1, 2), zero_bubble=True), cap)
-    plain = list(subproblems(model, cluster, base, 6, options, cap))
-    paired = list(subproblems(model, cluster, base, 6, options, cap, paired=True))
+    plain = list(subproblems(SearchContext(model, cluster, base, options), 6, cap))
+    paired = list(subproblems(SearchContext(model, cluster, base, options), 6, cap, paired=True))
     assert sorted(map(repr, plain)) == sorted(map(repr, paired)) and len(set(map(repr, paired))) == len(paired)
     one_f1b = [i for i, s in enumerate(plain) if s[2] is None]
     head = one_f1b[-1] + 1

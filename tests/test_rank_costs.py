@@ -76,8 +76,8 @@ def test_a_budget_that_drops_every_pool_changes_no_decision():
     kept, dropped = KnownCosts(), KnownCosts(budget_bytes=0)
     decided = []
     for cutoff in (best * 0.9, best, best * 1.05):  # (some searches ruled out, some not)
-        for b, v, ranks, _, schedule in subproblems(model, cluster, base, sum(g.nodes for g in cluster.groups),
-                                                    options, cap):
+        for b, v, ranks, _, schedule in subproblems(SearchContext(model, cluster, base, options),
+                                                    sum(g.nodes for g in cluster.groups), cap):
             context, search = SearchContext(model, cluster, base, options), Subproblem(b, v, ranks, schedule)
             decided.append(RankBound(context, kept).cannot_beat(search, cutoff))
             assert RankBound(context, dropped).cannot_beat(search, cutoff) == decided[-1]

@@ -14,6 +14,7 @@ from planner.cost.runtimes.capability import capability, violations
 from planner.core.errors import BadInput, NoFeasiblePlan
 from planner.plan import Plan, Replica, Stage, plan_to_json, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import UniformSpace, improving_uniform
 from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
 from planner.verify.plan_checks import check_plan_data
@@ -72,7 +73,7 @@ def best_runnable_uniform(model, cluster, base, runtime):
                          zero_stages=(0, 1, 2, 3), virtual_stages=(1, 2),
                          sequence_parallel=capability(runtime).sequence_parallel)
     best = None
-    for best in improving_uniform(model, cluster, replace(base, runtime=runtime), space,
+    for best in improving_uniform(SearchContext(model, cluster, replace(base, runtime=runtime), SolverOptions()), space,
                                   accept=lambda p: not violations(p, runtime)):
         pass
     return best
@@ -163,7 +164,7 @@ def test_torchtitan_search_keeps_zero1_pipelined():
     model, cluster, base = pipeline_instance(0)
     base = runtime_base(cluster, base, "torchtitan")
     cap = capability("torchtitan")
-    found = restrictions(model, cluster, base, within(Options(), cap), cap, 1)
+    found = restrictions(SearchContext(model, cluster, base, within(Options(), cap)), cap, 1)
     assert any(r.zero == 1 for r in found) and any(r.zero == 0 for r in found)
     for r in found:
         if r.zero == 1:

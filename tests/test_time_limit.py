@@ -14,6 +14,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import UniformSpace, best_uniform
 
 from .conftest import invoke as run_cli, three_types
@@ -65,7 +66,7 @@ def test_odd_node_counts_get_a_plan_on_parts_not_the_uniform_fallback():
     assert result.decomposition == "parts 31 / 47 / 25+25" and seconds < 120.0 * 0.75
     space = UniformSpace(tp_degrees=(8,), micro_batches=(1,), recompute_modes=("none", "full"), zero_stages=(1,),
                          virtual_stages=(1,), whole_nodes=True)
-    uniform = best_uniform(result.plan.model, result.plan.cluster, result.plan.training, space)
+    uniform = best_uniform(SearchContext(result.plan.model, result.plan.cluster, result.plan.training, SolverOptions()), space)
     assert uniform is None or result.estimate.step_time_s < uniform[1].step_time_s
 
 
@@ -86,7 +87,7 @@ def test_the_uniform_seed_is_never_better_than_the_proven_optimum():
     space = UniformSpace(tp_degrees=options.tp_degrees, micro_batches=options.micro_batches,
                          recompute_modes=options.recompute_modes, zero_stages=options.zero_stages,
                          virtual_stages=(1,), max_stages=options.max_stages, whole_nodes=True)
-    seed = best_uniform(model, cluster, training, space)
+    seed = best_uniform(SearchContext(model, cluster, training, options), space)
     assert result.optimal and seed is not None
     assert result.estimate.step_time_s <= seed[1].step_time_s * (1 + 1e-6)
 

@@ -16,6 +16,7 @@ from planner.inputs.model import model_from_dict
 from planner.plan import Training
 from planner.search.decompose import decompose, trim
 from planner.search.orchestration.driver import SolverOptions, _solve, solve
+from planner.search.pricing.stage_types import SearchContext
 from planner.verify.plan_checks import check_plan_data
 
 from .conftest import three_types
@@ -82,7 +83,7 @@ def test_megatron_on_unequal_parts_finds_no_plan_but_the_trimmed_cluster_does():
     model, cluster, base = instance(2.5)  # runtime: megatron
     options = SolverOptions(**OPTIONS)
     with pytest.raises(NoFeasiblePlan):  # the parts 2 / 2 / 3 alone
-        _solve(model, cluster, base, options, None, time.perf_counter())
+        _solve(SearchContext(model, cluster, base, options), None, time.perf_counter())
     result = solve(model, cluster, base, options)
     assert result.decomposition == "2 / 2 / 2 nodes in 2 identical bundles, 1 idle"
     valid_on_original_cluster(result, cluster)
@@ -93,7 +94,7 @@ def test_megatron_on_unequal_parts_finds_no_plan_but_the_trimmed_cluster_does():
 def test_the_faster_of_the_parts_and_the_trimmed_plan_wins():
     model, cluster, base = instance(2.6)  # runtime: megatron
     options = SolverOptions(**OPTIONS)
-    parts = _solve(model, cluster, base, options, None, time.perf_counter())
+    parts = _solve(SearchContext(model, cluster, base, options), None, time.perf_counter())
     assert parts.decomposition == "parts 2 / 2 / 3"
     result = solve(model, cluster, base, options)
     assert result.estimate.step_time_s < parts.estimate.step_time_s * (1 - 1e-3)

@@ -15,6 +15,7 @@ from planner.plan import Training
 from planner.search.uniform import (UniformSpace, best_uniform_share, improving_uniform, indexed_candidates,
                                     merge_seeds, uniform_candidates)
 from planner.search.bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from planner.search.pricing.stage_types import SearchContext, SolverOptions
 
 SPACE = UniformSpace(tp_degrees=(2, 1), micro_batches=(1, 2), recompute_modes=("full", "none"), zero_stages=(1, 0),
                      virtual_stages=(1, 2), schedules=("zbv", "looped-bfs"))
@@ -33,7 +34,7 @@ def priced_candidates():
               for name, gpu, nodes, nic in zip("hav", gpus, (2, 1, 3), (400, 200, 50))]
     cluster = cluster_from_spec({"name": "mixed-12", "gpus": gpus, "node_groups": groups})
     base = Training(24, 1024, "fp16", 1, runtime="any")
-    candidates = list(uniform_candidates(model, cluster, base, SPACE))
+    candidates = list(uniform_candidates(SearchContext(model, cluster, base, SolverOptions()), SPACE))
     return model, cluster, base, [(plan, evaluate(plan)) for plan in candidates]
 
 
@@ -53,12 +54,12 @@ def test_the_pruned_scan_finds_the_brute_force_fastest_uniform_plan(priced_candi
     fitting = [(estimate.step_time_s, i) for i, (_, estimate) in enumerate(pairs) if estimate.fits]
     assert len(fitting) < len(pairs)  # memory binds on some
     best_s, first = min(fitting)  # ties: the first in candidate order
-    found = list(improving_uniform(model, cluster, base, SPACE))
+    found = list(improving_uniform(SearchContext(model, cluster, base, SolverOptions()), SPACE))
     assert found[-1][0] == pairs[first][0] and found[-1][1].step_time_s == best_s
     # a caller's bound at the best leaves it (a tie is kept); one below it leaves no plan
-    assert list(improving_uniform(model, cluster, base, SPACE, bound_s=best_s))[-1][0] == pairs[first][0]
+    assert list(improving_uniform(SearchContext(model, cluster, base, SolverOptions()), SPACE, bound_s=best_s))[-1][0] == pairs[first][0]
     lowest = min(busy_lower_bound_s(plan) for plan, _ in pairs)
-    assert list(improving_uniform(model, cluster, base, SPACE, bound_s=lowest * (1 - 1e-9))) == []
+    assert list(improving_uniform(SearchContext(model, cluster, base, SolverOptions()), SPACE, bound_s=lowest * (1 - 1e-9))) == []
 
 
 def test_surely_overflows_flags_only_plans_that_do_not_fit(priced_candidates):
@@ -96,13 +97,13 @@ def test_shares_of_the_uniform_scan_merge_to_the_whole_scan_plan(priced_candidat
     """Lanes scan the uniform candidates in shares (index modulo n); merged by (step, index), they give
     the plan of the scan in one process, and the shares' indices are the whole scan's."""
     model, cluster, base, pairs = priced_candidates
-    plan, estimate = list(improving_uniform(model, cluster, base, SPACE))[-1]
-    whole = [(i, p) for i, p in indexed_candidates(model, cluster, base, SPACE)]
+    plan, estimate = list(improving_uniform(SearchContext(model, cluster, base, SolverOptions()), SPACE))[-1]
+    whole = [(i, p) for i, p in indexed_candidates(SearchContext(model, cluster, base, SolverOptions()), SPACE)]
     assert [p for _, p in whole] == [p for p, _ in pairs]
     for n in (2, 3):
-        shared = sorted(entry for k in range(n) for entry in indexed_candidates(model, cluster, base, SPACE, (k, n)))
+        shared = sorted(entry for k in range(n) for entry in indexed_candidates(SearchContext(model, cluster, base, SolverOptions()), SPACE, (k, n)))
         assert [i for i, _ in shared] == [i for i, _ in whole] and [p for _, p in shared] == [p for _, p in whole]
-        merged = merge_seeds([best_uniform_share(model, cluster, base, SPACE, None, None, None, float("inf"), (k, n))
+        merged = merge_seeds([best_uniform_share(SearchContext(model, cluster, base, SolverOptions()), SPACE, None, None, None, float("inf"), (k, n))
                               for k in range(n)])
         assert merged.complete and merged.best[1] == plan and merged.best[2].step_time_s == estimate.step_time_s
         assert pairs[merged.best[0]][0] == plan

@@ -12,7 +12,7 @@ import pytest
 
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.shares import UNCAPPED, min_makespan, solve_shares_ilp
-from planner.search.pricing.stage_types import deferred_share_cap
+from planner.search.pricing.stage_types import SearchContext, deferred_share_cap
 from planner.search.orchestration.space import subproblems, within
 from planner.cost.runtimes.capability import capability
 from planner.verify.oracle import brute_force, pipeline_instance, tiny_instance
@@ -68,10 +68,10 @@ def test_zero_bubble_is_searched_only_where_the_runtime_runs_it():
     for runtime, expected in (("any", {"1f1b", "interleaved", "zb-h1"}), ("megatron", {"1f1b", "interleaved"}),
                               ("torchtitan", {"1f1b", "interleaved"}), ("deepspeed", {"1f1b"})):
         options = within(SolverOptions(), capability(runtime))
-        names = {sub[4] for sub in subproblems(model, cluster, base, 3, options, capability(runtime))}
+        names = {sub[4] for sub in subproblems(SearchContext(model, cluster, base, options), 3, capability(runtime))}
         assert names == expected, runtime
     off = within(SolverOptions(zero_bubble=False), capability("any"))
-    assert "zb-h1" not in {sub[4] for sub in subproblems(model, cluster, base, 3, off, capability("any"))}
+    assert "zb-h1" not in {sub[4] for sub in subproblems(SearchContext(model, cluster, base, off), 3, capability("any"))}
 
 
 def test_deferred_cap_is_the_most_micro_batches_whose_memory_fits():
@@ -147,7 +147,7 @@ def test_zero_bubble_searches_first_find_the_plan_of_the_1f1b_first_order(zero_b
 
     model, cluster, base, vs, result, _ = zero_bubble_results[("pipe", 7)]
     options = SolverOptions(**{**ZB_OPTIONS, "virtual_stages": vs})
-    subs = list(subproblems(model, cluster, base, 3, within(options, capability("any")), capability("any")))
+    subs = list(subproblems(SearchContext(model, cluster, base, within(options, capability("any"))), 3, capability("any")))
     assert subs[0][4] == "zb-h1" and subs[0][0] == min(s[0] for s in subs)
     assert sorted(map(repr, subs)) == sorted(map(repr, _old_order(subs)))  # the same searches
     original = driver.runtime_subproblems

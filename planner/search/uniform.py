@@ -25,10 +25,10 @@ from ..cost.formulas import CostParams
 from ..core.errors import BadInput
 from ..cost.evaluate import Estimate, evaluate
 from ..inputs.hardware import Cluster
-from ..inputs.model import Model
-from ..plan import Plan, Training, uniform_plan
+from ..plan import Plan, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
 from .bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from .pricing.stage_types import SearchContext
 
 
 @dataclass(frozen=True)
@@ -59,19 +59,19 @@ def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
     return all(start in boundaries for start in range(0, cluster.num_gpus + 1, ranks_per_stage))
 
 
-def uniform_candidates(model: Model, cluster: Cluster, training: Training, space: UniformSpace
-                       ) -> Iterator[Plan]:
+def uniform_candidates(context: SearchContext, space: UniformSpace) -> Iterator[Plan]:
     """Every uniform plan of `space`, in (tp, micro-batch, recompute, ZeRO, V, schedule, pp)
     order, the searched schedule of each V first."""
-    for _, plan in indexed_candidates(model, cluster, training, space):
+    for _, plan in indexed_candidates(context, space):
         yield plan
 
 
-def indexed_candidates(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
+def indexed_candidates(context: SearchContext, space: UniformSpace,
                        share: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, Plan]]:
     """(candidate index, plan) of uniform_candidates; with `share` (k, n) only those whose index
     is k modulo n, the others never built. An index counts the configurations in order, so it is
     the same whatever the share."""
+    model, cluster, training = context.model, context.cluster, context.training
     part, parts = share
     index = -1
     n = cluster.num_gpus
@@ -121,7 +121,7 @@ def _schedules(space: UniformSpace, virtual_stages: int) -> list[Schedule]:
     return [search_schedule(virtual_stages)] + [s for s in extra if s.accepts_virtual_stages(virtual_stages)]
 
 
-def improving_uniform(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
+def improving_uniform(context: SearchContext, space: UniformSpace,
                       params: CostParams | Mapping[str, CostParams] | None = None,
                       clock: SearchClock | None = None,
                       accept: Callable[[Plan], bool] | None = None,
@@ -133,7 +133,7 @@ def improving_uniform(model: Model, cluster: Cluster, training: Training, space:
     or exceeds `bound_s` (a step time the caller already holds: they cannot beat it, nor tie), nor
     those that uniform_bound.screen finds not fitting or bounds likewise with the pipeline's fill
     (but a one-stage plan activation offload may fit, bounded by its busy time alone)."""
-    for _, plan, estimate in _improving(model, cluster, training, space, params, clock, accept, bound_s, (0, 1)):
+    for _, plan, estimate in _improving(context, space, params, clock, accept, bound_s, (0, 1)):
         yield plan, estimate
 
 
@@ -146,7 +146,7 @@ class UniformSeed:
     complete: bool = True
 
 
-def best_uniform_share(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
+def best_uniform_share(context: SearchContext, space: UniformSpace,
                        params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
                        accept: Callable[[Plan], bool] | None, bound_s: float, share: tuple[int, int]) -> UniformSeed:
     """improving_uniform's last plan over the candidates of `share` (indexed_candidates), with its
@@ -154,7 +154,7 @@ def best_uniform_share(model: Model, cluster: Cluster, training: Training, space
     merge_seeds give improving_uniform's plan (each share's pruning is exact, by its own best)."""
     best = None
     try:
-        for best in _improving(model, cluster, training, space, params, clock, accept, bound_s, share):
+        for best in _improving(context, space, params, clock, accept, bound_s, share):
             pass
     except SearchTimeout:
         return UniformSeed(best, False)
@@ -168,7 +168,7 @@ def merge_seeds(seeds: list[UniformSeed]) -> UniformSeed:
     return UniformSeed(best, all(seed.complete for seed in seeds))
 
 
-def _improving(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
+def _improving(context: SearchContext, space: UniformSpace,
                params: CostParams | Mapping[str, CostParams] | None, clock: SearchClock | None,
                accept: Callable[[Plan], bool] | None, bound_s: float,
                share: tuple[int, int]) -> Iterator[tuple[int, Plan, Estimate]]:
@@ -176,7 +176,7 @@ def _improving(model: Model, cluster: Cluster, training: Training, space: Unifor
     best_s = float("inf")
     seen: set = set()
     computes: dict = {}  # busy_lower_bound_s's chunk computes, shared by the candidates
-    for index, plan in indexed_candidates(model, cluster, training, space, share):
+    for index, plan in indexed_candidates(context, space, share):
         if clock is not None:
             clock.check()
         offloadable = space.activation_offload and len(plan.stages) == 1 and plan.stages[0].recompute == "none"
@@ -229,13 +229,13 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
     stage = plan.stages[0]
     most = stage.decoder_blocks(plan.model) - 1
 
-    def priced(k: int) -> tuple[Plan, Estimate]:
-        form = replace(plan, stages=(replace(stage, offload_activations=k),))
+    def priced(offloaded: int) -> tuple[Plan, Estimate]:
+        form = replace(plan, stages=(replace(stage, offload_activations=offloaded),))
         return form, evaluate(form, params)
 
-    def gpus_fit(k: int) -> bool:
+    def gpus_fit(offloaded: int) -> bool:
         # _gpu_fits(evaluate(form)) without the rest of evaluate's pricing
-        form = replace(plan, stages=(replace(stage, offload_activations=k),))
+        form = replace(plan, stages=(replace(stage, offload_activations=offloaded),))
         return not surely_overflows(form, params, every_replica=True)
 
     if most < 3 or not gpus_fit(most):
@@ -251,11 +251,11 @@ def fewest_offloaded(plan: Plan, params: CostParams | Mapping[str, CostParams] |
     return (form, estimate) if estimate.fits else None
 
 
-def best_uniform(model: Model, cluster: Cluster, training: Training, space: UniformSpace,
+def best_uniform(context: SearchContext, space: UniformSpace,
                  params: CostParams | Mapping[str, CostParams] | None = None) -> tuple[Plan, Estimate] | None:
     """The fastest uniform plan of `space` that fits (ties: the first in candidate order),
     or None when none fits."""
     best = None
-    for best in improving_uniform(model, cluster, training, space, params):
+    for best in improving_uniform(context, space, params):
         pass
     return best

@@ -241,7 +241,7 @@ def pipeline_bound_s(context: SearchContext, with_optimizer: bool = True) -> flo
     any stage, activations bound no cap (_modes). The least over the classes, mu* and the
     micro-batches that divide the global batch bounds every plan.
     """
-    model, cluster, training, options = context.model, context.cluster, context.training, context.options
+    model, training, options = context.model, context.training, context.options
     config = model.config
     if config is not None and getattr(config, "num_experts", 1) > 1:
         return 0.0

@@ -1,76 +1,10 @@
 """Plan search: the fastest plan under the cost model, with a proof of optimality.
 
-Search space (all of it searched jointly):
-  * micro-batch size b (options); the 1F1B schedule, ZB-H1 where the runtime runs it (`any`;
-    planner.search.pricing.deferred: its deferred W inputs in the memory caps per position, at least
-    P micro-batches per replica, a DP per depth P), or interleaved 1F1B with V chunks
-    per rank (options.virtual_stages), rank k's blocks spread over its chunks as evenly as
-    possible but for the embedding's or head's chunk, which takes what is fastest;
-  * P pipeline stages over contiguous, uneven layer ranges (embedding with the first,
-    head with the last);
-  * each stage on whole nodes: any number of nodes of any node groups (so a stage can sit
-    on one GPU type, as in Metis, or mix types across its data-parallel replicas, as in
-    HAP), its own tensor-parallel degree (inside a node), recompute mode and ZeRO stage
-    (1-3); nodes may stay idle;
-  * uneven batch shares between a stage's replicas, in whole micro-batches, bounded by
-    each replica's memory.
-  Sequence parallelism (whenever tp > 1) is always on and ZeRO-0 is left out: under the
-  cost model SP and ZeRO-1 are never slower and never use more memory, so fixing them
-  keeps the optimum. GPipe is dominated by 1F1B (same time, more memory).
-
-Algorithm. Nodes of one group are interchangeable, so the dynamic programme's state
-(planner.search.dp) is (nodes used per group, stages placed, how the next stage's links look),
-with the layers placed as a vector, built from the last stage backwards (a stage's
-in-flight micro-batches, P - k, is then known). The configurations on one node vector are
-merged per block count, keeping only those not dominated in both tau and X
-(planner.search.pricing.stages). The iteration time T = max_k X_k + sum_k tau_k
-(evaluate.pipeline_time_s) has a bottleneck term and a sum, so the DP minimises sum tau
-subject to X_k <= W and W descends (Alpa's t_max enumeration, Zheng et al. 2022, sec 5.2):
-a plan with X <= W_i found with sum tau = S_i rules out every W in
-(min(X_i, UB - S_i), W_i], and the search stops when no plan remains, which proves the
-best plan seen optimal. Decoder blocks are identical, so stage costs depend on the block
-count only. Interleaved: the in-flight micro-batches of a rank depend on the depth P, so
-the DP runs per P with exactly P ranks, and the last rank's V - 1 sends around to rank 0
-depend on rank 0's links, so the state carries rank 0's signature from the start; a
-rank's tau is its slowest chunk's latency (planner.search.pricing.interleave.chunk_latency). The
-smallest micro-batch's ZB-H1 searches run first (cheap, one per depth, and often the fastest),
-then the 1F1B ones, which with them bound the interleaved ones (space.subproblems); one-chunk
-problems of a micro-batch share their position-free prices. A search whose plans all lie at or above
-the best plan known is skipped before its tables are built: a restricted one by restriction_bound, the
-free one (`any`) by any_bound's closed-form floor or rank_floor's knapsack over whole ranks (on 1:1:2 64
-under `any`, 54 of its 60 searches). Searches run two at a time (planner.search.orchestration.lanes): search j
-starts from the best plan of searches 0 .. j-2, so j-1 and j can run in two processes
-(SolverOptions.jobs, planner.search.orchestration.parallel) and the plan depends neither on which finishes
-first nor on the number of processes; ties between the plans of different searches go to the
-smallest (step, nodes used, micro-batch, V, search index). Shares inside the DP come from
-the closed-form makespan (shares.min_makespan); the final plan's shares are solved as an
-integer program (shares.solve_shares_ilp) and the whole plan is re-priced by
-evaluate.evaluate, which must agree.
-
-Runtimes. The space is what the target runtime can run (planner.cost.runtimes.capability,
-SolverOptions.space, default Training.runtime): `any` is all of the above. A runtime with one
-TP and one DP degree for every stage (Megatron-LM, torchtitan, DeepSpeed) gets one search per
-(tp, dp, recompute, ZeRO) it allows, each with only those stage configurations and even batch
-shares (shares.even_makespan); a runtime that splits the blocks equally gets one search per
-pipeline depth P with every stage holding blocks / P. The union of these searches is the
-runtime's space, so the best of them is its optimum. Uniform configurations off whole nodes
-(planner.search.uniform) that the runtime can run are priced too (two lanes each take every other
-candidate, Searches.seed; ties to the first in candidate order): the faster of those and the
-search's plan is returned, so a plan is never slower than the best uniform configuration. On parts
-of nodes they come first and bound the searches; on a cluster searched whole only those outside the
-exact search's space count, and they come after the searches, bounded by their best plan.
-Those include what the exact search does not plan: one-stage plans with activation offload, and
-the schedules it has no DP for (Schedule.uniform_candidate: ZB-V, whose V puts the embedding and
-the head on rank 0; looped BFS, whose ZeRO collectives run once per loop) where the runtime runs
-them (space.uniform_schedules); a plan of those is returned not proven optimal.
-
-Scale. Clusters of more than `SolverOptions.exact_node_limit` nodes are searched on parts of nodes
-(planner.search.decompose: identical bundles when the node counts allow, else near-equal parts
-that need no common divisor; idle parts are a choice); the plans on parts are a subset of
-the full space, so such a search reports optimal=false with the gap to a lower bound
-(planner.search.bounds.bound). A runtime with one DP degree for every stage can rarely use parts of
-unequal size (their stages' replica counts differ), so it also searches the cluster trimmed to
-identical bundles (decompose.trim; the other nodes idle) and keeps the faster plan (`solve`).
+`solve` searches the runtime's space (planner.search.orchestration.space) jointly over micro-batch,
+schedule, pipeline stages on whole nodes, per-stage TP, recompute and ZeRO, and uneven batch shares,
+by the dynamic programme (planner.search.dp) run once per subproblem, two at a time (lanes), beside
+the uniform configurations (planner.search.uniform); large clusters go through scale. The search
+space, the algorithm, its pruning and what it proves are in docs/solver.md.
 """
 
 from __future__ import annotations
@@ -149,7 +83,7 @@ class SearchResult:
 
 def solve(model: Model, cluster: Cluster, training: Training, options: SolverOptions = SolverOptions(),
           on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
-    """The fastest plan in the search space (module docstring), proven optimal when the
+    """The fastest plan in the search space (docs/solver.md), proven optimal when the
     whole cluster is one bundle and the time limit did not bite.
 
     With `options.time_limit_s` it returns within the limit (plus the final share ILP and
@@ -157,7 +91,7 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
     that none was found in time: the exact search stops at 3/4 of the limit, and the rest
     goes to uniform configurations of the space (planner.search.uniform), the better plan winning.
     `on_progress` is called about every quarter second. The space is what the runtime
-    `options.space` (default training.runtime) can run (module docstring).
+    `options.space` (default training.runtime) can run.
 
     A runtime with one DP degree for every stage on a cluster cut into parts of unequal size
     (planner.search.decompose) is also searched on the cluster trimmed to identical bundles
@@ -165,7 +99,7 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
     cluster with the other nodes idle, bounds the search on parts, and the faster plan is
     returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
     (decompose.merge_alike). (planner.search.orchestration.scale)"""
-    return solve_scaled(model, cluster, training, options, on_progress, _solve)
+    return solve_scaled(SearchContext(model, cluster, training, options), on_progress, _solve)
 
 
 def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
@@ -174,16 +108,16 @@ def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
     return not (exact and in_search_space(plan)) and not violations(plan, space)
 
 
-def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-           on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
+def _solve(context: SearchContext, on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
     """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
-    clock = SearchClock(options.time_limit_s, on_progress, started=started)
-    space = options.space or training.runtime
+    clock = SearchClock(context.options.time_limit_s, on_progress, started=started)
+    space = context.options.space or context.training.runtime
     cap = capability(space)
-    options, context = _checked_context(model, cluster, training, options, space, cap)
+    context = _checked_context(context, space, cap)
+    model, cluster, options = context.model, context.cluster, context.options
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)
     clock.lower_bound_s = lower_bound = compute_lower_bound_s(context)
-    subproblems = list(runtime_subproblems(model, cluster, training, sum(parts.counts), options, cap, paired=not parts.exact))
+    subproblems = list(runtime_subproblems(context, sum(parts.counts), cap, paired=not parts.exact))
     clock.subproblems_total = len(subproblems)
     seed: tuple[Plan, Estimate] | None = None
     complete = True
@@ -231,23 +165,22 @@ def _solve(model: Model, cluster: Cluster, training: Training, options: SolverOp
             complete = False
         clock.phase_limit_s = None
         if not complete and 1 in options.virtual_stages:
-            seed = _uniform_in_time_left(model, cluster, training, options, cap, space, clock, seed)
+            seed = _uniform_in_time_left(context, cap, space, clock, seed)
         if not seeded and parts.exact:
             # cut short before the seed scan ended: it runs here (the lane processes keep the phase's
             # limit), in the time left, bounded by the best plan found
             known_s = min(searched_s(), incumbent_s, INF if seed is None else seed[1].step_time_s)
             take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
         blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
-        plan, estimate = _chosen_plan(searches, outcomes, seed, complete, blended, model, cluster, training,
-                                      options, clock, context)
+        plan, estimate = _chosen_plan(searches, outcomes, seed, complete, blended, clock, context)
     return _result(plan, estimate, outcomes, space, complete, blended, parts, lower_bound, clock)
 
 
-def _checked_context(model: Model, cluster: Cluster, training: Training, options: SolverOptions, space: str,
-                     cap: Capability) -> tuple[SolverOptions, SearchContext]:
-    """The options within what the runtime `space` runs (its capability `cap`) and the search's
-    context; BadInput where the runtime lacks the dtype or the model is not embedding, decoder
+def _checked_context(context: SearchContext, space: str, cap: Capability) -> SearchContext:
+    """The search's context, its options within what the runtime `space` runs (its capability
+    `cap`); BadInput where the runtime lacks the dtype or the model is not embedding, decoder
     blocks and head, and the layer error where some layer fits on no stage."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     if training.dtype not in cap.dtypes:  # (planner.api.load.resolve_dtype picks one the runtime has)
         raise BadInput(f"the {space} runtime has no {training.dtype} training (it has {', '.join(cap.dtypes)})", "--dtype")
     options = within(options, cap)
@@ -258,18 +191,18 @@ def _checked_context(model: Model, cluster: Cluster, training: Training, options
     floor = unplaceable_layer(context)
     if floor is not None:
         raise layer_too_big(floor, training, long_sequence(context))
-    return options, context
+    return context
 
 
-def _uniform_in_time_left(model: Model, cluster: Cluster, training: Training, options: SolverOptions, cap: Capability,
-                          space: str, clock: SearchClock,
+def _uniform_in_time_left(context: SearchContext, cap: Capability, space: str, clock: SearchClock,
                           seed: tuple[Plan, Estimate] | None) -> tuple[Plan, Estimate] | None:
     """After a search cut short: the best uniform configuration of the space (1F1B, stages on whole
     nodes) in the time left where it beats `seed` (what the exact search found so far may be slower,
     or there is no plan yet), else `seed`."""
+    options = context.options
     previous = seed
     try:
-        for seed in improving_uniform(model, cluster, training, uniform_space(options, cap),
+        for seed in improving_uniform(context, uniform_space(options, cap),
                                       options.params_mapping(), clock, lambda p: not violations(p, space)):
             if previous is not None and seed[1].step_time_s >= previous[1].step_time_s:
                 seed = previous
@@ -281,10 +214,10 @@ def _uniform_in_time_left(model: Model, cluster: Cluster, training: Training, op
 
 
 def _chosen_plan(searches: Searches, outcomes: list[Outcome], seed: tuple[Plan, Estimate] | None, complete: bool,
-                 blended: bool, model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-                 clock: SearchClock, context: SearchContext) -> tuple[Plan, Estimate]:
+                 blended: bool, clock: SearchClock, context: SearchContext) -> tuple[Plan, Estimate]:
     """The plan returned, the searches' best or the uniform `seed`, with its estimate; else the
     NoFeasiblePlan that says why there is none."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     found = [(o.found, o.index) for o in outcomes if o.found is not None]
     best = min(found) if found else None  # ties: lanes' module docstring
     # ties (within 1e-6) go to the exact search's plan

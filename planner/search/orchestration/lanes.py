@@ -97,7 +97,7 @@ class Lane:
 
     def run(self, index: int, start: Start) -> Outcome:
         """Search `index` from `start`: skipped when a bound shows it cannot beat the cutoff, else the
-        DP with Alpa's descending bound on the bottleneck X (driver's module docstring)."""
+        DP with Alpa's descending bound on the bottleneck X (docs/solver.md, Algorithm)."""
         b, v, ranks, restriction, schedule = self.inputs.searches[index]
         search = Subproblem(b, v, ranks, schedule, restriction)
         cutoff_s = start.cutoff_s(start.best)
@@ -158,8 +158,7 @@ class Lane:
         before the searches or after them (driver): `accept` a picklable callable (a lane process
         receives it)."""
         context = self.inputs.context
-        return best_uniform_share(context.model, context.cluster, context.training, space,
-                                  context.options.params_mapping(), self.clock, accept, bound_s, share)
+        return best_uniform_share(context, space, context.options.params_mapping(), self.clock, accept, bound_s, share)
 
     def _problem(self, search: Subproblem) -> Problem:
         """The problem of a search: one the lane kept (the last one, or one of its last PROBLEMS_KEPT

@@ -15,24 +15,24 @@ from ...core.clock import Progress
 from ...core.errors import NoFeasiblePlan
 from ...cost.evaluate import evaluate
 from ...cost.runtimes.capability import capability, violations
-from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Training, structural_problems
+from ...plan import structural_problems
 from ..decompose import merge_alike, prices_alike, trim
 from .space import within
 from ..pricing.stage_types import SearchContext
-from ..pricing.stages import INF, SolverOptions
+from ..pricing.stages import INF
 
 __all__ = ["solve_scaled"]
 
 
-def solve_scaled(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
-                 on_progress: Callable[[Progress], None] | None, solve_one: Callable[..., Any]) -> Any:
+def solve_scaled(context: SearchContext, on_progress: Callable[[Progress], None] | None,
+                 solve_one: Callable[..., Any]) -> Any:
     """driver.solve (its docstring): merged groups, then the trimmed cluster and the whole one; a
     driver.SearchResult (this module sits below the driver, which passes its `_solve`)."""
-    merged = merge_alike(cluster, lambda a, b, group: prices_alike(a, b, options.params_for(group.gpu.name)))
+    cluster, training, options = context.cluster, context.training, context.options
+    merged = merge_alike(cluster, lambda first, second, group: prices_alike(first, second,
+                                                                            options.params_for(group.gpu.name)))
     if merged is not None:  # runs of alike groups searched as one group each (decompose.merge_alike)
-        inner = solve_scaled(model, merged.cluster, training, options, on_progress, solve_one)
+        inner = solve_scaled(replace(context, cluster=merged.cluster), on_progress, solve_one)
         plan = merged.plan_on(cluster, inner.plan)
         estimate = evaluate(plan, options.params_mapping())
         assert abs(estimate.step_time_s - inner.estimate.step_time_s) <= 1e-9 * inner.estimate.step_time_s, \
@@ -44,13 +44,13 @@ def solve_scaled(model: Model, cluster: Cluster, training: Training, options: So
     cut = None if cap.per_stage_dp else trim(cluster, options.exact_node_limit(False), options.max_bundle_nodes,
                                              training.global_batch, options.max_trimmed_bundle_nodes)
     if cut is None:
-        return solve_one(model, cluster, training, options, on_progress, started)
+        return solve_one(context, on_progress, started)
     limit = options.time_limit_s
     trimmed = None
     try:
         half = replace(options, time_limit_s=None if limit is None else limit / 2,
                        max_bundle_nodes=max(options.max_bundle_nodes, cut.bundle_nodes))
-        inner = solve_one(model, cut.cluster, training, half, on_progress, started)
+        inner = solve_one(replace(context, cluster=cut.cluster, options=half), on_progress, started)
         plan = cut.plan_on(cluster, inner.plan)
         trimmed = (plan, evaluate(plan, options.params_mapping()), inner)
         assert not structural_problems(plan) and not violations(plan, options.space or training.runtime), \
@@ -62,7 +62,7 @@ def solve_scaled(model: Model, cluster: Cluster, training: Training, options: So
     if trimmed is not None:
         bound = min(bound if bound is not None else INF, trimmed[1].step_time_s)
     try:
-        whole = solve_one(model, cluster, training, replace(options, upper_bound_s=bound), on_progress, started)
+        whole = solve_one(replace(context, options=replace(options, upper_bound_s=bound)), on_progress, started)
     except NoFeasiblePlan:
         if trimmed is None:
             raise
@@ -71,7 +71,7 @@ def solve_scaled(model: Model, cluster: Cluster, training: Training, options: So
         return whole
     plan, estimate, inner = trimmed
     lower_bound = (whole.lower_bound_s if whole is not None
-                   else compute_lower_bound_s(SearchContext(model, cluster, training, within(options, cap))))
+                   else compute_lower_bound_s(replace(context, options=within(options, cap))))
     gap = max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
                    candidates=inner.candidates + (whole.candidates if whole is not None else 0),

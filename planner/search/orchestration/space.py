@@ -9,13 +9,12 @@ from dataclasses import replace
 from itertools import product
 
 from ...cost.runtimes.capability import Capability
-from ...inputs.hardware import Cluster
-from ...inputs.model import Model
-from ...plan import Plan, Training
+from ...plan import Plan
 from ...schedules import get_schedule, search_schedule, searched_schedules
 from ..pricing.context_parallel import cp_choices
 from ..pricing.experts import expert_degrees
 from ..pricing.stage_configs import searched_recompute_modes
+from ..pricing.stage_types import SearchContext
 from ..pricing.stages import Restriction, SolverOptions
 from ..uniform import UniformSpace, stages_on_whole_nodes
 
@@ -90,14 +89,14 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         schedules=() if whole_nodes else uniform_schedules(options, cap))
 
 
-def restrictions(model: Model, cluster: Cluster, training: Training, options: SolverOptions, cap: Capability,
-                 micro_batch: int) -> list[Restriction]:
+def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> list[Restriction]:
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
     one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO, offload) the runtime allows,
     and per pipeline depth where it splits the blocks equally. Order: tp, dp, ep, recompute, ZeRO,
     offload (off first), depth. A ZeRO stage the runtime has only with (without) pipelining gets
     at least two stages (one); Capability.plain_dp_alone and mixed_precision_needs_sharding
     leave out the (tp, dp, ZeRO) they forbid and keep one stage where only PP would break them."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
     sp = cap.sequence_parallel
     even = not cap.uneven_shares
     if not cap.uniform:
@@ -122,7 +121,7 @@ def restrictions(model: Model, cluster: Cluster, training: Training, options: So
             if (even and microbatches % dp) or not options.allows_dp(dp):
                 continue
             offloads = (False, True) if options.offload and not cap.per_stage_offload else (None,)
-            for ep, mode, zero, offload in product(_ep_choices(model, cluster, options, cap, tp, cp, dp),
+            for ep, mode, zero, offload in product(_ep_choices(context, cap, tp, cp, dp),
                                                    modes if not cap.per_stage_recompute else (None,),
                                                    options.zero_stages if dp > 1 and not cap.per_stage_zero
                                                    else (None,),
@@ -154,17 +153,16 @@ def restrictions(model: Model, cluster: Cluster, training: Training, options: So
     return out
 
 
-def _ep_choices(model: Model, cluster: Cluster, options: SolverOptions, cap: Capability, tp: int, cp: int,
-                dp: int) -> tuple[int, ...]:
+def _ep_choices(context: SearchContext, cap: Capability, tp: int, cp: int, dp: int) -> tuple[int, ...]:
     """The expert-parallel degrees one restriction may fix (planner.search.pricing.experts.ep_degrees
     offers the same per stage): 1, and for an MoE model experts.expert_degrees on the widest node."""
+    model, cluster, options = context.model, context.cluster, context.options
     experts = model.config.num_experts if model.config is not None else 1
     widest = max(g.gpus_per_node for g in cluster.groups)
     return (1,) + expert_degrees(options, cap, experts, tp, cp, dp, widest)
 
 
-def subproblems(model: Model, cluster: Cluster, training: Training, nodes: int, options: SolverOptions,
-                 cap: Capability, paired: bool = False):
+def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: bool = False):
     """(micro-batch, virtual stages V, pipeline ranks, restriction, schedule name) searched in
     turn: 1F1B (V = 1) with any number of stages in one DP, interleaved and ZB-H1 with the
     number of ranks P fixed per DP, since a rank's in-flight micro-batches (and deferred W
@@ -173,13 +171,14 @@ def subproblems(model: Model, cluster: Cluster, training: Training, nodes: int, 
     (schedules.searched_schedules, Capability.schedules); ZB-H1 where each replica can take
     P micro-batches. Order: the smallest micro-batch's ZB-H1 searches, the 1F1B ones, then
     the other depth-dependent ones by micro-batch (`paired`: two groups at a time, below)."""
+    model, training, options = context.model, context.training, context.options
     blocks = model.num_layers - 2
     sizes = [b for b in sorted(options.micro_batches) if training.global_batch % b == 0]
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
                  for s in searched_schedules(v, cap.schedules)
                  if s is search_schedule(v) or (s.name in cap.schedules
                                                 and (options.zero_bubble or not s.split_backward))]
-    per_b = {b: restrictions(model, cluster, training, options, cap, b) for b in sizes}
+    per_b = {b: restrictions(context, cap, b) for b in sizes}
 
     def by_depth(micro_batch: int, virtual_stages: int, schedule):
         for r in per_b[micro_batch]:
