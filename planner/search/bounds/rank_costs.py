@@ -6,107 +6,21 @@ is in docs/solver.md, "The rank floor's argument")."""
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
 from ...core.dims import StageDims
 from ...cost.paths import pair_link, slowest, whole_node_layout
-from ...cost.pricing import boundary_bytes, layer_price, p2p_s, span_price, zero_comm
-from ...cost.sharding import Sharding
+from ...cost.pricing import p2p_s, span_price, zero_comm
 from ...cost.stage_memory import offload_step_s
 from ...cost.stage_tail import grad_reduce_s, optimizer_s
-from ...cost.states import model_state_bytes
 from ...inputs.hardware import Cluster
 from ...plan import Training
-from .bound import latency_floor_s
-from .completion import BLOCK_MODES
+from .block_costs import block_costs
 from .rank_busy import least_busy
 from ..pricing.stage_types import INF, SearchContext, SolverOptions
 
-__all__ = ["KnownCosts", "rank_blocks", "rank_costs"]
-
-
-def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The lower convex envelope of (activation bytes, time) points, by increasing bytes, keeping
-    only the part where time falls as bytes grow."""
-    hull: list[tuple[float, float]] = []
-    for x, y in sorted(set(points)):
-        if hull and y >= hull[-1][1]:
-            continue  # no faster for more memory
-        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0]) >= (y - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
-            hull.pop()
-        hull.append((x, y))
-    return hull
-
-
-def _lines(hull: list[tuple[float, float]]) -> tuple[list[float], list[float], float]:
-    """The envelope as the maximum of lines (slopes, intercepts; the last flat at the fastest
-    mode) and the leanest mode's bytes, below which it is INF."""
-    slopes, heights = [], []
-    for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
-        slope = (y1 - y0) / (x1 - x0)
-        slopes.append(slope)
-        heights.append(y0 - slope * x0)
-    return slopes + [0.0], heights + [hull[-1][1]], hull[0][0]
-
-
-def _least_times(lines: list[tuple[list[float], list[float], float]], per_block: np.ndarray,
-                 which: list[int]) -> np.ndarray:
-    """h(per_block) for each row of per_block, with the envelope lines[which[row]] (as _lines gives
-    it): the least time of one block whose activations average `per_block` bytes (INF below the
-    leanest mode); a convex envelope is the maximum of the lines through its segments."""
-    width = max(len(slopes) for slopes, _, _ in lines)
-    slopes = np.array([sl + [0.0] * (width - len(sl)) for sl, _, _ in lines])
-    heights = np.array([h + [-INF] * (width - len(h)) for _, h, _ in lines])
-    lean = np.array([[x0] for _, _, x0 in lines])
-    slopes, heights, lean = slopes[which], heights[which], lean[which]
-    x = np.minimum(per_block, 1e300)[:, None, :]  # (INF: 0 x INF would be undefined)
-    out = (heights[:, :, None] + slopes[:, :, None] * x).max(axis=1)
-    return np.where(per_block < lean, INF, out)
-
-
-@lru_cache(maxsize=64)
-def rank_blocks(context: SearchContext, micro_batch: int, schedule: str, virtual_stages: int) -> dict:
-    """Per group and tp: (points, room, states, a block's price, cost parameters): points the
-    (activation bytes, deferred-W bytes, pass time, latency floor) of one block per recompute mode
-    and sp; states(dp, zero, offload) a block's model states on one GPU (ZeRO-Offload: without the
-    optimizer states, which it keeps in host memory)."""
-    model, cluster, training, options = context.model, context.cluster, context.training, context.options
-    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
-    dec = decoders[0]
-    out = {}
-    for i, g in enumerate(cluster.groups):
-        p = options.params_for(g.gpu.name)
-        room = g.gpu.memory_bytes - p.reserved_memory_bytes
-        for tp in options.tp_degrees:
-            if g.gpus_per_node % tp:
-                continue
-            shardings = [Sharding(training.dtype, micro_batch, training.seq_len, training.attention, StageDims(tp, sp), mode)
-                         for mode in BLOCK_MODES for sp in ((False, True) if tp > 1 else (False,))]
-            block_prices = [layer_price(dec, sh, g.gpu, g.intra_node, p) for sh in shardings]
-            points = []
-            for price in block_prices:
-                floor = latency_floor_s(schedule, price, virtual_stages)
-                points.append((price.act_bytes, price.wgrad_act_bytes, price.time_s, 0.0 if floor is None else floor))
-
-            def states(dp: int, zero: int, offload: bool, tp: int = tp, params: float = dec.weight_params) -> float:
-                keep = 2 if offload else 3  # ZeRO-Offload takes the optimizer states off the GPU
-                return sum(model_state_bytes(params / tp, training.dtype, zero, dp, training.optimizer)[:keep])
-            ends = {}
-            for kind in ("embedding", "head"):
-                layer = next(layer for layer in model.layers if layer.kind == kind)
-                prices = [layer_price(layer, sh, g.gpu, g.intra_node, p) for sh in shardings]
-                floors = [latency_floor_s(schedule, price, virtual_stages) for price in prices]
-                # the least of each over the modes: activations, deferred-W inputs, pass, latency >= 0
-                ends[kind] = (min(x.act_bytes for x in prices), min(x.wgrad_act_bytes for x in prices),
-                              min(x.time_s for x in prices), max(0.0, min(0.0 if f is None else f for f in floors)),
-                              layer.weight_params, prices[0], max(x.bwd_s for x in prices))
-            sent = min(boundary_bytes(dec, sh) for sh in shardings if sh.recompute == "none")
-            slowest_bwd = max(price.bwd_s for price in block_prices)
-            price = block_prices[-1]  # a block's price (its weights: the same in every mode)
-            out[(i, tp)] = (tuple(points), room, states, price, p, ends, sent, slowest_bwd)
-    return out
+__all__ = ["KnownCosts", "rank_costs"]
 
 
 def _zero_stages(options: SolverOptions, virtual_stages: int, cluster: Cluster) -> list[int]:
@@ -119,20 +33,20 @@ def _zero_stages(options: SolverOptions, virtual_stages: int, cluster: Cluster) 
     return [z for z in zeros if z or 1 not in zeros]
 
 
-def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price, p, n: np.ndarray, virtual_stages: int
-                  ) -> np.ndarray:
+def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price, params, block_counts: np.ndarray,
+                  virtual_stages: int) -> np.ndarray:
     """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
     (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
     what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
     add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only); `layout`
     the rank's, paths.whole_node_layout."""
     if zero < 2 or dp <= 1:
-        return np.zeros(len(n))
+        return np.zeros(len(block_counts))
     dims = StageDims(tp, tp > 1, dp, zero)
-    comm = zero_comm(span_price(((n, price),), dims).weight_params, dims, training.dtype, layout, p)
-    out = max(0.0, 1.0 - p.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(n))
+    comm = zero_comm(span_price(((block_counts, price),), dims).weight_params, dims, training.dtype, layout, params)
+    out = max(0.0, 1.0 - params.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(block_counts))
     if virtual_stages > 1:
-        one, two = (zero_comm(w, dims, training.dtype, layout, p).total_s for w in (1.0, 2.0))
+        one, two = (zero_comm(w, dims, training.dtype, layout, params).total_s for w in (1.0, 2.0))
         out = out + (virtual_stages - 1) * min(0.0, 2 * one - two)
     return out
 
@@ -153,7 +67,7 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
 
 
 def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[int], tp: int, dp: int, zero: int,
-                   offloads: tuple[bool, ...], info: dict, n: np.ndarray, ends: tuple) -> dict[bool, np.ndarray]:
+                   offloads: tuple[bool, ...], info: dict, block_counts: np.ndarray, ends: tuple) -> dict[bool, np.ndarray]:
     """E' per offload of `offloads`: the least a rank's tail takes after its last micro-batch
     (Problem._tail, cost.stage_tail): the gradient reduction over its layout at its slowest GPU's
     parameters, less at most the slowest backward any of its replicas may have (grad_reduce_s falls
@@ -164,8 +78,8 @@ def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[in
     slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
     dims = StageDims(tp, tp > 1, dp, zero)
     first = blocks[0]
-    span = span_price(((n, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
-    bwd = np.min([n * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
+    span = span_price(((block_counts, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
+    bwd = np.min([block_counts * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
     reduce_s = grad_reduce_s(span.weight_params, dims, training.dtype, layout, info[(slow, tp)][4], bwd)
     out = {}
     for offload in offloads:
@@ -176,22 +90,12 @@ def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[in
         else:
             step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
                                        optimizer=training.optimizer) for i in groups], axis=0)
-        out[offload] = np.maximum(0.0, np.asarray(reduce_s + step, dtype=float) * np.ones(len(n)))
+        out[offload] = np.maximum(0.0, np.asarray(reduce_s + step, dtype=float) * np.ones(len(block_counts)))
     return out
 
 
-@lru_cache(maxsize=1024)
-def _curves(points: tuple, whole: float, deferred: float) -> tuple[tuple, tuple]:
-    """The envelopes h of a replica holding `whole` micro-batches' activations and the deferred-W
-    inputs of `deferred` more, as lines (_lines): (bytes per block, pass time) and (bytes per block,
-    latency floor)."""
-    held = [whole * act + deferred * wgrad for act, wgrad, _, _ in points]
-    return (_lines(_envelope([(x, time) for x, (_, _, time, _) in zip(held, points)])),
-            _lines(_envelope([(x, lat) for x, (_, _, _, lat) in zip(held, points)])))
-
-
-def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, info: dict, vectors: list[tuple[int, ...]],
-               blocks: int, m: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
+def rank_costs(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
+               blocks: int, microbatches: int, most_replicas: int, helds: tuple[tuple[float, float], ...], least: int,
                virtual_stages: int, memo: dict, shared: dict, limit: float = INF) -> dict:
     """(B', c') of a rank on each node vector of `vectors` (all on the same groups) at each position j
     where it holds helds[j] = (whole, deferred) micro-batches: per vector, arrays over (position, tp,
@@ -220,11 +124,10 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
     numbered = [ids.setdefault(row, len(ids)) for row in rows]
     index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
     owners, counts, dps, parts, comms, sends, tails, places, wanted = _options(
-        cluster, options, training, info, vectors, n, most_replicas, virtual_stages, shared, groups, kinds, rows,
-        numbered, index)
+        context, info, vectors, n, most_replicas, virtual_stages, shared, groups, kinds, rows, numbered, index)
     wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
     if wanted:
-        first = _pooled(memo, *_block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
+        first = _pooled(memo, *block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
         for place, ((part, number), _) in enumerate(wanted, first):
             index[part][number] = place
     none = np.full((h, 1, blocks + 1), INF)
@@ -245,13 +148,13 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
     ones = times[:, :, h:].reshape(len(groups), k * h, -1)  # one micro-batch held: (i, k x j, n)
     lat_ones = lats[:, :, h:]
     tails = np.array(tails)[:, [kinds.index(ends) for _, _, ends in helds]]  # (option, j, n)
-    busy = least_busy(m, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
+    busy = least_busy(microbatches, np.repeat(np.array(counts, dtype=float).T, h, axis=1), ones, fulls, np.tile(below, k),
                        limit, tails.reshape(k * h, -1))
     busy = busy.reshape(k, h, -1)
     if len(groups) == 1:
         # replicas of one type: one takes q = ceil(m / D) whole micro-batches at least, holding the
         # in-flight count where q reaches it (or every replica does), else one micro-batch at least
-        most = np.array([-(-m // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
+        most = np.array([-(-microbatches // c[0]) for c in counts], dtype=float)[:, None, None]  # (option, 1, 1)
         holds = (most >= np.array([whole for whole, _, _ in helds])[None, :, None]) | (below == 0)[None, :, None]
         with np.errstate(invalid="ignore"):
             busy = np.maximum(busy, most * np.where(holds, times[0, :, :h], times[0, :, h:]))
@@ -262,7 +165,7 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
     # c: the slowest replica's latency; where every replica may take fewer than the in-flight count,
     # at least one micro-batch's, and where they cannot all, the least of holding it
     latency = np.where(small, lat_ones.max(axis=0), lat_fulls.max(axis=0))
-    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < m)
+    some = small & (np.array(dps)[:, None, None] * below[None, :, None] < microbatches)
     latency = np.where(some, np.maximum(latency, lat_fulls.min(axis=0)), latency)
     busy, latency = np.where(fits, busy, INF), np.where(fits, latency, INF)
     busy[:, :, 0], latency[:, :, 0] = 0.0, 0.0  # no decoder block: the embedding or head alone, B, c >= 0
@@ -270,13 +173,14 @@ def rank_costs(cluster: Cluster, options: SolverOptions, training: Training, inf
     return _by_vector(vectors, owners, busy, latency, none)
 
 
-def _options(cluster: Cluster, options: SolverOptions, training: Training, info: dict, vectors: list[tuple[int, ...]],
-             n: np.ndarray, most_replicas: int, virtual_stages: int, shared: dict, groups: list[int],
+def _options(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
+             block_counts: np.ndarray, most_replicas: int, virtual_stages: int, shared: dict, groups: list[int],
              kinds: list, rows: tuple, numbered: list[int], index: dict) -> tuple:
     """rank_costs' options (tp, ZeRO stage, offload) on each node vector, in order: per option its node
     vector, replicas per group, DP degree, (group, tp, dp, ZeRO, offload) parts, ZeRO collectives, send
     floors and tail floors per kind of ends; then each part's known row places (`index`'s entries) and
     the (part, row, row id) not priced before."""
+    cluster, training, options = context.cluster, context.training, context.options
     groups_key = tuple(groups)
     owners, counts, dps, parts, comms, sends, tails = [], [], [], [], [], [], []  # per option (tp, ZeRO, offload)
     places, wanted = {}, []  # the rows of this call's, those not priced before
@@ -303,14 +207,14 @@ def _options(cluster: Cluster, options: SolverOptions, training: Training, info:
                 by_ends = shared.setdefault(("tail", nodes, tp, zero, offloads), {})
                 for ends in kinds:
                     if ends not in by_ends:
-                        by_ends[ends] = _tail_floors_s(cluster, training, layout, groups, tp, dp, zero, offloads, info, n,
-                                                       ends)
+                        by_ends[ends] = _tail_floors_s(cluster, training, layout, groups, tp, dp, zero, offloads, info,
+                                                       block_counts, ends)
                 zero_comms = []
                 for i in groups:
                     comm_key = ("zero", virtual_stages, nodes, tp, zero, i)
                     if comm_key not in shared:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
-                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, training, price, p, n, virtual_stages)
+                        shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, training, price, p, block_counts, virtual_stages)
                     zero_comms.append(shared[comm_key])
                 for offload in offloads:
                     option_parts = [(i, tp, dp, zero, offload) for i in groups]
@@ -359,47 +263,6 @@ def _pooled(memo: dict, times: np.ndarray, lats: np.ndarray) -> int:
     pool[0][used:used + len(times)], pool[1][used:used + len(times)] = times, lats
     pool[2] = used + len(times)
     return used
-
-
-def _block_costs(info: dict, wanted: list[tuple], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A replica's pass and latency floor over n blocks for each (group, tp, dp, ZeRO stage, offload,
-    (whole, deferred, ends) held) of `wanted`: its group's blocks at tp (their rank_blocks entry), dp
-    replicas, ZeRO-`zero` (with ZeRO-Offload or not), `whole` micro-batches' activations and the
-    deferred-W inputs of `deferred` more held, the embedding's or head's (`ends`) with them: arrays
-    over (wanted, n) (the rank floor's argument, docs/solver.md: the memory bound)."""
-    rooms, held, pass_s, lat_s, which = [], [], [], [], []
-    # per (group, tp, dp, ZeRO stage, offload), (group, tp, ends), (group, tp, held)
-    parts, extras, curves = {}, {}, {}
-    for i, tp, dp, zero, offload, (whole, deferred, kinds) in wanted:
-        points, room, states, price, p, ends, *_ = info[(i, tp)]
-        if (i, tp, dp, zero, offload) not in parts:
-            # a block's states, and the embedding's and head's
-            parts[(i, tp, dp, zero, offload)] = (states(dp, zero, offload), {
-                kind: states(dp, zero, offload, params=ends[kind][4]) for kind in ends})
-        state, end_states = parts[(i, tp, dp, zero, offload)]
-        if (i, tp, kinds) not in extras:
-            extra = [ends[kind] for kind in kinds]
-            extras[(i, tp, kinds)] = (extra, sum(e[2] for e in extra), sum(e[3] for e in extra))
-        extra, end_pass, end_lat = extras[(i, tp, kinds)]
-        # every GPU of the rank holds its n blocks' states and what it keeps in flight, and
-        # the embedding's or head's states and activations where the rank holds them
-        rooms.append(room - sum(end_states[kind] + whole * e[0] + deferred * e[1] for kind, e in zip(kinds, extra)))
-        held.append(state)
-        pass_s.append(end_pass)
-        lat_s.append(end_lat)
-        if (i, tp, whole, deferred) not in curves:
-            curves[(i, tp, whole, deferred)] = len(curves), _curves(points, whole, deferred)
-        which.append(curves[(i, tp, whole, deferred)][0])
-    lines = [pair for _, pair in curves.values()]
-    rooms = np.array(rooms)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_block = np.where(n > 0, (rooms - n * np.array(held)[:, None]) / np.where(n > 0, n, 1.0), INF)
-    per_block = np.where(rooms < 0, -1e300, per_block)  # (the ends alone do not fit)
-    with np.errstate(invalid="ignore"):
-        return (np.where(n > 0, n * _least_times([c[0] for c in lines], per_block, which), 0.0)
-                + np.array(pass_s)[:, None],
-                np.where(n > 0, n * _least_times([c[1] for c in lines], per_block, which), 0.0)
-                + np.array(lat_s)[:, None])
 
 
 class KnownCosts:

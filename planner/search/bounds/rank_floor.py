@@ -15,7 +15,8 @@ import numpy as np
 from ...schedules import get_schedule
 from .bound import ends_floor
 from ..pricing.context_parallel import cp_choices
-from .rank_costs import KnownCosts, rank_blocks, rank_costs
+from .block_costs import rank_blocks
+from .rank_costs import KnownCosts, rank_costs
 from .search_bound import ROUNDING_MARGIN, Subproblem
 from ..pricing.stage_types import INF, SearchContext
 
@@ -44,9 +45,10 @@ def _moves(counts: tuple[int, ...]) -> tuple[list, list]:
     return vectors, steps
 
 
-def _least_cost(bound: float, y: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The least c over a rank's options whose y is at most `bound`, per (position, n)."""
-    return np.where(y <= bound, c, INF).min(axis=1)
+def _least_cost(bound: float, bottleneck: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """The least latency c over a rank's options whose bottleneck term y (busy time less latency) is
+    at most `bound`, per (position, n)."""
+    return np.where(bottleneck <= bound, latency, INF).min(axis=1)
 
 
 def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks: int, ranks: int,
@@ -89,16 +91,16 @@ def _least_latencies(bound: float, ranked: dict, counts: tuple[int, ...], blocks
                 for used, moves in steps if moves), default=INF)
 
 
-def _held(schedule, from_end: int, ranks: int | None, virtual_stages: int, m: int, first: bool = False
-          ) -> tuple[float, float, tuple]:
+def _held(schedule, from_end: int, ranks: int | None, virtual_stages: int, microbatches: int,
+          first: bool = False) -> tuple[float, float, tuple]:
     """(in-flight micro-batches, deferred W passes) of the rank `from_end` from the last of a pipeline
     of `ranks` ranks (None: any depth, for a schedule whose count depends on the distance from the
     end only; Schedule.in_flight_microbatches, deferred_w_microbatches)."""
     depth = from_end if ranks is None else ranks
     # the last rank holds the head; the first the embedding, known only where the depth is
     ends = ("head",) * (from_end == 1) + ("embedding",) * (first or (ranks is not None and from_end == ranks))
-    return (schedule.in_flight_microbatches(depth - from_end, depth, virtual_stages, m),
-            schedule.deferred_w_microbatches(depth - from_end, depth, virtual_stages, m), ends)
+    return (schedule.in_flight_microbatches(depth - from_end, depth, virtual_stages, microbatches),
+            schedule.deferred_w_microbatches(depth - from_end, depth, virtual_stages, microbatches), ends)
 
 
 class RankBound:
@@ -157,7 +159,7 @@ def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
         costs = {}
         for same in by_groups.values():
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
-            costs.update(rank_costs(cluster, options, training, info, same, blocks, m, most_replicas, helds, least, virtual_stages,
+            costs.update(rank_costs(context, info, same, blocks, m, most_replicas, helds, least, virtual_stages,
                                     memo, shared, target - delta))
         out = {}
         for nu in vectors:
