@@ -131,12 +131,12 @@ def _share(weights: list[int], total: int) -> list[int]:
     return parts
 
 
-def bundled(cluster: Cluster, r: int) -> Decomposition:
-    """r identical bundles (r divides every group's node count): parts of r nodes, one lane per
-    group; r = 1 is the exact decomposition."""
-    assert all(g.nodes % r == 0 for g in cluster.groups), "bundles must divide every group"
-    lanes = [_lane(cluster, [i], g.nodes // r) for i, g in enumerate(cluster.groups)]
-    return Decomposition(tuple(lanes), len(cluster.groups), "exact" if r == 1 else "bundles")
+def bundled(cluster: Cluster, part_nodes: int) -> Decomposition:
+    """Identical bundles: parts of `part_nodes` nodes (it divides every group's node count), one
+    lane per group; part_nodes = 1 is the exact decomposition."""
+    assert all(g.nodes % part_nodes == 0 for g in cluster.groups), "bundles must divide every group"
+    lanes = [_lane(cluster, [i], g.nodes // part_nodes) for i, g in enumerate(cluster.groups)]
+    return Decomposition(tuple(lanes), len(cluster.groups), "exact" if part_nodes == 1 else "bundles")
 
 
 def decompose(cluster: Cluster, max_exact_nodes: int, max_parts: int) -> Decomposition:
@@ -242,11 +242,12 @@ class Merge:
         return f"{self.original_groups} groups as {len(self.cluster.groups)}: {inner}"
 
 
-def prices_alike(a: Link, b: Link, params: CostParams) -> bool:
+def prices_alike(first: Link, second: Link, params: CostParams) -> bool:
     """Whether two links give every price the same figures: bandwidth, latency, measured curves
     and the efficiency NCCL reaches on them (formulas.link_efficiency)."""
-    return (a.bandwidth_bytes_per_s, a.latency_s, a.curves) == (b.bandwidth_bytes_per_s, b.latency_s, b.curves) \
-        and all(link_efficiency(a, params, intra) == link_efficiency(b, params, intra) for intra in (False, True))
+    return (first.bandwidth_bytes_per_s, first.latency_s, first.curves) \
+        == (second.bandwidth_bytes_per_s, second.latency_s, second.curves) \
+        and all(link_efficiency(first, params, intra) == link_efficiency(second, params, intra) for intra in (False, True))
 
 
 def merge_alike(cluster: Cluster, prices_alike: Callable[[Link, Link, NodeGroup], bool]) -> Merge | None:

@@ -10,15 +10,15 @@ from ..pricing.stage_types import INF
 __all__ = ["least_busy"]
 
 
-def least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray,
+def least_busy(microbatches: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, below: np.ndarray,
                limit: float = INF, tails: np.ndarray | None = None) -> np.ndarray:
     """B' per row (an option at a position) and n: the least busy time in which a rank's replicas
-    take m micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
+    take `microbatches` micro-batches, counts[i, k] of group i with pass ones[i, k] (over n) while holding fewer
     than the in-flight count (at most below[k] micro-batches each; 0: none may) and fulls[i, k]
     holding it (the rank floor's argument, docs/solver.md: B'). Where B' + `tails` (per row and n) surely
     exceeds `limit`, some value no less than B' (the rank is in no plan that beats the cutoff)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        whole = m / (counts[:, :, None] / fulls).sum(axis=0)
+        whole = microbatches / (counts[:, :, None] / fulls).sum(axis=0)
         # B' = m / sum(counts / full) where there every replica would take more than `below`
         need = (below[:, None] > 0) & ~(whole[None] > below[None, :, None] * fulls).all(axis=0)
         need &= np.isfinite(ones).all(axis=0)  # (else no replica holds a micro-batch: rank_costs' fits)
@@ -27,7 +27,7 @@ def least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, 
             # (every root below is, to rounding, so the sum with the tails rounds no lower than that
             # bound's); where that passes `limit`, B' <= whole does too
             fastest = np.maximum(1.0 / ones, 1.0 / fulls)
-            need &= ~(m / (counts[:, :, None] * fastest).sum(axis=0) * (1 - 1e-6) + tails > limit)
+            need &= ~(microbatches / (counts[:, :, None] * fastest).sum(axis=0) * (1 - 1e-6) + tails > limit)
     if not need.any():
         return whole
     # g_i(B) = max(min(below, B / one_i), B / full_i) micro-batches of a replica in B: continuous,
@@ -51,7 +51,7 @@ def least_busy(m: int, counts: np.ndarray, ones: np.ndarray, fulls: np.ndarray, 
             last = low[None] >= last_start
             slope = np.where(first, rising, np.where(last, after, 0.0)).sum(axis=0)
             flat = np.where(first | last, 0.0, held).sum(axis=0)
-            root = np.where(slope > 0, (m - flat) / slope, np.where(flat >= m, low, INF))
+            root = np.where(slope > 0, (microbatches - flat) / slope, np.where(flat >= microbatches, low, INF))
             # a root past the piece is not G's
             inside = (root >= low * (1 - 1e-12)) & (root <= high * (1 + 1e-12))
             best = np.minimum(best, np.where(inside, np.maximum(root, low), INF))

@@ -78,13 +78,13 @@ def busy_lower_bound_s(plan: Plan, params: CostParams | Mapping[str, CostParams]
     return best
 
 
-def _chunk_compute_s(layers, st, sharding, gpu, link, p, memo: dict | None) -> float:
-    """The compute of one micro-batch through chunk `st` (SpanPrice.compute_s), memoised in `memo`."""
-    key = (st.layers, sharding, gpu.name, link, p, st.recompute_layers)
+def _chunk_compute_s(layers, chunk, sharding, gpu, link, params, memo: dict | None) -> float:
+    """The compute of one micro-batch through `chunk` (SpanPrice.compute_s), memoised in `memo`."""
+    key = (chunk.layers, sharding, gpu.name, link, params, chunk.recompute_layers)
     value = None if memo is None else memo.get(key)
     if value is None:
-        value = layers_price(layers[st.layers[0]:st.layers[1]], sharding, gpu, link, p,
-                             recompute_layers=st.recompute_layers).compute_s
+        value = layers_price(layers[chunk.layers[0]:chunk.layers[1]], sharding, gpu, link, params,
+                             recompute_layers=chunk.recompute_layers).compute_s
         if memo is not None:
             memo[key] = value
     return value
@@ -178,11 +178,11 @@ def surely_overflows(plan: Plan, params: CostParams | Mapping[str, CostParams] |
                for price, n_micro, capacity in priced)
 
 
-def _overflows(plan: Plan, k: int, head, price, n_micro: int, capacity: float) -> bool:
-    """Whether a replica of pipeline rank k holds more than `capacity`, its memory as evaluate's."""
+def _overflows(plan: Plan, rank: int, head, price, n_micro: int, capacity: float) -> bool:
+    """Whether a replica of pipeline rank `rank` holds more than `capacity`, its memory as evaluate's."""
     t = plan.training
     schedule = get_schedule(t.schedule)
-    in_flight, deferred = held_microbatches(schedule, k, plan.pp, schedule.chunks_per_rank(t.virtual_stages), n_micro,
+    in_flight, deferred = held_microbatches(schedule, rank, plan.pp, schedule.chunks_per_rank(t.virtual_stages), n_micro,
                                             [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
     memory = replica_memory(price.span, in_flight, t.dtype, head.dims, price.params, deferred, t.optimizer,
                             head.offload, price.act_offload)

@@ -34,7 +34,7 @@ class BlockPrices(NamedTuple):
 
 
 def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: float, transient: float,
-                       in_flight: float, n: np.ndarray) -> np.ndarray:
+                       in_flight: float, block_counts: np.ndarray) -> np.ndarray:
     """The fewest recomputed blocks (0..n) with which `in_flight` micro-batches of activations fit
     in `free` bytes: `acts` per micro-batch with none recomputed, each recomputed block saving
     `saved_per_block` and any recomputation adding one block's working set `transient`
@@ -42,33 +42,33 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
     need = in_flight * acts - free  # bytes over with none recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         if np.ndim(saved_per_block):  # several replica types at once, a row each (stacked_memory)
-            k = np.where(saved_per_block > 0, np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9), n)
+            k = np.where(saved_per_block > 0, np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9), block_counts)
         else:
-            k = np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9) if saved_per_block > 0 else n
+            k = np.ceil((need + transient) / (in_flight * saved_per_block) - 1e-9) if saved_per_block > 0 else block_counts
     k = np.where(need <= 0, 0, np.clip(k, 1, None))
-    return np.minimum(k, n).astype(np.int64)
+    return np.minimum(k, block_counts).astype(np.int64)
 
 
 def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
                       layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
-                      n: np.ndarray, offload: bool = False,
+                      block_counts: np.ndarray, offload: bool = False,
                       expert_layout: DpLayout | None = None) -> tuple[list[TypeArrays], np.ndarray]:
     """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
     the stage's recomputed-block count k per block count: the largest any replica type needs
     (a stage has one k, planner.plan.Stage.recompute_layers). Time, backward and memory room
     are those of the span with k blocks recomputed, priced as planner.cost.evaluate prices it."""
-    k = recomputed_blocks(block_memory(types, prices, dims, training, flags, n, offload), in_flight, n)
-    return block_types_at(types, prices, dims, training, layout, flags, k, n, offload, expert_layout), k
+    k = recomputed_blocks(block_memory(types, prices, dims, training, flags, block_counts, offload), in_flight, block_counts)
+    return block_types_at(types, prices, dims, training, layout, flags, k, block_counts, offload, expert_layout), k
 
 
 def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
-                 flags: tuple[bool, bool], n: np.ndarray, offload: bool = False) -> list[tuple]:
+                 flags: tuple[bool, bool], block_counts: np.ndarray, offload: bool = False) -> list[tuple]:
     """Per replica type, what smallest_fitting_k takes besides the in-flight count: (free bytes
     and activation bytes with none recomputed, bytes saved per recomputed block, transient)."""
     has_head, has_emb = flags
     out = []
     for ta, bp in zip(types, prices):
-        none = span_price(((n, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
+        none = span_price(((block_counts, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
         free = ta.group.gpu.memory_bytes - replica_memory(none, 0.0, training.dtype, dims, ta.cost_params,
                                                           optimizer=training.optimizer, offload=offload).total_bytes
         saved = bp.kept.act_bytes - bp.recomputed.act_bytes
@@ -76,32 +76,32 @@ def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: Stage
     return out
 
 
-def recomputed_blocks(memory: list[tuple] | tuple, in_flight: float, n: np.ndarray) -> np.ndarray:
+def recomputed_blocks(memory: list[tuple] | tuple, in_flight: float, block_counts: np.ndarray) -> np.ndarray:
     """The stage's recomputed-block count per block count: the largest any replica type needs
     (smallest_fitting_k on block_memory's figures, or on stacked_memory's at once)."""
     if isinstance(memory, tuple):
-        return smallest_fitting_k(*memory, in_flight, n).max(axis=0)
-    needed = [smallest_fitting_k(free, acts, saved, transient, in_flight, n) for free, acts, saved, transient in memory]
+        return smallest_fitting_k(*memory, in_flight, block_counts).max(axis=0)
+    needed = [smallest_fitting_k(free, acts, saved, transient, in_flight, block_counts) for free, acts, saved, transient in memory]
     return np.maximum.reduce(needed) if len(needed) > 1 else needed[0]
 
 
-def stacked_memory(memory: list[tuple], n: np.ndarray) -> tuple:
+def stacked_memory(memory: list[tuple], block_counts: np.ndarray) -> tuple:
     """block_memory's figures of the replica types as arrays with a row per type (free and activation
     bytes by block count, bytes saved per recomputed block, transient), for smallest_fitting_k at once."""
-    free, acts = (np.stack([np.broadcast_to(np.asarray(m[i], dtype=float), n.shape) for m in memory]) for i in (0, 1))
+    free, acts = (np.stack([np.broadcast_to(np.asarray(m[i], dtype=float), block_counts.shape) for m in memory]) for i in (0, 1))
     saved, transient = (np.array([[m[i]] for m in memory], dtype=float) for i in (2, 3))
     return free, acts, saved, transient
 
 
 def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
-                   layout: DpLayout | None, flags: tuple[bool, bool], k: np.ndarray, n: np.ndarray,
+                   layout: DpLayout | None, flags: tuple[bool, bool], recomputed: np.ndarray, block_counts: np.ndarray,
                    offload: bool = False, expert_layout: DpLayout | None = None) -> list[TypeArrays]:
-    """The config's type arrays with k[n] of its n blocks recomputed (block_type_arrays)."""
+    """The config's type arrays with recomputed[n] of its n blocks recomputed (block_type_arrays)."""
     has_head, has_emb = flags
-    kf = k.astype(float)
+    kf = recomputed.astype(float)
     out = []
     for ta, bp in zip(types, prices):
-        span = span_price(((n - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
+        span = span_price(((block_counts - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
                            (float(has_emb), bp.emb)), dims)
         w = span.weight_params
         time = ChunkTime(span, zero_comm(w, dims, training.dtype, layout, ta.cost_params, span.expert_params,
@@ -118,13 +118,14 @@ def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: Sta
     return out
 
 
-def useless_where(k: np.ndarray, n: np.ndarray, flags: tuple[bool, bool], modes: tuple[str, ...]) -> np.ndarray:
+def useless_where(recomputed: np.ndarray, block_counts: np.ndarray, flags: tuple[bool, bool],
+                  modes: tuple[str, ...]) -> np.ndarray:
     """Block counts where "block" only repeats another mode of the search, so the search leaves
     it out there (it considers block only where memory binds): none recomputed is "none";
     every block recomputed is "full" on a stage without the embedding or head (whose
     recomputation "full" also charges)."""
-    repeats_none = (k == 0) & ("none" in modes)
-    repeats_full = (k == n) & (k > 0) & ("full" in modes) & (not any(flags))
+    repeats_none = (recomputed == 0) & ("none" in modes)
+    repeats_full = (recomputed == block_counts) & (recomputed > 0) & ("full" in modes) & (not any(flags))
     return repeats_none | repeats_full
 
 

@@ -19,7 +19,7 @@ from .stage_types import INF, TypeArrays
 
 
 def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
-                            layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], n: np.ndarray,
+                            layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], block_counts: np.ndarray,
                             virtual_stages: int) -> list[TypeArrays]:
     """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
     same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
@@ -37,7 +37,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         fixed = one.total_s - per_weight
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
-            span = span_price(((n, dec), (has_head, head), (has_emb, emb)), sh.dims)
+            span = span_price(((block_counts, dec), (has_head, head), (has_emb, emb)), sh.dims)
             w = span.weight_params
             zero = ZeroComm(*(2 * x - y + (y - x) * w for x, y in ((one.reduce_scatter_s, two.reduce_scatter_s),
                                                                    (one.gather_s, two.gather_s))), one.overlap)
@@ -49,7 +49,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
 
 
 def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, virtual_stages: int,
-                  n: int) -> tuple[np.ndarray, np.ndarray | None]:
+                  blocks: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
     the blocks of its embedding or head chunk (None for a middle rank). The other chunks
     share their blocks as evenly as possible; the embedding's or head's chunk takes the
@@ -57,14 +57,14 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
     fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
     has_head, has_emb = flags
     sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
-    counts = np.arange(n + 1)
+    counts = np.arange(blocks + 1)
     if not has_head and not has_emb:
-        per_chunk = np.minimum(-(-counts // virtual_stages), n)
+        per_chunk = np.minimum(-(-counts // virtual_stages), blocks)
         latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
         latency = np.where(counts >= virtual_stages, latency, INF)
         return latency, None
     extra = "head" if has_head else "emb"
-    special, others, valid = _split_grid(n, virtual_stages)
+    special, others, valid = _split_grid(blocks, virtual_stages)
     grid = None
     for ta, send in zip(types, sends):
         own = ta.chunk[extra][special] + (0.0 if has_head else send)
@@ -77,15 +77,15 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
 
 
 @lru_cache(maxsize=64)
-def _split_grid(n: int, virtual_stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split_grid(blocks: int, virtual_stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """chunk_latency's grid over (n, a), the special chunk holding a of a rank's n blocks and the
     other V - 1 sharing n - a: a, the blocks of the largest other chunk, and whether the split
     is valid (read-only: shared by every call with this n and V)."""
-    counts = np.arange(n + 1)
+    counts = np.arange(blocks + 1)
     total, special = np.meshgrid(counts, counts, indexing="ij")
     rest = total - special
     valid = (special >= 1) & (rest >= virtual_stages - 1)
-    others = np.clip(-(-rest // (virtual_stages - 1)), 0, n)
+    others = np.clip(-(-rest // (virtual_stages - 1)), 0, blocks)
     for array in (special, others, valid):
         array.setflags(write=False)
     return special, others, valid

@@ -174,13 +174,13 @@ class StageConfigs(ProblemPart):
         self.tables.types[config] = out
         return out
 
-    def _replica_arrays(self, i: int, dims: StageDims, sh: Sharding, ep_group, layout: DpLayout | None,
+    def _replica_arrays(self, group_index: int, dims: StageDims, sh: Sharding, ep_group, layout: DpLayout | None,
                         expert_layout: DpLayout | None, offload: bool, block: bool) -> tuple:
         """type_arrays for the replicas on node group i: (the TypeArrays fields after count and
         group, the overflow a "does not fit" message reports, recompute "block"'s BlockPrices)."""
         inputs, t = self.inputs, self.inputs.training
         n = inputs.blocks
-        group = inputs.groups[i]
+        group = inputs.groups[group_index]
         gpu = group.gpu
         p = inputs.options.params_for(gpu.name)
         cp_link = None
@@ -196,7 +196,7 @@ class StageConfigs(ProblemPart):
         worst = (-INF, "")
         # the spans depend on the replica's own dimensions alone (span_price: dims.within_replica), not on
         # its stage's replica count, ZeRO stage or offload: built once, their totals kept (SpanPrice)
-        span_key = ("spans", i, dims.within_replica, sh, ep_group)
+        span_key = ("spans", group_index, dims.within_replica, sh, ep_group)
         spans = self.tables.replica_arrays.get(span_key)
         if spans is None:
             spans = self.tables.replica_arrays[span_key] = {

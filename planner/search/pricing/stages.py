@@ -238,11 +238,11 @@ class Problem:
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
-                busy: np.ndarray, flags: tuple[bool, bool], k: np.ndarray | None = None
+                busy: np.ndarray, flags: tuple[bool, bool], recomputed: np.ndarray | None = None
                 ) -> tuple[np.ndarray, float | None]:
         """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
         "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
-        xs, slopes = self.finish_many([(config, types, latency, k)], busy.reshape(-1, busy.shape[-1]), flags)
+        xs, slopes = self.finish_many([(config, types, latency, recomputed)], busy.reshape(-1, busy.shape[-1]), flags)
         return xs.reshape(busy.shape), slopes[0]
 
     def finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
