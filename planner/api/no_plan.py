@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 ANY_SUGGESTION_S = 30.0  # the most time the `--runtime any` search of a failed plan may take
 
 
-def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: SolverOptions, request: PlanRequest,
+def solve_or_explain(model: Model, cluster: Cluster, training: Training, options: SolverOptions, request: PlanRequest,
                      on_progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """planner.search.orchestration.driver.solve; its NoFeasiblePlan with the allowed degrees and what `--runtime
     any` finds (a stopped search's is passed on as it is)."""
@@ -30,7 +30,7 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
 
     started = time.perf_counter()
     try:
-        return solve(model, cluster, base, options, on_progress)
+        return solve(model, cluster, training, options, on_progress)
     except (NothingFaster, NotFoundInTime):
         raise
     except NoFeasiblePlan as exc:
@@ -40,8 +40,8 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
         allowed = describe_allowed(request)
         if allowed:
             message += f" (allowed: {allowed})"
-        if base.runtime != "any":
-            found = _any_runtime_plan(model, cluster, base, options, time.perf_counter() - started)
+        if training.runtime != "any":
+            found = _any_runtime_plan(model, cluster, training, options, time.perf_counter() - started)
             if found is not None:
                 from .ranked import configuration_text
 
@@ -50,7 +50,7 @@ def solve_or_explain(model: Model, cluster: Cluster, base: Training, options: So
         raise NoFeasiblePlan(message, exc.shortfall_bytes, exc.device) from exc
 
 
-def _any_runtime_plan(model: Model, cluster: Cluster, base: Training, options: SolverOptions,
+def _any_runtime_plan(model: Model, cluster: Cluster, training: Training, options: SolverOptions,
                       spent_s: float) -> SearchResult | None:
     """The plan of the same search under `--runtime any` within ANY_SUGGESTION_S and what is left of
     the time limit after `spent_s` (the failed search's), None if none."""
@@ -62,7 +62,7 @@ def _any_runtime_plan(model: Model, cluster: Cluster, base: Training, options: S
         if limit <= 0:
             return None
     try:
-        return solve(model, cluster, replace(base, runtime="any"),
+        return solve(model, cluster, replace(training, runtime="any"),
                      replace(options, space=None, time_limit_s=limit, upper_bound_s=None))
     except (NoFeasiblePlan, BadInput):
         return None
