@@ -11,6 +11,7 @@ import pytest
 
 from planner.api import EvaluateRequest, PlanRequest
 from planner.api.flags import declared, flag_figures, from_cli, plan_file_conflicts
+from planner.core.errors import BadInput
 from planner.cli.evaluate import evaluate_command
 from planner.cli.plan import plan_command
 
@@ -104,3 +105,27 @@ def test_the_sweeps_axes_are_the_combination_attributes_in_grid_order():
 
     attributes = [f.name for f in fields(Combination) if f.name not in ("index", "plan_name")]
     assert [s.axis for s in AXES] == attributes
+
+
+def test_the_sweep_functions_keywords_are_the_declared_sweep_flags():
+    from planner.sweep.grid import KEYWORDS, SWEEP_FLAGS, sweep_keywords
+
+    required = {s.keyword: ["x"] for s in SWEEP_FLAGS if s.required}
+    assert list(sweep_keywords(required)) == [s.keyword for s in SWEEP_FLAGS] == list(KEYWORDS)
+    with pytest.raises(TypeError, match="'micro_batch'"):
+        sweep_keywords({**required, "micro_batch": (2,)})
+    with pytest.raises(TypeError, match="'seq_lens'"):
+        sweep_keywords({k: v for k, v in required.items() if k != "seq_lens"})
+
+
+def test_the_sweeps_row_settings_build_the_template_request():
+    from planner.sweep.grid import sweep_keywords, template_request
+
+    required = {"models": ["gpt2"], "clusters": ["dgx-a100"], "batches": [64], "seq_lens": [1024]}
+    assert template_request(sweep_keywords(required)) == PlanRequest(time_limit_s=None)
+    given = sweep_keywords({**required, "time_limit": 5.0, "micro_batches": [2, 4], "virtual_stages": [1],
+                            "compare_any": True})
+    assert template_request(given) == PlanRequest(time_limit_s=5.0, micro_batches=(2, 4), virtual_stages=(1,),
+                                                  compare_any=True)
+    with pytest.raises(BadInput, match="--micro-batch"):
+        template_request({**given, "micro_batches": [0]})

@@ -84,7 +84,8 @@ def test_resume_never_truncates_kept_rows(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep_output.RowWriter, "write", write)
     with pytest.raises(SweepInterrupted) as info:
-        sweep(["nope"], [CLUSTER], [1, 2, 3, 4], [512], str(out), jobs=1, resume=True)
+        sweep(str(out), models=["nope"], clusters=[CLUSTER], batches=[1, 2, 3, 4], seq_lens=[512], jobs=1,
+              resume=True)
     assert out.read_bytes() == before
     assert info.value.rows == 3 and info.value.exit_code == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]

@@ -7,9 +7,9 @@ others give every row's request their values as `planner plan` takes them.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Mapping
 
-from ..api import PlanRequest
+from ..api import PlanRequest, require
 from ..api.flags import Flag
 from ..core.ranges import RANGES
 
@@ -65,17 +65,62 @@ AXES = tuple(s for s in SWEEP_FLAGS if s.axis)  # in Combination order: models o
 _FIELDS = {f.name: f for f in fields(PlanRequest)}
 
 
-def sweep_flag(s: SweepFlag) -> tuple[Flag, Any]:
-    """The flag `planner sweep` declares for `s`, the request field's with the sweep's help (an axis
+def sweep_flag(spec: SweepFlag) -> tuple[Flag, Any]:
+    """The flag `planner sweep` declares for `spec`, the request field's with the sweep's help (an axis
     repeatable, its documented range checked by the CLI), and the field's default."""
-    field = _FIELDS[s.field]
-    flag: Flag = replace(field.metadata["flag"], help=s.help, group=s.group, metavar=s.metavar)
-    if s.axis:
+    field = _FIELDS[spec.field]
+    flag: Flag = replace(field.metadata["flag"], help=spec.help, group=spec.group, metavar=spec.metavar)
+    if spec.axis:
         figure = RANGES.get(flag.figure)
-        low, high = (int(figure.low), int(figure.high)) if figure else (s.low, None)
-        flag = replace(flag, low=low, high=high, repeatable=True, show_default=s.show_default,
-                       default=(field.default,) if s.show_default else ())
+        low, high = (int(figure.low), int(figure.high)) if figure else (spec.low, None)
+        flag = replace(flag, low=low, high=high, repeatable=True, show_default=spec.show_default,
+                       default=(field.default,) if spec.show_default else ())
     return flag, field.default
+
+
+KEYWORDS = {s.keyword: s for s in SWEEP_FLAGS}  # sweep()'s keyword arguments
+
+
+def _absent(spec: SweepFlag) -> Any:
+    """sweep()'s value of a keyword not given: an axis or repeatable flag empty (the plan's
+    default), an on/off flag off, any other None (no value)."""
+    flag: Flag = _FIELDS[spec.field].metadata["flag"]
+    if spec.axis or flag.repeatable:
+        return ()
+    return False if flag.type is None else None
+
+
+def sweep_keywords(given: Mapping[str, Any]) -> dict[str, Any]:
+    """sweep()'s keyword arguments of the sweep's flags (SWEEP_FLAGS), every declared keyword
+    present (absent: _absent), in declared order; a keyword not declared, or a required axis
+    left out, is a TypeError (a call that does not match the signature)."""
+    unknown = [key for key in given if key not in KEYWORDS]
+    if unknown:
+        raise TypeError(f"sweep() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"its sweep keywords are {', '.join(KEYWORDS)}")
+    missing = [s.keyword for s in SWEEP_FLAGS if s.required and s.keyword not in given]
+    if missing:
+        raise TypeError(f"sweep() missing required keyword argument(s) {', '.join(map(repr, missing))}")
+    return {s.keyword: given[s.keyword] if s.keyword in given else _absent(s) for s in SWEEP_FLAGS}
+
+
+def template_request(values: Mapping[str, Any]) -> PlanRequest:
+    """The request every row starts from: the sweep's non-axis flags (`values` by keyword, as
+    sweep_keywords returns them), each given value checked against its documented range
+    (planner.api.require) in declared order; a repeatable one as a tuple."""
+    given = {}
+    for s in SWEEP_FLAGS:
+        if s.axis:
+            continue
+        flag: Flag = _FIELDS[s.field].metadata["flag"]
+        value = values[s.keyword]
+        if flag.repeatable:
+            for item in value:
+                require(item, flag.long)
+        elif value is not None:
+            require(value, flag.long)
+        given[s.field] = tuple(value) if flag.repeatable else value
+    return PlanRequest(**given)
 
 
 def row_request(combo: Any, template: PlanRequest) -> PlanRequest:
@@ -90,4 +135,5 @@ def row_request(combo: Any, template: PlanRequest) -> PlanRequest:
     return replace(template, **given)
 
 
-__all__ = ["AXES", "SWEEP_FLAGS", "SweepFlag", "row_request", "sweep_flag"]
+__all__ = ["AXES", "KEYWORDS", "SWEEP_FLAGS", "SweepFlag", "row_request", "sweep_flag", "sweep_keywords",
+           "template_request"]

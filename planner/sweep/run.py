@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
-from ..api import PlanRequest, require
+from ..api import PlanRequest
 from ..core.errors import BadInput
 from ..cost.runtimes import get_runtime
 from ..core.outfile import check_output, exclusive_lock, input_paths
 from ..core.runtime_default import DEFAULT_RUNTIME
 from ..plan import OPTIMIZER_NAMES
+from .grid import AXES, sweep_keywords, template_request
 from .output import COLUMNS, FORMATS, STATUSES, SweepInterrupted, needs_retry, rows_on_disk, sigterm_interrupts, \
     write_all, output_format, read_rows, start_output
 from .rows import DEFAULT_OPTIMIZER, EXECUTORS, Combination, combinations, parse_shard, plan_combination, \
@@ -37,59 +38,52 @@ from .rows import DEFAULT_OPTIMIZER, EXECUTORS, Combination, combinations, parse
 # --- the sweep --------------------------------------------------------------------------------
 
 
-def _axes(runtime: str | Iterable[str], runtimes: Iterable[str], dtypes: Iterable[str], optimizers: Iterable[str],
-          cps: Iterable[int], eps: Iterable[int]) -> dict[str, tuple]:
-    """The sweep's axes beyond models, clusters, batches and lengths, each value checked
-    before any work (a dtype a row's cluster or runtime lacks is that row's error): runtimes
-    (`runtime` when none), dtypes, optimizers, cp and ep degrees (empty: plan's default, None)."""
-    runtimes = tuple(runtimes) or ((runtime,) if isinstance(runtime, str) else tuple(runtime))
-    for name in runtimes:
+def _axes(runtime: str | Iterable[str], values: Mapping[str, Any]) -> dict[str, tuple]:
+    """The sweep's axes by keyword (AXES, in Combination order), each value checked before any
+    work (a dtype a row's cluster or runtime lacks is that row's error): runtimes (`runtime`
+    when none), optimizers (empty: adamw), cp and ep degrees; another empty axis is the
+    plan's default (None)."""
+    axes = {s.keyword: tuple(values[s.keyword]) for s in AXES}
+    axes["runtimes"] = axes["runtimes"] or ((runtime,) if isinstance(runtime, str) else tuple(runtime))
+    for name in axes["runtimes"]:
         get_runtime(name)  # an unknown name is bad input before any work
-    for name in optimizers:
+    for name in axes["optimizers"]:
         if name not in OPTIMIZER_NAMES:
             raise BadInput(f"expected one of {', '.join(OPTIMIZER_NAMES)}, got {name!r}", "--optimizer")
-    for flag, degrees in (("--cp", cps), ("--ep", eps)):
+    for flag, degrees in (("--cp", axes["cp_degrees"]), ("--ep", axes["ep_degrees"])):
         for degree in degrees:
             if not isinstance(degree, int) or isinstance(degree, bool) or degree < 1:
                 raise BadInput(f"must be a positive integer, got {degree!r}", flag)
-    return {"runtimes": runtimes, "dtypes": tuple(dtypes) or (None,),
-            "optimizers": tuple(optimizers) or (DEFAULT_OPTIMIZER,), "cps": tuple(cps) or (None,),
-            "eps": tuple(eps) or (None,)}
+    axes["optimizers"] = axes["optimizers"] or (DEFAULT_OPTIMIZER,)
+    return axes
 
 
-def sweep(models: Iterable[str], clusters: Iterable[str], batches: Iterable[int], seq_lens: Iterable[int],
-          output: str, *, jobs: int | None = 1, plans_dir: str | None = None, resume: bool = False,
-          shard: tuple[int, int] | None = None, time_limit: float | None = None,
-          progress: Callable[[int, int], Any] | None = None, executor: str = "local",
-          micro_batches: Iterable[int] = (), virtual_stages: Iterable[int] = (),
-          runtime: str = DEFAULT_RUNTIME, compare_any: bool = False, runtimes: Iterable[str] = (),
-          dtypes: Iterable[str] = (), optimizers: Iterable[str] = (), cp_degrees: Iterable[int] = (),
-          ep_degrees: Iterable[int] = ()) -> dict[str, int]:
+def sweep(output: str, *, jobs: int | None = 1, plans_dir: str | None = None, resume: bool = False,
+          shard: tuple[int, int] | None = None, progress: Callable[[int, int], Any] | None = None,
+          executor: str = "local", runtime: str = DEFAULT_RUNTIME, **grid: Any) -> dict[str, int]:
     """Run the sweep and write `output`; returns the count of each status in the final file.
+
+    `grid`: the sweep's flags by their keyword, as planner.sweep.grid.SWEEP_FLAGS declares them
+    (KEYWORDS): each axis a list of values, one row per combination (`models`, `clusters`,
+    `batches` and `seq_lens` required; `runtimes`, `dtypes`, `optimizers`, `cp_degrees`,
+    `ep_degrees` empty or left out: plan's default, the runtime `runtime`), and every row's
+    `time_limit` (None: none), `micro_batches`, `virtual_stages` (empty: plan's defaults) and
+    `compare_any` (`any_runtime_step_s` is what `--runtime any` would reach, as
+    `plan --compare-any` reports). A keyword not declared there is a TypeError.
+    Every row is planned as `planner plan` would with these.
 
     `executor` is "local" (`jobs` processes; None: one per CPU) or "ray" (at most `jobs` Ray
     tasks at a time; None: the cluster's CPUs), see planner.sweep.executors.
     `progress(done, total)` is called once before the first row and after every row.
     Ctrl-C or SIGTERM: the workers stop, every row written stays, SweepInterrupted is raised.
     A second sweep on the same output while one runs is BadInput (see exclusive_lock), and so
-    is a results file that cannot be written (a full disk): the file keeps its complete rows.
-    Every row is planned as `planner plan` would with `time_limit` (None: none),
-    `micro_batches` and `virtual_stages` (empty: plan's defaults) and its own runtime (of
-    `runtimes`, else `runtime`), dtype, optimizer, `--cp` and `--ep` degree (each list one axis
-    of the product; empty: plan's default); with `compare_any`, `any_runtime_step_s` is what
-    `--runtime any` would reach, as `plan --compare-any` reports."""
+    is a results file that cannot be written (a full disk): the file keeps its complete rows."""
+    values = sweep_keywords(grid)
     fmt = output_format(output)
-    if time_limit is not None:
-        require(time_limit, "--time-limit")
-    for b in micro_batches:
-        require(b, "--micro-batch")
-    for v in virtual_stages:
-        require(v, "--virtual-stages")
-    axes = _axes(runtime, runtimes, dtypes, optimizers, cp_degrees, ep_degrees)
-    request = PlanRequest(time_limit_s=time_limit, micro_batches=tuple(micro_batches),
-                          virtual_stages=tuple(virtual_stages), compare_any=compare_any)
-    models, clusters = list(models), list(clusters)
-    combos = combinations(models, clusters, batches, seq_lens, **axes)
+    request = template_request(values)
+    axes = _axes(runtime, values)
+    models, clusters = list(axes["models"]), list(axes["clusters"])
+    combos = combinations(*axes.values())
     if plans_dir is not None:
         combos = plan_file_names(combos)  # over every combination, so shards agree
     if shard is not None:
