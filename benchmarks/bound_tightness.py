@@ -3,8 +3,8 @@
     python benchmarks/bound_tightness.py [--runtimes megatron deepspeed ...] [--seeds 50]
 
 Part 1, llama-3-70b on the H100 + A100 + V100 clusters of benchmarks/planning_time.py under
-megatron: the busy-time bound (busy_bound_s, the bound before pipeline_bound_s) and the bound
-now (compute_lower_bound_s), with the CPU seconds of each. Part 2, the oracle instances of
+megatron: the busy-time bound (busy_bound_s, without pipeline_bound_s) and the full bound
+(compute_lower_bound_s), with the CPU seconds of each. Part 2, the oracle instances of
 planner/verify/oracle.py (tiny_instance seeds 0..S-1, pipeline_instance 0..11) under each runtime:
 the brute-force optimum (brute_force there) against both bounds; any bound above an optimum is
 printed as a violation. Prints markdown tables.

@@ -6,7 +6,7 @@ torchao's published float8 training table, not from the runs fidelity.py validat
 Source: torchao/float8/README.md, "e2e training benchmarks", NVIDIA H100 (pytorch 2.7.0a0,
 torchao 0.10.0): Llama3-8B on one node of 8 H100, local batch 1, sequence 8192, torch.compile,
 FSDP2, per-op SAC: bf16 6150, tensorwise (float8 all-gather) 7689.5, rowwise (bf16
-all-gather) 6768 median tokens/s. Its earlier version (pytorch/ao PR #1793, local batch 2):
+all-gather) 6768 median tokens/s. The same table at local batch 2 (pytorch/ao PR #1793):
 6019 / 7190 / 6649, printed as a cross-check.
 
 Derivation: the table's run is priced as a plan (as fidelity_runs.py prices torchtitan runs:
