@@ -135,8 +135,8 @@ def curve_json(op: str, ranks: int, sizes_bytes: Sequence[int], times_s: Sequenc
             "algbw_GBps": [_round(a * share) for a in algbw]}
 
 
-def _round(x: float) -> float:
-    return float(f"{x:.6g}")
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")
 
 
 # --- reading --------------------------------------------------------------------------------

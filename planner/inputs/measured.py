@@ -27,14 +27,14 @@ MEASURED_KEYS = ("micro_batch", "tp", *TIMES_KEYS, "by_tp")
 MIN_FRACTION = 0.05  # an extrapolation never drops below this share of the nearest measurement
 
 
-def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float, single: str) -> float:
+def _interpolate(xs: Sequence[float], ys: Sequence[float], point: float, single: str) -> float:
     """Piecewise-linear through (xs, ys), extended linearly past both ends."""
     if len(xs) == 1:
-        return ys[0] * (x / xs[0] if single == "proportional" else xs[0] / x)
-    i = min(max(bisect_left(xs, x), 1), len(xs) - 1)
+        return ys[0] * (point / xs[0] if single == "proportional" else xs[0] / point)
+    i = min(max(bisect_left(xs, point), 1), len(xs) - 1)
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    nearest = ys[0] if x < xs[0] else ys[-1] if x > xs[-1] else min(y0, y1)
+    y = y0 + (y1 - y0) * (point - x0) / (x1 - x0)
+    nearest = ys[0] if point < xs[0] else ys[-1] if point > xs[-1] else min(y0, y1)
     return max(y, MIN_FRACTION * nearest)
 
 

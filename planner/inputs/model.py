@@ -20,8 +20,8 @@ from .hardware import PROFILES_DIR
 from .measured import check_profile_keys
 from ..core import ranges
 from ..core.io import MAX_NUMBER, load_mapping
-from .model_families import (SUPPORTED_TYPES, Mla, attention_params, expert_params,  # noqa: F401 (re-exported)
-                             hf_dimensions, mlp_params)
+from .block_params import attention_params, expert_params, mlp_params
+from .model_families import SUPPORTED_TYPES, Mla, hf_dimensions  # noqa: F401 (re-exported)
 from ..core.names import check_name, name_from_file
 from .model_config import ModelConfig  # noqa: F401 (re-exported)
 
@@ -351,17 +351,17 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
     return ModelConfig(name=name, **hf_dimensions(data, where))
 
 
-def build_layers(c: ModelConfig) -> tuple[Layer, ...]:
-    h = c.hidden
-    embed_params = c.vocab * h + (c.max_positions * h if c.learned_positions else 0)
-    head_matrix = c.vocab * h
-    layers = [Layer(0, "embed", "embedding", embed_params, embed_params, c)]
-    for i in range(c.num_layers):
-        lc = c.layer_config(i)
+def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
+    h = config.hidden
+    embed_params = config.vocab * h + (config.max_positions * h if config.learned_positions else 0)
+    head_matrix = config.vocab * h
+    layers = [Layer(0, "embed", "embedding", embed_params, embed_params, config)]
+    for i in range(config.num_layers):
+        lc = config.layer_config(i)
         block = attention_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
         layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc, expert_params=expert_params(lc)))
-    head_params = c.norm_params + (0 if c.tied_embeddings else head_matrix)
-    layers.append(Layer(c.num_layers + 1, "head", "head", head_params, c.norm_params + head_matrix, c))
+    head_params = config.norm_params + (0 if config.tied_embeddings else head_matrix)
+    layers.append(Layer(config.num_layers + 1, "head", "head", head_params, config.norm_params + head_matrix, config))
     return tuple(layers)
 
 

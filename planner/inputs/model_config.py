@@ -76,12 +76,12 @@ class ModelConfig:
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
-    def layer_config(self, i: int) -> "ModelConfig":
+    def layer_config(self, index: int) -> "ModelConfig":
         """Decoder i's config: its attention window, a dense MLP if it is one of the
         dense layers of an MoE model; the per-model patterns cleared."""
         changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (),
-                                   "window": self.layer_windows[i] if self.layer_windows else self.window}
-        if i in self.dense_layers:
+                                   "window": self.layer_windows[index] if self.layer_windows else self.window}
+        if index in self.dense_layers:
             changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
                            shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
         return replace(self, **changes)

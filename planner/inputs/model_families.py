@@ -1,6 +1,6 @@
 """Hugging Face model families: one small reader per `model_type`, each turning a parsed
-config.json into the fields of planner.inputs.model_config.ModelConfig (the model's name aside), and the
-parameter counts of a block's attention and MLP for every family.
+config.json into the fields of planner.inputs.model_config.ModelConfig (the model's name aside);
+planner.inputs.block_params counts a block's attention and MLP parameters for every family.
 
 No silent defaults: a dimension the cost depends on that the config leaves out is bad
 input, unless the family's transformers configuration class gives it a default; each such
@@ -103,126 +103,128 @@ class _Reader:
         return tuple(window if w else 0 for w in pattern)
 
 
-def _core(r: _Reader, head_dim_default: int | None = None) -> dict[str, Any]:
+def _core(reader: _Reader, head_dim_default: int | None = None) -> dict[str, Any]:
     """The dimensions every Llama-style family names the same way. `head_dim_default` is
     the family's documented default; None: hidden / heads (LlamaConfig, MistralConfig,
     Qwen2Config, Phi3Config, Olmo2Config all derive it so when head_dim is absent)."""
-    hidden = r.num("hidden_size", "hidden")
-    heads = r.num("num_attention_heads", "num_heads")
-    head_dim = r.num("head_dim", "hidden", default=head_dim_default, required=False) or 0
+    hidden = reader.num("hidden_size", "hidden")
+    heads = reader.num("num_attention_heads", "num_heads")
+    head_dim = reader.num("head_dim", "hidden", default=head_dim_default, required=False) or 0
     if not head_dim and hidden % heads:
         raise BadInput(f"hidden size {hidden} is not a multiple of the {heads} heads (and no head_dim)",
-                       r.where, r.prefix + "num_attention_heads")
-    return dict(hidden=hidden, num_layers=r.num("num_hidden_layers", "num_layers"), num_heads=heads,
-                num_kv_heads=r.num("num_key_value_heads", "num_heads", default=heads),  # HF: absent means MHA
-                ffn_hidden=r.num("intermediate_size", "ffn_hidden"), vocab=r.num("vocab_size", "vocab"),
-                max_positions=r.num("max_position_embeddings", "max_positions", required=False) or 0,
+                       reader.where, reader.prefix + "num_attention_heads")
+    return dict(hidden=hidden, num_layers=reader.num("num_hidden_layers", "num_layers"), num_heads=heads,
+                num_kv_heads=reader.num("num_key_value_heads", "num_heads", default=heads),  # HF: absent means MHA
+                ffn_hidden=reader.num("intermediate_size", "ffn_hidden"), vocab=reader.num("vocab_size", "vocab"),
+                max_positions=reader.num("max_position_embeddings", "max_positions", required=False) or 0,
                 attention_head_dim=head_dim, gated_mlp=True, norm="rmsnorm",
-                tied_embeddings=r.flag("tie_word_embeddings", False),
-                dropout=r.rate("attention_dropout") > 0)
+                tied_embeddings=reader.flag("tie_word_embeddings", False),
+                dropout=reader.rate("attention_dropout") > 0)
 
 
-def _window_all(r: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _window_all(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     """Mistral, Mixtral, Phi-3: `sliding_window` (null: none) applies to every layer."""
-    window = r.num("sliding_window", "max_positions", required=False) or 0
-    dims["layer_windows"] = r.layer_windows(dims["num_layers"], window, lambda i: True)
+    window = reader.num("sliding_window", "max_positions", required=False) or 0
+    dims["layer_windows"] = reader.layer_windows(dims["num_layers"], window, lambda i: True)
     return dims
 
 
-def _window_qwen(r: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _window_qwen(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     """Qwen2/3 (and MoE): with use_sliding_window, layers from max_window_layers on use
     sliding_window (Qwen2Config's layer_types rule)."""
-    if r.flag("use_sliding_window", False):
-        window = r.num("sliding_window", "max_positions")
-        first = r.num("max_window_layers", "layer_index")
-        dims["layer_windows"] = r.layer_windows(dims["num_layers"], window, lambda i: i >= first)
+    if reader.flag("use_sliding_window", False):
+        window = reader.num("sliding_window", "max_positions")
+        first = reader.num("max_window_layers", "layer_index")
+        dims["layer_windows"] = reader.layer_windows(dims["num_layers"], window, lambda i: i >= first)
     return dims
 
 
-def _experts(r: _Reader, dims: dict[str, Any], experts_key: str) -> dict[str, Any]:
-    experts = r.num(experts_key, "num_experts")
-    top_k = r.num("num_experts_per_tok", "num_experts")
+def _experts(reader: _Reader, dims: dict[str, Any], experts_key: str) -> dict[str, Any]:
+    experts = reader.num(experts_key, "num_experts")
+    top_k = reader.num("num_experts_per_tok", "num_experts")
     if top_k > experts:
-        raise BadInput(f"num_experts_per_tok exceeds {experts_key}", r.where, r.prefix + "num_experts_per_tok")
+        raise BadInput(f"num_experts_per_tok exceeds {experts_key}", reader.where,
+                       reader.prefix + "num_experts_per_tok")
     dims.update(num_experts=experts, experts_top_k=top_k)
     return dims
 
 
-def _qwen_moe(r: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _qwen_moe(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     """Qwen2-MoE / Qwen3-MoE: layer i is sparse unless listed in mlp_only_layers or
     (i + 1) % decoder_sparse_step != 0 (Qwen2MoeDecoderLayer); dense layers use
     intermediate_size, experts moe_intermediate_size. decoder_sparse_step defaults to 1."""
-    _experts(r, dims, "num_experts")
-    step = r.num("decoder_sparse_step", "num_layers", default=1)
-    only = r.index_list("mlp_only_layers", dims["num_layers"])
+    _experts(reader, dims, "num_experts")
+    step = reader.num("decoder_sparse_step", "num_layers", default=1)
+    only = reader.index_list("mlp_only_layers", dims["num_layers"])
     dense = tuple(i for i in range(dims["num_layers"]) if i in only or (i + 1) % step)
-    dims.update(dense_ffn_hidden=dims["ffn_hidden"], ffn_hidden=r.num("moe_intermediate_size", "ffn_hidden"),
+    dims.update(dense_ffn_hidden=dims["ffn_hidden"], ffn_hidden=reader.num("moe_intermediate_size", "ffn_hidden"),
                 dense_layers=dense)
-    return _window_qwen(r, dims)
+    return _window_qwen(reader, dims)
 
 
-def _llama(r: _Reader) -> dict[str, Any]:
-    r.refuse_true("attention_bias", "mlp_bias")
-    return _core(r)
+def _llama(reader: _Reader) -> dict[str, Any]:
+    reader.refuse_true("attention_bias", "mlp_bias")
+    return _core(reader)
 
 
-def _mistral(r: _Reader) -> dict[str, Any]:
-    return _window_all(r, _core(r))
+def _mistral(reader: _Reader) -> dict[str, Any]:
+    return _window_all(reader, _core(reader))
 
 
-def _mixtral(r: _Reader) -> dict[str, Any]:
-    return _experts(r, _window_all(r, _core(r)), "num_local_experts")
+def _mixtral(reader: _Reader) -> dict[str, Any]:
+    return _experts(reader, _window_all(reader, _core(reader)), "num_local_experts")
 
 
-def _qwen2(r: _Reader) -> dict[str, Any]:
-    return _window_qwen(r, _core(r) | {"qkv_bias": True})
+def _qwen2(reader: _Reader) -> dict[str, Any]:
+    return _window_qwen(reader, _core(reader) | {"qkv_bias": True})
 
 
-def _qwen2_moe(r: _Reader) -> dict[str, Any]:
+def _qwen2_moe(reader: _Reader) -> dict[str, Any]:
     """Qwen2-MoE: q/k/v biases; a shared expert of shared_expert_intermediate_size with a
     sigmoid gate (Linear h -> 1) in every sparse layer (Qwen2MoeSparseMoeBlock)."""
-    dims = _qwen_moe(r, _core(r) | {"qkv_bias": True})
-    shared = r.num("shared_expert_intermediate_size", "ffn_hidden", required=False) or 0
+    dims = _qwen_moe(reader, _core(reader) | {"qkv_bias": True})
+    shared = reader.num("shared_expert_intermediate_size", "ffn_hidden", required=False) or 0
     dims.update(shared_expert_ffn=shared, shared_expert_gate=shared > 0)
     return dims
 
 
-def _qwen3(r: _Reader) -> dict[str, Any]:
+def _qwen3(reader: _Reader) -> dict[str, Any]:
     """Qwen3: q_norm and k_norm (RMSNorm of head_dim) per head; head_dim defaults to 128
     (Qwen3Config(head_dim=128))."""
-    r.refuse_true("attention_bias")
-    return _window_qwen(r, _core(r, head_dim_default=128) | {"qk_norm": "head"})
+    reader.refuse_true("attention_bias")
+    return _window_qwen(reader, _core(reader, head_dim_default=128) | {"qk_norm": "head"})
 
 
-def _qwen3_moe(r: _Reader) -> dict[str, Any]:
+def _qwen3_moe(reader: _Reader) -> dict[str, Any]:
     """Qwen3-MoE: Qwen3's attention, Qwen-MoE layers without a shared expert
     (Qwen3MoeConfig(head_dim=128))."""
-    r.refuse_true("attention_bias")
-    return _qwen_moe(r, _core(r, head_dim_default=128) | {"qk_norm": "head"})
+    reader.refuse_true("attention_bias")
+    return _qwen_moe(reader, _core(reader, head_dim_default=128) | {"qk_norm": "head"})
 
 
-def _deepseek_v3(r: _Reader) -> dict[str, Any]:
+def _deepseek_v3(reader: _Reader) -> dict[str, Any]:
     """DeepSeek-V3: MLA; the first first_k_dense_replace layers dense (intermediate_size),
     then every moe_layer_freq-th layer an MoE of n_routed_experts (moe_intermediate_size)
     plus n_shared_experts shared ones as one MLP of n_shared x moe_intermediate_size, the
     router with its e_score_correction_bias (topk_method noaux_tc). The multi-token
     prediction module (num_nextn_predict_layers) is not part of the model priced: it is
     DeepSeek's 14B on top of the 671B main model (their README_WEIGHTS.md)."""
-    r.refuse_true("attention_bias")
-    dims = _core(r, head_dim_default=0)
-    mla = Mla(q_lora_rank=r.num("q_lora_rank", "hidden", required=False) or 0,
-              kv_lora_rank=r.num("kv_lora_rank", "hidden"), qk_nope_head_dim=r.num("qk_nope_head_dim", "hidden"),
-              qk_rope_head_dim=r.num("qk_rope_head_dim", "hidden"), v_head_dim=r.num("v_head_dim", "hidden"))
-    _experts(r, dims, "n_routed_experts")
-    first = r.num("first_k_dense_replace", "layer_index", default=0)
-    freq = r.num("moe_layer_freq", "num_layers", default=1)
+    reader.refuse_true("attention_bias")
+    dims = _core(reader, head_dim_default=0)
+    mla = Mla(q_lora_rank=reader.num("q_lora_rank", "hidden", required=False) or 0,
+              kv_lora_rank=reader.num("kv_lora_rank", "hidden"),
+              qk_nope_head_dim=reader.num("qk_nope_head_dim", "hidden"),
+              qk_rope_head_dim=reader.num("qk_rope_head_dim", "hidden"), v_head_dim=reader.num("v_head_dim", "hidden"))
+    _experts(reader, dims, "n_routed_experts")
+    first = reader.num("first_k_dense_replace", "layer_index", default=0)
+    freq = reader.num("moe_layer_freq", "num_layers", default=1)
     dense = tuple(i for i in range(dims["num_layers"]) if i < first or i % freq)
-    shared = r.num("n_shared_experts", "shared_experts", default=0)
-    moe_ffn = r.num("moe_intermediate_size", "ffn_hidden")
+    shared = reader.num("n_shared_experts", "shared_experts", default=0)
+    moe_ffn = reader.num("moe_intermediate_size", "ffn_hidden")
     # MLA gives every query head its own key and value: as many kv heads as heads
     dims.update(mla=mla, num_kv_heads=dims["num_heads"], attention_head_dim=0, dense_layers=dense,
                 dense_ffn_hidden=dims["ffn_hidden"], ffn_hidden=moe_ffn, shared_expert_ffn=shared * moe_ffn,
-                router_bias=r.data.get("topk_method") == "noaux_tc")
+                router_bias=reader.data.get("topk_method") == "noaux_tc")
     return dims
 
 
@@ -234,80 +236,82 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "head_dim": 256, "num_attention_h
                         "num_key_value_heads": 4, "sliding_window": 4096, "sliding_window_pattern": 6}
 
 
-def _gemma(r: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _gemma(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     """Gemma 2/3: GeGLU MLP, a norm before and after attention and MLP (4 per block), the
     embedding tied to the LM head by default and scaled by sqrt(hidden) (no parameters);
     query_pre_attn_scalar and the logit soft-capping change values, not costs."""
-    r.refuse_true("attention_bias")
-    dims.update(block_norms=4, tied_embeddings=r.flag("tie_word_embeddings", True))
+    reader.refuse_true("attention_bias")
+    dims.update(block_norms=4, tied_embeddings=reader.flag("tie_word_embeddings", True))
     return dims
 
 
-def _gemma2(r: _Reader) -> dict[str, Any]:
+def _gemma2(reader: _Reader) -> dict[str, Any]:
     """Gemma 2: even layers attend within sliding_window (default 4096), odd ones to all."""
-    dims = _gemma(r, _core(r, head_dim_default=GEMMA_HEAD_DIM))
-    window = r.num("sliding_window", "max_positions", default=GEMMA2_WINDOW)
-    dims["layer_windows"] = r.layer_windows(dims["num_layers"], window, lambda i: i % 2 == 0)
+    dims = _gemma(reader, _core(reader, head_dim_default=GEMMA_HEAD_DIM))
+    window = reader.num("sliding_window", "max_positions", default=GEMMA2_WINDOW)
+    dims["layer_windows"] = reader.layer_windows(dims["num_layers"], window, lambda i: i % 2 == 0)
     return dims
 
 
-def _gemma3_text(r: _Reader) -> dict[str, Any]:
+def _gemma3_text(reader: _Reader) -> dict[str, Any]:
     """Gemma 3: q/k norms per head; every sliding_window_pattern-th layer global, the rest
     windowed. Google's configs leave out the Gemma3TextConfig defaults above."""
     d = GEMMA3_TEXT_DEFAULTS
-    data = dict(r.data)
+    data = dict(reader.data)
     for key in ("vocab_size", "num_attention_heads", "num_key_value_heads"):
         data.setdefault(key, d[key])
-    r = _Reader(data, r.where, r.prefix)
-    dims = _gemma(r, _core(r, head_dim_default=d["head_dim"]) | {"qk_norm": "head"})
-    window = r.num("sliding_window", "max_positions", default=d["sliding_window"])
-    pattern = r.num("sliding_window_pattern", "num_layers", default=d["sliding_window_pattern"])
-    dims["layer_windows"] = r.layer_windows(dims["num_layers"], window, lambda i: (i + 1) % pattern != 0)
+    reader = _Reader(data, reader.where, reader.prefix)
+    dims = _gemma(reader, _core(reader, head_dim_default=d["head_dim"]) | {"qk_norm": "head"})
+    window = reader.num("sliding_window", "max_positions", default=d["sliding_window"])
+    pattern = reader.num("sliding_window_pattern", "num_layers", default=d["sliding_window_pattern"])
+    dims["layer_windows"] = reader.layer_windows(dims["num_layers"], window, lambda i: (i + 1) % pattern != 0)
     return dims
 
 
-def _gemma3(r: _Reader) -> dict[str, Any]:
+def _gemma3(reader: _Reader) -> dict[str, Any]:
     """Gemma 3 multimodal checkpoints: the language model is text_config; the SigLIP vision
     tower and the projector are not priced (no image tokens are modelled)."""
-    text = r.data.get("text_config")
+    text = reader.data.get("text_config")
     if not isinstance(text, dict):
-        raise BadInput("missing the text_config mapping", r.where, r.prefix + "text_config")
-    return _gemma3_text(_Reader(text, r.where, r.prefix + "text_config."))
+        raise BadInput("missing the text_config mapping", reader.where, reader.prefix + "text_config")
+    return _gemma3_text(_Reader(text, reader.where, reader.prefix + "text_config."))
 
 
-def _phi3(r: _Reader) -> dict[str, Any]:
+def _phi3(reader: _Reader) -> dict[str, Any]:
     """Phi-3: fused qkv_proj and gate_up_proj hold the same weights as separate ones."""
-    r.refuse_true("attention_bias")
-    return _window_all(r, _core(r) | {"dropout": any([r.rate("attention_dropout") > 0, r.rate("resid_pdrop") > 0])})
+    reader.refuse_true("attention_bias")
+    dropout = any([reader.rate("attention_dropout") > 0, reader.rate("resid_pdrop") > 0])
+    return _window_all(reader, _core(reader) | {"dropout": dropout})
 
 
-def _olmo2(r: _Reader) -> dict[str, Any]:
+def _olmo2(reader: _Reader) -> dict[str, Any]:
     """OLMo 2: norms after attention and MLP instead of before (2 per block); q_norm and
     k_norm over the whole q and k projections."""
-    r.refuse_true("attention_bias")
-    return _core(r) | {"qk_norm": "proj"}
+    reader.refuse_true("attention_bias")
+    return _core(reader) | {"qk_norm": "proj"}
 
 
-def _gpt2(r: _Reader) -> dict[str, Any]:
-    hidden = r.first(("n_embd", "hidden_size"), "hidden")
-    heads = r.first(("n_head", "num_attention_heads"), "num_heads")
+def _gpt2(reader: _Reader) -> dict[str, Any]:
+    hidden = reader.first(("n_embd", "hidden_size"), "hidden")
+    heads = reader.first(("n_head", "num_attention_heads"), "num_heads")
     if hidden % heads:
-        raise BadInput(f"hidden size {hidden} is not a multiple of the {heads} heads", r.where, "num_attention_heads")
-    return dict(hidden=hidden, num_layers=r.first(("n_layer", "num_hidden_layers"), "num_layers"),
-                num_heads=heads, num_kv_heads=heads, vocab=r.num("vocab_size", "vocab"),
-                max_positions=r.first(("n_positions", "max_position_embeddings"), "max_positions"),
-                ffn_hidden=r.num("n_inner", "ffn_hidden", default=4 * hidden),  # GPT2Config: null is 4h
-                gated_mlp=False, tied_embeddings=r.flag("tie_word_embeddings", True), norm="layernorm",
+        raise BadInput(f"hidden size {hidden} is not a multiple of the {heads} heads", reader.where,
+                       "num_attention_heads")
+    return dict(hidden=hidden, num_layers=reader.first(("n_layer", "num_hidden_layers"), "num_layers"),
+                num_heads=heads, num_kv_heads=heads, vocab=reader.num("vocab_size", "vocab"),
+                max_positions=reader.first(("n_positions", "max_position_embeddings"), "max_positions"),
+                ffn_hidden=reader.num("n_inner", "ffn_hidden", default=4 * hidden),  # GPT2Config: null is 4h
+                gated_mlp=False, tied_embeddings=reader.flag("tie_word_embeddings", True), norm="layernorm",
                 linear_bias=True, learned_positions=True,
-                dropout=any([r.rate(k) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")]))  # check all
+                dropout=any([reader.rate(k) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")]))  # check all
 
 
-def _gpt_neox(r: _Reader) -> dict[str, Any]:
-    dims = _core(r)
+def _gpt_neox(reader: _Reader) -> dict[str, Any]:
+    dims = _core(reader)
     if dims["attention_head_dim"]:
-        raise BadInput("head_dim is not a GPT-NeoX field", r.where, "head_dim")
+        raise BadInput("head_dim is not a GPT-NeoX field", reader.where, "head_dim")
     return dims | dict(gated_mlp=False, norm="layernorm", linear_bias=True,
-                       dropout=r.rate("hidden_dropout") > 0)
+                       dropout=reader.rate("hidden_dropout") > 0)
 
 
 READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
@@ -316,66 +320,6 @@ READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "deepseek_v3": _deepseek_v3, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
     "phi3": _phi3, "olmo2": _olmo2}
 assert set(READERS) == set(SUPPORTED_TYPES)
-
-
-def attention_params(c: Any) -> int:
-    """q, k, v and output projections with their biases and q/k norms; MLA's down- and
-    up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
-    h = c.hidden
-    if c.mla is None:
-        qkv = c.q_dim + c.kv_dim + c.v_dim
-        params = h * qkv + c.o_dim * h
-        if c.linear_bias:
-            params += qkv + h
-        elif c.qkv_bias:
-            params += qkv
-    else:
-        m = c.mla
-        q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * c.q_dim if m.q_lora_rank else h * c.q_dim
-        kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-              + m.kv_lora_rank * c.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
-        params = q + kv + c.o_dim * h
-    if c.qk_norm == "head":
-        params += 2 * c.head_dim
-    elif c.qk_norm == "proj":
-        params += c.q_dim + c.kv_dim
-    return params
-
-
-def _ffn_params(c: Any, f: int) -> int:
-    return (3 if c.gated_mlp else 2) * c.hidden * f + (f + c.hidden if c.linear_bias else 0)
-
-
-def expert_params(c: Any) -> int:
-    """The routed experts of an MoE layer (what expert parallelism splits); 0 for a dense MLP."""
-    return c.num_experts * _ffn_params(c, c.ffn_hidden) if c.num_experts > 1 else 0
-
-
-def mlp_params(c: Any) -> int:
-    """A dense MLP, or every routed expert, the router (and its bias), the shared experts
-    (and their gate)."""
-    h = c.hidden
-
-    def ffn(f: int) -> int:
-        return _ffn_params(c, f)
-
-    if c.num_experts == 1:
-        params = ffn(c.ffn_hidden)
-    else:
-        params = expert_params(c) + h * c.num_experts + (c.num_experts if c.router_bias else 0)
-    if c.shared_expert_ffn:
-        params += ffn(c.shared_expert_ffn) + (h if c.shared_expert_gate else 0)
-    return params
-
-
-def features_beyond_gpt_flags(c: Any) -> list[str]:
-    """The parts of a ModelConfig that Megatron's basic GPT flags (layers, widths, heads,
-    query groups, kv-channels, qk-layernorm, SwiGLU, RMSNorm, biases, experts) do not say."""
-    named = [(c.mla is not None, "multi-latent attention"), (c.shared_expert_ffn > 0, "shared experts"),
-             (bool(c.dense_layers), "dense layers among the MoE ones"), (c.router_bias, "router bias"),
-             (c.block_norms != 2, "norms after attention and MLP"), (c.qk_norm == "proj", "whole-projection q/k norms"),
-             (bool(c.layer_windows), "sliding-window layers")]
-    return [name for present, name in named if present]
 
 
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral, qwen*_moe, deepseek_v3

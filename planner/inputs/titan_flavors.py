@@ -41,29 +41,29 @@ TITAN_LLAMA3_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_fac
                              "original_max_position_embeddings": 8192}
 
 
-def dims_of(c: ModelConfig) -> Flavor:
-    return Flavor(*(getattr(c, name) for name in FLAVOR_DIMENSIONS))
+def dims_of(config: ModelConfig) -> Flavor:
+    return Flavor(*(getattr(config, name) for name in FLAVOR_DIMENSIONS))
 
 
-def llama3_architecture(c: ModelConfig) -> bool:
+def llama3_architecture(config: ModelConfig) -> bool:
     """torchtitan's llama3 Transformer: RMSNorm, SwiGLU, rotary positions, untied output, no
     biases, dense MLPs."""
-    return (c.gated_mlp and not c.tied_embeddings and c.norm == "rmsnorm" and not c.linear_bias
-            and not c.qkv_bias and c.num_experts == 1 and not c.learned_positions
-            and c.q_dim == c.hidden and c.qk_norm == "none" and c.block_norms == 2 and c.mla is None
-            and not c.layer_windows and not c.dense_layers)
+    return (config.gated_mlp and not config.tied_embeddings and config.norm == "rmsnorm" and not config.linear_bias
+            and not config.qkv_bias and config.num_experts == 1 and not config.learned_positions
+            and config.q_dim == config.hidden and config.qk_norm == "none" and config.block_norms == 2
+            and config.mla is None and not config.layer_windows and not config.dense_layers)
 
 
-def titan_llama3_flavor(c: ModelConfig, model_name: str) -> str:
+def titan_llama3_flavor(config: ModelConfig, model_name: str) -> str:
     """The torchtitan llama3 flavour whose dimensions are the model's; BadInput when none is."""
-    dims = dims_of(c)
-    if llama3_architecture(c):
+    dims = dims_of(config)
+    if llama3_architecture(config):
         for flavor, flavor_dims in TITAN_LLAMA3_FLAVORS.items():
             if flavor_dims == dims:
                 return flavor
     shape = (f"hidden {dims.hidden}, {dims.num_layers} layers, {dims.num_heads} heads, {dims.num_kv_heads} "
              f"kv heads, ffn {dims.ffn_hidden}, vocab {dims.vocab}"
-             + ("" if llama3_architecture(c) else f", a {c.model_type} architecture"))
+             + ("" if llama3_architecture(config) else f", a {config.model_type} architecture"))
     raise BadInput(f"torchtitan builds models only as named flavours, and the model {model_name!r} "
                    f"({shape}) is none of its llama3 flavours ({', '.join(TITAN_LLAMA3_FLAVORS)}); "
                    "export --to rankmap, or register a TrainSpec in torchtitan and write its [model]",

@@ -133,29 +133,29 @@ class Topology:
                         *(x for a, b, _ in self.given for x in (a, b))})
         return tuple((a, b, self.route(a, b)) for i, a in enumerate(names) for b in names[i + 1:])
 
-    def _resolve(self, a: str, b: str) -> tuple[Link, tuple[str, ...]]:
-        """(route, path from a to b) of a < b, searched once."""
-        found = self._found.get((a, b))
+    def _resolve(self, src: str, dst: str) -> tuple[Link, tuple[str, ...]]:
+        """(route, path from src to dst) of src < dst, searched once."""
+        found = self._found.get((src, dst))
         if found is None:
-            found = self._found[(a, b)] = self._search(a, b)
+            found = self._found[(src, dst)] = self._search(src, dst)
         return found
 
-    def _search(self, a: str, b: str) -> tuple[Link, tuple[str, ...]]:
-        if (a, b) in self._given_of:
-            return self._given_of[(a, b)], (a, b)
-        direct = self._edge_of.get((a, b))
+    def _search(self, src: str, dst: str) -> tuple[Link, tuple[str, ...]]:
+        if (src, dst) in self._given_of:
+            return self._given_of[(src, dst)], (src, dst)
+        direct = self._edge_of.get((src, dst))
         if self.default:  # no switches: the links entry, else the default edge
             if direct is None:
-                la, lb = self._default_of[a], self._default_of[b]
+                la, lb = self._default_of[src], self._default_of[dst]
                 direct = Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
                               max(la.latency_s, lb.latency_s), DEFAULT_KIND)
-            return direct, (a, b)
-        via = self._via_switches(self._signatures.get(a, ()), self._signatures.get(b, ()))
+            return direct, (src, dst)
+        via = self._via_switches(self._signatures.get(src, ()), self._signatures.get(dst, ()))
         if direct is not None and (via is None or (direct.bandwidth_bytes_per_s, -direct.latency_s)
                                    >= (via[0].bandwidth_bytes_per_s, -via[0].latency_s)):
-            return direct, (a, b)
+            return direct, (src, dst)
         assert via is not None, "every pair of groups has a route (checked at load)"
-        return via[0], (a, *via[1], b)
+        return via[0], (src, *via[1], dst)
 
     def _via_switches(self, sig_a: tuple, sig_b: tuple) -> tuple[Link, tuple[str, ...]] | None:
         """The widest path through switches from a group of signature sig_a to one of sig_b
@@ -247,11 +247,11 @@ def check_routes(graph: nx.Graph, groups: Sequence[str], switches: Sequence[str]
     direct edge, or a switch that both reach (one union-find over the switch-to-switch edges)."""
     parent = {s: s for s in switches}
 
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
+    def find(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
 
     for a, b in edges:
         if a in parent and b in parent:

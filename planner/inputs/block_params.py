@@ -1,0 +1,71 @@
+"""Parameter counts of a decoder block's attention and MLP for every Hugging Face family
+(planner.inputs.model_families reads the configs), and the features Megatron's GPT flags leave out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def attention_params(config: Any) -> int:
+    """q, k, v and output projections with their biases and q/k norms; MLA's down- and
+    up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
+    h = config.hidden
+    if config.mla is None:
+        qkv = config.q_dim + config.kv_dim + config.v_dim
+        params = h * qkv + config.o_dim * h
+        if config.linear_bias:
+            params += qkv + h
+        elif config.qkv_bias:
+            params += qkv
+    else:
+        m = config.mla
+        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * config.q_dim if m.q_lora_rank
+             else h * config.q_dim)
+        kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+              + m.kv_lora_rank * config.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
+        params = q + kv + config.o_dim * h
+    if config.qk_norm == "head":
+        params += 2 * config.head_dim
+    elif config.qk_norm == "proj":
+        params += config.q_dim + config.kv_dim
+    return params
+
+
+def _ffn_params(config: Any, width: int) -> int:
+    """One feed-forward network of inner width `width`: its weights and, with linear biases, their biases."""
+    bias = width + config.hidden if config.linear_bias else 0
+    return (3 if config.gated_mlp else 2) * config.hidden * width + bias
+
+
+def expert_params(config: Any) -> int:
+    """The routed experts of an MoE layer (what expert parallelism splits); 0 for a dense MLP."""
+    return config.num_experts * _ffn_params(config, config.ffn_hidden) if config.num_experts > 1 else 0
+
+
+def mlp_params(config: Any) -> int:
+    """A dense MLP, or every routed expert, the router (and its bias), the shared experts
+    (and their gate)."""
+    h = config.hidden
+
+    def ffn(width: int) -> int:
+        return _ffn_params(config, width)
+
+    if config.num_experts == 1:
+        params = ffn(config.ffn_hidden)
+    else:
+        router_bias = config.num_experts if config.router_bias else 0
+        params = expert_params(config) + h * config.num_experts + router_bias
+    if config.shared_expert_ffn:
+        params += ffn(config.shared_expert_ffn) + (h if config.shared_expert_gate else 0)
+    return params
+
+
+def features_beyond_gpt_flags(config: Any) -> list[str]:
+    """The parts of a ModelConfig that Megatron's basic GPT flags (layers, widths, heads,
+    query groups, kv-channels, qk-layernorm, SwiGLU, RMSNorm, biases, experts) do not say."""
+    named = [(config.mla is not None, "multi-latent attention"), (config.shared_expert_ffn > 0, "shared experts"),
+             (bool(config.dense_layers), "dense layers among the MoE ones"), (config.router_bias, "router bias"),
+             (config.block_norms != 2, "norms after attention and MLP"),
+             (config.qk_norm == "proj", "whole-projection q/k norms"),
+             (bool(config.layer_windows), "sliding-window layers")]
+    return [name for present, name in named if present]
