@@ -222,30 +222,30 @@ def runtime_optimizer(plan: Plan, target: str, names: dict[str, str]) -> str:
     return names[name]
 
 
-def block_recompute_layers(u: Uniform, warn: Warn) -> int:
+def block_recompute_layers(form: Uniform, warn: Warn) -> int:
     """Recompute "block" as one count for every stage (Megatron's --recompute-num-layers applies
     to each pipeline stage, a stage with fewer blocks recomputing all of its own): the largest
     any stage plans (where that is not every stage's plan, the others recompute more than
     planned: more time, less memory)."""
-    k = max(u.recompute_layers)
-    block = [(r, n) for r, n in zip(u.recompute_layers, u.decoders) if r > 0]
-    if len(set(u.recompute_layers)) > 1 and not (len(block) == len(u.decoders) and one_block_count(block)):
-        warn(f"per-stage recomputed blocks differ ({u.recompute_layers}); exported {k} for every stage")
+    k = max(form.recompute_layers)
+    block = [(r, n) for r, n in zip(form.recompute_layers, form.decoders) if r > 0]
+    if len(set(form.recompute_layers)) > 1 and not (len(block) == len(form.decoders) and one_block_count(block)):
+        warn(f"per-stage recomputed blocks differ ({form.recompute_layers}); exported {k} for every stage")
     return k
 
 
-def layer_sac_frequency(u: Uniform, warn: Warn) -> int:
+def layer_sac_frequency(form: Uniform, warn: Warn) -> int:
     """Recompute "block" as torchtitan's per-layer selective checkpointing, which wraps every
     N-th decoder block (torchtitan distributed/activation_checkpoint.py _apply_layer_sac):
     N = min over stages of floor(blocks / recomputed), so every stage recomputes at least its
     planned count (floor(blocks / N) >= recomputed)."""
-    planned = [(n, k) for n, k in zip(u.decoders, u.recompute_layers) if k > 0]
+    planned = [(n, k) for n, k in zip(form.decoders, form.recompute_layers) if k > 0]
     if not planned:
         return 0
     freq = min(n // k for n, k in planned)
-    exact = all(n // freq == k for n, k in zip(u.decoders, u.recompute_layers))
+    exact = all(n // freq == k for n, k in zip(form.decoders, form.recompute_layers))
     if not exact:
-        warn(f"recompute block ({u.recompute_layers} of {u.decoders} blocks per stage) exported as "
+        warn(f"recompute block ({form.recompute_layers} of {form.decoders} blocks per stage) exported as "
              f"selective_ac_option {freq!r}: every {freq}-th block recomputes "
-             f"({[n // freq for n in u.decoders]} per stage)")
+             f"({[n // freq for n in form.decoders]} per stage)")
     return freq

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
-from ..inputs.model_families import features_beyond_gpt_flags
+from ..inputs.block_params import features_beyond_gpt_flags
 from ..plan import Plan
 from ..cost.runtimes.megatron import SPEC as MEGATRON
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
@@ -136,7 +136,7 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
     return flags
 
 
-def priced_flags(u: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, Any]]:
+def priced_flags(form: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, Any]]:
     """The data-parallel and optimizer flags that the megatron runtime's price assumes
     (planner.cost.runtimes.megatron; Megatron-LM leaves each of them off by default), in the
     combinations Megatron-LM's validate_args accepts (megatron/training/arguments.py):
@@ -157,18 +157,18 @@ def priced_flags(u: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, Any]
     --tp-comm-overlap (Transformer Engine userbuffers, which also hide the forward's
     collectives) is priced by no runtime and not written."""
     flags: list[tuple[str, Any]] = []
-    distributed = u.zero >= 1 or u.offload
+    distributed = form.zero >= 1 or form.offload
     if distributed:
         flags.append(("--use-distributed-optimizer", None))
-        if u.zero >= 2:
-            warn(f"ZeRO-{u.zero} exported as --use-distributed-optimizer, which shards optimizer state "
-                 "only (ZeRO-1): gradients" + (" and parameters" if u.zero == 3 else "")
+        if form.zero >= 2:
+            warn(f"ZeRO-{form.zero} exported as --use-distributed-optimizer, which shards optimizer state "
+                 "only (ZeRO-1): gradients" + (" and parameters" if form.zero == 3 else "")
                  + " are no longer sharded")
     if MEGATRON.pricing.overlap_grad_reduce:
         flags.append(("--overlap-grad-reduce", None))
         if distributed:
             flags.append(("--overlap-param-gather", None))
-    if u.offload:
+    if form.offload:
         if optimizer != "adam":
             raise BadInput(f"Megatron-LM offloads only Adam to the CPU (--optimizer-cpu-offload needs "
                            f"--use-precision-aware-optimizer, which takes adam only); the plan uses "
@@ -186,47 +186,47 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     # megatron/training/arguments.py --optimizer {adam, sgd}; adam is AdamW (decoupled weight decay)
     optimizer = runtime_optimizer(plan, "megatron", {"adamw": "adam", "sgd": "sgd"})
     placed = placeable(plan)
-    u = uniform_form(plan, "megatron", warn, placed)
+    form = uniform_form(plan, "megatron", warn, placed)
     layout = None
-    if u.pp > 1:
+    if form.pp > 1:
         layout = megatron_layout(plan)
-        even = len(set(u.decoders)) == 1
+        even = len(set(form.decoders)) == 1
     flags: list[tuple[str, Any]] = [
-        ("--tensor-model-parallel-size", u.tp), ("--pipeline-model-parallel-size", u.pp),
-        ("--micro-batch-size", u.micro), ("--global-batch-size", u.global_batch)]
+        ("--tensor-model-parallel-size", form.tp), ("--pipeline-model-parallel-size", form.pp),
+        ("--micro-batch-size", form.micro), ("--global-batch-size", form.global_batch)]
     if layout is not None:
-        if even and u.v > 1:  # Megatron's own even split, no layout needed
-            flags.append(("--num-layers-per-virtual-pipeline-stage", u.decoders[0]))
+        if even and form.v > 1:  # Megatron's own even split, no layout needed
+            flags.append(("--num-layers-per-virtual-pipeline-stage", form.decoders[0]))
         elif not even:
             flags.append(("--pipeline-model-parallel-layout", layout))
-    if u.cp > 1:
+    if form.cp > 1:
         # megatron-core context parallelism: --cp-comm-type p2p is the ring, a2a Ulysses
         # (megatron/training/arguments.py --context-parallel-size, --cp-comm-type)
-        flags += [("--context-parallel-size", u.cp), ("--cp-comm-type", "p2p" if u.cp_kind == "ring" else "a2a")]
-    if u.sequence_parallel:
+        flags += [("--context-parallel-size", form.cp), ("--cp-comm-type", "p2p" if form.cp_kind == "ring" else "a2a")]
+    if form.sequence_parallel:
         flags.append(("--sequence-parallel", None))
-    if u.recompute == "selective":
+    if form.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
-    elif u.recompute == "block" and max(u.recompute_layers) > 0:
+    elif form.recompute == "block" and max(form.recompute_layers) > 0:
         # Megatron-LM transformer_block.py _checkpointed_forward: the first N layers of each stage
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
-                  ("--recompute-num-layers", block_recompute_layers(u, warn))]
-    elif u.recompute == "full":
+                  ("--recompute-num-layers", block_recompute_layers(form, warn))]
+    elif form.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]
     if optimizer != "adam":
         flags.append(("--optimizer", optimizer))
-    flags += priced_flags(u, optimizer, warn)
-    if u.offload_activations:
+    flags += priced_flags(form, optimizer, warn)
+    if form.offload_activations:
         # megatron-core model_parallel_config.py cpu_offloading / cpu_offloading_num_layers: the
         # first K layers' activations to the CPU (Transformer Engine cpu_offload.py); one stage only
-        flags += [("--cpu-offloading", None), ("--cpu-offloading-num-layers", u.offload_activations)]
-    if c.num_kv_heads % u.tp:
-        warn(f"{c.num_kv_heads} query groups do not split over tp={u.tp}; Megatron will refuse it")
-    flags += _model_flags(plan, u.tp, warn)
-    if u.dtype == "bf16":
+        flags += [("--cpu-offloading", None), ("--cpu-offloading-num-layers", form.offload_activations)]
+    if c.num_kv_heads % form.tp:
+        warn(f"{c.num_kv_heads} query groups do not split over tp={form.tp}; Megatron will refuse it")
+    flags += _model_flags(plan, form.tp, warn)
+    if form.dtype == "bf16":
         flags.append(("--bf16", None))
-    elif u.dtype == "fp8":
+    elif form.dtype == "fp8":
         # Transformer Engine fp8 linears over bf16 parameters: HYBRID format (E4M3 forward, E5M2
         # gradients), delayed scaling with TE's recipe defaults (amax history 1024, max),
         # megatron/training/arguments.py --fp8-format / --fp8-amax-history-len / --fp8-amax-compute-algo
@@ -235,23 +235,24 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
                            f"{plan.training.fp8_recipe}: export --to torchtitan or re-plan", "--to")
         flags += [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-amax-history-len", 1024),
                   ("--fp8-amax-compute-algo", "max")]
-    elif u.dtype == "fp16":
+    elif form.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
     # Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP below Blackwell;
     # the priced TP overlap rests on it (priced_flags)
-    one_connection = u.tp > 1 or u.cp > 1
+    one_connection = form.tp > 1 or form.cp > 1
     header = [comment_line(text) for text in (
         f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
-        f"tp {u.tp} x " + (f"cp {u.cp} x " if u.cp > 1 else "") + f"pp {u.pp} x dp {u.dp} = {u.world} GPUs, "
-        + (f"ep {u.ep} over the " + ("cp x dp" if u.cp > 1 else "dp") + " ranks, " if u.ep > 1 else "") +
-        f"{u.grad_accum} micro-batches of {u.micro} per replica per step",
-        f"decoder layers per pipeline stage: {u.decoders}" + (f" (layout {layout})" if layout else ""),
+        f"tp {form.tp} x " + (f"cp {form.cp} x " if form.cp > 1 else "")
+        + f"pp {form.pp} x dp {form.dp} = {form.world} GPUs, "
+        + (f"ep {form.ep} over the " + ("cp x dp" if form.cp > 1 else "dp") + " ranks, " if form.ep > 1 else "") +
+        f"{form.grad_accum} micro-batches of {form.micro} per replica per step",
+        f"decoder layers per pipeline stage: {form.decoders}" + (f" (layout {layout})" if layout else ""),
         f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "
         "exactly this many tokens, with --data-path etc.",
         "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; " + ("CUDA_DEVICE_MAX_CONNECTIONS=1 " if one_connection else "")
         + "torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
-        *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and u.tp > 1 else []),
+        *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and form.tp > 1 else []),
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"

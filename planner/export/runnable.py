@@ -17,7 +17,7 @@ from ..core.errors import BadInput
 from ..cost.fp8 import RECIPES
 from ..cost.runtimes import get_runtime
 from ..cost.runtimes.capability import Capability, capability, violations
-from ..plan import Plan, Replica, Stage, uniform_plan
+from ..plan import Plan, Replica, Stage, Training, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
 from .targets import EXPORT_TARGETS, TARGET_RUNTIMES
@@ -121,6 +121,54 @@ def runnable_forms(plan: Plan, target: str) -> list[Plan]:
     return out
 
 
+def _runnable_layers(plan: Plan, cap: Capability) -> tuple[list[tuple[int, int]], list[int], bool]:
+    """Each stage's layer range and pipeline rank in the runnable form, and whether the plan's
+    virtual stages were flattened into one contiguous stage per pipeline rank."""
+    layers = [s.layers for s in plan.stages]
+    prank = [s.pipeline_rank for s in plan.stages]
+    flattened = plan.training.virtual_stages > 1 and "interleaved" not in cap.schedules
+    if flattened:  # contiguous stages of each rank's layer total
+        per_rank = [0] * plan.pp
+        for s in plan.stages:
+            per_rank[s.pipeline_rank] += s.layers[1] - s.layers[0]
+        layers, start = [], 0
+        for count in per_rank:
+            layers.append((start, start + count))
+            start += count
+        prank = list(range(plan.pp))
+    blocks = sum(1 for layer in plan.model.layers if layer.kind == "decoder")
+    if cap.layer_split == "equal" and blocks % len(layers) == 0:
+        # the same decoder blocks on every stage (DeepSpeed's type:transformer partition): the
+        # embedding rides with the first stage, the head with the last
+        each, stages_n, end = blocks // len(layers), len(layers), len(plan.model.layers)
+        layers = [(0 if i == 0 else 1 + i * each, end if i == stages_n - 1 else 1 + (i + 1) * each)
+                  for i in range(stages_n)]
+    return layers, prank, flattened
+
+
+def _runnable_training(plan: Plan, runtime: str, cap: Capability, tp: int, dp: int, flattened: bool) -> Training:
+    """The plan's training settings as the target runtime runs them."""
+    t = plan.training
+    # an fp8 recipe of another library than the target's (torchao rowwise -> Megatron): its default
+    target_recipe = get_runtime(runtime).fp8_recipe
+    same_library = (t.fp8_recipe and target_recipe
+                    and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
+    # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed)
+    training = dataclasses.replace(t, runtime=runtime, fp8_recipe=t.fp8_recipe if same_library else "",
+                                   compile=t.compile and cap.compile)
+    if t.virtual_stages == 1 and t.schedule not in cap.schedules:
+        training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
+    if flattened:
+        training = dataclasses.replace(training, schedule="1f1b", virtual_stages=1)
+    if t.dtype not in cap.dtypes:  # fp16 where the runtime has none (torchtitan): bf16 where every GPU has it
+        gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
+        bf16 = "bf16" in cap.dtypes and all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
+        training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
+    if cap.mixed_precision_needs_sharding and dp == 1 and (plan.pp > 1 or tp > 1):
+        training = dataclasses.replace(training, dtype="fp32")  # torchtitan: no mixed precision without FSDP
+    return training
+
+
 def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str | None = None) -> Plan:
     """The nearest plan `target` runs exactly with TP `tp` (default: the plan's largest) and
     `recompute` (default: the plan's strongest) on every stage (module docstring); BadInput when
@@ -144,40 +192,8 @@ def runnable_form(plan: Plan, target: str, tp: int | None = None, recompute: str
                       and m in cap.recompute_modes), recompute)
     # sequence parallelism only where the runtime has it (DeepSpeed's pipeline engine has none)
     sp = (_sp(plan.stages, tp) or (cap.sequence_parallel_always and tp > 1)) and cap.sequence_parallel
-    # an fp8 recipe of another library than the target's (torchao rowwise -> Megatron): its default
-    target_recipe = get_runtime(runtime).fp8_recipe
-    same_library = (t.fp8_recipe and target_recipe
-                    and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
-    # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed)
-    training = dataclasses.replace(t, runtime=runtime, fp8_recipe=t.fp8_recipe if same_library else "",
-                                   compile=t.compile and cap.compile)
-    if t.virtual_stages == 1 and t.schedule not in cap.schedules:
-        training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
-    layers = [s.layers for s in plan.stages]
-    prank = [s.pipeline_rank for s in plan.stages]
-    if t.virtual_stages > 1 and "interleaved" not in cap.schedules:  # contiguous stages of each rank's layer total
-        per_rank = [0] * plan.pp
-        for s in plan.stages:
-            per_rank[s.pipeline_rank] += s.layers[1] - s.layers[0]
-        layers, start = [], 0
-        for count in per_rank:
-            layers.append((start, start + count))
-            start += count
-        prank = list(range(plan.pp))
-        training = dataclasses.replace(training, schedule="1f1b", virtual_stages=1)
-    blocks = sum(1 for layer in plan.model.layers if layer.kind == "decoder")
-    if cap.layer_split == "equal" and blocks % len(layers) == 0:
-        # the same decoder blocks on every stage (DeepSpeed's type:transformer partition): the
-        # embedding rides with the first stage, the head with the last
-        each, stages_n, end = blocks // len(layers), len(layers), len(plan.model.layers)
-        layers = [(0 if i == 0 else 1 + i * each, end if i == stages_n - 1 else 1 + (i + 1) * each)
-                  for i in range(stages_n)]
-    if t.dtype not in cap.dtypes:  # fp16 where the runtime has none (torchtitan): bf16 where every GPU has it
-        gpus = {plan.cluster.device(r).gpu for r in plan.used_ranks()}
-        bf16 = "bf16" in cap.dtypes and all(g.supports("bf16") for g in plan.cluster.gpu_types if g.name in gpus)
-        training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
-    if cap.mixed_precision_needs_sharding and dp == 1 and (plan.pp > 1 or tp > 1):
-        training = dataclasses.replace(training, dtype="fp32")  # torchtitan: no mixed precision without FSDP
+    layers, prank, flattened = _runnable_layers(plan, cap)
+    training = _runnable_training(plan, runtime, cap, tp, dp, flattened)
     share = t.global_batch // dp
     kinds = [layer.kind for layer in plan.model.layers]
     # recompute "block": the plan's largest count on every stage (a smaller stage recomputes all its
