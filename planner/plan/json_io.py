@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from ..core.dims import CP_KINDS
 from ..core.errors import BadInput
-from ..inputs.hardware import cluster_from_spec
+from ..inputs.hardware import Cluster, cluster_from_spec
 from ..core import ranges
 from ..core.io import MAX_NUMBER, get_str
 from ..inputs.model import model_from_dict
@@ -65,11 +65,11 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
     return out
 
 
-def _expert_keys(s: Stage) -> dict:
+def _expert_keys(stage: Stage) -> dict:
     """A stage's `ep` and `etp` (formats.md section 6: written when used): etp as it runs."""
-    if s.ep == 1 and not s.etp:
+    if stage.ep == 1 and not stage.etp:
         return {}
-    return {"ep": s.ep, "etp": s.dims.expert_tp}
+    return {"ep": stage.ep, "etp": stage.dims.expert_tp}
 
 
 def _int(data: Mapping[str, Any], key: str, where: str, path: str, minimum: int = 1) -> int:
@@ -127,7 +127,15 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         if not spec.get("name"):  # the spec of a cluster file without `name:` (named by its file)
             spec = {**spec, "name": cluster_name}
     cluster = cluster_from_spec(spec, f"{where}: cluster.spec")
-    tr = data["training"]
+    training = _training_from_json(data["training"], cluster, where)
+    stages = [_stage_from_json(st, i, where) for i, st in enumerate(data["stages"])]
+    if not stages:
+        raise BadInput("a plan needs at least one stage", where, "stages")
+    return Plan(model, cluster, training, tuple(stages))
+
+
+def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> Training:
+    """The plan's `training` mapping, checked against the cluster's GPUs."""
     dtype = tr.get("dtype")
     if dtype not in ("fp32", "fp16", "bf16", "fp8"):
         raise BadInput(f"unknown dtype {dtype!r}", where, "training.dtype")
@@ -147,7 +155,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
     problem = fp8_recipe_problem(fp8_recipe, dtype)
     if problem:
         raise BadInput(problem, where, "training.fp8_recipe")
-    training = Training(
+    return Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
         dtype=dtype, micro_batch=ranges.get(tr, "micro_batch", "micro_batch", where, "training.micro_batch"),
@@ -157,54 +165,59 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default=DEFAULT_RUNTIME),
         optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"),
         tf32_matmul=_tf32(tr, dtype, where))
-    stages = []
-    for i, st in enumerate(data["stages"]):
-        path = f"stages[{i}]"
-        if not isinstance(st, dict):
-            raise BadInput("must be a mapping", where, path)
-        layers = st.get("layers")
-        if (not isinstance(layers, list) or len(layers) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
-            raise BadInput("must be [first, end)", where, f"{path}.layers")
-        recompute = st.get("recompute", "none")
-        if recompute not in STAGE_RECOMPUTE_MODES:
-            raise BadInput(f"unknown recompute {recompute!r}", where, f"{path}.recompute")
-        recompute_layers = _int(st, "recompute_layers", where, path, 0) if recompute == "block" else 0
-        zero = st.get("zero", 0)
-        if zero not in (0, 1, 2, 3):
-            raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
-        replicas = []
-        raw_replicas = st.get("replicas")
-        if not isinstance(raw_replicas, list) or not raw_replicas:
-            raise BadInput("must be a non-empty list", where, f"{path}.replicas")
-        for j, rep in enumerate(raw_replicas):
-            rpath = f"{path}.replicas[{j}]"
-            if not isinstance(rep, dict):
-                raise BadInput("must be a mapping", where, rpath)
-            ranks = rep.get("ranks")
-            if (not isinstance(ranks, list) or not ranks
-                    or not all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)):
-                raise BadInput("must be a non-empty list of ranks", where, f"{rpath}.ranks")
-            replicas.append(Replica(_int(rep, "dp_rank", where, rpath, 0),
-                                    _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
-        cp = _int(st, "cp", where, path) if "cp" in st else 1
-        cp_kind = st.get("cp_kind", "ring")
-        if cp_kind not in CP_KINDS:
-            raise BadInput(f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})", where,
-                           f"{path}.cp_kind")
-        stages.append(Stage(
-            index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
-            tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
-            replicas=tuple(replicas),
-            pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else i,
-            sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
-            ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
-            etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
-            recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path),
-            offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0))
-    if not stages:
-        raise BadInput("a plan needs at least one stage", where, "stages")
-    return Plan(model, cluster, training, tuple(stages))
+
+
+def _stage_from_json(st: Any, index: int, where: str) -> Stage:
+    """Stage `index` of the plan's `stages` list."""
+    path = f"stages[{index}]"
+    if not isinstance(st, dict):
+        raise BadInput("must be a mapping", where, path)
+    layers = st.get("layers")
+    if (not isinstance(layers, list) or len(layers) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
+        raise BadInput("must be [first, end)", where, f"{path}.layers")
+    recompute = st.get("recompute", "none")
+    if recompute not in STAGE_RECOMPUTE_MODES:
+        raise BadInput(f"unknown recompute {recompute!r}", where, f"{path}.recompute")
+    recompute_layers = _int(st, "recompute_layers", where, path, 0) if recompute == "block" else 0
+    zero = st.get("zero", 0)
+    if zero not in (0, 1, 2, 3):
+        raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
+    replicas = _replicas_from_json(st, path, where)
+    cp = _int(st, "cp", where, path) if "cp" in st else 1
+    cp_kind = st.get("cp_kind", "ring")
+    if cp_kind not in CP_KINDS:
+        raise BadInput(f"unknown context-parallel kind {cp_kind!r} (known: {', '.join(CP_KINDS)})", where,
+                       f"{path}.cp_kind")
+    return Stage(
+        index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
+        tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
+        replicas=replicas,
+        pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else index,
+        sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
+        ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
+        etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
+        recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path),
+        offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0)
+
+
+def _replicas_from_json(st: Mapping[str, Any], path: str, where: str) -> tuple[Replica, ...]:
+    """A stage's `replicas` list."""
+    replicas = []
+    raw_replicas = st.get("replicas")
+    if not isinstance(raw_replicas, list) or not raw_replicas:
+        raise BadInput("must be a non-empty list", where, f"{path}.replicas")
+    for j, rep in enumerate(raw_replicas):
+        rpath = f"{path}.replicas[{j}]"
+        if not isinstance(rep, dict):
+            raise BadInput("must be a mapping", where, rpath)
+        ranks = rep.get("ranks")
+        if (not isinstance(ranks, list) or not ranks
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)):
+            raise BadInput("must be a non-empty list of ranks", where, f"{rpath}.ranks")
+        replicas.append(Replica(_int(rep, "dp_rank", where, rpath, 0),
+                                _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
+    return tuple(replicas)
 
 
 # --- structural validation ---------------------------------------------------------------

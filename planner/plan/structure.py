@@ -7,24 +7,24 @@ from .. import schedules
 from .types import Plan, SCHEDULES, Stage, context_parallel_problem
 
 
-def _expert_problems(plan: Plan, s: Stage, path: str) -> list[tuple[str, str]]:
+def _expert_problems(plan: Plan, stage: Stage, path: str) -> list[tuple[str, str]]:
     """Expert parallelism: its degrees fit the model and the stage (StageDims.expert_problem),
     and the replicas of one EP group take equal batch shares (their all-to-alls run in lock-step)."""
-    if s.ep == 1 and not s.etp:
+    if stage.ep == 1 and not stage.etp:
         return []
     c = plan.model.config
-    problem = s.dims.expert_problem(c.num_experts if c is not None else 1)
+    problem = stage.dims.expert_problem(c.num_experts if c is not None else 1)
     if problem:
         return [(f"{path}.ep", problem)]
-    dims = s.dims
+    dims = stage.dims
     size = dims.group_gpus  # a replica: cp groups of tp ranks
-    if len({len(r.ranks) for r in s.replicas}) != 1 or len(s.replicas[0].ranks) != size:
+    if len({len(r.ranks) for r in stage.replicas}) != 1 or len(stage.replicas[0].ranks) != size:
         return []  # reported with the ranks
-    replicas = sorted(s.replicas, key=lambda r: r.dp_rank)
+    replicas = sorted(stage.replicas, key=lambda r: r.dp_rank)
     for j in range(len(replicas)):
         shares = {replicas[q // size].batch_share for q in dims.ep_group(j * size)}
         if len(shares) > 1:
-            return [(f"{path}.replicas", f"the replicas of one expert-parallel group (ep={s.ep}) take "
+            return [(f"{path}.replicas", f"the replicas of one expert-parallel group (ep={stage.ep}) take "
                                          f"different batch shares {sorted(shares)}; their all-to-alls run in lock-step")]
     return []
 
@@ -36,7 +36,6 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     """
     problems: list[tuple[str, str]] = []
     t = plan.training
-    n_gpus = plan.cluster.num_gpus
     expected_first = 0
     seen_by_prank: dict[int, set[int]] = {}
     first_stage: dict[int, int] = {}  # pipeline rank -> its first stage
@@ -51,62 +50,92 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
         expected_first = end
         if s.index != i:
             problems.append((f"{path}.index", f"is {s.index}, expected {i} (stages in layer order)"))
-        total = 0
-        ranks_here: set[int] = set()
-        dp_ranks: set[int] = set()
-        for j, r in enumerate(s.replicas):
-            rpath = f"{path}.replicas[{j}]"
-            if r.dp_rank in dp_ranks:
-                problems.append((f"{rpath}.dp_rank", f"dp_rank {r.dp_rank} appears twice in one stage"))
-            elif r.dp_rank >= s.dp:
-                problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{s.dp - 1} "
-                                                     f"(the stage has {s.dp} replicas)"))
-            dp_ranks.add(r.dp_rank)
-            if len(r.ranks) != s.tp * s.cp:
-                problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={s.tp}" if s.cp == 1 else
-                                 f"has {len(r.ranks)} ranks but tp x cp = {s.tp}x{s.cp} = {s.tp * s.cp}"))
-            if r.batch_share % t.micro_batch:
-                problems.append((f"{rpath}.batch_share",
-                                 f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
-            total += r.batch_share
-            for rank in r.ranks:
-                if not 0 <= rank < n_gpus:
-                    problems.append((f"{rpath}.ranks", f"rank {rank} is outside 0..{n_gpus - 1}"))
-                if rank in ranks_here:
-                    problems.append((f"{rpath}.ranks", f"rank {rank} used twice in one stage"))
-                ranks_here.add(rank)
+        replica_problems, total, ranks_here = _replica_problems(plan, s, path)
+        problems += replica_problems
         cp_problem = context_parallel_problem(plan.model, t, s.tp, s.cp, s.cp_kind)
         if cp_problem:
             problems.append((f"{path}.cp", cp_problem))
         if total != t.global_batch:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
         problems += _expert_problems(plan, s, path)
-        # without interleaving, stage i is pipeline rank i (trainers place stages by position)
-        if t.virtual_stages == 1 and s.pipeline_rank in seen_by_prank:
-            problems.append((f"{path}.pipeline_rank", f"pipeline rank {s.pipeline_rank} already runs stage "
-                                                      f"{first_stage[s.pipeline_rank]}; stages share a pipeline "
-                                                      "rank only when interleaved (virtual_stages > 1)"))
-            continue
-        if t.virtual_stages == 1 and s.pipeline_rank != i:
-            problems.append((f"{path}.pipeline_rank", f"is {s.pipeline_rank}, expected {i}: without "
-                                                      "interleaving, stage i runs on pipeline rank i"))
-        # stages of one pipeline rank (virtual stages) share devices; different ranks may not
-        if s.pipeline_rank in seen_by_prank:
-            if seen_by_prank[s.pipeline_rank] != ranks_here:
-                problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
-        else:
-            seen_by_prank[s.pipeline_rank] = ranks_here
-            first_stage[s.pipeline_rank] = i
-            for rank in ranks_here:
-                if rank in owner:
-                    problems.append((f"{path}.replicas",
-                                     f"rank {rank} is already used by pipeline rank {owner[rank]}"))
-                owner[rank] = s.pipeline_rank
+        problems += _pipeline_rank_problems(plan, i, s, ranks_here, seen_by_prank, first_stage, owner)
     if expected_first != plan.model.num_layers:
         problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
     pranks = sorted(seen_by_prank)
     if pranks != list(range(len(pranks))):
         problems.append(("stages", f"pipeline ranks {pranks} are not 0..{len(pranks) - 1}"))
+    return problems + _schedule_problems(plan, pranks)
+
+
+def _replica_problems(plan: Plan, stage: Stage, path: str) -> tuple[list[tuple[str, str]], int, set[int]]:
+    """A stage's replicas: their dp ranks, rank counts, batch shares and ranks; also the shares'
+    total and the set of ranks the stage uses."""
+    problems: list[tuple[str, str]] = []
+    t = plan.training
+    n_gpus = plan.cluster.num_gpus
+    total = 0
+    ranks_here: set[int] = set()
+    dp_ranks: set[int] = set()
+    for j, r in enumerate(stage.replicas):
+        rpath = f"{path}.replicas[{j}]"
+        if r.dp_rank in dp_ranks:
+            problems.append((f"{rpath}.dp_rank", f"dp_rank {r.dp_rank} appears twice in one stage"))
+        elif r.dp_rank >= stage.dp:
+            problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{stage.dp - 1} "
+                                                 f"(the stage has {stage.dp} replicas)"))
+        dp_ranks.add(r.dp_rank)
+        if len(r.ranks) != stage.tp * stage.cp:
+            problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={stage.tp}" if stage.cp == 1 else
+                             f"has {len(r.ranks)} ranks but tp x cp = {stage.tp}x{stage.cp} = {stage.tp * stage.cp}"))
+        if r.batch_share % t.micro_batch:
+            problems.append((f"{rpath}.batch_share",
+                             f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
+        total += r.batch_share
+        for rank in r.ranks:
+            if not 0 <= rank < n_gpus:
+                problems.append((f"{rpath}.ranks", f"rank {rank} is outside 0..{n_gpus - 1}"))
+            if rank in ranks_here:
+                problems.append((f"{rpath}.ranks", f"rank {rank} used twice in one stage"))
+            ranks_here.add(rank)
+    return problems, total, ranks_here
+
+
+def _pipeline_rank_problems(plan: Plan, index: int, stage: Stage, ranks_here: set[int],
+                            seen_by_prank: dict[int, set[int]], first_stage: dict[int, int],
+                            owner: dict[int, int]) -> list[tuple[str, str]]:
+    """Stage `index`'s pipeline rank and devices against the stages before it; records them in
+    seen_by_prank, first_stage and owner."""
+    problems: list[tuple[str, str]] = []
+    path = f"stages[{index}]"
+    t = plan.training
+    # without interleaving, stage i is pipeline rank i (trainers place stages by position)
+    if t.virtual_stages == 1 and stage.pipeline_rank in seen_by_prank:
+        problems.append((f"{path}.pipeline_rank", f"pipeline rank {stage.pipeline_rank} already runs stage "
+                                                  f"{first_stage[stage.pipeline_rank]}; stages share a pipeline "
+                                                  "rank only when interleaved (virtual_stages > 1)"))
+        return problems
+    if t.virtual_stages == 1 and stage.pipeline_rank != index:
+        problems.append((f"{path}.pipeline_rank", f"is {stage.pipeline_rank}, expected {index}: without "
+                                                  "interleaving, stage i runs on pipeline rank i"))
+    # stages of one pipeline rank (virtual stages) share devices; different ranks may not
+    if stage.pipeline_rank in seen_by_prank:
+        if seen_by_prank[stage.pipeline_rank] != ranks_here:
+            problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
+    else:
+        seen_by_prank[stage.pipeline_rank] = ranks_here
+        first_stage[stage.pipeline_rank] = index
+        for rank in ranks_here:
+            if rank in owner:
+                problems.append((f"{path}.replicas",
+                                 f"rank {rank} is already used by pipeline rank {owner[rank]}"))
+            owner[rank] = stage.pipeline_rank
+    return problems
+
+
+def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
+    """The stage count, placement and micro-batches the plan's schedule needs."""
+    problems: list[tuple[str, str]] = []
+    t = plan.training
     v = t.virtual_stages
     if v > 1 and len(plan.stages) != len(pranks) * v:
         problems.append(("stages", f"{len(plan.stages)} stages, expected pp x v = {len(pranks)} x {v}"))

@@ -17,6 +17,7 @@ equal shares: the lock-step all-to-all; the largest degree inside one node).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from itertools import combinations, product
 
 from ..cost.evaluate import evaluate
@@ -44,17 +45,17 @@ def node_assignments(num_nodes: int, stages: int):
             yield labels
 
 
-def layer_splits(items: int, stages: int, v: int):
+def layer_splits(items: int, stages: int, virtual: int):
     """(per-stage (first, end) bounds, pipeline rank per stage): 1F1B cuts the layers
     anywhere; interleaved cuts them into P x V chunks of at least one decoder block each,
     chunk j of rank k being stage j * P + k, the embedding in the first and the head in
     the last."""
-    if v == 1:
+    if virtual == 1:
         for cuts in combinations(range(1, items), stages - 1):
             yield list(zip((0,) + cuts, cuts + (items,))), list(range(stages))
         return
     blocks = items - 2
-    chunks = stages * v
+    chunks = stages * virtual
     if stages < 2 or blocks < chunks:
         return
     for sizes in compositions(blocks, chunks):
@@ -66,94 +67,131 @@ def layer_splits(items: int, stages: int, v: int):
         yield bounds, [i % stages for i in range(chunks)]
 
 
+@dataclass(frozen=True)
+class _StageSpace:
+    """The per-stage choices the oracle enumerates (brute_force's arguments)."""
+    tp_degrees: tuple
+    cp_degrees: tuple
+    recompute_modes: tuple
+    zero_stages: tuple
+    ep_degrees: tuple
+    offload: bool
+
+
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
                 cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False,
                 zero_bubble=False) -> tuple[float, Plan | None, int]:
-    sp = capability(runtime).sequence_parallel
+    space = _StageSpace(tuple(tp_degrees), tuple(cp_degrees), tuple(recompute_modes), tuple(zero_stages),
+                        tuple(ep_degrees), offload)
     # the one-chunk schedules: 1F1B, and ZB-H1 (2+ stages) where the runtime runs it
     one_chunk = ("1f1b",) + (("zb-h1",) if zero_bubble and "zb-h1" in capability(runtime).schedules else ())
+    best, best_plan, count = float("inf"), None, 0
+    for micro, v, schedule in ((micro, v, s) for micro, v in product(micro_batches, virtual_stages)
+                               for s in (one_chunk if v == 1 else ("interleaved",))):
+        if base.global_batch % micro:
+            continue
+        training = Training(base.global_batch, base.seq_len, base.dtype, micro, schedule,
+                            v, base.attention, runtime, base.optimizer)
+        for plan in _plans_of(model, cluster, training, space):
+            if violations(plan, runtime):
+                continue
+            est = evaluate(plan)
+            count += 1
+            if est.fits and est.step_time_s < best:
+                best, best_plan = est.step_time_s, plan
+    return best, best_plan, count
+
+
+def _plans_of(model: Model, cluster: Cluster, training: Training, space: _StageSpace):
+    """Every plan of one micro-batch size and schedule, in the oracle's enumeration order."""
+    sp = capability(training.runtime).sequence_parallel
     nodes = [(g, n) for g in cluster.groups for n in range(g.nodes)]
     items = model.num_layers
+    v = training.virtual_stages
+    m_total = training.global_batch // training.micro_batch
+    split = get_schedule(training.schedule).split_backward
+    for stages in range(2 if split else 1, min(len(nodes), items) + 1):
+        for labels in node_assignments(len(nodes), stages):
+            members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
+            options = [_stage_options(model, training, mem, space) for mem in members]
+            for choice in product(*options):
+                replica_ranks = [_replica_ranks(mem, tp * cp) for mem, (tp, cp, *_) in zip(members, choice)]
+                if any(len(r) > m_total for r in replica_ranks):
+                    continue
+                for bounds, prank in layer_splits(items, stages, v):
+                    if (v > 1 or split) and any(choice[prank[i]][2] == "block" for i in range(len(bounds))):
+                        continue
+                    yield from _split_plans(model, cluster, training, bounds, prank, choice, replica_ranks, sp)
+
+
+def _stage_options(model: Model, training: Training, mem: list, space: _StageSpace) -> list[tuple]:
+    """(tp, cp, recompute, zero, ep, offload) choices of a stage on the nodes `mem`."""
     heads = model.config.num_heads
     experts = model.config.num_experts
-    best, best_plan, count = float("inf"), None, 0
-    for b, v, schedule in ((b, v, s) for b, v in product(micro_batches, virtual_stages)
-                           for s in (one_chunk if v == 1 else ("interleaved",))):
-        if base.global_batch % b:
-            continue
-        m_total = base.global_batch // b
-        training = Training(base.global_batch, base.seq_len, base.dtype, b, schedule,
-                            v, base.attention, runtime, base.optimizer)
-        split = get_schedule(schedule).split_backward
-        for stages in range(2 if split else 1, min(len(nodes), items) + 1):
-            for labels in node_assignments(len(nodes), stages):
-                members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
-                options = []
-                for mem in members:
-                    gpn = {g.gpus_per_node for g, _ in mem}
-                    gpus = sum(g.gpus_per_node for g, _ in mem)
-                    tps = [(tp, cp) for tp in tp_degrees for cp in cp_degrees
-                           if all(x % (tp * cp) == 0 for x in gpn) and heads % tp == 0
-                           and base.seq_len % (2 * cp) == 0]
-                    one_type = len({g.name for g, _ in mem}) == 1
-                    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node),
-                    # carved from the cp x dp ranks of expert TP = tp (StageDims.expert_problem), the
-                    # replicas taking equal shares
-                    def ep_fits(tp, cp, ep, gpus=gpus, one_type=one_type, gpn=gpn):
-                        return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
-                                and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0)
-                    largest = {(tp, cp): max([1] + [e for e in ep_degrees if ep_fits(tp, cp, e)]) for tp, cp in tps}
-                    options.append([(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in recompute_modes
-                                    for zero in (zero_stages if gpus // (tp * cp) > 1 else (0,))
-                                    for ep in ep_degrees
-                                    if ep == 1 or ep == largest[(tp, cp)]
-                                    for off in ((False, True) if offload else (False,))])
-                for choice in product(*options):
-                    replica_ranks = []
-                    for mem, (tp, cp, *_) in zip(members, choice):
-                        ranks = []
-                        for g, n in mem:
-                            for slot in range(g.gpus_per_node // (tp * cp)):
-                                base_rank = g.first_rank + n * g.gpus_per_node + slot * tp * cp
-                                ranks.append(tuple(range(base_rank, base_rank + tp * cp)))
-                        replica_ranks.append(ranks)
-                    if any(len(r) > m_total for r in replica_ranks):
-                        continue
-                    for bounds, prank in layer_splits(items, stages, v):
-                        # replicas of one node group in one stage cost the same wherever they
-                        # sit, so only share vectors non-increasing within each group are priced
-                        share_options = [[sh for sh in compositions(m_total, len(r))
-                                          if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
-                                                 if cluster.group_of_rank(r[i][0]).name
-                                                 == cluster.group_of_rank(r[i + 1][0]).name)
-                                          and (c[4] == 1 or len(set(sh)) == 1)
-                                          and (not split or min(sh) >= stages)]
-                                         for r, c in zip(replica_ranks, choice)]
-                        # recompute "block": every count of recomputed decoder blocks (1F1B only,
-                        # as the search)
-                        block_counts = [range(sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
-                                              + 1) if choice[prank[index]][2] == "block" else (0,)
-                                        for index, (first, end) in enumerate(bounds)]
-                        if (v > 1 or split) and any(choice[prank[i]][2] == "block" for i in range(len(bounds))):
-                            continue
-                        for shares, recomputed in product(product(*share_options), product(*block_counts)):
-                            plan_stages = []
-                            for index, (first, end) in enumerate(bounds):
-                                k = prank[index]
-                                (tp, cp, rc, zero, ep, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
-                                replicas = tuple(Replica(d, n * b, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-                                plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
-                                                         sp and tp > 1, cp, "ring", ep=ep,
-                                                         recompute_layers=recomputed[index], offload=off))
-                            plan = Plan(model, cluster, training, tuple(plan_stages))
-                            if violations(plan, runtime):
-                                continue
-                            est = evaluate(plan)
-                            count += 1
-                            if est.fits and est.step_time_s < best:
-                                best, best_plan = est.step_time_s, plan
-    return best, best_plan, count
+    v = training.virtual_stages
+    m_total = training.global_batch // training.micro_batch
+    gpn = {g.gpus_per_node for g, _ in mem}
+    gpus = sum(g.gpus_per_node for g, _ in mem)
+    tps = [(tp, cp) for tp in space.tp_degrees for cp in space.cp_degrees
+           if all(per_node % (tp * cp) == 0 for per_node in gpn) and heads % tp == 0
+           and training.seq_len % (2 * cp) == 0]
+    one_type = len({g.name for g, _ in mem}) == 1
+
+    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node),
+    # carved from the cp x dp ranks of expert TP = tp (StageDims.expert_problem), the
+    # replicas taking equal shares
+    def ep_fits(tp, cp, ep):
+        return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
+                and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0)
+    largest = {(tp, cp): max([1] + [e for e in space.ep_degrees if ep_fits(tp, cp, e)]) for tp, cp in tps}
+    return [(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in space.recompute_modes
+            for zero in (space.zero_stages if gpus // (tp * cp) > 1 else (0,))
+            for ep in space.ep_degrees
+            if ep == 1 or ep == largest[(tp, cp)]
+            for off in ((False, True) if space.offload else (False,))]
+
+
+def _replica_ranks(mem: list, group: int) -> list[tuple[int, ...]]:
+    """The ranks of each replica (`group` consecutive GPUs) on the nodes `mem`."""
+    ranks = []
+    for g, n in mem:
+        for slot in range(g.gpus_per_node // group):
+            base_rank = g.first_rank + n * g.gpus_per_node + slot * group
+            ranks.append(tuple(range(base_rank, base_rank + group)))
+    return ranks
+
+
+def _split_plans(model: Model, cluster: Cluster, training: Training, bounds, prank, choice, replica_ranks,
+                 sp: bool):
+    """The plans of one layer split: every share vector and count of recomputed blocks."""
+    micro = training.micro_batch
+    m_total = training.global_batch // micro
+    stages = len(set(prank))
+    split = get_schedule(training.schedule).split_backward
+    # replicas of one node group in one stage cost the same wherever they
+    # sit, so only share vectors non-increasing within each group are priced
+    share_options = [[sh for sh in compositions(m_total, len(r))
+                      if all(sh[i] >= sh[i + 1] for i in range(len(r) - 1)
+                             if cluster.group_of_rank(r[i][0]).name
+                             == cluster.group_of_rank(r[i + 1][0]).name)
+                      and (c[4] == 1 or len(set(sh)) == 1)
+                      and (not split or min(sh) >= stages)]
+                     for r, c in zip(replica_ranks, choice)]
+    # recompute "block": every count of recomputed decoder blocks (1F1B only, as the search)
+    block_counts = [range(sum(1 for layer in model.layers[first:end] if layer.kind == "decoder")
+                          + 1) if choice[prank[index]][2] == "block" else (0,)
+                    for index, (first, end) in enumerate(bounds)]
+    for shares, recomputed in product(product(*share_options), product(*block_counts)):
+        plan_stages = []
+        for index, (first, end) in enumerate(bounds):
+            k = prank[index]
+            (tp, cp, rc, zero, ep, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
+            replicas = tuple(Replica(d, n * micro, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
+            plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
+                                     sp and tp > 1, cp, "ring", ep=ep,
+                                     recompute_layers=recomputed[index], offload=off))
+        yield Plan(model, cluster, training, tuple(plan_stages))
 
 
 def on_whole_nodes(plan) -> bool:
