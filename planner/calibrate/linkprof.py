@@ -128,8 +128,8 @@ def plan_links(nodes: list[list[int]], groups: list[str]) -> list[tuple[str, tup
     order = list(dict.fromkeys(groups))
     first = {g: [i for i, x in enumerate(groups) if x == g] for g in order}
 
-    def paired(a: int, b: int) -> list[list[int]]:
-        return [[x, y] for x, y in zip(nodes[a], nodes[b])]
+    def paired(first: int, second: int) -> list[list[int]]:
+        return [[x, y] for x, y in zip(nodes[first], nodes[second])]
 
     links = []
     for g in order:

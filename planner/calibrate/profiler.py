@@ -82,8 +82,8 @@ def _make_input(torch: Any, layer_kind: str, config: Any, batch: int, seq_len: i
     return torch.randn(batch, seq_len, config.hidden, dtype=dtype, device=dev, requires_grad=True)
 
 
-def saved_bytes(torch: Any, module: Any, x: Any) -> int:
-    """Bytes of the tensors autograd saves in one forward of `module(x)`.
+def saved_bytes(torch: Any, module: Any, sample: Any) -> int:
+    """Bytes of the tensors autograd saves in one forward of `module(sample)`.
 
     Parameters (and views of them) are left out: they are weights, not activations. A tensor
     saved by several operations is counted once.
@@ -92,22 +92,23 @@ def saved_bytes(torch: Any, module: Any, x: Any) -> int:
     seen: set[tuple] = set()
     total = 0
 
-    def pack(t: Any) -> Any:
+    def pack(tensor: Any) -> Any:
         nonlocal total
         try:
-            ptr = t.untyped_storage().data_ptr()
+            ptr = tensor.untyped_storage().data_ptr()
         except (RuntimeError, NotImplementedError):  # a tensor without storage (rare): count it
             ptr = None
         if ptr is not None and ptr in param_storages:
-            return t
-        key = (ptr, t.storage_offset() if ptr is not None else id(t), tuple(t.shape), tuple(t.stride()), t.dtype)
+            return tensor
+        key = (ptr, tensor.storage_offset() if ptr is not None else id(tensor), tuple(tensor.shape),
+               tuple(tensor.stride()), tensor.dtype)
         if key not in seen:
             seen.add(key)
-            total += t.numel() * t.element_size()
-        return t
+            total += tensor.numel() * tensor.element_size()
+        return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = module(x)
+        out = module(sample)
     del out
     return total
 

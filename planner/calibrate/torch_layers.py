@@ -109,46 +109,46 @@ def _norm(config: ModelConfig, eps: float) -> nn.Module:
     return nn.LayerNorm(config.hidden, eps=eps)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
+def _rotate_half(tensor: torch.Tensor) -> torch.Tensor:
+    x1, x2 = tensor.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, rot_dim: int, base: float) -> torch.Tensor:
-    """Rotary embedding (Su et al. 2021) on the first `rot_dim` dims of x (b, heads, s, d).
+def apply_rope(tensor: torch.Tensor, rot_dim: int, base: float) -> torch.Tensor:
+    """Rotary embedding (Su et al. 2021) on the first `rot_dim` dims of tensor (b, heads, s, d).
 
     Only elementwise work (no GEMM), so FLOP counters see none, as the analytic model.
     """
     if rot_dim <= 0:
-        return x
-    s = x.shape[-2]
-    inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, device=x.device, dtype=torch.float32)
+        return tensor
+    s = tensor.shape[-2]
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, device=tensor.device, dtype=torch.float32)
                                / rot_dim))
-    pos = torch.arange(s, device=x.device, dtype=torch.float32)
+    pos = torch.arange(s, device=tensor.device, dtype=torch.float32)
     freqs = pos[:, None] * inv_freq[None, :]  # broadcast, not torch.outer
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-    x_rot, x_pass = x[..., :rot_dim], x[..., rot_dim:]
+    cos, sin = emb.cos().to(tensor.dtype), emb.sin().to(tensor.dtype)
+    x_rot, x_pass = tensor[..., :rot_dim], tensor[..., rot_dim:]
     x_rot = x_rot * cos + _rotate_half(x_rot) * sin
     return torch.cat((x_rot, x_pass), dim=-1)
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Explicit causal attention: q (b, a, s, d), k and v (b, a_kv, s, d) -> (b, s, a*d).
+def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Explicit causal attention: query (b, a, s, d), key and value (b, a_kv, s, d) -> (b, s, a*d).
 
     Key/value heads are repeated to the query heads first (GQA), so both matmuls are
     (b*a) x s x s x d GEMMs: 2 * 2 s^2 a d FLOPs per sample, the full square.
     """
-    b, a, s, d = q.shape
-    if k.shape[1] != a:
-        rep = a // k.shape[1]
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    b, a, s, d = query.shape
+    if key.shape[1] != a:
+        rep = a // key.shape[1]
+        key = key.repeat_interleave(rep, dim=1)
+        value = value.repeat_interleave(rep, dim=1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    mask = torch.ones(s, s, dtype=torch.bool, device=query.device).triu(1)
     scores = scores.masked_fill(mask, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = torch.matmul(probs, v)  # (b, a, s, d)
+    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    out = torch.matmul(probs, value)  # (b, a, s, d)
     return out.transpose(1, 2).reshape(b, s, a * d)
 
 

@@ -65,12 +65,12 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None
 
 
-def copy_to_tp(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
-    return x if tp.size == 1 else _CopyToTP.apply(x, tp)
+def copy_to_tp(tensor: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+    return tensor if tp.size == 1 else _CopyToTP.apply(tensor, tp)
 
 
-def reduce_from_tp(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
-    return x if tp.size == 1 else _ReduceFromTP.apply(x, tp)
+def reduce_from_tp(tensor: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+    return tensor if tp.size == 1 else _ReduceFromTP.apply(tensor, tp)
 
 
 def _norm(config: ModelConfig) -> nn.Module:

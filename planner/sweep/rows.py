@@ -151,9 +151,10 @@ def plan_file_names(combos: list[Combination]) -> list[Combination]:
     """The combinations with unique plan file names: the plain name, and where distinct inputs
     share one (`../cfg.json` and `./cfg.json` are both `_cfg.json`), a `-<10 hex>` hash of the
     resolved inputs before `.json` on each of them. Deterministic for the same inputs."""
-    def identity(c: Combination) -> tuple:
-        asked = [v for v in c.key[4:] if v not in ("", DEFAULT_RUNTIME, DEFAULT_OPTIMIZER)]
-        return (_identity(c.model), _identity(c.cluster), c.global_batch, c.seq_len, *asked)
+    def identity(combination: Combination) -> tuple:
+        asked = [v for v in combination.key[4:] if v not in ("", DEFAULT_RUNTIME, DEFAULT_OPTIMIZER)]
+        return (_identity(combination.model), _identity(combination.cluster), combination.global_batch,
+                combination.seq_len, *asked)
 
     plain = {c.index: plan_file_name(c) for c in combos}
     owners: dict[str, set[tuple]] = {}
