@@ -60,10 +60,10 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
     from ..core.clock import stop_requested
     from .no_plan import solve_or_explain
 
-    model, cluster, base, options = search_inputs(request, warn)
-    result = solve_or_explain(model, cluster, base, options, request, on_progress)
+    model, cluster, training, options = search_inputs(request, warn)
+    result = solve_or_explain(model, cluster, training, options, request, on_progress)
     if request.runtime != "any":
-        result = (with_any_runtime(result, model, cluster, base, options)
+        result = (with_any_runtime(result, model, cluster, training, options)
                   if request.compare_any and not stop_requested()
                   else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
     result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))
@@ -84,17 +84,17 @@ def plan_top(request: PlanRequest, on_progress: Callable[[Progress], None] | Non
     first = plan(request, on_progress, warn)
     if request.top <= 1:
         return Ranking((first,), first.optimal)
-    model, cluster, base, options = search_inputs(request)  # its warnings were given once
+    model, cluster, training, options = search_inputs(request)  # its warnings were given once
 
     def listed(found: SearchResult) -> SearchResult:
         found = replace(runner_up(found, first), any_runtime_note=NOT_COMPARED_NOTE)
         return replace(found, estimate=_priced_with(found.estimate, request.profiles, request.calibrations))
 
     experts = model.config is not None and model.config.num_experts > 1
-    long_sequence = base.seq_len >= options.cp_min_seq_len
-    ranking = ranked(lambda sub, left: solve(model, cluster, base, replace(sub, time_limit_s=left), on_progress),
+    long_sequence = training.seq_len >= options.cp_min_seq_len
+    ranking = ranked(lambda sub, left: solve(model, cluster, training, replace(sub, time_limit_s=left), on_progress),
                      options, first, request.top,
-                     lambda o: domains(o, cluster.num_gpus, base.global_batch, experts, long_sequence),
+                     lambda o: domains(o, cluster.num_gpus, training.global_batch, experts, long_sequence),
                      request.time_limit_s, lambda: time.perf_counter() - started)
     return replace(ranking, results=(first, *map(listed, ranking.results[1:])))
 
@@ -121,12 +121,12 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
         raise BadInput(f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}", "--solver")
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
-    base = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
+    training = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype))
-    check_training_inputs(model, base)
+    check_training_inputs(model, training)
     _check_runtime_model(request.runtime, model)
     degrees = degree_options(request, model, cluster)
-    measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, base, warn, request.runtime)
+    measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, training, warn, request.runtime)
     options = SolverOptions(micro_batches=tuple(sorted(set(request.micro_batches))) or DEFAULT_MICRO_BATCHES,
                             virtual_stages=tuple(sorted(set(request.virtual_stages))) or DEFAULT_VIRTUAL_STAGES,
                             max_bundle_nodes=request.max_bundle_nodes, time_limit_s=request.time_limit_s,
@@ -140,7 +140,7 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
     if not any(global_batch % b == 0 for b in options.micro_batches):
         raise BadInput(f"no micro-batch size in {list(options.micro_batches)} divides the global batch "
                        f"{global_batch}", "--global-batch")
-    return model, cluster, base, options
+    return model, cluster, training, options
 
 
 def _check_runtime_model(runtime: str, model: Model) -> None:

@@ -20,7 +20,7 @@ ANY_RUNTIME_MIN_S = 1.0  # the least time left under --time-limit worth an `any`
 NOT_COMPARED_NOTE = "not searched (--compare-any searches it)"
 
 
-def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base: Training,
+def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, training: Training,
                       options) -> SearchResult:
     """`result` with the step time of the same search under `--runtime any` (same cost physics,
     every stage free, the upstream schedules), in the time the limit leaves; skipped, with a note, when too little is left
@@ -37,7 +37,7 @@ def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, base:
         # uniform-only ones (ZB-V, looped BFS: uniform_schedules): the gain reported is that of the
         # freer stages (uneven shares, per-stage TP), and the time of the default `planner plan`
         # stays that of the two searches without zero bubble
-        other = solve(model, cluster, base, replace(options, space="any", time_limit_s=left, zero_bubble=False,
+        other = solve(model, cluster, training, replace(options, space="any", time_limit_s=left, zero_bubble=False,
                                                     uniform_schedules=False,
                                                     upper_bound_s=result.estimate.step_time_s))
     except NothingFaster:
