@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dataclasses import replace  # noqa: E402
 
 from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
+from fidelity_moe import ASSUMPTION as MOE_ASSUMPTION, RUNTIME as MOE_RUNTIME, SOURCE as MOE_SOURCE, moe_cases  # noqa: E402,E501
 from planner.cost.architectures import architecture_params  # noqa: E402
 from planner.cost.formulas import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
 from planner.core.dims import StageDims  # noqa: E402
@@ -167,8 +168,9 @@ _CASES: list[Case] = []
 
 
 def cases() -> list[Case]:
+    """The measured runs (fidelity_runs) and the MoE runs (fidelity_moe), built once."""
     if not _CASES:
-        _CASES.extend(measured_cases())
+        _CASES.extend(measured_cases() + moe_cases())
     return _CASES
 
 
@@ -360,7 +362,7 @@ def main() -> None:
                          indent=1))
         return
     if args.assumptions:
-        for source, (runtime, text) in ASSUMPTIONS.items():
+        for source, (runtime, text) in {**ASSUMPTIONS, MOE_SOURCE: (MOE_RUNTIME, MOE_ASSUMPTION)}.items():
             print(f"{source} (runtime {runtime}): {text}\n")
     if args.runs:
         for r in rows:
