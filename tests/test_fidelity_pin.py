@@ -1,7 +1,9 @@
 """The cost model's parameter set is pinned: every public measured run's prediction is in
 benchmarks/fidelity-expected.json (written by `python benchmarks/fidelity.py --write-expected`),
 and a change that moves any of them by more than 1 % must regenerate that table. The SC'21
-runs are replayed at the micro-batch and virtual stages the table records (no tuning search)."""
+runs are replayed at the micro-batch and virtual stages the table records (no tuning search).
+The runs the planner cannot price keep their reasons, and the per-architecture table its counts
+and figures, until regenerated."""
 
 from __future__ import annotations
 
@@ -25,9 +27,13 @@ def _fidelity():
     return fidelity
 
 
+def _expected() -> dict:
+    return json.loads((BENCH / "fidelity-expected.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def replayed():
-    expected = json.loads((BENCH / "fidelity-expected.json").read_text())
+    expected = _expected()
     rows, skipped = _fidelity().replay(chosen=expected["chosen"])
     return rows, skipped, expected["predicted"]
 
@@ -60,6 +66,23 @@ def test_a_parameter_moved_by_two_percent_is_caught(replayed):
 def test_the_pinned_table_names_exactly_the_priced_runs(replayed):
     rows, _, expected = replayed
     assert sorted(expected) == sorted(r["run"] for r in rows)
+
+
+def test_every_skipped_run_keeps_its_reason_until_regenerated(replayed):
+    _, skipped, _ = replayed
+    assert {s["run"]: s["reason"] for s in skipped} == _expected()["skipped"]
+
+
+def test_the_per_architecture_table_is_pinned(replayed):
+    rows, skipped, _ = replayed
+    pinned = {e["architecture"]: e for e in _expected()["architectures"]}
+    for e in _fidelity().architecture_table(rows, skipped):
+        old = pinned.pop(e["architecture"])
+        counts = ("runs", "evaluated", "skipped", "predicted_not_to_fit")
+        assert {k: e[k] for k in counts} == {k: old[k] for k in counts}, e["architecture"]
+        for figure in ("median_abs_error", "max_abs_error", "too_fast_share"):
+            assert e.get(figure, 0) == pytest.approx(old.get(figure, 0), abs=0.01), (e["architecture"], figure)
+    assert not pinned
 
 
 def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
