@@ -17,6 +17,7 @@ from functools import lru_cache
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..inputs.measured import MeasuredTimes
 from .collectives import ring_allgather_s, ring_allreduce_s  # noqa: F401 (re-exported)
+from .attention_kernels import fused_kernel
 from .elementwise import elementwise_bytes
 from .recompute import layer_recompute_s
 from ..inputs.model import DTYPE_BYTES, Layer
@@ -32,6 +33,10 @@ class CostParams:
     gemm_efficiency: float = 0.72  # fraction of dense peak reached by a large GEMM
     gemm_half_dim: float = 64.0  # smallest GEMM dimension at which efficiency falls to half
     attention_efficiency: float = 0.60  # FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, sec 4.1)
+    # the kernel `attention: flash` runs on the architecture (planner.cost.attention_kernels):
+    # "flash2" (FlashAttention-2, Ampere and later) or a memory-efficient kernel priced against
+    # standard attention ("cutlass": Volta and Turing, planner.cost.architectures)
+    fused_attention: str = "flash2"
     hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
     intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
     inter_link_efficiency: float = 0.80  # NCCL bus bandwidth / NIC figure
@@ -188,6 +193,10 @@ def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float
     return params.intra_link_efficiency if intra else params.inter_link_efficiency
 
 
+# Backward elementwise kernels read the saved tensor and the incoming gradient and write
+# the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+ELEMENTWISE_BWD_RATIO = 1.5
+
 # FlashAttention-2 reaches up to 73 % of the peak in the forward pass and up to 63 % in the
 # backward (Dao 2023, FlashAttention-2, sec 1 and Figs. 4-6 on A100): its backward runs at this
 # fraction of the forward's efficiency (`attention_efficiency` is the forward's)
@@ -199,19 +208,32 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     TP rank's work over the whole sequence). FlashAttention-2 runs QK^T and PV in one kernel
     and skips the causal upper triangle; its backward does 2.5x the forward matmuls (Dao 2023,
     sec 3) at FLASH_BWD_EFFICIENCY_RATIO of the forward's efficiency. Standard attention runs
-    them as batched GEMMs with head_dim as the inner dimension."""
+    them as batched GEMMs with head_dim as the inner dimension. Where the architecture has no
+    FlashAttention-2 (CostParams.fused_attention), `flash` runs a memory-efficient kernel priced
+    against standard attention (planner.cost.attention_kernels)."""
     if layer.kind != "decoder" or layer.config is None:
         return 0.0, 0.0
     peak = matmul_peak(gpu, sh.dtype, params)
     seq_len, tp, b = sh.seq_len, sh.dims.tp, sh.micro_batch
-    if sh.attention == "flash":
+    kernel = fused_kernel(params.fused_attention) if sh.attention == "flash" else None
+    if sh.attention == "flash" and kernel is None:
         attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b)
         attn_fwd = attn_flops / (peak * params.attention_efficiency)
         return attn_fwd, 2.5 * attn_fwd / FLASH_BWD_EFFICIENCY_RATIO
     attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b)
     eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params)
     attn_fwd = attn_flops / (peak * eff)
-    return attn_fwd, 2.0 * attn_fwd
+    if kernel is None:
+        return attn_fwd, 2.0 * attn_fwd
+    # a memory-efficient kernel (planner.cost.attention_kernels): standard attention's score GEMMs
+    # and its softmax / dropout traffic over the scores (elementwise_bytes; backward 1.5x, as
+    # _layer_time prices them), times the kernel's measured ratios, over the causal share it computes
+    score_bytes = elementwise_bytes(layer, seq_len, tp, sh.dims.sequence_parallel, "standard", sh.dtype_bytes)[1]
+    score_s = sh.dims.attention_share(score_bytes * b) / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+    causal = (layer.attention_flops_per_sample(seq_len, tp, causal_skip=True)
+              / layer.attention_flops_per_sample(seq_len, tp, causal_skip=False))
+    return (causal * kernel.fwd_vs_standard * (attn_fwd + score_s),
+            causal * kernel.bwd_vs_standard * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))
 
 
 @lru_cache(maxsize=65536)
@@ -255,12 +277,11 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
     elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
     score_fwd = score_bytes * b / hbm
-    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
-    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+    # backward elementwise traffic: ELEMENTWISE_BWD_RATIO x the forward's;
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
     cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
     fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
-    bwd = gemm_bwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
+    bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
     recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, params.layer_overhead_s, fwd, gemm_times,
                                     elem_fwd, cast_fwd, attn_fwd, score_fwd)
 
