@@ -49,7 +49,8 @@ from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
 from fidelity_memory import memory_table, print_memory_table  # noqa: E402
 from fidelity_tables import (architecture_of, architecture_table, markdown, print_loso, print_table,  # noqa: E402
                              print_targets, source_table, targets)
-from fidelity_moe import ASSUMPTION as MOE_ASSUMPTION, RUNTIME as MOE_RUNTIME, SOURCE as MOE_SOURCE, moe_cases  # noqa: E402,E501
+from fidelity_moe import ASSUMPTION as MOE_ASSUMPTION, RUNTIME as MOE_RUNTIME  # noqa: E402
+from fidelity_moe import SOURCE as MOE_SOURCE, moe_cases  # noqa: E402
 from planner.cost.architectures import architecture_params  # noqa: E402
 from planner.cost.formulas import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
 from planner.core.dims import StageDims  # noqa: E402

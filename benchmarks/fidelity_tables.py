@@ -163,9 +163,11 @@ def markdown(sources: list[dict], architectures: list[dict], target_rows: list[d
     lines += ["", "## Per GPU architecture", ""] + _md_table(architectures, "architecture")
     lines += ["", "## Targets (measured-runs.yaml + moe-runs.yaml)", "", "| target | limit | figure | status |",
               "|---|---|---|---|"]
-    lines += [f"| {_cell(t['what'])} | {t['limit']} | {t['shown']} | {_status(t['met'])} |" for t in target_rows]
+    lines += [f"| {_cell(t['what'])} | {t['limit']} | {t['shown']} | {_status(t['met'])} |"
+              for t in target_rows]
     if loso is not None:
         lines += ["", "## Leave-one-source-out", "", "| source | median | max |", "|---|---:|---:|"]
-        lines += [f"| {n} | {e['median_abs_error']:.1%} | {e['max_abs_error']:.1%} |" for n, e in loso["sources"].items()]
+        lines += [f"| {n} | {e['median_abs_error']:.1%} | {e['max_abs_error']:.1%} |"
+                  for n, e in loso["sources"].items()]
         lines.append(f"| all | {loso['median_abs_error']:.1%} | {loso['max_abs_error']:.1%} |")
     return "\n".join(lines) + "\n"
