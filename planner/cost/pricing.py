@@ -130,12 +130,13 @@ class LayerPrice:
     cp_comm_fwd_s: float = 0.0  # context-parallel communication attention does not hide (formulas.cp_comm)
     cp_comm_bwd_s: float = 0.0
     cp_comm_s: float = 0.0
-    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
+    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches, on one GPU
     wgrad_s: float = 0.0  # the weight-gradient part of bwd_s (LayerTime.wgrad_s)
     wgrad_act_bytes: float = 0.0  # kept for a deferred weight-gradient pass (wgrad_input_bytes)
     expert_params: int = 0  # of weight_params, the routed experts' (StageDims.weight_share)
     ep_comm_fwd_s: float = 0.0  # the MoE all-to-all under expert parallelism (cost.moe_alltoall_s)
     ep_comm_bwd_s: float = 0.0
+    fp8_params_saving: float = 0.0  # the 16-bit weights fp8 parameters replace, on one GPU (fp8.fp8_params_saving)
 
     @property
     def ep_comm_s(self) -> float:
@@ -157,8 +158,10 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
                                                    p.tp_saves_gathered_inputs),
                       transient_activation_bytes(layer, sh, p.cross_entropy, p.tp_saves_gathered_inputs),
                       layer.weight_params,
-                      cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
-                      t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
+                      cp_fwd, cp_bwd, cp_fwd + cp_bwd,
+                      fp8_cost.weight_cache_bytes(layer, sh.dims, sh.dtype, p.fp8_recipe, gpu),
+                      t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s,
+                      fp8_params_saving=fp8_cost.fp8_params_saving(layer, sh.dims, sh.dtype, p.fp8_recipe))
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -168,8 +171,8 @@ class _Total:
     """A span's figure: the sum over its parts of count x the layer's figure `of`, computed
     on first use and then kept."""
 
-    def __init__(self, of: str, doc: str = "", per_gpu: bool = False):
-        self.of, self.__doc__, self.per_gpu = of, doc, per_gpu
+    def __init__(self, of: str, doc: str = ""):
+        self.of, self.__doc__ = of, doc
 
     def __set_name__(self, owner, name):
         self.name = name
@@ -185,8 +188,6 @@ class _Total:
             total = term if total is None else total + term
         if total is None:
             total = 0.0
-        if self.per_gpu:
-            total = span.dims.weight_share(total)
         span.__dict__[self.name] = total
         return total
 
@@ -226,7 +227,9 @@ class SpanPrice:
         return self.dims.weight_share(self.all_expert_params, self.all_expert_params)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
     fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
-                             "(fp8.weight_cache_bytes).", per_gpu=True)
+                             "(fp8.weight_cache_bytes).")
+    fp8_params_saving = _Total("fp8_params_saving", "The 16-bit weights fp8 parameters replace, on one GPU "
+                               "(fp8.fp8_params_saving).")
     wgrad_s = _Total("wgrad_s", "The weight-gradient part of bwd_s (a split backward's W pass).")
     wgrad_act_bytes = _Total("wgrad_act_bytes", "What a deferred W pass keeps of one micro-batch (wgrad_input_bytes).")
 
