@@ -11,7 +11,8 @@ from rich.table import Table
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
-from .tables import gpu_labels, gpu_legend, headline, mfu_text, precision_text, rank_text, stages_table
+from .tables import (gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, precision_text, rank_text,
+                     stages_table)
 
 
 def stdout_console() -> Console:
@@ -40,7 +41,7 @@ def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
                      f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way); "
                      f"{b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s overlapped")
     lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.cost.flops)")
-    return lines
+    return lines + mfu_source_lines(plan, est)
 
 
 def print_plan(result, console: Console | None = None) -> None:
@@ -53,7 +54,7 @@ def print_plan(result, console: Console | None = None) -> None:
     console.print(stages_table(plan, est, labels, "Stages"))
     if gpu_legend(labels):
         console.print(gpu_legend(labels))
-    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   {mfu_text(est)}   "
+    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   {mfu_text(est, plan)}   "
                   f"bubble {est.bubble_fraction:.1%}   "
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
     for line in critical_lines(plan, est, labels):
@@ -99,7 +100,7 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None
     times.add_row("[bold]step[/]", f"[bold]{estimate.step_time_s:.3f}[/]", "100%")
     console.print(times)
     console.print(f"tokens/s {estimate.tokens_per_s:,.0f}   model TFLOP/s per GPU "
-                  f"{estimate.model_tflops_per_gpu:.1f}   {mfu_text(estimate)}   "
+                  f"{estimate.model_tflops_per_gpu:.1f}   {mfu_text(estimate, plan)}   "
                   f"bubble {estimate.bubble_fraction:.1%}")
     for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
         console.print(line)
