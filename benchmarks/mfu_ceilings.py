@@ -13,9 +13,10 @@ maps it). Their MFU is computed the planner's way (basis "measured"): the measur
 TFLOP/s per GPU converted back to a step time with the paper's own FLOP count) times the
 planner's model FLOPs per token (planner.cost.flops: causal attention, no recomputation),
 over the catalog peak of the dtype the planner divides MFU by (formulas.mfu_peak_dtype, under
-the run's runtime). So a ceiling compares like with like with the MFU `plan` prints. A run
-whose GPUs span two architectures, and a run that none of the mappings can turn into a plan,
-gives none.
+the run's runtime). So a ceiling compares like with like with the MFU `plan` prints. An MoE run
+the planner cannot map counts with the model TFLOP/s per GPU its source states over the catalog
+peak of its precision (basis "stated_tflops": the source's FLOP count). A run whose GPUs span two
+architectures, and a measured run that fidelity_runs.py cannot turn into a plan, gives none.
 
 Architectures the project's sets hold no run of take the best MFU a primary source states
 (basis "stated", CITED below, each with its quote): their FLOP convention is the source's.
@@ -36,7 +37,7 @@ from fidelity_runs import Case, cluster_from_spec, gpt, measured_cases  # noqa: 
 from planner.cost.flops import model_flops_per_sample  # noqa: E402
 from planner.cost.formulas import mfu_peak_dtype  # noqa: E402
 from planner.cost.runtimes import stack_params  # noqa: E402
-from planner.inputs.hardware import ARCHITECTURES  # noqa: E402
+from planner.inputs.hardware import ARCHITECTURES, load_catalog  # noqa: E402
 from planner.inputs.mfu_ceilings import CEILINGS_PATH, FORMAT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,12 +129,37 @@ def sc21_rows() -> list[dict]:
 
 
 def moe_rows() -> list[dict]:
-    """The MoE runs, where the project holds moe-runs.yaml (fidelity_moe maps them)."""
+    """The MoE runs, where the project holds moe-runs.yaml (fidelity_moe maps them); a run it
+    cannot map, from the model TFLOP/s per GPU its source states (stated_tflops_row)."""
     if not MOE.exists():
         return []
     from fidelity_moe import load_moe_runs, moe_case
 
-    return [row for run in load_moe_runs(MOE) if (row := case_row(moe_case(run), citation(run)))]
+    catalog = load_catalog()
+    rows = []
+    for run in load_moe_runs(MOE):
+        c = moe_case(run)
+        row = case_row(c, citation(run)) if c.plan is not None else stated_tflops_row(run, catalog)
+        if row:
+            rows.append(row)
+    return rows
+
+
+def stated_tflops_row(run: dict, catalog: dict) -> dict | None:
+    """basis "stated_tflops": the model TFLOP/s per GPU the source states (its own FLOP count) over
+    the catalog peak of the run's precision; None where the source states none, the GPU is not in
+    the catalog, or the precision is not a planner dtype with a catalog peak (MXFP8, NVFP4, not stated)."""
+    from fidelity_moe import DTYPES, GPUS
+
+    tflops = run["measured"].get("model_tflops_per_gpu")
+    table_gpu = run["hardware"]["gpus"][0]["type"]
+    gpu = catalog.get(GPUS.get(table_gpu, table_gpu))
+    dtype = DTYPES.get(str(run["precision"]).lower())
+    if not tflops or gpu is None or dtype is None or not gpu.supports(dtype) or not gpu.architecture:
+        return None
+    return {"run": run["id"], "architecture": gpu.architecture, "precision": dtype,
+            "mfu": tflops * 1e12 / gpu.peak(dtype), "basis": "stated_tflops", "gpu": gpu.name,
+            "source": citation(run)}
 
 
 def all_rows() -> list[dict]:
@@ -169,8 +195,9 @@ HEADER = """\
 # a predicted MFU above the ceiling of its plan's architecture and precision (planner.inputs.mfu_ceilings).
 # basis "measured": the run's measured throughput x the planner's model FLOPs per token (causal
 # attention, no recomputation) / the catalog peak of the dtype the planner divides MFU by, so it
-# compares like with like with a predicted MFU; "stated": the MFU as the source states it, for an
-# architecture the project's run sets hold no run of (the source's FLOP convention).
+# compares like with like with a predicted MFU; "stated_tflops": a run the planner cannot map, its
+# source's model TFLOP/s per GPU (its FLOP convention) over the catalog peak of its precision;
+# "stated": the MFU as the source states it, for an architecture the project's run sets hold no run of.
 """
 
 

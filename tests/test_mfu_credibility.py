@@ -96,7 +96,8 @@ def test_every_architecture_the_issue_names_has_a_sourced_ceiling():
     for architecture in ("volta", "turing", "ampere", "hopper", "blackwell"):
         found = [c for c in shipped if c.architecture == architecture]
         assert found, architecture
-        assert all(0 < c.mfu < 1 and c.run and c.source and c.basis in ("measured", "stated") for c in found)
+        assert all(0 < c.mfu < 1 and c.run and c.source for c in found)
+        assert {c.basis for c in found} <= {"measured", "stated_tflops", "stated"}
     stated = [e for e in yaml.safe_load(CEILINGS_PATH.read_text())["ceilings"] if e["basis"] == "stated"]
     assert stated and all(e["quote"] for e in stated)  # a stated figure carries its source's words
 

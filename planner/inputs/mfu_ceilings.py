@@ -35,7 +35,9 @@ class Ceiling:
     architecture: str
     precision: str
     mfu: float
-    basis: str  # "measured" (computed the planner's way from measured throughput) or "stated" (by the source)
+    # "measured" (the planner's way, from measured throughput), "stated_tflops" (the source's model
+    # TFLOP/s over the catalog peak) or "stated" (the MFU as the source states it)
+    basis: str
     run: str
     gpu: str
     source: str
