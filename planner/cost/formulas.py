@@ -57,6 +57,8 @@ class CostParams:
     tf32_matmul: bool = False
     elementwise_traffic_factor: float = 1.0
     layer_overhead_s: float = 0.0
+    # and of a routed-expert (MoE) layer on top, the host time its GPU waits for (Runtime.moe_layer_host_s)
+    moe_layer_host_s: float = 0.0
     # the model runs under torch.compile (torchtitan's compile.enable / training.compile): TorchInductor
     # fuses each chain of pointwise and reduction ops (RMSNorm, SwiGLU's silu * mul, RoPE, the
     # residual adds) into one kernel that reads its inputs and writes its outputs once (Ansel et al.
@@ -115,6 +117,12 @@ class CostParams:
     # upper end for dropless routing with an auxiliary balancing loss. Not fitted (no MoE run
     # among the published measurements).
     moe_imbalance: float = 1.25
+    # how its MoE layers move tokens under expert parallelism (planner.cost.moe.moe_alltoall_s):
+    # "alltoall" (Megatron-core's MoEAlltoAllTokenDispatcher: one copy per routed expert over
+    # every link) or "flex" (Megatron-core's MoEFlexTokenDispatcher over DeepEP / HybridEP, as in
+    # DeepSeek-V3, DeepSeek-AI 2024, sec 3.2.2: a token crosses to another node once per node
+    # holding any of its experts, and is forwarded to those experts' GPUs over NVLink)
+    moe_dispatcher: str = "alltoall"
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -274,15 +282,16 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
-    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb, sh.dims.ep)
     elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
     score_fwd = score_bytes * b / hbm
     # backward elementwise traffic: ELEMENTWISE_BWD_RATIO x the forward's;
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
     cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
-    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
-    bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
-    recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, params.layer_overhead_s, fwd, gemm_times,
+    host = params.layer_overhead_s + (params.moe_layer_host_s if layer.config.num_experts > 1 else 0.0)
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + host / 3
+    bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * host / 3
+    recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, host, fwd, gemm_times,
                                     elem_fwd, cast_fwd, attn_fwd, score_fwd)
 
     # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
@@ -316,7 +325,9 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
     (Narayanan et al. 2021, sec 5.1).
     Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
     and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
-    Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance)."""
+    Routed experts run as a grouped GEMM, each expert's GEMM at its own shape (rows: the tokens
+    routed to it) and no faster than its memory traffic (expert_gemm_traffic_s); under EP the
+    group waits for its busiest rank (CostParams.moe_imbalance)."""
     b = sh.micro_batch
     fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
@@ -334,10 +345,25 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
         else:
             rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params)
         seconds = g.count * 2.0 * rows * g.n * g.k / rate
-        gemm_times.append(seconds * imbalance if g.expert else seconds)
         bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
-        gemm_bwd_times.append(bwd_seconds * imbalance if g.expert else bwd_seconds)
+        if g.expert:
+            traffic = expert_gemm_traffic_s(rows, g.n, g.k, g.count, 1 if fp8 else sh.dtype_bytes, sh.dtype_bytes,
+                                            gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+            # the input- and weight-gradient GEMMs move as much again each
+            seconds, bwd_seconds = max(seconds, traffic) * imbalance, max(bwd_seconds, 2 * traffic) * imbalance
+        gemm_times.append(seconds)
+        gemm_bwd_times.append(bwd_seconds)
     return gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes
+
+
+def expert_gemm_traffic_s(rows: float, n: float, k: float, count: int, in_bytes: int, out_bytes: int,
+                          hbm_bytes_per_s: float) -> float:
+    """HBM time of `count` expert GEMMs rows x n x k (a grouped GEMM: Megatron-core GroupedMLP /
+    TEGroupedLinear, one GEMM per local expert): each reads its input and its expert's weight and
+    writes its output once, the roofline's memory bound (Williams et al. 2009). With few rows
+    per expert the weight reads dominate, and a narrow expert (its FFN split over expert TP)
+    brings less work per byte: the GEMM turns memory-bound."""
+    return count * ((rows * k + k * n) * in_bytes + rows * n * out_bytes) / hbm_bytes_per_s
 
 
 def hidden_fraction_of_steps(steps: int) -> float:

@@ -15,6 +15,14 @@ SPEC = RuntimeSpec(
         name="megatron", title="Megatron-LM (megatron-core)",
         overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
         elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+        # a dropless MoE layer's host time, forward + backward per micro-batch, that its GPU waits for:
+        # the token dispatcher copies the per-expert token counts to the host (all-to-all splits,
+        # TEGroupedLinear's m_splits), which drains the launch queue, and the router, permutation and
+        # per-expert kernels are then launched one by one (Megatron-core moe/token_dispatcher.py; the
+        # CUDA-graph scopes moe_router / moe_preprocess exist to remove it). Fitted: the median gap of
+        # the Megatron-Bridge Qwen3-30B-A3B runs on H100 (EP 8 and 16) and B200 (EP 8) with the
+        # other terms priced, 2.2-2.7 ms per layer and micro-batch on both GPUs
+        moe_layer_host_s=2.5e-3,
         # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
         # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
         context_parallel=("ring", "all-to-all"),
