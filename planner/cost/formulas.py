@@ -135,11 +135,32 @@ DEFAULT_PARAMS = CostParams()
 # --- compute ------------------------------------------------------------------------------
 
 
-def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> float:
+def gemm_efficiency(rows: float, n: float, k: float, params: CostParams, half_dim: float | None = None) -> float:
     """Fraction of peak a GEMM reaches: saturates in its smallest dimension
-    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables)."""
+    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables).
+    `half_dim`: the knee of the path the GEMM runs on (gemm_half_dim); default the fitted one."""
     smallest = min(rows, n, k)
-    return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
+    return params.gemm_efficiency * smallest / (smallest + (params.gemm_half_dim if half_dim is None else half_dim))
+
+
+# FLOP per HBM byte of the tensor-core path CostParams.gemm_half_dim was fitted on: A100-SXM4-80GB
+# bf16, 312 TF/s dense over 2,039 GB/s (NVIDIA A100 datasheet; Narayanan et al. 2021 and
+# Korthikanti et al. 2022 ran on it)
+FITTED_KNEE_BALANCE = 312e12 * 2 / 2039e9
+
+
+def gemm_half_dim(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
+    """The smallest GEMM dimension at which `dtype`'s GEMMs on `gpu` fall to half efficiency.
+    On tensor cores the fitted knee. fp32 GEMMs on the CUDA cores (no TF32: Volta, Turing, or
+    TF32 off) run an FFMA pipeline whose FLOP:byte balance (fp32 peak x 4 bytes / HBM bandwidth)
+    is a fraction of the fitted path's: a GEMM whose smallest dimension is d does 2d FLOPs per
+    output element it writes, so the dimension at which moving the data costs as much as the
+    math scales with that balance (the roofline ridge point, Williams, Waterman & Patterson
+    2009, CACM 52(4)); the knee scales with it."""
+    if dtype != "fp32" or mfu_peak_dtype(gpu, dtype, params) == "tf32":
+        return params.gemm_half_dim
+    balance = gpu.peak("fp32") * DTYPE_BYTES["fp32"] / gpu.hbm_bandwidth_bytes_per_s
+    return params.gemm_half_dim * balance / FITTED_KNEE_BALANCE
 
 
 def mfu_peak_dtype(gpu: GpuSpec, dtype: str, params: CostParams) -> str:
@@ -229,7 +250,7 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
         attn_fwd = attn_flops / (peak * params.attention_efficiency)
         return attn_fwd, 2.5 * attn_fwd / FLASH_BWD_EFFICIENCY_RATIO
     attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b)
-    eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params)
+    eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params, gemm_half_dim(gpu, sh.dtype, params))
     attn_fwd = attn_flops / (peak * eff)
     if kernel is None:
         return attn_fwd, 2.0 * attn_fwd
@@ -332,6 +353,7 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
     fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
     imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
+    knee = gemm_half_dim(gpu, sh.dtype, params)
     gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
     for g in layer.gemms(seq_len, sh.dims.tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
@@ -343,7 +365,7 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
             fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe, g.linears)
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
-            rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params)
+            rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params, knee)
         seconds = g.count * 2.0 * rows * g.n * g.k / rate
         bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
         if g.expert:
