@@ -150,3 +150,20 @@ def test_megatron_waits_for_the_host_once_per_moe_layer_and_micro_batch(qwen_lay
     dense_sh = Sharding("bf16", 1, 4096, "flash", StageDims(1), "none")
     assert layer_time(dense, gpu, dense_sh, link, params) == layer_time(dense, gpu, dense_sh, link,
                                                                          params.with_updates(moe_layer_host_s=0.0))
+
+
+# --- load imbalance ----------------------------------------------------------------------------
+
+
+def test_a_rank_of_many_experts_is_less_imbalanced_than_one_expert():
+    from planner.cost.formulas import ep_rank_imbalance
+    assert ep_rank_imbalance(1.25, 128, 1) == 1.0  # no EP: every GPU runs every expert
+    assert ep_rank_imbalance(1.25, 128, 128) == 1.25  # one expert per rank
+    assert ep_rank_imbalance(1.25, 128, 8) == pytest.approx(1 + 0.25 / 4)  # 16 experts per rank
+    assert ep_rank_imbalance(1.0, 128, 8) == 1.0  # force-balanced routing
+
+
+def test_the_busiest_rank_slows_only_the_expert_gemms(qwen_layer, gpu):
+    dims = StageDims(1, ep=8)
+    balanced = _expert_gemm_s(qwen_layer, gpu, 4096, dims, params=CostParams(moe_imbalance=1.0))
+    assert _expert_gemm_s(qwen_layer, gpu, 4096, dims) == pytest.approx(balanced * (1 + 0.25 / 4))

@@ -11,6 +11,7 @@ bandwidth, and a fixed per-device memory reserve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
@@ -110,12 +111,13 @@ class CostParams:
     fp8_gemm_efficiency: float | None = None
     fp8_recipe: str = ""
 
-    # MoE under expert parallelism: the busiest EP rank's routed tokens over the mean, which the
-    # whole group waits for at the combine all-to-all. Switch Transformer trains with capacity
-    # factors 1.0-1.25 (Fedus et al. 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and
-    # Megatron-core's --moe-expert-capacity-factor bounds the load the same way; 1.25 takes the
-    # upper end for dropless routing with an auxiliary balancing loss. Not fitted (no MoE run
-    # among the published measurements).
+    # MoE under expert parallelism: the busiest expert's routed tokens over the mean; the EP group
+    # waits for its busiest rank at the combine all-to-all (ep_rank_imbalance: a rank holds several
+    # experts). Switch Transformer trains with capacity factors 1.0-1.25 per expert (Fedus et al.
+    # 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and Megatron-core's
+    # --moe-expert-capacity-factor bounds each expert's load the same way; 1.25 takes the upper end
+    # for dropless routing with an auxiliary balancing loss. Force-balanced routing (benchmarks'
+    # --moe-router-force-load-balancing) is 1.0.
     moe_imbalance: float = 1.25
     # how its MoE layers move tokens under expert parallelism (planner.cost.moe.moe_alltoall_s):
     # "alltoall" (Megatron-core's MoEAlltoAllTokenDispatcher: one copy per routed expert over
@@ -352,7 +354,7 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
     b = sh.micro_batch
     fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
-    imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
+    imbalance = ep_rank_imbalance(params.moe_imbalance, layer.config.num_experts, sh.dims.ep)
     knee = gemm_half_dim(gpu, sh.dtype, params)
     gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
     for g in layer.gemms(seq_len, sh.dims.tp, sh.dims.ep, sh.dims.etp):
@@ -376,6 +378,16 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
         gemm_times.append(seconds)
         gemm_bwd_times.append(bwd_seconds)
     return gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes
+
+
+def ep_rank_imbalance(expert_imbalance: float, num_experts: int, ep: int) -> float:
+    """The busiest EP rank's routed tokens over the mean, from the busiest expert's
+    (CostParams.moe_imbalance): a rank sums the loads of its num_experts / ep experts, whose excess
+    over the mean, independent from expert to expert, shrinks as the square root of their number
+    (the central limit theorem); one expert per rank keeps the expert's figure; no EP, none."""
+    if ep <= 1:
+        return 1.0
+    return 1.0 + (expert_imbalance - 1.0) / math.sqrt(max(1, num_experts // ep))
 
 
 def expert_gemm_traffic_s(rows: float, n: float, k: float, count: int, in_bytes: int, out_bytes: int,
