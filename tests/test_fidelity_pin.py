@@ -93,11 +93,7 @@ def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
 
 # Runs the memory model over-counts, each with the reason; the list may only shrink. NeMo's
 # Nemotron-340B replay keeps Adam's states in bf16 as its recipe states (fidelity_runs.NEMO_OPTIMIZERS).
-_QWEN3_FP8 = ("Qwen3-30B-A3B fp8 on 80 GB H100s, PP 2 x 24 virtual stages at micro-batch 2: 84.6 GiB "
-              "predicted, 46.9 of it activations without recomputation (the recipe's is not stated)")
-KNOWN_OVERCOUNTS: dict[str, str] = {f"megatronbridge-moe-{run}": _QWEN3_FP8 for run in (
-    "25.11-h100-qwen3_30b_a3b-fp8-cs-16gpu-tp1pp2ep8vp24-mbs2gbs512",
-    "25.09-h100-qwen3_30b_a3b-precna-16gpu-tp1pp2ep8vp24-mbs2gbs512")}
+KNOWN_OVERCOUNTS: dict[str, str] = {}
 
 
 def test_every_public_run_that_ran_is_predicted_to_fit(replayed):

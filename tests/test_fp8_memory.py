@@ -99,3 +99,17 @@ def test_megatron_export_writes_fp8_param_gather_with_the_distributed_optimizer(
     plan = uniform_plan(load_model("llama-3-8b"), cluster, Training(64, 4096, "fp8", 1), tp=2, pp=1, dp=4,
                         zero=zero)
     assert ("--fp8-param-gather" in export_megatron(plan, lambda message: None)) is written
+
+
+def test_te_keeps_the_routed_expert_gemm_inputs_in_fp8():
+    from planner.cost.pricing import saved_activation_bytes
+    from planner.cost.sharding import Sharding
+
+    moe = next(layer for layer in load_model("qwen3-30b-a3b").layers if layer.kind == "decoder")
+    c, s = moe.config, 4096
+    bf16 = saved_activation_bytes(moe, Sharding("bf16", 1, s, "flash", StageDims(1), "none"), "attention", "te-delayed")
+    fp8 = saved_activation_bytes(moe, Sharding("fp8", 1, s, "flash", StageDims(1), "none"), "attention", "te-delayed")
+    # a byte less per element of the QKV input, the output projection's input and each routed
+    # copy's FC1 and FC2 inputs (GroupedLinear saves them in fp8); the router keeps its input in bf16
+    saved = s * (c.hidden + c.o_dim + c.experts_top_k * (c.hidden + c.ffn_hidden))
+    assert bf16 - fp8 == pytest.approx(saved)

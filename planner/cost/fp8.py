@@ -229,14 +229,22 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     """Bytes per sample a runtime that saves fp8 linear inputs (Fp8Recipe.saves_fp8_inputs)
     does not keep: the inputs of the QKV and MLP-in GEMMs (the norm outputs, s x h each), of the
     attention output projection (s x o) and of the MLP-down GEMM (s x f), at 1 byte instead of
-    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). Dense decoder
-    blocks without full recomputation only (full recomputation keeps just the block input)."""
+    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). In an MoE block
+    the router, a 16-bit linear, keeps the MLP norm output, and Transformer Engine's GroupedLinear
+    saves each expert GEMM's input in fp8 as Linear does (transformer_engine/pytorch/module/
+    grouped_linear.py: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True), then
+    save_for_backward): every routed copy's FC1 input (s x h) and FC2 input (s x f), and the
+    shared experts' FC2 input. Decoder blocks without multi-latent attention or full
+    recomputation only (full recomputation keeps just the block input)."""
     c = layer.config
-    if layer.kind != "decoder" or c is None or layer.blend or c.num_experts > 1 or c.mla is not None \
-            or recompute == "full":
+    if layer.kind != "decoder" or c is None or layer.blend or c.mla is not None or recompute == "full":
         return 0.0
     s, h, per = seq_len, c.hidden, dtype_bytes - 1
-    return StageDims(tp, sequence_parallel).activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
+    dims = StageDims(tp, sequence_parallel)
+    if c.num_experts > 1:
+        routed = c.experts_top_k * (h + c.ffn_hidden)
+        return dims.activation_share(per * s * h, per * s * (c.o_dim + routed + c.shared_expert_ffn))
+    return dims.activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
 
 
 assert tuple(RECIPES) == FP8_RECIPE_NAMES, "planner.plan.FP8_RECIPE_NAMES names the recipes priced here"
