@@ -80,3 +80,18 @@ def test_a100_flash_pricing_is_flashattention_2s(decoder):
     flops = decoder.attention_flops_per_sample(4096, 1, causal_skip=True)
     fwd, _ = attention_s(decoder, gpu, sh, p)
     assert fwd == pytest.approx(flops / (gpu.peak("bf16") * p.attention_efficiency))
+
+
+def test_the_cutlass_kernel_is_slower_against_standard_attention_under_fp32(decoder):
+    gpu = CATALOG["V100-SXM2-32GB"]
+    p = stack_params(gpu, "torchtitan")  # fp32 on the CUDA cores
+    kernel = KERNELS["cutlass"]
+    assert kernel.ratios("fp32") == (1.04, 1.30) and kernel.ratios("fp16") == (1.05, 1.15)
+    seq = 2048
+    flash = attention_s(decoder, gpu, Sharding("fp32", 1, seq, "flash", StageDims(1), "none"), p)
+    standard = attention_s(decoder, gpu, Sharding("fp32", 1, seq, "standard", StageDims(1), "none"), p)
+    scores = elementwise_bytes(decoder, seq, 1, False, "standard", 4)[1] / (gpu.hbm_bandwidth_bytes_per_s
+                                                                            * p.hbm_efficiency)
+    causal = (decoder.attention_flops_per_sample(seq, 1, causal_skip=True)
+              / decoder.attention_flops_per_sample(seq, 1, causal_skip=False))
+    assert flash[1] == pytest.approx(causal * 1.30 * (standard[1] + 1.5 * scores))

@@ -22,22 +22,32 @@ class FusedAttention:
     """A memory-efficient attention kernel priced against standard attention on the same GPU."""
 
     name: str
-    fwd_vs_standard: float  # its forward time / standard attention's forward time
-    bwd_vs_standard: float  # its backward time / standard attention's backward time
+    fwd_vs_standard: float  # its forward time / standard attention's forward time, 16-bit inputs
+    bwd_vs_standard: float  # its backward time / standard attention's backward time, 16-bit inputs
+    fp32_fwd_vs_standard: float  # the same under fp32
+    fp32_bwd_vs_standard: float
     source: str
+
+    def ratios(self, dtype: str) -> tuple[float, float]:
+        """(forward, backward) time against standard attention for `dtype` training."""
+        if dtype == "fp32":
+            return self.fp32_fwd_vs_standard, self.fp32_bwd_vs_standard
+        return self.fwd_vs_standard, self.bwd_vs_standard
 
 
 # "flash2": FlashAttention-2 at the architecture's attention_efficiency (planner.cost.formulas.attention_s)
 FLASH2 = "flash2"
 
 KERNELS: dict[str, FusedAttention] = {
-    # xFormers PR #362 (github.com/facebookresearch/xformers/pull/362), V100, fp16, against the
-    # PyTorch (vanilla) implementation over its benchmark shapes: forward 5 % slower on the median,
-    # backward 15 % slower on the median. Its causal mask skips the blocks above the diagonal
-    # (xFormers PR #389, "MemEffAttention: Add causal support"), which vanilla attention computes
+    # xFormers PR #362 (github.com/facebookresearch/xformers/pull/362), V100, against the PyTorch
+    # (vanilla) implementation over its benchmark shapes, on the median: fp16 forward 5 % slower,
+    # backward 15 % slower; fp32 forward 4 % slower, backward 30 % slower. Its causal mask skips the
+    # blocks above the diagonal (xFormers PR #389, "MemEffAttention: Add causal support"), which
+    # vanilla attention computes
     "cutlass": FusedAttention(
-        "cutlass", 1.05, 1.15,
-        "xFormers PR #362 (V100 fp16 medians: forward +5 %, backward +15 % against vanilla attention)"),
+        "cutlass", 1.05, 1.15, 1.04, 1.30,
+        "xFormers PR #362 (V100 medians against vanilla attention: fp16 +5 % forward, +15 % backward; "
+        "fp32 +4 %, +30 %)"),
 }
 
 

@@ -263,8 +263,9 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     score_s = sh.dims.attention_share(score_bytes * b) / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
     causal = (layer.attention_flops_per_sample(seq_len, tp, causal_skip=True)
               / layer.attention_flops_per_sample(seq_len, tp, causal_skip=False))
-    return (causal * kernel.fwd_vs_standard * (attn_fwd + score_s),
-            causal * kernel.bwd_vs_standard * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))
+    fwd_ratio, bwd_ratio = kernel.ratios(sh.dtype)
+    return (causal * fwd_ratio * (attn_fwd + score_s),
+            causal * bwd_ratio * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))
 
 
 @lru_cache(maxsize=65536)
