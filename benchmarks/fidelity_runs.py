@@ -8,7 +8,7 @@ knob); `ASSUMPTIONS` lists them and fidelity.py prints them with --assumptions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -220,7 +220,9 @@ def case(run: dict) -> Case:
     reason = skip_reason(run, source)
     if reason:
         return Case(run["id"], source, runtime, metric, published, skip=reason, gpus=gpus)
+    # priced as the source's runtime runs it (its pipeline sends: Runtime.pipeline_p2p)
     plan = BUILDERS[source](run)
+    plan = replace(plan, training=replace(plan.training, runtime=runtime))
     t = plan.training
     settings = (("tp_async", True),) if _async_tp(run) else ()
     if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)

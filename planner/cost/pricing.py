@@ -10,8 +10,10 @@ Per micro-batch on one replica (one tensor-parallel group):
   span_price   forward, backward (with recomputation) and TP communication of a span of
                layers, with its weights and saved activations: count x layer, summed;
   zero_comm    the ZeRO-2/3 collectives after every micro-batch (planner.cost.dp_comm, re-exported);
-  p2p_s        the send across a stage boundary (boundary_bytes of activations);
-  ChunkTime    one chunk's (stage's) micro-batch: the three above together.
+  p2p_s        the sends across a stage boundary (boundary_bytes of activations; planner.cost.p2p,
+               which also says how much of them a rank waits for);
+  ChunkTime    one chunk's (stage's) micro-batch: the three above together, with what it waits
+               for of its sends and receives.
 Per replica:   planner.cost.stage_memory.replica_memory, the peak memory with some micro-batches
                in flight (and ZeRO-Offload's host side).
 Per stage, after its last micro-batch: planner.cost.stage_tail (the exposed data-parallel
@@ -27,13 +29,13 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import CostParams, layer_time, link_efficiency
+from .formulas import CostParams, layer_time
 from .dp_comm import NO_ZERO_COMM, DpLayout, ZeroComm, zero_comm, zero_exposed_s  # noqa: F401 (re-exported)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
-from ..inputs.linkcurve import collective_s
 from ..inputs.model import Layer
 from .context_parallel import cp_comm
+from .p2p import p2p_s  # noqa: F401 (re-exported)
 from .sharding import Sharding
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
 from . import fp8 as fp8_cost
@@ -295,24 +297,15 @@ def block_shardings(sh: Sharding) -> tuple[Sharding, Sharding]:
 # --- communication --------------------------------------------------------------------------
 
 
-def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
-    """Pipeline point-to-point across one boundary for one micro-batch: the activation
-    forward and its gradient backward (Narayanan et al. 2021, sec 4.1). Charged to the
-    sending-forward stage. A measured link prices each by its send/recv curve."""
-    if link.curves:
-        return 2 * collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-    eff = link_efficiency(link, params, intra)
-    return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
-
-
 @dataclass(frozen=True)
 class ChunkTime:
     """One micro-batch through one chunk (a stage) on one replica."""
 
     span: SpanPrice
     zero: ZeroComm
-    send_s: float = 0.0  # to the next stage (none after the last)
+    send_s: float = 0.0  # what it waits for of its sends to the next stage (p2p.p2p_rank_s; none after the last)
     act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its activation offload (activation_offload)
+    recv_s: float = 0.0  # ... of its receives from the stage before it, on another rank (p2p.p2p_rank_s)
 
     @property
     def zero_s(self):
@@ -326,18 +319,24 @@ class ChunkTime:
         time = self.span.time_s + self.zero_s
         if self.act_offload is not NO_ACTIVATION_OFFLOAD:
             time = time + self.act_offload.exposed_s
-        return time + self.send_s if self.send_s else time  # (the search adds its sends later)
+        p2p = self.send_s + self.recv_s
+        return time + p2p if p2p else time  # (the search adds its sends later)
+
+    @property
+    def p2p_s(self):
+        """What it waits for of its sends and receives."""
+        return self.send_s + self.recv_s
 
     @property
     def forward_s(self):
         """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
         return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
-                + self.send_s / 2 + self.act_offload.fwd_exposed_s
+                + self.p2p_s / 2 + self.act_offload.fwd_exposed_s
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
-                + self.send_s / 2 + self.act_offload.bwd_exposed_s
+                + self.p2p_s / 2 + self.act_offload.bwd_exposed_s
                 + self.zero.backward_exposed_s(self.span.bwd_s))

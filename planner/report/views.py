@@ -20,6 +20,11 @@ def stdout_console() -> Console:
     return Console(highlight=False, no_color="NO_COLOR" in os.environ)
 
 
+# how a runtime's schedule runs its pipeline sends (planner.cost.p2p.P2P_MODES), in the critical lines
+P2P_WORDS = {"exchange": "blocking (both ends wait)", "sequential": "blocking (each message in turn)",
+             "overlapped": "overlapped with compute"}
+
+
 def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
     """What sets the step (planner.cost.explain): the critical rank and replica, the part and the
     link that weigh most on it, and MFU's convention."""
@@ -31,15 +36,17 @@ def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
              f"{len(c.ranks)}× {esc(labels.get(c.gpu, c.gpu))} ranks {rank_text(c.ranks)}: {c.micro_batches} "
              f"micro-batches × {c.per_microbatch_s * 1e3:.1f} ms; bound by {c.bound_by} "
              f"({est.breakdown_s[c.bound_by]:.3f} s of {est.step_time_s:.3f} s); "
-             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"]
+             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"
+             + (f"; waits {c.pp_comm_s:.3f} s on pipeline sends, {P2P_WORDS[c.p2p]}" if c.pp_comm_s > 0 else "")]
     for link in c.links:
         lines.append(f"  {link.role} link {esc(link.name)}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU, "
                      f"{link.latency_s * 1e6:.0f} us; {link.exposed_s:.3f} s exposed"
                      + ("  <- most exposed" if link is c.link else ""))
     for b in est.pipeline_links:
         lines.append(f"  pipeline {b.stage}->{b.stage + 1} over {esc(b.name)}: {b.micro_batches} × "
-                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way); "
-                     f"{b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s overlapped")
+                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way), "
+                     f"{P2P_WORDS[b.p2p]}; {b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s "
+                     + ("off the critical path" if b.blocking else "overlapped"))
     lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.cost.flops)")
     return lines + mfu_source_lines(plan, est)
 

@@ -37,6 +37,15 @@ class Runtime:
     fp32_grad_accumulation: bool = False  # unsharded gradients accumulate in fp32 (CostParams.fp32_grad_accumulation)
     tp_saves_gathered_inputs: bool = False  # (CostParams.tp_saves_gathered_inputs)
     bf16_fp32_grads: bool = False  # under bf16/fp8 fp32 gradient buffers and reduction (CostParams.bf16_fp32_grads)
+    # how its pipeline sends run under each schedule it runs, (schedule, pricing.P2P_MODES name)
+    # pairs: "exchange", "sequential" or "overlapped" (pricing.p2p_rank_s); every schedule of its
+    # Capability.schedules is named (RuntimeSpec checks)
+    pipeline_p2p: tuple[tuple[str, str], ...] = ()
+
+    def p2p_mode(self, schedule: str) -> str:
+        """How its pipeline sends run under `schedule` (pipeline_p2p); "exchange" for a schedule it
+        does not name (a runtime without pipelining sends nothing)."""
+        return dict(self.pipeline_p2p).get(schedule, "exchange")
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""

@@ -23,6 +23,10 @@ SPEC = RuntimeSpec(
         bf16_fp32_grad_allreduce=True,
         # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
         context_parallel=("all-to-all",),
+        # runtime/pipe/engine.py _exec_send_activations / _exec_recv_grads (and the reverse pair) call
+        # p2p.send / p2p.recv without async_op (runtime/pipe/p2p.py: dist.send / dist.recv or a
+        # two-rank broadcast), one TrainSchedule instruction after another: each message blocks both ends
+        pipeline_p2p=(("1f1b", "sequential"),),
         source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead"),
     capability=Capability(
         runtime="deepspeed", title="DeepSpeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)",

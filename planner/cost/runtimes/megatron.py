@@ -29,6 +29,12 @@ SPEC = RuntimeSpec(
         # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
         # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
         fp8_recipe="te-delayed",
+        # 1F1B: core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving pairs
+        # send_forward_recv_backward / send_backward_recv_forward, each one batch_isend_irecv waited at
+        # once (p2p_communication.py _communicate, batch_p2p_comm): blocking, both directions together.
+        # Interleaved: --overlap-p2p-communication (on unless turned off; training/arguments.py turns it
+        # off without virtual stages) posts them ahead and waits after the next chunk's compute
+        pipeline_p2p=(("1f1b", "exchange"), ("interleaved", "overlapped")),
         # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
         # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
         # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with

@@ -12,6 +12,7 @@ from itertools import product
 
 import numpy as np
 
+from ...cost.runtimes import p2p_mode
 from ...inputs.hardware import Cluster
 from ...inputs.model import Model
 from ...plan import Training
@@ -152,6 +153,7 @@ def _cannot_beat(model: Model, cluster: Cluster, training: Training, micro_batch
     known = known if known is not None else KnownCosts()
     shared = known.part(model, cluster, training, options, micro_batch)
     memo = known.scope(shared, schedule, virtual_stages)
+    memo.setdefault("p2p", p2p_mode(training.runtime, schedule))  # (rank_costs' send floors)
     if "delta" not in memo:
         memo["delta"] = ends_floor(model, cluster, training, options, micro_batch, [schedule])[1]
     delta = memo["delta"]
