@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 INTEGRATION_STAMP := $(VENV)/.installed-integration
 
-.PHONY: install test test-fast integration plan fidelity clean wheel-check
+.PHONY: install test test-fast integration plan fidelity fidelity-refresh clean wheel-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,10 @@ plan: $(STAMP)
 
 fidelity: $(STAMP)
 	$(BIN)/python benchmarks/fidelity.py
+
+# after a change to the cost model: the pin (benchmarks/fidelity-expected.json) and docs/fidelity-table.md
+fidelity-refresh: $(STAMP)
+	$(BIN)/python benchmarks/fidelity.py --write-expected --markdown docs/fidelity-table.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,19 +1,24 @@
 """Replay published, measured training runs through the cost model; print predicted vs
-published per source: runs, evaluated, skipped by reason, median and max |error|, the share
-predicted too fast, and the leave-one-source-out error.
+published per source and per GPU architecture (runs, evaluated, skipped by reason, median and
+max |error|, the share predicted too fast, the runs predicted not to fit), the targets on the
+public set, and the leave-one-source-out error.
 
-    python benchmarks/fidelity.py                       # the per-source table
+    python benchmarks/fidelity.py                       # per source, per architecture, targets
     python benchmarks/fidelity.py --runs                # and every run
-    python benchmarks/fidelity.py --json                # machine-readable rows and summary
+    python benchmarks/fidelity.py --json                # machine-readable rows, tables and targets
+    python benchmarks/fidelity.py --markdown docs/fidelity-table.md   # the tables as Markdown
     python benchmarks/fidelity.py --plot docs/fidelity.svg   # predicted vs measured, log-log
     python benchmarks/fidelity.py --loso                # refit without each source (minutes)
     python benchmarks/fidelity.py --memory              # peak memory vs published, stated and per recompute setting
     python benchmarks/fidelity.py --memory --runs       # and every run's, as stated
     python benchmarks/fidelity.py --write-expected      # pin: benchmarks/fidelity-expected.json
+    python benchmarks/fidelity.py --write-expected --markdown docs/fidelity-table.md   # both, after a cost change
 
-Runs: profiles/reference/published-runs.yaml (sources A and B below) and
-profiles/reference/measured-runs.yaml (fidelity_runs.py maps them to plans; the assumptions
-made for each source's unstated facts are printed with --assumptions). Every run is priced
+Runs: profiles/reference/published-runs.yaml (sources A and B below, the calibration runs),
+profiles/reference/measured-runs.yaml (fidelity_runs.py maps them to plans) and
+profiles/reference/moe-runs.yaml (fidelity_moe.py); the assumptions made for each source's
+unstated facts are printed with --assumptions. The targets (fidelity_tables.TARGETS) are
+measured on the measured and MoE runs together. Every run is priced
 with the cost parameters of its GPU's architecture (planner.cost.architectures) under its
 runtime (planner.cost.runtimes): no per-run or per-source factor. Errors are predicted /
 published - 1 in the published metric; "too fast" means a shorter predicted time or a
@@ -41,6 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dataclasses import replace  # noqa: E402
 
 from fidelity_runs import ASSUMPTIONS, Case, measured_cases  # noqa: E402
+from fidelity_memory import memory_table, print_memory_table  # noqa: E402
+from fidelity_tables import (architecture_of, architecture_table, markdown, print_loso, print_table,  # noqa: E402
+                             print_targets, source_table, targets)
+from fidelity_moe import ASSUMPTION as MOE_ASSUMPTION, RUNTIME as MOE_RUNTIME  # noqa: E402
+from fidelity_moe import SOURCE as MOE_SOURCE, moe_cases  # noqa: E402
 from planner.cost.architectures import architecture_params  # noqa: E402
 from planner.cost.formulas import DEFAULT_PARAMS, CostParams, layer_time  # noqa: E402
 from planner.core.dims import StageDims  # noqa: E402
@@ -102,7 +112,7 @@ def replay_source_a(ref: dict, params: CostParams, chosen: dict | None = None) -
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
         predicted = flops / est.step_time_s / run["gpus"] / 1e12
         rows.append({"source": "megatron-sc21", "runtime": "megatron-2021", "metric_kind": "throughput",
-                     "fits": est.fits, "run": name,
+                     "fits": est.fits, "run": name, "architecture": architecture_of(cluster.gpu_types),
                      "metric": "TFLOP/s/GPU", "published": run["tflops_per_gpu"], "predicted": predicted,
                      "chosen": f"b={b} v={v}"})
     return rows
@@ -126,6 +136,7 @@ def replay_source_b(ref: dict, params: CostParams) -> list[dict]:
         for phase, predicted in (("fwd", fwd_ms), ("bwd", bwd_ms)):
             rows.append({"source": "korthikanti-22", "runtime": "megatron", "metric_kind": "time",
                          "fits": True, "run": f"22B layer {name} {phase}", "metric": "ms",
+                         "architecture": architecture_of([gpu]),
                          "published": ref["ms"][name][phase], "predicted": predicted, "chosen": ""})
     return rows
 
@@ -160,15 +171,16 @@ def price(c: Case, overrides: dict | None = None) -> dict:
     return {"source": c.source, "runtime": c.runtime, "run": c.id, "metric": c.metric,
             "metric_kind": "time" if c.metric == "iteration_time" else "throughput",
             "published": c.published, "predicted": predicted, "fits": est.fits, "chosen": "",
-            "dtype": c.plan.training.dtype}
+            "dtype": c.plan.training.dtype, "architecture": architecture_of(c.plan.cluster.gpu_types)}
 
 
 _CASES: list[Case] = []
 
 
 def cases() -> list[Case]:
+    """The measured runs (fidelity_runs) and the MoE runs (fidelity_moe), built once."""
     if not _CASES:
-        _CASES.extend(measured_cases())
+        _CASES.extend(measured_cases() + moe_cases())
     return _CASES
 
 
@@ -191,49 +203,13 @@ def replay(overrides: dict | None = None, sources: set[str] | None = None,
         if sources is not None and c.source not in sources:
             continue
         if c.skip:
-            skipped.append({"source": c.source, "run": c.id, "reason": c.skip})
+            skipped.append({"source": c.source, "run": c.id, "reason": c.skip, "architecture": architecture_of(c.gpus)})
         else:
             rows.append(price(c, overrides))
     for row in rows:
         row["error"] = row["predicted"] / row["published"] - 1
         row["too_fast"] = row["error"] > 0 if row["metric_kind"] == "throughput" else row["error"] < 0
     return rows, skipped
-
-
-def summary(rows: list[dict]) -> tuple[float, float]:
-    errors = [abs(r["error"]) for r in rows]
-    return statistics.median(errors), max(errors)
-
-
-def source_table(rows: list[dict], skipped: list[dict]) -> list[dict]:
-    """Per source and in all: runs, evaluated, skipped by reason, median/max |error|, share too fast."""
-    names = sorted({r["source"] for r in rows} | {s["source"] for s in skipped})
-    out = []
-    for name in names + ["all"]:
-        mine = [r for r in rows if name in ("all", r["source"])]
-        skips = [s for s in skipped if name in ("all", s["source"])]
-        reasons: dict[str, int] = {}
-        for s in skips:
-            reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
-        entry = {"source": name, "runs": len(mine) + len(skips), "evaluated": len(mine),
-                 "skipped": dict(sorted(reasons.items())), "predicted_not_to_fit": sum(not r["fits"] for r in mine)}
-        if mine:
-            med, worst = summary(mine)
-            entry.update(median_abs_error=med, max_abs_error=worst,
-                         too_fast_share=sum(r["too_fast"] for r in mine) / len(mine))
-        out.append(entry)
-    return out
-
-
-def print_table(table: list[dict]) -> None:
-    print(f"{'source':15} {'runs':>4} {'eval':>4} {'median':>7} {'max':>7} {'fast':>5} {'nofit':>5}  skipped")
-    for e in table:
-        if "median_abs_error" in e:
-            figures = f"{e['median_abs_error']:7.1%} {e['max_abs_error']:7.1%} {e['too_fast_share']:5.0%}"
-        else:
-            figures = f"{'-':>7} {'-':>7} {'-':>5}"
-        skipped = ", ".join(f"{n} {r}" for r, n in e["skipped"].items())
-        print(f"{e['source']:15} {e['runs']:4} {e['evaluated']:4} {figures} {e['predicted_not_to_fit']:5}  {skipped}")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -261,74 +237,67 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, metadata={"Date": None})  # no timestamp in the file
 
 
-PUBLISHED_MEMORY = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "published-memory.yaml"
-GIB = 2 ** 30
-
-
-def published_peak_bytes() -> dict[str, float]:
-    """Run id -> the peak memory per GPU its source published: the max_mem a run logged
-    (measured-runs.yaml) or the figure published beside its throughput (published-memory.yaml:
-    torchtitan's benchmark tables, its allocator's reserved peak)."""
-    out = {c.id: c.max_mem_bytes for c in cases() if c.max_mem_bytes}
-    for run, entry in yaml.safe_load(PUBLISHED_MEMORY.read_text())["runs"].items():
-        out.setdefault(run, float(entry["gib"]) * GIB)
-    return out
-
-
-def _peak_bytes(c: Case, plan, overrides: dict | None, settings: bool) -> tuple[float, bool]:
-    extra = dict(c.settings) if settings else {}
-    est = evaluate(plan, {g.name: params_for(g, c.runtime, overrides).with_updates(**extra)
-                          for g in plan.cluster.gpu_types})
-    return max(est.peak_memory_by_gpu().values()), est.fits
-
-
-def memory_table(overrides: dict | None = None) -> list[dict]:
-    """Per source with published peak memory (published_peak_bytes): the median and max
-    |predicted / published - 1| of the peak memory of a replica's GPUs, and the runs
-    predicted not to fit, for the plans as replayed ("stated": the run's own recompute setting
-    and settings, with each run's figures under "rows") and under each recompute setting for
-    every stage (for sources that do not state it; fidelity_runs.SAILOR_MIT_RECOMPUTE)."""
-    from planner.inputs.model import RECOMPUTE_MODES
-
-    published = published_peak_bytes()
-    with_memory = [c for c in cases() if c.id in published and c.plan is not None]
-    out = []
-    for source in sorted({c.source for c in with_memory}):
-        mine = [c for c in with_memory if c.source == source]
-        entry = {"source": source, "runs": len(mine)}
-        for mode in ("stated",) + RECOMPUTE_MODES:
-            errors, unfit, rows = [], 0, []
-            for c in mine:
-                plan = c.plan if mode == "stated" else \
-                    replace(c.plan, stages=tuple(replace(st, recompute=mode) for st in c.plan.stages))
-                peak, fits = _peak_bytes(c, plan, overrides, settings=mode == "stated")
-                errors.append(abs(peak / published[c.id] - 1))
-                unfit += not fits
-                rows.append({"run": c.id, "published_bytes": published[c.id], "predicted_bytes": peak, "fits": fits})
-            entry[mode] = {"median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
-                           "predicted_not_to_fit": unfit}
-            if mode == "stated":
-                entry[mode]["rows"] = rows
-        out.append(entry)
-    return out
-
-
-def print_memory_table(table: list[dict], runs: bool = False) -> None:
-    print("peak memory vs the published peak, as stated and per recompute setting "
-          "(median / max |error|, runs not fitting):")
-    for e in table:
-        figures = "  ".join(f"{mode} {f['median_abs_error']:5.1%} / {f['max_abs_error']:5.1%} ({f['predicted_not_to_fit']})"
-                            for mode, f in e.items() if isinstance(f, dict))
-        print(f"  {e['source']:14} {e['runs']:3} runs  {figures}")
-    if runs:
-        print(f"\n  {'run (as stated)':48} {'GiB published':>13} {'predicted':>9} {'error':>7}")
-        for e in table:
-            for r in e["stated"]["rows"]:
-                print(f"  {r['run'][:48]:48} {r['published_bytes'] / GIB:13.1f} {r['predicted_bytes'] / GIB:9.1f} "
-                      f"{r['predicted_bytes'] / r['published_bytes'] - 1:+7.1%} {'' if r['fits'] else 'NOFIT'}")
-
-
 EXPECTED = Path(__file__).resolve().parent / "fidelity-expected.json"
+TABLES = "docs/fidelity-table.md"  # --markdown's usual file, linked from docs/fidelity.md
+
+
+def public_sources() -> set[str]:
+    """The sources of the public set the targets are measured on: measured-runs.yaml and
+    moe-runs.yaml (published-runs.yaml's calibration runs excluded)."""
+    return {c.source for c in cases()}
+
+
+def leave_one_source_out(sources: set[str]) -> dict:
+    """Per source of `sources` with priced runs, its runs predicted with the parameters fitted
+    without it (fit_cost_params.leave_one_source_out's folds; a source that prices no fitted
+    parameter is predicted with the fit on every source), and over all their runs together."""
+    from fit_cost_params import fit, leave_one_source_out as folds
+
+    fitted = {name: e["fitted"] for name, e in folds()["sources"].items()}
+    out, every = {}, []
+    for source in sorted(sources):
+        if source not in fitted and "" not in fitted:
+            fitted[""] = fit()
+        layer_time.cache_clear()
+        rows, _ = replay(fitted.get(source, fitted.get("")), {source})
+        if not rows:
+            continue
+        errors = [abs(r["error"]) for r in rows]
+        every += errors
+        out[source] = {"median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+                       "fitted": fitted.get(source, fitted.get(""))}
+    return {"sources": out, "median_abs_error": statistics.median(every), "max_abs_error": max(every)}
+
+
+def expected(rows: list[dict], skipped: list[dict], architectures: list[dict]) -> dict:
+    """What the pin (tests/test_fidelity_pin.py) holds: every priced run's prediction and, for
+    the SC'21 runs, its tuned settings; every skipped run's reason; the per-architecture table."""
+    return {"predicted": {r["run"]: r["predicted"] for r in rows},
+            "chosen": {r["run"]: r["chosen"] for r in rows if r["chosen"]},
+            "skipped": {s["run"]: s["reason"] for s in skipped},
+            "architectures": architectures}
+
+
+def _print(args, rows: list[dict], result: dict) -> None:
+    if args.assumptions:
+        for source, (runtime, text) in {**ASSUMPTIONS, MOE_SOURCE: (MOE_RUNTIME, MOE_ASSUMPTION)}.items():
+            print(f"{source} (runtime {runtime}): {text}\n")
+    if args.runs:
+        for r in rows:
+            print(f"{r['source']:19} {r['run'][:48]:48} {r['published']:10.4g} {r['predicted']:10.4g} "
+                  f"{r['error']:+7.1%} {'' if r['fits'] else 'NOFIT'} {r['chosen']}")
+        print()
+    print_table(result["sources"])
+    print()
+    print_table(result["architectures"], "architecture")
+    print()
+    print_targets(result["targets"])
+    if result["memory"]:
+        print()
+        print_memory_table(result["memory"], args.runs)
+    if result["loso"]:
+        print()
+        print_loso(result["loso"])
 
 
 def main() -> None:
@@ -341,41 +310,27 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true",
                         help="peak memory vs the runs' logged max_mem under each recompute setting")
     parser.add_argument("--write-expected", action="store_true", help=f"write {EXPECTED.name}")
+    parser.add_argument("--markdown", metavar="FILE", help=f"write the tables as Markdown (the docs' {TABLES})")
     args = parser.parse_args()
     rows, skipped = replay()
-    table = source_table(rows, skipped)
-    loso = None
-    if args.loso:
-        from fit_cost_params import leave_one_source_out
-        loso = leave_one_source_out()
-    memory = memory_table() if args.memory else None
+    public = public_sources()
+    loso = leave_one_source_out(public) if args.loso else None
+    result = {"sources": source_table(rows, skipped), "architectures": architecture_table(rows, skipped),
+              "targets": targets(rows, public, loso), "loso": loso,
+              "memory": memory_table(cases(), params_for) if args.memory else None}
     if args.write_expected:
-        EXPECTED.write_text(json.dumps({"predicted": {r["run"]: r["predicted"] for r in rows},
-                                        "chosen": {r["run"]: r["chosen"] for r in rows if r["chosen"]}},
-                                       indent=1, sort_keys=True) + "\n")
+        EXPECTED.write_text(json.dumps(expected(rows, skipped, result["architectures"]), indent=1,
+                                       sort_keys=True) + "\n")
+    if args.markdown:
+        command = "python benchmarks/fidelity.py" + (" --loso" if args.loso else "") + f" --markdown {args.markdown}"
+        Path(args.markdown).write_text(markdown(result["sources"], result["architectures"], result["targets"],
+                                                loso, command))
     if args.plot:
         plot(rows, args.plot)
     if args.json:
-        print(json.dumps({"rows": rows, "skipped": skipped, "sources": table, "loso": loso, "memory": memory},
-                         indent=1))
+        print(json.dumps({"rows": rows, "skipped": skipped, **result}, indent=1))
         return
-    if args.assumptions:
-        for source, (runtime, text) in ASSUMPTIONS.items():
-            print(f"{source} (runtime {runtime}): {text}\n")
-    if args.runs:
-        for r in rows:
-            print(f"{r['source']:14} {r['run'][:48]:48} {r['published']:10.4g} {r['predicted']:10.4g} "
-                  f"{r['error']:+7.1%} {'' if r['fits'] else 'NOFIT'} {r['chosen']}")
-        print()
-    print_table(table)
-    if memory:
-        print()
-        print_memory_table(memory, args.runs)
-    if loso:
-        print("\nleave-one-source-out (fit without the source, predict it):")
-        for name, e in loso["sources"].items():
-            print(f"  {name:15} median {e['median_abs_error']:6.1%}  max {e['max_abs_error']:6.1%}")
-        print(f"  {'all':15} median {loso['median_abs_error']:6.1%}  max {loso['max_abs_error']:6.1%}")
+    _print(args, rows, result)
 
 
 if __name__ == "__main__":

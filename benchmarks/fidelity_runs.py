@@ -8,7 +8,7 @@ knob); `ASSUMPTIONS` lists them and fidelity.py prints them with --assumptions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -106,6 +106,7 @@ class Case:
     # CostParams fields the run's stated software options set (not fitted): e.g. async TP
     settings: tuple[tuple[str, object], ...] = ()
     max_mem_bytes: float | None = None  # the peak memory the run logged, where it did
+    gpus: tuple[str, ...] = ()  # the GPUs' catalog names (as written where the catalog lacks one)
 
 
 def source_of(run: dict) -> str:
@@ -215,12 +216,14 @@ def case(run: dict) -> Case:
     metric, published = m["metric"], float(m["value"])
     if m.get("unit") == "ms/iteration":
         published /= 1e3
+    gpus = tuple(sorted({CATALOG.get(g["type"].lower(), g["type"]) for g in run["hardware"]["gpus"]}))
     reason = skip_reason(run, source)
     if reason:
-        return Case(run["id"], source, runtime, metric, published, skip=reason)
+        return Case(run["id"], source, runtime, metric, published, skip=reason, gpus=gpus)
+    # priced as the source's runtime runs it (its pipeline sends: Runtime.pipeline_p2p)
     plan = BUILDERS[source](run)
+    plan = replace(plan, training=replace(plan.training, runtime=runtime))
     t = plan.training
-    gpus = len(plan.used_ranks())
     settings = (("tp_async", True),) if _async_tp(run) else ()
     if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)
         settings += (("torch_compile", True),)
@@ -234,8 +237,8 @@ def case(run: dict) -> Case:
         # (CostParams.bf16_fp32_grads)
         settings += (("bf16_fp32_grads", False),)
     return Case(run["id"], source, runtime, metric, published, plan,
-                read=_read(metric, t.global_batch * t.seq_len, gpus), max_mem_bytes=m.get("max_mem_bytes"),
-                settings=settings)
+                read=_read(metric, t.global_batch * t.seq_len, len(plan.used_ranks())),
+                max_mem_bytes=m.get("max_mem_bytes"), settings=settings, gpus=gpus)
 
 
 def _gpu(run: dict, index: int = 0) -> str:

@@ -133,7 +133,7 @@ def moe_cp_instance(seed: int):
     seq_len = rng.choice([8192, 16384])
     need = model.params * 16 + model.config.num_layers * seq_len * model.config.hidden * 60
     gpu = "H100-SXM5-80GB"
-    cluster = cluster_from_spec({"name": f"moe-cp-{seed}", "gpus": {gpu: {"memory_GiB": 2.0 + rng.uniform(0.05, 0.4) * need / GIB}},
+    cluster = cluster_from_spec({"name": f"moe-cp-{seed}", "gpus": {gpu: {"memory_GiB": 2.0 + rng.uniform(0.05, 0.3) * need / GIB}},
                                  "node_groups": [{"name": "g", "gpu": gpu, "nodes": rng.choice([1, 2]), "gpus_per_node": 4,
                                                   "inter_node": {"bandwidth_GBps": 25, "latency_us": 5}}]})
     return model, cluster, Training(rng.choice([2, 4]), seq_len, "bf16", 1)

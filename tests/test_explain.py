@@ -82,25 +82,28 @@ def test_critical_stage_replica_and_link_are_named_on_a_two_stage_mixed_cluster(
     assert c.model_flops_per_s < c.peak_flops_per_s
 
 
-def test_pp_comm_over_10gbe_is_exposed_on_the_fill_when_the_receiver_is_critical():
-    # old code: pp_comm 0.000 s (the send sat in the sending stage's busy time, off the
-    # critical rank's own work, and its fill/drain share was counted as bubble)
+def test_megatron_1f1b_sends_over_10gbe_hold_up_the_critical_receiver():
+    # Megatron's 1F1B exchanges each boundary's activation and gradient in one blocking
+    # batch_isend_irecv (cost.p2p "exchange"): the critical V100 receiver waits one message per
+    # micro-batch, the H100 sender's wait adds to the fill
     est = evaluate(two_stage(two_group_spec()))
     send = hand_send_s()
-    assert est.breakdown_s["pp_comm"] == pytest.approx(send, rel=1e-9)
+    assert est.breakdown_s["pp_comm"] == pytest.approx((BATCH + 1) * send / 2, rel=1e-9)
     (boundary,) = est.pipeline_links
+    assert boundary.p2p == "exchange" and boundary.blocking
     assert boundary.per_microbatch_s == pytest.approx(send, rel=1e-9)
-    assert boundary.exposed_s == pytest.approx(send, rel=1e-9)
-    assert boundary.overlapped_s == pytest.approx((BATCH - 1) * send, rel=1e-9)
+    assert boundary.exposed_s == pytest.approx((BATCH + 1) * send / 2, rel=1e-9)
+    assert boundary.overlapped_s == pytest.approx((BATCH - 1) * send / 2, rel=1e-9)
     assert boundary.bytes_per_microbatch == 2 * SEQ * LLAMA.config.hidden / 8
+    assert est.critical.pp_comm_s == pytest.approx(BATCH * send / 2, rel=1e-9)
 
 
-def test_pp_comm_over_10gbe_is_exposed_in_full_when_the_sender_is_critical():
+def test_megatron_1f1b_sends_over_10gbe_hold_up_the_critical_sender():
     est = evaluate(two_stage(two_group_spec("V100-SXM2-32GB", "H100-SXM5-80GB")))
     assert est.critical.pipeline_rank == 0 and est.critical.gpu == "V100-SXM2-32GB"
-    assert est.breakdown_s["pp_comm"] == pytest.approx(BATCH * hand_send_s(), rel=1e-9)
-    assert est.critical.link.role == "pp"  # 64 x 67 ms over 10 GbE outweighs the NVLink TP
-    assert est.pipeline_links[0].overlapped_s == 0
+    assert est.breakdown_s["pp_comm"] == pytest.approx((BATCH + 1) * hand_send_s() / 2, rel=1e-9)
+    assert est.critical.link.role == "pp"  # 64 x 34 ms over 10 GbE outweighs the NVLink TP
+    assert est.pipeline_links[0].overlapped_s == pytest.approx((BATCH - 1) * hand_send_s() / 2, rel=1e-9)
 
 
 def tiny_gpt() -> tuple:
@@ -150,13 +153,17 @@ def test_evaluate_json_and_human_view_explain_the_step(tmp_path):
     assert report["mfu_attention"] == "causal"
     assert {"pipeline_rank", "stages", "gpu", "ranks", "micro_batches", "per_microbatch_s", "model_tflops_per_gpu",
             "peak_tflops_per_gpu", "bound_by", "link", "links"} <= set(report["critical"])
-    assert report["critical"]["gpu"] == "V100-SXM2-32GB" and report["critical"]["link"] == "tp"
+    # the V100 receiver waits for Megatron's blocking 1F1B exchange over 10 GbE: more than its TP
+    assert report["critical"]["gpu"] == "V100-SXM2-32GB" and report["critical"]["link"] == "pp"
+    assert report["critical"]["p2p"] == "exchange" and report["critical"]["pp_comm_s"] > 0
     (boundary,) = report["pipeline_links"]
     assert boundary["link"] == "first<->second" and boundary["bandwidth_GBps"] == pytest.approx(1.25 / 8)
+    assert boundary["p2p"] == "exchange"
     assert report["pp_comm_overlapped_s"] == pytest.approx(boundary["overlapped_s"])
     assert report["breakdown_s"]["pp_comm"] > 0
     human = invoke(*args).stdout
-    assert "critical: pipeline rank 1" in human and "first<->second" in human and "overlapped" in human
+    assert "critical: pipeline rank 1" in human and "first<->second" in human
+    assert "waits" in human and "on pipeline sends, blocking (both ends wait)" in human
 
 
 def test_plan_json_predicted_carries_the_explanation(tmp_path):

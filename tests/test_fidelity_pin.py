@@ -1,7 +1,9 @@
 """The cost model's parameter set is pinned: every public measured run's prediction is in
 benchmarks/fidelity-expected.json (written by `python benchmarks/fidelity.py --write-expected`),
 and a change that moves any of them by more than 1 % must regenerate that table. The SC'21
-runs are replayed at the micro-batch and virtual stages the table records (no tuning search)."""
+runs are replayed at the micro-batch and virtual stages the table records (no tuning search).
+The runs the planner cannot price keep their reasons, and the per-architecture table its counts
+and figures, until regenerated."""
 
 from __future__ import annotations
 
@@ -25,9 +27,13 @@ def _fidelity():
     return fidelity
 
 
+def _expected() -> dict:
+    return json.loads((BENCH / "fidelity-expected.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def replayed():
-    expected = json.loads((BENCH / "fidelity-expected.json").read_text())
+    expected = _expected()
     rows, skipped = _fidelity().replay(chosen=expected["chosen"])
     return rows, skipped, expected["predicted"]
 
@@ -62,14 +68,31 @@ def test_the_pinned_table_names_exactly_the_priced_runs(replayed):
     assert sorted(expected) == sorted(r["run"] for r in rows)
 
 
+def test_every_skipped_run_keeps_its_reason_until_regenerated(replayed):
+    _, skipped, _ = replayed
+    assert {s["run"]: s["reason"] for s in skipped} == _expected()["skipped"]
+
+
+def test_the_per_architecture_table_is_pinned(replayed):
+    rows, skipped, _ = replayed
+    pinned = {e["architecture"]: e for e in _expected()["architectures"]}
+    for e in _fidelity().architecture_table(rows, skipped):
+        old = pinned.pop(e["architecture"])
+        counts = ("runs", "evaluated", "skipped", "predicted_not_to_fit")
+        assert {k: e[k] for k in counts} == {k: old[k] for k in counts}, e["architecture"]
+        for figure in ("median_abs_error", "max_abs_error", "too_fast_share"):
+            assert e.get(figure, 0) == pytest.approx(old.get(figure, 0), abs=0.01), (e["architecture"], figure)
+    assert not pinned
+
+
 def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
     rows, _, _ = replayed
     old = sorted(abs(r["error"]) for r in rows if r["source"] in ("megatron-sc21", "korthikanti-22"))
     assert len(old) == 20 and old[len(old) // 2] <= 0.03
 
 
-# Runs the memory model over-counts, each with the reason; the list may only shrink. Empty since
-# NeMo's Nemotron-340B replay keeps Adam's states in bf16 as its recipe states (fidelity_runs.NEMO_OPTIMIZERS).
+# Runs the memory model over-counts, each with the reason; the list may only shrink. NeMo's
+# Nemotron-340B replay keeps Adam's states in bf16 as its recipe states (fidelity_runs.NEMO_OPTIMIZERS).
 KNOWN_OVERCOUNTS: dict[str, str] = {}
 
 

@@ -317,6 +317,10 @@ def test_deepspeed_engine_starts_from_the_export(case, runnable_plan_file, ds_wo
                 mpu = PipelineParallelGrid(topology=topology)
             if prank > 0:
                 continue  # the engine once (rank 0): the stages above are the per-rank part
+            if "offload_optimizer" in ds["zero_optimization"]:
+                # ZeRO-Offload: Megatron-DeepSpeed hands the engine DeepSpeedCPUAdam (--cpu-optimizer),
+                # this harness torch's AdamW, which the engine refuses by default
+                ds = dict(ds, zero_force_ds_cpu_optimizer=False)
             engine, _, _, _ = deepspeed.initialize(model=model, config=ds, mpu=mpu, optimizer=optimizer,
                                                    model_parameters=list(model.parameters()))
             assert type(engine).__name__ == ("PipelineEngine" if pp > 1 else "DeepSpeedEngine")

@@ -103,7 +103,8 @@ def test_columns_describe_the_plan_and_name_the_model_not_its_file(tmp_path):
     assert float(row["peak_memory_GiB"]) == max(expected["predicted"]["peak_memory_GiB_by_rank"].values())
     shapes = [s.split(" x")[0] for s in row["stages"].split(" | ")]
     counts = [int(s.split(" x")[1]) if " x" in s else 1 for s in row["stages"].split(" | ")]
-    assert sum(counts) == int(row["pp"]) == len(stages)
+    # a stage per chunk: pp ranks of V chunks each (interleaved)
+    assert sum(counts) == int(row["pp"]) * int(row["virtual_stages"]) == len(stages)
     assert shapes[0] == f"tp{stages[0]['tp']}.dp{stages[0]['dp']}.cp{stages[0].get('cp', 1)}" \
                         f".ep{stages[0].get('ep', 1)}"
     assert row["zero"] == str(stages[0]["zero"]) and row["recompute"] == stages[0]["recompute"]

@@ -157,12 +157,22 @@ def plan_json(result: SearchResult) -> dict:
     from ..plan import plan_to_json
 
     result.estimate.check_credible()
-    return plan_to_json(result.plan, predicted_json(result.estimate), result.solver_json())
+    return plan_to_json(result.plan, predicted_json(result.estimate, result.plan), result.solver_json())
 
 
-def predicted_json(est: Estimate) -> dict:
-    """A plan file's `predicted` (formats.md section 5) from an estimate."""
-    return est.predicted_json()
+def predicted_json(est: Estimate, plan: Plan | None = None) -> dict:
+    """A plan file's `predicted` (formats.md section 5) from an estimate; with its plan,
+    `mfu_above_published` where the MFU is above the best published (report.credibility)."""
+    return {**est.predicted_json(), **(mfu_above_json(plan, est) if plan is not None else {})}
+
+
+def mfu_above_json(plan: Plan, est: Estimate) -> dict:
+    """`{"mfu_above_published": {...}}` where `est`'s MFU is above the best published for the
+    plan's GPUs and precision, else {} (formats.md section 4)."""
+    from ..report.credibility import mfu_above_published
+
+    above = mfu_above_published(plan, est)
+    return {"mfu_above_published": above.to_json()} if above else {}
 
 
 def _priced_with(est: Estimate, profiles: tuple[str, ...], calibrations: tuple[str, ...]) -> Estimate:
@@ -360,7 +370,7 @@ def describe_plan(plan: Plan) -> dict:
 def estimate_json(plan: Plan, estimate: Estimate) -> dict:
     """What `planner evaluate --json` prints: the estimate and the configuration priced."""
     estimate.check_credible()
-    report = estimate.to_json()
+    report = {**estimate.to_json(), **mfu_above_json(plan, estimate)}
     report["config"] = describe_plan(plan)
     return report
 
@@ -378,7 +388,7 @@ def evaluation_plan_json(evaluation: Evaluation, runtime: str | None = None) -> 
     if runtime and runtime != plan.training.runtime:
         plan = replace(plan, training=replace(plan.training, runtime=runtime))
     evaluation.estimate.check_credible()
-    data = plan_to_json(plan, predicted_json(evaluation.estimate))
+    data = plan_to_json(plan, predicted_json(evaluation.estimate, plan))
     _, problems = check_plan_data(data, "--plan-out")
     if problems:
         path, message = problems[0]

@@ -66,7 +66,8 @@ def sweep_command(jobs, executor, plans_dir, resume, shard, output, **grid) -> N
     which --resume plans again), reason, step_time_s, tokens_per_s, mfu, pp, tp, dp,
     num_gpus_used, solver_seconds, runtime, any_runtime_step_s (with --compare-any), dtype,
     optimizer, cp_degrees, ep_degrees, model_name, micro_batch, schedule, virtual_stages, cp,
-    ep, zero, recompute, peak_memory_GiB, stages (each stage's tp.dp.cp.ep). One bad
+    ep, zero, recompute, peak_memory_GiB, stages (each stage's tp.dp.cp.ep),
+    mfu_above_published (the best published MFU that mfu is above; empty: not above). One bad
     combination never stops the others. Each row is the plan `planner plan` finds for the
     same inputs (--micro-batch and --virtual-stages as there). Rows are appended as they finish; at the end the
     file is rewritten sorted by combination index, so it does not depend on --jobs or

@@ -14,7 +14,12 @@ from ..inputs.devices import GpuSpec
 
 # (architecture, segment) or architecture -> CostParams fields
 # Fitted values: `python benchmarks/fit_cost_params.py` (coordinate descent over its grids).
-ARCHITECTURES: dict[str, dict[str, float]] = {
+ARCHITECTURES: dict[str, dict[str, float | str]] = {
+    # Volta: cuBLAS GEMMs on the tensor cores reach up to 83 of the V100's 125 TF/s (Markidis et al.
+    # 2018, "NVIDIA Tensor Core Programmability, Performance & Precision", IPDPSW, abstract and
+    # sec V). No FlashAttention-2 before compute capability 8.0: `flash` runs the CUTLASS
+    # memory-efficient kernel (planner.cost.attention_kernels)
+    "volta": {"gemm_efficiency": 83 / 125, "fused_attention": "cutlass"},
     # FlashAttention-2 reaches 35 % of H100's dense peak (Shah et al. 2024, FlashAttention-3,
     # sec 1); large GEMMs 55 % of the datasheet peak, fitted across Sailor's GH200 runs (TF32)
     # and torchtitan's H100 runs (bf16, 500 W parts at their SUSTAINED_CLOCK)
@@ -24,8 +29,9 @@ ARCHITECTURES: dict[str, dict[str, float]] = {
     # Turing, datacenter and consumer alike: large GEMMs at this fraction of the datasheet peak
     # of the path they run on (tensor cores in fp16, CUDA cores in fp32) at the sustained clock
     # (SUSTAINED_CLOCK below). Fitted jointly on AMP's T4 runs (fp16 tensor cores) and Sailor's
-    # TITAN-RTX/RTX-2080 runs (fp32)
-    "turing": {"gemm_efficiency": 0.7},
+    # TITAN-RTX/RTX-2080 runs (fp32). FlashAttention-2 needs compute capability 8.0: `flash` runs
+    # the CUTLASS memory-efficient kernel, as on Volta (planner.cost.attention_kernels)
+    "turing": {"gemm_efficiency": 0.7, "fused_attention": "cutlass"},
 }
 
 # GPU -> (sustained clock / the clock its datasheet peak assumes, source). A power-capped card
@@ -46,11 +52,11 @@ SUSTAINED_CLOCK: dict[str, tuple[float, str]] = {
 COMPUTE_BOUND_FIELDS = ("gemm_efficiency", "attention_efficiency", "fp8_gemm_efficiency")
 
 
-def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None) -> dict[str, float]:
+def architecture_params(gpu: GpuSpec, overrides: dict[str, float] | None = None) -> dict[str, float | str]:
     """The CostParams fields `gpu`'s architecture sets (empty for an unknown architecture),
     with its sustained-clock factor applied to the compute-bound efficiencies. `overrides`
     (a fitter's trial values) are keyed "ARCH.field" or "ARCH-SEGMENT.field"."""
-    out: dict[str, float] = {}
+    out: dict[str, float | str] = {}
     for key in (gpu.architecture, f"{gpu.architecture}-{gpu.segment}"):
         out.update(ARCHITECTURES.get(key, {}))
         out.update({k.partition(".")[2]: v for k, v in (overrides or {}).items() if k.partition(".")[0] == key})

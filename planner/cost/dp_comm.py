@@ -62,13 +62,16 @@ class ZeroComm:
 
 
 def zero_exposed_s(comm_s, compute_s, overlap: float):
-    """ZeRO-3/FSDP collectives of a pass over a span, less the share `overlap` of them (at most
-    the pass's compute) that the runtime's prefetching hides: FSDP issues the next layer's
-    all-gather and the previous layer's reduce-scatter while a layer computes (Zhao et al.
-    2023, PyTorch FSDP, sec 3.3), but the collectives' kernels share the GPU with it."""
+    """ZeRO-3/FSDP collectives of a pass over a span, less what the runtime's prefetching hides:
+    FSDP issues the next layer's all-gather and the previous layer's reduce-scatter on their own
+    streams while a layer computes (Zhao et al. 2023, PyTorch FSDP, sec 3.3; FSDP2's all-gather
+    and reduce-scatter streams, torch/distributed/fsdp/_fully_shard/_fsdp_state.py), so they
+    hide behind up to all of the pass's compute; of each collective the share `overlap` hides,
+    the rest stays exposed (its copy-in and copy-out kernels on the compute stream, the SMs
+    NCCL's kernels take from the compute)."""
     if not overlap:
         return comm_s
-    return comm_s - overlap * _minimum(comm_s, compute_s)
+    return comm_s - _minimum(overlap * comm_s, compute_s)
 
 
 NO_ZERO_COMM = ZeroComm()

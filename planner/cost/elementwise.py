@@ -9,7 +9,7 @@ from ..inputs.model import Layer
 
 
 def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool,
-                      attention: str, nb: int) -> tuple[float, float]:
+                      attention: str, nb: int, ep: int = 1) -> tuple[float, float]:
     """HBM traffic (bytes per sample, forward) of the non-GEMM kernels, split as
     (traffic outside attention scores, traffic on the s^2 attention scores).
 
@@ -17,6 +17,7 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
     write y), bias-dropout-add (read 2, write 1, mask), RoPE on Q and K, the MLP
     activation (GeLU read f write f; SwiGLU read 2f write f), and with standard attention
     the scale-mask-softmax and dropout over the a x s x s scores (Korthikanti et al. 2022).
+    Routed experts: each token copy's activation and its moves (moe_copy_accesses).
     """
     c = layer.config
     s, h = seq_len, c.hidden
@@ -30,10 +31,19 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
     replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
     sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
     if c.num_experts > 1:
-        sharded = c.experts_top_k * (sharded + 2 * nb * s * h)  # dispatch and combine copies
+        sharded = c.experts_top_k * (sharded + moe_copy_accesses(c.num_experts, ep) * nb * s * h)
     if not c.learned_positions:
         sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
     scores = 0.0
     if attention == "standard":
         scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)
     return dims.activation_share(replicated, sharded), scores
+
+
+def moe_copy_accesses(num_experts: int, ep: int) -> int:
+    """HBM accesses of one routed token copy's hidden state in an MoE layer's forward (Megatron-core
+    moe_utils.permute / unpermute, fused or not): the permutation writes it and the unpermutation
+    reads it; under expert parallelism with several experts per rank the alltoall dispatcher
+    also sorts the received chunks by local expert and back (MoEAlltoAllTokenDispatcher,
+    sort_chunks_by_idxs), a read and a write each way."""
+    return 2 + (4 if 1 < ep < num_experts else 0)

@@ -20,10 +20,10 @@ from .states import MemoryBreakdown
 from ..inputs.hardware import GIB, GpuSpec
 from ..plan import Plan, Replica, Stage
 from .explain import (BoundaryComm, CriticalPath, Parts, breakdown as explain_breakdown, chunk_parts, latency_parts,
-                      latency_shares, link_use)
+                      link_use)
 from .flops import check_credible, layer_model_flops_per_sample
 from .offload import offloaded_activation_bytes
-from .pricing import boundary_bytes
+from .pipeline_links import pipeline_links, pp_link_use
 from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
 from .stage_memory import held_microbatches, offloaded_state_bytes, replica_memory
 from .stage_tail import StageTail, stage_tail
@@ -205,9 +205,9 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
     overflows = tuple(Overflow(r, gpu_by_rank[r], memory[r].total_bytes, capacity[r])
                       for r in sorted(memory) if memory[r].total_bytes > capacity[r]) + tuple(tally.host_overflows)
     flops_per_s = {r: f / step_s for r, f in tally.flops_by_rank.items()}
-    critical = _critical_path(pricer, chunks, k_star, ranks[k_star].replica, btl, round(n_btl), own, fills,
+    links = pipeline_links(pricer, chunks, k_star, busy, bottlenecks, [r.fill_price for r in ranks], schedule, v)
+    critical = _critical_path(pricer, chunks, k_star, ranks[k_star].replica, btl, n_btl, own, links,
                               tail, breakdown, flops_per_s, peak_by_rank)
-    links = _pipeline_links(pricer, chunks, k_star, busy, bottlenecks, [r.fill_price for r in ranks], schedule, v)
     model_flops = sum(layer_flops) * t.global_batch  # flops.model_flops_per_sample, from the per-layer list
     return Estimate(
         fits=not overflows, step_time_s=step_s, breakdown_s=breakdown,
@@ -317,10 +317,12 @@ def _host_memory(pricer: PlanPricer, head: Stage, replica: Replica, price: Repli
 
 
 def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, replica: Replica,
-                   price: ReplicaPrice, n_micro: int, own: Parts, fills: list[Parts], tail, breakdown: dict,
-                   flops_per_s: Mapping[int, float], peak_by_rank: Mapping[int, float]) -> CriticalPath:
+                   price: ReplicaPrice, n_busy: float, own: Parts, pipeline: tuple[BoundaryComm, ...], tail,
+                   breakdown: dict, flops_per_s: Mapping[int, float],
+                   peak_by_rank: Mapping[int, float]) -> CriticalPath:
     """explain.CriticalPath of rank k_star: its busiest replica and the links on its path."""
     cluster = pricer.plan.cluster
+    n_micro = round(n_busy)
     rank_chunks = chunks[k_star]
     head = rank_chunks[0]
     links = []
@@ -334,18 +336,9 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
         links.append(link_use("ep", route_name(cluster, pricer.ep_ranks(head, replica)),
                               group.inter if group.nodes > 1 else group.intra,
                               n_micro * own.ep_comm_s))
-    senders = [st for st in rank_chunks if st.index in pricer._links]
-    if senders:  # the boundary it sends over (interleaved: its slowest)
-        st = min(senders, key=lambda x: (pricer._links[x.index][0].bandwidth_bytes_per_s, x.index))
-        successor = pricer.stage_by_index[st.index + 1]
-        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in st.replicas],
-                                               [r.ranks[0] for r in successor.replicas]),
-                              pricer._links[st.index][0], n_micro * own.pp_comm_s))
-    elif head.index > 0:  # the last rank: the boundary it receives over, exposed in the fill
-        before = pricer.stage_by_index[head.index - 1]
-        links.append(link_use("pp", route_name(cluster, [r.ranks[0] for r in before.replicas],
-                                               [r.ranks[0] for r in head.replicas]),
-                              pricer._links[before.index][0], fills[before.pipeline_rank].pp_comm_s))
+    pp = pp_link_use(pricer, rank_chunks, pipeline)
+    if pp is not None:
+        links.append(pp)
     if head.dp * head.cp > 1:
         layout = pricer.layout(head)
         links.append(link_use("dp", route_name(cluster, grad_reduce_ranks(head)),
@@ -355,31 +348,4 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
     rank = replica.ranks[0]
     return CriticalPath(k_star, tuple(st.index for st in rank_chunks), price.gpu.name, tuple(replica.ranks), n_micro,
                         price.per_microbatch_s, min(flops_per_s[r] for r in replica.ranks), peak_by_rank[rank],
-                        tuple(links), bound_by)
-
-
-def _pipeline_links(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: int, busy: list[float],
-                    bottlenecks: list[ReplicaPrice], fill_prices: list[ReplicaPrice], schedule,
-                    v: int) -> tuple[BoundaryComm, ...]:
-    """explain.BoundaryComm of every boundary: the sender's busiest replica's sends, exposed
-    in full on the critical rank, else only their share of the rank's fill/drain latency."""
-    plan = pricer.plan
-    out = []
-    for st in plan.stages:
-        if st.index not in pricer._links:
-            continue
-        k = st.pipeline_rank
-        i = [c.index for c in chunks[k]].index(st.index)
-        btl = bottlenecks[k]
-        n = round(busy[k] / btl.per_microbatch_s) if btl.per_microbatch_s > 0 else 0
-        total = n * btl.chunks[i].send_s
-        exposed = total if k == k_star else latency_shares(fill_prices[k].chunks, schedule, v)[i].pp_comm_s
-        successor = pricer.stage_by_index[st.index + 1]
-        link = pricer._links[st.index][0]
-        out.append(BoundaryComm(
-            st.index, route_name(plan.cluster, [r.ranks[0] for r in st.replicas],
-                                 [r.ranks[0] for r in successor.replicas]),
-            link.bandwidth_bytes_per_s, link.latency_s,
-            boundary_bytes(plan.model.layers[st.layers[1] - 1], pricer.sharding(st)), btl.chunks[i].send_s, n,
-            exposed, max(0.0, total - exposed)))
-    return tuple(out)
+                        tuple(links), bound_by, n_busy * own.pp_comm_s, pricer.p2p_mode.name)

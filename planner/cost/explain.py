@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..inputs.hardware import Link
+from .p2p import P2P_MODES
 from .pricing import ChunkTime
 
 GBPS = 1e9
@@ -42,7 +43,7 @@ PART_FIELDS = ("compute_s", "tp_comm_s", "pp_comm_s", "zero_comm_s", "cp_comm_s"
 
 def chunk_parts(chunk: ChunkTime) -> Parts:
     """One micro-batch through one chunk: ChunkTime.time_s split (they sum to it)."""
-    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.send_s, chunk.zero_s, chunk.span.cp_comm_s,
+    return Parts(chunk.span.compute_s, chunk.span.tp_comm_s, chunk.p2p_s, chunk.zero_s, chunk.span.cp_comm_s,
                  chunk.span.ep_comm_s, chunk.act_offload.exposed_s)
 
 
@@ -95,8 +96,11 @@ def link_use(role: str, name: str, link: Link, exposed_s: float) -> LinkUse:
 @dataclass(frozen=True)
 class BoundaryComm:
     """The sends across one pipeline boundary (stage `stage` -> `stage + 1`) over the step,
-    on the sending stage's busiest replica: its micro-batches x p2p_s per micro-batch,
-    split into the part on the critical path (exposed) and the rest (overlapped)."""
+    on the sending stage's busiest replica: its micro-batches x p2p_s per micro-batch, the
+    link's time, split into the part on the critical path (exposed: what the critical rank
+    waits for of them, and their share of the other ranks' fill and drain) and the rest
+    (overlapped: behind compute, or waited for off the critical path). `p2p` how the runtime's
+    schedule runs them (cost.p2p.P2P_MODES)."""
 
     stage: int
     name: str
@@ -107,9 +111,14 @@ class BoundaryComm:
     micro_batches: int
     exposed_s: float
     overlapped_s: float
+    p2p: str = "exchange"
+
+    @property
+    def blocking(self) -> bool:
+        return P2P_MODES[self.p2p].blocking
 
     def to_json(self) -> dict:
-        return {"from_stage": self.stage, "to_stage": self.stage + 1, "link": self.name,
+        return {"from_stage": self.stage, "to_stage": self.stage + 1, "link": self.name, "p2p": self.p2p,
                 "bandwidth_GBps": self.bandwidth_bytes_per_s / GBPS, "latency_us": self.latency_s * 1e6,
                 "MiB_per_microbatch": self.bytes_per_microbatch / 2**20, "per_microbatch_s": self.per_microbatch_s,
                 "micro_batches": self.micro_batches, "exposed_s": self.exposed_s, "overlapped_s": self.overlapped_s}
@@ -130,6 +139,10 @@ class CriticalPath:
     peak_flops_per_s: float
     links: tuple[LinkUse, ...]
     bound_by: str  # the largest part of breakdown_s
+    # what it waits for of its pipeline sends and receives over the step (its micro-batches x
+    # ChunkTime.p2p_s) and how its runtime's schedule runs them (cost.p2p.P2P_MODES)
+    pp_comm_s: float = 0.0
+    p2p: str = "exchange"
 
     @property
     def link(self) -> LinkUse | None:
@@ -143,6 +156,7 @@ class CriticalPath:
                 "ranks": list(self.ranks), "micro_batches": self.micro_batches,
                 "per_microbatch_s": self.per_microbatch_s, "model_tflops_per_gpu": self.model_flops_per_s / 1e12,
                 "peak_tflops_per_gpu": self.peak_flops_per_s / 1e12, "bound_by": self.bound_by,
+                "pp_comm_s": self.pp_comm_s, "p2p": self.p2p,
                 "link": link.role if link else None, "links": [l.to_json() for l in self.links]}
 
 

@@ -11,12 +11,14 @@ bandwidth, and a fixed per-device memory reserve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..inputs.measured import MeasuredTimes
 from .collectives import ring_allgather_s, ring_allreduce_s  # noqa: F401 (re-exported)
+from .attention_kernels import fused_kernel
 from .elementwise import elementwise_bytes
 from .recompute import layer_recompute_s
 from ..inputs.model import DTYPE_BYTES, Layer
@@ -32,6 +34,10 @@ class CostParams:
     gemm_efficiency: float = 0.72  # fraction of dense peak reached by a large GEMM
     gemm_half_dim: float = 64.0  # smallest GEMM dimension at which efficiency falls to half
     attention_efficiency: float = 0.60  # FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, sec 4.1)
+    # the kernel `attention: flash` runs on the architecture (planner.cost.attention_kernels):
+    # "flash2" (FlashAttention-2, Ampere and later) or a memory-efficient kernel priced against
+    # standard attention ("cutlass": Volta and Turing, planner.cost.architectures)
+    fused_attention: str = "flash2"
     hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
     intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
     inter_link_efficiency: float = 0.80  # NCCL bus bandwidth / NIC figure
@@ -52,6 +58,8 @@ class CostParams:
     tf32_matmul: bool = False
     elementwise_traffic_factor: float = 1.0
     layer_overhead_s: float = 0.0
+    # and of a routed-expert (MoE) layer on top, the host time its GPU waits for (Runtime.moe_layer_host_s)
+    moe_layer_host_s: float = 0.0
     # the model runs under torch.compile (torchtitan's compile.enable / training.compile): TorchInductor
     # fuses each chain of pointwise and reduction ops (RMSNorm, SwiGLU's silu * mul, RoPE, the
     # residual adds) into one kernel that reads its inputs and writes its outputs once (Ansel et al.
@@ -103,13 +111,20 @@ class CostParams:
     fp8_gemm_efficiency: float | None = None
     fp8_recipe: str = ""
 
-    # MoE under expert parallelism: the busiest EP rank's routed tokens over the mean, which the
-    # whole group waits for at the combine all-to-all. Switch Transformer trains with capacity
-    # factors 1.0-1.25 (Fedus et al. 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and
-    # Megatron-core's --moe-expert-capacity-factor bounds the load the same way; 1.25 takes the
-    # upper end for dropless routing with an auxiliary balancing loss. Not fitted (no MoE run
-    # among the published measurements).
+    # MoE under expert parallelism: the busiest expert's routed tokens over the mean; the EP group
+    # waits for its busiest rank at the combine all-to-all (ep_rank_imbalance: a rank holds several
+    # experts). Switch Transformer trains with capacity factors 1.0-1.25 per expert (Fedus et al.
+    # 2021, sec 2.2 and Table 1: 1.25 drops few tokens) and Megatron-core's
+    # --moe-expert-capacity-factor bounds each expert's load the same way; 1.25 takes the upper end
+    # for dropless routing with an auxiliary balancing loss. Force-balanced routing (benchmarks'
+    # --moe-router-force-load-balancing) is 1.0.
     moe_imbalance: float = 1.25
+    # how its MoE layers move tokens under expert parallelism (planner.cost.moe.moe_alltoall_s):
+    # "alltoall" (Megatron-core's MoEAlltoAllTokenDispatcher: one copy per routed expert over
+    # every link) or "flex" (Megatron-core's MoEFlexTokenDispatcher over DeepEP / HybridEP, as in
+    # DeepSeek-V3, DeepSeek-AI 2024, sec 3.2.2: a token crosses to another node once per node
+    # holding any of its experts, and is forwarded to those experts' GPUs over NVLink)
+    moe_dispatcher: str = "alltoall"
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -122,11 +137,32 @@ DEFAULT_PARAMS = CostParams()
 # --- compute ------------------------------------------------------------------------------
 
 
-def gemm_efficiency(rows: float, n: float, k: float, params: CostParams) -> float:
+def gemm_efficiency(rows: float, n: float, k: float, params: CostParams, half_dim: float | None = None) -> float:
     """Fraction of peak a GEMM reaches: saturates in its smallest dimension
-    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables)."""
+    (tile and wave quantization; Calculon, Isaev et al. 2023, models the same with tables).
+    `half_dim`: the knee of the path the GEMM runs on (gemm_half_dim); default the fitted one."""
     smallest = min(rows, n, k)
-    return params.gemm_efficiency * smallest / (smallest + params.gemm_half_dim)
+    return params.gemm_efficiency * smallest / (smallest + (params.gemm_half_dim if half_dim is None else half_dim))
+
+
+# FLOP per HBM byte of the tensor-core path CostParams.gemm_half_dim was fitted on: A100-SXM4-80GB
+# bf16, 312 TF/s dense over 2,039 GB/s (NVIDIA A100 datasheet; Narayanan et al. 2021 and
+# Korthikanti et al. 2022 ran on it)
+FITTED_KNEE_BALANCE = 312e12 * 2 / 2039e9
+
+
+def gemm_half_dim(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
+    """The smallest GEMM dimension at which `dtype`'s GEMMs on `gpu` fall to half efficiency.
+    On tensor cores the fitted knee. fp32 GEMMs on the CUDA cores (no TF32: Volta, Turing, or
+    TF32 off) run an FFMA pipeline whose FLOP:byte balance (fp32 peak x 4 bytes / HBM bandwidth)
+    is a fraction of the fitted path's: a GEMM whose smallest dimension is d does 2d FLOPs per
+    output element it writes, so the dimension at which moving the data costs as much as the
+    math scales with that balance (the roofline ridge point, Williams, Waterman & Patterson
+    2009, CACM 52(4)); the knee scales with it."""
+    if dtype != "fp32" or mfu_peak_dtype(gpu, dtype, params) == "tf32":
+        return params.gemm_half_dim
+    balance = gpu.peak("fp32") * DTYPE_BYTES["fp32"] / gpu.hbm_bandwidth_bytes_per_s
+    return params.gemm_half_dim * balance / FITTED_KNEE_BALANCE
 
 
 def mfu_peak_dtype(gpu: GpuSpec, dtype: str, params: CostParams) -> str:
@@ -188,6 +224,10 @@ def link_efficiency(link: Link, params: CostParams, intra: bool = True) -> float
     return params.intra_link_efficiency if intra else params.inter_link_efficiency
 
 
+# Backward elementwise kernels read the saved tensor and the incoming gradient and write
+# the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+ELEMENTWISE_BWD_RATIO = 1.5
+
 # FlashAttention-2 reaches up to 73 % of the peak in the forward pass and up to 63 % in the
 # backward (Dao 2023, FlashAttention-2, sec 1 and Figs. 4-6 on A100): its backward runs at this
 # fraction of the forward's efficiency (`attention_efficiency` is the forward's)
@@ -199,19 +239,33 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     TP rank's work over the whole sequence). FlashAttention-2 runs QK^T and PV in one kernel
     and skips the causal upper triangle; its backward does 2.5x the forward matmuls (Dao 2023,
     sec 3) at FLASH_BWD_EFFICIENCY_RATIO of the forward's efficiency. Standard attention runs
-    them as batched GEMMs with head_dim as the inner dimension."""
+    them as batched GEMMs with head_dim as the inner dimension. Where the architecture has no
+    FlashAttention-2 (CostParams.fused_attention), `flash` runs a memory-efficient kernel priced
+    against standard attention (planner.cost.attention_kernels)."""
     if layer.kind != "decoder" or layer.config is None:
         return 0.0, 0.0
     peak = matmul_peak(gpu, sh.dtype, params)
     seq_len, tp, b = sh.seq_len, sh.dims.tp, sh.micro_batch
-    if sh.attention == "flash":
+    kernel = fused_kernel(params.fused_attention) if sh.attention == "flash" else None
+    if sh.attention == "flash" and kernel is None:
         attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b)
         attn_fwd = attn_flops / (peak * params.attention_efficiency)
         return attn_fwd, 2.5 * attn_fwd / FLASH_BWD_EFFICIENCY_RATIO
     attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b)
-    eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params)
+    eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params, gemm_half_dim(gpu, sh.dtype, params))
     attn_fwd = attn_flops / (peak * eff)
-    return attn_fwd, 2.0 * attn_fwd
+    if kernel is None:
+        return attn_fwd, 2.0 * attn_fwd
+    # a memory-efficient kernel (planner.cost.attention_kernels): standard attention's score GEMMs
+    # and its softmax / dropout traffic over the scores (elementwise_bytes; backward 1.5x, as
+    # _layer_time prices them), times the kernel's measured ratios, over the causal share it computes
+    score_bytes = elementwise_bytes(layer, seq_len, tp, sh.dims.sequence_parallel, "standard", sh.dtype_bytes)[1]
+    score_s = sh.dims.attention_share(score_bytes * b) / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+    causal = (layer.attention_flops_per_sample(seq_len, tp, causal_skip=True)
+              / layer.attention_flops_per_sample(seq_len, tp, causal_skip=False))
+    fwd_ratio, bwd_ratio = kernel.ratios(sh.dtype)
+    return (causal * fwd_ratio * (attn_fwd + score_s),
+            causal * bwd_ratio * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))
 
 
 @lru_cache(maxsize=65536)
@@ -252,16 +306,16 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
 
     attn_fwd, attn_bwd = attention_s(layer, gpu, sh, params)
 
-    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb)
+    other_bytes, score_bytes = elementwise_bytes(layer, seq_len, tp, sequence_parallel, attention, nb, sh.dims.ep)
     elem_fwd = other_bytes * b / hbm * (1.0 if params.torch_compile else params.elementwise_traffic_factor)
     score_fwd = score_bytes * b / hbm
-    # Backward elementwise kernels read the saved tensor and the incoming gradient and write
-    # the outgoing gradient (3 accesses where the forward made 2): 1.5x the forward traffic.
+    # backward elementwise traffic: ELEMENTWISE_BWD_RATIO x the forward's;
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
     cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
-    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + params.layer_overhead_s / 3
-    bwd = gemm_bwd + attn_bwd + 1.5 * (elem_fwd + score_fwd) + cast_bwd + 2 * params.layer_overhead_s / 3
-    recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, params.layer_overhead_s, fwd, gemm_times,
+    host = params.layer_overhead_s + (params.moe_layer_host_s if layer.config.num_experts > 1 else 0.0)
+    fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + host / 3
+    bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * host / 3
+    recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, host, fwd, gemm_times,
                                     elem_fwd, cast_fwd, attn_fwd, score_fwd)
 
     # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
@@ -295,11 +349,14 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
     (Narayanan et al. 2021, sec 5.1).
     Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
     and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
-    Routed experts under EP: the group waits for its busiest rank (CostParams.moe_imbalance)."""
+    Routed experts run as a grouped GEMM, each expert's GEMM at its own shape (rows: the tokens
+    routed to it) and no faster than its memory traffic (expert_gemm_traffic_s); under EP the
+    group waits for its busiest rank (CostParams.moe_imbalance)."""
     b = sh.micro_batch
     fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
     recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
-    imbalance = params.moe_imbalance if sh.dims.ep > 1 else 1.0
+    imbalance = ep_rank_imbalance(params.moe_imbalance, layer.config.num_experts, sh.dims.ep)
+    knee = gemm_half_dim(gpu, sh.dtype, params)
     gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
     for g in layer.gemms(seq_len, sh.dims.tp, sh.dims.ep, sh.dims.etp):
         rows = b * g.rows
@@ -311,12 +368,37 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
             fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe, g.linears)
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
-            rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params)
+            rate = bwd_rate = peak * gemm_efficiency(rows, g.n, g.k, params, knee)
         seconds = g.count * 2.0 * rows * g.n * g.k / rate
-        gemm_times.append(seconds * imbalance if g.expert else seconds)
         bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
-        gemm_bwd_times.append(bwd_seconds * imbalance if g.expert else bwd_seconds)
+        if g.expert:
+            traffic = expert_gemm_traffic_s(rows, g.n, g.k, g.count, 1 if fp8 else sh.dtype_bytes, sh.dtype_bytes,
+                                            gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
+            # the input- and weight-gradient GEMMs move as much again each
+            seconds, bwd_seconds = max(seconds, traffic) * imbalance, max(bwd_seconds, 2 * traffic) * imbalance
+        gemm_times.append(seconds)
+        gemm_bwd_times.append(bwd_seconds)
     return gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes
+
+
+def ep_rank_imbalance(expert_imbalance: float, num_experts: int, ep: int) -> float:
+    """The busiest EP rank's routed tokens over the mean, from the busiest expert's
+    (CostParams.moe_imbalance): a rank sums the loads of its num_experts / ep experts, whose excess
+    over the mean, independent from expert to expert, shrinks as the square root of their number
+    (the central limit theorem); one expert per rank keeps the expert's figure; no EP, none."""
+    if ep <= 1:
+        return 1.0
+    return 1.0 + (expert_imbalance - 1.0) / math.sqrt(max(1, num_experts // ep))
+
+
+def expert_gemm_traffic_s(rows: float, n: float, k: float, count: int, in_bytes: int, out_bytes: int,
+                          hbm_bytes_per_s: float) -> float:
+    """HBM time of `count` expert GEMMs rows x n x k (a grouped GEMM: Megatron-core GroupedMLP /
+    TEGroupedLinear, one GEMM per local expert): each reads its input and its expert's weight and
+    writes its output once, the roofline's memory bound (Williams et al. 2009). With few rows
+    per expert the weight reads dominate, and a narrow expert (its FFN split over expert TP)
+    brings less work per byte: the GEMM turns memory-bound."""
+    return count * ((rows * k + k * n) * in_bytes + rows * n * out_bytes) / hbm_bytes_per_s
 
 
 def hidden_fraction_of_steps(steps: int) -> float:

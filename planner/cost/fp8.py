@@ -11,7 +11,8 @@ training as 2 bytes per element, and this module adds what fp8 changes:
   gemm_s             a decoder GEMM at the fp8 peak times the architecture's fp8 GEMM efficiency;
   cast_bytes         the HBM traffic of casting and scaling each GEMM input (the runtime's recipe);
   saved_input_saving the activations a runtime that saves fp8 inputs for the backward does not keep;
-  weight_cache_bytes fp8 weight copies a runtime keeps between micro-batches.
+  weight_cache_bytes fp8 weight copies a runtime keeps between micro-batches;
+  fp8_params_saving  the 16-bit weights fp8 parameters replace.
 
 The runtime's recipe (planner.cost.runtimes: Runtime.fp8_recipe) names its scaling:
 Transformer Engine's delayed scaling (Megatron-LM) or torchao float8's dynamic tensorwise
@@ -28,7 +29,7 @@ from typing import Iterable
 from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..inputs.devices import GpuSpec
-from ..inputs.model import Layer
+from ..inputs.model import DTYPE_BYTES, Layer
 from ..plan import FP8_RECIPE_NAMES
 
 # the architectures with fp8 tensor cores: NVIDIA Ada (4th-gen tensor cores), Hopper (H100
@@ -53,8 +54,13 @@ class Fp8Recipe:
     dy_bwd_bytes: float  # per element of dY, backward
     w_fwd_bytes: float  # per element of W, forward, per micro-batch (0: the fp8 copy is cached)
     w_bwd_bytes: float  # per element of W, backward, per micro-batch (a re-cast, the rescale of dW)
-    # resident fp8 copies of each weight element kept between micro-batches (bytes)
-    weight_cache_bytes: float
+    # resident fp8 copies of each weight element kept between micro-batches (bytes): the fp8
+    # data, and its transpose where the GPU's fp8 GEMMs take only the TN layout (non_tn_fp8_gemm)
+    weight_data_bytes: float
+    weight_transpose_bytes: float
+    # the fp8 copy is the parameter itself where the optimizer shards its fp32 master (ZeRO >= 1):
+    # no 16-bit copy of the GEMM weights is kept (fp8_params_saving)
+    fp8_params: bool
     saves_fp8_inputs: bool  # the linear inputs saved for the backward are kept in fp8
     source: str
     # each linear layer casts its own input (X bytes x Gemm.linears), not one cast per fused GEMM
@@ -81,11 +87,22 @@ RECIPES: dict[str, Fp8Recipe] = {
     # backward (1 + 1 B) and records the amax (transformer_engine/common/transpose/cast_transpose.cu);
     # with is_first_microbatch the fp8 weight and its transpose are cast once per step and cached
     # (transformer_engine/pytorch/module/linear.py), and Linear saves its fp8 input for the
-    # weight-gradient GEMM (linear.py: ctx.save_for_backward(inputmat_t, ...))
+    # weight-gradient GEMM (linear.py: ctx.save_for_backward(inputmat_t, ...)). The weights are
+    # fp8 parameters (--fp8-param-gather: TE fp8_model_init, as Megatron-LM's fp8 example
+    # examples/llama/train_llama3_8b_h100_fp8.sh and NeMo's bf16_with_fp8_mixed recipe,
+    # nemo/collections/llm/recipes/precision/mixed_precision.py, set it): a Float8Tensor of 1-byte
+    # data and, where the GEMMs need it, a 1-byte transpose (transformer_engine/pytorch/csrc/
+    # quantizer.cpp Float8Quantizer::create_tensor), with the fp32 master in the distributed
+    # optimizer and no bf16 copy (NeMo docs features/mixed_precision.rst, fp8_params); Megatron
+    # refuses it without the distributed optimizer (training/arguments.py validate_args:
+    # "--fp8-param-gather only supported with distributed optimizer"), where the bf16 weights and
+    # the cached fp8 copies are kept. The amax
+    # histories (1024 fp32 per fp8 tensor) are a few kB per layer, left out
     "te-delayed": Fp8Recipe("te-delayed", "Transformer Engine delayed scaling (HYBRID: E4M3 forward, E5M2 backward)",
                             "transformer-engine",
                             x_fwd_bytes=4.0, x_bwd_bytes=0.0, dy_bwd_bytes=4.0, w_fwd_bytes=0.0, w_bwd_bytes=0.0,
-                            weight_cache_bytes=2.0, saves_fp8_inputs=True,
+                            weight_data_bytes=1.0, weight_transpose_bytes=1.0, fp8_params=True,
+                            saves_fp8_inputs=True,
                             source="transformer_engine/pytorch/module/linear.py, common/transpose/cast_transpose.cu"),
     # torchao float8, dynamic tensorwise scaling (Float8LinearConfig's default recipe): each
     # operand is scaled by its own amax computed now, a reduction pass (read 2 B) before the cast
@@ -94,7 +111,8 @@ RECIPES: dict[str, Fp8Recipe] = {
     # high-precision input and weight and re-casts them in the backward; no fp8 copies kept)
     "torchao-tensorwise": Fp8Recipe("torchao-tensorwise", "torchao float8, dynamic tensorwise scaling", "torchao",
                                     x_fwd_bytes=5.0, x_bwd_bytes=0.0, dy_bwd_bytes=5.0, w_fwd_bytes=5.0,
-                                    w_bwd_bytes=5.0, weight_cache_bytes=0.0, saves_fp8_inputs=False,
+                                    w_bwd_bytes=5.0, weight_data_bytes=0.0, weight_transpose_bytes=0.0,
+                                    fp8_params=False, saves_fp8_inputs=False,
                                     source="torchao/float8/float8_linear.py, float8_scaling_utils.py"),
     # torchao float8, Float8LinearConfig.from_recipe_name("rowwise"): per-row scales (amax of
     # each row, fp32, rounded to a power of 2) for X, W and dY along the GEMM's contraction, so
@@ -113,7 +131,8 @@ RECIPES: dict[str, Fp8Recipe] = {
     # one cast before the sequence-parallel all-gather, is tensorwise only).
     "torchao-rowwise": Fp8Recipe("torchao-rowwise", "torchao float8, dynamic rowwise scaling", "torchao",
                                  x_fwd_bytes=5.0, x_bwd_bytes=3.0 + 4.0, dy_bwd_bytes=8.0, w_fwd_bytes=3.0,
-                                 w_bwd_bytes=7.0 + 4.0, weight_cache_bytes=0.0, saves_fp8_inputs=False,
+                                 w_bwd_bytes=7.0 + 4.0, weight_data_bytes=0.0, weight_transpose_bytes=0.0,
+                                 fp8_params=False, saves_fp8_inputs=False,
                                  source="torchao/float8/roofline_utils.py, float8_ops.py, config.py",
                                  gemm_rate=TORCHAO_ROWWISE_GEMM_RATE, input_cast_per_linear=True),
 }
@@ -178,12 +197,31 @@ def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe,
     return fwd, bwd
 
 
-def weight_cache_bytes(layer: Layer, dtype: str, recipe: str) -> float:
-    """Bytes of fp8 weight copies a runtime keeps for `layer` between micro-batches (whole
-    layer, not divided by TP): its decoder GEMM weights x Fp8Recipe.weight_cache_bytes."""
+def non_tn_fp8_gemm(gpu: GpuSpec) -> bool:
+    """cuBLAS runs fp8 GEMMs in every layout, so no transposed fp8 copy is needed: datacenter
+    Blackwell (sm_100, sm_103; Transformer Engine utils.py is_non_tn_fp8_gemm_supported: compute
+    capability 10.x, 11.x or 13+); Ada and Hopper take only TN (the transposes are kept)."""
+    return gpu.architecture == "blackwell" and gpu.segment == "datacenter"
+
+
+def weight_cache_bytes(layer: Layer, dims: StageDims, dtype: str, recipe: str, gpu: GpuSpec) -> float:
+    """Bytes of fp8 weight copies a runtime keeps for `layer` between micro-batches, on one GPU:
+    its decoder GEMM weights there (StageDims.weight_share: 1/tp, the routed experts 1/(etp x ep))
+    x (the fp8 data, and the transpose unless non_tn_fp8_gemm)."""
     if dtype != "fp8" or not recipe or layer.kind != "decoder":
         return 0.0
-    return layer.weight_params * RECIPES[recipe].weight_cache_bytes
+    r = RECIPES[recipe]
+    copies = r.weight_data_bytes + (0.0 if non_tn_fp8_gemm(gpu) else r.weight_transpose_bytes)
+    return dims.weight_share(layer.weight_params, layer.expert_params) * copies
+
+
+def fp8_params_saving(layer: Layer, dims: StageDims, dtype: str, recipe: str) -> float:
+    """Bytes of 16-bit weights a runtime with fp8 parameters (Fp8Recipe.fp8_params) does not
+    keep for `layer` on one GPU, where its optimizer shards the fp32 master (ZeRO >= 1,
+    planner.cost.stage_memory decides): the decoder GEMM weights there x the 16-bit width."""
+    if dtype != "fp8" or not recipe or layer.kind != "decoder" or not RECIPES[recipe].fp8_params:
+        return 0.0
+    return dims.weight_share(layer.weight_params, layer.expert_params) * DTYPE_BYTES[dtype]
 
 
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,
@@ -191,17 +229,26 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     """Bytes per sample a runtime that saves fp8 linear inputs (Fp8Recipe.saves_fp8_inputs)
     does not keep: the inputs of the QKV and MLP-in GEMMs (the norm outputs, s x h each), of the
     attention output projection (s x o) and of the MLP-down GEMM (s x f), at 1 byte instead of
-    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). Dense decoder
-    blocks without full recomputation only (full recomputation keeps just the block input)."""
+    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). In an MoE block
+    the router, a 16-bit linear, keeps the MLP norm output, and Transformer Engine's GroupedLinear
+    saves each expert GEMM's input in fp8 as Linear does (transformer_engine/pytorch/module/
+    grouped_linear.py: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True), then
+    save_for_backward): every routed copy's FC1 input (s x h) and FC2 input (s x f), and the
+    shared experts' FC2 input. Decoder blocks without multi-latent attention or full
+    recomputation only (full recomputation keeps just the block input)."""
     c = layer.config
-    if layer.kind != "decoder" or c is None or layer.blend or c.num_experts > 1 or c.mla is not None \
-            or recompute == "full":
+    if layer.kind != "decoder" or c is None or layer.blend or c.mla is not None or recompute == "full":
         return 0.0
     s, h, per = seq_len, c.hidden, dtype_bytes - 1
-    return StageDims(tp, sequence_parallel).activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
+    dims = StageDims(tp, sequence_parallel)
+    if c.num_experts > 1:
+        routed = c.experts_top_k * (h + c.ffn_hidden)
+        return dims.activation_share(per * s * h, per * s * (c.o_dim + routed + c.shared_expert_ffn))
+    return dims.activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
 
 
 assert tuple(RECIPES) == FP8_RECIPE_NAMES, "planner.plan.FP8_RECIPE_NAMES names the recipes priced here"
 
 __all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "TORCHAO_ROWWISE_GEMM_RATE", "cast_bytes", "check_fp8",
-           "gemm_flops_per_s", "has_fp8", "recipe_of", "runtime_recipe", "saved_input_saving", "weight_cache_bytes"]
+           "fp8_params_saving", "gemm_flops_per_s", "has_fp8", "non_tn_fp8_gemm", "recipe_of", "runtime_recipe",
+           "saved_input_saving", "weight_cache_bytes"]

@@ -44,18 +44,37 @@ def alltoall_s(nbytes: float, ranks: int, link: Link, efficiency: float) -> floa
     return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
 
 
-def group_alltoall_s(nbytes: float, group: AllToAllGroup, params: CostParams) -> float:
+def group_alltoall_s(nbytes: float, group: AllToAllGroup, params: CostParams,
+                     inter_bytes: float | None = None) -> float:
     """All-to-all over a group spanning nodes: of each rank's buffer, the (per_node - 1)/ranks
     bound to its own node's peers go over the intra-node link and the (ranks - per_node)/ranks
     to other nodes over its NIC share, at once (NCCL runs the peers' sends concurrently); the
-    slower of the two sets the time. One node: alltoall_s."""
+    slower of the two sets the time. One node: alltoall_s. `inter_bytes`: what leaves the node
+    instead, where a deduplicating dispatcher sends less (node_copies), every copy then reaching
+    its GPU over the intra-node link."""
     if group.nodes <= 1:
         return alltoall_s(nbytes, group.ranks, group.intra, link_efficiency(group.intra, params))
     k, n = group.per_node, group.ranks
     # alltoall_s over n ranks moves (n-1)/n of its buffer: scale the buffers to these shares
-    intra = alltoall_s(nbytes * (k - 1) / (n - 1), n, group.intra, link_efficiency(group.intra, params)) if k > 1 else 0.0
-    inter = alltoall_s(nbytes * (n - k) / (n - 1), n, group.inter, link_efficiency(group.inter, params, intra=False))
+    if inter_bytes is None:
+        intra_share, inter_buffer = nbytes * (k - 1) / (n - 1), nbytes * (n - k) / (n - 1)
+    else:
+        intra_share, inter_buffer = nbytes, inter_bytes * n / (n - 1)  # every copy but its own over NVLink
+    intra = alltoall_s(intra_share, n, group.intra, link_efficiency(group.intra, params)) if k > 1 else 0.0
+    inter = alltoall_s(inter_buffer, n, group.inter, link_efficiency(group.inter, params, intra=False))
     return max(intra, inter)
+
+
+def node_copies(num_experts: int, top_k: int, nodes: int) -> float:
+    """Expected number of other nodes a token is sent to when it crosses once per node holding any
+    of its top_k experts (DeepEP / HybridEP dispatch, DeepSeek-V3 sec 3.2.2): the experts spread
+    evenly over `nodes`, routing balanced (each expert equally likely): per other node, one minus
+    the chance that none of the top_k falls on it (hypergeometric)."""
+    per_node = num_experts / nodes
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, num_experts - per_node - i) / (num_experts - i)
+    return (nodes - 1) * (1.0 - miss)
 
 
 def moe_alltoall_s(layer: Layer, micro_batch: int, seq_len: int, dims: StageDims, nb: int, group: AllToAllGroup,
@@ -68,8 +87,12 @@ def moe_alltoall_s(layer: Layer, micro_batch: int, seq_len: int, dims: StageDims
     c = layer.config
     if dims.ep <= 1 or c is None or layer.kind != "decoder" or c.num_experts <= 1:
         return 0.0, 0.0
-    nbytes = dims.dispatch_share(micro_batch * seq_len) * c.experts_top_k * c.hidden * nb
-    one = group_alltoall_s(nbytes, group, params)
+    tokens = dims.dispatch_share(micro_batch * seq_len)
+    nbytes = tokens * c.experts_top_k * c.hidden * nb
+    inter = None
+    if params.moe_dispatcher == "flex" and group.nodes > 1:
+        inter = tokens * node_copies(c.num_experts, c.experts_top_k, group.nodes) * c.hidden * nb
+    one = group_alltoall_s(nbytes, group, params, inter)
     return 2 * one, 2 * one  # dispatch + combine, each way
 
 

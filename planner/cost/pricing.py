@@ -10,8 +10,10 @@ Per micro-batch on one replica (one tensor-parallel group):
   span_price   forward, backward (with recomputation) and TP communication of a span of
                layers, with its weights and saved activations: count x layer, summed;
   zero_comm    the ZeRO-2/3 collectives after every micro-batch (planner.cost.dp_comm, re-exported);
-  p2p_s        the send across a stage boundary (boundary_bytes of activations);
-  ChunkTime    one chunk's (stage's) micro-batch: the three above together.
+  p2p_s        the sends across a stage boundary (boundary_bytes of activations; planner.cost.p2p,
+               which also says how much of them a rank waits for);
+  ChunkTime    one chunk's (stage's) micro-batch: the three above together, with what it waits
+               for of its sends and receives.
 Per replica:   planner.cost.stage_memory.replica_memory, the peak memory with some micro-batches
                in flight (and ZeRO-Offload's host side).
 Per stage, after its last micro-batch: planner.cost.stage_tail (the exposed data-parallel
@@ -27,13 +29,13 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
-from .formulas import CostParams, layer_time, link_efficiency
+from .formulas import CostParams, layer_time
 from .dp_comm import NO_ZERO_COMM, DpLayout, ZeroComm, zero_comm, zero_exposed_s  # noqa: F401 (re-exported)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
-from ..inputs.linkcurve import collective_s
 from ..inputs.model import Layer
 from .context_parallel import cp_comm
+from .p2p import p2p_s  # noqa: F401 (re-exported)
 from .sharding import Sharding
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
 from . import fp8 as fp8_cost
@@ -130,12 +132,13 @@ class LayerPrice:
     cp_comm_fwd_s: float = 0.0  # context-parallel communication attention does not hide (formulas.cp_comm)
     cp_comm_bwd_s: float = 0.0
     cp_comm_s: float = 0.0
-    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches (whole layer)
+    fp8_cache_bytes: float = 0.0  # the runtime's fp8 weight copies kept between micro-batches, on one GPU
     wgrad_s: float = 0.0  # the weight-gradient part of bwd_s (LayerTime.wgrad_s)
     wgrad_act_bytes: float = 0.0  # kept for a deferred weight-gradient pass (wgrad_input_bytes)
     expert_params: int = 0  # of weight_params, the routed experts' (StageDims.weight_share)
     ep_comm_fwd_s: float = 0.0  # the MoE all-to-all under expert parallelism (cost.moe_alltoall_s)
     ep_comm_bwd_s: float = 0.0
+    fp8_params_saving: float = 0.0  # the 16-bit weights fp8 parameters replace, on one GPU (fp8.fp8_params_saving)
 
     @property
     def ep_comm_s(self) -> float:
@@ -157,8 +160,10 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
                                                    p.tp_saves_gathered_inputs),
                       transient_activation_bytes(layer, sh, p.cross_entropy, p.tp_saves_gathered_inputs),
                       layer.weight_params,
-                      cp_fwd, cp_bwd, cp_fwd + cp_bwd, fp8_cost.weight_cache_bytes(layer, sh.dtype, p.fp8_recipe),
-                      t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s)
+                      cp_fwd, cp_bwd, cp_fwd + cp_bwd,
+                      fp8_cost.weight_cache_bytes(layer, sh.dims, sh.dtype, p.fp8_recipe, gpu),
+                      t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s,
+                      fp8_params_saving=fp8_cost.fp8_params_saving(layer, sh.dims, sh.dtype, p.fp8_recipe))
 
 
 # --- a span of layers -----------------------------------------------------------------------
@@ -168,8 +173,8 @@ class _Total:
     """A span's figure: the sum over its parts of count x the layer's figure `of`, computed
     on first use and then kept."""
 
-    def __init__(self, of: str, doc: str = "", per_gpu: bool = False):
-        self.of, self.__doc__, self.per_gpu = of, doc, per_gpu
+    def __init__(self, of: str, doc: str = ""):
+        self.of, self.__doc__ = of, doc
 
     def __set_name__(self, owner, name):
         self.name = name
@@ -185,8 +190,6 @@ class _Total:
             total = term if total is None else total + term
         if total is None:
             total = 0.0
-        if self.per_gpu:
-            total = span.dims.weight_share(total)
         span.__dict__[self.name] = total
         return total
 
@@ -226,7 +229,9 @@ class SpanPrice:
         return self.dims.weight_share(self.all_expert_params, self.all_expert_params)
     act_bytes = _Total("act_bytes", "Activations one micro-batch through the span leaves for its backward.")
     fp8_cache_bytes = _Total("fp8_cache_bytes", "fp8 weight copies kept between micro-batches, on one GPU "
-                             "(fp8.weight_cache_bytes).", per_gpu=True)
+                             "(fp8.weight_cache_bytes).")
+    fp8_params_saving = _Total("fp8_params_saving", "The 16-bit weights fp8 parameters replace, on one GPU "
+                               "(fp8.fp8_params_saving).")
     wgrad_s = _Total("wgrad_s", "The weight-gradient part of bwd_s (a split backward's W pass).")
     wgrad_act_bytes = _Total("wgrad_act_bytes", "What a deferred W pass keeps of one micro-batch (wgrad_input_bytes).")
 
@@ -292,24 +297,15 @@ def block_shardings(sh: Sharding) -> tuple[Sharding, Sharding]:
 # --- communication --------------------------------------------------------------------------
 
 
-def p2p_s(nbytes, link: Link, intra: bool, params: CostParams):
-    """Pipeline point-to-point across one boundary for one micro-batch: the activation
-    forward and its gradient backward (Narayanan et al. 2021, sec 4.1). Charged to the
-    sending-forward stage. A measured link prices each by its send/recv curve."""
-    if link.curves:
-        return 2 * collective_s("sendrecv", nbytes, 2, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
-    eff = link_efficiency(link, params, intra)
-    return 2 * (link.latency_s + nbytes / (link.bandwidth_bytes_per_s * eff))
-
-
 @dataclass(frozen=True)
 class ChunkTime:
     """One micro-batch through one chunk (a stage) on one replica."""
 
     span: SpanPrice
     zero: ZeroComm
-    send_s: float = 0.0  # to the next stage (none after the last)
+    send_s: float = 0.0  # what it waits for of its sends to the next stage (p2p.p2p_rank_s; none after the last)
     act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its activation offload (activation_offload)
+    recv_s: float = 0.0  # ... of its receives from the stage before it, on another rank (p2p.p2p_rank_s)
 
     @property
     def zero_s(self):
@@ -323,18 +319,24 @@ class ChunkTime:
         time = self.span.time_s + self.zero_s
         if self.act_offload is not NO_ACTIVATION_OFFLOAD:
             time = time + self.act_offload.exposed_s
-        return time + self.send_s if self.send_s else time  # (the search adds its sends later)
+        p2p = self.send_s + self.recv_s
+        return time + p2p if p2p else time  # (the search adds its sends later)
+
+    @property
+    def p2p_s(self):
+        """What it waits for of its sends and receives."""
+        return self.send_s + self.recv_s
 
     @property
     def forward_s(self):
         """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
         return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
-                + self.send_s / 2 + self.act_offload.fwd_exposed_s
+                + self.p2p_s / 2 + self.act_offload.fwd_exposed_s
                 + self.zero.forward_exposed_s(self.span.fwd_s))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
-                + self.send_s / 2 + self.act_offload.bwd_exposed_s
+                + self.p2p_s / 2 + self.act_offload.bwd_exposed_s
                 + self.zero.backward_exposed_s(self.span.bwd_s))

@@ -5,7 +5,7 @@ type, TP link and cost parameters. planner.cost.evaluate assembles these into th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from .formulas import DEFAULT_PARAMS, CostParams
@@ -13,7 +13,9 @@ from .moe import AllToAllGroup
 from ..inputs.hardware import GpuSpec, Link
 from ..plan import Plan, Replica, Stage
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads
-from .pricing import ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, p2p_s, span_price, zero_comm
+from .p2p import p2p_message_s, p2p_rank_s
+from .pricing import ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, span_price, zero_comm
+from .runtimes import p2p_mode
 from ..schedules import get_schedule
 from .sharding import Sharding
 from .paths import boundary_link, dp_layout, alltoall_group, slowest_gpu, tp_group_link
@@ -67,6 +69,7 @@ class PlanPricer:
     def __init__(self, plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None):
         self.plan, self.params_for = plan, params_getter(params)
         self.stage_by_index = {st.index: st for st in plan.stages}
+        self.p2p_mode = p2p_mode(plan.training.runtime, plan.training.schedule)  # (cost.p2p)
         self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor
         self._layouts: dict[int, DpLayout] = {}
         self._expert_layouts: dict[int, DpLayout] = {}
@@ -140,26 +143,49 @@ class PlanPricer:
         key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
         if key in self._replicas:
             return self._replicas[key]
-        times = []
+        times, sent, received = [], [], []
         for st in chunks:
             sh = self.sharding(st)
             span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group,
                                 st.recompute_layers)
-            send = 0.0
-            successor = self.stage_by_index.get(st.index + 1)
-            if successor is not None and successor.pipeline_rank != st.pipeline_rank:  # (a V turns on one rank)
-                if st.index not in self._links:
-                    self._links[st.index] = boundary_link(cluster, [r.ranks[0] for r in st.replicas],
-                                                          [r.ranks[0] for r in successor.replicas])
-                link, intra = self._links[st.index]
-                send = p2p_s(boundary_bytes(layers[st.layers[1] - 1], sh), link, intra, p)
+            sent.append(0.0 if self.boundary(st.index) is None else
+                        p2p_message_s(boundary_bytes(layers[st.layers[1] - 1], sh), *self.boundary(st.index), p))
+            # its input as it holds it (the search's TypeArrays.boundary_bytes: its own sharding)
+            received.append(0.0 if self.boundary(st.index - 1) is None else
+                            p2p_message_s(boundary_bytes(layers[st.layers[0] - 1], sh), *self.boundary(st.index - 1), p))
             zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p, span.expert_params,
                              self.expert_layout(st)).per_microbatch(loop_microbatches)
             offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
-            times.append(ChunkTime(span, zero, send, offloaded))
+            times.append(ChunkTime(span, zero, 0.0, offloaded))
+        times = self._with_p2p(times, sent, received)
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
         return self._replicas[key]
+
+
+    def boundary(self, index: int) -> tuple[Link, bool] | None:
+        """The link (and whether inside a node) stage `index` sends to stage `index + 1` over, None
+        where there is no such boundary between two pipeline ranks (a V turns on one rank)."""
+        st, successor = self.stage_by_index.get(index), self.stage_by_index.get(index + 1)
+        if st is None or successor is None or successor.pipeline_rank == st.pipeline_rank:
+            return None
+        if index not in self._links:
+            self._links[index] = boundary_link(self.plan.cluster, [r.ranks[0] for r in st.replicas],
+                                               [r.ranks[0] for r in successor.replicas])
+        return self._links[index]
+
+    def _with_p2p(self, times: list[ChunkTime], sent: list[float], received: list[float]) -> list[ChunkTime]:
+        """The chunks with what they wait for of their boundaries' messages (`sent`, `received`: one
+        way, each chunk's) under the runtime's schedule (p2p.p2p_rank_s): blocking, each chunk its
+        own; overlapped, the rank's exposed sends shared by its chunks as their messages."""
+        mode = self.p2p_mode
+        if mode.blocking:
+            parts = [p2p_rank_s(mode, s, r, 0.0) for s, r in zip(sent, received)]
+        else:
+            total = sum(sent)
+            exposed = float(p2p_rank_s(mode, total, 0.0, sum(c.time_s for c in times))[0]) if total else 0.0
+            parts = [(exposed * s / total if total else 0.0, 0.0) for s in sent]
+        return [replace(c, send_s=s, recv_s=r) for c, (s, r) in zip(times, parts)]
 
 
 def replica_links(cluster, replica: Replica, st: Stage) -> tuple[Link, Link | None]:

@@ -11,7 +11,7 @@ from .formulas import CostParams
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activation_bytes
 from .pricing import SpanPrice
 from .states import WEIGHT_BYTES_FP32_TRAINING, MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
-from ..core.dims import StageDims
+from ..core.dims import StageDims, zero_divisors
 from ..inputs.hardware import HostSpec
 from ..inputs.model import DTYPE_BYTES
 
@@ -69,7 +69,11 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
         expert = model_state_bytes(experts, dtype, dims.zero, dims.edp, optimizer)
         weights, grads, states = (d + e for d, e in zip(dense, expert))
     grads = grads * held_gradient_bytes(dtype, dims.zero, p) / gradient_bytes(dtype)  # the runtime's width
-    weights = weights + span.fp8_cache_bytes  # the runtime's fp8 weight copies, not sharded by ZeRO
+    # the runtime's fp8 weight copies (fp8.weight_cache_bytes); where they are the parameters (its
+    # optimizer sharded, ZeRO >= 1) they replace the 16-bit weights (fp8.fp8_params_saving), and
+    # ZeRO-3 shards both alike
+    fp8_weights = span.fp8_cache_bytes - (span.fp8_params_saving if dims.zero >= 1 else 0.0)
+    weights = weights + fp8_weights / zero_divisors(dims.zero, dims.grad_reduce_ranks)[0]
     if dims.zero >= 3 and dims.grad_reduce_ranks > 1:
         weights = weights + zero3_gather_bytes(span.largest_layer_weight_params, dtype)
     if offload:

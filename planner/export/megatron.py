@@ -235,6 +235,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
                            f"{plan.training.fp8_recipe}: export --to torchtitan or re-plan", "--to")
         flags += [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-amax-history-len", 1024),
                   ("--fp8-amax-compute-algo", "max")]
+        if form.zero >= 1 or form.offload:  # fp8 parameters as priced (planner.cost.fp8, te-delayed); they
+            flags.append(("--fp8-param-gather", None))  # need --use-distributed-optimizer (priced_flags)
     elif form.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]

@@ -47,7 +47,7 @@ from ..core.outfile import write_output
 from ..plan import Plan, Stage
 from .routes import stage_routes
 from ..schedules import get_schedule
-from .tables import gpu_labels, gpu_legend, headline, mfu_text, replicas_by_gpu, stages_table
+from .tables import gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, replicas_by_gpu, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -269,7 +269,9 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
     console.print(times)
     console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   "
                   f"samples/s {est.samples_per_s:,.1f}   model TFLOP/s per GPU {est.model_tflops_per_gpu:.1f}   "
-                  f"{mfu_text(est)}   bubble {est.bubble_fraction:.1%}")
+                  f"{mfu_text(est, plan)}   bubble {est.bubble_fraction:.1%}")
+    for line in mfu_source_lines(plan, est):
+        console.print(line)
     if not est.fits:
         worst = max(est.overflows, key=lambda o: o.over_bytes)
         console.print(f"[red bold]does not fit[/]: {len(est.overflows)} ranks overflow; rank {worst.rank} "

@@ -28,6 +28,7 @@ from ..cost.evaluate import Estimate, slowest_gpu
 from ..inputs.hardware import GIB, Cluster
 from ..core.markup import esc
 from ..plan import Plan, Replica, Stage, rank_ranges
+from .credibility import mfu_above_published
 
 # tokens of a catalog GPU name that the short label drops: form factor and memory size
 _DROPPED_TOKEN = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
@@ -49,9 +50,20 @@ def precision_text(t) -> str:
             + (", torch.compile" if t.compile else ""))
 
 
-def mfu_text(est: Estimate) -> str:
-    """`MFU 41.2%`, naming the peak it is relative to where that is TF32's (fp32 GEMMs on TF32)."""
-    return f"MFU {est.mfu:.1%}" + (f" of {est.mfu_peak_dtype} peak" if "tf32" in est.mfu_peak_dtype else "")
+def mfu_text(est: Estimate, plan: Plan) -> str:
+    """`MFU 41.2%`, naming the peak it is relative to where that is TF32's (fp32 GEMMs on TF32),
+    and, where it is above the best published MFU of the plan's GPUs (report.credibility),
+    that ceiling and its run: `MFU 64.9% (above the best published Volta fp16 run, 52.0%: RUN)`
+    (its source: mfu_source_lines)."""
+    above = mfu_above_published(plan, est)
+    return (f"MFU {est.mfu:.1%}" + (f" of {est.mfu_peak_dtype} peak" if "tf32" in est.mfu_peak_dtype else "")
+            + (f" ({esc(above.text())})" if above else ""))
+
+
+def mfu_source_lines(plan: Plan, est: Estimate) -> list[str]:
+    """Where mfu_text names a published run, one line per run with its source."""
+    above = mfu_above_published(plan, est)
+    return [f"  published {esc(line)}" for line in above.sources()] if above else []
 
 
 def headline(plan: Plan, est: Estimate) -> str:

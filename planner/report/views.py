@@ -11,12 +11,18 @@ from rich.table import Table
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
-from .tables import gpu_labels, gpu_legend, headline, mfu_text, precision_text, rank_text, stages_table
+from .tables import (gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, precision_text, rank_text,
+                     stages_table)
 
 
 def stdout_console() -> Console:
     """The console a command prints its human view on (no colour under NO_COLOR)."""
     return Console(highlight=False, no_color="NO_COLOR" in os.environ)
+
+
+# how a runtime's schedule runs its pipeline sends (planner.cost.p2p.P2P_MODES), in the critical lines
+P2P_WORDS = {"exchange": "blocking (both ends wait)", "sequential": "blocking (each message in turn)",
+             "overlapped": "overlapped with compute"}
 
 
 def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
@@ -30,17 +36,19 @@ def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
              f"{len(c.ranks)}× {esc(labels.get(c.gpu, c.gpu))} ranks {rank_text(c.ranks)}: {c.micro_batches} "
              f"micro-batches × {c.per_microbatch_s * 1e3:.1f} ms; bound by {c.bound_by} "
              f"({est.breakdown_s[c.bound_by]:.3f} s of {est.step_time_s:.3f} s); "
-             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"]
+             f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"
+             + (f"; waits {c.pp_comm_s:.3f} s on pipeline sends, {P2P_WORDS[c.p2p]}" if c.pp_comm_s > 0 else "")]
     for link in c.links:
         lines.append(f"  {link.role} link {esc(link.name)}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU, "
                      f"{link.latency_s * 1e6:.0f} us; {link.exposed_s:.3f} s exposed"
                      + ("  <- most exposed" if link is c.link else ""))
     for b in est.pipeline_links:
         lines.append(f"  pipeline {b.stage}->{b.stage + 1} over {esc(b.name)}: {b.micro_batches} × "
-                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way); "
-                     f"{b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s overlapped")
+                     f"{b.per_microbatch_s * 1e3:.1f} ms ({b.bytes_per_microbatch / 2**20:.1f} MiB each way), "
+                     f"{P2P_WORDS[b.p2p]}; {b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s "
+                     + ("off the critical path" if b.blocking else "overlapped"))
     lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.cost.flops)")
-    return lines
+    return lines + mfu_source_lines(plan, est)
 
 
 def print_plan(result, console: Console | None = None) -> None:
@@ -53,7 +61,7 @@ def print_plan(result, console: Console | None = None) -> None:
     console.print(stages_table(plan, est, labels, "Stages"))
     if gpu_legend(labels):
         console.print(gpu_legend(labels))
-    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   {mfu_text(est)}   "
+    console.print(f"step {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   {mfu_text(est, plan)}   "
                   f"bubble {est.bubble_fraction:.1%}   "
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
     for line in critical_lines(plan, est, labels):
@@ -99,7 +107,7 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None
     times.add_row("[bold]step[/]", f"[bold]{estimate.step_time_s:.3f}[/]", "100%")
     console.print(times)
     console.print(f"tokens/s {estimate.tokens_per_s:,.0f}   model TFLOP/s per GPU "
-                  f"{estimate.model_tflops_per_gpu:.1f}   {mfu_text(estimate)}   "
+                  f"{estimate.model_tflops_per_gpu:.1f}   {mfu_text(estimate, plan)}   "
                   f"bubble {estimate.bubble_fraction:.1%}")
     for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
         console.print(line)

@@ -23,6 +23,9 @@ class State(NamedTuple):
     placed: int  # stages placed so far, from the end
     successor: int  # signature id of the last placed stage (the next placed stage's successor)
     first: int  # signature id the first rank must have (interleaved), -1 for 1F1B
+    # where the runtime's sends block (cost.p2p): the link (StageLinks.link_key) the last placed
+    # stage was priced receiving over, which the next placed stage must send over; -1 none
+    receive: int = -1
 
 
 @dataclass
@@ -106,16 +109,19 @@ def _batches(problem: Problem, layer: dict[State, Cell], items: int) -> dict[int
     """The layer's live states by successor, then by the stage family each can place next, as
     (state, nodes used after the stage, the stage's signature id), in state order."""
     # states with the same successor see the same stage costs (whatever their first
-    # rank): relax each family from all of them at once, one row per state
-    batches: dict[int, dict[int, list]] = {}
+    # rank): relax each family from all of them at once, one row per state; where a state's
+    # successor was priced receiving over a link, only the families that send over it follow
+    batches: dict[tuple[int, int], dict[int, list]] = {}
     for key in sorted(layer):
         cell = layer[key]
         used, successor = key.used, key.successor
         if not np.isfinite(cell.value[:items]).any():
             continue
-        by_family = batches.setdefault(successor, {})
+        by_family = batches.setdefault((successor, key.receive), {})
         for fid, new_used, sig in problem.transitions(used):
-            by_family.setdefault(fid, []).append((key, new_used, sig))
+            if key.receive < 0 or problem.links.link_key(
+                    problem.links.link(problem.catalog.families[fid][0], successor)) == key.receive:
+                by_family.setdefault(fid, []).append((key, new_used, sig))
     return batches
 
 
@@ -133,7 +139,7 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
     # a new state's candidates all share its first rank, so they are met in the order of
     # (successor, family, has_emb, variant, source state))
     offers: dict[State, list] = {}
-    for successor, by_family in sorted(batches.items()):
+    for (successor, _), by_family in sorted(batches.items()):
         for fid, all_sources in sorted(by_family.items()):
             if clock is not None:
                 clock.check()
@@ -156,7 +162,10 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     future = None if all_future is None else all_future[rows]
                 else:
                     future = all_future
-                for v_index, variant in enumerate(problem.family_cost(fid, placed + 1, has_emb, successor, ranks)):
+                # blocking sends: a stage with a predecessor is priced once per link it may receive over
+                receives = problem.links.receive_ids(sig) if problem.p2p.blocking and not has_emb else (-1,)
+                for receive, v_index, variant in ((r, i, v) for r in receives for i, v in enumerate(
+                        problem.family_cost(fid, placed + 1, has_emb, successor, ranks, r))):
                     if variant.x_min > bound:
                         continue
                     ok = np.isfinite(variant.x) if bound == INF else variant.x <= bound
@@ -174,7 +183,7 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     alive = np.isfinite(cands).any(axis=-1)
                     for row in np.flatnonzero(alive):
                         key, new_used, _ = sources[row]
-                        offers.setdefault(State(new_used, placed + 1, sig, key.first), []).append(
+                        offers.setdefault(State(new_used, placed + 1, sig, key.first, receive), []).append(
                             (cands[row], key, fid, v_index, has_emb))
     return offers
 
@@ -351,6 +360,7 @@ class StageChoice:
     successor: int  # signature id of the next stage (interleaved: rank 0's for the last), -1 none
     from_end: int
     ranks: int | None = None  # pipeline ranks of an interleaved plan, None for 1F1B
+    receive: int = -1  # the link it receives over where sends block (State.receive), -1 none
 
 
 def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: list[Move],
@@ -364,11 +374,12 @@ def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: 
         move = moves[int(cell.parent[ell])]
         has_head = move.prev.placed == 0
         prev_cell = layers[move.prev.placed][move.prev]
-        variant = problem.family_cost(move.fid, key.placed, move.has_emb, move.prev.successor, ranks)[move.variant]
+        variant = problem.family_cost(move.fid, key.placed, move.has_emb, move.prev.successor, ranks,
+                                      key.receive)[move.variant]
         blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
         cid = int(variant.member[blocks])
         out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
-                               move.prev.successor, key.placed, ranks))
+                               move.prev.successor, key.placed, ranks, key.receive))
         ell -= blocks + int(has_head) + int(move.has_emb)
         key = move.prev
     assert ell == 0, "trace must consume every layer"
@@ -379,7 +390,7 @@ def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, f
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks)
+        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks, c.receive)
         taus.append(float(cost.tau[c.blocks]))
         xs.append(float(cost.x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)

@@ -34,7 +34,9 @@ COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "s
            "mfu", "pp", "tp", "dp", "num_gpus_used", "solver_seconds", "runtime", "any_runtime_step_s",
            # the sweep's other axes (as given; empty: plan's default), then the plan's shape
            "dtype", "optimizer", "cp_degrees", "ep_degrees", "model_name", "micro_batch", "schedule",
-           "virtual_stages", "cp", "ep", "zero", "recompute", "peak_memory_GiB", "stages")
+           "virtual_stages", "cp", "ep", "zero", "recompute", "peak_memory_GiB", "stages",
+           # the best published MFU the row's mfu is above (report.credibility; empty: not above)
+           "mfu_above_published")
 # failed: the row could not be finished for a reason outside its inputs (a full disk, a plan
 # file not written, a worker killed); --resume plans it again
 STATUSES = ("ok", "infeasible", "error", "failed")

@@ -217,8 +217,10 @@ def stages_text(planned) -> str:
 def plan_columns(planned, est) -> dict:
     """The columns that describe a plan's shape and its estimate."""
     from ..inputs.hardware import GIB
+    from ..report.credibility import mfu_above_published
 
     stages = planned.stages
+    above = mfu_above_published(planned, est)
     t = planned.training
     return dict(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
                 tp=max(s.tp for s in stages), dp=max(s.dp for s in stages), num_gpus_used=est.num_gpus_used,
@@ -226,7 +228,7 @@ def plan_columns(planned, est) -> dict:
                 cp=max(s.cp for s in stages), ep=max(s.ep for s in stages),
                 zero=_per_stage([s.zero for s in stages]), recompute=_per_stage([s.recompute for s in stages]),
                 peak_memory_GiB=max(m.total_bytes for m in est.memory_by_rank.values()) / GIB,
-                stages=stages_text(planned))
+                stages=stages_text(planned), mfu_above_published=above.published_mfu if above else None)
 
 
 # errors of the machine, not of the inputs: a full disk or quota, I/O, permissions, no memory,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from ..architectures import architecture_params
 from ..formulas import DEFAULT_PARAMS, CostParams
 from ..fp8 import runtime_recipe
+from ..p2p import P2P_MODES, P2PMode
 from ...inputs.devices import GpuSpec
 from ...core.runtime_default import DEFAULT_RUNTIME
 from . import any_runtime, deepspeed, fsdp1, megatron, megatron_2021, torchtitan
@@ -76,6 +77,11 @@ def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str 
                           training.tf32_matmul)
 
 
+def p2p_mode(runtime: str, schedule: str) -> P2PMode:
+    """How `runtime`'s pipeline sends run under `schedule` (Runtime.pipeline_p2p, planner.cost.p2p)."""
+    return P2P_MODES[get_runtime(runtime).p2p_mode(schedule)]
+
+
 def compile_problem(runtime: str) -> str:
     """Why `runtime` cannot run the model under torch.compile ('' when it can: Capability.compile)."""
     spec = runtime_spec(runtime)
@@ -87,5 +93,5 @@ def compile_problem(runtime: str) -> str:
 
 
 __all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "RuntimeSpec", "capability",
-           "cluster_params", "compile_problem", "get_runtime", "register_runtime", "runtime_spec", "stack_params",
+           "cluster_params", "compile_problem", "get_runtime", "p2p_mode", "register_runtime", "runtime_spec", "stack_params",
            "tf32_setting", "training_params", "violations"]

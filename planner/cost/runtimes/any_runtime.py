@@ -12,7 +12,13 @@ from . import megatron
 from .spec import ANY, WITH_BLOCK, Capability, RuntimeSpec
 
 SPEC = RuntimeSpec(
-    pricing=replace(megatron.SPEC.pricing, name=ANY, title="any runtime (priced as Megatron-LM)"),
+    # pipeline sends as Megatron-LM's where it runs the schedule, else as the runtime that does:
+    # planner.runner (`export --to rankmap`) blocks on each receive for GPipe (engine.py dist.recv),
+    # ZB-H1 as the authors' Megatron-LM fork (its p2p_communication); ZB-V and looped BFS as torchtitan's
+    pricing=replace(megatron.SPEC.pricing, name=ANY, title="any runtime (priced as Megatron-LM)",
+                    pipeline_p2p=megatron.SPEC.pricing.pipeline_p2p + (
+                        ("gpipe", "exchange"), ("zb-h1", "exchange"), ("zbv", "overlapped"),
+                        ("looped-bfs", "overlapped"))),
     capability=Capability(
         runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True,
         tensor_parallel=True, per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",

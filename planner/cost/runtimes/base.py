@@ -25,6 +25,7 @@ class Runtime:
     tf32_matmul: bool  # fp32 GEMMs on TF32 tensor cores (where the GPU has them)
     elementwise_traffic_factor: float  # HBM traffic of its elementwise kernels / fully fused
     layer_overhead_s: float  # host time per layer per micro-batch, forward + backward
+    moe_layer_host_s: float = 0.0  # and per routed-expert layer on top (CostParams.moe_layer_host_s)
     source: str = ""
     attention_efficiency: float | None = None  # its attention kernel's fraction of peak; None: the architecture's
     bf16_fp32_grad_allreduce: bool = False  # under bf16 its DP reduction all-reduces fp32 gradients
@@ -36,6 +37,15 @@ class Runtime:
     fp32_grad_accumulation: bool = False  # unsharded gradients accumulate in fp32 (CostParams.fp32_grad_accumulation)
     tp_saves_gathered_inputs: bool = False  # (CostParams.tp_saves_gathered_inputs)
     bf16_fp32_grads: bool = False  # under bf16/fp8 fp32 gradient buffers and reduction (CostParams.bf16_fp32_grads)
+    # how its pipeline sends run under each schedule it runs, (schedule, pricing.P2P_MODES name)
+    # pairs: "exchange", "sequential" or "overlapped" (pricing.p2p_rank_s); every schedule of its
+    # Capability.schedules is named (RuntimeSpec checks)
+    pipeline_p2p: tuple[tuple[str, str], ...] = ()
+
+    def p2p_mode(self, schedule: str) -> str:
+        """How its pipeline sends run under `schedule` (pipeline_p2p); "exchange" for a schedule it
+        does not name (a runtime without pipelining sends nothing)."""
+        return dict(self.pipeline_p2p).get(schedule, "exchange")
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
@@ -54,7 +64,7 @@ class Runtime:
         return base.with_updates(overlap_grad_reduce=self.overlap_grad_reduce, overlap_tp_comm=self.overlap_tp_comm,
                                  tf32_matmul=self.tf32_matmul,
                                  elementwise_traffic_factor=self.elementwise_traffic_factor,
-                                 layer_overhead_s=self.layer_overhead_s,
+                                 layer_overhead_s=self.layer_overhead_s, moe_layer_host_s=self.moe_layer_host_s,
                                  bf16_fp32_grad_allreduce=self.bf16_fp32_grad_allreduce,
                                  selective_recompute=self.selective_recompute, cp_ring=self.cp_ring,
                                  overlap_zero_comm=self.overlap_zero_comm, fp8_recipe=self.fp8_recipe,

@@ -15,12 +15,18 @@ SPEC = RuntimeSpec(
     pricing=Runtime(
         name="deepspeed", title="DeepSpeed pipeline engine (Megatron-DeepSpeed)",
         overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
-        elementwise_traffic_factor=1.0, layer_overhead_s=1.5e-3,  # fitted: AMP, Sailor (MIT, GH200), BLOOM
+        # fitted: AMP, Sailor (MIT, GH200), BLOOM (fit_cost_params' loss over the four, with fp32
+        # CUDA-core GEMMs at their own knee, formulas.gemm_half_dim)
+        elementwise_traffic_factor=1.0, layer_overhead_s=2e-3,
         # runtime/pipe/engine.py: under bf16, _exec_reduce_grads calls _bf16_reduce_grads, which
         # all-reduces "the optimizer's FP32 grads"
         bf16_fp32_grad_allreduce=True,
         # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
         context_parallel=("all-to-all",),
+        # runtime/pipe/engine.py _exec_send_activations / _exec_recv_grads (and the reverse pair) call
+        # p2p.send / p2p.recv without async_op (runtime/pipe/p2p.py: dist.send / dist.recv or a
+        # two-rank broadcast), one TrainSchedule instruction after another: each message blocks both ends
+        pipeline_p2p=(("1f1b", "sequential"),),
         source="DeepSpeed runtime/pipe/engine.py (reduce_gradients after the schedule); fitted layer overhead"),
     capability=Capability(
         runtime="deepspeed", title="DeepSpeed", version="DeepSpeed 0.19.8 (Megatron-DeepSpeed)",

@@ -15,12 +15,26 @@ SPEC = RuntimeSpec(
         name="megatron", title="Megatron-LM (megatron-core)",
         overlap_grad_reduce=True, overlap_tp_comm=True, attention="flash", tf32_matmul=True,
         elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+        # a dropless MoE layer's host time, forward + backward per micro-batch, that its GPU waits for:
+        # the token dispatcher copies the per-expert token counts to the host (all-to-all splits,
+        # TEGroupedLinear's m_splits), which drains the launch queue, and the router, permutation and
+        # per-expert kernels are then launched one by one (Megatron-core moe/token_dispatcher.py; the
+        # CUDA-graph scopes moe_router / moe_preprocess exist to remove it). Fitted: the median gap of
+        # the Megatron-Bridge Qwen3-30B-A3B runs on H100 (EP 8 and 16) and B200 (EP 8) with the
+        # other terms priced, 2.2-2.7 ms per layer and micro-batch on both GPUs
+        moe_layer_host_s=2.5e-3,
         # --context-parallel-size with --cp-comm-type p2p (ring) or a2a (Ulysses): megatron-core
         # transformer_config.py cp_comm_type, docs/source/api-guide/context_parallel.rst
         context_parallel=("ring", "all-to-all"),
         # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
         # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
         fp8_recipe="te-delayed",
+        # 1F1B: core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving pairs
+        # send_forward_recv_backward / send_backward_recv_forward, each one batch_isend_irecv waited at
+        # once (p2p_communication.py _communicate, batch_p2p_comm): blocking, both directions together.
+        # Interleaved: --overlap-p2p-communication (on unless turned off; training/arguments.py turns it
+        # off without virtual stages) posts them ahead and waits after the next chunk's compute
+        pipeline_p2p=(("1f1b", "exchange"), ("interleaved", "overlapped")),
         # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
         # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
         # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with

@@ -14,6 +14,9 @@ SPEC = RuntimeSpec(
         name="megatron-2021", title="Megatron-LM (SC'21)",
         overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
         elementwise_traffic_factor=1.0, layer_overhead_s=0.0,
+        # megatron/p2p_communication.py _communicate: torch.distributed.batch_isend_irecv, then wait on
+        # every request (schedules.py forward_backward_pipelining_without_interleaving): blocking
+        pipeline_p2p=(("1f1b", "exchange"),),
         source="Narayanan et al. 2021 (arXiv 2104.04473), Megatron-LM v2.x"),
     capability=Capability(
         runtime="megatron-2021", title="Megatron-LM (2021)", version="Megatron-LM v2 (SC'21)",

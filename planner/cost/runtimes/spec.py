@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from ..p2p import P2P_MODES
+from ...schedules import get_schedule
 from .base import Runtime
 
 if TYPE_CHECKING:  # the Model type only
@@ -101,6 +103,21 @@ class RuntimeSpec:
         runs = set(self.capability.schedules) & set(self.schedule_refusals)
         if runs:
             raise ValueError(f"runtime {self.name!r} both runs and refuses {', '.join(sorted(runs))}")
+        self._check_p2p()
+
+    def _check_p2p(self) -> None:
+        """Every schedule it runs with pipelining names how its sends run (Runtime.pipeline_p2p); a
+        schedule the plan search prices chunk by chunk (interleaved) is not blocking, for the search
+        prices a rank's receives with one chunk per rank only (planner.search.dp State.receive)."""
+        modes = dict(self.pricing.pipeline_p2p)
+        for name in self.capability.schedules if self.capability.pipeline else ():
+            mode = modes.get(name)
+            if mode not in P2P_MODES:
+                raise ValueError(f"runtime {self.name!r} names no pipeline send mode for {name!r} "
+                                 f"(one of {', '.join(P2P_MODES)})")
+            schedule = get_schedule(name)
+            if schedule.searched and schedule.max_virtual_stages != 1 and P2P_MODES[mode].blocking:
+                raise ValueError(f"runtime {self.name!r}: the search cannot price blocking sends under {name!r}")
 
     @property
     def name(self) -> str:

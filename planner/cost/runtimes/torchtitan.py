@@ -42,6 +42,12 @@ SPEC = RuntimeSpec(
         # parallelize.py apply_tp: SequenceParallel norms, ColwiseParallel wq/wk/wv, w1/w3 and output
         # (input_layouts Shard(1), all-gathered to Replicate inside autograd)
         tp_saves_gathered_inputs=True,
+        # torch.distributed.pipelining schedules.py: Schedule1F1B batches a forward's sends with the
+        # backward's receives and waits for them before the backward, ScheduleGPipe waits for each
+        # forward's receive: blocking. The multi-stage schedules (_PipelineScheduleRuntime) post
+        # RECV_F/RECV_B as actions ahead of the compute that waits for them and wait for sends last
+        pipeline_p2p=(("1f1b", "exchange"), ("gpipe", "exchange"), ("interleaved", "overlapped"),
+                      ("zbv", "overlapped"), ("looped-bfs", "overlapped")),
         source="torchtitan docs (FSDP2, async TP off by default, compile off by default)"),
     capability=Capability(
         runtime="torchtitan", title="torchtitan", version="torchtitan 0.2.2", pipeline=True, tensor_parallel=True,

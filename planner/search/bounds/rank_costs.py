@@ -11,7 +11,8 @@ import numpy as np
 
 from ...core.dims import StageDims
 from ...cost.paths import pair_link, slowest, whole_node_layout
-from ...cost.pricing import p2p_s, span_price, zero_comm
+from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
+from ...cost.pricing import span_price, zero_comm
 from ...cost.stage_memory import offload_step_s
 from ...cost.stage_tail import grad_reduce_s, optimizer_s
 from ...inputs.hardware import Cluster
@@ -51,18 +52,22 @@ def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price
     return out
 
 
-def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple) -> float:
-    """The least one send of a micro-batch's boundary takes from a replica of group i of a rank on
-    `groups` (`block` its rank_blocks entry) to the next rank, wherever that is: p2p_s over the
-    slowest pair link between the rank's groups and one group of the next (stage_links.boundary:
-    the slowest over all of them); 0 where a measured link prices it by its curve."""
+def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple, mode: P2PMode | None) -> float:
+    """The least a replica of group i of a rank on `groups` (`block` its rank_blocks entry) waits
+    for of one micro-batch's send to the next rank, wherever that is, its sends blocking under
+    `mode` (cost.p2p.p2p_rank_s: its messages over the slowest pair link between the rank's groups
+    and one group of the next, stage_links.boundary: the slowest over all of them; receives add
+    to it); 0 where they overlap (or `mode` is None: not known) or a measured link prices them by
+    its curve."""
+    if mode is None or not mode.blocking:
+        return 0.0
     p, sent = block[4], block[6]
     best = INF
     for other in cluster.groups:
         link = slowest([pair_link(cluster, cluster.groups[j].name, other.name) for j in groups])
         if link.curves:
             return 0.0
-        best = min(best, p2p_s(sent, link, False, p))
+        best = min(best, p2p_rank_s(mode, p2p_message_s(sent, link, False, p), 0.0, 0.0)[0])
     return max(0.0, best)
 
 
@@ -124,7 +129,8 @@ def rank_costs(context: SearchContext, info: dict, vectors: list[tuple[int, ...]
     numbered = [ids.setdefault(row, len(ids)) for row in rows]
     index = memo.setdefault("rows", {})  # per (group, tp, dp, ZeRO stage, offload): its rows' places in memo["pool"]
     owners, counts, dps, parts, comms, sends, tails, places, wanted = _options(
-        context, info, vectors, n, most_replicas, virtual_stages, shared, groups, kinds, rows, numbered, index)
+        context, info, vectors, n, most_replicas, virtual_stages, shared, groups, kinds, rows, numbered, index,
+        memo.get("p2p"))
     wanted = list({(part, number): (part, row) for part, row, number in wanted}.items())  # (once each)
     if wanted:
         first = _pooled(memo, *block_costs(info, [part + (row,) for _, (part, row) in wanted], n))
@@ -175,7 +181,7 @@ def rank_costs(context: SearchContext, info: dict, vectors: list[tuple[int, ...]
 
 def _options(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
              block_counts: np.ndarray, most_replicas: int, virtual_stages: int, shared: dict, groups: list[int],
-             kinds: list, rows: tuple, numbered: list[int], index: dict) -> tuple:
+             kinds: list, rows: tuple, numbered: list[int], index: dict, mode: P2PMode | None) -> tuple:
     """rank_costs' options (tp, ZeRO stage, offload) on each node vector, in order: per option its node
     vector, replicas per group, DP degree, (group, tp, dp, ZeRO, offload) parts, ZeRO collectives, send
     floors and tail floors per kind of ends; then each part's known row places (`index`'s entries) and
@@ -197,9 +203,9 @@ def _options(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
             if dp > most_replicas:
                 continue  # every replica takes `least` micro-batches at least
             for i in groups:
-                if ("send", groups_key, tp, i) not in shared:
-                    shared[("send", groups_key, tp, i)] = _send_floor_s(cluster, groups, info[(i, tp)])
-            send = [shared[("send", groups_key, tp, i)] for i in groups]
+                if ("send", groups_key, tp, i, mode) not in shared:
+                    shared[("send", groups_key, tp, i, mode)] = _send_floor_s(cluster, groups, info[(i, tp)], mode)
+            send = [shared[("send", groups_key, tp, i, mode)] for i in groups]
             if ("layout", nodes, tp) not in shared:
                 shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
             layout = shared[("layout", nodes, tp)]

@@ -12,6 +12,7 @@ from itertools import product
 
 import numpy as np
 
+from ...cost.runtimes import p2p_mode
 from ...schedules import get_schedule
 from .bound import ends_floor
 from ..pricing.context_parallel import cp_choices
@@ -150,6 +151,7 @@ def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
     known = known if known is not None else KnownCosts()
     shared = known.part(context, micro_batch)
     memo = known.scope(shared, schedule, virtual_stages)
+    memo.setdefault("p2p", p2p_mode(training.runtime, schedule))  # (rank_costs' send floors)
     if "delta" not in memo:
         memo["delta"] = ends_floor(context, micro_batch, [schedule])[1]
     delta = memo["delta"]

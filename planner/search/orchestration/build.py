@@ -68,7 +68,8 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
-        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, problem.links.link(c.cid, c.successor))]
+        link = problem.links.boundaries(problem.links.link(c.cid, c.successor), c.receive)
+        times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, link)]
         caps = [int(cap[c.blocks]) for cap in problem.deferred.share_caps(types, flags, position)]
         ranks.append(RankDraft(tuple(replicas_ranks), tuple(times[t] for t in replica_type),
                                tuple(caps[t] for t in replica_type)))
@@ -118,7 +119,8 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     v, n = problem.virtual_stages, choice.blocks
     if not problem.chunked:
         return [n]
-    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks).split
+    split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks,
+                               choice.receive).split
     special = None if split is None else int(split[n])
     rest, others = (n, v) if special is None else (n - special, v - 1)
     even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]

@@ -13,7 +13,8 @@ import numpy as np
 from ...inputs.hardware import Link
 from ...inputs.model import Layer
 from ...core.dims import StageDims
-from ...cost.pricing import DpLayout, ZeroComm, layer_price, p2p_s, span_price, zero_comm
+from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
+from ...cost.pricing import DpLayout, ZeroComm, layer_price, span_price, zero_comm
 from ...cost.sharding import Sharding
 from .stage_types import INF, TypeArrays
 
@@ -49,14 +50,19 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
 
 
 def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, virtual_stages: int,
-                  blocks: int) -> tuple[np.ndarray, np.ndarray | None]:
+                  mode: P2PMode, blocks: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
     the blocks of its embedding or head chunk (None for a middle rank). The other chunks
     share their blocks as evenly as possible; the embedding's or head's chunk takes the
     count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
-    fastest, the smallest such a on ties. Every chunk sends on, except the head's."""
+    fastest, the smallest such a on ties. Every chunk sends on, except the head's, and waits for
+    its share of what the rank waits for of its sends under `mode` (cost.p2p.p2p_rank_s, shared by
+    the sending chunks as cost.replica_pricer shares it), by n."""
     has_head, has_emb = flags
-    sends = [0.0 if link is None else p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+    count = virtual_stages - 1 if has_head else virtual_stages
+    sends = [0.0 if link is None else
+             p2p_rank_s(mode, count * p2p_message_s(ta.boundary_bytes, link, False, ta.cost_params), 0.0,
+                        ta.time[flags])[0] / count for ta in types]
     counts = np.arange(blocks + 1)
     if not has_head and not has_emb:
         per_chunk = np.minimum(-(-counts // virtual_stages), blocks)
@@ -67,6 +73,7 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
     special, others, valid = _split_grid(blocks, virtual_stages)
     grid = None
     for ta, send in zip(types, sends):
+        send = send[:, None] if np.ndim(send) else send  # (by the rank's count n: the grid's rows)
         own = ta.chunk[extra][special] + (0.0 if has_head else send)
         slowest = np.maximum(own, ta.chunk["plain"][others] + send)
         grid = slowest if grid is None else np.maximum(grid, slowest)

@@ -16,13 +16,14 @@ class CappingLevels(ProblemPart):
     """A Problem's pricing by capping level."""
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
-                    ranks: int | None = None) -> list[StageCost]:
+                    ranks: int | None = None, receive: int = -1) -> list[StageCost]:
         """stage_cost for several configurations on one node vector (a family, or one config) at
         one position. The position (and the pipeline depth of an interleaved search) matters only
         through the in-flight count, which matters only through which replica types' memory caps
         bind at each block count (share_cap), so each (config, flags, link) is priced once, at
         every capping level (`_price_levels`), and a position picks its level per block count.
-        The configs on one node vector share their boundary link to any successor."""
+        The configs on one node vector share their boundary link to any successor; `receive`
+        (Problem.family_cost) adds the one from the predecessor (StageLinks.boundaries)."""
         inputs, tables = self.inputs, self.tables
         position = self.problem.deferred.position(stage_from_end, ranks)
         flags = (stage_from_end == 1, has_emb)
@@ -34,7 +35,7 @@ class CappingLevels(ProblemPart):
                 out[index] = never
         if not blocks and not todo:
             return out
-        link = self.problem.links.link(cids[0], successor_id)
+        link = self.problem.links.boundaries(self.problem.links.link(cids[0], successor_id), receive)
         lid = self.problem.links.link_key(link)  # (the tables' keys take the link by its number)
         if blocks:
             self.problem.memory_savers.price_blocks(blocks, flags, position[0], link, lid, out)
@@ -196,12 +197,13 @@ class CappingLevels(ProblemPart):
                 else:
                     busy = one
                 if inputs.chunked:  # (by the types' chunk times: configs on other node vectors share them)
-                    chunks = tuple(ta.chunk for ta in types)
+                    # (and their pass times: what overlapped sends hide behind, cost.p2p.p2p_rank_s)
+                    chunks = tuple(x for ta in types for x in (ta.chunk, ta.time[flags]))
                     by_chunks = ("latency", tuple(id(c) for c in chunks), flags, lid)
                     known = tables.replica_arrays.get(by_chunks)
                     if known is None or any(a is not b for a, b in zip(known[0], chunks)):
                         known = tables.replica_arrays[by_chunks] = (chunks,
-                                                                    chunk_latency(types, flags, link, inputs.virtual_stages,
+                                                                    chunk_latency(types, flags, link, inputs.virtual_stages, self.problem.p2p,
                                                                                           inputs.num_blocks))
                     latency, split = known[1]
                 else:

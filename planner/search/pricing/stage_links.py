@@ -4,9 +4,20 @@ and its successor, cached per problem (a mixin of planner.search.pricing.stages.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...cost.paths import pair_link, slowest
 from ...inputs.hardware import Link
 from .stage_types import ProblemPart, StageConfig
+
+
+@dataclass(frozen=True)
+class SendReceive:
+    """A stage's boundaries where its runtime's sends block both ends (cost.p2p): the link to its
+    successor (None: the last stage) and the one its predecessor sends to it over."""
+
+    send: Link | None
+    receive: Link
 
 
 class StageLinks(ProblemPart):
@@ -41,6 +52,23 @@ class StageLinks(ProblemPart):
         if key is None:
             key = ids[link] = len(ids)
         return key
+
+    def link_of(self, lid: int) -> Link:
+        """The link numbered `lid` (link_key)."""
+        return next(link for link, key in self.tables.link_ids.items() if key == lid)
+
+    def receive_ids(self, sig_id: int) -> list[int]:
+        """The numbers (link_key) of every link a predecessor may send to a stage of signature
+        `sig_id` over: `boundary` is the slowest of some of the signature's links (paths.slowest:
+        the slowest one's bandwidth, the highest latency among them), so the slowest of some pair
+        of them (a number no predecessor has leaves its states without a plan)."""
+        sig = self.catalog.signatures[sig_id]
+        return sorted({self.link_key(slowest([link, other])) for link in sig for other in sig})
+
+    def boundaries(self, link: Link | None, receive_id: int) -> "Link | SendReceive | None":
+        """What a stage's sends run over: its boundary `link` to its successor, or with a receive
+        (`receive_id` >= 0, the runtime's sends block) both (SendReceive)."""
+        return link if receive_id < 0 else SendReceive(link, self.link_of(receive_id))
 
     def link(self, cid: int, successor_id: int) -> Link | None:
         """The boundary link from config `cid` to a successor (None: no successor)."""

@@ -11,13 +11,14 @@ import numpy as np
 from ...core.clock import SearchClock
 from ..decompose import Decomposition
 from ...inputs.hardware import Link
-from ...cost.pricing import p2p_s
+from ...cost.p2p import p2p_message_s, p2p_rank_s
+from ...cost.runtimes import p2p_mode
 from ...cost.stage_tail import stage_tail
 from .experts import stage_expert_layout
 from .block import MemorySavers
 from .deferred import DeferredW
 from .stage_configs import StageConfigs
-from .stage_links import StageLinks
+from .stage_links import SendReceive, StageLinks
 from .levels import CappingLevels
 from .stage_types import (INF, Catalog, PriceTables, ProblemInputs, Restriction, SearchContext, SearchState, SolverOptions,
                           StageConfig,
@@ -42,6 +43,9 @@ class Problem:
                  shared: "Problem | None" = None, shapes: dict | None = None):
         self.inputs = ProblemInputs.of(context, micro_batch, parts, virtual_stages, restriction, schedule_name,
                                        least_share)
+        # how its runtime's sends run under its schedule (cost.p2p); blocking ones price each
+        # stage with the link it receives over too (dp.State.receive)
+        self.p2p = p2p_mode(self.inputs.training.runtime, self.inputs.schedule.name)
         # the stage shapes per nodes used (StageConfigs._stage_shapes): one memo for every problem
         # of a solve (same model, sequence, options and decomposition), which the caller passes
         self.shapes: dict = {} if shapes is None else shapes
@@ -137,31 +141,34 @@ class Problem:
         return self.catalog.fitting[used]
 
     def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                    ranks: int | None = None) -> tuple["Variant", ...]:
+                    ranks: int | None = None, receive: int = -1) -> tuple["Variant", ...]:
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
         so variant j holds the j-th such config by tau. Usually one variant remains.
         Cached by the family's position and its boundary link to the successor (every member
-        sits on the same nodes, so successors of the same link price it alike)."""
+        sits on the same nodes, so successors of the same link price it alike). `receive`: the
+        number (StageLinks.link_key) of the link its predecessor sends to it over, where the
+        runtime's sends block (-1: none, or they do not)."""
         tables = self.tables
-        fast_key = (fid, stage_from_end, ranks, has_emb, successor_id)
+        fast_key = (fid, stage_from_end, ranks, has_emb, successor_id, receive)
         cached = tables.family.get(fast_key)
         if cached is not None:
             return cached
         members = self.catalog.families[fid]
         key = (fid, self.deferred.position(stage_from_end, ranks), stage_from_end == 1, has_emb,
-               self.links.link(members[0], successor_id))
+               self.links.link(members[0], successor_id), receive)
         cached = tables.family.get(key)
         if cached is None:
-            cached = tables.family[key] = self._merged_family(fid, stage_from_end, has_emb, successor_id, ranks)
+            cached = tables.family[key] = self._merged_family(fid, stage_from_end, has_emb, successor_id, ranks,
+                                                              receive)
         tables.family[fast_key] = cached
         return cached
 
     def _merged_family(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                       ranks: int | None) -> tuple["Variant", ...]:
+                       ranks: int | None, receive: int) -> tuple["Variant", ...]:
         """family_cost, uncached."""
         members = self.catalog.families[fid]
-        costs = self.levels.stage_costs(members, stage_from_end, has_emb, successor_id, ranks)
+        costs = self.levels.stage_costs(members, stage_from_end, has_emb, successor_id, ranks, receive)
         if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
             kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
@@ -208,7 +215,7 @@ class Problem:
                                                       inputs.microbatches)
 
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                   ranks: int | None = None) -> StageCost:
+                   ranks: int | None = None, receive: int = -1) -> StageCost:
         """StageCost (tau, X, slope, min X, split) over block counts for a pipeline rank placed
         `stage_from_end` (1 = last) before a successor with signature `successor_id` (-1:
         none), in a pipeline of `ranks` ranks (interleaved only). tau is the latency of one
@@ -220,17 +227,28 @@ class Problem:
         Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
         or for the last rank's first V - 1 chunks around to rank 0, whose signature the
         search passes as the last rank's successor (interleave.chunk_latency)."""
-        return self.levels.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks)[0]
+        return self.levels.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks, receive)[0]
 
-    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None) -> list[np.ndarray]:
-        """Per-micro-batch time of each replica type with its sends over `link` (None: the last
-        stage of 1F1B): one in 1F1B; interleaved one per chunk, V - 1 for the last rank, whose
-        head chunk sends nothing."""
+    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool],
+                      link: "Link | SendReceive | None") -> list[np.ndarray]:
+        """Per-micro-batch time of each replica type with what it waits for of its sends over
+        `link` (None: the last stage of 1F1B) and, where the runtime's sends block, its receives
+        (SendReceive) under the runtime's schedule (cost.p2p.p2p_rank_s, as
+        cost.replica_pricer prices them): one send in 1F1B; interleaved one per chunk, V - 1 for
+        the last rank, whose head chunk sends nothing."""
         inputs = self.inputs
-        if link is None:
+        send, receive = (link.send, link.receive) if isinstance(link, SendReceive) else (link, None)
+        if send is None and receive is None:
             return [ta.time[flags] for ta in types]
         sends = 1 if not inputs.chunked else (inputs.virtual_stages - 1 if flags[0] else inputs.virtual_stages)
-        return [ta.time[flags] + sends * p2p_s(ta.boundary_bytes, link, False, ta.cost_params) for ta in types]
+        out = []
+        for ta in types:
+            time = ta.time[flags]
+            sent = 0.0 if send is None else sends * p2p_message_s(ta.boundary_bytes, send, False, ta.cost_params)
+            received = 0.0 if receive is None else p2p_message_s(ta.boundary_bytes, receive, False, ta.cost_params)
+            send_side, receive_side = p2p_rank_s(self.p2p, sent, received, time)
+            out.append(time + (send_side + receive_side))
+        return out
 
     def types_for(self, cid: int) -> list[TypeArrays]:
         if cid not in self.tables.types_by_id:

@@ -1,0 +1,131 @@
+"""The published MoE runs (profiles/reference/moe-runs.yaml, Megatron-Bridge's performance
+summaries) as plans the planner can price, or the planner's own reason why one cannot be.
+
+Each row is mapped as fidelity_runs.py maps the measured runs: its hf_config to a model, its
+DGX system to a cluster, its parallel degrees to a Megatron-core plan. A row is skipped with the
+message of the planner's typed error (planner.core.errors.BadInput) raised while building it,
+or with the runtime's first capability violation; the facts the source leaves unstated get one
+assumption for the whole source (ASSUMPTION, printed by fidelity.py --assumptions).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from fidelity_runs import Case, _read, cluster_from_spec
+from planner.api.load import check_training_inputs, resolve_dtype
+from planner.core.errors import BadInput
+from planner.cost.runtimes.capability import model_problem, violations
+from planner.inputs.model import Model, build_layers, config_from_hf
+from planner.plan import Training, uniform_plan
+from planner.schedules import search_schedule
+
+MOE = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "moe-runs.yaml"
+
+SOURCE = "megatron-bridge-moe"
+RUNTIME = "megatron"
+ASSUMPTION = (
+    "Megatron-Bridge performance summaries (NeMo containers 25.09-26.08): Megatron-core with "
+    "Transformer Engine. Interconnect 'not quantified in source': the catalog's links of the GPU "
+    "(its DGX system's NVLink and NICs), 8 GPUs per node on DGX H100/B200/B300 and a 64-GPU NVLink "
+    "domain on DGX GB200/GB300 NVL72 (the largest power of two a 72-GPU rack holds). Precision 'FP8' "
+    "and 'FP8-CS' as fp8 under the runtime's Transformer Engine recipe (te-delayed: the planner has "
+    "no TE current-scaling recipe); 'not stated' (25.09, whose footnote calls it an 8-bit recipe) "
+    "as fp8; MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4. Recompute 'not stated' (no recipe matched "
+    "the row) as none; Megatron's module recompute (recompute_modules) as none, its time and memory "
+    "saving unpriced, unless it names core_attn (then selective: core-attention recompute); the distributed "
+    "optimizer (ZeRO-1: the table's FSDP 0, or not in the table); sequence parallel with TP; etp "
+    "not stated as tp (Megatron-core's default); the interleaved schedule where vp > 1; flash "
+    "attention; force-balanced, dropless routing as the section note states, the '(tokendrop)' "
+    "rows alike (with balanced routing no expert exceeds its capacity); a row without hf_config "
+    "is skipped (model dimensions not verified).")
+
+# the table's system names -> planner GPU catalog names (the catalog decides whether it knows them)
+GPUS = {"H100": "H100-SXM5-80GB", "B200": "B200", "B300": "B300", "GB200": "GB200", "GB300": "GB300"}
+# GPUs per node (per NVLink domain) of each table system: DGX boards hold 8, an NVL72 rack 72
+PER_NODE = {"GB200": 64, "GB300": 64}
+# the table's precision -> Training.dtype
+DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def load_moe_runs(path: Path = MOE) -> list[dict]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(), Loader=loader)["runs"]
+
+
+def reason(error: BadInput) -> str:
+    """The planner's message for a skipped row, without the list of supported values or the
+    `see ...` hint that follows it (the table groups the rows by it)."""
+    return error.message.split("; supported")[0].split(" (see `")[0]
+
+
+@lru_cache(maxsize=None)
+def _model(name: str, config_yaml: str) -> Model:
+    config = yaml.safe_load(config_yaml)
+    c = config_from_hf(config, name, "moe-runs")
+    return Model(c.name, c, build_layers(c), raw=config)
+
+
+def _dtype(run: dict) -> str:
+    precision = str(run["precision"]).lower()
+    return "fp8" if precision.startswith("not stated") else DTYPES.get(precision, precision)
+
+
+def _recompute(run: dict) -> str:
+    text = str(run["recompute"])
+    return "selective" if text.startswith("selective") and "core_attn" in text else "none"
+
+
+def _degree(value) -> int:
+    return value if isinstance(value, int) else 1  # 'n/a', null: not used
+
+
+def _build(run: dict) -> tuple[object, str]:
+    """(plan, '') or (None, the planner's reason it cannot price the row)."""
+    md = run["model"]
+    if not md.get("hf_config"):
+        return None, "model dimensions not stated (no hf_config)"
+    name = md["name"].split(" (")[0].lower().replace(" ", "-")
+    model = _model(name, yaml.safe_dump(md["hf_config"], sort_keys=True))
+    problem = model_problem(RUNTIME, model)
+    if problem:
+        return None, problem
+    table_gpu = run["hardware"]["gpus"][0]["type"]
+    gpus = run["hardware"]["total_gpus"]
+    per_node = min(PER_NODE.get(table_gpu, 8), gpus)
+    spec = {"name": "moe", "node_groups": [{"name": "g", "gpu": GPUS.get(table_gpu, table_gpu),
+                                            "nodes": gpus // per_node, "gpus_per_node": per_node}]}
+    cluster = cluster_from_spec(spec, "moe-runs")
+    p = run["parallel"]
+    tp, pp, cp, vp, ep = (_degree(p.get(k)) for k in ("tp", "pp", "cp", "vp", "ep"))
+    dtype = resolve_dtype(cluster, _dtype(run), RUNTIME)
+    training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"], search_schedule(vp).name,
+                        vp, "flash", runtime=RUNTIME)
+    check_training_inputs(model, training)
+    plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=gpus // (tp * pp * cp), zero=1,
+                        recompute=_recompute(run), sequence_parallel=tp > 1, cp=cp, ep=ep,
+                        etp=_degree(p.get("etp")) if p.get("etp") else 0)
+    problems = violations(plan, RUNTIME)
+    return (None, problems[0]) if problems else (plan, "")
+
+
+def moe_case(run: dict) -> Case:
+    m = run["measured"]
+    table_gpu = run["hardware"]["gpus"][0]["type"]
+    common = dict(id=run["id"], source=SOURCE, runtime=RUNTIME, metric=m["metric"], published=float(m["value"]),
+                  gpus=(GPUS.get(table_gpu, table_gpu),))
+    try:
+        plan, skip = _build(run)
+    except BadInput as error:
+        plan, skip = None, reason(error)
+    if skip:
+        return Case(**common, skip=skip)
+    t = plan.training
+    return Case(**common, plan=plan, read=_read(m["metric"], t.global_batch * t.seq_len, len(plan.used_ranks())))
+
+
+def moe_cases(path: Path = MOE) -> list[Case]:
+    return [moe_case(run) for run in load_moe_runs(path)]

@@ -1,0 +1,88 @@
+"""The MoE runs (profiles/reference/moe-runs.yaml) replay through the same path as the measured
+runs: every row is priced or skipped with the planner's own reason (benchmarks/fidelity_moe.py)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _module(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return _module("fidelity_moe")
+
+
+@pytest.fixture(scope="module")
+def qwen_h100(moe):
+    """The Qwen3-30B-A3B row on 16 H100 at ep 16 (fp8), as published."""
+    return next(r for r in moe.load_moe_runs() if r["id"].startswith("megatronbridge-moe-26.06-h100-qwen3"))
+
+
+def test_every_moe_row_is_priced_or_skipped_with_a_reason(moe):
+    runs = moe.load_moe_runs()
+    cases = moe.moe_cases()
+    assert [c.id for c in cases] == [r["id"] for r in runs]
+    assert all((c.plan is None) == bool(c.skip) for c in cases)
+    assert {c.source for c in cases} == {"megatron-bridge-moe"}
+
+
+def test_a_priced_row_keeps_its_expert_parallelism_and_metric(moe, qwen_h100):
+    c = moe.moe_case(qwen_h100)
+    assert c.skip == "" and c.metric == "tokens_per_s_per_gpu" and c.runtime == "megatron"
+    assert {s.ep for s in c.plan.stages} == {16}
+    assert c.plan.training.dtype == "fp8" and c.plan.cluster.num_gpus == 16 and c.gpus == ("H100-SXM5-80GB",)
+
+
+def _with(run: dict, **changes) -> dict:
+    out = copy.deepcopy(run)
+    for path, value in changes.items():
+        *keys, last = path.split("__")
+        where = out
+        for k in keys:
+            where = where[k]
+        where[last] = value
+    return out
+
+
+def test_an_unknown_gpu_is_skipped_with_the_catalogs_message(moe, qwen_h100):
+    row = _with(qwen_h100, hardware__gpus=[{"type": "X999", "count": 16}])
+    assert moe.moe_case(row).skip == "unknown GPU 'X999'"
+
+
+def test_an_unreadable_model_type_is_skipped_with_the_readers_message(moe, qwen_h100):
+    row = _with(qwen_h100, model__hf_config={**qwen_h100["model"]["hf_config"], "model_type": "nope"})
+    assert moe.moe_case(row).skip == "unsupported model_type 'nope'"
+
+
+def test_a_precision_the_runtime_lacks_is_skipped_with_the_runtimes_message(moe, qwen_h100):
+    skip = moe.moe_case(_with(qwen_h100, precision="INT3")).skip
+    assert skip.startswith("the megatron runtime has no int3 training")
+
+
+def test_a_layout_the_experts_cannot_take_is_skipped_with_the_plans_message(moe, qwen_h100):
+    skip = moe.moe_case(_with(qwen_h100, parallel__ep=5)).skip
+    assert skip == "ep=5 does not divide the 128 experts"
+
+
+def test_a_row_without_model_dimensions_is_skipped(moe, qwen_h100):
+    assert moe.moe_case(_with(qwen_h100, model__hf_config=None)).skip == "model dimensions not stated (no hf_config)"
+
+
+def test_a_malformed_row_is_an_error_not_a_skip(moe, qwen_h100):
+    row = copy.deepcopy(qwen_h100)
+    del row["parallel"]
+    with pytest.raises(KeyError):
+        moe.moe_case(row)
