@@ -15,6 +15,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from planner.cost.runtimes import training_params
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
@@ -99,7 +100,8 @@ def test_show_mixed_plan_lists_both_gpu_types(mixed_file):
     assert "gpt2-xl on a100-v100-mix" in out
     assert "V100-SXM2-32GB" in out and "A100-SXM4-80GB" in out
     assert "/32 (" in out and "/80 (" in out  # memory against each type's capacity
-    estimate = evaluate(load_plan(str(mixed_file)))
+    plan = load_plan(str(mixed_file))  # priced as `planner evaluate --plan` prices it
+    estimate = evaluate(plan, training_params(plan.cluster.gpu_types, plan.training))
     assert f"step {estimate.step_time_s:.3f} s" in out
 
 
