@@ -29,8 +29,8 @@ def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Table
     return table
 
 
-def _billions(n: int) -> str:
-    return f"{n / 1e9:.2f}B"
+def _billions(count: int) -> str:
+    return f"{count / 1e9:.2f}B"
 
 
 @click.command("gpus")
@@ -96,8 +96,8 @@ INSPECT_FIELDS = (("name", "name"), ("catalog entry", "catalog"), ("file", "file
                   ("sliding-window layers", "sliding_window_layers"))
 
 
-def _number(n: int) -> str:
-    return f"{n:,} ({_billions(n)})"
+def _number(count: int) -> str:
+    return f"{count:,} ({_billions(count)})"
 
 
 def inspect_lines(info: dict) -> list[str]:

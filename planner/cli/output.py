@@ -67,10 +67,10 @@ def search_progress(enabled: bool) -> Iterator[Callable | None]:
         yield None
         return
     with Console(stderr=True).status("searching") as status:
-        def report(p) -> None:
-            best = "none yet" if p.best_step_s is None else f"{p.best_step_s:.3f} s"
-            status.update(f"searching: {p.elapsed_s:.0f} s, subproblems {p.subproblems_done}/{p.subproblems_total}, "
-                          f"best step {best}, lower bound {p.lower_bound_s:.3f} s")
+        def report(progress) -> None:
+            best = "none yet" if progress.best_step_s is None else f"{progress.best_step_s:.3f} s"
+            status.update(f"searching: {progress.elapsed_s:.0f} s, subproblems {progress.subproblems_done}/"
+                          f"{progress.subproblems_total}, best step {best}, lower bound {progress.lower_bound_s:.3f} s")
         yield report
 
 

@@ -37,8 +37,8 @@ class Range:
         return f"{kind} {low} to {_bound(self.high)}{unit}"
 
 
-def _bound(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e9 else f"{x:g}"
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e9 else f"{value:g}"
 
 
 RANGES: dict[str, Range] = {

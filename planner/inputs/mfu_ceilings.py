@@ -86,8 +86,8 @@ class AbovePublished:
         return [f"{c.run}: {c.source}" for c, _ in self.parts]
 
 
-def _label(c: Ceiling) -> str:
-    return f"{ARCHITECTURE_NAMES.get(c.architecture, c.architecture.capitalize())} {c.precision}"
+def _label(ceiling: Ceiling) -> str:
+    return f"{ARCHITECTURE_NAMES.get(ceiling.architecture, ceiling.architecture.capitalize())} {ceiling.precision}"
 
 
 @lru_cache(maxsize=None)

@@ -132,34 +132,34 @@ def simulate(timings: list[RankTiming], schedule: str) -> list[Op]:
     split = get_schedule(schedule).split_backward
     order = get_schedule(schedule).order
 
-    def duration(k: int, kind: str) -> float:
+    def duration(rank: int, kind: str) -> float:
         """F the forward; B the whole backward, or split its input-gradient part; W the rest."""
-        t = timings[k]
+        timing = timings[rank]
         if kind == "F":
-            return t.fwd_s
+            return timing.fwd_s
         if kind == "W":
-            return t.wgrad_s
-        return t.bwd_s - t.wgrad_s if split else t.bwd_s
+            return timing.wgrad_s
+        return timing.bwd_s - timing.wgrad_s if split else timing.bwd_s
     queues = [order(k, pp, counts[k]) for k in range(pp)]
     heads = [0] * pp
     free = [0.0] * pp
     done: dict[tuple[int, str, int], float] = {}
     ops: list[Op] = []
 
-    def dependency(k: int, kind: str, j: int) -> tuple[int, str, int] | None:
+    def dependency(rank: int, kind: str, microbatch: int) -> tuple[int, str, int] | None:
         if kind == "W":  # the weight gradient needs its own B only
-            return (k, "B", j)
+            return (rank, "B", microbatch)
         if kind == "F":
-            if k == 0:
+            if rank == 0:
                 return None
-            return (k - 1, "F", j * counts[k - 1] // counts[k])
-        if k == pp - 1:
-            return (k, "F", j)
-        return (k + 1, "B", j * counts[k + 1] // counts[k])
+            return (rank - 1, "F", microbatch * counts[rank - 1] // counts[rank])
+        if rank == pp - 1:
+            return (rank, "F", microbatch)
+        return (rank + 1, "B", microbatch * counts[rank + 1] // counts[rank])
 
-    def ready(k: int, position: int) -> bool:
-        kind, j = queues[k][position]
-        dep = dependency(k, kind, j)
+    def ready(rank: int, position: int) -> bool:
+        kind, microbatch = queues[rank][position]
+        dep = dependency(rank, kind, microbatch)
         return dep is None or dep in done
 
     remaining = sum(len(q) for q in queues)

@@ -36,18 +36,20 @@ MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fi
 
 
 
-def dims_text(s) -> str:
+def dims_text(stage) -> str:
     """A stage's 'tp/dp/zero' cell; with context parallelism a line 'cp N ring', with expert
     parallelism a line 'ep N' (and 'etp N' where it is not tp)."""
-    return (f"{s.tp}/{s.dp}/{s.zero}" + (f"\ncp {s.cp} {s.cp_kind}" if s.cp > 1 else "")
-            + (f"\nep {s.ep}" + (f" etp {s.etp}" if s.etp and s.etp != s.tp else "") if s.ep > 1 or s.etp else ""))
+    return (f"{stage.tp}/{stage.dp}/{stage.zero}" + (f"\ncp {stage.cp} {stage.cp_kind}" if stage.cp > 1 else "")
+            + (f"\nep {stage.ep}" + (f" etp {stage.etp}" if stage.etp and stage.etp != stage.tp else "")
+               if stage.ep > 1 or stage.etp else ""))
 
-def precision_text(t) -> str:
+def precision_text(training) -> str:
     """A training's dtype with its fp8 recipe, its TF32 setting under fp32 and torch.compile:
     `fp8 (torchao-rowwise), torch.compile`, `fp32 (TF32 matmuls allowed)`."""
-    return (t.dtype + (f" ({t.fp8_recipe})" if t.fp8_recipe else "")
-            + ("" if t.tf32_matmul is None else " (TF32 matmuls allowed)" if t.tf32_matmul else " (TF32 off)")
-            + (", torch.compile" if t.compile else ""))
+    return (training.dtype + (f" ({training.fp8_recipe})" if training.fp8_recipe else "")
+            + ("" if training.tf32_matmul is None else " (TF32 matmuls allowed)" if training.tf32_matmul
+               else " (TF32 off)")
+            + (", torch.compile" if training.compile else ""))
 
 
 def mfu_text(est: Estimate, plan: Plan) -> str:

@@ -34,10 +34,10 @@ def zb_h1_order(pipeline_rank: int, pp: int, num_microbatches: int) -> Order:
     order: Order = [("F", j) for j in range(warmup)]
     w_next = 0
 
-    def backward(j: int) -> None:
+    def backward(microbatch: int) -> None:
         nonlocal w_next
-        order.append(("B", j))
-        if j - k >= w_next:
+        order.append(("B", microbatch))
+        if microbatch - k >= w_next:
             order.append(("W", w_next))
             w_next += 1
 
