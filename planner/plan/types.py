@@ -124,14 +124,27 @@ def even_split(num_items: int, parts: int) -> list[int]:
     return sizes
 
 
+def end_layer_split(num_decoder: int, parts: int) -> list[int]:
+    """Decoder layers per chunk where the embedding and the head each count as one layer
+    (Megatron-core's account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split, transformer_config.py): with one chunk per layer the
+    first chunk holds only the embedding and the last only the output projection and loss, as
+    Llama 3 405B ran (Dubey et al. 2024, arXiv 2407.21783, sec 3.3.2)."""
+    sizes = even_split(num_decoder + 2, parts)
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    return sizes
+
+
 def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int, pp: int, dp: int,
                  zero: int = 0, recompute: str = "none", sequence_parallel: bool = False, cp: int = 1,
                  cp_kind: str = "ring", ep: int = 1, etp: int = 0, recompute_layers: int = 0,
                  offload: bool = False, offload_activations: int = 0) -> Plan:
     """The configuration a Megatron-LM user would launch (formats.md section 4):
     TP x CP x PP x DP ranks laid out TP-innermost, then CP, then DP, then PP (Megatron-core's
-    order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks;
-    equal batch shares. Expert parallelism `ep` (and expert TP `etp`) is carved from the
+    order tp-cp-ep-dp-pp); decoder layers split as evenly as possible over PP x V chunks
+    (end_layer_split where the chunks outnumber them by at most two); equal batch shares.
+    Expert parallelism `ep` (and expert TP `etp`) is carved from the
     TP x CP x DP ranks (Megatron-core MoE parallel folding: the experts' grid etp-ep-edp). Recompute
     "block" recomputes the first `recompute_layers` decoder blocks of every chunk (all of a
     smaller chunk's). Activation offload moves the first `offload_activations` decoder blocks'
@@ -160,6 +173,9 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
     if not decoder:  # a profile without marked decoder layers: split all layers
         sizes = even_split(model.num_layers, chunks)
         starts = [0]
+    elif len(decoder) < chunks <= len(decoder) + 2:
+        sizes = end_layer_split(len(decoder), chunks)
+        starts = [decoder[0].index]
     else:
         sizes = even_split(len(decoder), chunks)
         starts = [decoder[0].index]
