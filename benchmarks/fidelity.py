@@ -160,7 +160,7 @@ def params_for(gpu, runtime: str, overrides: dict | None = None) -> CostParams:
     rt = RUNTIMES[runtime].pricing
     owners = (runtime, "eager") if runtime in EAGER_RUNTIMES else (runtime,)
     rt = replace(rt, **{k.partition(".")[2]: v for k, v in overrides.items() if k.partition(".")[0] in owners})
-    return rt.params(DEFAULT_PARAMS.with_updates(**arch))
+    return rt.params(DEFAULT_PARAMS.with_updates(**arch), gpu.architecture)
 
 
 def price(c: Case, overrides: dict | None = None) -> dict:

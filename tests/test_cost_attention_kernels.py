@@ -27,8 +27,8 @@ def decoder():
 
 
 def test_volta_and_turing_run_the_cutlass_kernel_and_ampere_flashattention_2():
-    for name in ("V100-SXM2-32GB", "V100-PCIE-32GB", "T4", "TITAN-RTX", "RTX-2080"):
-        assert stack_params(CATALOG[name], "megatron").fused_attention == "cutlass", name
+    for name in ("V100-SXM2-32GB", "V100-PCIE-32GB", "T4", "TITAN-RTX", "RTX-2080"):  # under SDPA (torchtitan)
+        assert stack_params(CATALOG[name], "torchtitan").fused_attention == "cutlass", name
     for name in ("A100-SXM4-80GB", "H100-SXM5-80GB", "RTX-3090"):
         assert stack_params(CATALOG[name], "megatron").fused_attention == "flash2", name
 
@@ -40,7 +40,7 @@ def test_volta_gemms_reach_83_of_the_v100s_125_tflops():
 
 def test_flash_on_a_v100_is_standard_attention_at_the_cutlass_ratios_over_the_causal_half(decoder):
     gpu = CATALOG["V100-SXM2-32GB"]
-    p = stack_params(gpu, "megatron")
+    p = stack_params(gpu, "torchtitan")  # PyTorch SDPA: the CUTLASS kernel before sm80
     seq, b = 4096, 2
     fwd, bwd = attention_s(decoder, gpu, Sharding("fp16", b, seq, "flash", StageDims(1), "none"), p)
     gemm_fwd, gemm_bwd = attention_s(decoder, gpu, Sharding("fp16", b, seq, "standard", StageDims(1), "none"), p)
@@ -59,7 +59,7 @@ def test_flash_on_a_v100_is_standard_attention_at_the_cutlass_ratios_over_the_ca
 
 def test_flash_on_a_v100_keeps_no_score_traffic_outside_its_kernel_and_no_scores_in_memory(decoder):
     gpu = CATALOG["V100-SXM2-32GB"]
-    p = stack_params(gpu, "megatron")
+    p = stack_params(gpu, "torchtitan")  # PyTorch SDPA: the CUTLASS kernel before sm80
     flash = Sharding("fp16", 1, 4096, "flash", StageDims(1), "none")
     standard = Sharding("fp16", 1, 4096, "standard", StageDims(1), "none")
     t_flash, t_standard = layer_time(decoder, gpu, flash, NVLINK2, p), layer_time(decoder, gpu, standard, NVLINK2, p)

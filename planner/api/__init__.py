@@ -163,7 +163,17 @@ def plan_json(result: SearchResult) -> dict:
 def predicted_json(est: Estimate, plan: Plan | None = None) -> dict:
     """A plan file's `predicted` (formats.md section 5) from an estimate; with its plan,
     `mfu_above_published` where the MFU is above the best published (report.credibility)."""
-    return {**est.predicted_json(), **(mfu_above_json(plan, est) if plan is not None else {})}
+    return {**est.predicted_json(), **(mfu_above_json(plan, est) if plan is not None else {}),
+            **(attention_kernel_json(plan) if plan is not None else {})}
+
+
+def attention_kernel_json(plan: Plan) -> dict:
+    """`{"attention_kernel": {GPU name: kernel}}` where the plan's `flash` attention runs another
+    kernel than FlashAttention-2 under its runtime (cost.runtimes.attention_kernels), else {}."""
+    from ..cost.runtimes import attention_kernels
+
+    kernels = attention_kernels(plan.cluster.gpu_types, plan.training)
+    return {"attention_kernel": kernels} if kernels else {}
 
 
 def mfu_above_json(plan: Plan, est: Estimate) -> dict:
@@ -370,7 +380,7 @@ def describe_plan(plan: Plan) -> dict:
 def estimate_json(plan: Plan, estimate: Estimate) -> dict:
     """What `planner evaluate --json` prints: the estimate and the configuration priced."""
     estimate.check_credible()
-    report = {**estimate.to_json(), **mfu_above_json(plan, estimate)}
+    report = {**estimate.to_json(), **mfu_above_json(plan, estimate), **attention_kernel_json(plan)}
     report["config"] = describe_plan(plan)
     return report
 

@@ -1,4 +1,5 @@
-"""The fused attention kernel a GPU architecture runs where a plan asks for `attention: flash`.
+"""The fused attention kernel a GPU architecture runs where a plan asks for `attention: flash`,
+and whether the runtime runs one there at all (Runtime.flash_attention).
 
 FlashAttention-2 needs compute capability 8.0 or later (flash-attention README: "FlashAttention-2
 currently supports Ampere, Ada, or Hopper GPUs"; PyTorch's scaled_dot_product_attention flash
@@ -37,6 +38,9 @@ class FusedAttention:
 
 # "flash2": FlashAttention-2 at the architecture's attention_efficiency (planner.cost.formulas.attention_s)
 FLASH2 = "flash2"
+# "standard": no fused kernel under the runtime on that architecture, so `flash` runs standard
+# attention (its time, and the s x s scores it saves for the backward); Runtime.flash_attention
+STANDARD = "standard"
 
 KERNELS: dict[str, FusedAttention] = {
     # xFormers PR #362 (github.com/facebookresearch/xformers/pull/362), V100, against the PyTorch
@@ -52,7 +56,13 @@ KERNELS: dict[str, FusedAttention] = {
 
 
 def fused_kernel(name: str) -> FusedAttention | None:
-    """The memory-efficient kernel `name` names; None for FlashAttention-2 (FLASH2)."""
-    if name == FLASH2:
+    """The memory-efficient kernel `name` names; None for FlashAttention-2 (FLASH2) and STANDARD."""
+    if name in (FLASH2, STANDARD):
         return None
     return KERNELS[name]
+
+
+def priced_attention(attention: str, fused_attention: str) -> str:
+    """The attention a training's `attention` is priced as where `flash` runs `fused_attention`
+    (CostParams.fused_attention): "standard" where no fused kernel runs, else `attention`."""
+    return STANDARD if attention == "flash" and fused_attention == STANDARD else attention

@@ -36,7 +36,8 @@ class CostParams:
     attention_efficiency: float = 0.60  # FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, sec 4.1)
     # the kernel `attention: flash` runs on the architecture (planner.cost.attention_kernels):
     # "flash2" (FlashAttention-2, Ampere and later) or a memory-efficient kernel priced against
-    # standard attention ("cutlass": Volta and Turing, planner.cost.architectures)
+    # standard attention ("cutlass": Volta and Turing, planner.cost.architectures); "standard" where
+    # the runtime runs none there (Runtime.flash_attention): standard attention's time and memory
     fused_attention: str = "flash2"
     hbm_efficiency: float = 0.70  # elementwise kernels, fraction of HBM bandwidth
     intra_link_efficiency: float = 0.80  # NCCL bus bandwidth / intra-node link figure
@@ -244,6 +245,7 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     against standard attention (planner.cost.attention_kernels)."""
     if layer.kind != "decoder" or layer.config is None:
         return 0.0, 0.0
+    sh = sh.priced(params.fused_attention)  # standard where the runtime runs no fused kernel on the GPU
     peak = matmul_peak(gpu, sh.dtype, params)
     seq_len, tp, b = sh.seq_len, sh.dims.tp, sh.micro_batch
     kernel = fused_kernel(params.fused_attention) if sh.attention == "flash" else None
@@ -284,6 +286,7 @@ def layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: 
 
 def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:
     """layer_time of one layer shape, without the expert-parallel all-to-all."""
+    sh = sh.priced(params.fused_attention)  # the attention the runtime runs on this GPU (Sharding.priced)
     dtype, micro_batch, attention, recompute = sh.dtype, sh.micro_batch, sh.attention, sh.recompute
     seq_len = sh.dims.local_seq_len(sh.seq_len)
     tp, sequence_parallel = sh.dims.tp, sh.dims.sequence_parallel

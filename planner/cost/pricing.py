@@ -148,7 +148,9 @@ class LayerPrice:
 @lru_cache(maxsize=65536)
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
                 cp_link: Link | None = None, ep_group: AllToAllGroup | None = None) -> LayerPrice:
-    """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1."""
+    """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1; the saved scores
+    of standard attention where the runtime runs no fused kernel on the GPU (Sharding.priced)."""
+    sh = sh.priced(p.fused_attention)
     t = with_moe_alltoall(layer_time(layer, gpu, sh, tp_link, p), layer, sh, ep_group, p)
     time = t.compute_s + t.tp_comm_s + t.ep_comm_s
     cp_fwd = cp_bwd = 0.0

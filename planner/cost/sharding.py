@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.dims import StageDims
 from ..inputs.model import DTYPE_BYTES
+from .attention_kernels import priced_attention
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,13 @@ class Sharding:
     attention: str
     dims: StageDims
     recompute: str
+
+    def priced(self, fused_attention: str) -> "Sharding":
+        """This sharding as it is priced where `flash` runs `fused_attention` (CostParams.fused_attention,
+        set per runtime and architecture: planner.cost.runtimes.flash_kernel): with standard attention,
+        its time and saved scores, where the runtime has no fused kernel on the GPU."""
+        attention = priced_attention(self.attention, fused_attention)
+        return self if attention == self.attention else replace(self, attention=attention)
 
     @property
     def dtype_bytes(self) -> int:

@@ -8,6 +8,7 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from ..cost.runtimes import attention_kernels
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
@@ -48,7 +49,19 @@ def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
                      f"{P2P_WORDS[b.p2p]}; {b.exposed_s:.3f} s exposed, {b.overlapped_s:.3f} s "
                      + ("off the critical path" if b.blocking else "overlapped"))
     lines.append("MFU counts model FLOPs with causal attention at half the full s² (planner.cost.flops)")
-    return lines + mfu_source_lines(plan, est)
+    return lines + attention_kernel_lines(plan, labels) + mfu_source_lines(plan, est)
+
+
+# what a planner.cost.attention_kernels name runs, for the attention line
+KERNEL_WORDS = {"standard": "standard attention (no fused kernel under the runtime: s² scores saved)",
+                "cutlass": "the CUTLASS memory-efficient kernel (no FlashAttention-2 before sm80)"}
+
+
+def attention_kernel_lines(plan: Plan, labels: dict[str, str]) -> list[str]:
+    """Where `flash` attention is priced as another kernel than FlashAttention-2 (cost.runtimes.attention_kernels)."""
+    return [f"attention: flash on {esc(labels.get(name, name))} under {esc(plan.training.runtime)} runs "
+            f"{KERNEL_WORDS.get(kernel, kernel)}" for name, kernel in attention_kernels(plan.cluster.gpu_types,
+                                                                                       plan.training).items()]
 
 
 def print_plan(result, console: Console | None = None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from ..architectures import architecture_params
+from ..attention_kernels import FLASH2
 from ..formulas import DEFAULT_PARAMS, CostParams
 from ..fp8 import runtime_recipe
 from ..p2p import P2P_MODES, P2PMode
@@ -44,7 +45,7 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
     `tf32_matmul` (Training.tf32_matmul) fp32 GEMMs on TF32, None: the runtime's (Runtime.tf32_matmul)."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
-    params = runtime.params(base.with_updates(**architecture_params(gpu)))
+    params = runtime.params(base.with_updates(**architecture_params(gpu)), gpu.architecture)
     if fp8_recipe:
         params = params.with_updates(fp8_recipe=runtime_recipe(runtime.fp8_recipe, fp8_recipe, runtime.name))
     if torch_compile:
@@ -52,6 +53,22 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
     if tf32_matmul is not None:
         params = params.with_updates(tf32_matmul=tf32_matmul)
     return params
+
+
+def flash_kernel(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME) -> str:
+    """The kernel `attention: flash` runs on `gpu` under `runtime` (planner.cost.attention_kernels name;
+    CostParams.fused_attention of stack_params): the architecture's, unless the runtime's record says
+    otherwise (Runtime.flash_attention)."""
+    return stack_params(gpu, runtime).fused_attention
+
+
+def attention_kernels(gpus: Iterable[GpuSpec], training: "Training") -> dict[str, str]:
+    """What `attention: flash` runs on each GPU type where it is not FlashAttention-2, by GPU name
+    (flash_kernel under the training's runtime); {} when the training asks for standard attention."""
+    if training.attention != "flash":
+        return {}
+    kernels = {gpu.name: flash_kernel(gpu, training.runtime) for gpu in gpus}
+    return {name: kernel for name, kernel in sorted(kernels.items()) if kernel != FLASH2}
 
 
 def tf32_setting(runtime: str, dtype: str, tf32: bool | None = None) -> bool | None:
@@ -92,6 +109,6 @@ def compile_problem(runtime: str) -> str:
     return f"{reason}; --compile needs --runtime {compiling} (or {ANY})"
 
 
-__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "RuntimeSpec", "capability",
-           "cluster_params", "compile_problem", "get_runtime", "p2p_mode", "register_runtime", "runtime_spec", "stack_params",
+__all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "RuntimeSpec", "attention_kernels", "capability",
+           "cluster_params", "compile_problem", "flash_kernel", "get_runtime", "p2p_mode", "register_runtime", "runtime_spec", "stack_params",
            "tf32_setting", "training_params", "violations"]

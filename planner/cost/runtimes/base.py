@@ -41,11 +41,20 @@ class Runtime:
     # pairs: "exchange", "sequential" or "overlapped" (pricing.p2p_rank_s); every schedule of its
     # Capability.schedules is named (RuntimeSpec checks)
     pipeline_p2p: tuple[tuple[str, str], ...] = ()
+    # what `attention: flash` runs under it, (architecture, attention_kernels name) pairs, where that
+    # is not the architecture's own kernel (architectures.ARCHITECTURES "fused_attention": FlashAttention-2
+    # from Ampere, the CUTLASS memory-efficient kernel of PyTorch SDPA / xFormers on Volta and Turing);
+    # "standard": it runs no fused kernel there (attention_kernels.STANDARD)
+    flash_attention: tuple[tuple[str, str], ...] = ()
 
     def p2p_mode(self, schedule: str) -> str:
         """How its pipeline sends run under `schedule` (pipeline_p2p); "exchange" for a schedule it
         does not name (a runtime without pipelining sends nothing)."""
         return dict(self.pipeline_p2p).get(schedule, "exchange")
+
+    def flash_kernel(self, architecture: str, native: str) -> str:
+        """The kernel `attention: flash` runs under it on `architecture`, whose own is `native`."""
+        return dict(self.flash_attention).get(architecture, native)
 
     def context_parallel_problem(self, cp: int, cp_kind: str) -> str:
         """Why this runtime cannot run `cp` context-parallel ranks of `cp_kind` ('' when it can)."""
@@ -57,8 +66,10 @@ class Runtime:
                 f"not {cp_kind}")
     fp8_recipe: str = ""  # how it runs fp8 linears (planner.cost.fp8.RECIPES); "": no fp8 path
 
-    def params(self, base: CostParams) -> CostParams:
-        """`base` (already carrying the GPU architecture's figures) under this software."""
+    def params(self, base: CostParams, architecture: str = "") -> CostParams:
+        """`base` (already carrying the GPU `architecture`'s figures) under this software; what its
+        `flash` attention runs there (flash_kernel) is CostParams.fused_attention."""
+        base = base.with_updates(fused_attention=self.flash_kernel(architecture, base.fused_attention))
         if self.attention_efficiency is not None:
             base = base.with_updates(attention_efficiency=self.attention_efficiency)
         return base.with_updates(overlap_grad_reduce=self.overlap_grad_reduce, overlap_tp_comm=self.overlap_tp_comm,

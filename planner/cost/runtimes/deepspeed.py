@@ -23,6 +23,9 @@ SPEC = RuntimeSpec(
         bf16_fp32_grad_allreduce=True,
         # DeepSpeed-Ulysses: deepspeed.sequence.layer.DistributedAttention (all-to-all; Jacobs et al. 2023)
         context_parallel=("all-to-all",),
+        # Megatron-DeepSpeed megatron/model/transformer.py ParallelAttention: flash kernels only under
+        # --use-flash-attn-v1/-v2/-triton (off by default; flash-attn 2 needs sm80), else CoreAttention
+        flash_attention=(("volta", "standard"), ("turing", "standard")),
         # runtime/pipe/engine.py _exec_send_activations / _exec_recv_grads (and the reverse pair) call
         # p2p.send / p2p.recv without async_op (runtime/pipe/p2p.py: dist.send / dist.recv or a
         # two-rank broadcast), one TrainSchedule instruction after another: each message blocks both ends

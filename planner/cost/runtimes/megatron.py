@@ -29,6 +29,10 @@ SPEC = RuntimeSpec(
         # --fp8-format hybrid: Transformer Engine's linears with delayed scaling (megatron/core/
         # extensions/transformer_engine.py: TELinear, TELayerNormColumnParallelLinear)
         fp8_recipe="te-delayed",
+        # before sm80 Transformer Engine runs UnfusedDotProductAttention: its get_attention_backend
+        # (pytorch/attention/dot_product_attention/utils.py) disables FlashAttention 2 and FusedAttention
+        # (cuDNN) "for compute capability < sm80"; megatron-core's local spec is unfused as well
+        flash_attention=(("volta", "standard"), ("turing", "standard")),
         # 1F1B: core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving pairs
         # send_forward_recv_backward / send_backward_recv_forward, each one batch_isend_irecv waited at
         # once (p2p_communication.py _communicate, batch_p2p_comm): blocking, both directions together.

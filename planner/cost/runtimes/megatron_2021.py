@@ -17,6 +17,8 @@ SPEC = RuntimeSpec(
         # megatron/p2p_communication.py _communicate: torch.distributed.batch_isend_irecv, then wait on
         # every request (schedules.py forward_backward_pipelining_without_interleaving): blocking
         pipeline_p2p=(("1f1b", "exchange"),),
+        # megatron/model/transformer.py ParallelAttention: unfused QK^T, fused scale-mask-softmax, PV only
+        flash_attention=(("volta", "standard"), ("turing", "standard")),
         source="Narayanan et al. 2021 (arXiv 2104.04473), Megatron-LM v2.x"),
     capability=Capability(
         runtime="megatron-2021", title="Megatron-LM (2021)", version="Megatron-LM v2 (SC'21)",

@@ -19,6 +19,7 @@ from .context_parallel import cp_choices, places
 from ...cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
 from ...cost.stage_memory import offload_fits, replica_memory
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
+from ...cost.attention_kernels import priced_attention
 from ...cost.sharding import Sharding
 from .block import BlockPrices
 from .shares import UNCAPPED
@@ -27,10 +28,11 @@ from .stage_types import INF, ProblemPart, SolverOptions, StageConfig, TypeArray
 
 def searched_recompute_modes(options: SolverOptions, training: Training, gpu_name: str) -> list[str]:
     """The recompute modes the search tries: Megatron's selective recompute is identical to none
-    under flash attention; a runtime whose selective checkpointing is per-op (torchtitan) saves
-    less, so it stays a choice."""
-    per_op = options.params_for(gpu_name).selective_recompute == "op"
-    return [m for m in options.recompute_modes if not (m == "selective" and training.attention == "flash" and not per_op)]
+    under flash attention (as the runtime runs it on the GPU: attention_kernels.priced_attention);
+    a runtime whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice."""
+    params = options.params_for(gpu_name)
+    flash = priced_attention(training.attention, params.fused_attention) == "flash"
+    return [m for m in options.recompute_modes if not (m == "selective" and flash and params.selective_recompute != "op")]
 
 
 class StageConfigs(ProblemPart):
