@@ -23,7 +23,7 @@ from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_
                     load_profiles, per_gpu_params, require, resolve_dtype)
 from ..inputs.model import Model, load_model
 from ..plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems,
-                    tf32_problem, uniform_plan)
+                    moe_dispatcher_problem, tf32_problem, uniform_plan)
 from ..cost.runtimes import get_runtime, tf32_setting
 from ..verify.plan_checks import load_plan_file
 from ..schedules import SCHEDULES, get_schedule, search_schedule
@@ -122,7 +122,8 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
     dtype = resolve_dtype(cluster, request.dtype, request.runtime)
     _check_optimizer(request.optimizer)
     training = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
-                    request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype))
+                    request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype),
+                    _moe_dispatcher(request.moe_dispatcher, model))
     check_training_inputs(model, training)
     _check_runtime_model(request.runtime, model)
     degrees = degree_options(request, model, cluster)
@@ -259,7 +260,8 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         if value is not None and (not isinstance(value, int) or value < 1):
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
-                        r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype))
+                        r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype),
+                        _moe_dispatcher(r.moe_dispatcher, model))
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
@@ -275,6 +277,17 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
                         ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
                         offload_activations=r.offload_activations)
+
+
+def _moe_dispatcher(dispatcher: str | None, model: Model) -> str:
+    """`--moe-dispatcher` as Training.moe_dispatcher: alltoall when not given; given, only for a model
+    with experts (moe_dispatcher_problem)."""
+    if dispatcher is None:
+        return "alltoall"
+    problem = moe_dispatcher_problem(dispatcher, model)
+    if problem:
+        raise BadInput(problem, "--moe-dispatcher")
+    return dispatcher
 
 
 def _tf32(tf32: bool | None, runtime: str, dtype: str) -> bool | None:
@@ -368,7 +381,8 @@ def describe_plan(plan: Plan) -> dict:
             "attention": t.attention, "optimizer": t.optimizer,
             **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
             **({"compile": True} if t.compile else {}),
-            **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}), "pp": plan.pp,
+            **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
+            **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

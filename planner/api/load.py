@@ -76,6 +76,15 @@ def check_training_inputs(model: Model, training: Training) -> None:
         problem = compile_problem(training.runtime)
         if problem:
             raise BadInput(problem, "--compile")
+    if training.moe_dispatcher != "alltoall":
+        from ..cost.runtimes import RUNTIMES
+
+        cap, wanted = RUNTIMES[training.runtime].capability, training.moe_dispatcher
+        if wanted not in cap.moe_dispatchers:
+            running = " or ".join(name for name, spec in RUNTIMES.items() if wanted in spec.capability.moe_dispatchers)
+            raise BadInput(f"{cap.describe()} has no {wanted} MoE token dispatcher (it has "
+                           f"{', '.join(cap.moe_dispatchers)}); --moe-dispatcher {wanted} needs --runtime {running}",
+                           "--moe-dispatcher")
     c = model.config
     if c is not None and c.learned_positions and training.seq_len > c.max_positions:
         raise BadInput(f"sequence length {training.seq_len} exceeds the model's {c.max_positions} "

@@ -34,5 +34,7 @@ def target_request(plan: Plan, target: str) -> tuple[PlanRequest, str]:
     request = PlanRequest(model=plan.model, cluster=plan.cluster, global_batch=t.global_batch, seq_len=t.seq_len,
                           dtype=dtype, attention=t.attention, optimizer=t.optimizer,
                           fp8_recipe=t.fp8_recipe if same_library and dtype == t.dtype else "",
-                          compile=t.compile and cap.compile, runtime=runtime, jobs=2)
+                          compile=t.compile and cap.compile, runtime=runtime, jobs=2,
+                          moe_dispatcher=t.moe_dispatcher if t.moe_dispatcher != "alltoall"
+                          and t.moe_dispatcher in cap.moe_dispatchers else None)
     return request, note

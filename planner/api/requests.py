@@ -12,7 +12,7 @@ from ..core.clock import DEFAULT_TIME_LIMIT_S
 from ..core.runtime_default import DEFAULT_RUNTIME
 from ..inputs.hardware import Cluster
 from ..inputs.model import ATTENTION_KINDS, Model
-from ..plan import FP8_RECIPE_NAMES, OPTIMIZER_NAMES, SCHEDULES, STAGE_RECOMPUTE_MODES
+from ..plan import FP8_RECIPE_NAMES, MOE_DISPATCHERS, OPTIMIZER_NAMES, SCHEDULES, STAGE_RECOMPUTE_MODES
 from .flags import Flag, declare
 
 # What `planner plan` plans without options.
@@ -42,6 +42,12 @@ TF32 = Flag("--tf32/--no-tf32", "With --dtype fp32: run the fp32 GEMMs on TF32 t
             "training.tf32_matmul [default: the runtime's: on for megatron, megatron-2021, deepspeed and any (NGC "
             "containers allow TF32), off for torchtitan and fsdp1 (PyTorch's allow_tf32 default)].", None,
             "training", plan_file=True)
+MOE_DISPATCHER = Flag("--moe-dispatcher", "MoE models only: how expert parallelism moves the tokens, recorded as "
+                      "training.moe_dispatcher (a training choice, not searched) [default: alltoall]. alltoall: "
+                      "one copy per routed expert over every link (Megatron-core's alltoall dispatcher); flex: "
+                      "a token crosses to another node once per node holding any of its experts, then fans out "
+                      "over NVLink (Megatron-core's flex dispatcher over DeepEP/HybridEP; runtimes megatron and "
+                      "any).", MOE_DISPATCHERS, "training", plan_file=True)
 ATTENTION = Flag("--attention", "flash keeps no s^2 scores; standard keeps them (2021-22 kernels).",
                  ATTENTION_KINDS, "training", show_default=True)
 OPTIMIZER = Flag("--optimizer", "Its states set the memory per parameter and its step time (a training choice, "
@@ -76,6 +82,8 @@ class PlanRequest:
     compile: bool = field(default=False, metadata=declare(COMPILE))
     # under fp32, GEMMs on TF32 (Training.tf32_matmul); None: the runtime's default
     tf32: bool | None = field(default=None, metadata=declare(TF32))
+    # an MoE model's token dispatcher (Training.moe_dispatcher), kept, not searched; None: not given (alltoall)
+    moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))
@@ -163,6 +171,8 @@ class EvaluateRequest:
     compile: bool = field(default=False, metadata=declare(COMPILE))
     # under fp32, GEMMs on TF32 (Training.tf32_matmul); None: the runtime's default
     tf32: bool | None = field(default=None, metadata=declare(TF32))
+    # an MoE model's token dispatcher (Training.moe_dispatcher); None: not given (alltoall)
+    moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))  # planner.plan.OPTIMIZER_NAMES
     tp: int | None = field(default=None, metadata=declare(Flag(

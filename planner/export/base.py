@@ -92,6 +92,10 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
     if plan.pp > 1 and t.schedule in refusals:
         # a schedule the runtime lacks changes the step's time and memory: no lossy stand-in
         raise BadInput(f"cannot export: {target} has no {t.schedule} schedule ({refusals[t.schedule]})", "--to")
+    if target in RUNTIMES and t.moe_dispatcher not in capability(target).moe_dispatchers:
+        # another dispatcher moves other bytes over the inter-node links: no lossy stand-in
+        raise BadInput(f"cannot export: {capability(target).describe()} has no {t.moe_dispatcher} MoE token "
+                       "dispatcher (the plan is priced with it): export --to megatron or re-plan", "--to")
     offloaded = activation_offload_blocks(plan, target)
     compile_dropped(plan, target, warn)
     stages = plan.stages

@@ -119,10 +119,15 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
                   ("--moe-ffn-hidden-size", c.ffn_hidden),
                   ("--expert-model-parallel-size", max(s.ep for s in plan.stages))]
         if any(s.ep > 1 or s.etp for s in plan.stages):
-            # the EP the plan priced (cost.moe.moe_alltoall_s: the alltoall token dispatcher, grouped
-            # expert GEMMs); --expert-tensor-parallel-size defaults to the TP size
+            # the EP the plan priced (cost.moe.moe_alltoall_s: the token dispatcher of
+            # Training.moe_dispatcher, grouped expert GEMMs); --expert-tensor-parallel-size defaults to the TP size
             flags += [("--expert-tensor-parallel-size", max(s.dims.expert_tp for s in plan.stages)),
-                      ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+                      ("--moe-token-dispatcher-type", plan.training.moe_dispatcher)]
+            if plan.training.moe_dispatcher == "flex":
+                # megatron-core transformer_config.py moe_flex_dispatcher_backend: HybridEP (DeepEP's
+                # default backend does not span an NVLink domain of more than 8 GPUs, HybridEP does)
+                flags.append(("--moe-flex-dispatcher-backend", "hybridep"))
+            flags.append(("--moe-grouped-gemm", None))
         if c.shared_expert_ffn:
             flags.append(("--moe-shared-expert-intermediate-size", c.shared_expert_ffn))
             if c.shared_expert_gate:

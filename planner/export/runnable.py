@@ -153,9 +153,12 @@ def _runnable_training(plan: Plan, runtime: str, cap: Capability, tp: int, dp: i
     target_recipe = get_runtime(runtime).fp8_recipe
     same_library = (t.fp8_recipe and target_recipe
                     and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library)
-    # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed)
+    # torch.compile kept where the target compiles (torchtitan), else dropped (Megatron-LM, DeepSpeed);
+    # the MoE dispatcher kept where the target runs it, else its alltoall
     training = dataclasses.replace(t, runtime=runtime, fp8_recipe=t.fp8_recipe if same_library else "",
-                                   compile=t.compile and cap.compile)
+                                   compile=t.compile and cap.compile,
+                                   moe_dispatcher=t.moe_dispatcher if t.moe_dispatcher in cap.moe_dispatchers
+                                   else "alltoall")
     if t.virtual_stages == 1 and t.schedule not in cap.schedules:
         training = dataclasses.replace(training, schedule="1f1b")  # e.g. GPipe: the same layout under 1F1B
     if flattened:

@@ -6,8 +6,9 @@
 """
 
 from ..core.dims import CP_KINDS  # noqa: F401 (the plan's cp_kind names)
-from .types import (FP8_RECIPE_NAMES, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES,  # noqa: F401
+from .types import (FP8_RECIPE_NAMES, MOE_DISPATCHERS, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES,  # noqa: F401
                     STAGE_RECOMPUTE_MODES, Plan, Replica, Stage, Training, context_parallel_problem, even_split,
                     uniform_plan)
-from .json_io import fp8_recipe_problem, plan_from_json, plan_to_json, tf32_problem  # noqa: F401
+from .json_io import (fp8_recipe_problem, moe_dispatcher_problem, plan_from_json, plan_to_json,  # noqa: F401
+                      tf32_problem)
 from .structure import rank_ranges, structural_problems  # noqa: F401

@@ -9,11 +9,11 @@ from ..core.errors import BadInput
 from ..inputs.hardware import Cluster, cluster_from_spec
 from ..core import ranges
 from ..core.io import MAX_NUMBER, get_str
-from ..inputs.model import model_from_dict
+from ..inputs.model import Model, model_from_dict
 from ..core.names import check_name
 from ..core.runtime_default import DEFAULT_RUNTIME
-from .types import (FP8_RECIPE_NAMES, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES, STAGE_RECOMPUTE_MODES, Plan, Replica,
-                    Stage, Training)
+from .types import (FP8_RECIPE_NAMES, MOE_DISPATCHERS, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES, STAGE_RECOMPUTE_MODES,
+                    Plan, Replica, Stage, Training)
 
 
 def fp8_recipe_problem(recipe: object, dtype: str) -> str:
@@ -44,7 +44,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      **({"optimizer": t.optimizer} if t.optimizer != "adamw" else {}),
                      **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
                      **({"compile": True} if t.compile else {}),
-                     **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {})},
+                     **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
+                     **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -96,6 +97,17 @@ def tf32_problem(tf32_matmul: bool | None, dtype: str) -> str:
     return f"the TF32 setting applies to dtype fp32 only, not {dtype}"
 
 
+def moe_dispatcher_problem(dispatcher: object, model: Model) -> str:
+    """Why a training of `model` cannot use the token dispatcher `dispatcher` ('' when it can): one
+    of MOE_DISPATCHERS, and only for a model with experts (a dense model dispatches no tokens)."""
+    if dispatcher not in MOE_DISPATCHERS:
+        return f"unknown MoE dispatcher {dispatcher!r}, expected one of {', '.join(MOE_DISPATCHERS)}"
+    c = model.config
+    if c is None or c.num_experts <= 1:
+        return f"an MoE dispatcher ({dispatcher}) needs a model with experts; {model.name} is dense"
+    return ""
+
+
 def _tf32(tr: Mapping[str, Any], dtype: str, where: str) -> bool | None:
     """training.tf32_matmul: true, false, or absent (None: the runtime's default)."""
     if "tf32_matmul" not in tr:
@@ -128,6 +140,10 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
             spec = {**spec, "name": cluster_name}
     cluster = cluster_from_spec(spec, f"{where}: cluster.spec")
     training = _training_from_json(data["training"], cluster, where)
+    if "moe_dispatcher" in data["training"]:
+        problem = moe_dispatcher_problem(training.moe_dispatcher, model)
+        if problem:
+            raise BadInput(problem, where, "training.moe_dispatcher")
     stages = [_stage_from_json(st, i, where) for i, st in enumerate(data["stages"])]
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
@@ -164,7 +180,9 @@ def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> 
         attention=attention,
         runtime=get_str(tr, "runtime", where, "training.runtime", required=False, default=DEFAULT_RUNTIME),
         optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"),
-        tf32_matmul=_tf32(tr, dtype, where))
+        tf32_matmul=_tf32(tr, dtype, where),
+        moe_dispatcher=get_str(tr, "moe_dispatcher", where, "training.moe_dispatcher", required=False,
+                               default="alltoall"))
 
 
 def _stage_from_json(st: Any, index: int, where: str) -> Stage:

@@ -18,6 +18,8 @@ STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
 OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "adamw-bf16", "sgd")
 # a training's fp8 scaling recipe (Training.fp8_recipe): planner.cost.fp8.RECIPES prices each
 FP8_RECIPE_NAMES = ("te-delayed", "torchao-tensorwise", "torchao-rowwise")
+# an MoE training's token dispatcher (Training.moe_dispatcher): CostParams.moe_dispatcher prices each
+MOE_DISPATCHERS = ("alltoall", "flex")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them
 
 
@@ -85,6 +87,11 @@ class Training:
     # under fp32: its GEMMs run on TF32 tensor cores where the GPU has them (`--tf32/--no-tf32`;
     # CostParams.tf32_matmul); None: the runtime's default (planner.cost.runtimes, Runtime.tf32_matmul)
     tf32_matmul: bool | None = None
+    # an MoE model's expert-parallel token dispatcher (`--moe-dispatcher`; CostParams.moe_dispatcher,
+    # planner.cost.moe): "alltoall" (Megatron-core's MoEAlltoAllTokenDispatcher) or "flex" (its
+    # MoEFlexTokenDispatcher over DeepEP / HybridEP: a token crosses once per other node holding one of
+    # its experts); only where the runtime runs it (Capability.moe_dispatchers)
+    moe_dispatcher: str = "alltoall"
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,12 @@ def get_runtime(name: str) -> Runtime:
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
                  base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "", torch_compile: bool = False,
-                 tf32_matmul: bool | None = None) -> CostParams:
+                 tf32_matmul: bool | None = None, moe_dispatcher: str = "") -> CostParams:
     """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's;
     `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes;
     `torch_compile` (Training.compile) the model under torch.compile (CostParams.torch_compile);
-    `tf32_matmul` (Training.tf32_matmul) fp32 GEMMs on TF32, None: the runtime's (Runtime.tf32_matmul)."""
+    `tf32_matmul` (Training.tf32_matmul) fp32 GEMMs on TF32, None: the runtime's (Runtime.tf32_matmul);
+    `moe_dispatcher` (Training.moe_dispatcher) the MoE token dispatcher, "": CostParams' default."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
     params = runtime.params(base.with_updates(**architecture_params(gpu)), gpu.architecture)
@@ -52,6 +53,8 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
         params = params.with_updates(torch_compile=True)
     if tf32_matmul is not None:
         params = params.with_updates(tf32_matmul=tf32_matmul)
+    if moe_dispatcher:
+        params = params.with_updates(moe_dispatcher=moe_dispatcher)
     return params
 
 
@@ -81,17 +84,17 @@ def tf32_setting(runtime: str, dtype: str, tf32: bool | None = None) -> bool | N
 
 def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME,
                    fp8_recipe: str = "", torch_compile: bool = False,
-                   tf32_matmul: bool | None = None) -> dict[str, CostParams]:
+                   tf32_matmul: bool | None = None, moe_dispatcher: str = "") -> dict[str, CostParams]:
     """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
     return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe, torch_compile=torch_compile,
-                                   tf32_matmul=tf32_matmul) for gpu in gpus}
+                                   tf32_matmul=tf32_matmul, moe_dispatcher=moe_dispatcher) for gpu in gpus}
 
 
 def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str | None = None) -> dict[str, CostParams]:
     """cluster_params under a plan's training choices (its runtime unless `runtime` is given, its fp8
-    recipe, torch.compile, its TF32 setting): how every command prices a plan."""
+    recipe, torch.compile, its TF32 setting, its MoE dispatcher): how every command prices a plan."""
     return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile,
-                          training.tf32_matmul)
+                          training.tf32_matmul, training.moe_dispatcher)
 
 
 def p2p_mode(runtime: str, schedule: str) -> P2PMode:

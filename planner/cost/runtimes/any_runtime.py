@@ -28,4 +28,4 @@ SPEC = RuntimeSpec(
         per_stage_zero=True, recompute_modes=WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
         offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True,
-        compile=True))
+        compile=True, moe_dispatchers=("alltoall", "flex")))

@@ -162,6 +162,9 @@ def _precision_violations(plan: "Plan", cap: Capability, name: str, tps: list[in
                    "(the plan has dp 1: it would train in fp32)")
     if plan.training.compile and not cap.compile:
         out.append(f"{name} does not run the model under torch.compile (training.compile)")
+    if plan.training.moe_dispatcher not in cap.moe_dispatchers:
+        out.append(f"{name} has no {plan.training.moe_dispatcher} MoE token dispatcher (it has "
+                   f"{', '.join(cap.moe_dispatchers)}; training.moe_dispatcher)")
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")

@@ -96,7 +96,10 @@ SPEC = RuntimeSpec(
         # megatron-core 0.16.1 parallel_state.initialize_model_parallel: the expert RankGenerator
         # (tp=etp, ep, dp=edp, cp=1) spans world / pp = tp x cp x dp, so --expert-model-parallel-size
         # runs beside --context-parallel-size (the MoE layers take each cp rank's tokens)
-        expert_parallel_with_cp=True),
+        expert_parallel_with_cp=True,
+        # megatron-core 0.16.1 transformer_config.py moe_token_dispatcher_type 'alltoall' or 'flex'
+        # (MoEFlexTokenDispatcher, moe_flex_dispatcher_backend 'deepep' or 'hybridep')
+        moe_dispatchers=("alltoall", "flex")),
     schedule_refusals={
         "zb-h1": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",
         **dict.fromkeys(("zbv", "looped-bfs"), "Megatron-LM runs 1F1B and interleaved 1F1B only")},

@@ -68,6 +68,8 @@ class Capability:
     # the model under torch.compile (Training.compile, `--compile`): a switch of the runtime's own
     # that the planner prices (CostParams.torch_compile) and exports
     compile: bool = False
+    # the MoE token dispatchers it runs (Training.moe_dispatcher, `--moe-dispatcher`; planner.plan.MOE_DISPATCHERS)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
 
     @property
     def uniform(self) -> bool:
