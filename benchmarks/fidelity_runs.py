@@ -56,6 +56,8 @@ ASSUMPTIONS = {
                    "as torchao's dynamic tensorwise recipe, those the table names 'float8 rowwise' as its "
                    "rowwise recipe (planner.cost.fp8, --fp8-recipe torchao-rowwise); "
                    "async TP runs with the SP collectives fused with their forward GEMMs (CostParams.tp_async); "
+                   "the Aug 2024 performance doc's Float8 rows with FSDP's fp8 all-gather, as its 405B preset "
+                   "sets (CostParams.fp8_all_gather); "
                    "runs under torch.compile (the id, table title or command line says so) with "
                    "TorchInductor's fused elementwise kernels (CostParams.torch_compile), the others eager; "
                    "with PP the micro-batches are the number of stages (pipeline_parallel_microbatches unset)."),
@@ -190,6 +192,18 @@ def _async_tp(run: dict) -> bool:
     return bool(run["parallel"].get("async_tp")) or run["id"].lower().endswith("-asynctp")
 
 
+# torchtitan's Aug 2024 performance doc (docs/performance.md at 3faaa1a0): its 405B preset of the
+# same commit, train_configs/llama3_405b.toml, defines the "Float8" rows' float8 section:
+# enable_float8_linear, enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp true
+TITAN_FP8_ALL_GATHER_DOCS = ("docs/performance.md (Aug 2024 version)",)
+
+
+def _fp8_all_gather(run: dict) -> bool:
+    """The run's FSDP all-gathers its float8 linears' weights in fp8 (CostParams.fp8_all_gather):
+    its source's stated float8 settings enable it."""
+    return _dtype(run) == "fp8" and run["source"].get("path") in TITAN_FP8_ALL_GATHER_DOCS
+
+
 def _dtype(run: dict, default: str = "bf16") -> str:
     """fp8 where the run's precision names fp8 or float8 linears, else `default`."""
     precision = str(run["precision"]).lower()
@@ -225,6 +239,8 @@ def case(run: dict) -> Case:
     plan = replace(plan, training=replace(plan.training, runtime=runtime))
     t = plan.training
     settings = (("tp_async", True),) if _async_tp(run) else ()
+    if _fp8_all_gather(run):  # FSDP's all-gather moves the float8 weights (CostParams.fp8_all_gather)
+        settings += (("fp8_all_gather", True),)
     if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)
         settings += (("torch_compile", True),)
     if t.fp8_recipe:  # the recipe the run states (stack_params applies it for a plan's own runtime)

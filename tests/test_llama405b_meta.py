@@ -74,3 +74,47 @@ def test_meta_layout_with_megatron_fp32_gradient_buffers_does_not_fit():
     sharded = evaluate(meta_request(16384)).estimate
     grads = max(m.gradients_bytes for m in est.memory_by_rank.values())
     assert grads - max(m.gradients_bytes for m in sharded.memory_by_rank.values()) > 10 * GIB
+
+
+def titan_405b_fp8(recipe: str = "torchao-tensorwise"):
+    """torchtitan's Aug 2024 405B row: 128 H100, TP 8, FSDP 16 (ZeRO-3), local batch 2, full AC, float8."""
+    from planner.inputs.hardware import cluster_from_spec
+    cluster = cluster_from_spec({"name": "titan-128", "node_groups": [{
+        "name": "h100", "gpu": "H100-SXM5-80GB", "nodes": 16, "gpus_per_node": 8}]})
+    return plan_from_flags(EvaluateRequest(model="llama-3.1-405b", cluster=cluster, global_batch=32, seq_len=8192,
+                                           dtype="fp8", fp8_recipe=recipe, tp=8, pp=1, dp=16, micro_batch=2,
+                                           sequence_parallel=True, recompute="full", zero=3, runtime="torchtitan"))
+
+
+def dp_comm_s(plan, **settings) -> float:
+    from planner.cost.evaluate import evaluate as price
+    from planner.cost.runtimes import training_params
+    params = {g: p.with_updates(**settings) for g, p in
+              training_params(plan.cluster.gpu_types, plan.training, plan.training.runtime).items()}
+    return price(plan, params).breakdown_s["dp_comm"]
+
+
+def test_fsdp_fp8_all_gather_moves_the_decoder_weights_at_one_byte():
+    plan = titan_405b_fp8()
+    bf16_gather, fp8_gather = dp_comm_s(plan), dp_comm_s(plan, fp8_all_gather=True)
+    assert fp8_gather < bf16_gather
+
+
+def test_rowwise_scaling_gathers_its_weights_in_bf16():
+    plan = titan_405b_fp8("torchao-rowwise")
+    assert dp_comm_s(plan, fp8_all_gather=True) == dp_comm_s(plan)
+
+
+def test_zero_comm_gathers_the_fp8_weights_at_half_the_bf16_bytes():
+    from planner.core.dims import StageDims
+    from planner.cost.dp_comm import DpLayout, zero_comm
+    from planner.cost.formulas import DEFAULT_PARAMS
+    from planner.inputs.hardware import Link
+    link = Link(50e9, 5e-6)
+    layout = DpLayout(16, 1, 16, link, link)
+    dims = StageDims(8, dp=16, zero=3)
+    whole = zero_comm(1e9, dims, "fp8", layout, DEFAULT_PARAMS)
+    all_fp8 = zero_comm(1e9, dims, "fp8", layout, DEFAULT_PARAMS, fp8_gather_params=1e9)
+    half_bytes = zero_comm(0.5e9, dims, "fp8", layout, DEFAULT_PARAMS)
+    assert all_fp8.gather_s == pytest.approx(half_bytes.gather_s)
+    assert all_fp8.reduce_scatter_s == whole.reduce_scatter_s

@@ -78,21 +78,25 @@ NO_ZERO_COMM = ZeroComm()
 
 
 def zero_comm(weight_params, dims: StageDims, dtype: str, layout: DpLayout | None, p: CostParams,
-              expert_params=0.0, expert_layout: DpLayout | None = None) -> ZeroComm:
+              expert_params=0.0, expert_layout: DpLayout | None = None, fp8_gather_params=0.0) -> ZeroComm:
     """ZeRO-2/3 per micro-batch: reduce-scatter the gradients after every backward; ZeRO-3
     also gathers the weights before its forward and its backward (Rajbhandari et al. 2020,
     sec 5.2 and 7.2); each moves half an all-reduce's traffic. With `expert_layout` (expert
     parallelism) the routed experts' `expert_params` (of weight_params) run over their
     expert-data-parallel group instead (torchtitan's FSDP of the experts over its efsdp mesh
-    dimension, parallelize.py apply_fsdp edp_mesh). (`layout` may be None below ZeRO-2.)"""
+    dimension, parallelize.py apply_fsdp edp_mesh). (`layout` may be None below ZeRO-2.) Of the
+    dense weights, `fp8_gather_params` are all-gathered in fp8, 1 byte each (fp8.fp8_gather_params)."""
     if dims.zero < 2:
         return NO_ZERO_COMM
-    parts = [(weight_params, layout)] if expert_layout is None else \
-        [(weight_params - expert_params, layout), (expert_params, expert_layout)]
-    parts = [(w, where) for w, where in parts if where.replicas > 1]
+    # (params, where, bytes the all-gather saves): the dense part's fp8-gathered weights at 1 byte
+    saved = fp8_gather_params * (DTYPE_BYTES[dtype] - 1)
+    parts = [(weight_params, layout, saved)] if expert_layout is None else \
+        [(weight_params - expert_params, layout, saved), (expert_params, expert_layout, 0.0)]
+    parts = [(w, where, s) for w, where, s in parts if where.replicas > 1]
     if not parts:
         return NO_ZERO_COMM
     reduce_scatter = sum(where.allreduce_s(w * reduce_scatter_bytes(dtype, p.fp32_grad_accumulation), p) / 2
-                         for w, where in parts)
-    gather = sum(where.allreduce_s(w * DTYPE_BYTES[dtype], p) / 2 for w, where in parts) if dims.zero >= 3 else 0.0
+                         for w, where, _ in parts)
+    gather = sum(where.allreduce_s(w * DTYPE_BYTES[dtype] - s, p) / 2 for w, where, s in parts) \
+        if dims.zero >= 3 else 0.0
     return ZeroComm(reduce_scatter, gather, p.overlap_zero_comm)

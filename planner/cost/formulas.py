@@ -105,6 +105,11 @@ class CostParams:
     # torch.compile; off by default): each sequence-parallel all-gather / reduce-scatter is fused
     # with the GEMM it feeds or follows (_with_tp_comm)
     tp_async: bool = False
+    # fp8 weights in the FSDP / ZeRO-3 all-gather (torchtitan's float8.enable_fsdp_float8_all_gather,
+    # off by default, config_manager.py; torchao casts each weight shard before the all-gather,
+    # tensorwise scaling only, Fp8Recipe.gathers_fp8): the decoder GEMM weights move at 1 byte
+    # (dp_comm.zero_comm, fp8.fp8_gather_params)
+    fp8_all_gather: bool = False
     # fp8 (planner.cost.fp8): the fraction of the fp8 peak a large decoder GEMM reaches, the
     # architecture's (planner.cost.architectures); None: its bf16 gemm_efficiency (on Hopper,
     # the one architecture with published fp8 runs, the fits give 0.55 bf16 and 0.6 fp8), and the

@@ -69,6 +69,10 @@ class Fp8Recipe:
     # GEMM rate (fp8_gemm_efficiency, fitted on per-tensor-scaled kernels): 1.0 for those
     gemm_rate: float = 1.0
     bwd_gemm_rate: float = 1.0
+    # the weights can be all-gathered in fp8 under FSDP (CostParams.fp8_all_gather): torchao's
+    # tensorwise recipe (torchao/float8/config.py: enable_fsdp_float8_all_gather needs tensorwise
+    # scaling; fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather casts the shard)
+    gathers_fp8: bool = False
 
 
 # torchao's rowwise forward GEMM (torch._scaled_mm's CUTLASS rowwise kernel, fast accumulation)
@@ -112,7 +116,7 @@ RECIPES: dict[str, Fp8Recipe] = {
     "torchao-tensorwise": Fp8Recipe("torchao-tensorwise", "torchao float8, dynamic tensorwise scaling", "torchao",
                                     x_fwd_bytes=5.0, x_bwd_bytes=0.0, dy_bwd_bytes=5.0, w_fwd_bytes=5.0,
                                     w_bwd_bytes=5.0, weight_data_bytes=0.0, weight_transpose_bytes=0.0,
-                                    fp8_params=False, saves_fp8_inputs=False,
+                                    fp8_params=False, saves_fp8_inputs=False, gathers_fp8=True,
                                     source="torchao/float8/float8_linear.py, float8_scaling_utils.py"),
     # torchao float8, Float8LinearConfig.from_recipe_name("rowwise"): per-row scales (amax of
     # each row, fp32, rounded to a power of 2) for X, W and dY along the GEMM's contraction, so
@@ -222,6 +226,17 @@ def fp8_params_saving(layer: Layer, dims: StageDims, dtype: str, recipe: str) ->
     if dtype != "fp8" or not recipe or layer.kind != "decoder" or not RECIPES[recipe].fp8_params:
         return 0.0
     return dims.weight_share(layer.weight_params, layer.expert_params) * DTYPE_BYTES[dtype]
+
+
+def fp8_gather_params(layer: Layer, dims: StageDims, dtype: str, recipe: str, all_gather: bool) -> float:
+    """Parameters of `layer` on one GPU that an FSDP / ZeRO-3 all-gather moves in fp8 (1 byte):
+    its decoder GEMM weights there where the run all-gathers fp8 (CostParams.fp8_all_gather) and
+    the recipe can (Fp8Recipe.gathers_fp8); the embedding, the head (torchtitan's filter_fqns
+    "output") and the routed experts stay 16-bit."""
+    if (not all_gather or dtype != "fp8" or not recipe or layer.kind != "decoder"
+            or not RECIPES[recipe].gathers_fp8):
+        return 0.0
+    return dims.weight_share(layer.weight_params - layer.expert_params, 0.0)
 
 
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,

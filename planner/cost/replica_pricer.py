@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from .formulas import DEFAULT_PARAMS, CostParams
+from .fp8 import fp8_gather_params
 from .moe import AllToAllGroup
 from ..inputs.hardware import GpuSpec, Link
 from ..plan import Plan, Replica, Stage
@@ -153,8 +154,10 @@ class PlanPricer:
             # its input as it holds it (the search's TypeArrays.boundary_bytes: its own sharding)
             received.append(0.0 if self.boundary(st.index - 1) is None else
                             p2p_message_s(boundary_bytes(layers[st.layers[0] - 1], sh), *self.boundary(st.index - 1), p))
+            fp8_gathered = sum(fp8_gather_params(layer, st.dims, sh.dtype, p.fp8_recipe, p.fp8_all_gather)
+                               for layer in layers[st.layers[0]:st.layers[1]]) if p.fp8_all_gather else 0.0
             zero = zero_comm(span.weight_params, st.dims, sh.dtype, self.layout(st), p, span.expert_params,
-                             self.expert_layout(st)).per_microbatch(loop_microbatches)
+                             self.expert_layout(st), fp8_gathered).per_microbatch(loop_microbatches)
             offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
             times.append(ChunkTime(span, zero, 0.0, offloaded))
         times = self._with_p2p(times, sent, received)
