@@ -315,7 +315,7 @@ def main() -> None:
     rows, skipped = replay()
     public = public_sources()
     loso = leave_one_source_out(public) if args.loso else None
-    result = {"sources": source_table(rows, skipped), "architectures": architecture_table(rows, skipped),
+    result = {"sources": source_table(rows, skipped, public), "architectures": architecture_table(rows, skipped),
               "targets": targets(rows, public, loso), "loso": loso,
               "memory": memory_table(cases(), params_for) if args.memory else None}
     if args.write_expected:

@@ -10,6 +10,7 @@ assumption for the whole source (ASSUMPTION, printed by fidelity.py --assumption
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -40,8 +41,19 @@ ASSUMPTION = (
     "optimizer (ZeRO-1: the table's FSDP 0, or not in the table); sequence parallel with TP; etp "
     "not stated as tp (Megatron-core's default); the interleaved schedule where vp > 1; flash "
     "attention; force-balanced, dropless routing as the section note states, the '(tokendrop)' "
-    "rows alike (with balanced routing no expert exceeds its capacity); a row without hf_config "
-    "is skipped (model dimensions not verified).")
+    "rows alike (with balanced routing no expert exceeds its capacity): every expert gets its mean "
+    "share of the tokens (CostParams.moe_imbalance 1.0; the section note: \"In MoE training benchmarks, "
+    "we force-balance the token distribution among experts and all benchmarks are token-dropless.\"); "
+    "Megatron-core's flex token dispatcher (CostParams.moe_dispatcher 'flex', a token sent once per "
+    "other node holding one of its experts) where the row's matched recipe states "
+    "moe_flex_dispatcher_backend (hybridep), the alltoall dispatcher where no recipe matched; a row "
+    "without hf_config is skipped (model dimensions not verified).")
+
+# the section note every row quotes: routing force-balanced over the experts (moe_imbalance 1.0)
+FORCE_BALANCED = "we force-balance the token distribution among experts"
+# a matched recipe's stated setting that selects Megatron-core's flex token dispatcher
+# (TransformerConfig.moe_flex_dispatcher_backend: deepep, hybridep or ncclep)
+FLEX_BACKEND = re.compile(r'"moe_flex_dispatcher_backend": "(deepep|hybridep|ncclep)"')
 
 # the table's system names -> planner GPU catalog names (the catalog decides whether it knows them)
 GPUS = {"H100": "H100-SXM5-80GB", "B200": "B200", "B300": "B300", "GB200": "GB200", "GB300": "GB300"}
@@ -112,6 +124,18 @@ def _build(run: dict) -> tuple[object, str]:
     return (None, problems[0]) if problems else (plan, "")
 
 
+def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
+    """The CostParams fields the row's own notes state (Case.settings): force-balanced routing
+    (the section note), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend)."""
+    notes = " ".join(str(n) for n in run.get("notes", ()))
+    settings: tuple[tuple[str, object], ...] = ()
+    if FORCE_BALANCED in " ".join(notes.split()):
+        settings += (("moe_imbalance", 1.0),)
+    if FLEX_BACKEND.search(notes):
+        settings += (("moe_dispatcher", "flex"),)
+    return settings
+
+
 def moe_case(run: dict) -> Case:
     m = run["measured"]
     table_gpu = run["hardware"]["gpus"][0]["type"]
@@ -124,7 +148,8 @@ def moe_case(run: dict) -> Case:
     if skip:
         return Case(**common, skip=skip)
     t = plan.training
-    return Case(**common, plan=plan, read=_read(m["metric"], t.global_batch * t.seq_len, len(plan.used_ranks())))
+    return Case(**common, plan=plan, read=_read(m["metric"], t.global_batch * t.seq_len, len(plan.used_ranks())),
+                settings=run_settings(run))
 
 
 def moe_cases(path: Path = MOE) -> list[Case]:

@@ -16,6 +16,9 @@ from planner.inputs.hardware import ARCHITECTURES, load_catalog
 
 NOT_IN_CATALOG = "not in catalog"  # a run on a GPU the planner's catalog does not know
 MIXED = "mixed"  # a run whose GPUs are of more than one architecture
+# the source table's row of the public set the targets are measured on (its sources only); its
+# `all` row adds the calibration runs of published-runs.yaml (megatron-sc21, korthikanti-22)
+PUBLIC = "public set"
 
 # The targets of the public set (issue 32): (key, what, limit); "source_median" holds for every
 # source, "loso_median" needs --loso
@@ -49,29 +52,36 @@ def summary(rows: list[dict]) -> tuple[float, float]:
     return statistics.median(errors), max(errors)
 
 
+def _entry(key: str, name: str, mine: list[dict], skips: list[dict]) -> dict:
+    """One table row: runs, evaluated, skipped by reason, median/max |error|, share too fast, runs
+    predicted not to fit, of the priced rows `mine` and the skipped `skips`."""
+    reasons: dict[str, int] = {}
+    for s in skips:
+        reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+    entry = {key: name, "runs": len(mine) + len(skips), "evaluated": len(mine),
+             "skipped": dict(sorted(reasons.items())), "predicted_not_to_fit": sum(not r["fits"] for r in mine)}
+    if mine:
+        med, worst = summary(mine)
+        entry.update(median_abs_error=med, max_abs_error=worst,
+                     too_fast_share=sum(r["too_fast"] for r in mine) / len(mine))
+    return entry
+
+
 def group_table(rows: list[dict], skipped: list[dict], key: str, names: list[str]) -> list[dict]:
     """Per value of `key` (in the order of `names`) and in all: runs, evaluated, skipped by reason,
     median/max |error|, share too fast, runs predicted not to fit."""
-    out = []
-    for name in names + ["all"]:
-        mine = [r for r in rows if name in ("all", r[key])]
-        skips = [s for s in skipped if name in ("all", s[key])]
-        reasons: dict[str, int] = {}
-        for s in skips:
-            reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
-        entry = {key: name, "runs": len(mine) + len(skips), "evaluated": len(mine),
-                 "skipped": dict(sorted(reasons.items())), "predicted_not_to_fit": sum(not r["fits"] for r in mine)}
-        if mine:
-            med, worst = summary(mine)
-            entry.update(median_abs_error=med, max_abs_error=worst,
-                         too_fast_share=sum(r["too_fast"] for r in mine) / len(mine))
-        out.append(entry)
-    return out
+    return [_entry(key, name, [r for r in rows if name in ("all", r[key])],
+                   [s for s in skipped if name in ("all", s[key])]) for name in names + ["all"]]
 
 
-def source_table(rows: list[dict], skipped: list[dict]) -> list[dict]:
-    """Per source, alphabetically, and in all."""
-    return group_table(rows, skipped, "source", sorted({r["source"] for r in rows} | {s["source"] for s in skipped}))
+def source_table(rows: list[dict], skipped: list[dict], public: set[str] | None = None) -> list[dict]:
+    """Per source, alphabetically, then the sources of `public` together (PUBLIC: the set the
+    targets are measured on, the same figures), and in all."""
+    table = group_table(rows, skipped, "source", sorted({r["source"] for r in rows} | {s["source"] for s in skipped}))
+    if public is not None:
+        table.insert(-1, _entry("source", PUBLIC, [r for r in rows if r["source"] in public],
+                                [s for s in skipped if s["source"] in public]))
+    return table
 
 
 def architecture_table(rows: list[dict], skipped: list[dict]) -> list[dict]:
@@ -127,8 +137,12 @@ def print_table(table: list[dict], key: str = "source") -> None:
               f"{e['predicted_not_to_fit']:5}  {skipped}")
 
 
+TARGETS_TITLE = ("targets on the public set (measured-runs.yaml + moe-runs.yaml: the source table's "
+                 f"'{PUBLIC}' row; its 'all' row adds published-runs.yaml's calibration runs)")
+
+
 def print_targets(table: list[dict]) -> None:
-    print("targets on the public set (measured-runs.yaml + moe-runs.yaml):")
+    print(TARGETS_TITLE + ":")
     for t in table:
         print(f"  {t['what']:36} {t['limit']:>8}  {t['shown']:40} {_status(t['met'])}")
 
@@ -161,7 +175,8 @@ def markdown(sources: list[dict], architectures: list[dict], target_rows: list[d
     lines = ["# Fidelity tables", "", f"Written by `{command}`; do not edit by hand.", "",
              "## Per source", ""] + _md_table(sources, "source")
     lines += ["", "## Per GPU architecture", ""] + _md_table(architectures, "architecture")
-    lines += ["", "## Targets (measured-runs.yaml + moe-runs.yaml)", "", "| target | limit | figure | status |",
+    lines += ["", "## Targets", "", TARGETS_TITLE[0].upper() + TARGETS_TITLE[1:] + ".", "",
+              "| target | limit | figure | status |",
               "|---|---|---|---|"]
     lines += [f"| {_cell(t['what'])} | {t['limit']} | {t['shown']} | {_status(t['met'])} |"
               for t in target_rows]

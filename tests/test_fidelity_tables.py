@@ -101,3 +101,14 @@ def test_leave_one_source_out_predicts_a_source_without_fitted_parameters_with_t
     assert fits == [1]  # one fit on every source, for the MoE runs; opt prices no run
     assert sorted(result["sources"]) == ["megatron-bridge-moe", "sailor-mit"]
     assert result["sources"]["megatron-bridge-moe"]["fitted"] == {"hopper.fp8_gemm_efficiency": 0.6}
+
+
+def test_the_source_tables_public_set_row_has_the_targets_figures_and_all_adds_the_calibration_runs(tables):
+    rows = [_row("public", 0.05), _row("public", -0.07), _row("calibration", 0.01)]
+    table = {e["source"]: e for e in tables.source_table(rows, [], {"public"})}
+    t = {x["target"]: x for x in tables.targets(rows, {"public"})}
+    assert list(table)[-2:] == [tables.PUBLIC, "all"]
+    assert table[tables.PUBLIC]["median_abs_error"] == t["median_abs_error"]["value"] == pytest.approx(0.06)
+    assert table[tables.PUBLIC]["evaluated"] == 2 and table["all"]["evaluated"] == 3
+    assert table["all"]["median_abs_error"] == pytest.approx(0.05)
+    assert tables.PUBLIC in tables.TARGETS_TITLE
