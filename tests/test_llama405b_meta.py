@@ -118,3 +118,15 @@ def test_zero_comm_gathers_the_fp8_weights_at_half_the_bf16_bytes():
     half_bytes = zero_comm(0.5e9, dims, "fp8", layout, DEFAULT_PARAMS)
     assert all_fp8.gather_s == pytest.approx(half_bytes.gather_s)
     assert all_fp8.reduce_scatter_s == whole.reduce_scatter_s
+
+
+def test_interleaved_ranks_hold_every_micro_batch_when_the_step_has_as_many_as_stages():
+    """16 micro-batches on PP 16, V 8: Megatron's warm-up (pp - k - 1) * 2 + 7 * 16 chunk forwards
+    reaches all 128 on ranks 0-7; rank 8 holds 127 of them; the last rank 7 * 16 + 1."""
+    from planner.cost.stage_memory import held_microbatches
+    from planner.schedules import get_schedule
+    interleaved = get_schedule("interleaved")
+    held = [held_microbatches(interleaved, k, 16, 8, 16, None, 1.0)[0] for k in range(16)]
+    assert held[:8] == [16.0] * 8
+    assert held[8] == pytest.approx(127 / 8)
+    assert held[15] == pytest.approx(113 / 8)

@@ -11,7 +11,10 @@ from .one_f_one_b import one_f_one_b_in_flight, one_f_one_b_order
 
 
 def interleaved_warmup(pipeline_rank: int, pp: int, virtual_stages: int) -> int:
-    """Chunk forwards a rank runs before its first backward (Megatron-LM's schedules.py)."""
+    """Chunk forwards a rank runs before its first backward (Megatron-core's schedules.py
+    get_pp_rank_microbatches: (pp - rank - 1) * 2 + (v - 1) * N, with N the contiguous
+    micro-batches per chunk, microbatch_group_size_per_vp_stage, at its default pp; Megatron
+    takes N in [pp, M] and a larger N only holds more, so pp is the least-memory setting)."""
     return (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * pp
 
 
