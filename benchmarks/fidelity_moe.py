@@ -46,7 +46,10 @@ ASSUMPTION = (
     "we force-balance the token distribution among experts and all benchmarks are token-dropless.\"); "
     "Megatron-core's flex token dispatcher (CostParams.moe_dispatcher 'flex', a token sent once per "
     "other node holding one of its experts) where the row's matched recipe states "
-    "moe_flex_dispatcher_backend (hybridep), the alltoall dispatcher where no recipe matched; a row "
+    "moe_flex_dispatcher_backend (hybridep), the alltoall dispatcher where no recipe matched; the "
+    "rows the table's notes match to no recipe are matched here once Megatron-Bridge's "
+    "WorkloadBaseConfig defaults (tp 1, pp 1, vp None, mbs 1; scripts/performance/utils/utils.py) are "
+    "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1); a row "
     "without hf_config is skipped (model dimensions not verified).")
 
 # the section note every row quotes: routing force-balanced over the experts (moe_imbalance 1.0)
@@ -54,6 +57,36 @@ FORCE_BALANCED = "we force-balance the token distribution among experts"
 # a matched recipe's stated setting that selects Megatron-core's flex token dispatcher
 # (TransformerConfig.moe_flex_dispatcher_backend: deepep, hybridep or ncclep)
 FLEX_BACKEND = re.compile(r'"moe_flex_dispatcher_backend": "(deepep|hybridep|ncclep)"')
+# the recipe tag a row's notes name ("No workload/perf recipe at tag v0.5.0 matched ...")
+UNMATCHED_TAG = re.compile(r"No workload/perf recipe at tag (v[0-9.]+) matched")
+
+# Megatron-Bridge recipes that match rows the notes call unmatched: the notes' matcher compared the
+# recipe's own fields only, not the WorkloadBaseConfig defaults it inherits (tp 1, pp 1, vp None,
+# mbs 1). (file and recipe, tags, model, table system, GPUs, gbs, mbs, tp, pp, vp, ep) -> its
+# moe_flex_dispatcher_backend, as the recipe file states it at those tags.
+QWEN3_RECIPES = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+MISSED_RECIPES = (
+    # num_gpus=16, global_batch_size=1024, expert_model_parallel_size=16, moe_flex_dispatcher_backend="hybridep"
+    (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2",
+     "v0.5.0", "v0.5.1"), "Qwen3_30B_a3B", "H100", 16, 1024, 1, 1, 1, None, 16, "hybridep"),
+    # num_gpus=16, global_batch_size=1024, pipeline_model_parallel_size=2,
+    # virtual_pipeline_model_parallel_size=12, moe_flex_dispatcher_backend="deepep" (ep 8: the base config's)
+    (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.0",), "Qwen3_30B_a3B", "H100", 16,
+     1024, 1, 1, 2, 12, 8, "deepep"),
+)
+
+
+def missed_recipe_backend(run: dict) -> str:
+    """The flex backend of the MISSED_RECIPES entry matching a row its notes call unmatched ('': none)."""
+    tag = UNMATCHED_TAG.search(" ".join(" ".join(map(str, run.get("notes", ()))).split()))
+    if tag is None:
+        return ""
+    p = run["parallel"]
+    vp = p.get("vp") if isinstance(p.get("vp"), int) and p.get("vp") > 1 else None
+    row = (run["model"]["name"], run["hardware"]["gpus"][0]["type"], run["hardware"]["total_gpus"],
+           run["global_batch"], run["micro_batch"], p.get("tp"), p.get("pp"), vp, p.get("ep"))
+    return next((backend for _, tags, *fields, backend in MISSED_RECIPES
+                 if tag.group(1) in tags and tuple(fields) == row), "")
 
 # the table's system names -> planner GPU catalog names (the catalog decides whether it knows them)
 GPUS = {"H100": "H100-SXM5-80GB", "B200": "B200", "B300": "B300", "GB200": "GB200", "GB300": "GB300"}
@@ -126,12 +159,13 @@ def _build(run: dict) -> tuple[object, str]:
 
 def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
     """The CostParams fields the row's own notes state (Case.settings): force-balanced routing
-    (the section note), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend)."""
+    (the section note), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend, or
+    a MISSED_RECIPES one's)."""
     notes = " ".join(str(n) for n in run.get("notes", ()))
     settings: tuple[tuple[str, object], ...] = ()
     if FORCE_BALANCED in " ".join(notes.split()):
         settings += (("moe_imbalance", 1.0),)
-    if FLEX_BACKEND.search(notes):
+    if FLEX_BACKEND.search(notes) or missed_recipe_backend(run):
         settings += (("moe_dispatcher", "flex"),)
     return settings
 

@@ -135,9 +135,22 @@ def test_every_row_quoting_the_force_balance_note_is_priced_with_balanced_expert
 def test_a_row_whose_recipe_sets_a_flex_backend_is_priced_with_the_flex_dispatcher(moe):
     runs = moe.load_moe_runs()
     flex = [r for r in runs if ("moe_dispatcher", "flex") in moe.run_settings(r)]
-    assert flex and all('"moe_flex_dispatcher_backend": "hybridep"' in " ".join(map(str, r["notes"])) for r in flex)
-    plain = next(r for r in runs if "moe_flex_dispatcher_backend" not in " ".join(map(str, r.get("notes", ()))))
+    stated = [r for r in flex if '"moe_flex_dispatcher_backend": "hybridep"' in " ".join(map(str, r["notes"]))]
+    assert stated and all(r in stated or moe.missed_recipe_backend(r) for r in flex)
+    plain = next(r for r in runs if "moe_flex_dispatcher_backend" not in " ".join(map(str, r.get("notes", ())))
+                 and not moe.missed_recipe_backend(r))
     assert ("moe_dispatcher", "flex") not in moe.run_settings(plain)
+
+
+def test_a_row_matching_a_recipe_through_its_inherited_defaults_gets_the_recipes_backend(moe):
+    import copy
+
+    row = next(r for r in moe.load_moe_runs() if r["id"].startswith("megatronbridge-moe-26.06-h100-qwen3"))
+    assert moe.missed_recipe_backend(row) == "hybridep"
+    assert ("moe_dispatcher", "flex") in moe.run_settings(row)
+    other = copy.deepcopy(row)
+    other["global_batch"] = 512  # not the recipe's global_batch_size=1024
+    assert moe.missed_recipe_backend(other) == "" and ("moe_dispatcher", "flex") not in moe.run_settings(other)
 
 
 def test_the_moe_assumption_quotes_the_force_balance_line(moe):
