@@ -61,6 +61,12 @@ def test_evaluate_of_a_flex_plan_file_prices_it_with_flex(flex_plan, tmp_path):
     assert again["step_time_s"] == pytest.approx(evaluated("--moe-dispatcher", "flex")["step_time_s"])
 
 
+def test_the_human_header_names_a_flex_dispatcher_and_not_alltoall():
+    human = [a for a in QWEN_EP16 if a != "--json"]
+    assert "flex MoE dispatcher" in " ".join(invoke(*human, "--moe-dispatcher", "flex").stdout.split())
+    assert "MoE dispatcher" not in " ".join(invoke(*human).stdout.split())
+
+
 def test_megatron_export_writes_the_flex_dispatcher_and_its_hybridep_backend(flex_plan):
     text = export_megatron(flex_plan, lambda message: None)
     assert "--moe-token-dispatcher-type flex \\" in text
