@@ -59,6 +59,14 @@ def test_torchtitan_and_fsdp1_on_volta_and_turing_price_the_cutlass_kernel(decod
     assert flash.fwd_s < standard.fwd_s and flash.act_bytes < standard.act_bytes
 
 
+def test_runtime_any_prices_the_kernel_sdpa_runs_so_no_runtime_beats_it(decoder):
+    """--runtime any (the whole space, a lower bound on every runtime's plans) keeps the
+    architecture's own kernel, not Megatron's unfused fallback."""
+    for gpu in ("V100-SXM2-32GB", "T4"):
+        assert stack_params(CATALOG[gpu], "any").fused_attention == "cutlass"
+    assert _price(decoder, "flash", "any").time_s < _price(decoder, "flash", "megatron").time_s
+
+
 def test_every_runtime_prices_flashattention_2_from_ampere(decoder):
     for name in ("A100-SXM4-80GB", "H100-SXM5-80GB", "RTX-3090"):
         for runtime in RUNTIMES:

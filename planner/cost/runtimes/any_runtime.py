@@ -18,7 +18,10 @@ SPEC = RuntimeSpec(
     pricing=replace(megatron.SPEC.pricing, name=ANY, title="any runtime (priced as Megatron-LM)",
                     pipeline_p2p=megatron.SPEC.pricing.pipeline_p2p + (
                         ("gpipe", "exchange"), ("zb-h1", "exchange"), ("zbv", "overlapped"),
-                        ("looped-bfs", "overlapped"))),
+                        ("looped-bfs", "overlapped")),
+                    # `flash` as the architecture runs it at best (PyTorch SDPA's kernel before sm80), not
+                    # Megatron's unfused fallback: the whole space prices no plan slower than a runtime does
+                    flash_attention=()),
     capability=Capability(
         runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True,
         tensor_parallel=True, per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
