@@ -30,7 +30,8 @@ ASSUMPTIONS = {
                "engine, fp16, standard (unfused) attention, no activation checkpointing and ZeRO-0 (the runtime's "
                "defaults; the ds_config has no zero section), 4 T4 per node on the 50 Gb/s intra- (PCIe) and "
                "inter-node (Ethernet) links the source states, dropout 0.1 (Megatron default)."),
-    "sailor-mit": ("deepspeed", "Sailor (Strati et al. 2025), MIT Titan-RTX + RTX-2080 VMs of 4 GPUs: Megatron-DeepSpeed "
+    "sailor-mit": ("deepspeed", "Sailor (Strati et al. 2025), MIT Titan-RTX + RTX-2080 VMs of 4 GPUs (the "
+                   "RTX-2080 an RTX 2080 Ti: 11 GiB in Sailor's cluster config): Megatron-DeepSpeed "
                    "fork, fp32 (precision not stated; Megatron's default, as in Sailor's Clariden scripts), selective "
                    "recompute (not stated; of none/selective/full the setting whose predicted peak memory is nearest "
                    "the max_mem the runs logged, `fidelity.py --memory`: median |error| 17 % against 81 % for none, "
@@ -84,7 +85,11 @@ FP8_SOURCES = ("torchtitan", "nemo")
 # the MIT runs' unstated recompute setting (see ASSUMPTIONS["sailor-mit"] and fidelity.py --memory)
 SAILOR_MIT_RECOMPUTE = "selective"
 
-CATALOG = {"t4": "T4", "titan-rtx": "TITAN-RTX", "rtx-2080": "RTX-2080", "gh-96": "GH200-96GB",
+# Sailor's "RTX-2080" is an RTX 2080 Ti: its cluster config gives it 11 GiB (sailor/Planner/simulations/
+# configs/basic_cluster_config.json, "RTX-2080": mem_per_gpu 11811160064; the RTX 2080 has 8 GB, the 2080 Ti
+# 11), and its authors' OPT-350 layer profiles time it 1.06x the TITAN RTX's (baselines/Metis/profiles/
+# OPT-350/*/mbs1_tmp1.json: 29.7 against 28.1 ms), the ratio of their TU102 cores (4,608 / 4,352)
+CATALOG = {"t4": "T4", "titan-rtx": "TITAN-RTX", "rtx-2080": "RTX-2080-Ti", "gh-96": "GH200-96GB",
            "a100_40gb": "A100-SXM4-40GB", "a100 80gb": "A100-SXM4-80GB", "h200": "H200-SXM-141GB",
            "h100 sxm hbm2e 96gb (500w power limit)": "H100-SXM5-96GB",
            "h100 (94gb, hbm2e lower-tdp sxm per footnote)": "H100-SXM5-96GB", "h100 (dgx-h100)": "H100-SXM5-80GB"}

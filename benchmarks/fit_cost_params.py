@@ -42,8 +42,16 @@ leave-one-source-out refits every fold anyway (median 8.5 %, max 48.4 %: without
 3.5 %, nemo 5.8 %, torchtitan 10.3 %, sailor-mit 25.0 %, bloom 7.3 %, the others as above).
 
 With fp32 GEMMs on the CUDA cores at their own knee (formulas.gemm_half_dim: Sailor's TITAN-RTX /
-RTX-2080 runs) deepspeed.layer_overhead_s alone refits to 0.002, in use (loss over amp-t4,
-sailor-mit, sailor-gh200 and bloom 0.195 against 0.202 at 0.0015).
+RTX-2080 runs) deepspeed.layer_overhead_s alone refits to 0.002 (loss over amp-t4, sailor-mit,
+sailor-gh200 and bloom 0.195 against 0.202 at 0.0015).
+
+With DeepSpeed's sequential pipeline sends (planner.cost.p2p: send then receive, each end waits for
+both), the quad-GH200 node's NVLink per GPU (450 GB/s, the catalog's convention) and Sailor's MIT
+"RTX-2080" priced as the RTX 2080 Ti its cluster config describes (11 GiB) deepspeed.layer_overhead_s
+alone refits to 0.0025, in use (loss over the same four 0.160 against 0.169 at 0.002; with the
+sends alone, before the other two, 0.002 stayed best: 0.186 against 0.189 at 0.0015). Fitted jointly
+with it, turing.gemm_efficiency and link.pcie_link_efficiency keep 0.7 and 0.5 and
+link.ethernet_link_efficiency gives 0.35 (loss 0.1602 against 0.1604 at the 0.3 in use).
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ FREE = {
     "eager.layer_overhead_s": ((0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3), {"torchtitan", "llm-foundry"}),
     # FSDP2 (torchtitan) and FSDP1 (llm-foundry) alike prefetch their all-gathers
     "eager.overlap_zero_comm": ((0.0, 0.25, 0.5, 0.75, 1.0), {"torchtitan", "llm-foundry"}),
-    # Turing (T4 at its sustained clock, TITAN-RTX, RTX-2080) and the PCIe path inside their
+    # Turing (T4 at its sustained clock, TITAN-RTX, RTX 2080 Ti) and the PCIe path inside their
     # nodes: both priced by AMP's and Sailor's MIT runs
     "turing.gemm_efficiency": ((0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9), {"amp-t4", "sailor-mit"}),
     "link.pcie_link_efficiency": ((0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.65, 0.8), {"amp-t4", "sailor-mit"}),

@@ -1,7 +1,11 @@
-"""The Sailor GH200 runs' links and the DeepSpeed pipeline engine's parameters: a quad-GH200 node's
-GPU-to-GPU figure is per GPU (3 peers x 6 NVLink4 links), as the catalog's convention wants."""
+"""The GPUs and links of the Sailor runs the DeepSpeed pipeline engine's parameters are fitted on: a
+quad-GH200 node's GPU-to-GPU figure is per GPU (3 peers x 6 NVLink4 links), as the catalog's
+convention wants; Sailor's MIT "RTX-2080" is the 11 GiB RTX 2080 Ti."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +38,21 @@ def test_tp_all_reduces_in_a_gh200_node_run_at_an_nvswitch_h100s_per_gpu_rate():
         lt = layer_time(layer, CATALOG[gpu], sh, node_link(gpu, per_node), stack_params(CATALOG[gpu], "deepspeed"))
         times[gpu] = lt.tp_comm_fwd_s + lt.tp_comm_bwd_s
     assert times["GH200-96GB"] == pytest.approx(times["H100-SXM5-80GB"], rel=1e-9)
+
+
+def _fidelity_runs():
+    bench = str(Path(__file__).resolve().parent.parent / "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import fidelity_runs
+    finally:
+        sys.path.remove(bench)
+    return fidelity_runs
+
+
+def test_sailors_mit_rtx_2080_is_priced_as_the_11_gib_card_its_cluster_config_describes():
+    # sailor/Planner/simulations/configs/basic_cluster_config.json: "RTX-2080": mem_per_gpu 11811160064
+    # (the RTX 2080 Ti's 11 GiB; the RTX 2080 has 8 GB)
+    gpu = CATALOG[_fidelity_runs().CATALOG["rtx-2080"]]
+    assert gpu.memory_bytes == 11811160064
+    assert gpu.architecture == "turing" and gpu.peak("fp32") == pytest.approx(13.4e12)

@@ -11,7 +11,7 @@ from planner.inputs.hardware import GB, GIB, MAX_CLUSTER_GPUS, US, cluster_from_
 
 from .conftest import CATALOG_NAMES, CLUSTERS_DIR
 
-NO_BF16 = {"V100-SXM2-32GB", "V100-PCIE-32GB", "T4", "TITAN-RTX", "RTX-2080"}  # Volta and Turing
+NO_BF16 = {"V100-SXM2-32GB", "V100-PCIE-32GB", "T4", "TITAN-RTX", "RTX-2080", "RTX-2080-Ti"}  # Volta and Turing
 
 
 def one_group(gpu: str, nodes: int = 1, gpus_per_node: int = 1, **extra) -> dict:

@@ -16,8 +16,9 @@ SPEC = RuntimeSpec(
         name="deepspeed", title="DeepSpeed pipeline engine (Megatron-DeepSpeed)",
         overlap_grad_reduce=False, overlap_tp_comm=False, attention="standard", tf32_matmul=True,
         # fitted: AMP, Sailor (MIT, GH200), BLOOM (fit_cost_params' loss over the four, with fp32
-        # CUDA-core GEMMs at their own knee, formulas.gemm_half_dim)
-        elementwise_traffic_factor=1.0, layer_overhead_s=2e-3,
+        # CUDA-core GEMMs at their own knee, formulas.gemm_half_dim, the engine's sequential sends,
+        # the quad-GH200 node's per-GPU NVLink and Sailor's MIT cards as RTX 2080 Ti)
+        elementwise_traffic_factor=1.0, layer_overhead_s=2.5e-3,
         # runtime/pipe/engine.py: under bf16, _exec_reduce_grads calls _bf16_reduce_grads, which
         # all-reduces "the optimizer's FP32 grads"
         bf16_fp32_grad_allreduce=True,
