@@ -131,7 +131,19 @@ def test_without_topology_two_groups_talk_at_the_smaller_inter_node_and_larger_l
     s["node_groups"][1]["inter_node"] = {"bandwidth_GBps": 50, "latency_us": 2}
     link = route(s)
     assert (link.bandwidth_bytes_per_s, link.latency_s) == (50 * GB, 5 * US)
-    assert link.kind == topology.DEFAULT_KIND
+    assert link.kind.endswith(topology.DEFAULT_KIND)
+
+
+def test_a_default_path_with_an_ethernet_end_is_priced_as_ethernet():
+    """NCCL speaks one transport per connection: an end with only Ethernet makes the path a
+    socket one, which link_efficiency prices with the Ethernet figure, not the RDMA default."""
+    from planner.cost.formulas import DEFAULT_PARAMS, link_efficiency
+
+    s = spec("a", "b")
+    s["node_groups"][1]["inter_node"] = {"bandwidth_GBps": 100, "latency_us": 2, "kind": "25GbE ethernet"}
+    link = route(s)
+    assert "ethernet" in link.kind.lower() and link.kind.endswith(topology.DEFAULT_KIND)
+    assert link_efficiency(link, DEFAULT_PARAMS, intra=False) == DEFAULT_PARAMS.ethernet_link_efficiency
 
 
 def test_with_topology_there_is_no_default_edge_behind_the_spine():

@@ -47,7 +47,7 @@ def test_a_cluster_of_1000_node_groups_loads():
     cluster = cluster_from_spec(many_groups(1000), "many.yaml")
     assert len(cluster.groups) == 1000 and cluster.num_gpus == 8000
     link = cluster.group_link("g0", "g999")
-    assert link.kind == topology.DEFAULT_KIND
+    assert link.kind.endswith(topology.DEFAULT_KIND)
     assert cluster.link(0, 8 * 999) == link
 
 

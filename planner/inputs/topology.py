@@ -42,6 +42,18 @@ TOPOLOGY_KEYS = ("links", "switches")
 Edge = tuple[str, str, Link]  # endpoint names sorted
 
 
+def _default_edge(link_a: Link, link_b: Link) -> Link:
+    """The path between two groups no `links` entry joins: the slower of their inter_node links'
+    bandwidth, the higher latency, and the transport both ends can speak: NCCL runs one transport
+    per connection, its socket transport (no RDMA) where either end has only Ethernet (NCCL
+    docs, NCCL_NET / NCCL_IB_DISABLE), so an Ethernet end prices the path as Ethernet."""
+    slower = min((link_a, link_b), key=lambda link: (link.bandwidth_bytes_per_s, -link.latency_s, link.kind))
+    socket = next((link for link in (link_a, link_b) if "ethernet" in link.kind.lower()), None)
+    kind = (socket or slower).kind
+    return Link(min(link_a.bandwidth_bytes_per_s, link_b.bandwidth_bytes_per_s),
+                max(link_a.latency_s, link_b.latency_s), f"{kind}, {DEFAULT_KIND}" if kind else DEFAULT_KIND)
+
+
 @dataclass(frozen=True)
 class Topology:
     switches: tuple[str, ...]
@@ -146,9 +158,7 @@ class Topology:
         direct = self._edge_of.get((src, dst))
         if self.default:  # no switches: the links entry, else the default edge
             if direct is None:
-                la, lb = self._default_of[src], self._default_of[dst]
-                direct = Link(min(la.bandwidth_bytes_per_s, lb.bandwidth_bytes_per_s),
-                              max(la.latency_s, lb.latency_s), DEFAULT_KIND)
+                direct = _default_edge(self._default_of[src], self._default_of[dst])
             return direct, (src, dst)
         via = self._via_switches(self._signatures.get(src, ()), self._signatures.get(dst, ()))
         if direct is not None and (via is None or (direct.bandwidth_bytes_per_s, -direct.latency_s)
