@@ -58,7 +58,7 @@ ASSUMPTIONS = {
                    "rowwise recipe (planner.cost.fp8, --fp8-recipe torchao-rowwise); "
                    "async TP runs with the SP collectives fused with their forward GEMMs (CostParams.tp_async); "
                    "the Aug 2024 performance doc's Float8 rows with FSDP's fp8 all-gather, as its 405B preset "
-                   "sets (CostParams.fp8_all_gather); "
+                   "sets (--fp8-all-gather, Training.fp8_all_gather); "
                    "runs under torch.compile (the id, table title or command line says so) with "
                    "TorchInductor's fused elementwise kernels (CostParams.torch_compile), the others eager; "
                    "with PP the micro-batches are the number of stages (pipeline_parallel_microbatches unset)."),
@@ -204,8 +204,8 @@ TITAN_FP8_ALL_GATHER_DOCS = ("docs/performance.md (Aug 2024 version)",)
 
 
 def _fp8_all_gather(run: dict) -> bool:
-    """The run's FSDP all-gathers its float8 linears' weights in fp8 (CostParams.fp8_all_gather):
-    its source's stated float8 settings enable it."""
+    """The run's FSDP all-gathers its float8 linears' weights in fp8 (Training.fp8_all_gather,
+    `--fp8-all-gather`): its source's stated float8 settings enable it."""
     return _dtype(run) == "fp8" and run["source"].get("path") in TITAN_FP8_ALL_GATHER_DOCS
 
 
@@ -239,12 +239,13 @@ def case(run: dict) -> Case:
     reason = skip_reason(run, source)
     if reason:
         return Case(run["id"], source, runtime, metric, published, skip=reason, gpus=gpus)
-    # priced as the source's runtime runs it (its pipeline sends: Runtime.pipeline_p2p)
+    # priced as the source's runtime runs it (its pipeline sends: Runtime.pipeline_p2p), with the
+    # float8 FSDP all-gather its stated preset sets (Training.fp8_all_gather)
     plan = BUILDERS[source](run)
-    plan = replace(plan, training=replace(plan.training, runtime=runtime))
+    plan = replace(plan, training=replace(plan.training, runtime=runtime, fp8_all_gather=_fp8_all_gather(run)))
     t = plan.training
     settings = (("tp_async", True),) if _async_tp(run) else ()
-    if _fp8_all_gather(run):  # FSDP's all-gather moves the float8 weights (CostParams.fp8_all_gather)
+    if t.fp8_all_gather:  # the training's setting (training_params applies it for a plan's own runtime)
         settings += (("fp8_all_gather", True),)
     if _compiled(run):  # TorchInductor's fused elementwise kernels (CostParams.torch_compile)
         settings += (("torch_compile", True),)

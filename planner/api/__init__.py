@@ -123,7 +123,7 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
     _check_optimizer(request.optimizer)
     training = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype),
-                    _moe_dispatcher(request.moe_dispatcher, model))
+                    _moe_dispatcher(request.moe_dispatcher, model), bool(request.fp8_all_gather))
     check_training_inputs(model, training)
     _check_runtime_model(request.runtime, model)
     degrees = degree_options(request, model, cluster)
@@ -261,7 +261,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype),
-                        _moe_dispatcher(r.moe_dispatcher, model))
+                        _moe_dispatcher(r.moe_dispatcher, model), bool(r.fp8_all_gather))
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
@@ -382,7 +382,8 @@ def describe_plan(plan: Plan) -> dict:
             **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
             **({"compile": True} if t.compile else {}),
             **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
-            **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}), "pp": plan.pp,
+            **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}),
+            **({"fp8_all_gather": True} if t.fp8_all_gather else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

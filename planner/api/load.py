@@ -85,6 +85,12 @@ def check_training_inputs(model: Model, training: Training) -> None:
             raise BadInput(f"{cap.describe()} has no {wanted} MoE token dispatcher (it has "
                            f"{', '.join(cap.moe_dispatchers)}); --moe-dispatcher {wanted} needs --runtime {running}",
                            "--moe-dispatcher")
+    if training.fp8_all_gather:
+        from ..cost.runtimes import fp8_all_gather_problem
+
+        problem = fp8_all_gather_problem(training)
+        if problem:
+            raise BadInput(problem, "--fp8-all-gather")
     c = model.config
     if c is not None and c.learned_positions and training.seq_len > c.max_positions:
         raise BadInput(f"sequence length {training.seq_len} exceeds the model's {c.max_positions} "

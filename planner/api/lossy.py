@@ -8,9 +8,11 @@ change the target cannot make, e.g. its node placement), the nearest form of the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..cost.fp8 import RECIPES
 from ..cost.runtimes import get_runtime
-from ..cost.runtimes.capability import capability
+from ..cost.runtimes.capability import capability, fp8_all_gather_problem
 from .load import resolve_dtype
 from ..plan import Plan
 from .requests import PlanRequest
@@ -31,9 +33,12 @@ def target_request(plan: Plan, target: str) -> tuple[PlanRequest, str]:
     # an fp8 recipe of another library than the target's (torchao rowwise -> Megatron): its default
     target_recipe = get_runtime(runtime).fp8_recipe
     same_library = t.fp8_recipe and target_recipe and RECIPES[t.fp8_recipe].library == RECIPES[target_recipe].library
+    fp8_recipe = t.fp8_recipe if same_library and dtype == t.dtype else ""
+    # the fp8 all-gather kept where the target's FSDP runs it with the recipe kept
+    gather = t.fp8_all_gather and not fp8_all_gather_problem(replace(t, dtype=dtype, fp8_recipe=fp8_recipe), runtime)
     request = PlanRequest(model=plan.model, cluster=plan.cluster, global_batch=t.global_batch, seq_len=t.seq_len,
-                          dtype=dtype, attention=t.attention, optimizer=t.optimizer,
-                          fp8_recipe=t.fp8_recipe if same_library and dtype == t.dtype else "",
+                          dtype=dtype, attention=t.attention, optimizer=t.optimizer, fp8_recipe=fp8_recipe,
+                          fp8_all_gather=gather,
                           compile=t.compile and cap.compile, runtime=runtime, jobs=2,
                           moe_dispatcher=t.moe_dispatcher if t.moe_dispatcher != "alltoall"
                           and t.moe_dispatcher in cap.moe_dispatchers else None)

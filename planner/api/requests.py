@@ -48,6 +48,10 @@ MOE_DISPATCHER = Flag("--moe-dispatcher", "MoE models only: how expert paralleli
                       "a token crosses to another node once per node holding any of its experts, then fans out "
                       "over NVLink (Megatron-core's flex dispatcher over DeepEP/HybridEP; runtimes megatron and "
                       "any).", MOE_DISPATCHERS, "training", plan_file=True)
+FP8_ALL_GATHER = Flag("--fp8-all-gather/--no-fp8-all-gather", "With --dtype fp8 under torchao tensorwise "
+                      "scaling (runtime torchtitan): FSDP all-gathers the decoder GEMM weights in fp8, "
+                      "1 byte each (torchtitan's enable_fsdp_float8_all_gather), recorded as "
+                      "training.fp8_all_gather [default: off].", None, "training", plan_file=True)
 ATTENTION = Flag("--attention", "flash keeps no s^2 scores; standard keeps them (2021-22 kernels).",
                  ATTENTION_KINDS, "training", show_default=True)
 OPTIMIZER = Flag("--optimizer", "Its states set the memory per parameter and its step time (a training choice, "
@@ -84,6 +88,8 @@ class PlanRequest:
     tf32: bool | None = field(default=None, metadata=declare(TF32))
     # an MoE model's token dispatcher (Training.moe_dispatcher), kept, not searched; None: not given (alltoall)
     moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
+    # under fp8, FSDP all-gathers the fp8 weights in fp8 (Training.fp8_all_gather)
+    fp8_all_gather: bool = field(default=False, metadata=declare(FP8_ALL_GATHER))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))
@@ -173,6 +179,8 @@ class EvaluateRequest:
     tf32: bool | None = field(default=None, metadata=declare(TF32))
     # an MoE model's token dispatcher (Training.moe_dispatcher); None: not given (alltoall)
     moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
+    # under fp8, FSDP all-gathers the fp8 weights in fp8 (Training.fp8_all_gather)
+    fp8_all_gather: bool = field(default=False, metadata=declare(FP8_ALL_GATHER))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))  # planner.plan.OPTIMIZER_NAMES
     tp: int | None = field(default=None, metadata=declare(Flag(

@@ -233,10 +233,18 @@ def fp8_gather_params(layer: Layer, dims: StageDims, dtype: str, recipe: str, al
     its decoder GEMM weights there where the run all-gathers fp8 (CostParams.fp8_all_gather) and
     the recipe can (Fp8Recipe.gathers_fp8); the embedding, the head (torchtitan's filter_fqns
     "output") and the routed experts stay 16-bit."""
-    if (not all_gather or dtype != "fp8" or not recipe or layer.kind != "decoder"
-            or not RECIPES[recipe].gathers_fp8):
+    if layer.kind != "decoder":
         return 0.0
-    return dims.weight_share(layer.weight_params - layer.expert_params, 0.0)
+    return fp8_gather_block_params(layer.weight_params, layer.expert_params, dims, dtype, recipe, all_gather)
+
+
+def fp8_gather_block_params(weight_params: float, expert_params: float, dims: StageDims, dtype: str, recipe: str,
+                            all_gather: bool) -> float:
+    """fp8_gather_params of one decoder block of `weight_params` (whole), `expert_params` of them
+    the routed experts': its dense weights on one GPU, where the run and the recipe gather fp8."""
+    if not all_gather or dtype != "fp8" or not recipe or not RECIPES[recipe].gathers_fp8:
+        return 0.0
+    return dims.weight_share(weight_params - expert_params, 0.0)
 
 
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,

@@ -10,7 +10,7 @@ from typing import Callable
 from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..cost.runtimes import RUNTIMES
-from ..cost.runtimes.capability import activation_offload_violations, capability, one_block_count
+from ..cost.runtimes.capability import activation_offload_violations, capability, fp8_all_gather_problem, one_block_count
 from ..plan import Plan
 from ..report.routes import stage_routes
 
@@ -96,6 +96,11 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
         # another dispatcher moves other bytes over the inter-node links: no lossy stand-in
         raise BadInput(f"cannot export: {capability(target).describe()} has no {t.moe_dispatcher} MoE token "
                        "dispatcher (the plan is priced with it): export --to megatron or re-plan", "--to")
+    gather = fp8_all_gather_problem(t, target) if target in RUNTIMES else ""
+    if gather:
+        # 16-bit weights gathered move twice the bytes the plan is priced with: no silent stand-in
+        raise BadInput(f"cannot export: {gather} (the plan is priced with it): export --to torchtitan, "
+                       "or --lossy", "--to")
     offloaded = activation_offload_blocks(plan, target)
     compile_dropped(plan, target, warn)
     stages = plan.stages

@@ -16,7 +16,7 @@ from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..cost.fp8 import RECIPES
 from ..cost.runtimes import get_runtime
-from ..cost.runtimes.capability import Capability, capability, violations
+from ..cost.runtimes.capability import Capability, capability, fp8_all_gather_problem, violations
 from ..plan import Plan, Replica, Stage, Training, uniform_plan
 from .base import RECOMPUTE_ORDER, decoder_counts
 from .launch import node_launches
@@ -169,6 +169,9 @@ def _runnable_training(plan: Plan, runtime: str, cap: Capability, tp: int, dp: i
         training = dataclasses.replace(training, dtype="bf16" if bf16 else "fp32")
     if cap.mixed_precision_needs_sharding and dp == 1 and (plan.pp > 1 or tp > 1):
         training = dataclasses.replace(training, dtype="fp32")  # torchtitan: no mixed precision without FSDP
+    # the fp8 all-gather kept where the target's FSDP runs it with the dtype and recipe kept, else dropped
+    if training.fp8_all_gather and fp8_all_gather_problem(training, runtime):
+        training = dataclasses.replace(training, fp8_all_gather=False)
     return training
 
 

@@ -186,13 +186,16 @@ def _titan_fp8(plan: Plan, form: Uniform, ddp: bool) -> dict[str, Any]:
     planner.cost.fp8 prices it; the LM head ("output") stays bf16. Tensorwise leaves
     recipe_name unset: components/quantization/float8.py refuses the float8 FSDP all-gather
     with any recipe_name and builds the tensorwise config itself; rowwise is recipe_name
-    "rowwise" (Float8LinearConfig.from_recipe_name), its weights all-gathered in bf16.
+    "rowwise" (Float8LinearConfig.from_recipe_name), its weights all-gathered in bf16. A plan
+    priced with the fp8 all-gather (Training.fp8_all_gather) turns on enable_fsdp_float8_all_gather
+    and, as torchtitan's docs/float8.md pairs them, precompute_float8_dynamic_scale_for_fsdp (one
+    all-reduce of the scales for all parameters).
     """
     recipe = plan.training.fp8_recipe or "torchao-tensorwise"
     if recipe not in TITAN_FP8_RECIPES:
         raise BadInput(f"torchtitan runs fp8 through torchao ({', '.join(TITAN_FP8_RECIPES)}); the plan is "
                        f"priced with {recipe}: re-plan with --runtime torchtitan", "--to")
-    fp8_gather = form.dp > 1 and not ddp and recipe == "torchao-tensorwise"
+    fp8_gather = plan.training.fp8_all_gather and form.dp > 1 and not ddp
     return {"linear": {"float8": {
         "enable_fsdp_float8_all_gather": fp8_gather, "precompute_float8_dynamic_scale_for_fsdp": fp8_gather,
         **TITAN_FP8_RECIPES[recipe], "filter_fqns": ["output"]}}}

@@ -45,7 +45,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      **({"fp8_recipe": t.fp8_recipe} if t.fp8_recipe else {}),
                      **({"compile": True} if t.compile else {}),
                      **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
-                     **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {})},
+                     **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}),
+                     **({"fp8_all_gather": True} if t.fp8_all_gather else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -171,6 +172,9 @@ def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> 
     problem = fp8_recipe_problem(fp8_recipe, dtype)
     if problem:
         raise BadInput(problem, where, "training.fp8_recipe")
+    fp8_all_gather = _bool(tr, "fp8_all_gather", where, "training")
+    if fp8_all_gather and dtype != "fp8":
+        raise BadInput(f"the fp8 all-gather needs dtype fp8, not {dtype}", where, "training.fp8_all_gather")
     return Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
@@ -182,7 +186,8 @@ def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> 
         optimizer=optimizer, fp8_recipe=fp8_recipe, compile=_bool(tr, "compile", where, "training"),
         tf32_matmul=_tf32(tr, dtype, where),
         moe_dispatcher=get_str(tr, "moe_dispatcher", where, "training.moe_dispatcher", required=False,
-                               default="alltoall"))
+                               default="alltoall"),
+        fp8_all_gather=fp8_all_gather)
 
 
 def _stage_from_json(st: Any, index: int, where: str) -> Stage:

@@ -92,6 +92,10 @@ class Training:
     # MoEFlexTokenDispatcher over DeepEP / HybridEP: a token crosses once per other node holding one of
     # its experts); only where the runtime runs it (Capability.moe_dispatchers)
     moe_dispatcher: str = "alltoall"
+    # under fp8: FSDP / ZeRO-3 all-gathers the decoder GEMM weights in fp8, 1 byte each
+    # (`--fp8-all-gather`; CostParams.fp8_all_gather; torchtitan's enable_fsdp_float8_all_gather);
+    # only with a recipe that can (Fp8Recipe.gathers_fp8) on a runtime whose FSDP does (Capability.fp8_all_gather)
+    fp8_all_gather: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,15 @@ def dims_text(stage) -> str:
                if stage.ep > 1 or stage.etp else ""))
 
 def precision_text(training) -> str:
-    """A training's dtype with its fp8 recipe, its TF32 setting under fp32, torch.compile and an MoE
-    dispatcher other than alltoall: `fp8 (torchao-rowwise), torch.compile`, `fp32 (TF32 matmuls
-    allowed)`, `fp8, flex MoE dispatcher`."""
+    """A training's dtype with its fp8 recipe, its TF32 setting under fp32, torch.compile, an MoE
+    dispatcher other than alltoall and the fp8 all-gather: `fp8 (torchao-rowwise), torch.compile`,
+    `fp32 (TF32 matmuls allowed)`, `fp8, flex MoE dispatcher`, `fp8, fp8 FSDP all-gather`."""
     return (training.dtype + (f" ({training.fp8_recipe})" if training.fp8_recipe else "")
             + ("" if training.tf32_matmul is None else " (TF32 matmuls allowed)" if training.tf32_matmul
                else " (TF32 off)")
             + (", torch.compile" if training.compile else "")
-            + (f", {training.moe_dispatcher} MoE dispatcher" if training.moe_dispatcher != "alltoall" else ""))
+            + (f", {training.moe_dispatcher} MoE dispatcher" if training.moe_dispatcher != "alltoall" else "")
+            + (", fp8 FSDP all-gather" if training.fp8_all_gather else ""))
 
 
 def mfu_text(est: Estimate, plan: Plan) -> str:

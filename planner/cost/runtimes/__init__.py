@@ -20,7 +20,7 @@ from ...inputs.devices import GpuSpec
 from ...core.runtime_default import DEFAULT_RUNTIME
 from . import any_runtime, deepspeed, fsdp1, megatron, megatron_2021, torchtitan
 from .base import Runtime
-from .capability import capability, violations
+from .capability import capability, fp8_all_gather_problem, violations
 from .registry import RUNTIMES, register_runtime, runtime_spec
 from .spec import ANY, Capability, RuntimeSpec
 
@@ -38,12 +38,14 @@ def get_runtime(name: str) -> Runtime:
 
 def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
                  base: CostParams = DEFAULT_PARAMS, fp8_recipe: str = "", torch_compile: bool = False,
-                 tf32_matmul: bool | None = None, moe_dispatcher: str = "") -> CostParams:
+                 tf32_matmul: bool | None = None, moe_dispatcher: str = "",
+                 fp8_all_gather: bool = False) -> CostParams:
     """The cost parameters of `gpu` under `runtime`: the architecture's figures, then the software's;
     `fp8_recipe` (Training.fp8_recipe, "": the runtime's) one of the runtime's fp8 recipes;
     `torch_compile` (Training.compile) the model under torch.compile (CostParams.torch_compile);
     `tf32_matmul` (Training.tf32_matmul) fp32 GEMMs on TF32, None: the runtime's (Runtime.tf32_matmul);
-    `moe_dispatcher` (Training.moe_dispatcher) the MoE token dispatcher, "": CostParams' default."""
+    `moe_dispatcher` (Training.moe_dispatcher) the MoE token dispatcher, "": CostParams' default;
+    `fp8_all_gather` (Training.fp8_all_gather) FSDP all-gathers the fp8 weights in fp8."""
     if isinstance(runtime, str):
         runtime = get_runtime(runtime)
     params = runtime.params(base.with_updates(**architecture_params(gpu)), gpu.architecture)
@@ -55,6 +57,8 @@ def stack_params(gpu: GpuSpec, runtime: Runtime | str = DEFAULT_RUNTIME,
         params = params.with_updates(tf32_matmul=tf32_matmul)
     if moe_dispatcher:
         params = params.with_updates(moe_dispatcher=moe_dispatcher)
+    if fp8_all_gather:
+        params = params.with_updates(fp8_all_gather=True)
     return params
 
 
@@ -84,17 +88,20 @@ def tf32_setting(runtime: str, dtype: str, tf32: bool | None = None) -> bool | N
 
 def cluster_params(gpus: Iterable[GpuSpec], runtime: Runtime | str = DEFAULT_RUNTIME,
                    fp8_recipe: str = "", torch_compile: bool = False,
-                   tf32_matmul: bool | None = None, moe_dispatcher: str = "") -> dict[str, CostParams]:
+                   tf32_matmul: bool | None = None, moe_dispatcher: str = "",
+                   fp8_all_gather: bool = False) -> dict[str, CostParams]:
     """stack_params of each GPU type, by name: what planner.cost.evaluate takes."""
     return {gpu.name: stack_params(gpu, runtime, fp8_recipe=fp8_recipe, torch_compile=torch_compile,
-                                   tf32_matmul=tf32_matmul, moe_dispatcher=moe_dispatcher) for gpu in gpus}
+                                   tf32_matmul=tf32_matmul, moe_dispatcher=moe_dispatcher,
+                                   fp8_all_gather=fp8_all_gather) for gpu in gpus}
 
 
 def training_params(gpus: Iterable[GpuSpec], training: "Training", runtime: str | None = None) -> dict[str, CostParams]:
     """cluster_params under a plan's training choices (its runtime unless `runtime` is given, its fp8
-    recipe, torch.compile, its TF32 setting, its MoE dispatcher): how every command prices a plan."""
+    recipe, torch.compile, its TF32 setting, its MoE dispatcher, its fp8 all-gather): how every command
+    prices a plan."""
     return cluster_params(gpus, runtime or training.runtime, training.fp8_recipe, training.compile,
-                          training.tf32_matmul, training.moe_dispatcher)
+                          training.tf32_matmul, training.moe_dispatcher, training.fp8_all_gather)
 
 
 def p2p_mode(runtime: str, schedule: str) -> P2PMode:
@@ -113,5 +120,5 @@ def compile_problem(runtime: str) -> str:
 
 
 __all__ = ["ANY", "Capability", "DEFAULT_RUNTIME", "RUNTIMES", "Runtime", "RuntimeSpec", "attention_kernels", "capability",
-           "cluster_params", "compile_problem", "flash_kernel", "get_runtime", "p2p_mode", "register_runtime", "runtime_spec", "stack_params",
+           "cluster_params", "compile_problem", "flash_kernel", "fp8_all_gather_problem", "get_runtime", "p2p_mode", "register_runtime", "runtime_spec", "stack_params",
            "tf32_setting", "training_params", "violations"]

@@ -11,17 +11,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..fp8 import RECIPES
 from .registry import runtime_spec
 from .spec import Capability
 
 if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
     from ...inputs.model import Model
-    from ...plan import Plan
+    from ...plan import Plan, Training
 
 
 def capability(runtime: str) -> Capability:
     """The Capability of `runtime` (a planner.cost.runtimes name or `any`)."""
     return runtime_spec(runtime).capability
+
+
+def fp8_all_gather_problem(training: "Training", runtime: str = "") -> str:
+    """What a training that all-gathers its fp8 weights in fp8 (Training.fp8_all_gather) lacks under
+    `runtime` ("": its own) ('' when nothing, or when it does not): dtype fp8, a recipe that can
+    (Fp8Recipe.gathers_fp8; "": the runtime's), a runtime whose FSDP does (Capability.fp8_all_gather)."""
+    if not training.fp8_all_gather:
+        return ""
+    if training.dtype != "fp8":
+        return f"the fp8 all-gather needs dtype fp8, not {training.dtype}"
+    spec = runtime_spec(runtime or training.runtime)
+    if not spec.capability.fp8_all_gather:
+        return f"{spec.capability.describe()} has no fp8 FSDP all-gather (torchtitan has)"
+    recipe = training.fp8_recipe or spec.pricing.fp8_recipe
+    if not recipe or not RECIPES[recipe].gathers_fp8:
+        able = ", ".join(name for name, r in RECIPES.items() if r.gathers_fp8)
+        return f"the fp8 all-gather needs an fp8 recipe that gathers fp8 weights ({able}), not {recipe or 'none'}"
+    return ""
 
 
 def model_problem(runtime: str, model: "Model") -> str:
@@ -165,6 +184,9 @@ def _precision_violations(plan: "Plan", cap: Capability, name: str, tps: list[in
     if plan.training.moe_dispatcher not in cap.moe_dispatchers:
         out.append(f"{name} has no {plan.training.moe_dispatcher} MoE token dispatcher (it has "
                    f"{', '.join(cap.moe_dispatchers)}; training.moe_dispatcher)")
+    gather = fp8_all_gather_problem(plan.training, cap.runtime)
+    if gather:
+        out.append(f"{gather} (training.fp8_all_gather)")
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")

@@ -70,6 +70,8 @@ class Capability:
     compile: bool = False
     # the MoE token dispatchers it runs (Training.moe_dispatcher, `--moe-dispatcher`; planner.plan.MOE_DISPATCHERS)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    # its FSDP all-gathers fp8 weights in fp8 (Training.fp8_all_gather, `--fp8-all-gather`)
+    fp8_all_gather: bool = False
 
     @property
     def uniform(self) -> bool:

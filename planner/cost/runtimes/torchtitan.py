@@ -94,7 +94,11 @@ SPEC = RuntimeSpec(
         expert_parallel_with_cp=True,
         # config/job_config.py Compile.enable (default False; components ["model", "loss"]):
         # models/llama3/infra/parallelize.py apply_compile wraps each TransformerBlock in torch.compile
-        compile=True),
+        compile=True,
+        # config/job_config.py Float8 enable_fsdp_float8_all_gather (torchao tensorwise scaling only:
+        # components/quantization/float8.py refuses it with a recipe_name; docs/float8.md pairs it with
+        # precompute_float8_dynamic_scale_for_fsdp)
+        fp8_all_gather=True),
     schedule_refusals={
         "zb-h1": "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need at least "
                  "2 stages per rank: use zbv"},

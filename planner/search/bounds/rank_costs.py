@@ -12,6 +12,7 @@ import numpy as np
 from ...core.dims import StageDims
 from ...cost.paths import pair_link, slowest, whole_node_layout
 from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
+from ...cost.fp8 import fp8_gather_block_params
 from ...cost.pricing import span_price, zero_comm
 from ...cost.stage_memory import offload_step_s
 from ...cost.stage_tail import grad_reduce_s, optimizer_s
@@ -44,7 +45,10 @@ def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price
     if zero < 2 or dp <= 1:
         return np.zeros(len(block_counts))
     dims = StageDims(tp, tp > 1, dp, zero)
-    comm = zero_comm(span_price(((block_counts, price),), dims).weight_params, dims, training.dtype, layout, params)
+    fp8_gathered = block_counts * fp8_gather_block_params(price.weight_params, price.expert_params, dims, training.dtype,
+                                                          params.fp8_recipe, params.fp8_all_gather)
+    comm = zero_comm(span_price(((block_counts, price),), dims).weight_params, dims, training.dtype, layout, params,
+                     fp8_gather_params=fp8_gathered)
     out = max(0.0, 1.0 - params.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(block_counts))
     if virtual_stages > 1:
         one, two = (zero_comm(w, dims, training.dtype, layout, params).total_s for w in (1.0, 2.0))

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...core.dims import StageDims
 from ...plan import Training
+from ...cost.fp8 import fp8_gather_block_params
 from ...cost.pricing import ChunkTime, DpLayout, LayerPrice, layer_price, span_price, zero_comm
 from ...cost.stage_memory import replica_memory
 from ...cost.sharding import Sharding
@@ -104,8 +105,12 @@ def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: Sta
         span = span_price(((block_counts - kf, bp.kept), (kf, bp.recomputed), (float(has_head), bp.head),
                            (float(has_emb), bp.emb)), dims)
         w = span.weight_params
-        time = ChunkTime(span, zero_comm(w, dims, training.dtype, layout, ta.cost_params, span.expert_params,
-                                         expert_layout)).time_s
+        p = ta.cost_params
+        fp8_gathered = block_counts * fp8_gather_block_params(bp.kept.weight_params, bp.kept.expert_params, dims,
+                                                              training.dtype, p.fp8_recipe, p.fp8_all_gather) \
+            if p.fp8_all_gather else 0.0
+        time = ChunkTime(span, zero_comm(w, dims, training.dtype, layout, p, span.expert_params,
+                                         expert_layout, fp8_gathered)).time_s
         acts = span.act_bytes
         free = ta.group.gpu.memory_bytes - replica_memory(span, 0.0, training.dtype, dims, ta.cost_params,
                                                           optimizer=training.optimizer, offload=offload).total_bytes

@@ -14,7 +14,9 @@ from ...inputs.hardware import Link
 from ...inputs.model import Layer
 from ...core.dims import StageDims
 from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
+from ...cost.fp8 import fp8_gather_block_params
 from ...cost.pricing import DpLayout, ZeroComm, layer_price, span_price, zero_comm
+from ...inputs.model import DTYPE_BYTES
 from ...cost.sharding import Sharding
 from .stage_types import INF, TypeArrays
 
@@ -36,12 +38,17 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         one, two = (zero_comm(w, dims, sh.dtype, layout, p) for w in (1.0, 2.0))
         per_weight = two.total_s - one.total_s
         fixed = one.total_s - per_weight
+        # the decoder weights all-gathered in fp8 gather as fewer 16-bit weights (dp_comm.zero_comm's saving)
+        fp8_gathered = block_counts * fp8_gather_block_params(dec.weight_params, dec.expert_params, dims, sh.dtype,
+                                                              p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
             span = span_price(((block_counts, dec), (has_head, head), (has_emb, emb)), sh.dims)
             w = span.weight_params
-            zero = ZeroComm(*(2 * x - y + (y - x) * w for x, y in ((one.reduce_scatter_s, two.reduce_scatter_s),
-                                                                   (one.gather_s, two.gather_s))), one.overlap)
+            gathered = w - fp8_gathered * (DTYPE_BYTES[sh.dtype] - 1) / DTYPE_BYTES[sh.dtype]
+            zero = ZeroComm(*(2 * x - y + (y - x) * v for x, y, v in ((one.reduce_scatter_s, two.reduce_scatter_s, w),
+                                                                      (one.gather_s, two.gather_s, gathered))),
+                            one.overlap)
             chunk_times[kind] = span.time_s + zero.exposed_s(span)
         times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.experts, ta.room, ta.boundary_bytes, p,

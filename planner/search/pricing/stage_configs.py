@@ -16,6 +16,7 @@ from ...cost.paths import collective_links, whole_node_layout
 from .interleave import interleaved_type_arrays
 from ...plan import Training
 from .context_parallel import cp_choices, places
+from ...cost.fp8 import fp8_gather_block_params
 from ...cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
 from ...cost.stage_memory import offload_fits, replica_memory
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
@@ -204,12 +205,15 @@ class StageConfigs(ProblemPart):
             spans = self.tables.replica_arrays[span_key] = {
                 (has_head, has_emb): span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 for has_head, has_emb in product((False, True), repeat=2)}
+        # the decoder weights FSDP all-gathers in fp8 (replica_pricer: fp8_gather_params of the span's layers)
+        fp8_gathered = n * fp8_gather_block_params(inputs.dec.weight_params, inputs.dec.expert_params, dims, t.dtype,
+                                                   p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
         for has_head, has_emb in product((False, True), repeat=2):
             span = spans[(has_head, has_emb)]
             w = params[(has_head, has_emb)] = span.weight_params
             experts[(has_head, has_emb)] = span.expert_params
             times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
-                                                                   expert_layout)).time_s
+                                                                   expert_layout, fp8_gathered)).time_s
             bwds[(has_head, has_emb)] = span.bwd_s
             acts = span.act_bytes
             wgrads[(has_head, has_emb)] = span.wgrad_s
