@@ -170,6 +170,12 @@ def gpt2():
     return load_model("gpt2")
 
 
+@pytest.fixture(scope="session")
+def llama2_decoder():
+    """llama-2-7b's decoder layer (32 heads of 128, MHA): the attention kernels' test layer."""
+    return next(layer for layer in load_model("llama-2-7b").layers if layer.kind == "decoder")
+
+
 @pytest.fixture
 def plan_json(small_cluster, gpt2) -> dict:
     """A plan file's JSON (a fresh dict): gpt2 on the small cluster, two stages of a TP pair."""

@@ -29,50 +29,45 @@ V100 = CATALOG["V100-SXM2-32GB"]
 NVLINK2 = Link(150e9, 3e-6, "NVLink2 (hybrid cube-mesh)")
 
 
-@pytest.fixture(scope="module")
-def decoder():
-    return next(layer for layer in load_model("llama-2-7b").layers if layer.kind == "decoder")
-
-
 def _price(decoder, attention: str, runtime: str, gpu=V100, seq_len: int = 4096):
     sh = Sharding("fp16", 1, seq_len, attention, StageDims(1), "none")
     return layer_price(decoder, sh, gpu, NVLINK2, stack_params(gpu, runtime))
 
 
 @pytest.mark.parametrize("runtime", ["megatron", "deepspeed", "megatron-2021"])
-def test_flash_under_megatron_and_deepspeed_on_a_v100_is_priced_as_standard_attention(decoder, runtime):
-    flash, standard = _price(decoder, "flash", runtime), _price(decoder, "standard", runtime)
+def test_flash_under_megatron_and_deepspeed_on_a_v100_is_priced_as_standard_attention(llama2_decoder, runtime):
+    flash, standard = _price(llama2_decoder, "flash", runtime), _price(llama2_decoder, "standard", runtime)
     assert (flash.fwd_s, flash.bwd_s, flash.time_s) == (standard.fwd_s, standard.bwd_s, standard.time_s)
     # the s x s softmax output (llama: no dropout) it saves for its backward: 32 heads x s^2 x 2 bytes
     assert flash.act_bytes == standard.act_bytes
-    assert flash.act_bytes - _price(decoder, "flash", "torchtitan").act_bytes == pytest.approx(
+    assert flash.act_bytes - _price(llama2_decoder, "flash", "torchtitan").act_bytes == pytest.approx(
         32 * 4096 ** 2 * 2 - 4 * 32 * 4096, rel=1e-6)
 
 
 @pytest.mark.parametrize("gpu", ["V100-SXM2-32GB", "T4", "RTX-2080"])
-def test_torchtitan_and_fsdp1_on_volta_and_turing_price_the_cutlass_kernel(decoder, gpu):
+def test_torchtitan_and_fsdp1_on_volta_and_turing_price_the_cutlass_kernel(llama2_decoder, gpu):
     for runtime in ("torchtitan", "fsdp1"):
         assert stack_params(CATALOG[gpu], runtime).fused_attention == "cutlass"
-    flash, standard = _price(decoder, "flash", "torchtitan", CATALOG[gpu]), _price(decoder, "standard", "torchtitan",
+    flash, standard = _price(llama2_decoder, "flash", "torchtitan", CATALOG[gpu]), _price(llama2_decoder, "standard", "torchtitan",
                                                                                  CATALOG[gpu])
     # the memory-efficient kernel: the causal half of standard attention's work, no saved scores
     assert flash.fwd_s < standard.fwd_s and flash.act_bytes < standard.act_bytes
 
 
-def test_runtime_any_prices_the_kernel_sdpa_runs_so_no_runtime_beats_it(decoder):
+def test_runtime_any_prices_the_kernel_sdpa_runs_so_no_runtime_beats_it(llama2_decoder):
     """--runtime any (the whole space, a lower bound on every runtime's plans) keeps the
     architecture's own kernel, not Megatron's unfused fallback."""
     for gpu in ("V100-SXM2-32GB", "T4"):
         assert stack_params(CATALOG[gpu], "any").fused_attention == "cutlass"
-    assert _price(decoder, "flash", "any").time_s < _price(decoder, "flash", "megatron").time_s
+    assert _price(llama2_decoder, "flash", "any").time_s < _price(llama2_decoder, "flash", "megatron").time_s
 
 
-def test_every_runtime_prices_flashattention_2_from_ampere(decoder):
+def test_every_runtime_prices_flashattention_2_from_ampere(llama2_decoder):
     for name in ("A100-SXM4-80GB", "H100-SXM5-80GB", "RTX-3090"):
         for runtime in RUNTIMES:
             assert stack_params(CATALOG[name], runtime).fused_attention == "flash2", (name, runtime)
     a100 = CATALOG["A100-SXM4-80GB"]
-    assert _price(decoder, "flash", "megatron", a100).act_bytes < _price(decoder, "standard", "megatron", a100).act_bytes
+    assert _price(llama2_decoder, "flash", "megatron", a100).act_bytes < _price(llama2_decoder, "standard", "megatron", a100).act_bytes
 
 
 def test_the_runtime_record_names_the_kernel_per_architecture():

@@ -1,4 +1,4 @@
-"""The MoE token dispatcher as a training choice (`--moe-dispatcher alltoall|flex`, issue 32):
+"""The MoE token dispatcher as a training choice (`--moe-dispatcher alltoall|flex`):
 recorded in the plan, priced, exported to Megatron-LM, refused where it cannot run; and the
 MoE runs' stated settings (force-balanced routing, a recipe's flex dispatcher) in the fidelity replay."""
 
@@ -122,7 +122,7 @@ def test_plan_keeps_the_chosen_dispatcher():
 # --- the MoE runs' stated settings (benchmarks/fidelity_moe.py, Case.settings) ------------------
 
 @pytest.fixture(scope="module")
-def moe():
+def fidelity_moe():
     sys.path.insert(0, str(BENCH))
     try:
         return __import__("fidelity_moe")
@@ -130,35 +130,35 @@ def moe():
         sys.path.remove(str(BENCH))
 
 
-def test_every_row_quoting_the_force_balance_note_is_priced_with_balanced_experts(moe):
-    runs = moe.load_moe_runs()
+def test_every_row_quoting_the_force_balance_note_is_priced_with_balanced_experts(fidelity_moe):
+    runs = fidelity_moe.load_moe_runs()
     for run in runs:
-        stated = moe.FORCE_BALANCED in " ".join(" ".join(map(str, run.get("notes", ()))).split())
-        assert (("moe_imbalance", 1.0) in moe.run_settings(run)) == stated
-    assert any(("moe_imbalance", 1.0) in c.settings for c in moe.moe_cases() if not c.skip)
+        stated = fidelity_moe.FORCE_BALANCED in " ".join(" ".join(map(str, run.get("notes", ()))).split())
+        assert (("moe_imbalance", 1.0) in fidelity_moe.run_settings(run)) == stated
+    assert any(("moe_imbalance", 1.0) in c.settings for c in fidelity_moe.moe_cases() if not c.skip)
 
 
-def test_a_row_whose_recipe_sets_a_flex_backend_is_priced_with_the_flex_dispatcher(moe):
-    runs = moe.load_moe_runs()
-    flex = [r for r in runs if ("moe_dispatcher", "flex") in moe.run_settings(r)]
+def test_a_row_whose_recipe_sets_a_flex_backend_is_priced_with_the_flex_dispatcher(fidelity_moe):
+    runs = fidelity_moe.load_moe_runs()
+    flex = [r for r in runs if ("moe_dispatcher", "flex") in fidelity_moe.run_settings(r)]
     stated = [r for r in flex if '"moe_flex_dispatcher_backend": "hybridep"' in " ".join(map(str, r["notes"]))]
-    assert stated and all(r in stated or moe.missed_recipe_backend(r) for r in flex)
+    assert stated and all(r in stated or fidelity_moe.missed_recipe_backend(r) for r in flex)
     plain = next(r for r in runs if "moe_flex_dispatcher_backend" not in " ".join(map(str, r.get("notes", ())))
-                 and not moe.missed_recipe_backend(r))
-    assert ("moe_dispatcher", "flex") not in moe.run_settings(plain)
+                 and not fidelity_moe.missed_recipe_backend(r))
+    assert ("moe_dispatcher", "flex") not in fidelity_moe.run_settings(plain)
 
 
-def test_a_row_matching_a_recipe_through_its_inherited_defaults_gets_the_recipes_backend(moe):
+def test_a_row_matching_a_recipe_through_its_inherited_defaults_gets_the_recipes_backend(fidelity_moe):
     import copy
 
-    row = next(r for r in moe.load_moe_runs() if r["id"].startswith("megatronbridge-moe-26.06-h100-qwen3"))
-    assert moe.missed_recipe_backend(row) == "hybridep"
-    assert ("moe_dispatcher", "flex") in moe.run_settings(row)
+    row = next(r for r in fidelity_moe.load_moe_runs() if r["id"].startswith("megatronbridge-moe-26.06-h100-qwen3"))
+    assert fidelity_moe.missed_recipe_backend(row) == "hybridep"
+    assert ("moe_dispatcher", "flex") in fidelity_moe.run_settings(row)
     other = copy.deepcopy(row)
     other["global_batch"] = 512  # not the recipe's global_batch_size=1024
-    assert moe.missed_recipe_backend(other) == "" and ("moe_dispatcher", "flex") not in moe.run_settings(other)
+    assert fidelity_moe.missed_recipe_backend(other) == "" and ("moe_dispatcher", "flex") not in fidelity_moe.run_settings(other)
 
 
-def test_the_moe_assumption_quotes_the_force_balance_line(moe):
-    assert "we force-balance the token distribution among experts" in moe.ASSUMPTION
-    assert "moe_flex_dispatcher_backend" in moe.ASSUMPTION
+def test_the_moe_assumption_quotes_the_force_balance_line(fidelity_moe):
+    assert "we force-balance the token distribution among experts" in fidelity_moe.ASSUMPTION
+    assert "moe_flex_dispatcher_backend" in fidelity_moe.ASSUMPTION
