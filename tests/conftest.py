@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,6 +38,18 @@ node_groups:
     intra_node: {bandwidth_GBps: 300, latency_us: 3}
     inter_node: {bandwidth_GBps: 200, latency_us: 5}
 """
+
+BENCHMARKS_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def benchmark_module(name: str):
+    """benchmarks/NAME.py imported as its scripts import each other (benchmarks/ on sys.path)."""
+    sys.path.insert(0, str(BENCHMARKS_DIR))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS_DIR))
+
 
 
 def small_cluster_spec(nodes: int = 1, gpus_per_node: int = 4, gpu: str = "A100-SXM4-80GB") -> dict:

@@ -14,7 +14,6 @@ from planner.search.bounds.completion import block_gpu_seconds, seconds_per_bloc
 from planner.search.decompose import decompose
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import ProblemInputs, SearchContext
-from planner.search.pricing.stage_types import SearchContext
 from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
 
 from .conftest import runtime_base, three_types

@@ -4,9 +4,6 @@ convention wants; Sailor's MIT "RTX-2080" is the 11 GiB RTX 2080 Ti."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from planner.core.dims import StageDims
@@ -15,6 +12,9 @@ from planner.cost.runtimes import stack_params
 from planner.cost.sharding import Sharding
 from planner.inputs.hardware import cluster_from_spec, load_catalog
 from planner.inputs.model import load_model
+
+from .conftest import benchmark_module
+
 
 CATALOG = load_catalog()
 
@@ -41,13 +41,7 @@ def test_tp_all_reduces_in_a_gh200_node_run_at_an_nvswitch_h100s_per_gpu_rate():
 
 
 def _fidelity_runs():
-    bench = str(Path(__file__).resolve().parent.parent / "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        import fidelity_runs
-    finally:
-        sys.path.remove(bench)
-    return fidelity_runs
+    return benchmark_module("fidelity_runs")
 
 
 def test_sailors_mit_rtx_2080_is_priced_as_the_11_gib_card_its_cluster_config_describes():

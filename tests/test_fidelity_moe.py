@@ -4,25 +4,15 @@ runs: every row is priced or skipped with the planner's own reason (benchmarks/f
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _module(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(BENCH))
+from .conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def moe():
-    return _module("fidelity_moe")
+    return benchmark_module("fidelity_moe")
 
 
 @pytest.fixture(scope="module")

@@ -8,27 +8,18 @@ and figures, until regenerated."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import evaluate_args, invoke
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+from .conftest import BENCHMARKS_DIR, benchmark_module, evaluate_args, invoke
 
 
 def _fidelity():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import fidelity
-    finally:
-        sys.path.remove(str(BENCH))
-    return fidelity
+    return benchmark_module("fidelity")
 
 
 def _expected() -> dict:
-    return json.loads((BENCH / "fidelity-expected.json").read_text())
+    return json.loads((BENCHMARKS_DIR / "fidelity-expected.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -4,25 +4,14 @@ with their status, the Markdown page, and leave-one-source-out over every public
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _module(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(BENCH))
+from .conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def tables():
-    return _module("fidelity_tables")
+    return benchmark_module("fidelity_tables")
 
 
 def _row(source: str, error: float, architecture: str = "hopper", fits: bool = True) -> dict:
@@ -91,8 +80,8 @@ def test_the_markdown_page_names_its_command_and_every_table(tables):
 
 
 def test_leave_one_source_out_predicts_a_source_without_fitted_parameters_with_the_full_fit(monkeypatch):
-    fidelity = _module("fidelity")
-    fit_cost_params = _module("fit_cost_params")
+    fidelity = benchmark_module("fidelity")
+    fit_cost_params = benchmark_module("fit_cost_params")
     fits = []
     monkeypatch.setattr(fit_cost_params, "leave_one_source_out",
                         lambda: {"sources": {"sailor-mit": {"fitted": {"turing.gemm_efficiency": 0.7}}}})

@@ -4,10 +4,8 @@ declared training setting: recorded, refused where it cannot run, priced, export
 from __future__ import annotations
 
 import json
-import sys
 import tomllib
 from dataclasses import replace
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -21,9 +19,7 @@ from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
 from planner.verify.plan_checks import load_schema
 
-from .conftest import assert_bad_input, invoke
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+from .conftest import assert_bad_input, benchmark_module, invoke
 
 
 def _cluster_yaml(tmp_path) -> str:
@@ -135,11 +131,7 @@ def test_other_exporters_refuse_it_and_lossy_drops_it(tmp_path):
 
 
 def test_the_replay_sets_it_through_the_training_of_the_runs_whose_preset_states_it():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import fidelity_runs
-    finally:
-        sys.path.remove(str(BENCH))
+    fidelity_runs = benchmark_module("fidelity_runs")
     runs = {r["id"]: r for r in fidelity_runs.load_runs()}
     fp8 = fidelity_runs.case(runs["torchtitan-perfdoc-405b-128h100-float8"])
     assert fp8.plan.training.fp8_all_gather and ("fp8_all_gather", True) in fp8.settings

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,9 +22,7 @@ from planner.report import credibility
 from planner.report.tables import mfu_source_lines, mfu_text
 from planner.verify.plan_checks import check_plan_data
 
-from .conftest import invoke, small_cluster_spec
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+from .conftest import benchmark_module, invoke, small_cluster_spec
 
 
 def ceiling(architecture: str, precision: str, mfu: float, run: str = "run-x") -> Ceiling:
@@ -82,11 +78,7 @@ def test_a_mixed_cluster_is_held_to_its_ceilings_weighted_by_peak():
 # --- the shipped ceilings ----------------------------------------------------------------------
 
 def test_the_shipped_ceilings_are_what_the_generator_computes():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import mfu_ceilings
-    finally:
-        sys.path.remove(str(BENCH))
+    mfu_ceilings = benchmark_module("mfu_ceilings")
     assert mfu_ceilings.render(mfu_ceilings.ceilings(mfu_ceilings.all_rows())) == CEILINGS_PATH.read_text(), \
         "regenerate: python benchmarks/mfu_ceilings.py --write"
 

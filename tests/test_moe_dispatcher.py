@@ -5,8 +5,6 @@ MoE runs' stated settings (force-balanced routing, a recipe's flex dispatcher) i
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +12,9 @@ from planner.export import export_deepspeed, export_megatron
 from planner.core.errors import BadInput
 from planner.plan import plan_from_json, plan_to_json
 
-from .conftest import assert_bad_input, evaluate_args, invoke, ok_json
+from .conftest import assert_bad_input, benchmark_module, evaluate_args, invoke, ok_json
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
 # Qwen3-30B-A3B on two DGX H100 with its 128 experts over all 16 GPUs: the EP group spans both nodes
 QWEN_EP16 = evaluate_args("qwen3-30b-a3b", "dgx-h100-2node", global_batch=64, seq_len=4096, dp=16,
                           extra=("--ep", "16", "--zero", "1"))
@@ -123,11 +121,7 @@ def test_plan_keeps_the_chosen_dispatcher():
 
 @pytest.fixture(scope="module")
 def fidelity_moe():
-    sys.path.insert(0, str(BENCH))
-    try:
-        return __import__("fidelity_moe")
-    finally:
-        sys.path.remove(str(BENCH))
+    return benchmark_module("fidelity_moe")
 
 
 def test_every_row_quoting_the_force_balance_note_is_priced_with_balanced_experts(fidelity_moe):
