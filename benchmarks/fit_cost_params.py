@@ -11,47 +11,11 @@ links ("link.field", planner.cost.formulas.CostParams), and is fitted on runs of
 (FREE). The fitted values are copied into planner/cost/architectures.py, planner/cost/runtimes/*.py and
 planner/cost/formulas.py by hand from this command's output.
 
-Last fit (`python benchmarks/fit_cost_params.py`): deepspeed.layer_overhead_s 0.0015,
-hopper.gemm_efficiency 0.55, eager.elementwise_traffic_factor 1.5, eager.layer_overhead_s 0.0005,
-eager.overlap_zero_comm 0.5, turing.gemm_efficiency 0.7, link.pcie_link_efficiency 0.5,
-link.ethernet_link_efficiency 0.3. Leave-one-source-out (`python benchmarks/fidelity.py --loso`):
-median 14.9 %, max 51.7 % (without amp-t4 27.2 %, bloom 7.8 %, llm-foundry 12.8 %,
-sailor-gh200 13.3 %, sailor-mit 30.5 %, torchtitan 6.3 %). Every parameter is priced by at least
-two sources, so each fold fits it on the rest.
-
-fp8 (planner.cost.fp8): each GEMM efficiency is fitted on the runs whose decoder GEMMs it prices
-(DTYPE_OF). With the fp8 runs of nemo and torchtitan in the replay the fit gives
-hopper.fp8_gemm_efficiency 0.55 and hopper.gemm_efficiency 0.55, the values in use, and
-eager.layer_overhead_s 0.00025 where 0.0005 is kept (so that no bf16 run moves; one grid step).
-Leave-one-source-out with the fp8 runs: median 14.98 %, max 55.8 % (without nemo 11.7 %,
-sailor-gh200 16.0 %, torchtitan 6.1 %, the others as above).
-
-With torchtitan's async-TP, 405B PP/CP and every-other-layer runs priced and its 500 W H100s at
-their sustained clock (planner.cost.architectures.SUSTAINED_CLOCK) the fit gives
-hopper.fp8_gemm_efficiency 0.6 (in use) and eager.layer_overhead_s 0.00025 (0.0005 kept, as
-above); the rest as listed.
-
-With FlashAttention-2's backward at 63/73 of its forward efficiency (formulas.attention_s) and the
-runs that used torch.compile priced with fused elementwise kernels (CostParams.torch_compile, so the
-eager factor is fitted on eager runs only) the fit gives hopper.gemm_efficiency 0.65,
-hopper.fp8_gemm_efficiency 0.575, eager.elementwise_traffic_factor 1.0, eager.layer_overhead_s
-0.001, deepspeed.layer_overhead_s 0.002, turing.gemm_efficiency 0.75 (the rest as listed). The
-values in use are kept: in-sample the refit moves every Hopper, Turing and DeepSpeed run and
-changes no target (all runs: median 5.3 % against 5.6 %, max 45.6 % against 45.8 %);
-leave-one-source-out refits every fold anyway (median 8.5 %, max 48.4 %: without llm-foundry
-3.5 %, nemo 5.8 %, torchtitan 10.3 %, sailor-mit 25.0 %, bloom 7.3 %, the others as above).
-
-With fp32 GEMMs on the CUDA cores at their own knee (formulas.gemm_half_dim: Sailor's TITAN-RTX /
-RTX-2080 runs) deepspeed.layer_overhead_s alone refits to 0.002 (loss over amp-t4, sailor-mit,
-sailor-gh200 and bloom 0.195 against 0.202 at 0.0015).
-
-With DeepSpeed's sequential pipeline sends (planner.cost.p2p: send then receive, each end waits for
-both), the quad-GH200 node's NVLink per GPU (450 GB/s, the catalog's convention) and Sailor's MIT
-"RTX-2080" priced as the RTX 2080 Ti its cluster config describes (11 GiB) deepspeed.layer_overhead_s
-alone refits to 0.0025, in use (loss over the same four 0.160 against 0.169 at 0.002; with the
-sends alone, before the other two, 0.002 stayed best: 0.186 against 0.189 at 0.0015). Fitted jointly
-with it, turing.gemm_efficiency and link.pcie_link_efficiency keep 0.7 and 0.5 and
-link.ethernet_link_efficiency gives 0.35 (loss 0.1602 against 0.1604 at the 0.3 in use).
+The command prints the fitted values and the loss of the fit beside the loss of the values in
+use. Where they differ, the values in use are kept unless a refit moves a target of
+benchmarks/fidelity.py: the eager pair (elementwise factor, per-layer overhead) and the Hopper
+pair (bf16, fp8 GEMM efficiency) trade against each other along a flat valley of the loss.
+Leave-one-source-out refits every fold from each grid's first value.
 """
 
 from __future__ import annotations
@@ -135,6 +99,12 @@ def main() -> None:
     values = fit()
     for key, value in values.items():
         print(f"{key:38} {value:g}")
+    for name, overrides in (("fit", values), ("values in use", {})):
+        layer_time.cache_clear()
+        rows, _ = replay(overrides, SOURCES)
+        errors = sorted(abs(r["error"]) for r in rows)
+        print(f"loss with the {name:14} {loss(rows):.4f} (median |error| {statistics.median(errors):.1%} "
+              f"over {len(rows)} runs)")
     if "--loso" in sys.argv:
         result = leave_one_source_out()
         for source, e in result["sources"].items():
