@@ -7,7 +7,7 @@ from typing import Any
 
 
 def attention_params(config: Any) -> int:
-    """q, k, v and output projections with their biases and q/k norms; MLA's down- and
+    """q, k, v and output projections with their biases, q/k norms and attention sinks; MLA's down- and
     up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
     h = config.hidden
     if config.mla is None:
@@ -24,6 +24,8 @@ def attention_params(config: Any) -> int:
         kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
               + m.kv_lora_rank * config.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
         params = q + kv + config.o_dim * h
+    if config.attention_sinks:  # one learned logit per head (transformers GptOssAttention.sinks)
+        params += config.num_heads
     if config.qk_norm == "head":
         params += 2 * config.head_dim
     elif config.qk_norm == "proj":
@@ -32,8 +34,10 @@ def attention_params(config: Any) -> int:
 
 
 def _ffn_params(config: Any, width: int) -> int:
-    """One feed-forward network of inner width `width`: its weights and, with linear biases, their biases."""
-    bias = width + config.hidden if config.linear_bias else 0
+    """One feed-forward network of inner width `width`: its weights and, with linear biases, their
+    biases (a gated MLP's gate and up projections each have theirs: GPT-OSS's gate_up_proj_bias)."""
+    inner = 2 * width if config.gated_mlp else width
+    bias = inner + config.hidden if config.linear_bias else 0
     return (3 if config.gated_mlp else 2) * config.hidden * width + bias
 
 
@@ -67,5 +71,6 @@ def features_beyond_gpt_flags(config: Any) -> list[str]:
              (bool(config.dense_layers), "dense layers among the MoE ones"), (config.router_bias, "router bias"),
              (config.block_norms != 2, "norms after attention and MLP"),
              (config.qk_norm == "proj", "whole-projection q/k norms"),
-             (bool(config.layer_windows), "sliding-window layers")]
+             (bool(config.layer_windows), "sliding-window layers"),
+             (config.attention_sinks, "attention sinks")]
     return [name for present, name in named if present]

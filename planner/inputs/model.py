@@ -122,7 +122,8 @@ class Layer:
         FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`). A
         sliding window of w < s keys (Mistral, Gemma 2/3, Phi-3) leaves s w - w^2/2 causal
         query-key pairs, which is what a windowed kernel computes; without the skip that is
-        doubled, as the full count is (s^2 = 2 x s^2/2).
+        doubled, as the full count is (s^2 = 2 x s^2/2). GPT-OSS's attention sinks add one
+        logit per query and head to the softmax (s a of s^2 a): not counted.
         """
         if self.kind != "decoder" or self.config is None:
             return 0.0

@@ -40,7 +40,8 @@ class ModelConfig:
     block_norms: int = 2  # norm layers per block (Gemma2/3: 4, before and after attention and MLP)
     shared_expert_ffn: int = 0  # FFN width of the always-on shared expert(s) of an MoE layer
     shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
-    router_bias: bool = False  # DeepSeek-V3's per-expert e_score_correction_bias
+    router_bias: bool = False  # a per-expert router bias (DeepSeek-V3's e_score_correction_bias, GPT-OSS's)
+    attention_sinks: bool = False  # GPT-OSS's learned sink logit, one per head
     mla: Mla | None = None
     window: int = 0  # this layer's sliding attention window in tokens; 0: full attention
     layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)

@@ -18,7 +18,7 @@ from ..core import ranges
 from ..core.errors import BadInput
 
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
-                   "qwen3_moe", "deepseek_v3", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2")
+                   "qwen3_moe", "deepseek_v3", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2", "gpt_oss")
 
 # the families planner.calibrate.torch_layers builds as torch modules (`planner profile`); the others
 # are priced analytically only
@@ -291,6 +291,27 @@ def _olmo2(reader: _Reader) -> dict[str, Any]:
     return _core(reader) | {"qk_norm": "proj"}
 
 
+# GptOssConfig defaults (transformers/models/gpt_oss/configuration_gpt_oss.py)
+GPT_OSS_DEFAULTS = {"head_dim": 64, "num_key_value_heads": 8, "sliding_window": 128}
+
+
+def _gpt_oss(reader: _Reader) -> dict[str, Any]:
+    """GPT-OSS (OpenAI's gpt-oss model card, arXiv 2508.10925; transformers modeling_gpt_oss.py):
+    biases on q, k, v and o (GptOssConfig sets attention_bias true), a learned attention sink per
+    head (GptOssAttention.sinks); even layers attend within sliding_window, odd ones to all
+    (GptOssConfig's layer_types); every layer an MoE of num_local_experts SwiGLU experts with
+    biased gate_up and down projections (GptOssExperts) and a biased router (GptOssTopKRouter).
+    swiglu_limit clamps values and YaRN rescales positions: neither changes a cost."""
+    d = GPT_OSS_DEFAULTS
+    reader = _Reader({"num_key_value_heads": d["num_key_value_heads"]} | dict(reader.data), reader.where,
+                     reader.prefix)
+    dims = _experts(reader, _core(reader, head_dim_default=d["head_dim"]), "num_local_experts")
+    window = reader.num("sliding_window", "max_positions", default=d["sliding_window"])
+    dims.update(linear_bias=True, router_bias=True, attention_sinks=True,
+                layer_windows=reader.layer_windows(dims["num_layers"], window, lambda i: i % 2 == 0))
+    return dims
+
+
 def _gpt2(reader: _Reader) -> dict[str, Any]:
     hidden = reader.first(("n_embd", "hidden_size"), "hidden")
     heads = reader.first(("n_head", "num_attention_heads"), "num_heads")
@@ -318,11 +339,11 @@ READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
-    "phi3": _phi3, "olmo2": _olmo2}
+    "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss}
 assert set(READERS) == set(SUPPORTED_TYPES)
 
 
-EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral, qwen*_moe, deepseek_v3
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral/gpt_oss, qwen*_moe, deepseek_v3
 MOE_TYPE_OF = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe", "qwen3": "qwen3_moe"}
 
 
@@ -331,7 +352,7 @@ def _refuse_experts_in_dense(data: Mapping[str, Any], mtype: str, where: str) ->
     experts from it: the planner would price a mixture of experts as dense)."""
     for key in (k for k in EXPERT_KEYS if type(data.get(k)) is int and data[k] > 1):
         hint = (f"model_type {MOE_TYPE_OF[mtype]}" if mtype in MOE_TYPE_OF
-                else "a mixture-of-experts model_type (mixtral, qwen2_moe, qwen3_moe, deepseek_v3)")
+                else "a mixture-of-experts model_type (mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss)")
         raise BadInput(f"{data[key]} experts in a {mtype} config: {mtype} is dense (its transformers model builds "
                        f"no experts), so it would be planned as a dense model; for a mixture of experts use {hint}",
                        where, key)
