@@ -20,6 +20,7 @@ from fidelity_runs import Case, _read, cluster_from_spec
 from planner.api.load import check_training_inputs, resolve_dtype
 from planner.core.errors import BadInput
 from planner.cost.runtimes.capability import model_problem, violations
+from planner.inputs.hardware import GB, US, load_catalog
 from planner.inputs.model import Model, build_layers, config_from_hf
 from planner.plan import Training, uniform_plan
 from planner.schedules import search_schedule
@@ -31,8 +32,11 @@ RUNTIME = "megatron"
 ASSUMPTION = (
     "Megatron-Bridge performance summaries (NeMo containers 25.09-26.08): Megatron-core with "
     "Transformer Engine. Interconnect 'not quantified in source': the catalog's links of the GPU "
-    "(its DGX system's NVLink and NICs), 8 GPUs per node on DGX H100/B200/B300 and a 64-GPU NVLink "
-    "domain on DGX GB200/GB300 NVL72 (the largest power of two a 72-GPU rack holds). Precision 'FP8' "
+    "(its DGX system's NVLink and NICs), 8 GPUs per node on DGX H100/B200/B300; on DGX GB200/GB300 "
+    "NVL72 a node per rack (its 72 GPUs share one NVLink Switch domain, the catalog's intra_node), "
+    "64 GPUs of each rack used (16 of its 18 trays: the largest power of two a rack holds), the "
+    "racks joined by the used GPUs' share of the rack's NICs (the catalog's inter_node x 64/72). "
+    "Precision 'FP8' "
     "and 'FP8-CS' as fp8 under the runtime's Transformer Engine recipe (te-delayed: the planner has "
     "no TE current-scaling recipe); 'not stated' (25.09, whose footnote calls it an 8-bit recipe) "
     "as fp8; MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4. Recompute 'not stated' (no recipe matched "
@@ -90,8 +94,9 @@ def missed_recipe_backend(run: dict) -> str:
 
 # the table's system names -> planner GPU catalog names (the catalog decides whether it knows them)
 GPUS = {"H100": "H100-SXM5-80GB", "B200": "B200", "B300": "B300", "GB200": "GB200", "GB300": "GB300"}
-# GPUs per node (per NVLink domain) of each table system: DGX boards hold 8, an NVL72 rack 72
-PER_NODE = {"GB200": 64, "GB300": 64}
+# the table's NVL72 systems; an NVL72 rack's GPUs (the catalog's node), the GPUs a job uses of one
+NVL72 = {"GB200", "GB300"}
+RACK_GPUS, USED_PER_RACK = 72, 64
 # the table's precision -> Training.dtype
 DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
@@ -128,6 +133,16 @@ def _degree(value) -> int:
     return value if isinstance(value, int) else 1  # 'n/a', null: not used
 
 
+def nvl72_spec(gpu: str, gpus: int) -> dict:
+    """A cluster spec of `gpus` NVL72 GPUs: a node per rack (one NVLink Switch domain) of up to
+    USED_PER_RACK GPUs, with those GPUs' share of the rack's NICs between racks."""
+    per_node = min(USED_PER_RACK, gpus)
+    nic = load_catalog()[gpu].inter_node
+    inter = {"bandwidth_GBps": nic.bandwidth_bytes_per_s / GB * per_node / RACK_GPUS, "latency_us": nic.latency_s / US}
+    return {"name": "moe-nvl72", "node_groups": [{"name": "rack", "gpu": gpu, "nodes": gpus // per_node,
+                                                  "gpus_per_node": per_node, "inter_node": inter}]}
+
+
 def _build(run: dict) -> tuple[object, str]:
     """(plan, '') or (None, the planner's reason it cannot price the row)."""
     md = run["model"]
@@ -140,9 +155,10 @@ def _build(run: dict) -> tuple[object, str]:
         return None, problem
     table_gpu = run["hardware"]["gpus"][0]["type"]
     gpus = run["hardware"]["total_gpus"]
-    per_node = min(PER_NODE.get(table_gpu, 8), gpus)
-    spec = {"name": "moe", "node_groups": [{"name": "g", "gpu": GPUS.get(table_gpu, table_gpu),
-                                            "nodes": gpus // per_node, "gpus_per_node": per_node}]}
+    gpu = GPUS.get(table_gpu, table_gpu)
+    spec = nvl72_spec(gpu, gpus) if table_gpu in NVL72 else {
+        "name": "moe", "node_groups": [{"name": "g", "gpu": gpu, "nodes": gpus // min(8, gpus),
+                                        "gpus_per_node": min(8, gpus)}]}
     cluster = cluster_from_spec(spec, "moe-runs")
     p = run["parallel"]
     tp, pp, cp, vp, ep = (_degree(p.get(k)) for k in ("tp", "pp", "cp", "vp", "ep"))
