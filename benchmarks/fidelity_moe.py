@@ -19,6 +19,7 @@ import yaml
 from fidelity_runs import Case, _read, cluster_from_spec
 from planner.api.load import check_training_inputs, resolve_dtype
 from planner.core.errors import BadInput
+from planner.cost.recompute import PRICED_MODULES
 from planner.cost.runtimes.capability import model_problem, violations
 from planner.inputs.hardware import GB, US, load_catalog
 from planner.inputs.model import Model, build_layers, config_from_hf
@@ -40,9 +41,11 @@ ASSUMPTION = (
     "and 'FP8-CS' as fp8 under the runtime's Transformer Engine recipe (te-delayed: the planner has "
     "no TE current-scaling recipe); 'not stated' (25.09, whose footnote calls it an 8-bit recipe) "
     "as fp8; MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4. Recompute 'not stated' (no recipe matched "
-    "the row) as none; Megatron's module recompute (recompute_modules) as none, its time and memory "
-    "saving unpriced, unless it names core_attn (then selective: core-attention recompute); the distributed "
-    "optimizer (ZeRO-1: the table's FSDP 0, or not in the table); sequence parallel with TP; etp "
+    "the row) as none; Megatron's module recompute (recompute_modules) as selective recomputing those "
+    "modules (CostParams.selective_recompute) where the planner prices each of them (core_attn, layernorm, "
+    "moe_act), else as none unless it names core_attn (then selective: core-attention recompute); the distributed "
+    "optimizer (ZeRO-1: the table's FSDP 0, or not in the table) with bf16 gradient buffers and reduction "
+    "(the performance scripts' grad_reduce_in_fp32 False at every tag); sequence parallel with TP; etp "
     "not stated as tp (Megatron-core's default); the interleaved schedule where vp > 1; flash "
     "attention; force-balanced, dropless routing as the section note states, the '(tokendrop)' "
     "rows alike (with balanced routing no expert exceeds its capacity): every expert gets its mean "
@@ -56,6 +59,12 @@ ASSUMPTION = (
     "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1); a row "
     "without hf_config is skipped (model dimensions not verified).")
 
+# Megatron-Bridge's performance configs keep bf16 gradient buffers and reduce them in bf16
+# (CostParams.bf16_fp32_grads False) at every tag the table's containers ran: grad_reduce_in_fp32:
+# false in scripts/performance/configs/qwen3/*.yaml (v0.1.0rc4); cfg.mixed_precision and cfg.ddp
+# grad_reduce_in_fp32 = False in configs/qwen3/qwen3_llm_pretrain.py and configs/gpt_oss/
+# gpt_oss_llm_pretrain.py (v0.2.0-v0.5.1); perf_recipes/_common.py _benchmark_common (v0.6.0)
+GRAD_REDUCE_SOURCE = "Megatron-Bridge scripts/performance: grad_reduce_in_fp32 False"
 # the section note every row quotes: routing force-balanced over the experts (moe_imbalance 1.0)
 FORCE_BALANCED = "we force-balance the token distribution among experts"
 # a matched recipe's stated setting that selects Megatron-core's flex token dispatcher
@@ -124,8 +133,28 @@ def _dtype(run: dict) -> str:
     return "fp8" if precision.startswith("not stated") else DTYPES.get(precision, precision)
 
 
+# the module list a row's recompute states ("selective, recompute_modules=['layernorm', 'moe_act'] (...)")
+RECOMPUTE_MODULES = re.compile(r"recompute_modules=\[([^\]]*)\]")
+
+
+def stated_modules(run: dict) -> tuple[str, ...]:
+    """The Megatron-core recompute_modules a row's selective recompute states (sorted; () if none)."""
+    text = " ".join(str(run["recompute"]).split())
+    found = RECOMPUTE_MODULES.search(text) if text.startswith("selective") else None
+    return tuple(sorted(m.strip(" '\"") for m in found.group(1).split(",") if m.strip())) if found else ()
+
+
+def priced_modules(run: dict) -> str:
+    """The row's stated modules as CostParams.selective_recompute ("layernorm+moe_act") when the
+    planner prices every one of them (recompute.PRICED_MODULES), else ''."""
+    modules = stated_modules(run)
+    return "+".join(modules) if modules and set(modules) <= set(PRICED_MODULES) else ""
+
+
 def _recompute(run: dict) -> str:
     text = str(run["recompute"])
+    if priced_modules(run):
+        return "selective"
     return "selective" if text.startswith("selective") and "core_attn" in text else "none"
 
 
@@ -175,14 +204,16 @@ def _build(run: dict) -> tuple[object, str]:
 
 def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
     """The CostParams fields the row's own notes state (Case.settings): force-balanced routing
-    (the section note), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend, or
-    a MISSED_RECIPES one's)."""
+    (the section note), bf16 gradient buffers (GRAD_REDUCE_SOURCE), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend, or
+    a MISSED_RECIPES one's), the recompute modules its recipe states when all are priced."""
     notes = " ".join(str(n) for n in run.get("notes", ()))
-    settings: tuple[tuple[str, object], ...] = ()
+    settings: tuple[tuple[str, object], ...] = (("bf16_fp32_grads", False),)  # GRAD_REDUCE_SOURCE
     if FORCE_BALANCED in " ".join(notes.split()):
         settings += (("moe_imbalance", 1.0),)
     if FLEX_BACKEND.search(notes) or missed_recipe_backend(run):
         settings += (("moe_dispatcher", "flex"),)
+    if priced_modules(run):
+        settings += (("selective_recompute", priced_modules(run)),)
     return settings
 
 

@@ -85,16 +85,9 @@ def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
 # Runs the memory model over-counts (or whose unstated or module recompute the replay cannot price),
 # each with the reason; a run leaves the list once it is predicted to fit. NeMo's
 # Nemotron-340B replay keeps Adam's states in bf16 as its recipe states (fidelity_runs.NEMO_OPTIMIZERS).
-_GPT_OSS_B200 = ("200.7 GiB of 180: fp32 grads of 16 local experts (61 GiB) and mbs-4 activations (86 GiB, "
-                 "12 of them the fp32 logits); the recipe's module recompute (layernorm, moe_act) is unpriced")
 KNOWN_OVERCOUNTS: dict[str, str] = {
-    "megatronbridge-moe-26.04.01-b200-gpt_oss_120b-bf16-64gpu-tp1pp1ep8vp1-mbs4gbs1280": _GPT_OSS_B200,
-    "megatronbridge-moe-26.04-b200-gpt_oss_120b-bf16-64gpu-tp1pp1ep8vp1-mbs4gbs1280": _GPT_OSS_B200,
-    "megatronbridge-moe-26.02.01-b200-gpt_oss_120b-bf16-64gpu-tp1pp1ep8vp1-mbs4gbs1280": _GPT_OSS_B200,
-    "megatronbridge-moe-25.11-b200-gpt_oss_120b-bf16-64gpu-tp1pp1ep8vp1-mbs4gbs512":
-        "200.7 GiB of 180, as the other B200 ep8 rows; recompute not stated, replayed as none",
     "megatronbridge-moe-25.11-h100-gpt_oss_120b-bf16-64gpu-tp1pp4ep8vp1-mbs4gbs512":
-        "121 GiB of 80: 1F1B keeps 4 micro-batches of 4 x 4096 tokens on stage 0 (74 GiB of activations); "
+        "113 GiB of 80: 1F1B keeps 4 micro-batches of 4 x 4096 tokens on stage 0 (74 GiB of activations); "
         "recompute not stated, replayed as none"}
 
 

@@ -69,7 +69,8 @@ class CostParams:
     torch_compile: bool = False
     bf16_fp32_grad_allreduce: bool = False  # under bf16 the DP reduction moves fp32 gradients
     # what "selective" recomputation recomputes under the software: "attention" (Megatron,
-    # Korthikanti et al. 2022: the attention-score ops) or "op" (torchtitan's per-op policy)
+    # Korthikanti et al. 2022: the attention-score ops), "op" (torchtitan's per-op policy) or a
+    # "+"-joined list of Megatron-core recompute_modules (recompute.PRICED_MODULES: "layernorm+moe_act")
     selective_recompute: str = "attention"
     # how its ring context parallelism passes K and V (planner.cost.context_parallel.cp_comm):
     # "p2p" (Megatron-core/TE: send/recv per step, each behind that step's attention) or
@@ -324,7 +325,8 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + host / 3
     bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * host / 3
     recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, host, fwd, gemm_times,
-                                    elem_fwd, cast_fwd, attn_fwd, score_fwd)
+                                    elem_fwd, cast_fwd, attn_fwd, score_fwd,
+                                    hbm / (1.0 if params.torch_compile else params.elementwise_traffic_factor))
 
     # the weight-gradient GEMMs (dW = X^T dY) do the forward GEMMs' FLOPs at the same shapes, half the
     # GEMM backward; attention scores, elementwise kernels and the host time belong to the input

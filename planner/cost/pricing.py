@@ -36,6 +36,7 @@ from ..inputs.hardware import GpuSpec, Link
 from ..inputs.model import Layer
 from .context_parallel import cp_comm
 from .p2p import p2p_s  # noqa: F401 (re-exported)
+from .recompute import module_saved_bytes, recompute_modules
 from .sharding import Sharding
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload
 from . import fp8 as fp8_cost
@@ -76,8 +77,13 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     if sh.recompute == "selective" and selective == "op":
         return layer.op_sac_act_bytes_per_sample(sh.local_seq_len, sh.tp, sh.sequence_parallel,
                                                  sh.dtype_bytes) * sh.micro_batch + gathered
-    return gathered + (layer.act_bytes_per_sample(sh.local_seq_len, sh.recompute, sh.tp, sh.sequence_parallel, sh.attention,
-                                       sh.dtype_bytes) - fp8_saving) * sh.micro_batch
+    mode, freed = sh.recompute, 0.0
+    if sh.recompute == "selective":  # Megatron-core's recompute_modules (recompute.recompute_modules)
+        modules = recompute_modules(selective)
+        mode = "selective" if "core_attn" in modules else "none"
+        freed = module_saved_bytes(layer, sh.local_seq_len, sh.dims, sh.dtype_bytes, modules)
+    return gathered + (layer.act_bytes_per_sample(sh.local_seq_len, mode, sh.tp, sh.sequence_parallel, sh.attention,
+                                       sh.dtype_bytes) - fp8_saving - freed) * sh.micro_batch
 
 
 def transient_activation_bytes(layer: Layer, sh: Sharding, cross_entropy: str = "fused",

@@ -3,18 +3,78 @@
 
 from __future__ import annotations
 
+from ..core.dims import StageDims
+from ..core.errors import BadInput
 from ..inputs.model import Layer
 from .sharding import Sharding
+
+# Megatron-core's selective recompute modules the planner prices (TransformerConfig.recompute_modules,
+# `--recompute-modules`): "core_attn" recomputes the core attention (the attention-score ops);
+# "layernorm" (input_layernorm and pre_mlp_layernorm) and "moe_act" (the MoE experts' activation
+# function) use output-discarding checkpointing: the module's output is freed once the next linear
+# has consumed it and recomputed from its saved input in the backward
+PRICED_MODULES = ("core_attn", "layernorm", "moe_act")
+
+
+def recompute_modules(selective_recompute: str) -> frozenset[str]:
+    """The Megatron-core modules a CostParams.selective_recompute names: "attention" is core_attn
+    (Megatron's default, recompute_modules=["core_attn"]); "op" none (torchtitan's per-op policy);
+    otherwise a "+"-joined list of PRICED_MODULES (e.g. "layernorm+moe_act")."""
+    if selective_recompute in ("attention", "op"):
+        return frozenset(("core_attn",)) if selective_recompute == "attention" else frozenset()
+    modules = frozenset(selective_recompute.split("+"))
+    unknown = sorted(modules - set(PRICED_MODULES))
+    if unknown:
+        raise BadInput(f"unknown recompute module {unknown[0]!r}", field="selective_recompute")
+    return modules
+
+
+def _block_config(layer: Layer):
+    """The config of a decoder block (a blend's first part: its parts share hidden and experts)."""
+    return layer.blend[0][0].config if layer.blend else layer.config
+
+
+def module_saved_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes: int, modules: frozenset[str]) -> float:
+    """What output-discarding module recompute frees of a decoder block's saved activations, per
+    sample on one TP rank (Megatron-core CheckpointWithoutOutput): "layernorm" the two norm outputs
+    (the QKV and MLP inputs, each s x h, replicated unless sequence parallel); "moe_act" the routed
+    experts' activation output (the second expert GEMM's input, s x f per routed copy, top_k copies)."""
+    c = _block_config(layer)
+    if layer.kind != "decoder" or c is None:
+        return 0.0
+    s, nb = seq_len, dtype_bytes
+    replicated = 2 * nb * s * c.hidden if "layernorm" in modules else 0.0
+    sharded = c.experts_top_k * nb * s * c.ffn_hidden if "moe_act" in modules and c.num_experts > 1 else 0.0
+    return dims.activation_share(replicated, sharded)
+
+
+def module_recompute_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes: int,
+                           modules: frozenset[str]) -> float:
+    """HBM traffic (per sample) of re-running the discarded modules in the backward, counted as
+    elementwise.elementwise_bytes counts their forward: each norm reads x and writes y (2 x s x h);
+    the experts' activation reads its input (gate and up: 2f under a gated MLP, else f) and writes f
+    per routed copy."""
+    c = _block_config(layer)
+    if layer.kind != "decoder" or c is None:
+        return 0.0
+    s, nb = seq_len, dtype_bytes
+    replicated = 2 * (2 * nb * s * c.hidden) if "layernorm" in modules else 0.0
+    sharded = 0.0
+    if "moe_act" in modules and c.num_experts > 1:
+        sharded = c.experts_top_k * ((2 if c.gated_mlp else 1) + 1) * nb * s * c.ffn_hidden
+    return dims.activation_share(replicated, sharded)
 
 
 def layer_recompute_s(layer: Layer, sh: Sharding, selective_recompute: str, layer_overhead_s: float, fwd: float,
                       gemm_times: list[float], elem_fwd: float, cast_fwd: float, attn_fwd: float,
-                      score_fwd: float) -> float:
+                      score_fwd: float, hbm_bytes_per_s: float = 0.0) -> float:
     """Recomputation (Korthikanti et al. 2022, sec 5): full repeats the forward; selective
     repeats only the attention-score part (softmax, dropout, QK^T, PV), or under a runtime
     whose selective checkpointing is per-op (torchtitan) every second matmul and the
     elementwise kernels (op_sac_recomputed_gemm_s). `selective_recompute` and `layer_overhead_s` are
-    the CostParams fields; the times are the layer's forward parts (formulas.layer_time)."""
+    the CostParams fields; the times are the layer's forward parts (formulas.layer_time). Megatron's
+    module recompute (recompute_modules) repeats core_attn's scores as "attention" does and the
+    discarded modules' kernels at `hbm_bytes_per_s` (module_recompute_bytes)."""
     recompute = sh.recompute
     if recompute == "full":
         return fwd
@@ -22,9 +82,14 @@ def layer_recompute_s(layer: Layer, sh: Sharding, selective_recompute: str, laye
         return (op_sac_recomputed_gemm_s(layer, gemm_times) + elem_fwd + cast_fwd / 2
                 + layer_overhead_s / 3
                 if layer.kind == "decoder" else 0.0)
-    if recompute == "selective" and sh.attention == "standard":
-        return attn_fwd + score_fwd
-    return 0.0
+    if recompute != "selective":
+        return 0.0
+    modules = recompute_modules(selective_recompute)
+    t = attn_fwd + score_fwd if "core_attn" in modules and sh.attention == "standard" else 0.0
+    if hbm_bytes_per_s > 0:
+        t += module_recompute_bytes(layer, sh.local_seq_len, sh.dims, sh.dtype_bytes, modules) * sh.micro_batch \
+            / hbm_bytes_per_s
+    return t
 
 
 def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:
