@@ -30,7 +30,8 @@ import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
 from .formulas import CostParams, layer_time
-from .dp_comm import NO_ZERO_COMM, DpLayout, ZeroComm, zero_comm, zero_exposed_s  # noqa: F401 (re-exported)
+from .dp_comm import (NO_ZERO_COMM, DpLayout, ZeroComm, rank_zero_share, zero_comm, zero_exposed_s,  # noqa: F401 (re-exported)
+                      zero_rank_overlapped)
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.model import Layer
@@ -314,10 +315,15 @@ class ChunkTime:
     send_s: float = 0.0  # what it waits for of its sends to the next stage (p2p.p2p_rank_s; none after the last)
     act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its activation offload (activation_offload)
     recv_s: float = 0.0  # ... of its receives from the stage before it, on another rank (p2p.p2p_rank_s)
+    # (forward, backward): its share of the ZeRO-2/3 collectives its rank exposes as one
+    # (dp_comm.rank_zero_share); None: its own (ZeroComm.exposed_s)
+    zero_share: tuple | None = None
 
     @property
     def zero_s(self):
-        """The ZeRO-2/3 collectives it exposes (ZeroComm.exposed_s)."""
+        """The ZeRO-2/3 collectives it exposes (ZeroComm.exposed_s, or its rank's share)."""
+        if self.zero_share is not None:
+            return self.zero_share[0] + self.zero_share[1]
         if self.zero is NO_ZERO_COMM:
             return 0.0
         return self.zero.exposed_s(self.span)
@@ -340,11 +346,11 @@ class ChunkTime:
         """The forward's part (planner.report.show): its TP, CP and EP collectives, half the send, the exposed ZeRO-3 gather."""
         return (self.span.fwd_s + self.span.tp_comm_fwd_s + self.span.cp_comm_fwd_s + self.span.ep_comm_fwd_s
                 + self.p2p_s / 2 + self.act_offload.fwd_exposed_s
-                + self.zero.forward_exposed_s(self.span.fwd_s))
+                + (self.zero.forward_exposed_s(self.span.fwd_s) if self.zero_share is None else self.zero_share[0]))
 
     @property
     def backward_s(self):
         """The rest: backward, recomputation, its TP, CP and EP collectives, half the send, the exposed reduce-scatter and gather."""
         return (self.span.bwd_s + self.span.tp_comm_bwd_s + self.span.cp_comm_bwd_s + self.span.ep_comm_bwd_s
                 + self.p2p_s / 2 + self.act_offload.bwd_exposed_s
-                + self.zero.backward_exposed_s(self.span.bwd_s))
+                + (self.zero.backward_exposed_s(self.span.bwd_s) if self.zero_share is None else self.zero_share[1]))

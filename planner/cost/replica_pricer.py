@@ -6,6 +6,7 @@ type, TP link and cost parameters. planner.cost.evaluate assembles these into th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import reduce
 from typing import Callable, Mapping
 
 from .formulas import DEFAULT_PARAMS, CostParams
@@ -15,7 +16,8 @@ from ..inputs.hardware import GpuSpec, Link
 from ..plan import Plan, Replica, Stage
 from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, activation_offload, merge_offloads
 from .p2p import p2p_message_s, p2p_rank_s
-from .pricing import ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, span_price, zero_comm
+from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, rank_zero_share, span_price,
+                      zero_comm, zero_rank_overlapped)
 from .runtimes import p2p_mode
 from ..schedules import get_schedule
 from .sharding import Sharding
@@ -160,8 +162,12 @@ class PlanPricer:
                              self.expert_layout(st), fp8_gathered).per_microbatch(loop_microbatches)
             offloaded = activation_offload(layers[st.layers[0]:st.layers[1]], span, st.offload_activations, pcie)
             times.append(ChunkTime(span, zero, 0.0, offloaded))
-        times = self._with_p2p(times, sent, received)
         whole = span_price((part for c in times for part in c.span.parts), chunks[0].dims)  # chunks share dims
+        if len(times) > 1 and zero_rank_overlapped(p):  # (one stream for the rank's reduce-scatters)
+            rank_zero = reduce(lambda a, b: a.plus(b), (c.zero for c in times))
+            share = rank_zero_share(rank_zero, whole.fwd_s, whole.bwd_s, len(times))
+            times = [replace(c, zero_share=share) for c in times]
+        times = self._with_p2p(times, sent, received)
         self._replicas[key] = ReplicaPrice(gpu, p, tuple(times), whole, merge_offloads(c.act_offload for c in times))
         return self._replicas[key]
 

@@ -13,7 +13,7 @@ from ...core.dims import StageDims
 from ...cost.paths import pair_link, slowest, whole_node_layout
 from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
 from ...cost.fp8 import fp8_gather_block_params
-from ...cost.pricing import span_price, zero_comm
+from ...cost.pricing import ZeroComm, span_price, zero_comm
 from ...cost.stage_memory import offload_step_s
 from ...cost.stage_tail import grad_reduce_s, optimizer_s
 from ...inputs.hardware import Cluster
@@ -39,9 +39,9 @@ def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price
                   virtual_stages: int) -> np.ndarray:
     """The least a replica's ZeRO-2/3 collectives add to its pass over n blocks per micro-batch
     (pricing.ChunkTime: zero_comm over the rank's layout, as StageConfigs.dp_layout builds it, less
-    what prefetching may hide, at most overlap_zero_comm of it, dp_comm.zero_exposed_s; V chunks
-    add V - 1 fixed parts, interleave.interleaved_type_arrays, counted where negative only); `layout`
-    the rank's, paths.whole_node_layout."""
+    what the runtime may hide, at most its share of each collective, ZeroComm.unhidden_s; V chunks
+    add V - 1 fixed parts of each, interleave.interleaved_type_arrays, counted where negative only);
+    `layout` the rank's, paths.whole_node_layout."""
     if zero < 2 or dp <= 1:
         return np.zeros(len(block_counts))
     dims = StageDims(tp, tp > 1, dp, zero)
@@ -49,10 +49,13 @@ def _zero_floor_s(layout, tp: int, dp: int, zero: int, training: Training, price
                                                           params.fp8_recipe, params.fp8_all_gather)
     comm = zero_comm(span_price(((block_counts, price),), dims).weight_params, dims, training.dtype, layout, params,
                      fp8_gather_params=fp8_gathered)
-    out = max(0.0, 1.0 - params.overlap_zero_comm) * np.asarray(comm.total_s, dtype=float) * np.ones(len(block_counts))
-    if virtual_stages > 1:
-        one, two = (zero_comm(w, dims, training.dtype, layout, params).total_s for w in (1.0, 2.0))
-        out = out + (virtual_stages - 1) * min(0.0, 2 * one - two)
+    out = np.asarray(comm.unhidden_s, dtype=float) * np.ones(len(block_counts))
+    if virtual_stages > 1:  # (each collective's fixed part where negative: their sum's least)
+        one, two = (zero_comm(w, dims, training.dtype, layout, params) for w in (1.0, 2.0))
+        shares = (one.overlap, one.reduce_scatter_overlap)
+        fixed = (ZeroComm(2 * one.reduce_scatter_s - two.reduce_scatter_s, 0.0, *shares),
+                 ZeroComm(0.0, 2 * one.gather_s - two.gather_s, *shares))
+        out = out + (virtual_stages - 1) * sum(min(0.0, part.unhidden_s) for part in fixed)
     return out
 
 

@@ -15,7 +15,8 @@ from ...inputs.model import Layer
 from ...core.dims import StageDims
 from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
 from ...cost.fp8 import fp8_gather_block_params
-from ...cost.pricing import DpLayout, ZeroComm, layer_price, span_price, zero_comm
+from ...cost.pricing import (DpLayout, ZeroComm, layer_price, rank_zero_share, span_price, zero_comm,
+                             zero_rank_overlapped)
 from ...inputs.model import DTYPE_BYTES
 from ...cost.sharding import Sharding
 from .stage_types import INF, TypeArrays
@@ -41,18 +42,35 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         # the decoder weights all-gathered in fp8 gather as fewer 16-bit weights (dp_comm.zero_comm's saving)
         fp8_gathered = block_counts * fp8_gather_block_params(dec.weight_params, dec.expert_params, dims, sh.dtype,
                                                               p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
+
+        def zero_of(span, chunks):  # (the collectives of `chunks` chunks holding `span` together)
+            w = span.weight_params
+            gathered = w - fp8_gathered * (DTYPE_BYTES[sh.dtype] - 1) / DTYPE_BYTES[sh.dtype]
+            return ZeroComm(*(chunks * (2 * x - y) + (y - x) * v
+                              for x, y, v in ((one.reduce_scatter_s, two.reduce_scatter_s, w),
+                                              (one.gather_s, two.gather_s, gathered))),
+                            one.overlap, one.reduce_scatter_overlap)
+
+        # a rank whose chunks hide their reduce-scatters behind its whole backward (dp_comm.zero_rank_overlapped)
+        # exposes what its span's compute does not hide of its V chunks' collectives, each chunk an equal
+        # share (dp_comm.rank_zero_share, as replica_pricer prices it): by its block count and ends alone
+        by_rank = zero_rank_overlapped(p)
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
             span = span_price(((block_counts, dec), (has_head, head), (has_emb, emb)), sh.dims)
-            w = span.weight_params
-            gathered = w - fp8_gathered * (DTYPE_BYTES[sh.dtype] - 1) / DTYPE_BYTES[sh.dtype]
-            zero = ZeroComm(*(2 * x - y + (y - x) * v for x, y, v in ((one.reduce_scatter_s, two.reduce_scatter_s, w),
-                                                                      (one.gather_s, two.gather_s, gathered))),
-                            one.overlap)
-            chunk_times[kind] = span.time_s + zero.exposed_s(span)
-        times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
+            chunk_times[kind] = span.time_s if by_rank else span.time_s + zero_of(span, 1).exposed_s(span)
+        zero_shares = {}
+        if by_rank:
+            times = {}
+            for flags, time in ta.time.items():
+                span = span_price(((block_counts, dec), (float(flags[0]), head), (float(flags[1]), emb)), sh.dims)
+                share = sum(rank_zero_share(zero_of(span, virtual_stages), span.fwd_s, span.bwd_s, virtual_stages))
+                times[flags] = time - zero_of(span, 1).exposed_s(span) + virtual_stages * share
+                zero_shares[flags] = share * np.ones(len(block_counts))
+        else:
+            times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.experts, ta.room, ta.boundary_bytes, p,
-                              chunk_times, ta.cp_link))
+                              chunk_times, ta.cp_link, zero_share=zero_shares))
     return out
 
 
@@ -67,22 +85,26 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
     the sending chunks as cost.replica_pricer shares it), by n."""
     has_head, has_emb = flags
     count = virtual_stages - 1 if has_head else virtual_stages
+    # (and its equal share of what the rank exposes of its ZeRO collectives, TypeArrays.zero_share)
+    zeros = [ta.zero_share.get(flags, 0.0) for ta in types]
     sends = [0.0 if link is None else
              p2p_rank_s(mode, count * p2p_message_s(ta.boundary_bytes, link, False, ta.cost_params), 0.0,
                         ta.time[flags])[0] / count for ta in types]
     counts = np.arange(blocks + 1)
     if not has_head and not has_emb:
         per_chunk = np.minimum(-(-counts // virtual_stages), blocks)
-        latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send for ta, send in zip(types, sends)])
+        latency = reduce(np.maximum, [ta.chunk["plain"][per_chunk] + send + zero
+                                      for ta, send, zero in zip(types, sends, zeros)])
         latency = np.where(counts >= virtual_stages, latency, INF)
         return latency, None
     extra = "head" if has_head else "emb"
     special, others, valid = _split_grid(blocks, virtual_stages)
     grid = None
-    for ta, send in zip(types, sends):
+    for ta, send, zero in zip(types, sends, zeros):
         send = send[:, None] if np.ndim(send) else send  # (by the rank's count n: the grid's rows)
-        own = ta.chunk[extra][special] + (0.0 if has_head else send)
-        slowest = np.maximum(own, ta.chunk["plain"][others] + send)
+        zero = zero[:, None] if np.ndim(zero) else zero
+        own = ta.chunk[extra][special] + zero + (0.0 if has_head else send)
+        slowest = np.maximum(own, ta.chunk["plain"][others] + send + zero)
         grid = slowest if grid is None else np.maximum(grid, slowest)
     grid = np.where(valid, grid, INF)
     best_a = np.argmin(grid, axis=1)  # first minimum: the smallest a

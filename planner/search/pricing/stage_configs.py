@@ -61,10 +61,11 @@ class StageConfigs(ProblemPart):
         # ZeRO-Offload per stage (planner.search.pricing.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
         # interleaved: the rank time (planner.search.pricing.interleave, the 1F1B span plus V - 1 fixed parts)
-        # is exact only where no ZeRO collective is partly hidden; prefetching (pricing.zero_exposed_s)
+        # is exact only where no ZeRO collective is partly hidden per chunk; prefetching (pricing.zero_exposed_s)
         # hides min(comm, compute) per chunk, not affine in a chunk's blocks. So ZeRO-2/3 is left out
         # of interleaved searches under physics that overlap it (the FSDP runtimes, which run no
-        # ZeRO-2/3 beside interleaving anyway: capability.py)
+        # ZeRO-2/3 beside interleaving anyway: capability.py). A reduce-scatter hidden behind the
+        # rank's whole backward (dp_comm.zero_rank_overlapped) depends on the rank's blocks alone: kept
         overlaps = any(inputs.options.params_for(g.gpu.name).overlap_zero_comm for g in inputs.groups)
         zeros = tuple(z for z in inputs.options.zero_stages if not (inputs.chunked and overlaps and z >= 2))
         for nodes, shapes in self._stage_shapes(used):

@@ -180,6 +180,9 @@ class TypeArrays:
     # micro-batch, and a deferred W's kept inputs per micro-batch as a share of its activations
     wgrad: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
     wgrad_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
+    # interleaved, where the rank's chunks hide their ZeRO collectives as one (interleave.interleaved_type_arrays):
+    # each chunk's share of what the rank exposes of them, by the rank's block count (chunk excludes it)
+    zero_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
 
 
 class StageCost(NamedTuple):
