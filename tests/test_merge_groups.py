@@ -37,8 +37,12 @@ def test_consecutive_alike_groups_merge_in_rank_order():
     assert merge_alike(cluster_from_spec(one_node_groups("hvhv")), alike) is None
     assert merge_alike(cluster_from_spec(one_node_groups("hh", {1: {"bandwidth_GBps": 100, "latency_us": 5}})),
                        alike) is None
+    # the path between two Ethernet groups is Ethernet too (NCCL's socket transport): they merge;
+    # an Ethernet group beside an RDMA one of the same figure does not (the path prices as Ethernet)
     ethernet = {"kind": "100 Gb/s Ethernet", "bandwidth_GBps": 12.5, "latency_us": 5}
-    assert merge_alike(cluster_from_spec(one_node_groups("hh", {0: ethernet, 1: ethernet})), alike) is None
+    rdma = {"kind": "100 Gb/s InfiniBand", "bandwidth_GBps": 12.5, "latency_us": 5}
+    assert merge_alike(cluster_from_spec(one_node_groups("hh", {0: ethernet, 1: ethernet})), alike) is not None
+    assert merge_alike(cluster_from_spec(one_node_groups("hh", {0: ethernet, 1: rdma})), alike) is None
 
 
 @pytest.mark.parametrize("runtime", ["any", "megatron"])
