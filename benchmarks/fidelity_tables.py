@@ -20,7 +20,7 @@ MIXED = "mixed"  # a run whose GPUs are of more than one architecture
 # `all` row adds the calibration runs of published-runs.yaml (megatron-sc21, korthikanti-22)
 PUBLIC = "public set"
 
-# The targets of the public set (issue 32): (key, what, limit); "source_median" holds for every
+# The targets of the public set (docs/fidelity.md): (key, what, limit); "source_median" holds for every
 # source, "loso_median" needs --loso
 TARGETS = (("median_abs_error", "median |error|", "<= 8 %"),
            ("max_abs_error", "max |error|", "<= 35 %"),
