@@ -84,9 +84,9 @@ class Uniform:
         return self.global_batch // (self.micro * self.dp)
 
 
-def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> Uniform:
-    """`placed`: the launch keeps the plan's placement (planner.export.launch.placeable), so mixed GPU
-    types and the placement are kept, not reported."""
+def _refuse_unpriced_stand_ins(plan: Plan, target: str) -> None:
+    """BadInput where `target` cannot run what the plan is priced with and no lossy stand-in would
+    keep its time and memory: its schedule, its MoE dispatcher, its fp8 all-gather."""
     t = plan.training
     refusals = RUNTIMES[target].schedule_refusals if target in RUNTIMES else {}
     if plan.pp > 1 and t.schedule in refusals:
@@ -101,6 +101,13 @@ def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> U
         # 16-bit weights gathered move twice the bytes the plan is priced with: no silent stand-in
         raise BadInput(f"cannot export: {gather} (the plan is priced with it): export --to torchtitan, "
                        "or --lossy", "--to")
+
+
+def uniform_form(plan: Plan, target: str, warn: Warn, placed: bool = False) -> Uniform:
+    """`placed`: the launch keeps the plan's placement (planner.export.launch.placeable), so mixed GPU
+    types and the placement are kept, not reported."""
+    t = plan.training
+    _refuse_unpriced_stand_ins(plan, target)
     offloaded = activation_offload_blocks(plan, target)
     compile_dropped(plan, target, warn)
     stages = plan.stages
