@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..core.dims import StageDims
 from ..core.errors import BadInput
 from ..inputs.model import Layer
@@ -16,6 +18,7 @@ from .sharding import Sharding
 PRICED_MODULES = ("core_attn", "layernorm", "moe_act")
 
 
+@lru_cache(maxsize=None)  # (parsed once per setting: it is read for every priced layer)
 def recompute_modules(selective_recompute: str) -> frozenset[str]:
     """The Megatron-core modules a CostParams.selective_recompute names: "attention" is core_attn
     (Megatron's default, recompute_modules=["core_attn"]); "op" none (torchtitan's per-op policy);
