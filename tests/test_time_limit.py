@@ -27,7 +27,7 @@ def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True,
     # decomposed: bundles of the trimmed cluster (decompose.trim, runtime megatron) of at most 4 nodes,
     # as the parts: the trimmed search of 8 bundles of 14 nodes (its own test: tests/test_trim.py) takes 20 s
     options = SolverOptions(time_limit_s=limit_s, max_exact_nodes=sum(nodes) if exact else 8,
-                            max_trimmed_bundle_nodes=4, jobs=jobs)
+                            max_trimmed_bundle_nodes=4, jobs=jobs, whole_after_parts=exact)
     started = time.perf_counter()
     try:
         result = solve(load_model("llama-3-70b"), cluster, training, options)

@@ -124,9 +124,9 @@ class PlanRequest:
     dp_degrees: tuple[int, ...] = field(default=(), metadata=declare(Flag(
         "--dp", "Data-parallel degrees every stage may take (repeatable) [default: any].", int, "search",
         repeatable=True, figure="degree")))
-    # the most pipeline stages; None: 16 (SolverOptions.max_stages) or the largest pp
+    # the most pipeline stages; None: 64 (SolverOptions.max_stages) or the largest pp
     max_pp: int | None = field(default=None, metadata=declare(Flag(
-        "--max-pp", "The most pipeline stages [default: 16, or the largest --pp].", int, "search")))
+        "--max-pp", "The most pipeline stages [default: 64, or the largest --pp].", int, "search")))
     # `plan --top K`: the K fastest plans of distinct configurations (planner.api.ranked)
     top: int = field(default=1, metadata=declare(Flag(
         "--top", "List the K fastest plans of distinct configurations (tp, pp, dp, cp, ep, micro-batch, "
@@ -136,8 +136,9 @@ class PlanRequest:
         "--time-limit", "Return within S seconds with the best plan found so far and its gap (exit 1 if none).",
         float, "search", show_default=True, figure="time_limit_s")))
     max_bundle_nodes: int = field(default=4, metadata=declare(Flag(
-        "--max-bundle-nodes", "Clusters of more than 8 nodes are searched on this many parts of nodes, any node "
-        "counts (identical bundles where they divide; not proven optimal).", int, "search", low=1, high=64,
+        "--max-bundle-nodes", "Clusters of more than 16 nodes (8 under --runtime any) are searched on this many "
+        "parts of nodes first (identical bundles where they divide), then, where its tables fit, whole, node by "
+        "node, in the time left: proven optimal where that search ends.", int, "search", low=1, high=64,
         show_default=True)))
     solver: str = field(default="highs", metadata=declare(Flag(
         "--solver", "MILP solver for the batch shares.", SOLVERS, "search", show_default=True)))

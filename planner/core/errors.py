@@ -29,3 +29,16 @@ class NoFeasiblePlan(Exception):
         self.shortfall_bytes = shortfall_bytes
         self.device = device
         super().__init__(message)
+
+
+class NothingFaster(NoFeasiblePlan):
+    """The search was complete and found no plan faster than SolverOptions.upper_bound_s."""
+
+
+class NotFoundInTime(NoFeasiblePlan):
+    """The time limit (or a stop request) ended the search before it found a plan; `searched`:
+    (searches done, searches in all) where known."""
+
+    def __init__(self, message: str, searched: tuple[int, int] | None = None):
+        super().__init__(message)
+        self.searched = searched

@@ -79,7 +79,9 @@ def print_plan(result, console: Console | None = None) -> None:
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
     for line in critical_lines(plan, est, labels):
         console.print(line)
-    status = "proven optimal" if result.optimal else f"not proven optimal (gap to lower bound {result.gap:.1%})"
+    why = getattr(result, "not_proven", "")
+    status = "proven optimal" if result.optimal else \
+        f"not proven optimal (gap to lower bound {result.gap:.1%}{'; ' + esc(why) if why else ''})"
     console.print(f"solver: {status}; {result.candidates} stage configurations priced in {result.seconds:.2f} s"
                   + (f"; searched on {result.decomposition}" if result.decomposition != "exact" else ""))
     line = any_runtime_line(result)

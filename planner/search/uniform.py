@@ -28,6 +28,7 @@ from ..inputs.hardware import Cluster
 from ..plan import Plan, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
 from .bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from .pricing.stage_configs import selective_differs
 from .pricing.stage_types import SearchContext
 
 
@@ -77,16 +78,17 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
     n = cluster.num_gpus
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     heads = model.config.num_heads if model.config else 1
+    # selective recompute is none's twin where every GPU runs flash attention (stage_configs)
+    selective = any(selective_differs(context.options, training, group.gpu.name) for group in cluster.groups)
     for tp, b, recompute, zero, v in product(space.tp_degrees, space.micro_batches, space.recompute_modes,
                                              space.zero_stages, space.virtual_stages):
         if n % tp or heads % tp or any(g.gpus_per_node % tp for g in cluster.groups):
             continue
-        if training.global_batch % b or (recompute == "selective" and training.attention == "flash"):
+        if training.global_batch % b or (recompute == "selective" and not selective):
             continue
         for schedule in _schedules(space, v):
-            chunked = schedule.chunks_per_rank(v) > 1
             for pp in range(1, n // tp + 1):
-                if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp or (chunked and blocks % (pp * v)):
+                if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp:
                     continue
                 if space.max_stages is not None and pp > space.max_stages:
                     break

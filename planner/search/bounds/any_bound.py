@@ -136,7 +136,8 @@ class AnyRuntimeBound:
 @lru_cache(maxsize=256)
 def _floor_s(context: SearchContext, micro_batch: int, virtual_stages: int, ranks: int | None, schedule: str) -> float:
     """The least step time of any plan of the search (b, V = v, `ranks` pipeline ranks or up to
-    options.max_stages, `schedule`) (the floor's argument); 0.0 where the argument does not hold."""
+    options.max_stages and the cluster's nodes, `schedule`) (the floor's argument); 0.0 where the
+    argument does not hold."""
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
     config = model.config
     if config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch:
@@ -145,7 +146,8 @@ def _floor_s(context: SearchContext, micro_batch: int, virtual_stages: int, rank
     m = training.global_batch // micro_batch
     least = ranks if ranks is not None and get_schedule(schedule).split_backward else 1
     per_rank = m // least
-    most_ranks = ranks if ranks is not None else options.max_stages
+    # every rank takes whole nodes (or parts of them), so a cluster's nodes cap the depth too
+    most_ranks = ranks if ranks is not None else min(options.max_stages, sum(g.nodes for g in cluster.groups))
     if per_rank < 1:
         return INF  # no replica can take its least share
     configs = _configs(context, micro_batch, schedule, virtual_stages)

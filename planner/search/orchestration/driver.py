@@ -17,7 +17,7 @@ from ..bounds.bound import compute_lower_bound_s
 from ...core.clock import Progress, SearchClock, SearchTimeout, stop_requested
 from ..decompose import Decomposition, decompose
 from .scale import solve_scaled
-from ...core.errors import BadInput, NoFeasiblePlan
+from ...core.errors import BadInput, NoFeasiblePlan, NotFoundInTime, NothingFaster
 from ...cost.evaluate import Estimate, evaluate
 from ...cost.runtimes.capability import Capability, capability, violations
 from ...inputs.hardware import Cluster
@@ -29,7 +29,8 @@ from .build import finish_plan
 from .lanes import Lane, Outcome, SearchInputs
 from .parallel import Searches
 from ..bounds.rank_costs import KnownCosts
-from .space import in_search_space, outside_exact_search, subproblems as runtime_subproblems, uniform_space, within
+from .space import (blended_decoders, in_search_space, outside_exact_search, subproblems as runtime_subproblems,
+                    uniform_space, unproven_shape, within)
 from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF, SolverOptions
 from ..uniform import UniformSeed, improving_uniform
@@ -37,14 +38,6 @@ from ..uniform import UniformSeed, improving_uniform
 _uniform_space = uniform_space  # the name tests/test_decompose.py knows
 
 __all__ = ["NotFoundInTime", "NothingFaster", "SolverOptions", "SearchResult", "solve", "compute_lower_bound_s"]
-
-
-class NothingFaster(NoFeasiblePlan):
-    """The search was complete and found no plan faster than SolverOptions.upper_bound_s."""
-
-
-class NotFoundInTime(NoFeasiblePlan):
-    """The time limit (or a stop request) ended the search before it found a plan."""
 
 
 @dataclass(frozen=True)
@@ -62,12 +55,15 @@ class SearchResult:
     # the same search under `--runtime any` (api.plan): its step time, or None with why not
     any_runtime_step_s: float | None = None
     any_runtime_note: str | None = None
+    not_proven: str = ""  # why the plan is not proven optimal ("" where it is)
 
     def solver_json(self) -> dict:
         out = {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,
                "candidates": self.candidates, "method": self.method, "bundles": self.bundles,
                "decomposition": self.decomposition,
                "lower_bound_step_time_s": self.lower_bound_s}
+        if not self.optimal:
+            out["not_proven"] = self.not_proven
         if self.plan.training.runtime != "any":
             out["any_runtime_step_s"] = self.any_runtime_step_s
             if self.any_runtime_note:
@@ -98,7 +94,9 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
     (decompose.trim), first, within half the time limit; its plan, mapped back onto the
     cluster with the other nodes idle, bounds the search on parts, and the faster plan is
     returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
-    (decompose.merge_alike). (planner.search.orchestration.scale)"""
+    (decompose.merge_alike). With a time limit, a cluster searched on parts is then searched whole,
+    node by node, in the time left, bounded by the plan on parts (SolverOptions.whole_after_parts).
+    (planner.search.orchestration.scale)"""
     return solve_scaled(SearchContext(model, cluster, training, options), on_progress, _solve)
 
 
@@ -171,7 +169,7 @@ def _solve(context: SearchContext, on_progress: Callable[[Progress], None] | Non
             # limit), in the time left, bounded by the best plan found
             known_s = min(searched_s(), incumbent_s, INF if seed is None else seed[1].step_time_s)
             take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
-        blended = bool(model.decoder_stand_in().blend) if model.config is not None else False
+        blended = blended_decoders(model)
         plan, estimate = _chosen_plan(searches, outcomes, seed, complete, blended, clock, context)
     return _result(plan, estimate, outcomes, space, complete, blended, parts, lower_bound, clock)
 
@@ -236,11 +234,12 @@ def _chosen_plan(searches: Searches, outcomes: list[Outcome], seed: tuple[Plan, 
     if complete and options.upper_bound_s is not None:
         raise NothingFaster(f"no plan faster than {options.upper_bound_s:g} s")
     if not complete:
-        searched = f"{clock.subproblems_done} of {clock.subproblems_total} subproblems searched"
+        counts = (clock.subproblems_done, clock.subproblems_total)
+        searched = f"{counts[0]} of {counts[1]} subproblems searched"
         if stop_requested() or options.time_limit_s is None:
-            raise NotFoundInTime(f"no plan found before the search was stopped ({searched})")
+            raise NotFoundInTime(f"no plan found before the search was stopped ({searched})", counts)
         raise NotFoundInTime(f"no plan found within the time limit of {options.time_limit_s:g} s "
-                             f"({searched}); raise --time-limit")
+                             f"({searched}); raise --time-limit", counts)
     shortfall = None
     for o in outcomes:  # the smallest overflow met, the first search's on ties
         if o.shortfall and (shortfall is None or o.shortfall[0] < shortfall[0]):
@@ -260,4 +259,15 @@ def _result(plan: Plan, estimate: Estimate, outcomes: list[Outcome], space: str,
     optimal = complete and parts.exact and not blended and not outside_exact_search(plan)
     gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
     return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
-                        1 if parts.exact else parts.largest_part, decomposition=parts.describe())
+                        1 if parts.exact else parts.largest_part, decomposition=parts.describe(),
+                        not_proven=_not_proven(plan, complete, parts, clock))
+
+
+def _not_proven(plan: Plan, complete: bool, parts: Decomposition, clock: SearchClock) -> str:
+    """Why a plan is not proven optimal (driver._result's rule), the first reason that holds; "" where it is."""
+    if not complete:
+        return (f"the search was cut short ({'stopped' if stop_requested() else 'time limit'}) after "
+                f"{clock.subproblems_done} of {clock.subproblems_total} searches")
+    if not parts.exact:
+        return f"searched on {parts.describe()} only"
+    return unproven_shape(plan)

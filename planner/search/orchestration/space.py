@@ -9,11 +9,12 @@ from dataclasses import replace
 from itertools import product
 
 from ...cost.runtimes.capability import Capability
+from ...inputs.model import Model
 from ...plan import Plan
 from ...schedules import get_schedule, search_schedule, searched_schedules
 from ..pricing.context_parallel import cp_choices
 from ..pricing.experts import expert_degrees
-from ..pricing.stage_configs import searched_recompute_modes
+from ..pricing.stage_configs import cluster_recompute_modes
 from ..pricing.stage_types import SearchContext
 from ..pricing.stages import Restriction, SolverOptions
 from ..uniform import UniformSpace, stages_on_whole_nodes
@@ -58,6 +59,24 @@ def outside_exact_search(plan: Plan) -> bool:
     offload, or a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS).
     Such a plan is not proven optimal."""
     return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched
+
+
+def blended_decoders(model: Model) -> bool:
+    """Whether the search prices the decoder blocks as a blend of several shapes
+    (Model.decoder_stand_in: DeepSeek-V3's dense first layers, Gemma's windows): its step times are
+    then estimates of the plans' and its optimum is not proven."""
+    return model.config is not None and bool(model.decoder_stand_in().blend)
+
+
+def unproven_shape(plan: Plan) -> str:
+    """Why a plan that a complete search of the whole cluster found is still not proven optimal:
+    its model's decoders are searched as a blend (blended_decoders), or it holds what only uniform
+    configurations price (outside_exact_search); "" where neither holds."""
+    if blended_decoders(plan.model):
+        return "decoder blocks of several shapes are searched at their count-weighted mean cost"
+    if outside_exact_search(plan):
+        return "a uniform configuration only the uniform scan prices (activation offload, ZB-V or looped BFS)"
+    return ""
 
 
 def uniform_schedules(options: SolverOptions, cap: Capability) -> tuple[str, ...]:
@@ -109,7 +128,7 @@ def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> l
     totals = {0}  # GPUs a stage on whole nodes can have
     for width, nodes in sorted(widths.items()):
         totals = {t + k * width for t in totals for k in range(nodes + 1)}
-    modes = searched_recompute_modes(options, training, cluster.groups[0].gpu.name)
+    modes = cluster_recompute_modes(options, training, cluster.groups)
     blocks = model.num_layers - 2
     out = []
     kv_heads = model.config.num_kv_heads if model.config else 1

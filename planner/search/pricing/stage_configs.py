@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import product
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from ...core.dims import StageDims
 from ...cost.paths import collective_links, whole_node_layout
 from .interleave import interleaved_type_arrays
+from ...inputs.hardware import NodeGroup
 from ...plan import Training
 from .context_parallel import cp_choices, places
 from ...cost.fp8 import fp8_gather_block_params
@@ -31,9 +32,22 @@ def searched_recompute_modes(options: SolverOptions, training: Training, gpu_nam
     """The recompute modes the search tries: Megatron's selective recompute is identical to none
     under flash attention (as the runtime runs it on the GPU: attention_kernels.priced_attention);
     a runtime whose selective checkpointing is per-op (torchtitan) saves less, so it stays a choice."""
+    return [m for m in options.recompute_modes if m != "selective" or selective_differs(options, training, gpu_name)]
+
+
+def selective_differs(options: SolverOptions, training: Training, gpu_name: str) -> bool:
+    """Whether selective recompute prices apart from none on this GPU (searched_recompute_modes)."""
     params = options.params_for(gpu_name)
     flash = priced_attention(training.attention, params.fused_attention) == "flash"
-    return [m for m in options.recompute_modes if not (m == "selective" and flash and params.selective_recompute != "op")]
+    return not flash or params.selective_recompute == "op"
+
+
+def cluster_recompute_modes(options: SolverOptions, training: Training, groups: Iterable[NodeGroup]) -> list[str]:
+    """The recompute modes searched on a cluster of these node groups: those searched_recompute_modes
+    keeps on some group's GPU (selective stays where some GPU runs attention without flash, e.g.
+    Megatron-LM's standard attention before Ampere), in the options' order."""
+    kept = {m for group in groups for m in searched_recompute_modes(options, training, group.gpu.name)}
+    return [m for m in options.recompute_modes if m in kept]
 
 
 class StageConfigs(ProblemPart):
@@ -56,7 +70,7 @@ class StageConfigs(ProblemPart):
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
         # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
         # (planner.search.pricing.block, planner.search.pricing.deferred)
-        modes = [m for m in searched_recompute_modes(inputs.options, inputs.training, inputs.groups[0].gpu.name)
+        modes = [m for m in cluster_recompute_modes(inputs.options, inputs.training, inputs.groups)
                  if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
         # ZeRO-Offload per stage (planner.search.pricing.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]

@@ -52,13 +52,22 @@ class SolverOptions:
     # (exact_node_limit)
     max_exact_nodes: int | None = None
     max_bundle_nodes: int = 4  # larger clusters: at most this many parts (planner.search.decompose)
+    # a larger cluster with a time limit: after the search on parts (in half the limit), the whole
+    # cluster node by node in the time left, bounded by the plan on parts (planner.search.orchestration.scale)
+    whole_after_parts: bool = True
+    # ... where the whole search's node vectors, prod(nodes + 1) over the groups, number at most this
+    # (None: by the runtime, whole_search_limit); its tables grow with them: 9 + 17 + 33 nodes
+    # (5,049 vectors) peak at 0.75 GiB under Megatron-LM, 31 + 47 + 50 (78,336) at 17.6 GiB
+    max_whole_vectors: int | None = None
     # a runtime with one DP degree for every stage, on parts of unequal size, also searches the
     # cluster trimmed to identical bundles of at most this many nodes (planner.search.decompose.trim):
     # its searches fix the stages' replicas, so 14 parts take seconds (31+47+49 nodes, llama-3-70b: 2.4 s)
     max_trimmed_bundle_nodes: int = 16
-    max_stages: int = 16
+    # the deepest pipeline: Megatron-LM's largest published one (1T parameters on 3,072 GPUs, pp 64;
+    # Narayanan et al. 2021, Table 1); a stage takes whole nodes, so a cluster's nodes cap it first
+    max_stages: int = 64
     # pipeline chunks per rank: 1 is plain 1F1B, V > 1 the interleaved schedule with V
-    # virtual stages per rank (Narayanan et al. 2021, sec 2.2); V must divide the blocks
+    # virtual stages per rank (Narayanan et al. 2021, sec 2.2)
     virtual_stages: tuple[int, ...] = (1, 2)
     # ZB-H1 (planner.search.pricing.deferred) where the runtime runs it, P ranks fixed per DP (as interleaved),
     # and uniform ZB-V (uniform_schedules)
@@ -88,6 +97,15 @@ class SolverOptions:
         if self.max_exact_nodes is not None:
             return self.max_exact_nodes
         return 8 if per_stage_dp else 16
+
+    def whole_search_limit(self, per_stage_dp: bool) -> int:
+        """The most node vectors a search of the whole cluster after its parts may have
+        (max_whole_vectors): by default 8,192, and 1,024 where stages choose their own DP degree
+        (`--runtime any`: 8 + 24 nodes, 225 vectors, peak at 0.74 GiB, but its search prices far more
+        configurations per vector)."""
+        if self.max_whole_vectors is not None:
+            return self.max_whole_vectors
+        return 1024 if per_stage_dp else 8192
 
     def allows_dp(self, dp: int) -> bool:
         return not self.dp_degrees or dp in self.dp_degrees
