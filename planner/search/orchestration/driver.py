@@ -29,7 +29,7 @@ from .build import finish_plan
 from .lanes import Lane, Outcome, SearchInputs
 from .parallel import Searches
 from ..bounds.rank_costs import KnownCosts
-from .space import (blended_decoders, in_search_space, outside_exact_search, subproblems as runtime_subproblems,
+from .space import (blended_decoders, in_search_space, parts_only, subproblems as runtime_subproblems,
                     uniform_space, unproven_shape, within)
 from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF, SolverOptions
@@ -171,7 +171,7 @@ def _solve(context: SearchContext, on_progress: Callable[[Progress], None] | Non
             take(searches.lane.seed(seed_space, accepts, known_s, (0, 1)))
         blended = blended_decoders(model)
         plan, estimate = _chosen_plan(searches, outcomes, seed, complete, blended, clock, context)
-    return _result(plan, estimate, outcomes, space, complete, blended, parts, lower_bound, clock)
+    return _result(plan, estimate, outcomes, space, complete, parts, lower_bound, clock)
 
 
 def _checked_context(context: SearchContext, space: str, cap: Capability) -> SearchContext:
@@ -247,7 +247,7 @@ def _chosen_plan(searches: Searches, outcomes: list[Outcome], seed: tuple[Plan, 
     raise no_plan(shortfall, layer_floors(context), training, long_sequence(context))
 
 
-def _result(plan: Plan, estimate: Estimate, outcomes: list[Outcome], space: str, complete: bool, blended: bool,
+def _result(plan: Plan, estimate: Estimate, outcomes: list[Outcome], space: str, complete: bool,
             parts: Decomposition, lower_bound: float, clock: SearchClock) -> SearchResult:
     """The SearchResult of the plan chosen, checked valid, runnable by `space` and fitting."""
     evaluations = sum(o.evaluations for o in outcomes)
@@ -256,18 +256,19 @@ def _result(plan: Plan, estimate: Estimate, outcomes: list[Outcome], space: str,
     assert not violations(plan, space), f"solver built a plan {space} cannot run: {violations(plan, space)}"
     assert estimate.fits, "solver built a plan that does not fit"
     # activation offload (uniform.fewest_offloaded), ZB-V and looped BFS are priced on uniform plans only, not proven
-    optimal = complete and parts.exact and not blended and not outside_exact_search(plan)
-    gap = 0.0 if optimal else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
-    return SearchResult(plan, estimate, optimal, gap, lower_bound, evaluations, clock.elapsed_s(),
-                        1 if parts.exact else parts.largest_part, decomposition=parts.describe(),
-                        not_proven=_not_proven(plan, complete, parts, clock))
+    # proven where the search ran to the end on the whole cluster, priced every block exactly and
+    # holds no plan only the uniform scan prices
+    why = _not_proven(plan, complete, parts, clock)
+    gap = 0.0 if not why else max(0.0, (estimate.step_time_s - lower_bound) / estimate.step_time_s)
+    return SearchResult(plan, estimate, not why, gap, lower_bound, evaluations, clock.elapsed_s(),
+                        1 if parts.exact else parts.largest_part, decomposition=parts.describe(), not_proven=why)
 
 
 def _not_proven(plan: Plan, complete: bool, parts: Decomposition, clock: SearchClock) -> str:
-    """Why a plan is not proven optimal (driver._result's rule), the first reason that holds; "" where it is."""
+    """Why a plan is not proven optimal, the first reason that holds; "" where it is."""
     if not complete:
         return (f"the search was cut short ({'stopped' if stop_requested() else 'time limit'}) after "
                 f"{clock.subproblems_done} of {clock.subproblems_total} searches")
     if not parts.exact:
-        return f"searched on {parts.describe()} only"
+        return parts_only(parts.describe())
     return unproven_shape(plan)

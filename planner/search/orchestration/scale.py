@@ -20,7 +20,7 @@ from ...cost.evaluate import evaluate
 from ...cost.runtimes.capability import capability, violations
 from ...plan import structural_problems
 from ..decompose import decompose, merge_alike, prices_alike, trim
-from .space import unproven_shape, within
+from .space import parts_only, unproven_shape, within
 from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF
 
@@ -138,4 +138,4 @@ def _on_parts(context: SearchContext, on_progress: Callable[[Progress], None] | 
     return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
                    candidates=inner.candidates + (whole.candidates if whole is not None else 0),
                    seconds=time.perf_counter() - started, decomposition=described,
-                   not_proven=f"searched on {described} only")
+                   not_proven=parts_only(described))

@@ -68,6 +68,12 @@ def blended_decoders(model: Model) -> bool:
     return model.config is not None and bool(model.decoder_stand_in().blend)
 
 
+def parts_only(decomposition: str) -> str:
+    """Why a plan searched on a cluster's parts alone (Decomposition.describe, decompose.Trim.describe)
+    is not proven optimal."""
+    return f"searched on {decomposition} only"
+
+
 def unproven_shape(plan: Plan) -> str:
     """Why a plan that a complete search of the whole cluster found is still not proven optimal:
     its model's decoders are searched as a blend (blended_decoders), or it holds what only uniform
