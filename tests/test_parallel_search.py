@@ -137,8 +137,9 @@ def test_time_limit_holds_with_two_search_processes():
 
 @needs_fork
 def test_lane_processes_forked_after_this_process_ran_the_ilp_solver_still_solve():
-    # HiGHS's threads do not survive a fork: a lane process that solves an LP (any_bound's) resets
-    # them. Run in a child with a timeout, since the failure is a hang.
+    # HiGHS's worker threads do not survive a fork: every solve runs on one thread
+    # (shares.highs), so the lanes fork a process holding none. Run in a child with a timeout,
+    # since the failure is a hang.
     code = """
 import sys
 from planner.search.orchestration.driver import SolverOptions, solve
@@ -162,6 +163,21 @@ print("done")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_the_ilp_solver_leaves_no_thread_behind_to_be_lost_at_a_fork():
+    code = """
+import os
+from planner.search.pricing.shares import IlpOptions, solve_shares_ilp
+before = len(os.listdir('/proc/self/task'))
+solve_shares_ilp(64, [1.0, 1.3, 2.0], [40, 40, 40], IlpOptions("HiGHS"), 1)
+print(before, len(os.listdir('/proc/self/task')))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    before, after = map(int, done.stdout.split()[-2:])
+    assert after == before, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("seed", [32, 5])

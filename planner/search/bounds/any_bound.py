@@ -65,7 +65,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     group, no group giving more GPUs than it has (the linear relaxation; the floor's argument, 2)."""
     import pulp
 
-    from ..pricing.shares import quiet_stdout
+    from ..pricing.shares import highs, quiet_stdout
 
     prob = pulp.LpProblem("most_rate", pulp.LpMaximize)
     counts = {}
@@ -80,7 +80,7 @@ def _most_rate(cluster: Cluster, configs: list, replicas: int) -> float:
     prob += pulp.lpSum(counts.values()) <= replicas, "replicas"
     prob += pulp.lpSum(q / configs[i][j][2] for (i, j), q in counts.items())
     with quiet_stdout():
-        prob.solve(pulp.HiGHS(msg=False))
+        prob.solve(highs())
     if prob.status != pulp.LpStatusOptimal:
         return INF  # no bound
     return float(pulp.value(prob.objective))

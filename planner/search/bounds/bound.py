@@ -47,7 +47,7 @@ def busy_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
     import pulp
 
-    from ..pricing.shares import quiet_stdout
+    from ..pricing.shares import highs, quiet_stdout
 
     sizes = [b for b in options.micro_batches if training.global_batch % b == 0] or list(options.micro_batches)
     kinds = {"embedding": [], "decoder": [], "head": []}
@@ -83,7 +83,7 @@ def busy_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
     for name, (count, _) in sorted(gpus.items()):
         prob += pulp.lpSum(busy[name]) <= count * step, f"c_{name}"
     with quiet_stdout():
-        prob.solve(pulp.HiGHS(msg=False))
+        prob.solve(highs())
     if prob.status != pulp.LpStatusOptimal:
         return 0.0
     return float(step.value())
@@ -268,7 +268,7 @@ def _wait_lp_s(context: SearchContext, modes: dict, ends: tuple,
     """One programme of pipeline_bound_s: rank class mu* = `star`; `alone`: one-stage plans."""
     import pulp
 
-    from ..pricing.shares import quiet_stdout
+    from ..pricing.shares import highs, quiet_stdout
 
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
     count = {"embedding": 0, "decoder": 0, "head": 0}
@@ -327,7 +327,7 @@ def _wait_lp_s(context: SearchContext, modes: dict, ends: tuple,
     if cap_star < INF:
         prob += slack <= tau_star * cap_star, "f_memory"
     with quiet_stdout():
-        prob.solve(pulp.HiGHS(msg=False))
+        prob.solve(highs())
     if prob.status != pulp.LpStatusOptimal:
         return INF if alone else 0.0
     return float(step.value())

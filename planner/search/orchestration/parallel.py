@@ -16,7 +16,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -187,8 +186,7 @@ def _serve(lane: Lane, conn: Connection, inherited: list[Connection]) -> None:
     # Ctrl-C reaches the whole process group: a lane stops its search as at the time limit, and the
     # parent, which decides what to print, collects its outcome (no KeyboardInterrupt, no traceback here)
     signal.signal(signal.SIGINT, lambda *_: request_stop())
-    if "highspy" in sys.modules:  # HiGHS's worker threads did not survive the fork (the bounds' LPs)
-        sys.modules["highspy"].Highs.resetGlobalScheduler(True)
+    # every HiGHS solve runs on one thread (pricing.shares.highs): the fork copied no solver thread
     lane.clock = replace(lane.clock, on_progress=None)  # progress is drawn by the parent
     while True:
         try:

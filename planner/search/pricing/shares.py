@@ -206,10 +206,19 @@ def quiet_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+def highs(time_limit_s: float | None = None, gap_rel: float | None = None):
+    """PuLP's HiGHS interface as every solve of the planner runs it: quiet and on one thread.
+    HiGHS keeps one thread scheduler per process, sized by its first solve (a later solve asking
+    another size is refused), and its worker threads do not survive a fork: with one thread
+    there are none, so the lane processes (orchestration.parallel) fork a process that holds
+    no solver thread (a thread holding a lock at the fork leaves the child waiting on it)."""
+    return pulp.HiGHS(msg=False, threads=1, timeLimit=time_limit_s, gapRel=gap_rel)
+
+
 def _solver(options: IlpOptions):
     if options.solver.upper() == "CBC":
         return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, gapRel=0)
-    return pulp.HiGHS(msg=False, timeLimit=options.time_limit_s, gapRel=0)
+    return highs(options.time_limit_s, 0)
 
 
 def solve_shares_ilp(total: int, replica_times: Sequence[float], replica_caps: Sequence[int],
