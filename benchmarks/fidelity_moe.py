@@ -37,10 +37,11 @@ ASSUMPTION = (
     "NVL72 a node per rack (its 72 GPUs share one NVLink Switch domain, the catalog's intra_node), "
     "64 GPUs of each rack used (16 of its 18 trays: the largest power of two a rack holds), the "
     "racks joined by the used GPUs' share of the rack's NICs (the catalog's inter_node x 64/72). "
-    "Precision 'FP8' "
-    "and 'FP8-CS' as fp8 under the runtime's Transformer Engine recipe (te-delayed: the planner has "
-    "no TE current-scaling recipe); 'not stated' (25.09, whose footnote calls it an 8-bit recipe) "
-    "as fp8; MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4. Recompute 'not stated' (no recipe matched "
+    "Precision 'FP8-CS' as fp8 under Transformer Engine's current scaling (--fp8-recipe te-current); "
+    "'FP8' alike (the rows' note: the H100 recipes use FP8 current scaling or blockwise; the planner "
+    "has no blockwise recipe), and 'not stated' (25.09, whose footnote calls it an 8-bit recipe); "
+    "MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4 (Transformer Engine's MXFP8BlockScaling and "
+    "NVFP4BlockScaling). Recompute 'not stated' (no recipe matched "
     "the row) as none; Megatron's module recompute (recompute_modules) as selective recomputing those "
     "modules (CostParams.selective_recompute) where the planner prices each of them (core_attn, layernorm, "
     "moe_act), else as none unless it names core_attn (then selective: core-attention recompute); the distributed "
@@ -108,6 +109,8 @@ NVL72 = {"GB200", "GB300"}
 RACK_GPUS, USED_PER_RACK = 72, 64
 # the table's precision -> Training.dtype
 DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+# the fp8 rows' scaling (ASSUMPTION): Transformer Engine's current scaling
+FP8_RECIPE = "te-current"
 
 
 def load_moe_runs(path: Path = MOE) -> list[dict]:
@@ -193,7 +196,7 @@ def _build(run: dict) -> tuple[object, str]:
     tp, pp, cp, vp, ep = (_degree(p.get(k)) for k in ("tp", "pp", "cp", "vp", "ep"))
     dtype = resolve_dtype(cluster, _dtype(run), RUNTIME)
     training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"], search_schedule(vp).name,
-                        vp, "flash", runtime=RUNTIME)
+                        vp, "flash", runtime=RUNTIME, fp8_recipe=FP8_RECIPE if dtype == "fp8" else "")
     check_training_inputs(model, training)
     plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=gpus // (tp * pp * cp), zero=1,
                         recompute=_recompute(run), sequence_parallel=tp > 1, cp=cp, ep=ep,
@@ -214,6 +217,8 @@ def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
         settings += (("moe_dispatcher", "flex"),)
     if priced_modules(run):
         settings += (("selective_recompute", priced_modules(run)),)
+    if "precision" in run and _dtype(run) == "fp8":
+        settings += (("fp8_recipe", FP8_RECIPE),)
     return settings
 
 

@@ -37,6 +37,7 @@ from fidelity_runs import Case, cluster_from_spec, gpt, measured_cases  # noqa: 
 from planner.cost.flops import model_flops_per_sample  # noqa: E402
 from planner.cost.formulas import mfu_peak_dtype  # noqa: E402
 from planner.cost.runtimes import stack_params  # noqa: E402
+from planner.inputs.devices import peak_key  # noqa: E402
 from planner.inputs.hardware import ARCHITECTURES, load_catalog  # noqa: E402
 from planner.inputs.mfu_ceilings import CEILINGS_PATH, FORMAT  # noqa: E402
 
@@ -147,8 +148,9 @@ def moe_rows() -> list[dict]:
 
 def stated_tflops_row(run: dict, catalog: dict) -> dict | None:
     """basis "stated_tflops": the model TFLOP/s per GPU the source states (its own FLOP count) over
-    the catalog peak of the run's precision; None where the source states none, the GPU is not in
-    the catalog, or the precision is not a planner dtype with a catalog peak (MXFP8, NVFP4, not stated)."""
+    the catalog peak of the run's precision (its format's: fp8 for MXFP8, fp4 for NVFP4); None where
+    the source states none, the GPU is not in the catalog or lacks the format, or the precision is
+    not a planner dtype (not stated)."""
     from fidelity_moe import DTYPES, GPUS
 
     tflops = run["measured"].get("model_tflops_per_gpu")
@@ -157,8 +159,9 @@ def stated_tflops_row(run: dict, catalog: dict) -> dict | None:
     dtype = DTYPES.get(str(run["precision"]).lower())
     if not tflops or gpu is None or dtype is None or not gpu.supports(dtype) or not gpu.architecture:
         return None
-    return {"run": run["id"], "architecture": gpu.architecture, "precision": dtype,
-            "mfu": tflops * 1e12 / gpu.peak(dtype), "basis": "stated_tflops", "gpu": gpu.name,
+    precision = peak_key(dtype)  # MXFP8 at the fp8 peak, NVFP4 at the fp4 peak, as a plan's MFU divides
+    return {"run": run["id"], "architecture": gpu.architecture, "precision": precision,
+            "mfu": tflops * 1e12 / gpu.peak(precision), "basis": "stated_tflops", "gpu": gpu.name,
             "source": citation(run)}
 
 

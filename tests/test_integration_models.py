@@ -211,3 +211,31 @@ def test_torchtitan_builds_the_exported_flavour(name, tmp_path):
         built = Transformer(args)
     assert sum(p.numel() for p in built.parameters()) == plan.model.params
     assert (args.rope_theta, args.norm_eps) == (500000, 1e-5)
+
+
+# Megatron-LM's core_transformer_config_from_args: each quantization flag is the TransformerConfig
+# field of its name (--fp8-format: fp8, --fp4-format: fp4), the param gathers fp8_param / fp4_param
+QUANTIZATION_FIELDS = {"--fp8-format": "fp8", "--fp8-recipe": "fp8_recipe", "--fp4-format": "fp4",
+                       "--fp4-recipe": "fp4_recipe", "--fp8-param-gather": "fp8_param",
+                       "--fp4-param-gather": "fp4_param"}
+
+
+@pytest.mark.parametrize("dtype, recipe", [("fp8", ""), ("fp8", "te-current"), ("mxfp8", ""), ("nvfp4", "")])
+def test_megatron_core_takes_the_exported_precision(dtype, recipe):
+    """megatron-core's TransformerConfig accepts the exported quantization flags: its Literal
+    choices and __post_init__ checks (fp4 and fp8 not together)."""
+    require("megatron.core", REQUIRE)
+    from megatron.core.transformer import TransformerConfig
+
+    cluster = {"name": "b", "node_groups": [{"name": "g", "gpu": "B200", "nodes": 1, "gpus_per_node": 8}]}
+    from planner.inputs.hardware import cluster_from_spec
+
+    plan = uniform_plan(load_model("llama-3-8b"), cluster_from_spec(cluster, "test"),
+                        Training(64, 4096, dtype, 1, fp8_recipe=recipe), tp=1, pp=1, dp=8, zero=1)
+    a = flags_of(plan)
+    kw = {field: True if a[flag] is None else a[flag] for flag, field in QUANTIZATION_FIELDS.items() if flag in a}
+    assert kw.get("fp8") or kw.get("fp4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, bf16=True, **kw)
+    assert (config.fp8_recipe if config.fp8 else config.fp4_recipe) == kw.get("fp8_recipe", kw.get("fp4_recipe"))

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from ..core import ranges
 from ..core.errors import BadInput
 from ..core.runtime_default import DEFAULT_RUNTIME
+from ..inputs.devices import QUANTIZED_FORMATS
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training, fp8_recipe_problem
@@ -43,22 +44,23 @@ def input_files(*names: str | Iterable[str] | None) -> list[str]:
 
 def resolve_dtype(cluster: Cluster, dtype: str | None, runtime: str | None = None) -> str:
     """bf16 where every GPU supports it, else fp16 (fp32 for a runtime without fp16: torchtitan,
-    capability.dtypes); an explicit dtype some GPU or the runtime lacks is bad input. fp8 needs fp8
-    tensor cores on every GPU and a `runtime` with an fp8 path (planner.cost.fp8)."""
+    capability.dtypes); an explicit dtype some GPU or the runtime lacks is bad input. fp8, mxfp8 and
+    nvfp4 need tensor cores for the format on every GPU and a `runtime` whose linears run it
+    (planner.cost.fp8)."""
     from ..cost.runtimes.capability import capability
 
-    dtypes = capability(runtime).dtypes if runtime is not None else ("fp32", "fp16", "bf16", "fp8")
+    dtypes = capability(runtime).dtypes if runtime is not None else ("fp32", "fp16", "bf16", *QUANTIZED_FORMATS)
     if dtype is None:
         common = cluster.common_dtype()
         return common if common in dtypes else "fp32"
     if dtype not in dtypes and dtype != "fp8":  # fp8: check_fp8 names the runtime's fp8 path
         raise BadInput(f"the {runtime} runtime has no {dtype} training (it has {', '.join(dtypes)})", "--dtype")
-    if dtype == "fp8":
+    if dtype in QUANTIZED_FORMATS:
         from ..cost.fp8 import check_fp8
         from ..cost.runtimes import get_runtime
 
         name = runtime or DEFAULT_RUNTIME
-        check_fp8(cluster.gpu_types, name, get_runtime(name).fp8_recipe)
+        check_fp8(cluster.gpu_types, name, get_runtime(name).fp8_recipe, dtype=dtype)
         return dtype
     missing = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
     if missing:

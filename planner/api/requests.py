@@ -18,7 +18,7 @@ from .flags import Flag, declare
 # What `planner plan` plans without options.
 DEFAULT_PLAN = {"model": "llama-3-8b", "cluster": "a100-v100-mix", "global_batch": 512, "seq_len": 4096}
 SOLVERS = ("highs", "cbc")
-TRAINING_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+TRAINING_DTYPES = ("bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4")
 
 # --- the flags plan and evaluate share (group "training", then "measurement") -------------------
 
@@ -28,11 +28,12 @@ GLOBAL_BATCH = Flag("--global-batch", "Sequences per optimizer step.", int, "tra
                     plan_file=True)
 SEQ_LEN = Flag("--seq-len", "Tokens per sequence.", int, "training", figure="seq_len", plan_file=True)
 DTYPE = Flag("--dtype", "Training dtype [default: bf16 if every GPU has it, else fp16]; fp8: the decoder "
-             "GEMMs in fp8 (Ada, Hopper, Blackwell, MI300X; runtimes megatron, torchtitan).", TRAINING_DTYPES,
+             "GEMMs in fp8 (Ada, Hopper, Blackwell, MI300X; runtimes megatron, torchtitan); mxfp8, nvfp4: in MXFP8 "
+             "or NVFP4 block scaling (Blackwell; Transformer Engine: runtimes megatron, any).", TRAINING_DTYPES,
              "training", plan_file=True)
 FP8_RECIPE = Flag("--fp8-recipe", "With --dtype fp8: the scaling recipe [default: the runtime's; megatron "
-                  "te-delayed, torchtitan torchao-tensorwise]; torchao-rowwise: torchao's per-row scales "
-                  "(torchtitan).", FP8_RECIPE_NAMES, "training", plan_file=True)
+                  "te-delayed, torchtitan torchao-tensorwise]; te-current: Transformer Engine's per-tensor current "
+                  "scaling (megatron); torchao-rowwise: torchao's per-row scales (torchtitan).", FP8_RECIPE_NAMES, "training", plan_file=True)
 COMPILE = Flag("--compile", "Run the model under torch.compile (torchtitan's [compile] enable): priced with "
                "TorchInductor's fused elementwise kernels, recorded as training.compile. Runtimes torchtitan and "
                "any only (any is priced as megatron, whose fused kernels already price the same: no change in "

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
+from ..inputs.devices import QUANTIZED_FORMATS, peak_key
 from ..inputs.hardware import GIB, GpuSpec, Link
 from ..inputs.measured import MeasuredTimes
 from .collectives import ring_allgather_s, ring_allreduce_s  # noqa: F401 (re-exported)
@@ -173,19 +174,21 @@ def gemm_half_dim(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
 
 
 def mfu_peak_dtype(gpu: GpuSpec, dtype: str, params: CostParams) -> str:
-    """The dtype whose peak MFU divides by on `gpu`: the training dtype's, or "tf32" where fp32
-    GEMMs run on TF32 tensor cores (matmul_peak prices them there), so MFU stays <= 100 %."""
-    return "tf32" if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32") else dtype
+    """The dtype whose peak MFU divides by on `gpu`: the training dtype's (a quantized dtype's
+    format's: fp8 for MXFP8, fp4 for NVFP4), or "tf32" where fp32 GEMMs run on TF32 tensor cores
+    (matmul_peak prices them there), so MFU stays <= 100 %."""
+    return "tf32" if dtype == "fp32" and params.tf32_matmul and gpu.supports("tf32") else peak_key(dtype)
 
 
 def matmul_peak(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
     """Peak FLOP/s of the GEMMs: fp32 training runs them on TF32 tensor cores where the
     software allows it (NGC PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;
     upstream PyTorch keeps `allow_tf32` off for matmuls since 1.12) and the GPU has them.
-    fp8 training runs all but the decoder GEMMs in bf16 (planner.cost.fp8): the bf16 peak here."""
+    Quantized training (fp8, MXFP8, NVFP4) runs all but the decoder GEMMs in bf16
+    (planner.cost.fp8): the bf16 peak here."""
     if mfu_peak_dtype(gpu, dtype, params) == "tf32":
         return gpu.peak("tf32")
-    if dtype == "fp8":
+    if dtype in QUANTIZED_FORMATS:
         return gpu.peak("bf16")
     return gpu.peak(dtype)
 
@@ -357,14 +360,14 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
 
     GEMMs: forward 2mnk; backward computes the input and the weight gradients, 2x forward
     (Narayanan et al. 2021, sec 5.1).
-    Under fp8 a decoder block's GEMMs run at the fp8 peak (planner.cost.fp8.gemm_flops_per_s)
-    and pay the recipe's casts, memory-bound (planner.cost.fp8.cast_bytes).
+    Under a quantized dtype a decoder block's GEMMs run at its format's peak
+    (planner.cost.fp8.gemm_flops_per_s) and pay the recipe's casts, memory-bound
+    (planner.cost.fp8.cast_bytes).
     Routed experts run as a grouped GEMM, each expert's GEMM at its own shape (rows: the tokens
     routed to it) and no faster than its memory traffic (expert_gemm_traffic_s); under EP the
     group waits for its busiest rank (CostParams.moe_imbalance)."""
     b = sh.micro_batch
-    fp8 = sh.dtype == "fp8" and layer.kind == "decoder"
-    recipe = fp8_cost.recipe_of(params.fp8_recipe) if fp8 else None
+    recipe = fp8_cost.quantized_linears(layer, sh.dtype, params.fp8_recipe)
     imbalance = ep_rank_imbalance(params.moe_imbalance, layer.config.num_experts, sh.dims.ep)
     knee = gemm_half_dim(gpu, sh.dtype, params)
     gemm_times, gemm_bwd_times, cast_fwd_bytes, cast_bwd_bytes = [], [], 0.0, 0.0
@@ -373,8 +376,8 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
         if recipe is not None:
             shape = gemm_efficiency(rows, g.n, g.k, params) / params.gemm_efficiency
             fp8_eff = params.gemm_efficiency if params.fp8_gemm_efficiency is None else params.fp8_gemm_efficiency
-            rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape, recipe.gemm_rate)
-            bwd_rate = fp8_cost.gemm_flops_per_s(gpu, fp8_eff, shape, recipe.bwd_gemm_rate)
+            rate = fp8_cost.gemm_flops_per_s(gpu, recipe, fp8_eff, shape, recipe.gemm_rate)
+            bwd_rate = fp8_cost.gemm_flops_per_s(gpu, recipe, fp8_eff, shape, recipe.bwd_gemm_rate)
             fwd_b, bwd_b = fp8_cost.cast_bytes(rows, g.n, g.k, g.count, recipe, g.linears)
             cast_fwd_bytes, cast_bwd_bytes = cast_fwd_bytes + fwd_b, cast_bwd_bytes + bwd_b
         else:
@@ -382,7 +385,8 @@ def _gemm_times(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams, se
         seconds = g.count * 2.0 * rows * g.n * g.k / rate
         bwd_seconds = 2 * g.count * 2.0 * rows * g.n * g.k / bwd_rate  # input and weight gradients
         if g.expert:
-            traffic = expert_gemm_traffic_s(rows, g.n, g.k, g.count, 1 if fp8 else sh.dtype_bytes, sh.dtype_bytes,
+            in_bytes = recipe.operand_bytes if recipe is not None else sh.dtype_bytes
+            traffic = expert_gemm_traffic_s(rows, g.n, g.k, g.count, in_bytes, sh.dtype_bytes,
                                             gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
             # the input- and weight-gradient GEMMs move as much again each
             seconds, bwd_seconds = max(seconds, traffic) * imbalance, max(bwd_seconds, 2 * traffic) * imbalance
@@ -401,7 +405,7 @@ def ep_rank_imbalance(expert_imbalance: float, num_experts: int, ep: int) -> flo
     return 1.0 + (expert_imbalance - 1.0) / math.sqrt(max(1, num_experts // ep))
 
 
-def expert_gemm_traffic_s(rows: float, n: float, k: float, count: int, in_bytes: int, out_bytes: int,
+def expert_gemm_traffic_s(rows: float, n: float, k: float, count: int, in_bytes: float, out_bytes: int,
                           hbm_bytes_per_s: float) -> float:
     """HBM time of `count` expert GEMMs rows x n x k (a grouped GEMM: Megatron-core GroupedMLP /
     TEGroupedLinear, one GEMM per local expert): each reads its input and its expert's weight and

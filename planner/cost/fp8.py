@@ -1,14 +1,17 @@
-"""fp8 training (`--dtype fp8`): which GPUs and runtimes have it, and what it changes in a layer.
+"""Quantized training (`--dtype fp8`, `mxfp8`, `nvfp4`): which GPUs and runtimes have it, and
+what it changes in a layer.
 
-Under fp8 the decoder blocks' linear layers (their weight GEMMs) run on the fp8 tensor cores;
-everything else stays in bf16: attention's softmax and batched matmuls, the norms and
-activations, the embedding and the LM head (Megatron/Transformer Engine keep the output layer
+Under these dtypes the decoder blocks' linear layers (their weight GEMMs) run on the tensor
+cores in the quantized format (fp8 with a scale per tensor; MXFP8 with an E8M0 scale per 32
+elements; NVFP4's E2M1 with an E4M3 scale per 16 elements and one fp32 scale per tensor:
+planner.inputs.devices.QUANTIZED_FORMATS); everything else stays in bf16: attention's softmax
+and batched matmuls, the norms and activations, the embedding and the LM head (Megatron/Transformer Engine keep the output layer
 in bf16; torchtitan's float8 converter skips `output` by default), the activations passed
 between layers, the gradients and the fp32 master weights and Adam states (Micikevicius et al.
-2022, "FP8 formats for deep learning", sec 4). So planner.inputs.model.DTYPE_BYTES counts fp8
-training as 2 bytes per element, and this module adds what fp8 changes:
+2022, "FP8 formats for deep learning", sec 4). So planner.inputs.model.DTYPE_BYTES counts these
+dtypes as 2 bytes per element, and this module adds what the format changes:
 
-  gemm_s             a decoder GEMM at the fp8 peak times the architecture's fp8 GEMM efficiency;
+  gemm_s             a decoder GEMM at the format's peak times the architecture's fp8 GEMM efficiency;
   cast_bytes         the HBM traffic of casting and scaling each GEMM input (the runtime's recipe);
   saved_input_saving the activations a runtime that saves fp8 inputs for the backward does not keep;
   weight_cache_bytes fp8 weight copies a runtime keeps between micro-batches;
@@ -17,8 +20,10 @@ training as 2 bytes per element, and this module adds what fp8 changes:
 The runtime's recipe (planner.cost.runtimes: Runtime.fp8_recipe) names its scaling:
 Transformer Engine's delayed scaling (Megatron-LM) or torchao float8's dynamic tensorwise
 scaling (torchtitan); a runtime without fp8 is refused. A training may choose another recipe of
-the same library (Training.fp8_recipe, `--fp8-recipe`: torchao's rowwise scaling under
-torchtitan), which prices its own casts and GEMM kernel rate (Fp8Recipe.gemm_rate).
+the same library (Training.fp8_recipe, `--fp8-recipe`: TE's current scaling under Megatron-LM,
+torchao's rowwise scaling under torchtitan), which prices its own casts and GEMM kernel rate
+(Fp8Recipe.gemm_rate). MXFP8 and NVFP4 run the recipe of the runtime's library for that format
+(FORMAT_RECIPES, recipe_for: Transformer Engine's MXFP8BlockScaling and NVFP4BlockScaling).
 """
 
 from __future__ import annotations
@@ -28,13 +33,9 @@ from typing import Iterable
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..inputs.devices import GpuSpec
+from ..inputs.devices import QUANTIZED_FORMATS, GpuSpec, peak_key
 from ..inputs.model import DTYPE_BYTES, Layer
 from ..plan import FP8_RECIPE_NAMES
-
-# the architectures with fp8 tensor cores: NVIDIA Ada (4th-gen tensor cores), Hopper (H100
-# whitepaper, "FP8 Tensor Core"), Blackwell; AMD CDNA3 (MI300X data sheet, FP8 matrix)
-FP8_ARCHITECTURES = ("ada", "hopper", "blackwell", "cdna3")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class Fp8Recipe:
     # tensorwise recipe (torchao/float8/config.py: enable_fsdp_float8_all_gather needs tensorwise
     # scaling; fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather casts the shard)
     gathers_fp8: bool = False
+    # the training dtype whose GEMMs it runs (QUANTIZED_FORMATS) and the bytes of one quantized
+    # operand element as kept and read, its scales included (a saved input, an expert GEMM's operand)
+    dtype: str = "fp8"
+    operand_bytes: float = 1.0
 
 
 # torchao's rowwise forward GEMM (torch._scaled_mm's CUTLASS rowwise kernel, fast accumulation)
@@ -108,6 +113,19 @@ RECIPES: dict[str, Fp8Recipe] = {
                             weight_data_bytes=1.0, weight_transpose_bytes=1.0, fp8_params=True,
                             saves_fp8_inputs=True,
                             source="transformer_engine/pytorch/module/linear.py, common/transpose/cast_transpose.cu"),
+    # Transformer Engine, Float8CurrentScaling (Megatron-LM --fp8-recipe tensorwise): the scale is the
+    # tensor's own amax, computed now, so a reduction pass reads the bf16 tensor (2 B) before the
+    # fused cast-transpose (read 2 B, write the fp8 data and its transpose, 1 + 1 B)
+    # (transformer_engine/pytorch/tensor/float8_tensor.py Float8CurrentScalingQuantizer;
+    # common/recipe/current_scaling.cu: compute_amax, then the cast); weights, parameters and
+    # saved inputs as delayed scaling
+    "te-current": Fp8Recipe("te-current",
+                            "Transformer Engine current scaling (per tensor, E4M3 forward, E5M2 backward)",
+                            "transformer-engine",
+                            x_fwd_bytes=6.0, x_bwd_bytes=0.0, dy_bwd_bytes=6.0, w_fwd_bytes=0.0, w_bwd_bytes=0.0,
+                            weight_data_bytes=1.0, weight_transpose_bytes=1.0, fp8_params=True,
+                            saves_fp8_inputs=True,
+                            source="transformer_engine/pytorch/tensor/float8_tensor.py Float8CurrentScalingQuantizer"),
     # torchao float8, dynamic tensorwise scaling (Float8LinearConfig's default recipe): each
     # operand is scaled by its own amax computed now, a reduction pass (read 2 B) before the cast
     # (read 2 B, write 1 B), in the forward for X and W and in the backward for dY and again for
@@ -142,6 +160,66 @@ RECIPES: dict[str, Fp8Recipe] = {
 }
 
 
+def block_scaled(name: str, title: str, dtype: str, element_bytes: float, block: int, reads: int,
+                 source: str) -> Fp8Recipe:
+    """A Transformer Engine block-scaled recipe: every GEMM of a Linear, forward (fprop) and backward
+    (dgrad, wgrad), takes operands quantized along its contraction dimension, so each tensor is kept
+    in two quantized copies, rowwise and columnwise, each with a 1-byte scale per `block` elements
+    (operand_bytes), where per-tensor fp8 keeps a transpose: on every GPU, since the blocks run along
+    different axes, not only the layout (transformer_engine/common/recipe/__init__.py). One kernel
+    writes both copies of X (forward) and dY (backward) after `reads` reads of the bf16 tensor (2 B
+    each); the weights are quantized once per step and cached (is_first_microbatch), both copies
+    resident, and kept as the quantized parameters; Linear saves the columnwise copy of its input."""
+    operand = element_bytes + 1 / block
+    cast = 2.0 * reads + 2 * operand
+    return Fp8Recipe(name, title, "transformer-engine", x_fwd_bytes=cast, x_bwd_bytes=0.0, dy_bwd_bytes=cast,
+                     w_fwd_bytes=0.0, w_bwd_bytes=0.0, weight_data_bytes=2 * operand, weight_transpose_bytes=0.0,
+                     fp8_params=True, saves_fp8_inputs=True, source=source, dtype=dtype, operand_bytes=operand)
+
+
+FORMAT_RECIPES: dict[str, Fp8Recipe] = {
+    # MXFP8BlockScaling: E4M3 data with an E8M0 scale per 32 consecutive elements (OCP MX v1.0), the
+    # scales local to their block: one read (transformer_engine/pytorch/tensor/mxfp8_tensor.py
+    # MXFP8Quantizer, rowwise and columnwise usage). MXFP8 parameters: Megatron-Bridge's
+    # bf16_with_mxfp8_mixed sets fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag, which
+    # Megatron-core's optimizer_config.py recommends with mxfp8
+    "te-mxfp8": block_scaled("te-mxfp8", "Transformer Engine MXFP8 block scaling (E4M3, E8M0 scale per 32 elements)",
+                             "mxfp8", 1.0, 32, 1,
+                             "transformer_engine/pytorch/tensor/mxfp8_tensor.py MXFP8Quantizer"),
+    # NVFP4BlockScaling: E2M1 data (half a byte) with an E4M3 scale per 16 elements and one fp32
+    # scale per tensor, whose amax takes a reduction pass before the quantizing read: two reads; the
+    # columnwise copy goes through the random Hadamard transform of the wgrad inputs (TE applies it
+    # to the columnwise usage only); weights in 16 x 16 blocks; NVFP4 GEMMs take only the TN layout
+    # (transformer_engine/pytorch/tensor/nvfp4_tensor.py NVFP4Quantizer). NVFP4 parameters:
+    # Megatron-LM --fp4-param-gather, which Megatron-Bridge's bf16_with_nvfp4_mixed sets
+    "te-nvfp4": block_scaled("te-nvfp4", "Transformer Engine NVFP4 block scaling (E2M1, E4M3 scale per 16 elements)",
+                             "nvfp4", 0.5, 16, 2,
+                             "transformer_engine/pytorch/tensor/nvfp4_tensor.py NVFP4Quantizer"),
+}
+
+
+def recipe_for(dtype: str, recipe: str) -> Fp8Recipe:
+    """The recipe that runs `dtype`'s GEMMs under a runtime whose fp8 recipe is `recipe`
+    (CostParams.fp8_recipe; "": none): that recipe under fp8, else its library's recipe for the
+    format (FORMAT_RECIPES); a runtime without one is bad input."""
+    if dtype == "fp8":
+        return recipe_of(recipe)
+    library = RECIPES[recipe].library if recipe in RECIPES else ""
+    for found in FORMAT_RECIPES.values():
+        if found.dtype == dtype and found.library == library:
+            return found
+    raise BadInput(f"{dtype} is priced only under a runtime whose linears run it (megatron: Transformer Engine)",
+                   "--dtype")
+
+
+def quantized_linears(layer: Layer, dtype: str, recipe: str) -> Fp8Recipe | None:
+    """The recipe of `layer`'s GEMMs under `dtype` (recipe_for), or None where they stay 16-bit:
+    a dtype without a quantized format, a layer other than a decoder block."""
+    if dtype not in QUANTIZED_FORMATS or layer.kind != "decoder":
+        return None
+    return recipe_for(dtype, recipe)
+
+
 def recipe_of(name: str) -> Fp8Recipe:
     """The recipe `name` (CostParams.fp8_recipe); "" is a runtime without fp8: bad input."""
     if name not in RECIPES:
@@ -166,27 +244,32 @@ def runtime_recipe(default: str, chosen: str, runtime_name: str) -> str:
     return chosen
 
 
-def has_fp8(gpu: GpuSpec) -> bool:
-    """fp8 tensor cores: an fp8 architecture with an fp8 peak in the catalog."""
-    return gpu.architecture in FP8_ARCHITECTURES and gpu.supports("fp8")
+# the GPUs named in a refusal, by training dtype
+FORMAT_GPUS = {"fp8": "Ada, Hopper, Blackwell, MI300X", "mxfp8": "Blackwell", "nvfp4": "Blackwell"}
 
 
-def check_fp8(gpus: Iterable[GpuSpec], runtime_name: str, recipe: str, field: str = "--dtype") -> None:
-    """Bad input unless every GPU has fp8 tensor cores and the runtime runs fp8 linears."""
-    lacking = [g for g in gpus if not has_fp8(g)]
+def check_fp8(gpus: Iterable[GpuSpec], runtime_name: str, recipe: str, field: str = "--dtype",
+              dtype: str = "fp8") -> None:
+    """Bad input unless every GPU has tensor cores for `dtype`'s format (GpuSpec.supports: fp8, MXFP8
+    or NVFP4, planner.inputs.devices.QUANTIZED_FORMATS) and the runtime runs its linears in it."""
+    lacking = [g for g in gpus if not g.supports(dtype)]
     if lacking:
         names = ", ".join(f"{g.name} ({g.architecture or 'unknown architecture'})" for g in lacking)
-        raise BadInput(f"fp8 needs fp8 tensor cores (Ada, Hopper, Blackwell, MI300X); {names} has none", field)
+        raise BadInput(f"{dtype} needs {dtype} tensor cores ({FORMAT_GPUS[dtype]}); {names} has none", field)
     if not recipe:
-        raise BadInput(f"runtime {runtime_name} has no fp8 training path (fp8 linears need Transformer Engine "
-                       "(--runtime megatron) or torchao float8 (--runtime torchtitan))", field)
+        raise BadInput(f"runtime {runtime_name} has no {dtype} training path ({dtype} linears need Transformer "
+                       "Engine (--runtime megatron)" + (" or torchao float8 (--runtime torchtitan))" if dtype == "fp8"
+                                                       else ")"), field)
+    recipe_for(dtype, recipe)
 
 
-def gemm_flops_per_s(gpu: GpuSpec, fp8_efficiency: float, shape_factor: float, kernel_rate: float) -> float:
-    """Achieved FLOP/s of an fp8 GEMM: the fp8 peak x the architecture's fp8 GEMM efficiency
-    (planner.cost.architectures) x the shape's saturation (formulas.gemm_efficiency's curve)
-    x the recipe's kernel rate in that pass (Fp8Recipe.gemm_rate, bwd_gemm_rate)."""
-    return gpu.peak("fp8") * fp8_efficiency * shape_factor * kernel_rate
+def gemm_flops_per_s(gpu: GpuSpec, recipe: Fp8Recipe, fp8_efficiency: float, shape_factor: float,
+                     kernel_rate: float) -> float:
+    """Achieved FLOP/s of a quantized GEMM: the peak of the recipe's format (fp8 for fp8 and MXFP8,
+    fp4 for NVFP4) x the architecture's fp8 GEMM efficiency (planner.cost.architectures) x the
+    shape's saturation (formulas.gemm_efficiency's curve) x the recipe's kernel rate in that pass
+    (Fp8Recipe.gemm_rate, bwd_gemm_rate)."""
+    return gpu.peak(peak_key(recipe.dtype)) * fp8_efficiency * shape_factor * kernel_rate
 
 
 def cast_bytes(rows: float, n: float, k: float, count: float, recipe: Fp8Recipe,
@@ -212,9 +295,9 @@ def weight_cache_bytes(layer: Layer, dims: StageDims, dtype: str, recipe: str, g
     """Bytes of fp8 weight copies a runtime keeps for `layer` between micro-batches, on one GPU:
     its decoder GEMM weights there (StageDims.weight_share: 1/tp, the routed experts 1/(etp x ep))
     x (the fp8 data, and the transpose unless non_tn_fp8_gemm)."""
-    if dtype != "fp8" or not recipe or layer.kind != "decoder":
+    r = quantized_linears(layer, dtype, recipe) if recipe else None
+    if r is None:
         return 0.0
-    r = RECIPES[recipe]
     copies = r.weight_data_bytes + (0.0 if non_tn_fp8_gemm(gpu) else r.weight_transpose_bytes)
     return dims.weight_share(layer.weight_params, layer.expert_params) * copies
 
@@ -223,7 +306,8 @@ def fp8_params_saving(layer: Layer, dims: StageDims, dtype: str, recipe: str) ->
     """Bytes of 16-bit weights a runtime with fp8 parameters (Fp8Recipe.fp8_params) does not
     keep for `layer` on one GPU, where its optimizer shards the fp32 master (ZeRO >= 1,
     planner.cost.stage_memory decides): the decoder GEMM weights there x the 16-bit width."""
-    if dtype != "fp8" or not recipe or layer.kind != "decoder" or not RECIPES[recipe].fp8_params:
+    r = quantized_linears(layer, dtype, recipe) if recipe else None
+    if r is None or not r.fp8_params:
         return 0.0
     return dims.weight_share(layer.weight_params, layer.expert_params) * DTYPE_BYTES[dtype]
 
@@ -248,11 +332,12 @@ def fp8_gather_block_params(weight_params: float, expert_params: float, dims: St
 
 
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,
-                       dtype_bytes: int) -> float:
-    """Bytes per sample a runtime that saves fp8 linear inputs (Fp8Recipe.saves_fp8_inputs)
+                       dtype_bytes: int, operand_bytes: float = 1.0) -> float:
+    """Bytes per sample a runtime that saves quantized linear inputs (Fp8Recipe.saves_fp8_inputs)
     does not keep: the inputs of the QKV and MLP-in GEMMs (the norm outputs, s x h each), of the
-    attention output projection (s x o) and of the MLP-down GEMM (s x f), at 1 byte instead of
-    `dtype_bytes` (model.Layer.act_bytes_per_sample counts them at 16 bits). In an MoE block
+    attention output projection (s x o) and of the MLP-down GEMM (s x f), at `operand_bytes`
+    (Fp8Recipe.operand_bytes: 1 in fp8) instead of `dtype_bytes` (model.Layer.act_bytes_per_sample
+    counts them at 16 bits). In an MoE block
     the router, a 16-bit linear, keeps the MLP norm output, and Transformer Engine's GroupedLinear
     saves each expert GEMM's input in fp8 as Linear does (transformer_engine/pytorch/module/
     grouped_linear.py: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True), then
@@ -262,7 +347,7 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     c = layer.config
     if layer.kind != "decoder" or c is None or layer.blend or c.mla is not None or recompute == "full":
         return 0.0
-    s, h, per = seq_len, c.hidden, dtype_bytes - 1
+    s, h, per = seq_len, c.hidden, dtype_bytes - operand_bytes
     dims = StageDims(tp, sequence_parallel)
     if c.num_experts > 1:
         routed = c.experts_top_k * (h + c.ffn_hidden)
@@ -271,7 +356,8 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
 
 
 assert tuple(RECIPES) == FP8_RECIPE_NAMES, "planner.plan.FP8_RECIPE_NAMES names the recipes priced here"
+assert {r.dtype for r in FORMAT_RECIPES.values()} | {"fp8"} == set(QUANTIZED_FORMATS), "a recipe per format"
 
-__all__ = ["FP8_ARCHITECTURES", "Fp8Recipe", "RECIPES", "TORCHAO_ROWWISE_GEMM_RATE", "cast_bytes", "check_fp8",
-           "fp8_params_saving", "gemm_flops_per_s", "has_fp8", "non_tn_fp8_gemm", "recipe_of", "runtime_recipe",
-           "saved_input_saving", "weight_cache_bytes"]
+__all__ = ["FORMAT_GPUS", "FORMAT_RECIPES", "Fp8Recipe", "RECIPES", "TORCHAO_ROWWISE_GEMM_RATE", "cast_bytes",
+           "block_scaled", "check_fp8", "fp8_params_saving", "gemm_flops_per_s", "non_tn_fp8_gemm", "quantized_linears",
+           "recipe_for", "recipe_of", "runtime_recipe", "saved_input_saving", "weight_cache_bytes"]

@@ -67,11 +67,13 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     """Activations one micro-batch leaves for the backward on one TP rank (Korthikanti et al.
     2022, Table 2; model.Layer.act_bytes_per_sample); "selective" under a runtime whose
     selective checkpointing is per-op (`selective` "op", torchtitan): Layer.op_sac_act_bytes_per_sample.
-    Under fp8 a runtime that saves fp8 linear inputs keeps those at 1 byte (fp8.saved_input_saving)."""
+    Under a quantized dtype a runtime that saves quantized linear inputs keeps those in the format
+    (fp8.saved_input_saving)."""
     fp8_saving = 0.0
-    if sh.dtype == "fp8" and fp8_recipe and fp8_cost.RECIPES[fp8_recipe].saves_fp8_inputs:
+    recipe = fp8_cost.quantized_linears(layer, sh.dtype, fp8_recipe) if fp8_recipe else None
+    if recipe is not None and recipe.saves_fp8_inputs:
         fp8_saving = fp8_cost.saved_input_saving(layer, sh.local_seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
-                                                 sh.dtype_bytes)
+                                                 sh.dtype_bytes, recipe.operand_bytes)
     gathered = 0.0  # kept by the head always, by a block without recomputation (gathered_input_bytes)
     if layer.kind == "head" or (layer.kind == "decoder" and sh.recompute == "none"):
         gathered = gathered_input_bytes(layer, sh, tp_saves_gathered_inputs)

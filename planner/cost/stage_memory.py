@@ -12,6 +12,7 @@ from .offload import NO_ACTIVATION_OFFLOAD, ActivationOffload, offloaded_activat
 from .pricing import SpanPrice
 from .states import WEIGHT_BYTES_FP32_TRAINING, MemoryBreakdown, get_optimizer, gradient_bytes, model_state_bytes
 from ..core.dims import StageDims, zero_divisors
+from ..inputs.devices import QUANTIZED_FORMATS
 from ..inputs.hardware import HostSpec
 from ..inputs.model import DTYPE_BYTES
 
@@ -31,7 +32,7 @@ def held_gradient_bytes(dtype: str, zero: int, p: CostParams) -> int:
     or its bf16 / fp8 gradient buffers are fp32 (CostParams.bf16_fp32_grads, Megatron-LM);
     otherwise the dtype's (gradient_bytes)."""
     if zero <= 1 and ((p.fp32_grad_accumulation and dtype != "fp32")
-                      or (p.bf16_fp32_grads and dtype in ("bf16", "fp8"))):
+                      or (p.bf16_fp32_grads and dtype in ("bf16", *QUANTIZED_FORMATS))):
         return WEIGHT_BYTES_FP32_TRAINING
     return gradient_bytes(dtype)
 

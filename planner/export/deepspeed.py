@@ -6,6 +6,7 @@ from typing import Any
 
 from ..core.errors import BadInput
 from ..core.io import json_text
+from ..inputs.devices import QUANTIZED_FORMATS
 from ..plan import Plan
 from .base import Uniform, Warn, route_entries, runtime_optimizer, uniform_form
 from .ds_launch import deepspeed_hosts, deepspeed_launch_files, launch_entry, reordered_hosts
@@ -64,9 +65,10 @@ def _pipeline_zero(form: Uniform, warn: Warn) -> int:
 
 def _add_training_entries(config: dict[str, Any], form: Uniform, zero: int, optimizer: str, warn: Warn) -> None:
     """Precision, ZeRO-Offload, optimizer and activation checkpointing entries of the config."""
-    if form.dtype == "fp8":
-        raise BadInput("DeepSpeed's pipeline engine has no fp8 training path (no Transformer Engine or "
-                       "torchao float8 linears): export --to megatron or --to torchtitan, or plan in bf16",
+    if form.dtype in QUANTIZED_FORMATS:
+        raise BadInput(f"DeepSpeed's pipeline engine has no {form.dtype} training path (no Transformer Engine or "
+                       "torchao float8 linears): export --to megatron" + (" or --to torchtitan" if form.dtype == "fp8"
+                                                                          else "") + ", or plan in bf16",
                        "--to deepspeed")
     if form.offload:  # ZeRO-Offload (DeepSpeed runtime/zero/offload_config.py): the optimizer on the CPU
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}

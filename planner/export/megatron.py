@@ -9,6 +9,7 @@ from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.block_params import features_beyond_gpt_flags
 from ..plan import Plan
+from ..cost.fp8 import recipe_for
 from ..cost.runtimes.megatron import SPEC as MEGATRON
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
@@ -231,17 +232,8 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     flags += _model_flags(plan, form.tp, warn)
     if form.dtype == "bf16":
         flags.append(("--bf16", None))
-    elif form.dtype == "fp8":
-        # Transformer Engine fp8 linears over bf16 parameters: HYBRID format (E4M3 forward, E5M2
-        # gradients), delayed scaling with TE's recipe defaults (amax history 1024, max),
-        # megatron/training/arguments.py --fp8-format / --fp8-amax-history-len / --fp8-amax-compute-algo
-        if plan.training.fp8_recipe not in ("", "te-delayed"):
-            raise BadInput(f"Megatron-LM runs fp8 through Transformer Engine (te-delayed); the plan is priced with "
-                           f"{plan.training.fp8_recipe}: export --to torchtitan or re-plan", "--to")
-        flags += [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-amax-history-len", 1024),
-                  ("--fp8-amax-compute-algo", "max")]
-        if form.zero >= 1 or form.offload:  # fp8 parameters as priced (planner.cost.fp8, te-delayed); they
-            flags.append(("--fp8-param-gather", None))  # need --use-distributed-optimizer (priced_flags)
+    elif form.dtype in QUANTIZED_FLAGS:
+        flags += quantized_flags(plan.training.dtype, plan.training.fp8_recipe, form.zero >= 1 or form.offload)
     elif form.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
@@ -263,3 +255,36 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
+
+
+# the quantized dtypes' Transformer Engine recipes as megatron-core's TransformerConfig flags
+# (transformer_config.py: fp8 --fp8-format e4m3|hybrid, fp8_recipe --fp8-recipe
+# tensorwise|delayed|mxfp8|blockwise, fp4 --fp4-format e2m1, fp4_recipe --fp4-recipe nvfp4; fp4 and fp8
+# not together): (format flags, the recipe's parameter flags where the optimizer is distributed)
+QUANTIZED_FLAGS: dict[str, dict[str, tuple[tuple[tuple[str, object], ...], tuple[tuple[str, object], ...]]]] = {
+    # HYBRID format (E4M3 forward, E5M2 gradients), delayed scaling with TE's recipe defaults (amax
+    # history 1024, max: --fp8-amax-history-len / --fp8-amax-compute-algo); per-tensor current scaling
+    "fp8": {"te-delayed": ((("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed"), ("--fp8-amax-history-len", 1024),
+                            ("--fp8-amax-compute-algo", "max")), (("--fp8-param-gather", None),)),
+            "te-current": ((("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")),
+                           (("--fp8-param-gather", None),))},
+    # MXFP8 is E4M3 throughout (TE MXFP8BlockScaling's default); MXFP8 parameters gathered into the
+    # gradient buffer (optimizer_config.py recommends both with mxfp8; Megatron-Bridge's bf16_with_mxfp8_mixed)
+    "mxfp8": {"te-mxfp8": ((("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")),
+                           (("--fp8-param-gather", None), ("--reuse-grad-buf-for-mxfp8-param-ag", None)))},
+    # NVFP4 (Transformer Engine >= 2.7, arguments.py); NVFP4 parameters (--fp4-param-gather)
+    "nvfp4": {"te-nvfp4": ((("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")), (("--fp4-param-gather", None),))},
+}
+
+
+def quantized_flags(dtype: str, fp8_recipe: str, distributed_optimizer: bool) -> list[tuple[str, object]]:
+    """--bf16 and the Transformer Engine flags of `dtype`'s recipe (QUANTIZED_FLAGS) as priced
+    (planner.cost.fp8.recipe_for under the megatron runtime), with the quantized parameters the
+    recipe prices (Fp8Recipe.fp8_params) where they are kept: they need the distributed optimizer
+    (Megatron-LM validate_args: "--fp8-param-gather only supported with distributed optimizer")."""
+    recipe = recipe_for(dtype, fp8_recipe or MEGATRON.pricing.fp8_recipe)
+    if recipe.name not in QUANTIZED_FLAGS[dtype]:
+        raise BadInput(f"Megatron-LM runs {dtype} through Transformer Engine ({', '.join(QUANTIZED_FLAGS[dtype])}); "
+                       f"the plan is priced with {recipe.name}: export --to torchtitan or re-plan", "--to")
+    fmt, params = QUANTIZED_FLAGS[dtype][recipe.name]
+    return [("--bf16", None), *fmt, *(params if distributed_optimizer and recipe.fp8_params else ())]

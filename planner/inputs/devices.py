@@ -16,7 +16,25 @@ GIB = 2**30
 GB = 1e9
 US = 1e-6
 TFLOPS = 1e12
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")  # the catalog's peak_tflops keys
+# the training dtypes whose decoder GEMMs run in a quantized format (planner.cost.fp8), each with
+# the catalog peak its GEMMs run at and the architectures whose tensor cores have the format:
+# fp8 (E4M3/E5M2 with a per-tensor scale): NVIDIA Ada and Hopper (4th-gen tensor cores; H100
+# whitepaper, "FP8 Tensor Core"), Blackwell, AMD CDNA3 (MI300X data sheet, FP8 matrix); MXFP8
+# (OCP Microscaling v1.0: 32 elements per E8M0 scale) and NVFP4 (E2M1, 16 elements per E4M3 scale
+# and a per-tensor fp32 scale) on Blackwell's 5th-gen tensor cores, which scale blocks in the MMA
+# (NVIDIA Blackwell architecture technical brief, 2024; Transformer Engine's MXFP8BlockScaling and
+# NVFP4BlockScaling recipes need compute capability 10.0)
+QUANTIZED_FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "fp8": ("fp8", ("ada", "hopper", "blackwell", "cdna3")),
+    "mxfp8": ("fp8", ("blackwell",)),
+    "nvfp4": ("fp4", ("blackwell",)),
+}
+
+
+def peak_key(dtype: str) -> str:
+    """The catalog peak a training dtype's GEMMs run at: its own, or its quantized format's."""
+    return QUANTIZED_FORMATS[dtype][0] if dtype in QUANTIZED_FORMATS else dtype
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,11 @@ class GpuSpec:
     segment: str = ""  # datacenter or consumer ("": unknown)
 
     def supports(self, dtype: str) -> bool:
-        return any(d == dtype for d, _ in self.peak_flops)
+        """A peak for `dtype` in the catalog; for a quantized training dtype (QUANTIZED_FORMATS),
+        its format's peak on an architecture whose tensor cores have the format."""
+        if dtype in QUANTIZED_FORMATS and self.architecture not in QUANTIZED_FORMATS[dtype][1]:
+            return False
+        return any(d == peak_key(dtype) for d, _ in self.peak_flops)
 
     def peak(self, dtype: str) -> float:
         for d, flops in self.peak_flops:

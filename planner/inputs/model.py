@@ -28,9 +28,9 @@ from .model_config import ModelConfig  # noqa: F401 (re-exported)
 MODELS_DIR = PROFILES_DIR / "models"
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("flash", "standard")
-# fp8 training keeps bf16 activations, weights and gradients; only the decoder GEMMs' operands
-# are fp8 (planner.cost.fp8)
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+# fp8, MXFP8 and NVFP4 training keep bf16 activations, weights and gradients; only the decoder
+# GEMMs' operands are quantized (planner.cost.fp8)
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "mxfp8": 2, "nvfp4": 2}
 MAX_PER_SAMPLE = 1e24  # bound on a profile's per-sample FLOPs or bytes; keeps the math finite
 
 

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from ..core.dims import CP_KINDS
 from ..core.errors import BadInput
+from ..inputs.devices import QUANTIZED_FORMATS
 from ..inputs.hardware import Cluster, cluster_from_spec
 from ..core import ranges
 from ..core.io import MAX_NUMBER, get_str
@@ -154,7 +155,7 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
 def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> Training:
     """The plan's `training` mapping, checked against the cluster's GPUs."""
     dtype = tr.get("dtype")
-    if dtype not in ("fp32", "fp16", "bf16", "fp8"):
+    if dtype not in ("fp32", "fp16", "bf16", *QUANTIZED_FORMATS):
         raise BadInput(f"unknown dtype {dtype!r}", where, "training.dtype")
     lacking = [g.name for g in cluster.gpu_types if not g.supports(dtype)]
     if lacking:

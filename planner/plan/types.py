@@ -17,7 +17,7 @@ STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
 # a training's optimizer (Training.optimizer): planner.cost.states.OPTIMIZERS prices each
 OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "adamw-bf16", "sgd")
 # a training's fp8 scaling recipe (Training.fp8_recipe): planner.cost.fp8.RECIPES prices each
-FP8_RECIPE_NAMES = ("te-delayed", "torchao-tensorwise", "torchao-rowwise")
+FP8_RECIPE_NAMES = ("te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise")
 # an MoE training's token dispatcher (Training.moe_dispatcher): CostParams.moe_dispatcher prices each
 MOE_DISPATCHERS = ("alltoall", "flex")
 SCHEDULES = schedules.SCHEDULES  # by name; planner.schedules registers them

@@ -118,6 +118,10 @@ def predicted_step_time_s(plan: Plan, data: Mapping[str, Any]) -> float:
     return evaluate(plan, training_params(plan.cluster.gpu_types, plan.training)).step_time_s
 
 
+# the dtypes the engine trains in (engine.RankState.autocast): no quantized linears
+RUNNER_DTYPES = ("fp32", "bf16", "fp16")
+
+
 def _torch():
     try:
         import torch
@@ -133,6 +137,9 @@ def run_plan(plan: Plan, options: RunOptions, predicted_s: float | None = None,
     """Train `plan` for options.steps steps as this process's rank; yields one record per step on
     world rank 0 (nothing on the others)."""
     check_options(options)
+    if plan.training.dtype not in RUNNER_DTYPES:
+        raise BadInput(f"the reference runtime trains in {', '.join(RUNNER_DTYPES)} (torch.autocast), not "
+                       f"{plan.training.dtype}: export it --to megatron, or re-plan in bf16", "training.dtype")
     torch = _torch()
     import torch.distributed as dist
 

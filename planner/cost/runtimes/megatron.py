@@ -97,6 +97,9 @@ SPEC = RuntimeSpec(
         # (tp=etp, ep, dp=edp, cp=1) spans world / pp = tp x cp x dp, so --expert-model-parallel-size
         # runs beside --context-parallel-size (the MoE layers take each cp rank's tokens)
         expert_parallel_with_cp=True,
+        # transformer_config.py fp8_recipe 'tensorwise' (TE Float8CurrentScaling), 'delayed',
+        # 'mxfp8' (Blackwell), fp4 'e2m1' with fp4_recipe 'nvfp4' (TE >= 2.7; fp4 and fp8 not together)
+        dtypes=("fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"),
         # megatron-core 0.16.1 transformer_config.py moe_token_dispatcher_type 'alltoall' or 'flex'
         # (MoEFlexTokenDispatcher, moe_flex_dispatcher_backend 'deepep' or 'hybridep')
         moe_dispatchers=("alltoall", "flex")),
