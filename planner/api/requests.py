@@ -33,7 +33,8 @@ DTYPE = Flag("--dtype", "Training dtype [default: bf16 if every GPU has it, else
              "training", plan_file=True)
 FP8_RECIPE = Flag("--fp8-recipe", "With --dtype fp8: the scaling recipe [default: the runtime's; megatron "
                   "te-delayed, torchtitan torchao-tensorwise]; te-current: Transformer Engine's per-tensor current "
-                  "scaling (megatron); torchao-rowwise: torchao's per-row scales (torchtitan).", FP8_RECIPE_NAMES, "training", plan_file=True)
+                  "scaling (megatron); torchao-rowwise: torchao's per-row scales (torchtitan).", FP8_RECIPE_NAMES,
+                  "training", plan_file=True)
 COMPILE = Flag("--compile", "Run the model under torch.compile (torchtitan's [compile] enable): priced with "
                "TorchInductor's fused elementwise kernels, recorded as training.compile. Runtimes torchtitan and "
                "any only (any is priced as megatron, whose fused kernels already price the same: no change in "

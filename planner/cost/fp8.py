@@ -5,9 +5,9 @@ Under these dtypes the decoder blocks' linear layers (their weight GEMMs) run on
 cores in the quantized format (fp8 with a scale per tensor; MXFP8 with an E8M0 scale per 32
 elements; NVFP4's E2M1 with an E4M3 scale per 16 elements and one fp32 scale per tensor:
 planner.inputs.devices.QUANTIZED_FORMATS); everything else stays in bf16: attention's softmax
-and batched matmuls, the norms and activations, the embedding and the LM head (Megatron/Transformer Engine keep the output layer
-in bf16; torchtitan's float8 converter skips `output` by default), the activations passed
-between layers, the gradients and the fp32 master weights and Adam states (Micikevicius et al.
+and batched matmuls, the norms and activations, the embedding and the LM head
+(Megatron/Transformer Engine keep the output layer in bf16; torchtitan's float8 converter skips
+`output` by default), the activations passed between layers, the gradients and the fp32 master weights and Adam states (Micikevicius et al.
 2022, "FP8 formats for deep learning", sec 4). So planner.inputs.model.DTYPE_BYTES counts these
 dtypes as 2 bytes per element, and this module adds what the format changes:
 
@@ -257,9 +257,10 @@ def check_fp8(gpus: Iterable[GpuSpec], runtime_name: str, recipe: str, field: st
         names = ", ".join(f"{g.name} ({g.architecture or 'unknown architecture'})" for g in lacking)
         raise BadInput(f"{dtype} needs {dtype} tensor cores ({FORMAT_GPUS[dtype]}); {names} has none", field)
     if not recipe:
-        raise BadInput(f"runtime {runtime_name} has no {dtype} training path ({dtype} linears need Transformer "
-                       "Engine (--runtime megatron)" + (" or torchao float8 (--runtime torchtitan))" if dtype == "fp8"
-                                                       else ")"), field)
+        paths = "Transformer Engine (--runtime megatron)"
+        if dtype == "fp8":
+            paths += " or torchao float8 (--runtime torchtitan)"
+        raise BadInput(f"runtime {runtime_name} has no {dtype} training path ({dtype} linears need {paths})", field)
     recipe_for(dtype, recipe)
 
 
