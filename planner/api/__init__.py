@@ -29,6 +29,7 @@ from ..verify.plan_checks import load_plan_file
 from ..schedules import SCHEDULES, get_schedule, search_schedule
 from .any_runtime import NOT_COMPARED_NOTE, with_any_runtime
 from .catalogs import gpu_catalog, model_catalog
+from .costs import cost_json, with_power_caps
 from .requests import DEFAULT_PLAN, SOLVERS, EvaluateRequest, PlanRequest
 
 if TYPE_CHECKING:  # the search and the cost model load when a workflow runs, not on import
@@ -67,6 +68,8 @@ def plan(request: PlanRequest, on_progress: Callable[[Progress], None] | None = 
                   if request.compare_any and not stop_requested()
                   else replace(result, any_runtime_note=NOT_COMPARED_NOTE))
     result = replace(result, estimate=_priced_with(result.estimate, request.profiles, request.calibrations))
+    if request.power_caps:
+        result = with_power_caps(result, request, reprice_plan)
     problems = structural_problems(result.plan)
     if problems or not result.estimate.fits:  # checked in the solver too; never hand out a bad plan
         raise RuntimeError(f"solver returned an invalid plan: {problems or 'does not fit'}")
@@ -153,19 +156,25 @@ def _check_runtime_model(runtime: str, model: Model) -> None:
         raise BadInput(problem, f"--runtime {runtime}")
 
 
-def plan_json(result: SearchResult) -> dict:
-    """The plan file of a search result (formats.md section 5)."""
+def plan_json(result: SearchResult, tokens: int | None = None) -> dict:
+    """The plan file of a search result (formats.md section 5); `tokens`: with predicted.run."""
     from ..plan import plan_to_json
 
     result.estimate.check_credible()
-    return plan_to_json(result.plan, predicted_json(result.estimate, result.plan), result.solver_json())
+    predicted = predicted_json(result.estimate, result.plan, tokens)
+    caps = getattr(result, "power_caps", None)  # (a result-like object without caps: none)
+    if caps is not None:
+        predicted["power_caps"] = caps.to_json()
+    return plan_to_json(result.plan, predicted, result.solver_json())
 
 
-def predicted_json(est: Estimate, plan: Plan | None = None) -> dict:
+def predicted_json(est: Estimate, plan: Plan | None = None, tokens: int | None = None) -> dict:
     """A plan file's `predicted` (formats.md section 5) from an estimate; with its plan,
-    `mfu_above_published` where the MFU is above the best published (report.credibility)."""
+    `mfu_above_published` where the MFU is above the best published (report.credibility), and
+    what it costs (cost_json)."""
     return {**est.predicted_json(), **(mfu_above_json(plan, est) if plan is not None else {}),
-            **(attention_kernel_json(plan) if plan is not None else {})}
+            **(attention_kernel_json(plan) if plan is not None else {}),
+            **(cost_json(plan, est, tokens) if plan is not None else {})}
 
 
 def attention_kernel_json(plan: Plan) -> dict:
@@ -206,8 +215,9 @@ class Evaluation:
     def fits(self) -> bool:
         return self.estimate.fits
 
-    def to_json(self) -> dict:
-        return estimate_json(self.plan, self.estimate)
+    def to_json(self, tokens: int | None = None) -> dict:
+        """What `planner evaluate --json` prints; `tokens`: with the run's totals."""
+        return estimate_json(self.plan, self.estimate, tokens)
 
 
 def _cp_degrees(degrees: tuple[int, ...]) -> tuple[int, ...]:
@@ -392,10 +402,11 @@ def describe_plan(plan: Plan) -> dict:
                        for s in plan.stages]}
 
 
-def estimate_json(plan: Plan, estimate: Estimate) -> dict:
-    """What `planner evaluate --json` prints: the estimate and the configuration priced."""
+def estimate_json(plan: Plan, estimate: Estimate, tokens: int | None = None) -> dict:
+    """What `planner evaluate --json` prints: the estimate, what it costs and the configuration priced."""
     estimate.check_credible()
-    report = {**estimate.to_json(), **mfu_above_json(plan, estimate), **attention_kernel_json(plan)}
+    report = {**estimate.to_json(), **mfu_above_json(plan, estimate), **attention_kernel_json(plan),
+              **cost_json(plan, estimate, tokens)}
     report["config"] = describe_plan(plan)
     return report
 
@@ -424,5 +435,5 @@ def evaluation_plan_json(evaluation: Evaluation, runtime: str | None = None) -> 
 __all__ = ["DEFAULT_PLAN", "EvaluateRequest", "Evaluation", "PlanRequest", "check_training_inputs",
            "describe_plan", "estimate_json", "evaluate", "evaluation_plan_json", "evaluate_plan", "evaluate_plan_file", "gpu_catalog", "input_files",
            "load_calibrations", "lossy_form", "load_profiles", "model_catalog", "nearest_form", "per_gpu_params", "plan", "plan_from_flags", "plan_json", "plan_top",
-           "predicted_json",
+           "cost_json", "predicted_json",
            "reprice_plan", "require", "resolve_dtype", "search_inputs"]

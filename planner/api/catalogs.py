@@ -17,7 +17,12 @@ def gpu_catalog() -> list[dict]:
                             "latency_us": g.intra_node.latency_s / US},
              "inter_node": {"kind": g.inter_node.kind, "bandwidth_GBps": g.inter_node.bandwidth_bytes_per_s / GB,
                             "latency_us": g.inter_node.latency_s / US},
-             "source": g.source} for name, g in load_catalog().items()]
+             "source": g.source,
+             "power_W": None if g.power is None else {"board": g.power.board_W, "idle": g.power.idle_W,
+                                                      **({"min_cap": g.power.min_cap_W} if g.power.min_cap_W else {})},
+             "power_source": "" if g.power is None else g.power.source,
+             "price_per_gpu_hour": None if g.price_usd_per_gpu_s is None else g.price_usd_per_gpu_s * 3600,
+             "price_source": g.price_source} for name, g in load_catalog().items()]
 
 
 def model_catalog() -> list[dict]:

@@ -63,6 +63,8 @@ PROFILES = Flag("--profile", "Price this GPU type from a measured layer profile 
                 str, "measurement", metavar="GPU=FILE", repeatable=True)
 CALIBRATIONS = Flag("--calibration", "Fitted efficiencies for a GPU type (planner calibrate); repeatable.", str,
                     "measurement", metavar="FILE", repeatable=True)
+TOKENS = Flag("--tokens", "Also report a run of N tokens: its steps, wall time, dollars and MWh (predicted.run).",
+              int, "objective", figure="tokens", metavar="N")
 RUNTIME = Flag("--runtime", "Software stack the cost model prices and `plan` plans for (only what it can run: "
                "planner.cost.runtimes.capability): megatron (Megatron-LM, megatron-core), megatron-2021, "
                "deepspeed (pipeline engine), torchtitan (FSDP2), fsdp1 (llm-foundry), or any (per-stage TP and DP, "
@@ -155,6 +157,29 @@ class PlanRequest:
         "--compare-any", "Search once more under --runtime any, bounded by the plan found, and report what a "
         "runtime with uneven shares and per-stage TP would gain (solver.any_runtime_step_s); it can take longer "
         "than the plan's own search.", None, "search")))
+    # what the plan minimises, over which whole nodes to rent (planner.api.objective)
+    objective: str = field(default="time", metadata=declare(Flag(
+        "--objective", "What the plan minimises: time (the step, on every node), cost (dollars per step) or "
+        "energy (joules per step); cost and energy choose which whole nodes to rent, the rest left idle.",
+        ("time", "cost", "energy"), "objective", show_default=True)))
+    max_gpus: int | None = field(default=None, metadata=declare(Flag(
+        "--max-gpus", "Rent at most N GPUs (whole nodes).", int, "objective", figure="degree", metavar="N")))
+    max_cost_per_hour: float | None = field(default=None, metadata=declare(Flag(
+        "--max-cost-per-hour", "Rent nodes of at most X dollars per hour.", float, "objective",
+        figure="cost_per_hour", metavar="X")))
+    max_step_time_s: float | None = field(default=None, metadata=declare(Flag(
+        "--max-step-time", "Only plans whose step takes at most S seconds.", float, "objective",
+        figure="step_time_s", metavar="S")))
+    tokens: int | None = field(default=None, metadata=declare(TOKENS))
+    # power caps per pipeline stage (planner.search.power_caps), chosen after the plan
+    power_caps: bool = field(default=False, metadata=declare(Flag(
+        "--power-caps", "Cap the power of the stages off the critical path (nvidia-smi -pl, in the launch files): "
+        "each stage's lowest cap that keeps the step within --max-cap-slowdown and saves energy.", None,
+        "objective")))
+    max_cap_slowdown: float = field(default=0.005, metadata=declare(Flag(
+        "--max-cap-slowdown", "With --power-caps: how much longer the step may grow, as a fraction (a stage's "
+        "fill latency lies on the step's path, so any cap costs some time).", float, "objective",
+        show_default=True, figure="slowdown", metavar="F")))
     profiles: tuple[str, ...] = field(default=(), metadata=declare(PROFILES))
     calibrations: tuple[str, ...] = field(default=(), metadata=declare(CALIBRATIONS))
     runtime: str = field(default=DEFAULT_RUNTIME, metadata=declare(RUNTIME))  # planner.cost.runtimes
@@ -231,6 +256,7 @@ class EvaluateRequest:
     virtual_stages: int = field(default=1, metadata=declare(Flag(
         "--virtual-stages", "Interleaved chunks per rank.", int, "configuration", show_default=True,
         figure="virtual_stages")))
+    tokens: int | None = field(default=None, metadata=declare(TOKENS))
     profiles: tuple[str, ...] = field(default=(), metadata=declare(PROFILES))
     calibrations: tuple[str, ...] = field(default=(), metadata=declare(CALIBRATIONS))
     runtime: str = field(default=DEFAULT_RUNTIME, metadata=declare(RUNTIME))  # planner.cost.runtimes

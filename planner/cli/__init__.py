@@ -12,6 +12,7 @@ import click
 from .catalog import gpus, inspect_command, models
 from .evaluate import evaluate_command
 from .export import export_command
+from .frontier import frontier_command
 from .links import profile_links_command
 from .output import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, PlannerGroup
 from .plan import plan_command
@@ -33,7 +34,7 @@ def main() -> None:
     """
 
 
-for _command in (gpus, models, inspect_command, plan_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
+for _command in (gpus, models, inspect_command, plan_command, frontier_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
                  sweep_command, validate_command, export_command, show_command, run_command):
     main.add_command(_command)
 

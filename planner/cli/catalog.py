@@ -47,12 +47,15 @@ def gpus(as_json: bool) -> None:
         click.echo(json_text(rows))
         return
     table = _table("GPU catalog (dense peaks)",
-                   ("name", "GiB", "bf16 TF", "fp16 TF", "fp32 TF", "HBM GB/s", "intra-node\nGB/s"), ("name",))
+                   ("name", "GiB", "bf16 TF", "fp16 TF", "fp32 TF", "HBM GB/s", "intra-node\nGB/s", "board\nW",
+                    "$/GPU-h"), ("name",))
     for r in rows:
         pk = r["peak_tflops"]
         table.add_row(esc(r["name"]), f"{r['memory_GiB']:g}", f"{pk['bf16']:g}" if "bf16" in pk else "-",
                       f"{pk.get('fp16', 0):g}", f"{pk.get('fp32', 0):g}", f"{r['hbm_GBps']:g}",
-                      f"{r['intra_node']['bandwidth_GBps']:g}")
+                      f"{r['intra_node']['bandwidth_GBps']:g}",
+                      "-" if r["power_W"] is None else f"{r['power_W']['board']:g}",
+                      "-" if r["price_per_gpu_hour"] is None else f"{r['price_per_gpu_hour']:.2f}")
     stdout().print(table)
 
 

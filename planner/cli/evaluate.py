@@ -28,6 +28,7 @@ from .output import EXIT_INFEASIBLE, emit, err, stdout, warn
 @request_options(EvaluateRequest, "configuration")
 @click.option("--plan", "plan_file", type=str, default=None, help="Re-price a plan JSON instead of flags.")
 @request_options(EvaluateRequest, "measurement")
+@request_options(EvaluateRequest, "objective")
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("-o", "--output", type=str, default=None, help="Also write the JSON to FILE.")
@@ -64,10 +65,11 @@ def evaluate_command(plan_file, links, as_json, output, plan_out, **flags) -> No
         if links:
             cluster = cluster_with_links(require(cluster, "--cluster"), links)
         result = evaluate(from_cli(EvaluateRequest, flags, cluster=cluster), warn)
+    tokens = require(flags["tokens"], "--tokens") if flags.get("tokens") is not None else None
     plan, estimate = result.plan, result.estimate
     # the plan file is checked (exit 2 when not a valid plan) before anything is printed
     plan_data = evaluation_plan_json(result, runtime) if plan_out and estimate.fits else None
-    emit(result.to_json(), output, as_json, lambda: print_estimate(plan, estimate), None, inputs)
+    emit(result.to_json(tokens), output, as_json, lambda: print_estimate(plan, estimate, tokens=tokens), None, inputs)
     if not estimate.fits:
         worst = max(estimate.overflows, key=lambda o: o.over_bytes)
         err(f"does not fit: rank {worst.rank} ({worst.gpu}) needs {worst.need_bytes / GIB:.1f} GiB of "

@@ -8,13 +8,14 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import click
 from rich import box
 from rich.table import Table
 
-from ..api import PlanRequest, input_files, plan_json, plan_top
+from ..api import PlanRequest, input_files, plan_json, plan_top, require
+from ..api.objective import needs_subsets, plan_objective
 from ..api.flags import from_cli
 from ..api.ranked import Ranking, configuration_text, loses_by, peak_gib
 from ..core.clock import clear_stop, request_stop, stop_requested
@@ -24,6 +25,7 @@ from ..core.markup import esc
 from ..core.outfile import write_output
 from ..inputs.links import cluster_with_links
 from ..core.outfile import check_output
+from ..report.costs import objective_lines
 from ..report.views import print_plan
 from ..cost.runtimes import get_runtime
 from .declared import request_options
@@ -34,6 +36,7 @@ from .output import EXIT_INTERRUPTED, emit, err, search_progress, stdout, warn
 @click.command("plan")
 @request_options(PlanRequest, "training")
 @request_options(PlanRequest, "search")
+@request_options(PlanRequest, "objective")
 @request_options(PlanRequest, "measurement")
 @links_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON on stdout.")
@@ -59,26 +62,37 @@ def plan_command(links, as_json, output, **flags) -> None:
         check_output(output, inputs)  # before the search, which can take minutes
     if links:
         request = replace(request, cluster=cluster_with_links(request.cluster, links))
+    if needs_subsets(request):
+        _plan_objective(request, as_json, output, inputs)
+        return
+    if request.tokens is not None:
+        require(request.tokens, "--tokens")
     top = request.top
-    with search_progress(sys.stderr.isatty()) as on_progress, stop_on_sigint():
-        try:
-            ranking = plan_top(request, on_progress, warn)
-        except NoFeasiblePlan:
-            if stop_requested():
-                err("interrupted before a plan was found")
-                sys.exit(EXIT_INTERRUPTED)
-            raise
-        interrupted = stop_requested()
+    ranking, interrupted = searched(lambda on_progress: plan_top(request, on_progress, warn))
     first = ranking.results[0]
-    data = [plan_json(r) for r in ranking.results] if top > 1 else plan_json(first)
+    data = [plan_json(r, request.tokens) for r in ranking.results] if top > 1 else plan_json(first, request.tokens)
     if output and top > 1:  # the file is a plan file: the fastest plan's
         write_output(output, json_text(plan_json(first)) + "\n", inputs=inputs)
-    emit(data, None if top > 1 else output, as_json, lambda: _show(ranking, top), "plan", inputs)
+    emit(data, None if top > 1 else output, as_json, lambda: _show(ranking, top, request.tokens), "plan", inputs)
     if output and top > 1 and not as_json:
         stdout().print(f"plan written to {esc(output)}")
     if interrupted:  # Ctrl-C: the best plan found so far was printed and written, as at the time limit
         err("interrupted: the plan above is the best found so far")
         sys.exit(EXIT_INTERRUPTED)
+
+
+def searched(run: Callable) -> tuple[Any, bool]:
+    """`run(on_progress)` with a progress line on a terminal and Ctrl-C stopping it as its time limit
+    would: (its result, whether Ctrl-C stopped it); stopped before any result, exit 130."""
+    with search_progress(sys.stderr.isatty()) as on_progress, stop_on_sigint():
+        try:
+            found = run(on_progress)
+        except NoFeasiblePlan:
+            if stop_requested():
+                err("interrupted before a plan was found")
+                sys.exit(EXIT_INTERRUPTED)
+            raise
+        return found, stop_requested()
 
 
 @contextmanager
@@ -101,10 +115,27 @@ def stop_on_sigint() -> Iterator[None]:
         clear_stop()  # the request ends with this command (tests run many in one process)
 
 
-def _show(ranking: Ranking, top: int) -> None:
+def _plan_objective(request, as_json: bool, output: str | None, inputs) -> None:
+    """`--objective cost|energy` or a --max-* constraint: the subsets of nodes planned, the chosen
+    plan printed and written as `plan` does, with solver.objective."""
+    chosen, interrupted = searched(lambda on_progress: plan_objective(request, on_progress, warn))
+    data = plan_json(chosen.result, request.tokens)
+    data["solver"]["objective"] = chosen.to_json()
+
+    def show() -> None:
+        print_plan(chosen.result, tokens=request.tokens)
+        for line in objective_lines(chosen):
+            stdout().print(line)
+    emit(data, output, as_json, show, "plan", inputs)
+    if interrupted:
+        err("interrupted: the plan above is the best found so far")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _show(ranking: Ranking, top: int, tokens: int | None = None) -> None:
     """The first plan's view, then with --top K the table of the K plans."""
     first = ranking.results[0]
-    print_plan(first)
+    print_plan(first, tokens=tokens)
     if top <= 1:
         return
     table = Table(title=f"The {len(ranking.results)} fastest configurations", box=box.SIMPLE_HEAD, pad_edge=False)

@@ -54,6 +54,14 @@ RANGES: dict[str, Range] = {
     "peak_tflops": Range(1e-3, 1e5, "TFLOP/s"),
     # 1 GB/s to 100 TB/s of memory bandwidth (H200 HBM3e is 4.8 TB/s).
     "hbm_GBps": Range(1, 1e5, "GB/s"),
+    # board power of one GPU: 1 W to 10 kW (GB300's superchip share is ~1.4 kW); idle and cap alike
+    "power_W": Range(1, 1e4, "W"),
+    # a node's power besides its GPUs (CPUs, memory, NICs, fans): 0 to 100 kW (a DGX B200 draws 14.3 kW)
+    "node_power_W": Range(0, 1e5, "W"),
+    # dollars per GPU-hour: 0 (owned, paid for) to $1,000 (100x today's dearest on-demand price)
+    "price_per_gpu_hour": Range(0, 1e3, "USD"),
+    # power usage effectiveness: facility energy / IT energy, 1 (none lost) to 3 (a poor machine room)
+    "pue": Range(1, 3),
     # Nodes of one group and GPUs in one node (an NVL576 NVLink domain counts as one node);
     # the whole cluster is also capped at MAX_CLUSTER_GPUS.
     "nodes": Range(1, MAX_CLUSTER_GPUS, integer=True),
@@ -69,6 +77,14 @@ RANGES: dict[str, Range] = {
     "degree": Range(1, MAX_CLUSTER_GPUS, integer=True),
     # A search's time limit: 1 ms to about 4 months.
     "time_limit_s": Range(1e-3, 1e7, "s"),
+    # `plan --tokens`: 1 to 1e16 tokens per run (100x the largest published pre-training runs)
+    "tokens": Range(1, 1e16, integer=True),
+    # `plan --max-step-time`: a step's seconds, as the time limit's range
+    "step_time_s": Range(1e-6, 1e7, "s"),
+    # `plan --max-cost-per-hour`: dollars per hour of the GPUs a plan rents
+    "cost_per_hour": Range(0, 1e9, "USD", low_open=True),
+    # `plan --max-cap-slowdown`: how much longer a step may grow under power caps, as a fraction
+    "slowdown": Range(0, 1),
     # --- model configuration (Hugging Face config.json) ---
     # Ten times or more past the largest published dense and MoE models.
     "hidden": Range(1, 2**20, integer=True),

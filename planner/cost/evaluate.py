@@ -62,6 +62,10 @@ class Estimate:
     critical: CriticalPath | None = field(default=None, compare=False)  # what sets the step (planner.cost.explain)
     pipeline_links: tuple[BoundaryComm, ...] = field(default=(), compare=False)
     model_flops_per_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
+    # per used rank, the seconds of a step it runs kernels: its replica's micro-batches (forward, backward
+    # and the tensor-parallel collectives inside them) and its optimizer step; the rest of the step it
+    # waits (bubble, exposed gradient reduction) (planner.cost.energy prices the two at their power)
+    active_s_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
     peak_flops_by_rank: Mapping[int, float] = field(default_factory=dict, compare=False)
     # the measured inputs it was priced with, as given (`--profile GPU=FILE`, `--calibration FILE`):
     # a plan file records them (predicted.priced_with) so that `planner validate` can re-price it
@@ -150,6 +154,7 @@ class _RankTally:
     capacity: dict[int, float] = field(default_factory=dict)
     gpu_by_rank: dict[int, str] = field(default_factory=dict)
     flops_by_rank: dict[int, float] = field(default_factory=dict)  # model FLOPs per step
+    active_by_rank: dict[int, float] = field(default_factory=dict)  # seconds per step running kernels
     host_overflows: list[Overflow] = field(default_factory=list)
 
 
@@ -216,6 +221,7 @@ def evaluate(plan: Plan, params: CostParams | Mapping[str, CostParams] | None = 
         num_gpus_used=len(used), memory_by_rank=memory, capacity_by_rank=capacity,
         gpu_by_rank=gpu_by_rank, overflows=overflows, critical=critical, pipeline_links=links,
         model_flops_per_s_by_rank=flops_per_s, peak_flops_by_rank=peak_by_rank,
+        active_s_by_rank={r: min(a, step_s) for r, a in sorted(tally.active_by_rank.items())},
         measured=any(r.measured for r in ranks),
         mfu_peak_dtype="+".join(dict.fromkeys(peak_dtype_of[gpu_by_rank[r]] for r in used)))
 
@@ -287,6 +293,7 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
             gpu = cluster.group_of_rank(rank).gpu
             tally.memory[rank], tally.capacity[rank], tally.gpu_by_rank[rank] = mem, gpu.memory_bytes, gpu.name
             tally.flops_by_rank[rank] = rank_compute
+            tally.active_by_rank[rank] = replica_busy
     # the gradient reduction runs at the parameters of the replicas' slowest GPU
     reduce_params = pricer.params_for(slowest_gpu(cluster, tuple(rep.ranks[0] for rep in head.replicas)))
     # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
@@ -296,6 +303,9 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
                       min_bwd, steppers.values(), loops, loop_bwd,
                       expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
                       offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+    for replica in head.replicas:  # every replica steps its optimizer shard after its micro-batches
+        for rank in replica.ranks:
+            tally.active_by_rank[rank] += tail.optimizer_s
     return _RankPrice(stage_busy, stage_tau, stage_btl, stage_replica, stage_fill, stage_tau_price, tail, measured)
 
 

@@ -21,6 +21,7 @@ from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_pri
 from .runtimes import p2p_mode
 from ..schedules import get_schedule
 from .sharding import Sharding
+from .power import capped
 from .paths import boundary_link, dp_layout, alltoall_group, slowest_gpu, tp_group_link
 
 
@@ -137,7 +138,7 @@ class PlanPricer:
     def _priced(self, chunks: list[Stage], replica: Replica, loop_microbatches: int) -> ReplicaPrice:
         """replica, by the GPU, links and parameters it runs at."""
         cluster, layers = self.plan.cluster, self.plan.model.layers
-        gpu = slowest_gpu(cluster, replica.ranks)
+        gpu = capped(slowest_gpu(cluster, replica.ranks), chunks[0].power_cap_W)  # a pipeline rank's chunks share it
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
         ep_group = self.ep_group(chunks[0], replica)

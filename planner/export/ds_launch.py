@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..plan import Plan
 from .base import comment_line
-from .launch import node_launches, placeable
+from .launch import node_launches, placeable, power_cap_lines
 
 TRAIN_SCRIPT = "train.py"  # the user's DeepSpeed training script (its PipelineModule cut at planner_pipeline.parts)
 
@@ -126,6 +126,8 @@ def deepspeed_launch_files(plan: Plan, config_path: str, world: int, tp: int, pp
         "#!/usr/bin/env bash",
         *(comment_line(text) for text in (f"planner export --to deepspeed: {plan.model.name} on {plan.cluster.name}",
                                           *launch_notes(hosts, tp, pp, sequence_parallel, "TRAIN_SCRIPT"))),
+        *(comment_line(f"on {h.name}: {line}") for h in hosts for line in power_cap_lines(plan, h.group, h.node)
+          if not line.startswith("#")),
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         f"CONFIG={shlex.quote(config_path)}",

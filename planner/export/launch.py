@@ -103,6 +103,24 @@ def placement_comments(plan: Plan) -> list[str]:
             f"pipeline rank {', '.join(map(str, n.pipeline_ranks))}" for n in nodes]
 
 
+def power_cap_lines(plan: Plan, group: str, node: int) -> list[str]:
+    """`nvidia-smi -i GPUS -pl W` for the node's GPUs whose stage the plan caps (Stage.power_cap_W), one
+    line per cap, GPUs by their index in the node; caps are set outside the trainer, and need root."""
+    cluster = plan.cluster
+    by_cap: dict[float, list[int]] = {}
+    for st in plan.stages:
+        if st.power_cap_W:
+            for rep in st.replicas:
+                for rank in rep.ranks:
+                    device = cluster.device(rank)
+                    if (device.group, device.node) == (group, node):
+                        by_cap.setdefault(st.power_cap_W, []).append(device.local_rank)
+    if not by_cap:
+        return []
+    return [comment_line("the plan's power caps (planner.cost.power); nvidia-smi -pl needs root and lasts until reset")] + [
+        f"nvidia-smi -i {','.join(map(str, sorted(set(gpus))))} -pl {cap:g}" for cap, gpus in sorted(by_cap.items())]
+
+
 def _file_word(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text) or "_"
 
@@ -127,6 +145,7 @@ def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
             f'CONFIG={cfg}',
             '[[ "$CONFIG" = /* ]] || CONFIG="$HERE/$CONFIG"',
             ': "${MASTER_ADDR:?set MASTER_ADDR to the address of node rank 0}"']
+        lines += power_cap_lines(plan, n.group, n.node)
         if n.visible is not None:
             lines.append(f"export CUDA_VISIBLE_DEVICES={n.visible}")
         if plan.training.tf32_matmul is not None:

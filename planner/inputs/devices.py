@@ -4,7 +4,7 @@ planner.inputs.topology routes between node groups with them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..core import ranges
@@ -53,6 +53,20 @@ class Link:
                     tuple(c.scaled(1 / sharers) for c in self.curves))
 
 
+HOUR = 3600.0  # seconds: prices are given per GPU-hour and kept per GPU-second
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    """A GPU's board power (W): its maximum (TDP/TGP, the default power limit), its idle draw and the
+    lowest power limit it accepts (`nvidia-smi -pl`); 0 where the catalog has no figure."""
+
+    board_W: float
+    idle_W: float
+    min_cap_W: float = 0.0
+    source: str = ""
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -65,6 +79,10 @@ class GpuSpec:
     source: str = ""
     architecture: str = ""  # volta, turing, ampere, ada, hopper, blackwell, cdna2, cdna3 ("": unknown)
     segment: str = ""  # datacenter or consumer ("": unknown)
+    # what running it costs (planner.cost.energy); neither changes a step time, so neither is compared
+    power: GpuPower | None = field(default=None, compare=False)
+    price_usd_per_gpu_s: float | None = field(default=None, compare=False)  # the catalog's on-demand price
+    price_source: str = field(default="", compare=False)
 
     def supports(self, dtype: str) -> bool:
         """A peak for `dtype` in the catalog; for a quantized training dtype (QUANTIZED_FORMATS),
@@ -103,6 +121,9 @@ class NodeGroup:
     inter_node: Link  # whole node NIC, one direction
     first_rank: int
     host: HostSpec = HostSpec()  # the node's CPU side (a cluster file's `host:`)
+    # what its GPUs cost to rent (the file's price_per_gpu_hour, else the GPU's catalog price; None: unknown)
+    price_usd_per_gpu_s: float | None = field(default=None, compare=False)
+    node_power_W: float = field(default=0.0, compare=False)  # a node's draw besides its GPUs
 
     @property
     def num_gpus(self) -> int:

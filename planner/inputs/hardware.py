@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core import ranges
-from .devices import DTYPES, GB, GIB, TFLOPS, US, Device, GpuSpec, HostSpec, Link, NodeGroup, read_link  # noqa: F401
+from .devices import (DTYPES, GB, GIB, HOUR, TFLOPS, US, Device, GpuPower, GpuSpec, HostSpec, Link,  # noqa: F401
+                      NodeGroup, read_link)
 from ..core.errors import BadInput
 from ..core.io import check_keys, get_str, load_mapping
 from ..core.names import check_name, name_from_file
@@ -43,10 +44,12 @@ DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "late
 DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
 
 # The keys of each mapping of a cluster file (formats.md section 1); any other is bad input.
-CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology")
-NODE_GROUP_KEYS = ("name", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host")
+CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology", "pue")
+NODE_GROUP_KEYS = ("name", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
+                   "price_per_gpu_hour", "node_power_W")
 GPU_KEYS = ("architecture", "segment", "vendor", "memory_GiB", "peak_tflops", "hbm_GBps", "intra_node",
-            "inter_node", "source")
+            "inter_node", "source", "power_W", "power_source", "price_per_gpu_hour", "price_source")
+POWER_KEYS = ("board", "idle", "min_cap")  # a catalog entry's power_W
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Cluster:
     groups: tuple[NodeGroup, ...]
     topology: Topology  # the network between the groups, every pair's link resolved
     spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
+    # power usage effectiveness: the facility's energy per unit of the nodes' (the file's `pue`, 1: none)
+    pue: float = field(default=1.0, compare=False)
 
     @cached_property
     def num_gpus(self) -> int:
@@ -145,6 +150,8 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
     for dtype in sorted(peaks, key=str):
         peak_flops[dtype] = ranges.get(peaks, dtype, "peak_tflops", where, f"{prefix}.peak_tflops.{dtype}") * TFLOPS
     hbm = ranges.get(entry, "hbm_GBps", "hbm_GBps", where, f"{prefix}.hbm_GBps")
+    price = ranges.get(entry, "price_per_gpu_hour", "price_per_gpu_hour", where, f"{prefix}.price_per_gpu_hour",
+                       required=False)
     return GpuSpec(
         name=name,
         memory_bytes=memory * GIB,
@@ -156,7 +163,30 @@ def _gpu_spec(name: str, entry: Any, where: str, prefix: str) -> GpuSpec:
         source=str(entry.get("source", "")),
         architecture=_choice(entry, "architecture", ARCHITECTURES, where, prefix),
         segment=_choice(entry, "segment", SEGMENTS, where, prefix),
+        power=_power(entry, where, prefix),
+        price_usd_per_gpu_s=None if price is None else price / HOUR,
+        price_source=str(entry.get("price_source", "")),
     )
+
+
+def _power(entry: Mapping[str, Any], where: str, prefix: str) -> GpuPower | None:
+    """A catalog entry's `power_W: {board, idle, min_cap}` (W; min_cap optional), None when absent;
+    idle below the board power, the lowest cap at most the board power."""
+    data = entry.get("power_W")
+    if data is None:
+        return None
+    path = f"{prefix}.power_W"
+    if not isinstance(data, dict):
+        raise BadInput("must be a mapping of board, idle, min_cap (W)", where, path)
+    check_keys(data, POWER_KEYS, where, path)
+    board = ranges.get(data, "board", "power_W", where, f"{path}.board")
+    idle = ranges.get(data, "idle", "power_W", where, f"{path}.idle")
+    min_cap = ranges.get(data, "min_cap", "power_W", where, f"{path}.min_cap", required=False) or 0.0
+    if idle >= board:
+        raise BadInput(f"idle power {idle:g} W must be below the board power {board:g} W", where, f"{path}.idle")
+    if min_cap > board:
+        raise BadInput(f"must be at most the board power ({board:g} W)", where, f"{path}.min_cap")
+    return GpuPower(board, idle, min_cap, str(entry.get("power_source", "")))
 
 
 ARCHITECTURES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
@@ -260,7 +290,10 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
             intra_node=read_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
             inter_node=read_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
-            first_rank=first_rank, host=read_host(g.get("host"), where, f"{prefix}.host")))
+            first_rank=first_rank, host=read_host(g.get("host"), where, f"{prefix}.host"),
+            price_usd_per_gpu_s=_group_price(g, gpu, where, prefix),
+            node_power_W=ranges.get(g, "node_power_W", "node_power_W", where, f"{prefix}.node_power_W",
+                                    required=False) or 0.0))
         first_rank += nodes * per_node
 
 
@@ -269,7 +302,16 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         cluster_name = check_name(spec["name"], where, "name")
     else:
         cluster_name = name_from_file(where)
-    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec))
+    pue = ranges.get(spec, "pue", "pue", where, "pue", required=False)
+    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec), pue=1.0 if pue is None else pue)
+
+
+def _group_price(group: Mapping[str, Any], gpu: GpuSpec, where: str, prefix: str) -> float | None:
+    """A node group's price per GPU-second: its `price_per_gpu_hour` (0 for owned hardware), else
+    its GPU's catalog price; None where neither is known."""
+    price = ranges.get(group, "price_per_gpu_hour", "price_per_gpu_hour", where, f"{prefix}.price_per_gpu_hour",
+                       required=False)
+    return gpu.price_usd_per_gpu_s if price is None else price / HOUR
 
 
 HOST_KEYS = {"memory_GiB": 2**30, "pcie_GBps": GB, "memory_bandwidth_GBps": GB}

@@ -56,6 +56,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
              **({"recompute_layers": s.recompute_layers} if s.recompute == "block" else {}),
              **({"offload": True} if s.offload else {}),
              **({"offload_activations": s.offload_activations} if s.offload_activations else {}),
+             **({"power_cap_W": s.power_cap_W} if s.power_cap_W else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
                           for r in s.replicas]}
             for s in plan.stages],
@@ -222,7 +223,8 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
         ep=ranges.get(st, "ep", "degree", where, f"{path}.ep") if "ep" in st else 1,
         etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
         recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path),
-        offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0)
+        offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0,
+        power_cap_W=ranges.get(st, "power_cap_W", "power_W", where, f"{path}.power_cap_W", required=False) or 0.0)
 
 
 def _replicas_from_json(st: Mapping[str, Any], path: str, where: str) -> tuple[Replica, ...]:

@@ -53,6 +53,8 @@ class Stage:
     # activation offload (Megatron --cpu-offloading --cpu-offloading-num-layers K): the saved
     # activations of the stage's first K decoder blocks go to host memory (pricing.activation_offload)
     offload_activations: int = 0
+    # a power limit on the stage's GPUs (`nvidia-smi -pl`), W; 0: none (planner.cost.power)
+    power_cap_W: float = 0.0
 
     def decoder_blocks(self, model: Model) -> int:
         return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")

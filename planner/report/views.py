@@ -8,10 +8,12 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from ..cost.energy import run_cost
 from ..cost.runtimes import attention_kernels
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
+from .costs import caps_lines, cost_lines
 from .tables import (gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, precision_text, rank_text,
                      stages_table)
 
@@ -64,7 +66,7 @@ def attention_kernel_lines(plan: Plan, labels: dict[str, str]) -> list[str]:
                                                                                        plan.training).items()]
 
 
-def print_plan(result, console: Console | None = None) -> None:
+def print_plan(result, console: Console | None = None, tokens: int | None = None) -> None:
     console = console or stdout_console()
     plan, est = result.plan, result.estimate
     est.check_credible()
@@ -78,6 +80,8 @@ def print_plan(result, console: Console | None = None) -> None:
                   f"bubble {est.bubble_fraction:.1%}   "
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
     for line in critical_lines(plan, est, labels):
+        console.print(line)
+    for line in cost_lines(run_cost(plan, est), tokens) + caps_lines(result):
         console.print(line)
     why = getattr(result, "not_proven", "")
     status = "proven optimal" if result.optimal else \
@@ -104,7 +108,7 @@ def any_runtime_line(result) -> str | None:
             f"({step:.3f} s, --runtime any; this plan is what {esc(result.plan.training.runtime)} can run)")
 
 
-def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None:
+def print_estimate(plan: Plan, estimate, console: Console | None = None, tokens: int | None = None) -> None:
     console = console or stdout_console()
     estimate.check_credible()
     t = plan.training
@@ -125,6 +129,8 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None) -> None
                   f"{estimate.model_tflops_per_gpu:.1f}   {mfu_text(estimate, plan)}   "
                   f"bubble {estimate.bubble_fraction:.1%}")
     for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
+        console.print(line)
+    for line in cost_lines(run_cost(plan, estimate), tokens):
         console.print(line)
     mem = Table(title="Peak memory per GPU type")
     for col in ("GPU", "peak GiB", "capacity GiB", "use"):

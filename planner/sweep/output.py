@@ -36,7 +36,9 @@ COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "s
            "dtype", "optimizer", "cp_degrees", "ep_degrees", "model_name", "micro_batch", "schedule",
            "virtual_stages", "cp", "ep", "zero", "recompute", "peak_memory_GiB", "stages",
            # the best published MFU the row's mfu is above (report.credibility; empty: not above)
-           "mfu_above_published")
+           "mfu_above_published",
+           # what the plan costs (planner.cost.energy; empty where a GPU has no price or power figures)
+           "usd_per_hour", "usd_per_step", "usd_per_million_tokens", "energy_J_per_step", "energy_J_per_token")
 # failed: the row could not be finished for a reason outside its inputs (a full disk, a plan
 # file not written, a worker killed); --resume plans it again
 STATUSES = ("ok", "infeasible", "error", "failed")

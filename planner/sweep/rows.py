@@ -216,10 +216,12 @@ def stages_text(planned) -> str:
 
 def plan_columns(planned, est) -> dict:
     """The columns that describe a plan's shape and its estimate."""
+    from ..cost.energy import run_cost
     from ..inputs.hardware import GIB
     from ..report.credibility import mfu_above_published
 
     stages = planned.stages
+    cost = run_cost(planned, est)
     above = mfu_above_published(planned, est)
     t = planned.training
     return dict(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
@@ -228,7 +230,10 @@ def plan_columns(planned, est) -> dict:
                 cp=max(s.cp for s in stages), ep=max(s.ep for s in stages),
                 zero=_per_stage([s.zero for s in stages]), recompute=_per_stage([s.recompute for s in stages]),
                 peak_memory_GiB=max(m.total_bytes for m in est.memory_by_rank.values()) / GIB,
-                stages=stages_text(planned), mfu_above_published=above.published_mfu if above else None)
+                stages=stages_text(planned), mfu_above_published=above.published_mfu if above else None,
+                usd_per_hour=cost.usd_per_hour, usd_per_step=cost.usd_per_step,
+                usd_per_million_tokens=cost.usd_per_million_tokens, energy_J_per_step=cost.energy_J_per_step,
+                energy_J_per_token=cost.energy_J_per_token)
 
 
 # errors of the machine, not of the inputs: a full disk or quota, I/O, permissions, no memory,

@@ -54,7 +54,10 @@ def figure_check(data: Mapping[str, Any], plan: Plan, reprice: Reprice) -> tuple
             raise
         return problems, [f"predicted not re-checked: it was priced with measured inputs that cannot be read "
                           f"here ({exc})"]
-    differ = list(differences(predicted, estimate.predicted_json(), "predicted"))
+    from ..cost.energy import run_cost
+
+    recomputed = {**estimate.predicted_json(), "cost": run_cost(plan, estimate).to_json()}
+    differ = list(differences(predicted, recomputed, "predicted"))
     if differ:
         path, given, computed = differ[0]
         more = f"; {len(differ) - 1} more figures differ" if len(differ) > 1 else ""

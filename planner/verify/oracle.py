@@ -81,7 +81,10 @@ class _StageSpace:
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
                 cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False,
-                zero_bubble=False) -> tuple[float, Plan | None, int]:
+                zero_bubble=False, objective=None) -> tuple[float, Plan | None, int]:
+    """The least step time over every plan of the space (module docstring), its plan and how many
+    plans were priced; `objective(plan, estimate)`: the least of that figure instead (dollars or
+    joules per step: tests/test_objective.py)."""
     space = _StageSpace(tuple(tp_degrees), tuple(cp_degrees), tuple(recompute_modes), tuple(zero_stages),
                         tuple(ep_degrees), offload)
     # the one-chunk schedules: 1F1B, and ZB-H1 (2+ stages) where the runtime runs it
@@ -98,8 +101,11 @@ def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, t
                 continue
             est = evaluate(plan)
             count += 1
-            if est.fits and est.step_time_s < best:
-                best, best_plan = est.step_time_s, plan
+            if not est.fits:
+                continue
+            value = est.step_time_s if objective is None else objective(plan, est)
+            if value < best:
+                best, best_plan = value, plan
     return best, best_plan, count
 
 

@@ -152,6 +152,8 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
         if stage.offload_activations > stage.decoder_blocks(plan.model):
             problems.append((f"stages[{i}].offload_activations", f"is {stage.offload_activations}, the stage has "
                                                                f"{stage.decoder_blocks(plan.model)} decoder blocks"))
+        if stage.power_cap_W:
+            problems.extend(_cap_problems(plan, stage, f"stages[{i}].power_cap_W"))
     devices = data.get("devices")
     if isinstance(devices, list):
         used = set(plan.used_ranks())
@@ -255,3 +257,17 @@ def load_plan_file(path: str, *, memory: bool = True) -> Plan:
         raise BadInput(f"invalid plan: {message}{more}", path, where or None)
     assert plan is not None
     return plan
+
+
+def _cap_problems(plan: Plan, stage, path: str) -> list[Problem]:
+    """A stage's power cap outside what one of its GPU types takes (planner.cost.power.check_cap)."""
+    from ..cost.power import check_cap
+
+    gpus = {plan.cluster.group_of_rank(rank).gpu.name: plan.cluster.group_of_rank(rank).gpu
+            for rep in stage.replicas for rank in rep.ranks if rank < plan.cluster.num_gpus}
+    for gpu in gpus.values():
+        try:
+            check_cap(gpu, stage.power_cap_W, "plan", path)
+        except BadInput as exc:
+            return [(path, exc.message)]
+    return []

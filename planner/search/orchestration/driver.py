@@ -9,9 +9,9 @@ space, the algorithm, its pruning and what it proves are in docs/solver.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 from ..bounds.bound import compute_lower_bound_s
 from ...core.clock import Progress, SearchClock, SearchTimeout, stop_requested
@@ -56,6 +56,8 @@ class SearchResult:
     any_runtime_step_s: float | None = None
     any_runtime_note: str | None = None
     not_proven: str = ""  # why the plan is not proven optimal ("" where it is)
+    # `plan --power-caps`: the caps chosen after the search (planner.search.power_caps.CapChoice)
+    power_caps: Any = field(default=None, compare=False)
 
     def solver_json(self) -> dict:
         out = {"seconds": self.seconds, "optimal": self.optimal, "gap": self.gap,

@@ -1,0 +1,109 @@
+"""Time, dollars and energy on the example mixed clusters: the time-optimal plan beside the cost- and
+energy-optimal ones, the frontier's size and what power caps save.
+
+    python benchmarks/cost_objectives.py [--rows NAME ...] [--write]
+
+Each row plans every set of whole nodes of the cluster for time, as `planner frontier` does
+(planner.api.frontier.frontier, the CLI's default time limit for all of them together), and from the
+same outcomes takes the plan of least step time, of least dollars and of least energy per step as
+`plan --objective time|cost|energy` would (planner.api.objective.choose; the pruning of `plan
+--objective` never changes the choice: tests/test_objective.py). Then `--power-caps` on the
+energy-optimal plan (planner.search.power_caps, the default slowdown of 0.5 %). Prices and power
+are the GPU catalog's (profiles/hardware/gpus.yaml). Columns: for each objective its step, dollars
+per million tokens, kWh per step and the nodes it rents; the frontier's size of the sets planned;
+the energy the caps save; wall seconds of the whole row. `--write` writes docs/cost-table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner import api  # noqa: E402
+from planner.api import PlanRequest  # noqa: E402
+from planner.api.frontier import frontier  # noqa: E402
+from planner.api.objective import choose  # noqa: E402
+from planner.core.errors import NoFeasiblePlan  # noqa: E402
+from planner.cost.energy import J_PER_KWH  # noqa: E402
+from planner.search.power_caps import choose_caps  # noqa: E402
+
+TABLE = ROOT / "docs" / "cost-table.md"
+# name: (cluster, model, global batch, sequence length); the example clusters of several GPU types
+ROWS = {
+    "8b-a100-v100": ("a100-v100-mix", "llama-3-8b", 512, 4096),
+    "70b-a100-v100": ("a100-v100-mix", "llama-3-70b", 512, 4096),
+    "8b-h100-a100-v100": ("h100-a100-v100", "llama-3-8b", 512, 4096),
+    "70b-h100-a100-v100": ("h100-a100-v100", "llama-3-70b", 512, 4096),
+    "8b-3090-4090": ("consumer-3090-4090", "llama-3-8b", 128, 2048),
+}
+
+
+def run_row(name: str) -> dict:
+    cluster, model, batch, seq = ROWS[name]
+    request = PlanRequest(model=model, cluster=cluster, global_batch=batch, seq_len=seq)
+    started = time.perf_counter()
+    try:
+        found = frontier(request)
+    except NoFeasiblePlan as exc:
+        return {"name": name, "error": exc.message, "seconds": time.perf_counter() - started}
+    chosen = {objective: choose(replace(request, objective=objective), found.cluster, found.outcomes,
+                                found.every_count, found.proven).chosen for objective in ("time", "cost", "energy")}
+    caps = choose_caps(chosen["energy"].result.plan, api.reprice_plan, PlanRequest().max_cap_slowdown)
+    planned = sum(o.result is not None for o in found.outcomes)
+    return {"name": name, "chosen": chosen, "cluster": found.cluster, "frontier": len(found.pareto),
+            "planned": planned, "proven": found.proven, "caps": caps.to_json(),
+            "seconds": time.perf_counter() - started}
+
+
+def cells(outcome, cluster) -> list[str]:
+    cost = outcome.cost
+    return [f"{outcome.result.estimate.step_time_s:.3f}", f"{cost.usd_per_million_tokens:.4f}",
+            f"{cost.energy_J_per_step / J_PER_KWH:.4f}", outcome.used.describe(cluster)]
+
+
+def table(rows: list[dict]) -> str:
+    head = ["row", "time: step s", "$/M tok", "kWh/step", "nodes", "cost: step s", "$/M tok", "kWh/step", "nodes",
+            "energy: step s", "$/M tok", "kWh/step", "nodes", "frontier / planned", "proven", "caps save",
+            "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['name']} | {row['error']} |" + " |" * (len(head) - 2))
+            continue
+        chosen, cluster = row["chosen"], row["cluster"]
+        values = [row["name"], *cells(chosen["time"], cluster), *cells(chosen["cost"], cluster),
+                  *cells(chosen["energy"], cluster), f"{row['frontier']} / {row['planned']}",
+                  "yes" if row["proven"] else "no", f"{row['caps']['energy_saved_fraction']:.1%}",
+                  f"{row['seconds']:.1f}"]
+        lines.append("| " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE.relative_to(ROOT)}")
+    args = parser.parse_args()
+    rows = []
+    for name in args.rows:
+        rows.append(run_row(name))
+        print(f"{name}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
+    text = table(rows)
+    print(text)
+    if args.write:
+        TABLE.write_text("<!-- generated by `python benchmarks/cost_objectives.py --write`; do not edit -->\n\n"
+                         "Each objective's plan over the sets of whole nodes of the cluster (each planned for time "
+                         "within the CLI's default time limit, all sets together), prices and power from the GPU "
+                         "catalog; `caps save`: the energy per step `--power-caps` saves on the energy-optimal "
+                         "plan within 0.5 % of its step. Wall seconds on one machine (2 cores), one row after "
+                         "another.\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
