@@ -270,3 +270,26 @@ def test_validate_recomputes_the_reported_cost(tmp_path):
     out.write_text(json.dumps(data))
     result = invoke("validate", str(out))
     assert result.exit_code != 0 and "predicted.cost.usd_per_step" in result.output
+
+
+def test_a_sweep_row_plans_for_its_objective(tmp_path):
+    rows = {}
+    for objective in ("time", "cost"):
+        out = tmp_path / f"{objective}.jsonl"
+        result = invoke("sweep", "--model", "gpt2", "--cluster", "a100-v100-mix", "--global-batch", "64",
+                        "--seq-len", "1024", "--objective", objective, "-o", str(out))
+        assert result.exit_code == 0, result.output
+        rows[objective] = json.loads(out.read_text().splitlines()[0])
+    assert rows["cost"]["usd_per_step"] <= rows["time"]["usd_per_step"]
+    assert rows["cost"]["step_time_s"] >= rows["time"]["step_time_s"]
+
+
+def test_frontier_with_power_caps_weighs_each_set_capped_and_uncapped():
+    data = ok_json(invoke("frontier", "--power-caps", "--json"))
+    capped = [p for p in data["points"] if "power_caps_W" in p]
+    assert capped
+    for point in capped:  # its uncapped twin: the same nodes, faster, more energy
+        twin = next(p for p in data["points"] if p["nodes"] == point["nodes"] and "power_caps_W" not in p
+                    and "step_time_s" in p)
+        assert twin["step_time_s"] <= point["step_time_s"] <= twin["step_time_s"] * 1.005 * (1 + 1e-9)
+        assert point["energy_J_per_step"] < twin["energy_J_per_step"]

@@ -6,7 +6,7 @@ cluster changes in time, dollars and energy."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..core.clock import Progress
@@ -87,6 +87,8 @@ def frontier(request: PlanRequest, on_progress: Callable[[Progress], None] | Non
     """The frontier of `request` (module docstring); NoFeasiblePlan where no subset has a plan."""
     started = clock()
     cluster, outcomes, every, proven = plan_subsets(request, False, on_progress, warn, clock)
+    if request.power_caps:  # each set's plan capped and, beside it, uncapped: two points of the frontier
+        outcomes = tuple(variant for o in outcomes for variant in (o, *_uncapped(o)))
     planned = [i for i, o in enumerate(outcomes) if o.result is not None and (
         request.max_step_time_s is None or o.result.estimate.step_time_s <= request.max_step_time_s)]
     if not planned:
@@ -96,21 +98,36 @@ def frontier(request: PlanRequest, on_progress: Callable[[Progress], None] | Non
     # a plan that leaves nodes of its subset idle is the plan of the nodes it uses: one point per nodes used
     seen: dict = {}
     for i in planned:
-        seen.setdefault(outcomes[i].used, i)
+        seen.setdefault((outcomes[i].used, _caps(outcomes[i])), i)
     distinct = list(seen.values())
     points = [figures(outcomes[i]) for i in distinct]
     pareto = tuple(distinct[i] for i in pareto_indices(points))
     from .ranked import configuration_text
 
-    texts = tuple("" if o.result is None else configuration_text(o.result.plan) for o in outcomes)
+    texts = tuple("" if o.result is None else configuration_text(o.result.plan)
+                  + ("".join(f", rank {k} at {w:g} W" for k, w in _caps(o))) for o in outcomes)
     return Frontier(cluster, outcomes, pareto, marginals(cluster, outcomes), every, proven, clock() - started, texts)
+
+
+def _uncapped(outcome: SubsetOutcome) -> tuple[SubsetOutcome, ...]:
+    """The outcome's plan without its power caps, where it has some."""
+    from ..search.power_caps import with_caps
+
+    choice = outcome.result.power_caps if outcome.result is not None else None
+    if choice is None or not choice.caps_W:
+        return ()
+    result = replace(outcome.result, plan=with_caps(choice.plan, {}), estimate=choice.uncapped_estimate,
+                     power_caps=None)
+    return (replace(outcome, result=result, cost=choice.uncapped_cost),)
 
 
 def marginals(cluster: Cluster, outcomes: tuple[SubsetOutcome, ...]) -> tuple[Marginal, ...]:
     """Each group's Marginal, where the cluster has more than one group, in group order."""
     if len(cluster.groups) < 2:
         return ()
-    by_nodes = {o.subset.nodes: o for o in outcomes}
+    by_nodes: dict = {}
+    for o in outcomes:  # each set's first outcome: its capped plan under --power-caps
+        by_nodes.setdefault(o.subset.nodes, o)
     whole_nodes = tuple(g.nodes for g in cluster.groups)
     out = []
     for index, group in enumerate(cluster.groups):
@@ -131,9 +148,16 @@ def frontier_json(result: Frontier) -> dict:
             entry["reason"] = outcome.reason
         else:
             entry.update({"step_time_s": outcome.result.estimate.step_time_s, **outcome.cost.to_json(),
-                          "optimal": outcome.result.optimal, "configuration": result.configurations[index]})
+                          "optimal": outcome.result.optimal, "configuration": result.configurations[index],
+                          **({"power_caps_W": {str(k): v for k, v in _caps(outcome)}} if _caps(outcome) else {})})
         points.append(entry)
     return {"cluster": result.cluster.name, "proven": result.proven, "every_node_count": result.every_count,
             "seconds": result.seconds, "frontier": list(result.pareto), "points": points,
             "marginal": [{"group": m.group, "gpus": m.gpus, "changes": m.changes(),
                           "text": m.text(result.cluster.group(m.group).gpu.name)} for m in result.marginals]}
+
+
+def _caps(outcome: SubsetOutcome) -> tuple[tuple[int, float], ...]:
+    """The outcome's power caps per pipeline rank, () for none."""
+    return tuple(sorted({st.pipeline_rank: st.power_cap_W for st in outcome.result.plan.stages
+                         if st.power_cap_W}.items()))

@@ -59,6 +59,16 @@ SWEEP_FLAGS = (
               "each [default: plan's search]; the `ep_degrees` column.", "rows", "ep", metavar="N", low=1),
     SweepFlag("compare_any", "compare_any", "Also search each row under --runtime any, as `planner plan "
               "--compare-any`: the `any_runtime_step_s` column (empty without it).", "rows"),
+    SweepFlag("objective", "objective", "What each row's plan minimises, as `planner plan --objective` (time, "
+              "cost, energy).", "rows"),
+    SweepFlag("max_gpus", "max_gpus", "Each row rents at most N GPUs, as `planner plan --max-gpus`.", "rows",
+              metavar="N"),
+    SweepFlag("max_cost_per_hour", "max_cost_per_hour", "Each row rents nodes of at most X dollars per hour, as "
+              "`planner plan --max-cost-per-hour`.", "rows", metavar="X"),
+    SweepFlag("max_step_time_s", "max_step_time", "Only plans whose step takes at most S seconds, as `planner "
+              "plan --max-step-time`.", "rows", metavar="S"),
+    SweepFlag("power_caps", "power_caps", "Cap the power of each row's stages off the critical path, as "
+              "`planner plan --power-caps` (at most 0.5 % slower).", "rows"),
 )
 AXES = tuple(s for s in SWEEP_FLAGS if s.axis)  # in Combination order: models outermost
 
@@ -114,6 +124,8 @@ def template_request(values: Mapping[str, Any]) -> PlanRequest:
             continue
         flag: Flag = _FIELDS[s.field].metadata["flag"]
         value = values[s.keyword]
+        if value is None and isinstance(flag.type, tuple):  # a choice not given: the field's default
+            continue
         if flag.repeatable:
             for item in value:
                 require(item, flag.long)

@@ -265,11 +265,13 @@ def plan_combination(combo: Combination, request: PlanRequest | None, want_plan:
     name = None
     try:
         from ..api import plan, plan_json
+        from ..api.objective import needs_subsets, plan_objective
 
         model = model if model is not None else cached_model(combo.model)
         name = model.name
         cluster = cluster if cluster is not None else cached_cluster(combo.cluster)
-        result = plan(replace(asked, model=model, cluster=cluster))
+        loaded = replace(asked, model=model, cluster=cluster)
+        result = plan_objective(loaded).result if needs_subsets(loaded) else plan(loaded)
         row = empty_row(combo, "ok", "", asked, name)
         row.update(plan_columns(result.plan, result.estimate), solver_seconds=result.seconds,
                    any_runtime_step_s=result.any_runtime_step_s)
