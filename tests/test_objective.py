@@ -11,7 +11,8 @@ import pytest
 
 from planner.api.objective import choose, subset_outcomes
 from planner.api.requests import PlanRequest
-from planner.cost.energy import run_cost
+from planner.cost.energy import rented_nodes, run_cost
+from planner.cost.reliability import reliability
 from planner.core.errors import NoFeasiblePlan
 from planner.inputs.hardware import cluster_from_spec
 from planner.search.orchestration.driver import SolverOptions
@@ -37,14 +38,21 @@ def solved(model, cluster, base, request: PlanRequest, prune: bool = True):
     return choose(request, *subset_outcomes(model, cluster, base, SolverOptions(**TINY_OPTIONS), request, prune))
 
 
+FIGURES = {  # the objective's figure of a plan, the less the better (SubsetOutcome.value)
+    "cost": lambda plan, est: run_cost(plan, est).usd_per_step,
+    "goodput": lambda plan, est: -reliability(plan, est, rented_nodes(plan)).goodput_tokens_per_s,
+}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("objective", sorted(FIGURES))
 @pytest.mark.parametrize("seed", ORACLE_SEEDS)
-def test_cost_objective_finds_the_cheapest_plan_of_every_subset_and_plan(seed):
+def test_cost_and_goodput_objectives_find_the_best_plan_of_every_subset_and_plan(seed, objective):
     model, cluster, base = tiny_instance(seed)
-    expected = oracle(model, cluster, base, lambda plan, est: run_cost(plan, est).usd_per_step)
-    chosen = solved(model, cluster, base, PlanRequest(objective="cost", time_limit_s=None))
+    expected = oracle(model, cluster, base, FIGURES[objective])
+    chosen = solved(model, cluster, base, PlanRequest(objective=objective, time_limit_s=None))
     assert chosen.proven
-    assert chosen.chosen.cost.usd_per_step == pytest.approx(expected, rel=1e-9)
+    assert chosen.chosen.value(objective) == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.slow
@@ -68,7 +76,7 @@ def _evaluate(plan):
     return evaluate(plan)
 
 
-@pytest.mark.parametrize("objective", ["time", "cost", "energy"])
+@pytest.mark.parametrize("objective", ["time", "cost", "energy", "goodput"])
 def test_pruning_never_changes_the_chosen_plan(objective):
     model, cluster, base = tiny_instance(12)
     request = PlanRequest(objective=objective, time_limit_s=None, max_gpus=cluster.num_gpus)

@@ -17,12 +17,22 @@ if TYPE_CHECKING:
 
 
 def cost_json(plan: Plan, est: Estimate, tokens: int | None = None) -> dict:
-    """`{"cost": dollars and energy per step and token}` (planner.cost.energy.RunCost), and with
-    `tokens` `"run"`: the steps, wall time, dollars and MWh of a run of that many tokens."""
-    from ..cost.energy import run_cost
+    """`{"cost": dollars and energy per step and token, "reliability": interruptions, checkpoints and
+    goodput}` (planner.cost.energy.RunCost, planner.cost.reliability.Reliability), and with `tokens`
+    `"run"`: the steps, wall time, dollars and MWh of a run of that many tokens, and its expected wall
+    time, interruptions and dollars with failures."""
+    from ..cost.energy import rented_nodes, run_cost
+    from ..cost.reliability import reliability
 
     cost = run_cost(plan, est)
-    return {"cost": cost.to_json(), **({"run": cost.for_tokens(tokens).to_json()} if tokens else {})}
+    failures = reliability(plan, est, rented_nodes(plan))
+    out = {"cost": cost.to_json(), "reliability": failures.to_json()}
+    if tokens:
+        wall = failures.run_wall_s(tokens)
+        out["run"] = {**cost.for_tokens(tokens).to_json(), "expected_wall_s": wall,
+                      "expected_interruptions": wall / failures.mtbf_s,
+                      "expected_usd": None if cost.usd_per_hour is None else cost.usd_per_hour * wall / 3600}
+    return out
 
 
 def with_power_caps(result: SearchResult, request: PlanRequest, price: Callable[[Plan], Estimate]) -> SearchResult:

@@ -30,9 +30,10 @@ from .requests import PlanRequest
 
 if TYPE_CHECKING:
     from ..cost.energy import RunCost
+    from ..cost.reliability import Reliability
     from ..search.orchestration.driver import SearchResult
 
-OBJECTIVES = ("time", "cost", "energy")
+OBJECTIVES = ("time", "cost", "energy", "goodput")
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,18 @@ class SubsetOutcome:
     cost: "RunCost | None" = None
     reason: str = ""
     used: Subset | None = None  # the nodes its plan uses (within `subset`), what it rents
+    reliability: "Reliability | None" = None  # its interruptions, checkpoints and goodput
 
     def value(self, objective: str) -> float:
-        """The objective's figure: step seconds, dollars or joules per step."""
+        """The objective's figure, the less the better: step seconds, dollars or joules per step, or
+        the goodput's opposite (tokens per second kept after failures)."""
         assert self.result is not None and self.cost is not None
         if objective == "cost":
             return self.cost.usd_per_step
         if objective == "energy":
             return self.cost.energy_J_per_step
+        if objective == "goodput":
+            return -self.reliability.goodput_tokens_per_s
         return self.result.estimate.step_time_s
 
 
@@ -92,7 +97,8 @@ class ObjectiveResult:
 def _figures(outcome: SubsetOutcome) -> dict:
     assert outcome.result is not None and outcome.cost is not None
     return {"step_time_s": outcome.result.estimate.step_time_s, "usd_per_step": outcome.cost.usd_per_step,
-            "energy_J_per_step": outcome.cost.energy_J_per_step, "gpus": outcome.cost.gpus_rented}
+            "energy_J_per_step": outcome.cost.energy_J_per_step,
+            "goodput_tokens_per_s": outcome.reliability.goodput_tokens_per_s, "gpus": outcome.cost.gpus_rented}
 
 
 def needs_subsets(request: PlanRequest) -> bool:
@@ -170,8 +176,9 @@ def subset_outcomes(model, cluster: Cluster, training, options, request: PlanReq
     `options` (or, with `prune`, left out where a bound shows it cannot be chosen: _pruned), all within
     the request's time limit: the cluster, the outcomes in the order met, whether every node count was
     taken, and whether every search ended proven."""
-    from ..cost.energy import run_cost
+    from ..cost.energy import rented_nodes, run_cost
     from ..cost.evaluate import evaluate
+    from ..cost.reliability import reliability
     from . import with_power_caps
 
     def price(plan):  # as the search prices its plans
@@ -206,7 +213,8 @@ def subset_outcomes(model, cluster: Cluster, training, options, request: PlanReq
         result = replace(result, plan=plan, estimate=price(plan))  # the same figures, rank by rank of `cluster`
         if request.power_caps:
             result = with_power_caps(result, request, price)
-        outcome = SubsetOutcome(subset, result, run_cost(result.plan, result.estimate), used=used_nodes(plan))
+        outcome = SubsetOutcome(subset, result, run_cost(result.plan, result.estimate), used=used_nodes(plan),
+                                reliability=reliability(result.plan, result.estimate, rented_nodes(result.plan)))
         outcomes.append(outcome)
         proven = proven and result.optimal
         if _within(outcome, request) and (best is None or _key(outcome, request.objective) < _key(

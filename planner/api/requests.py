@@ -159,9 +159,10 @@ class PlanRequest:
         "than the plan's own search.", None, "search")))
     # what the plan minimises, over which whole nodes to rent (planner.api.objective)
     objective: str = field(default="time", metadata=declare(Flag(
-        "--objective", "What the plan minimises: time (the step, on every node), cost (dollars per step) or "
-        "energy (joules per step); cost and energy choose which whole nodes to rent, the rest left idle.",
-        ("time", "cost", "energy"), "objective", show_default=True)))
+        "--objective", "What the plan minimises: time (the step, on every node), cost (dollars per step), "
+        "energy (joules per step), or goodput, which it maximises (tokens per second kept after interruptions, "
+        "checkpoints and restarts); cost, energy and goodput choose which whole nodes to rent, the rest left idle.",
+        ("time", "cost", "energy", "goodput"), "objective", show_default=True)))
     max_gpus: int | None = field(default=None, metadata=declare(Flag(
         "--max-gpus", "Rent at most N GPUs (whole nodes).", int, "objective", figure="degree", metavar="N")))
     max_cost_per_hour: float | None = field(default=None, metadata=declare(Flag(

@@ -62,6 +62,14 @@ RANGES: dict[str, Range] = {
     "price_per_gpu_hour": Range(0, 1e3, "USD"),
     # power usage effectiveness: facility energy / IT energy, 1 (none lost) to 3 (a poor machine room)
     "pue": Range(1, 3),
+    # mean time between interruptions of one GPU or node: 1 minute to 100,000 years
+    "mtbf_hours": Range(1 / 60, 1e9, "h"),
+    # spot preemptions of one node: 0 to one a minute
+    "preemptions_per_hour": Range(0, 60),
+    # the storage's checkpoint bandwidth, all nodes together: 1 MB/s to 1 PB/s
+    "checkpoint_write_GBps": Range(1e-3, 1e6, "GB/s"),
+    # a restart after an interruption (detect, reschedule, relaunch): 0 to a month
+    "restart_s": Range(0, 3e6, "s"),
     # Nodes of one group and GPUs in one node (an NVL576 NVLink domain counts as one node);
     # the whole cluster is also capped at MAX_CLUSTER_GPUS.
     "nodes": Range(1, MAX_CLUSTER_GPUS, integer=True),

@@ -124,6 +124,11 @@ class NodeGroup:
     # what its GPUs cost to rent (the file's price_per_gpu_hour, else the GPU's catalog price; None: unknown)
     price_usd_per_gpu_s: float | None = field(default=None, compare=False)
     node_power_W: float = field(default=0.0, compare=False)  # a node's draw besides its GPUs
+    # failures (planner.cost.reliability): each GPU's and each node's mean time between interruptions
+    # (None: the cost model's default; node: none beyond its GPUs') and spot preemptions per node-hour
+    gpu_mtbf_h: float | None = field(default=None, compare=False)
+    node_mtbf_h: float | None = field(default=None, compare=False)
+    preemptions_per_h: float = field(default=0.0, compare=False)
 
     @property
     def num_gpus(self) -> int:

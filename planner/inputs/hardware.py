@@ -44,9 +44,9 @@ DEFAULT_INTRA = {"kind": "PCIe 4.0 x16 (assumed)", "bandwidth_GBps": 32.0, "late
 DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, "latency_us": 10.0}
 
 # The keys of each mapping of a cluster file (formats.md section 1); any other is bad input.
-CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology", "pue")
+CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology", "pue", "checkpoint_write_GBps", "restart_s")
 NODE_GROUP_KEYS = ("name", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
-                   "price_per_gpu_hour", "node_power_W")
+                   "price_per_gpu_hour", "node_power_W", "gpu_mtbf_hours", "node_mtbf_hours", "preemptions_per_hour")
 GPU_KEYS = ("architecture", "segment", "vendor", "memory_GiB", "peak_tflops", "hbm_GBps", "intra_node",
             "inter_node", "source", "power_W", "power_source", "price_per_gpu_hour", "price_source")
 POWER_KEYS = ("board", "idle", "min_cap")  # a catalog entry's power_W
@@ -60,6 +60,10 @@ class Cluster:
     spec: Mapping[str, Any] = field(compare=False, hash=False, default_factory=dict)
     # power usage effectiveness: the facility's energy per unit of the nodes' (the file's `pue`, 1: none)
     pue: float = field(default=1.0, compare=False)
+    # checkpoints (planner.cost.reliability): the storage's write bandwidth for all nodes together and
+    # a restart's own time; None: the cost model's defaults
+    checkpoint_bytes_per_s: float | None = field(default=None, compare=False)
+    restart_s: float | None = field(default=None, compare=False)
 
     @cached_property
     def num_gpus(self) -> int:
@@ -293,7 +297,13 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
             first_rank=first_rank, host=read_host(g.get("host"), where, f"{prefix}.host"),
             price_usd_per_gpu_s=_group_price(g, gpu, where, prefix),
             node_power_W=ranges.get(g, "node_power_W", "node_power_W", where, f"{prefix}.node_power_W",
-                                    required=False) or 0.0))
+                                    required=False) or 0.0,
+            gpu_mtbf_h=ranges.get(g, "gpu_mtbf_hours", "mtbf_hours", where, f"{prefix}.gpu_mtbf_hours",
+                                  required=False),
+            node_mtbf_h=ranges.get(g, "node_mtbf_hours", "mtbf_hours", where, f"{prefix}.node_mtbf_hours",
+                                   required=False),
+            preemptions_per_h=ranges.get(g, "preemptions_per_hour", "preemptions_per_hour", where,
+                                         f"{prefix}.preemptions_per_hour", required=False) or 0.0))
         first_rank += nodes * per_node
 
 
@@ -303,7 +313,11 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     else:
         cluster_name = name_from_file(where)
     pue = ranges.get(spec, "pue", "pue", where, "pue", required=False)
-    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec), pue=1.0 if pue is None else pue)
+    write = ranges.get(spec, "checkpoint_write_GBps", "checkpoint_write_GBps", where, "checkpoint_write_GBps",
+                       required=False)
+    return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec), pue=1.0 if pue is None else pue,
+                   checkpoint_bytes_per_s=None if write is None else write * GB,
+                   restart_s=ranges.get(spec, "restart_s", "restart_s", where, "restart_s", required=False))
 
 
 def _group_price(group: Mapping[str, Any], gpu: GpuSpec, where: str, prefix: str) -> float | None:

@@ -32,6 +32,21 @@ def cost_lines(cost: RunCost, tokens: int | None = None) -> list[str]:
     return lines
 
 
+def run_lines(failures, cost: RunCost, tokens: int) -> list[str]:
+    """With failures, the run's expected wall time, interruptions and dollars."""
+    wall = failures.run_wall_s(tokens)
+    money = f", ${cost.usd_per_hour * wall / 3600:,.0f}" if cost.usd_per_hour is not None else ""
+    return [f"  with failures: {wall / 86400:,.2f} days, {wall / failures.mtbf_s:,.0f} interruptions expected{money}"]
+
+
+def reliability_lines(failures) -> list[str]:
+    """'failures: ...': the job's interruptions, its checkpoint and interval, the goodput."""
+    return [f"failures: one every {sig(failures.mtbf_s / 3600)} h; checkpoint {sig(failures.checkpoint_bytes / 1e9)} GB "
+            f"written in {sig(failures.checkpoint_write_s)} s every {sig(failures.checkpoint_interval_s / 60)} min "
+            f"(Young/Daly); goodput {failures.efficiency:.1%} of the step's tokens/s "
+            f"({failures.goodput_tokens_per_s:,.0f} tokens/s)"]
+
+
 def objective_lines(result) -> list[str]:
     """What `--objective` chose (planner.api.objective.ObjectiveResult): the nodes rented, those left
     idle and what they would have added, and how many subsets were planned."""

@@ -8,12 +8,13 @@ import os
 from rich.console import Console
 from rich.table import Table
 
-from ..cost.energy import run_cost
+from ..cost.energy import rented_nodes, run_cost
+from ..cost.reliability import reliability
 from ..cost.runtimes import attention_kernels
 from ..inputs.hardware import GIB
 from ..core.markup import esc
 from ..plan import Plan
-from .costs import caps_lines, cost_lines
+from .costs import caps_lines, cost_lines, reliability_lines, run_lines
 from .tables import (gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, precision_text, rank_text,
                      stages_table)
 
@@ -81,7 +82,7 @@ def print_plan(result, console: Console | None = None, tokens: int | None = None
                   + "   ".join(f"{k} {v:.3f}s" for k, v in est.breakdown_s.items()))
     for line in critical_lines(plan, est, labels):
         console.print(line)
-    for line in cost_lines(run_cost(plan, est), tokens) + caps_lines(result):
+    for line in money_lines(plan, est, tokens) + caps_lines(result):
         console.print(line)
     why = getattr(result, "not_proven", "")
     status = "proven optimal" if result.optimal else \
@@ -91,6 +92,16 @@ def print_plan(result, console: Console | None = None, tokens: int | None = None
     line = any_runtime_line(result)
     if line:
         console.print(line)
+
+
+def money_lines(plan: Plan, est, tokens: int | None) -> list[str]:
+    """The cost, energy and failures lines (report.costs), with a run of `tokens` tokens."""
+    cost = run_cost(plan, est)
+    failures = reliability(plan, est, rented_nodes(plan))
+    lines = cost_lines(cost, tokens)
+    if tokens:
+        lines += run_lines(failures, cost, tokens)
+    return lines + reliability_lines(failures)
 
 
 def any_runtime_line(result) -> str | None:
@@ -130,7 +141,7 @@ def print_estimate(plan: Plan, estimate, console: Console | None = None, tokens:
                   f"bubble {estimate.bubble_fraction:.1%}")
     for line in critical_lines(plan, estimate, gpu_labels(plan.cluster)):
         console.print(line)
-    for line in cost_lines(run_cost(plan, estimate), tokens):
+    for line in money_lines(plan, estimate, tokens):
         console.print(line)
     mem = Table(title="Peak memory per GPU type")
     for col in ("GPU", "peak GiB", "capacity GiB", "use"):

@@ -60,7 +60,7 @@ SWEEP_FLAGS = (
     SweepFlag("compare_any", "compare_any", "Also search each row under --runtime any, as `planner plan "
               "--compare-any`: the `any_runtime_step_s` column (empty without it).", "rows"),
     SweepFlag("objective", "objective", "What each row's plan minimises, as `planner plan --objective` (time, "
-              "cost, energy).", "rows"),
+              "cost, energy, goodput).", "rows"),
     SweepFlag("max_gpus", "max_gpus", "Each row rents at most N GPUs, as `planner plan --max-gpus`.", "rows",
               metavar="N"),
     SweepFlag("max_cost_per_hour", "max_cost_per_hour", "Each row rents nodes of at most X dollars per hour, as "

@@ -38,7 +38,9 @@ COLUMNS = ("model", "cluster", "global_batch", "seq_len", "status", "reason", "s
            # the best published MFU the row's mfu is above (report.credibility; empty: not above)
            "mfu_above_published",
            # what the plan costs (planner.cost.energy; empty where a GPU has no price or power figures)
-           "usd_per_hour", "usd_per_step", "usd_per_million_tokens", "energy_J_per_step", "energy_J_per_token")
+           "usd_per_hour", "usd_per_step", "usd_per_million_tokens", "energy_J_per_step", "energy_J_per_token",
+           # what failures leave of it (planner.cost.reliability)
+           "goodput_tokens_per_s", "checkpoint_interval_s")
 # failed: the row could not be finished for a reason outside its inputs (a full disk, a plan
 # file not written, a worker killed); --resume plans it again
 STATUSES = ("ok", "infeasible", "error", "failed")

@@ -216,12 +216,14 @@ def stages_text(planned) -> str:
 
 def plan_columns(planned, est) -> dict:
     """The columns that describe a plan's shape and its estimate."""
-    from ..cost.energy import run_cost
+    from ..cost.energy import rented_nodes, run_cost
+    from ..cost.reliability import reliability
     from ..inputs.hardware import GIB
     from ..report.credibility import mfu_above_published
 
     stages = planned.stages
     cost = run_cost(planned, est)
+    failures = reliability(planned, est, rented_nodes(planned))
     above = mfu_above_published(planned, est)
     t = planned.training
     return dict(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
@@ -233,7 +235,8 @@ def plan_columns(planned, est) -> dict:
                 stages=stages_text(planned), mfu_above_published=above.published_mfu if above else None,
                 usd_per_hour=cost.usd_per_hour, usd_per_step=cost.usd_per_step,
                 usd_per_million_tokens=cost.usd_per_million_tokens, energy_J_per_step=cost.energy_J_per_step,
-                energy_J_per_token=cost.energy_J_per_token)
+                energy_J_per_token=cost.energy_J_per_token, goodput_tokens_per_s=failures.goodput_tokens_per_s,
+                checkpoint_interval_s=failures.checkpoint_interval_s)
 
 
 # errors of the machine, not of the inputs: a full disk or quota, I/O, permissions, no memory,
