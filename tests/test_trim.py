@@ -48,7 +48,7 @@ def instance(memory_gib: float, runtime: str = "megatron"):
     ((31, 47, 50), 1024, 4, 32, (0, 32, 32), 64),  # the H100 group is dropped
     ((3, 3, 4), 81, 4, 3, (3, 3, 3), 1),  # 3 bundles keep 9 nodes, 2 bundles only 8
     ((3, 3, 4), 80, 16, 2, (2, 2, 4), 2),  # 3 does not divide 80; searched node by node
-    ((4, 4, 6), 12, 4, 4, (4, 4, 4), 2),  # a tie: 3 bundles (3 / 3 / 6) keep 12 too; the larger g wins
+    ((4, 4, 6), 12, 4, 3, (3, 3, 6), 2),  # a tie: 4 bundles (4 / 4 / 4) keep 12 too; the fewer bundles win
 ])
 def test_trim_keeps_the_most_nodes_in_bundles_of_a_bounded_size(nodes, batch, most, bundles, kept, idle):
     original = cluster_from_spec(three_types(*nodes))

@@ -1,13 +1,15 @@
-"""`plan --objective time|cost|energy` and its constraints (`--max-gpus`, `--max-cost-per-hour`,
+"""`plan --objective time|cost|energy|goodput` and its constraints (`--max-gpus`, `--max-cost-per-hour`,
 `--max-step-time`): which whole nodes of the cluster to rent (planner.search.subsets), each subset
 planned for time by the usual search, the choice by the objective.
 
-Why the fastest plan of each subset is enough: a plan's dollars per step are its step time times the
-rent of the nodes it uses, so among the plans using one set of nodes the fastest is the cheapest;
-the least-cost plan is the cheapest subset's fastest plan (a plan that leaves nodes of its subset
-idle is priced on the nodes it uses). Energy adds each GPU's busy time at running power; the fastest
-plan of each subset is priced and the least taken (docs/cost-and-energy.md). The oracle
-(tests/test_objective.py) enumerates the subsets and brute-forces each one's plans.
+Why the fastest plan of each subset is enough for cost and goodput: a plan's dollars per step are its
+step time times the rent of the nodes it uses, and its goodput its tokens per second times an
+efficiency that depends only on those nodes (planner.cost.reliability), so among the plans using one
+set of nodes the fastest is the best; the best plan is the best subset's fastest plan (a plan that
+leaves nodes of its subset idle is priced on the nodes it uses). Energy adds each GPU's busy time at
+running power, which a slower plan can lower: the fastest plan of each subset is priced and the
+least taken (docs/cost-and-energy.md). The oracle (tests/test_objective.py) enumerates the subsets
+and brute-forces each one's plans.
 
 What prunes a subset without a search (the step time can only grow as nodes are removed: a
 subset's plan is a plan of every larger one, idle nodes aside): a larger subset already slower than

@@ -172,6 +172,11 @@ class PlanRequest:
         "--max-step-time", "Only plans whose step takes at most S seconds.", float, "objective",
         figure="step_time_s", metavar="S")))
     tokens: int | None = field(default=None, metadata=declare(TOKENS))
+    # plans kept ready for lost nodes (planner.api.replan.make_templates), written beside -o's plan
+    spares: int = field(default=0, metadata=declare(Flag(
+        "--spares", "Also plan for losing 1..K of the last nodes of each group (templates), every search in the "
+        "time limit together, written beside the plan file (-o PLAN: PLAN's name with .templates.json); "
+        "`planner replan` uses them.", int, "objective", low=0, high=64, show_default=True, metavar="K")))
     # power caps per pipeline stage (planner.search.power_caps), chosen after the plan
     power_caps: bool = field(default=False, metadata=declare(Flag(
         "--power-caps", "Cap the power of the stages off the critical path (nvidia-smi -pl, in the launch files): "

@@ -17,6 +17,7 @@ from .links import profile_links_command
 from .output import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, PlannerGroup
 from .plan import plan_command
 from .profile import calibrate_command, profile_command
+from .replan import replan_command
 from .run import run_command
 from .show import show_command
 from .sweep import sweep_command
@@ -35,7 +36,7 @@ def main() -> None:
 
 
 for _command in (gpus, models, inspect_command, plan_command, frontier_command, evaluate_command, profile_command, profile_links_command, calibrate_command,
-                 sweep_command, validate_command, export_command, show_command, run_command):
+                 sweep_command, validate_command, export_command, show_command, run_command, replan_command):
     main.add_command(_command)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_INTERRUPTED", "EXIT_OK", "PlannerGroup", "main"]

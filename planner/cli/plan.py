@@ -19,7 +19,7 @@ from ..api.objective import needs_subsets, plan_objective
 from ..api.flags import from_cli
 from ..api.ranked import Ranking, configuration_text, loses_by, peak_gib
 from ..core.clock import clear_stop, request_stop, stop_requested
-from ..core.errors import NoFeasiblePlan
+from ..core.errors import BadInput, NoFeasiblePlan
 from ..core.io import json_text
 from ..core.markup import esc
 from ..core.outfile import write_output
@@ -62,6 +62,8 @@ def plan_command(links, as_json, output, **flags) -> None:
         check_output(output, inputs)  # before the search, which can take minutes
     if links:
         request = replace(request, cluster=cluster_with_links(request.cluster, links))
+    if request.spares and not output:
+        raise BadInput("writes its templates beside the plan file: give -o PLAN", "--spares")
     if needs_subsets(request):
         _plan_objective(request, as_json, output, inputs)
         return
@@ -79,6 +81,21 @@ def plan_command(links, as_json, output, **flags) -> None:
     if interrupted:  # Ctrl-C: the best plan found so far was printed and written, as at the time limit
         err("interrupted: the plan above is the best found so far")
         sys.exit(EXIT_INTERRUPTED)
+    if request.spares:
+        _write_templates(first.plan, request, output, inputs, as_json)
+
+
+def _write_templates(plan, request, output: str, inputs, as_json: bool) -> None:
+    """`--spares K`: the templates file beside the plan file (planner.api.replan.make_templates)."""
+    from ..api.replan import make_templates, templates_path
+
+    path = templates_path(output)
+    check_output(path, inputs)
+    data, _ = searched(lambda on_progress: make_templates(plan, request, request.spares, request.time_limit_s))
+    write_output(path, json_text(data) + "\n", inputs=inputs)
+    if not as_json:
+        ready = sum("plan" in entry for entry in data["templates"])
+        stdout().print(f"{ready} of {len(data['templates'])} templates written to {esc(path)}")
 
 
 def searched(run: Callable) -> tuple[Any, bool]:

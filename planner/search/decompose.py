@@ -205,15 +205,17 @@ def trim(cluster: Cluster, max_exact_nodes: int, max_parts: int, global_batch: i
     if decompose(cluster, max_exact_nodes, max_parts).kind != "parts":
         return None
     counts = [g.nodes for g in cluster.groups]
-    best: tuple[int, int] | None = None  # (nodes kept, g): the most nodes, ties to the larger g
+    # (nodes kept, -g): the most nodes; ties to the fewer (larger) bundles, whose plans need their
+    # stages' replicas to be multiples of fewer: g' bundles dividing g hold every plan of g bundles
+    best: tuple[int, int] | None = None
     for g in range(2, max(counts) + 1):
         bundles = sum(n // g for n in counts)
         fits = global_batch % g == 0 and 0 < bundles <= max(max_parts, max_trimmed_parts)
-        if fits and (best is None or (bundles * g, g) > best):
-            best = (bundles * g, g)
+        if fits and (best is None or (bundles * g, -g) > best):
+            best = (bundles * g, -g)
     if best is None:
         return None
-    g = best[1]
+    g = -best[1]
     groups, kept, first_rank = [], [], 0
     for i, group in enumerate(cluster.groups):
         nodes = counts[i] // g * g

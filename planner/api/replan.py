@@ -1,0 +1,402 @@
+"""`planner replan PLAN --lose ... --gain ...`: a plan for the cluster after nodes are lost or gained,
+what it costs to move there, and the plans kept ready for losses (`plan --spares K`, templates).
+
+Candidates, each priced on the changed cluster:
+- kept: the old plan on the nodes that survive (the replicas on lost nodes dropped; under a runtime
+  with one data-parallel degree for every stage, every stage keeps as many replicas as the one that
+  lost most; the global batch shared evenly again); no weights move but the optimizer shards that
+  grow as data parallelism shrinks;
+- template: the plan prepared for this very change (`plan --spares K`), when one matches;
+- scratch: the fastest plan of the changed cluster (the usual search), unless a template stands in.
+Each is scored by its step over the horizon plus its move: H x step + move, H the steps until the
+next expected interruption of the changed cluster (planner.cost.reliability) unless `--horizon-steps`
+says otherwise; `--max-move-gb` drops a candidate that moves more. Ties: kept, template, scratch.
+
+The move (move_of, bytes per rank): a GPU needs the weights and optimizer states of the layers it runs
+that it does not hold already as the same tensor-parallel shard (under ZeRO, the part of its optimizer
+shard that grows); it receives them over its node's network share (its group's inter_node divided
+among the node's GPUs), all GPUs at once: the move takes the longest of them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..core.errors import BadInput, NoFeasiblePlan
+from ..inputs.hardware import Cluster, cluster_from_spec
+from ..plan import Plan, Replica, structural_problems
+from .requests import PlanRequest
+
+TEMPLATES_FORMAT = "planner.templates/v1"
+DEFAULT_GPUS_PER_NODE = 8  # a gained group of a new GPU type: DGX-class nodes
+
+
+@dataclass(frozen=True)
+class Change:
+    """Nodes lost (group -> old node indices) and gained (group -> (count, GPU or None))."""
+
+    lost: Mapping[str, tuple[int, ...]]
+    gained: Mapping[str, tuple[int, str | None]]
+
+
+def parse_change(cluster: Cluster, lose: tuple[str, ...], gain: tuple[str, ...]) -> Change:
+    """`--lose GROUP:COUNT` (its last nodes) or `GROUP/NODE[,NODE...]` (those), `--gain GROUP:COUNT[:GPU]`."""
+    lost: dict[str, set[int]] = {}
+    for text in lose:
+        match = re.fullmatch(r"([^:/]+)(?::(\d+)|/(\d+(?:,\d+)*))", text)
+        if not match:
+            raise BadInput(f"expected GROUP:COUNT or GROUP/NODE[,NODE...], got {text!r}", "--lose")
+        name = match.group(1)
+        group = _group(cluster, name, "--lose")
+        if match.group(2) is not None:
+            count = int(match.group(2))
+            if not 1 <= count <= group.nodes:
+                raise BadInput(f"group {name!r} has {group.nodes} nodes, cannot lose {count}", "--lose")
+            taken = lost.setdefault(name, set())
+            survivors = [n for n in range(group.nodes) if n not in taken]
+            taken.update(survivors[len(survivors) - count:])
+        else:
+            for node in map(int, match.group(3).split(",")):
+                if node >= group.nodes:
+                    raise BadInput(f"group {name!r} has nodes 0-{group.nodes - 1}, not {node}", "--lose")
+                lost.setdefault(name, set()).add(node)
+    gained: dict[str, tuple[int, str | None]] = {}
+    for text in gain:
+        match = re.fullmatch(r"([^:/]+):(\d+)(?::(.+))?", text)
+        if not match or int(match.group(2)) < 1:
+            raise BadInput(f"expected GROUP:COUNT[:GPU] with a count of at least 1, got {text!r}", "--gain")
+        name, count, gpu = match.group(1), int(match.group(2)), match.group(3)
+        existing = next((g for g in cluster.groups if g.name == name), None)
+        if existing is None and gpu is None:
+            raise BadInput(f"no node group {name!r}: name its GPU (GROUP:COUNT:GPU) to add one", "--gain")
+        if existing is not None and gpu is not None and gpu.lower() != existing.gpu.name.lower():
+            raise BadInput(f"group {name!r} holds {existing.gpu.name}, not {gpu}", "--gain")
+        gained[name] = (gained.get(name, (0, None))[0] + count, gpu if existing is None else None)
+    if not lost and not gained:
+        raise BadInput("nothing changes: give --lose or --gain", "--lose")
+    return Change({k: tuple(sorted(v)) for k, v in lost.items()}, gained)
+
+
+def _group(cluster: Cluster, name: str, flag: str):
+    group = next((g for g in cluster.groups if g.name == name), None)
+    if group is None:
+        raise BadInput(f"no node group {name!r} (groups: {', '.join(g.name for g in cluster.groups)})", flag)
+    return group
+
+
+def changed_cluster(cluster: Cluster, change: Change) -> tuple[Cluster, dict[tuple[str, int], tuple[str, int]]]:
+    """The cluster after `change` (groups left without nodes dropped, with their links) and where each
+    surviving node of the old one sits in it: (group, old node) -> (group, new node)."""
+    spec = dict(cluster.spec)
+    groups, survivors = [], {}
+    for raw, group in zip(spec["node_groups"], cluster.groups):
+        lost = set(change.lost.get(group.name, ()))
+        kept = [n for n in range(group.nodes) if n not in lost]
+        for new, old in enumerate(kept):
+            survivors[(group.name, old)] = (group.name, new)
+        nodes = len(kept) + change.gained.get(group.name, (0, None))[0]
+        if nodes:
+            groups.append({**raw, "nodes": nodes})
+    for name, (count, gpu) in change.gained.items():
+        if gpu is not None:
+            groups.append({"name": name, "gpu": gpu, "nodes": count, "gpus_per_node": DEFAULT_GPUS_PER_NODE})
+    if not groups:
+        raise BadInput("the change leaves no node", "--lose")
+    names = {g["name"] for g in groups}
+    spec["node_groups"] = groups
+    if "links" in spec:
+        spec["links"] = [e for e in spec["links"] if set(e.get("between", ())) <= names]
+    if isinstance(spec.get("topology"), dict):
+        topology = dict(spec["topology"])
+        switches = set(topology.get("switches", ()))
+        links = [e for e in topology.get("links", ()) if set(e.get("between", ())) <= names | switches]
+        used = {x for e in links for x in e.get("between", ())}
+        topology["switches"] = [s for s in topology.get("switches", ()) if s in used]
+        topology["links"] = links
+        spec["topology"] = topology
+    return cluster_from_spec(spec, f"{cluster.name} after the change"), survivors
+
+
+# --- the move ------------------------------------------------------------------------------------
+
+
+def _state_bytes_per_param(plan: Plan) -> tuple[float, float]:
+    """(weight bytes, optimizer state bytes) per parameter of the plan's training."""
+    from ..cost.states import WEIGHT_BYTES_FP32_TRAINING, get_optimizer
+    from ..inputs.model import DTYPE_BYTES
+
+    t = plan.training
+    optimizer = get_optimizer(t.optimizer)
+    if t.dtype == "fp32":
+        return WEIGHT_BYTES_FP32_TRAINING, optimizer.state_bytes_fp32
+    return DTYPE_BYTES.get(t.dtype, 2), optimizer.state_bytes_mixed
+
+
+def _holdings(plan: Plan) -> dict[tuple[str, int, int], dict[int, tuple[int, int, float]]]:
+    """Per device (group, node, local rank): layer -> (tp, shard index, optimizer fraction held)."""
+    out: dict[tuple[str, int, int], dict[int, tuple[int, int, float]]] = {}
+    for st in plan.stages:
+        optimizer_share = 1 / st.dp if st.zero >= 1 else 1.0
+        for rep in st.replicas:
+            for shard, rank in enumerate(rep.ranks):
+                device = plan.cluster.device(rank)
+                held = out.setdefault((device.group, device.node, device.local_rank), {})
+                for layer in range(*st.layers):
+                    held[layer] = (st.tp, shard, optimizer_share)
+    return out
+
+
+@dataclass(frozen=True)
+class Move:
+    bytes_by_rank: Mapping[int, float]  # of the new plan's ranks, what each receives
+    seconds: float  # the longest receive, all at once
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.bytes_by_rank.values())
+
+    def to_json(self) -> dict:
+        moved = {r: b for r, b in self.bytes_by_rank.items() if b > 0}
+        return {"total_GB": self.total_bytes / 1e9, "seconds": self.seconds, "ranks_receiving": len(moved),
+                "max_GB_per_rank": max(moved.values(), default=0.0) / 1e9}
+
+
+def move_of(old: Plan, new: Plan, survivors: Mapping[tuple[str, int], tuple[str, int]]) -> Move:
+    """What `new`'s GPUs receive to hold their layers' weights and optimizer states (module docstring)."""
+    weight_b, state_b = _state_bytes_per_param(new)
+    old_held = _holdings(old)
+    back = {new_node: old_node for old_node, new_node in survivors.items()}
+    layers = new.model.layers
+    by_rank, seconds = {}, 0.0
+    for st in new.stages:
+        optimizer_share = 1 / st.dp if st.zero >= 1 else 1.0
+        for rep in st.replicas:
+            for shard, rank in enumerate(rep.ranks):
+                device = new.cluster.device(rank)
+                old_node = back.get((device.group, device.node))
+                held = old_held.get((*old_node, device.local_rank), {}) if old_node else {}
+                need = 0.0
+                for layer in range(*st.layers):
+                    params = layers[layer].weight_params / st.tp
+                    kept = held.get(layer)
+                    if kept is not None and kept[:2] == (st.tp, shard):
+                        need += params * state_b * max(0.0, optimizer_share - kept[2])
+                    else:
+                        need += params * (weight_b + state_b * optimizer_share)
+                by_rank[rank] = by_rank.get(rank, 0.0) + need
+    for rank, need in by_rank.items():
+        group = new.cluster.group_of_rank(rank)
+        share = group.inter_node.bandwidth_bytes_per_s / group.gpus_per_node
+        seconds = max(seconds, need / share)
+    return Move(by_rank, seconds)
+
+
+# --- the kept plan ---------------------------------------------------------------------------------
+
+
+def kept_plan(old: Plan, new_cluster: Cluster, survivors: Mapping[tuple[str, int], tuple[str, int]]) -> Plan | None:
+    """The old plan on the surviving nodes (module docstring), None where a stage loses every replica,
+    the batch does not split evenly, or the runtime cannot run the result."""
+    from ..cost.runtimes.capability import capability, violations
+
+    def new_rank(rank: int) -> int | None:
+        device = old.cluster.device(rank)
+        moved = survivors.get((device.group, device.node))
+        if moved is None:
+            return None
+        group = new_cluster.group(moved[0])
+        return group.first_rank + moved[1] * group.gpus_per_node + device.local_rank
+
+    kept: list[list[Replica]] = []
+    for st in old.stages:
+        replicas = []
+        for rep in st.replicas:
+            ranks = tuple(new_rank(r) for r in rep.ranks)
+            if None not in ranks:
+                replicas.append(replace(rep, ranks=ranks))
+        if not replicas:
+            return None
+        kept.append(replicas)
+    if capability(old.training.runtime).per_stage_dp is False:
+        dp = min(len(r) for r in kept)
+        kept = [r[:dp] for r in kept]
+    t = old.training
+    stages = []
+    for st, replicas in zip(old.stages, kept):
+        dp = len(replicas)
+        if t.global_batch % (dp * t.micro_batch):
+            return None
+        share = t.global_batch // dp
+        stages.append(replace(st, replicas=tuple(replace(r, dp_rank=i, batch_share=share)
+                                                 for i, r in enumerate(replicas))))
+    plan = Plan(old.model, new_cluster, t, tuple(stages))
+    if structural_problems(plan) or violations(plan, t.runtime):
+        return None
+    return plan
+
+
+# --- templates --------------------------------------------------------------------------------------
+
+
+def templates_path(plan_file: str) -> str:
+    """Where `plan --spares K -o PLAN` writes its templates: PLAN's name with .templates.json."""
+    root, _ = os.path.splitext(plan_file)
+    return root + ".templates.json"
+
+
+def template_changes(cluster: Cluster, spares: int) -> list[Change]:
+    """The losses `plan --spares K` prepares for: 1..K of the last nodes of each group, as long as a
+    node is left in the cluster."""
+    total = sum(g.nodes for g in cluster.groups)
+    return [Change({g.name: tuple(range(g.nodes - k, g.nodes))}, {}) for g in cluster.groups
+            for k in range(1, min(spares, g.nodes) + 1) if total - k > 0]
+
+
+def shape_key(cluster: Cluster) -> tuple:
+    """What a template is matched by: each group's name, GPU, nodes and GPUs per node."""
+    return tuple((g.name, g.gpu.name, g.nodes, g.gpus_per_node) for g in cluster.groups)
+
+
+def request_of(plan: Plan, base: PlanRequest, cluster: Cluster) -> PlanRequest:
+    """The plan request that plans `plan`'s training on `cluster` (base: the search options)."""
+    t = plan.training
+    return replace(base, model=plan.model, cluster=cluster, global_batch=t.global_batch, seq_len=t.seq_len,
+                   dtype=t.dtype, runtime=t.runtime, optimizer=t.optimizer, attention=t.attention,
+                   fp8_recipe=t.fp8_recipe, compile=t.compile, tf32=t.tf32_matmul,
+                   moe_dispatcher=t.moe_dispatcher if plan.model.config is not None
+                   and plan.model.config.num_experts > 1 else None, fp8_all_gather=t.fp8_all_gather,
+                   top=1, compare_any=False, power_caps=False)
+
+
+def make_templates(plan: Plan, base: PlanRequest, spares: int, time_limit_s: float | None) -> dict:
+    """The templates file of `plan` for up to `spares` lost nodes of each group, every search within
+    `time_limit_s` together: each loss's plan from scratch, or why it has none."""
+    from . import plan as search_plan, plan_json
+
+    started = time.perf_counter()
+    entries = []
+    for change in template_changes(plan.cluster, spares):
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - started)
+        lost = {name: len(nodes) for name, nodes in change.lost.items()}
+        if left is not None and left <= 0:
+            entries.append({"lose": lost, "reason": "not planned: the time limit was reached"})
+            continue
+        cluster, _ = changed_cluster(plan.cluster, change)
+        try:
+            found = search_plan(replace(request_of(plan, base, cluster), time_limit_s=left))
+        except NoFeasiblePlan as exc:
+            entries.append({"lose": lost, "reason": exc.message})
+            continue
+        entries.append({"lose": lost, "plan": plan_json(found)})
+    return {"format": TEMPLATES_FORMAT, "model": plan.model.name, "cluster": plan.cluster.name, "spares": spares,
+            "templates": entries}
+
+
+def matching_template(templates: Mapping[str, Any] | None, cluster: Cluster, where: str) -> Plan | None:
+    """The template plan made for a cluster of `cluster`'s shape, None when none matches."""
+    from ..verify.plan_checks import check_plan_data
+
+    if not templates:
+        return None
+    if templates.get("format") != TEMPLATES_FORMAT:
+        raise BadInput(f"not a templates file (format must be {TEMPLATES_FORMAT!r})", where, "format")
+    for i, entry in enumerate(templates.get("templates", ())):
+        data = entry.get("plan") if isinstance(entry, dict) else None
+        if data is None:
+            continue
+        plan, problems = check_plan_data(data, f"{where}: templates[{i}].plan")
+        if problems or plan is None:
+            continue
+        if shape_key(plan.cluster) == shape_key(cluster):
+            return replace(plan, cluster=cluster)
+    return None
+
+
+# --- replan -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str  # kept, template, scratch
+    plan: Plan
+    estimate: Any
+    move: Move
+    result: Any = None  # the search's SearchResult (scratch)
+
+    def score_s(self, horizon_steps: float) -> float:
+        """The candidate's horizon: its steps over it and its move."""
+        return horizon_steps * self.estimate.step_time_s + self.move.seconds
+
+    def to_json(self, horizon_steps: float) -> dict:
+        return {"name": self.name, "step_time_s": self.estimate.step_time_s, "move": self.move.to_json(),
+                "score_s": self.score_s(horizon_steps)}
+
+
+@dataclass(frozen=True)
+class Replanned:
+    old: Plan
+    cluster: Cluster
+    candidates: tuple[Candidate, ...]
+    chosen: Candidate
+    horizon_steps: float
+    dropped: tuple[str, ...]  # candidates left out, with why
+    seconds: float
+    old_step_s: float  # the old plan's step on the old cluster
+
+    def to_json(self) -> dict:
+        """`solver.replan` of the new plan file."""
+        scratch = next((c for c in self.candidates if c.name in ("scratch", "template")), None)
+        return {"chosen": self.chosen.name, "horizon_steps": self.horizon_steps, "seconds": self.seconds,
+                "old_step_time_s": self.old_step_s, "nodes": {g.name: g.nodes for g in self.cluster.groups},
+                "from_scratch_step_time_s": None if scratch is None else scratch.estimate.step_time_s,
+                "candidates": [c.to_json(self.horizon_steps) for c in self.candidates],
+                "left_out": list(self.dropped)}
+
+
+def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str, Any] | None = None,
+           horizon_steps: float | None = None, max_move_gb: float | None = None, where: str = "--templates",
+           clock=time.perf_counter) -> Replanned:
+    """The plan after `change` (module docstring); NoFeasiblePlan where no candidate fits."""
+    from . import plan as search_plan, reprice_plan
+    from ..cost.energy import rented_nodes
+    from ..cost.reliability import reliability
+
+    started = clock()
+    cluster, survivors = changed_cluster(old.cluster, change)
+    candidates, dropped = [], []
+    kept = kept_plan(old, cluster, survivors)
+    if kept is None:
+        dropped.append("kept: a stage lost every replica, or the batch no longer splits evenly")
+    else:
+        estimate = reprice_plan(kept)
+        if estimate.fits:
+            candidates.append(Candidate("kept", kept, estimate, move_of(old, kept, survivors)))
+        else:
+            dropped.append("kept: does not fit in memory on the nodes left")
+    template = matching_template(templates, cluster, where)
+    if template is not None:
+        candidates.append(Candidate("template", template, reprice_plan(template), move_of(old, template, survivors)))
+    else:
+        try:
+            found = search_plan(request_of(old, base, cluster))
+            candidates.append(Candidate("scratch", found.plan, found.estimate, move_of(old, found.plan, survivors),
+                                        found))
+        except NoFeasiblePlan as exc:
+            dropped.append(f"scratch: {exc.message}")
+    if max_move_gb is not None:
+        over = [c for c in candidates if c.move.total_bytes / 1e9 > max_move_gb]
+        dropped += [f"{c.name}: moves {c.move.total_bytes / 1e9:.1f} GB, over --max-move-gb" for c in over]
+        candidates = [c for c in candidates if c not in over]
+    if not candidates:
+        raise NoFeasiblePlan("no plan for the changed cluster: " + "; ".join(dropped))
+    if horizon_steps is None:  # the steps until the changed cluster's next expected interruption
+        fastest = min(candidates, key=lambda c: c.estimate.step_time_s)
+        failures = reliability(fastest.plan, fastest.estimate, rented_nodes(fastest.plan))
+        horizon_steps = failures.mtbf_s / fastest.estimate.step_time_s
+    chosen = min(candidates, key=lambda c: c.score_s(horizon_steps))  # ties: the first, kept first
+    return Replanned(old, cluster, tuple(candidates), chosen, horizon_steps, tuple(dropped), clock() - started,
+                     reprice_plan(old).step_time_s)
