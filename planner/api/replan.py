@@ -124,18 +124,6 @@ def changed_cluster(cluster: Cluster, change: Change) -> tuple[Cluster, dict[tup
 # --- the move ------------------------------------------------------------------------------------
 
 
-def _state_bytes_per_param(plan: Plan) -> tuple[float, float]:
-    """(weight bytes, optimizer state bytes) per parameter of the plan's training."""
-    from ..cost.states import WEIGHT_BYTES_FP32_TRAINING, get_optimizer
-    from ..inputs.model import DTYPE_BYTES
-
-    t = plan.training
-    optimizer = get_optimizer(t.optimizer)
-    if t.dtype == "fp32":
-        return WEIGHT_BYTES_FP32_TRAINING, optimizer.state_bytes_fp32
-    return DTYPE_BYTES.get(t.dtype, 2), optimizer.state_bytes_mixed
-
-
 def _holdings(plan: Plan) -> dict[tuple[str, int, int], dict[int, tuple[int, int, float]]]:
     """Per device (group, node, local rank): layer -> (tp, shard index, optimizer fraction held)."""
     out: dict[tuple[str, int, int], dict[int, tuple[int, int, float]]] = {}
@@ -167,7 +155,9 @@ class Move:
 
 def move_of(old: Plan, new: Plan, survivors: Mapping[tuple[str, int], tuple[str, int]]) -> Move:
     """What `new`'s GPUs receive to hold their layers' weights and optimizer states (module docstring)."""
-    weight_b, state_b = _state_bytes_per_param(new)
+    from ..cost.reliability import state_bytes_per_param
+
+    weight_b, state_b = state_bytes_per_param(new.training)
     old_held = _holdings(old)
     back = {new_node: old_node for old_node, new_node in survivors.items()}
     layers = new.model.layers

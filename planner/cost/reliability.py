@@ -75,14 +75,18 @@ class Reliability:
                 "efficiency": self.efficiency, "goodput_tokens_per_s": self.goodput_tokens_per_s}
 
 
+def state_bytes_per_param(training) -> tuple[float, float]:
+    """(weight bytes, optimizer state bytes) of one parameter: the weights in the training dtype and the
+    optimizer's states (fp32 training: fp32 weights and the states, no master copy)."""
+    optimizer = get_optimizer(training.optimizer)
+    if training.dtype == "fp32":
+        return WEIGHT_BYTES_FP32_TRAINING, optimizer.state_bytes_fp32
+    return DTYPE_BYTES.get(training.dtype, 2), optimizer.state_bytes_mixed
+
+
 def checkpoint_bytes(plan: Plan) -> float:
-    """Every parameter's weights in the training dtype and its optimizer states (fp32 training: fp32
-    weights and the states, no master copy)."""
-    t = plan.training
-    optimizer = get_optimizer(t.optimizer)
-    per_param = (WEIGHT_BYTES_FP32_TRAINING + optimizer.state_bytes_fp32 if t.dtype == "fp32"
-                 else DTYPE_BYTES.get(t.dtype, 2) + optimizer.state_bytes_mixed)
-    return plan.model.params * per_param
+    """Every parameter's weights and optimizer states (state_bytes_per_param)."""
+    return plan.model.params * sum(state_bytes_per_param(plan.training))
 
 
 def daly_interval_s(write_s: float, mtbf_s: float) -> float:

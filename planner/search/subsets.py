@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import product
 
+from ..inputs.devices import HOUR
 from ..inputs.hardware import Cluster
 from .decompose import Trim
 
@@ -35,7 +36,7 @@ class Subset:
             if n:
                 if g.price_usd_per_gpu_s is None:
                     return None
-                total += n * g.gpus_per_node * g.price_usd_per_gpu_s * 3600.0
+                total += n * g.gpus_per_node * g.price_usd_per_gpu_s * HOUR
         return total
 
     def is_whole(self, cluster: Cluster) -> bool:
