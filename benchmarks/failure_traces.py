@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from planner import api  # noqa: E402
 from planner.api import PlanRequest  # noqa: E402
-from planner.api.replan import Change, changed_cluster, make_templates, matching_template, move_of  # noqa: E402
+from planner.api.replan import Change, changed_cluster, make_templates, matching_template  # noqa: E402
+from planner.cost.move import move_of  # noqa: E402
+from planner.search.relabel import relabeled  # noqa: E402
 from planner.core.errors import NoFeasiblePlan  # noqa: E402
 from planner.cost.energy import rented_nodes  # noqa: E402
 from planner.cost.reliability import DEFAULT_GPU_MTBF_H, reliability  # noqa: E402
@@ -116,6 +118,7 @@ class Planner:
                     estimate = api.reprice_plan(plan)
             except NoFeasiblePlan:
                 return None
+            plan = relabeled(self.full.plan, plan, survivors)
             search_s = time.perf_counter() - started
             move_s = move_of(self.full.plan, plan, survivors).seconds
         failures = reliability(plan, estimate, rented_nodes(plan))

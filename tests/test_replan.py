@@ -3,19 +3,23 @@ what moves, templates, and the new search against the brute-force oracle on smal
 
 from __future__ import annotations
 
+import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
 from planner.api import PlanRequest
-from planner.api.replan import (Change, changed_cluster, kept_plan, move_of, parse_change, replan,
-                                template_changes)
+from planner.api.replan import Change, changed_cluster, kept_plan, parse_change, replan, template_changes
 from planner.core.errors import BadInput
+from planner.cost.move import move_of
+from planner.cost.reliability import state_bytes_per_param
 from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
-from planner.plan import Training, uniform_plan
+from planner.plan import Training, structural_problems, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
+from planner.search.relabel import relabeled
 from planner.verify.oracle import TINY_OPTIONS, brute_force, tiny_instance
 
 from .conftest import assert_bad_input, invoke, ok_json
@@ -66,6 +70,57 @@ def test_the_kept_plan_drops_the_lost_replicas_and_moves_only_growing_optimizer_
     assert move.bytes_by_rank[rank] == pytest.approx(params * 12 * (1 / 8 - 1 / 16))
     unchanged = move_of(old, old, {(g, n): (g, n) for g, n in survivors} | {("a100", 3): ("a100", 3)})
     assert unchanged.total_bytes == 0
+
+
+def test_layers_only_a_lost_node_held_come_from_the_checkpoint_the_rest_from_peers():
+    cluster = load_cluster("dgx-a100")
+    training = Training(32, 1024, "bf16", 1)
+    old = uniform_plan(load_model("gpt2"), cluster, training, tp=8, pp=4, dp=1)  # one node per stage
+    new_cluster, survivors = changed_cluster(cluster, Change({"a100": (3,)}, {}))
+    new = uniform_plan(old.model, new_cluster, training, tp=8, pp=3, dp=1)
+    move = move_of(old, new, survivors)
+    weight_b, state_b = state_bytes_per_param(training)
+    only_lost = sum(layer.weight_params for layer in old.model.layers[slice(*old.stages[3].layers)])
+    assert move.bytes_by_link["checkpoint"] == pytest.approx(only_lost * (weight_b + state_b))
+    assert move.bytes_by_link["inter_node"] > 0 and move.bytes_by_link["intra_node"] == 0
+    assert sum(move.bytes_by_link.values()) == pytest.approx(move.total_bytes)
+
+
+def test_relabelling_moves_the_least_of_every_node_permutation_at_the_same_step():
+    cluster = load_cluster("a100-v100-mix")
+    training = Training(120, 1024, "fp16", 1)
+    old = uniform_plan(load_model("gpt2"), cluster, training, tp=2, pp=4, dp=6)
+    change = Change({"v100": (1,)}, {})
+    new_cluster, survivors = changed_cluster(cluster, change)
+    a100, v100 = new_cluster.groups
+    new = _on_nodes(uniform_plan(old.model, new_cluster, training, tp=2, pp=4, dp=5),  # nodes reversed
+                    {**{("a100", j): ("a100", a100.nodes - 1 - j) for j in range(a100.nodes)},
+                     **{("v100", j): ("v100", v100.nodes - 1 - j) for j in range(v100.nodes)}})
+    best = relabeled(old, new, survivors)
+    assert evaluate(best).step_time_s == pytest.approx(evaluate(new).step_time_s, rel=1e-12)
+    assert not structural_problems(best)
+    every = []
+    for order_a in itertools.permutations(range(a100.nodes)):
+        for order_v in itertools.permutations(range(v100.nodes)):
+            nodes = {**{("a100", j): ("a100", k) for j, k in enumerate(order_a)},
+                     **{("v100", j): ("v100", k) for j, k in enumerate(order_v)}}
+            every.append(move_of(old, _on_nodes(new, nodes), survivors).total_bytes)
+    assert move_of(old, best, survivors).total_bytes == pytest.approx(min(every))
+    assert min(every) < move_of(old, new, survivors).total_bytes
+
+
+def _on_nodes(plan, nodes):
+    """`plan` with node j of each group moved to node nodes[group, j]."""
+    cluster = plan.cluster
+
+    def rank(r):
+        device = cluster.device(r)
+        group, node = nodes[device.group, device.node]
+        g = cluster.group(group)
+        return g.first_rank + node * g.gpus_per_node + device.local_rank
+
+    return replace(plan, stages=tuple(replace(st, replicas=tuple(replace(rep, ranks=tuple(map(rank, rep.ranks)))
+                                                                  for rep in st.replicas)) for st in plan.stages))
 
 
 def test_templates_cover_losing_one_to_k_of_the_last_nodes_of_each_group():

@@ -12,10 +12,10 @@ Each is scored by its step over the horizon plus its move: H x step + move, H th
 next expected interruption of the changed cluster (planner.cost.reliability) unless `--horizon-steps`
 says otherwise; `--max-move-gb` drops a candidate that moves more. Ties: kept, template, scratch.
 
-The move (move_of, bytes per rank): a GPU needs the weights and optimizer states of the layers it runs
-that it does not hold already as the same tensor-parallel shard (under ZeRO, the part of its optimizer
-shard that grows); it receives them over its node's network share (its group's inter_node divided
-among the node's GPUs), all GPUs at once: the move takes the longest of them.
+The move (planner.cost.move): the weights and optimizer states each GPU lacks, from the nearest GPU
+that holds them (its node, another node) or the checkpoint. A template's or a new search's nodes are
+first relabelled within each group to move the least (planner.search.relabel: alike nodes, the same
+step).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..core.errors import BadInput, NoFeasiblePlan
+from ..cost.move import Move, move_of
 from ..inputs.hardware import Cluster, cluster_from_spec
 from ..plan import Plan, Replica, structural_problems
+from ..search.relabel import relabeled
 from .requests import PlanRequest
 
 TEMPLATES_FORMAT = "planner.templates/v1"
@@ -119,70 +121,6 @@ def changed_cluster(cluster: Cluster, change: Change) -> tuple[Cluster, dict[tup
         topology["links"] = links
         spec["topology"] = topology
     return cluster_from_spec(spec, f"{cluster.name} after the change"), survivors
-
-
-# --- the move ------------------------------------------------------------------------------------
-
-
-def _holdings(plan: Plan) -> dict[tuple[str, int, int], dict[int, tuple[int, int, float]]]:
-    """Per device (group, node, local rank): layer -> (tp, shard index, optimizer fraction held)."""
-    out: dict[tuple[str, int, int], dict[int, tuple[int, int, float]]] = {}
-    for st in plan.stages:
-        optimizer_share = 1 / st.dp if st.zero >= 1 else 1.0
-        for rep in st.replicas:
-            for shard, rank in enumerate(rep.ranks):
-                device = plan.cluster.device(rank)
-                held = out.setdefault((device.group, device.node, device.local_rank), {})
-                for layer in range(*st.layers):
-                    held[layer] = (st.tp, shard, optimizer_share)
-    return out
-
-
-@dataclass(frozen=True)
-class Move:
-    bytes_by_rank: Mapping[int, float]  # of the new plan's ranks, what each receives
-    seconds: float  # the longest receive, all at once
-
-    @property
-    def total_bytes(self) -> float:
-        return sum(self.bytes_by_rank.values())
-
-    def to_json(self) -> dict:
-        moved = {r: b for r, b in self.bytes_by_rank.items() if b > 0}
-        return {"total_GB": self.total_bytes / 1e9, "seconds": self.seconds, "ranks_receiving": len(moved),
-                "max_GB_per_rank": max(moved.values(), default=0.0) / 1e9}
-
-
-def move_of(old: Plan, new: Plan, survivors: Mapping[tuple[str, int], tuple[str, int]]) -> Move:
-    """What `new`'s GPUs receive to hold their layers' weights and optimizer states (module docstring)."""
-    from ..cost.reliability import state_bytes_per_param
-
-    weight_b, state_b = state_bytes_per_param(new.training)
-    old_held = _holdings(old)
-    back = {new_node: old_node for old_node, new_node in survivors.items()}
-    layers = new.model.layers
-    by_rank, seconds = {}, 0.0
-    for st in new.stages:
-        optimizer_share = 1 / st.dp if st.zero >= 1 else 1.0
-        for rep in st.replicas:
-            for shard, rank in enumerate(rep.ranks):
-                device = new.cluster.device(rank)
-                old_node = back.get((device.group, device.node))
-                held = old_held.get((*old_node, device.local_rank), {}) if old_node else {}
-                need = 0.0
-                for layer in range(*st.layers):
-                    params = layers[layer].weight_params / st.tp
-                    kept = held.get(layer)
-                    if kept is not None and kept[:2] == (st.tp, shard):
-                        need += params * state_b * max(0.0, optimizer_share - kept[2])
-                    else:
-                        need += params * (weight_b + state_b * optimizer_share)
-                by_rank[rank] = by_rank.get(rank, 0.0) + need
-    for rank, need in by_rank.items():
-        group = new.cluster.group_of_rank(rank)
-        share = group.inter_node.bandwidth_bytes_per_s / group.gpus_per_node
-        seconds = max(seconds, need / share)
-    return Move(by_rank, seconds)
 
 
 # --- the kept plan ---------------------------------------------------------------------------------
@@ -369,10 +307,14 @@ def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str,
             dropped.append("kept: does not fit in memory on the nodes left")
     template = matching_template(templates, cluster, where)
     if template is not None:
+        template = relabeled(old, template, survivors)
         candidates.append(Candidate("template", template, reprice_plan(template), move_of(old, template, survivors)))
     else:
         try:
             found = search_plan(request_of(old, base, cluster))
+            moved = relabeled(old, found.plan, survivors)
+            if moved is not found.plan:
+                found = replace(found, plan=moved, estimate=reprice_plan(moved))
             candidates.append(Candidate("scratch", found.plan, found.estimate, move_of(old, found.plan, survivors),
                                         found))
         except NoFeasiblePlan as exc:

@@ -14,6 +14,7 @@ from ..api.replan import parse_change, replan, templates_path
 from ..core.errors import BadInput
 from ..core.io import load_mapping
 from ..core.markup import esc
+from ..cost.move import LINKS
 from ..core.outfile import check_output
 from ..report.views import print_plan
 from ..search.orchestration.driver import SearchResult
@@ -83,11 +84,13 @@ def replan_command(plan_file, lose, gain, templates_file, horizon_steps, max_mov
 def _candidates_table(result) -> Table:
     table = Table(title=f"Replanned on {esc(result.cluster.name)} (old step {result.old_step_s:.3f} s; horizon "
                         f"{result.horizon_steps:,.0f} steps)", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("plan", "left"), ("step s", "right"), ("moves GB", "right"), ("move s", "right"),
-                          ("horizon s", "right"), ("", "left")):
+    for name, justify in (("plan", "left"), ("step s", "right"), ("moves GB", "right"), ("in node", "right"),
+                          ("between", "right"), ("checkpoint", "right"), ("move s", "right"), ("horizon s", "right"),
+                          ("", "left")):
         table.add_column(name, justify=justify)
     for c in result.candidates:
-        table.add_row(c.name, f"{c.estimate.step_time_s:.3f}", f"{c.move.total_bytes / 1e9:,.1f}",
+        links = [f"{c.move.bytes_by_link.get(link, 0.0) / 1e9:,.1f}" for link in LINKS]
+        table.add_row(c.name, f"{c.estimate.step_time_s:.3f}", f"{c.move.total_bytes / 1e9:,.1f}", *links,
                       f"{c.move.seconds:,.1f}", f"{c.score_s(result.horizon_steps):,.0f}",
                       "chosen" if c is result.chosen else "")
     return table
