@@ -42,7 +42,7 @@ from planner.cost.move import move_of  # noqa: E402
 from planner.search.relabel import relabeled  # noqa: E402
 from planner.core.errors import NoFeasiblePlan  # noqa: E402
 from planner.cost.energy import rented_nodes  # noqa: E402
-from planner.cost.reliability import DEFAULT_GPU_MTBF_H, reliability  # noqa: E402
+from planner.cost.reliability import node_failures_per_h, reliability  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec, load_cluster  # noqa: E402
 
 from at_scale import ROWS as AT_SCALE  # noqa: E402
@@ -132,8 +132,7 @@ def poisson_trace(cluster, days: float, repair_h: float, rng: random.Random) -> 
     events = []
     horizon = days * 24
     for group in cluster.groups:
-        rate = group.gpus_per_node / (group.gpu_mtbf_h or DEFAULT_GPU_MTBF_H) + group.preemptions_per_h \
-            + (1 / group.node_mtbf_h if group.node_mtbf_h else 0.0)
+        rate = node_failures_per_h(group)
         for node in range(group.nodes):
             clock = 0.0
             while True:

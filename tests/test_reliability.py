@@ -10,8 +10,9 @@ import yaml
 
 from planner.cost.energy import rented_nodes
 from planner.cost.evaluate import evaluate
-from planner.cost.reliability import (DEFAULT_GPU_MTBF_H, DEFAULT_RESTART_S, checkpoint_bytes, daly_interval_s,
-                                      efficiency, reliability)
+from planner.cost.reliability import (AMPERE_GPU_MTBF_H, BLACKWELL_GPU_MTBF_H, DEFAULT_NODE_MTBF_H,
+                                      DEFAULT_RESTART_S, HOPPER_GPU_MTBF_H, checkpoint_bytes, daly_interval_s,
+                                      efficiency, gpu_mtbf_h, reliability)
 from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
@@ -28,12 +29,24 @@ def plan_on(nodes: int, **group_keys):
     return plan, evaluate(plan)
 
 
-def test_the_default_gpu_rate_gives_llama_3s_one_interruption_every_three_hours_on_16k_gpus():
-    job_hours = DEFAULT_GPU_MTBF_H / 16384
+def test_the_default_rates_give_llama_3s_one_interruption_every_three_hours_on_16k_h100s():
+    job_hours = 1 / (16384 / HOPPER_GPU_MTBF_H + 2048 / DEFAULT_NODE_MTBF_H)
     assert job_hours == pytest.approx(54 * 24 / 419)  # 3.09 h: "one failure every three hours"
     plan, est = plan_on(2)
     failures = reliability(plan, est, rented_nodes(plan))
-    assert failures.mtbf_s == pytest.approx(DEFAULT_GPU_MTBF_H / 16 * 3600)
+    assert failures.mtbf_s == pytest.approx(3600 / (16 / HOPPER_GPU_MTBF_H + 2 / DEFAULT_NODE_MTBF_H))
+
+
+@pytest.mark.parametrize("gpu, expected", [("H100-SXM5-80GB", HOPPER_GPU_MTBF_H), ("A100-SXM4-80GB", AMPERE_GPU_MTBF_H),
+                                           ("V100-SXM2-32GB", AMPERE_GPU_MTBF_H), ("B200", BLACKWELL_GPU_MTBF_H)])
+def test_each_gpu_fails_at_its_architectures_measured_rate_unless_the_cluster_says(gpu, expected):
+    group = cluster_from_spec({"name": "c", "node_groups": [{"name": "a", "gpu": gpu, "nodes": 1, "gpus_per_node": 8}]}).groups[0]
+    assert gpu_mtbf_h(group) == pytest.approx(expected)
+    told = cluster_from_spec({"name": "c", "node_groups": [{"name": "a", "gpu": gpu, "nodes": 1, "gpus_per_node": 8,
+                                                           "gpu_mtbf_hours": 1000}]}).groups[0]
+    assert gpu_mtbf_h(told) == 1000
+    # Meta's RSC-1 A100 fleet: 6.50 interruptions per 1,000 node-days, all causes together
+    assert 24000 / 6.5 == pytest.approx(1 / (8 / AMPERE_GPU_MTBF_H + 1 / DEFAULT_NODE_MTBF_H))
 
 
 def test_daly_interval_is_youngs_square_root_to_first_order_and_maximises_efficiency():
@@ -50,7 +63,7 @@ def test_daly_interval_is_youngs_square_root_to_first_order_and_maximises_effici
 def test_preemptions_and_node_failures_add_to_the_gpus_rate():
     plan, est = plan_on(2, preemptions_per_hour=0.5, node_mtbf_hours=100)
     failures = reliability(plan, est, rented_nodes(plan))
-    rate_per_h = 16 / DEFAULT_GPU_MTBF_H + 2 * (1 / 100 + 0.5)
+    rate_per_h = 16 / HOPPER_GPU_MTBF_H + 2 * (1 / 100 + 0.5)
     assert failures.mtbf_s == pytest.approx(3600 / rate_per_h)
     calm, calm_est = plan_on(2)
     assert failures.goodput_tokens_per_s < reliability(calm, calm_est, rented_nodes(calm)).goodput_tokens_per_s

@@ -9,6 +9,9 @@ Poisson process whose rate is the sum of its parts':
     lambda = sum over the GPUs of the nodes it rents of 1 / MTBF_gpu
            + sum over those nodes of (1 / MTBF_node + preemptions per hour)        M = 1 / lambda
 
+MTBF_gpu depends on the GPU's architecture (GPU_MTBF_H_BY_ARCHITECTURE, each measured on a training
+fleet), MTBF_node counts the other causes (host, network, software), as Llama 3 measured them.
+
 A checkpoint writes every parameter's weights and optimizer states (its size does not depend on the
 sharding) in delta = bytes / the storage bandwidth; a restart takes R (detect, reschedule, relaunch)
 plus reading it back. With a checkpoint every tau seconds of work, Daly's model (Daly 2006, "A higher
@@ -26,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..inputs.devices import NodeGroup
 from ..inputs.model import DTYPE_BYTES
 from ..plan import Plan
 from .evaluate import Estimate
@@ -33,9 +37,29 @@ from .states import WEIGHT_BYTES_FP32_TRAINING, get_optimizer
 
 HOUR_S = 3600.0
 # Llama 3 405B pre-training (Dubey et al. 2024, sec 3.3.4, Table 5): 419 unexpected interruptions in
-# a 54-day snapshot on 16,384 H100 GPUs, every cause counted (GPU, HBM, network, host, software):
-# one per 16,384 x 54 x 24 / 419 GPU-hours of a job's GPUs
-DEFAULT_GPU_MTBF_H = 16384 * 54 * 24 / 419
+# a 54-day snapshot on 16,384 H100 GPUs in 2,048 eight-GPU servers, split by the table's counts into
+# 268 GPU causes (faulty GPU 148, HBM3 72, SRAM 19, system processor 17, silent data corruption 6,
+# thermal interface 6) and 151 others (network 35, host hardware 21, host maintenance 32, software 56,
+# NCCL timeouts 7)
+LLAMA3_GPU_HOURS = 16384 * 54 * 24
+LLAMA3_NODE_HOURS = 2048 * 54 * 24
+# every node's interruptions beyond its GPUs' (host, network, software): one per 17,578 node-hours
+DEFAULT_NODE_MTBF_H = LLAMA3_NODE_HOURS / 151
+HOPPER_GPU_MTBF_H = LLAMA3_GPU_HOURS / 268  # 79,230 GPU-hours
+# Meta's RSC-1 A100 cluster (Kokolis et al., HPCA 2025, "Revisiting Reliability in Large-Scale Machine
+# Learning Research Clusters"): 6.50 job-interrupting failures per 1,000 node-days of 8 A100s, every
+# node-level cause; the GPUs' part once the node term above is taken out: one per 37,390 GPU-hours
+# (BLOOM on 384 A100s, Jean Zay: "1-2 GPU failures a week", one per 43,008 GPU-hours at 1.5)
+AMPERE_GPU_MTBF_H = 8 / (6.50 / (1000 * 24) - 1 / DEFAULT_NODE_MTBF_H)
+# a 63-node B200 cluster (SKT, Upstage, Lablup, NVIDIA Korea and VAST Data technical report, 2026): 10
+# XID-identified GPU failures in 55 days on 504 GPUs, one per 66,528 GPU-hours (10 events: +-2x)
+BLACKWELL_GPU_MTBF_H = 504 * 55 * 24 / 10
+# each GPU's interruptions by architecture; none published for volta, turing and ada (Ampere's, the
+# nearest measured fleet) nor for AMD's cdna parts (Hopper's); an unknown architecture takes Hopper's
+GPU_MTBF_H_BY_ARCHITECTURE = {"volta": AMPERE_GPU_MTBF_H, "turing": AMPERE_GPU_MTBF_H, "ampere": AMPERE_GPU_MTBF_H,
+                              "ada": AMPERE_GPU_MTBF_H, "hopper": HOPPER_GPU_MTBF_H,
+                              "blackwell": BLACKWELL_GPU_MTBF_H, "cdna2": HOPPER_GPU_MTBF_H,
+                              "cdna3": HOPPER_GPU_MTBF_H}
 # the same run's storage (Tectonic) sustained 2 TB/s for its 2,048 eight-GPU servers: 1 GB/s per node
 DEFAULT_NODE_WRITE_BYTES_PER_S = 2e12 / 2048
 # a 504-GPU B200 training cluster's median interval between a failure and its automatic retry, 11 min
@@ -106,14 +130,25 @@ def efficiency(interval_s: float, write_s: float, restart_s: float, mtbf_s: floa
     return 1.0 / wall
 
 
+def gpu_mtbf_h(group: NodeGroup) -> float:
+    """Hours between interruptions a GPU of `group` causes: the cluster file's `gpu_mtbf_hours`, else its
+    architecture's (GPU_MTBF_H_BY_ARCHITECTURE)."""
+    return group.gpu_mtbf_h or GPU_MTBF_H_BY_ARCHITECTURE.get(group.gpu.architecture, HOPPER_GPU_MTBF_H)
+
+
+def node_failures_per_h(group: NodeGroup) -> float:
+    """Interruptions per hour one node of `group` brings a job: its GPUs', its own (the cluster file's
+    `node_mtbf_hours`, else DEFAULT_NODE_MTBF_H) and its spot preemptions."""
+    return group.gpus_per_node / gpu_mtbf_h(group) + 1 / (group.node_mtbf_h or DEFAULT_NODE_MTBF_H) \
+        + group.preemptions_per_h
+
+
 def reliability(plan: Plan, estimate: Estimate, nodes: tuple[tuple[str, int], ...]) -> Reliability:
     """`plan`'s Reliability on the rented `nodes` ((group, node) pairs: planner.cost.energy.rented_nodes)."""
     cluster = plan.cluster
     rate_per_h = 0.0
     for name, _ in nodes:
-        group = cluster.group(name)
-        rate_per_h += group.gpus_per_node / (group.gpu_mtbf_h or DEFAULT_GPU_MTBF_H)
-        rate_per_h += (1 / group.node_mtbf_h if group.node_mtbf_h else 0.0) + group.preemptions_per_h
+        rate_per_h += node_failures_per_h(cluster.group(name))
     mtbf_s = HOUR_S / rate_per_h
     size = checkpoint_bytes(plan)
     bandwidth = cluster.checkpoint_bytes_per_s or DEFAULT_NODE_WRITE_BYTES_PER_S * len(nodes)
