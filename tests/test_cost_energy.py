@@ -16,14 +16,14 @@ from planner.api.frontier import pareto_indices
 from planner.core.errors import BadInput
 from planner.cost.energy import J_PER_MWH, run_cost
 from planner.cost.evaluate import evaluate
-from planner.cost.power import cap_levels_W, capped, check_cap, clock_fraction, lowest_cap_W
-from planner.inputs.devices import GpuPower
+from planner.cost.power import (AMPERE, POWER_CURVES, VOLTA, cap_levels_W, capped, check_cap, clock_fraction, lowest_cap_W,
+                                 running_power_W)
 from planner.inputs.hardware import cluster_from_spec, load_catalog
 from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
 from planner.search.power_caps import choose_caps, with_caps
 
-from .conftest import assert_bad_input, invoke, ok_json
+from .conftest import assert_bad_input, benchmark_module, invoke, ok_json
 
 
 def two_node_plan(pue: float = 1.0, node_power: float = 0.0, price: float | None = None):
@@ -45,9 +45,10 @@ def test_every_catalog_gpu_has_sourced_power_and_price():
 def test_energy_is_running_power_while_active_and_idle_power_while_waiting():
     plan, est = two_node_plan(pue=1.2, node_power=1000.0)
     cost = run_cost(plan, est)
-    power = plan.cluster.groups[0].gpu.power
+    gpu = plan.cluster.groups[0].gpu
     step = est.step_time_s
-    gpus = sum(power.board_W * a + power.idle_W * (step - a) for a in est.active_s_by_rank.values())
+    assert running_power_W(gpu) == pytest.approx(AMPERE.draw_fraction * gpu.power.board_W)  # an A100
+    gpus = sum(running_power_W(gpu) * a + gpu.power.idle_W * (step - a) for a in est.active_s_by_rank.values())
     assert set(est.active_s_by_rank) == {0, 1, 2, 3}
     assert all(0 < a <= step for a in est.active_s_by_rank.values())
     assert cost.gpu_energy_J_per_step == pytest.approx(gpus)
@@ -112,19 +113,34 @@ def test_a_catalog_power_figure_out_of_order_is_bad_input():
 # --- the power model -----------------------------------------------------------------------------
 
 
-def test_a_cap_lowers_the_clock_as_the_cube_root_of_the_dynamic_power():
-    power = GpuPower(board_W=400, idle_W=50, min_cap_W=100)
-    assert clock_fraction(power, 400) == 1.0 and clock_fraction(power, 500) == 1.0
-    assert clock_fraction(power, 50 + 350 / 8) == pytest.approx(0.5)
-    levels = cap_levels_W(power)
-    assert levels[0] == 400 and levels[-1] >= lowest_cap_W(power) == 100
+def test_a_cap_below_the_training_draw_slows_the_gpu_on_its_architectures_fitted_curve():
+    gpu = load_catalog()["V100-PCIE-32GB"]  # 250 W, as in the Zeus trace
+    assert clock_fraction(gpu, 250) == 1.0 and clock_fraction(gpu, 0.9 * 250) == 1.0  # above the draw
+    # the Zeus trace's V100: 0.78-0.85 of the speed at 150 W, 0.93-0.95 at 200 W (three workloads)
+    assert 0.77 <= clock_fraction(gpu, 150) <= 0.86 and 0.92 <= clock_fraction(gpu, 200) <= 0.96
+    assert running_power_W(gpu) == pytest.approx(VOLTA.draw_fraction * 250) and running_power_W(gpu, 150) == 150
+    a40_like = replace(gpu, architecture="ampere")  # the A40 at 200 of 300 W: 0.885-0.933
+    assert 0.83 <= clock_fraction(a40_like, 250 * 2 / 3) <= 0.94
+    levels = cap_levels_W(gpu)
+    assert levels[0] == 250 and levels[-1] >= lowest_cap_W(gpu) >= VOLTA.floor_fraction * 250
     assert list(levels) == sorted(levels, reverse=True)
     gpu = load_catalog()["A100-SXM4-80GB"]
     slow = capped(gpu, 250)
-    assert slow.peak("bf16") == pytest.approx(gpu.peak("bf16") * clock_fraction(gpu.power, 250))
+    assert slow.peak("bf16") == pytest.approx(gpu.peak("bf16") * clock_fraction(gpu, 250))
     assert slow.hbm_bandwidth_bytes_per_s == gpu.hbm_bandwidth_bytes_per_s
     with pytest.raises(BadInput, match="outside A100-SXM4-80GB's caps"):
         check_cap(gpu, 50, "plan", "stages[0].power_cap_W")
+
+
+@pytest.mark.parametrize("architecture", ["volta", "turing", "ampere"])
+def test_each_measured_architectures_curve_is_the_least_squares_fit_of_its_published_sweeps(architecture):
+    fitting = benchmark_module("fit_power_curves")
+    sweeps = [s for s in yaml.safe_load(fitting.DATA.read_text())["sweeps"] if s["architecture"] == architecture]
+    found, _ = fitting.fit(sweeps)
+    curve = POWER_CURVES[architecture]
+    assert (curve.floor_fraction, curve.exponent) == pytest.approx((found.floor_fraction, found.exponent))
+    assert curve.draw_fraction == pytest.approx(found.draw_fraction, abs=5e-4)
+    assert fitting.rms(fitting.errors(curve, fitting.points(sweeps))) < 0.05
 
 
 def test_a_capped_stage_computes_slower_and_draws_its_cap():
@@ -135,7 +151,8 @@ def test_a_capped_stage_computes_slower_and_draws_its_cap():
     ranks = {r for rep in capped_plan.stages[0].replicas for r in rep.ranks}
     assert all(slow.active_s_by_rank[r] > est.active_s_by_rank[r] for r in ranks)
     power = plan.cluster.groups[0].gpu.power
-    expected = sum((200.0 if r in ranks else power.board_W) * a + power.idle_W * (slow.step_time_s - a)
+    gpu = plan.cluster.groups[0].gpu
+    expected = sum((200.0 if r in ranks else running_power_W(gpu)) * a + power.idle_W * (slow.step_time_s - a)
                    for r, a in slow.active_s_by_rank.items())
     assert run_cost(capped_plan, slow).gpu_energy_J_per_step == pytest.approx(expected)
 

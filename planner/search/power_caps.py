@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..cost.energy import RunCost, run_cost
 from ..cost.evaluate import Estimate
-from ..cost.power import cap_levels_W
+from ..cost.power import cap_levels_W, draw_W
 from ..plan import Plan
 
 # the step may grow by rounding only where no slowdown is allowed
@@ -73,7 +73,8 @@ def choose_caps(plan: Plan, price: Callable[[Plan], Estimate], max_slowdown: flo
         if len(gpus) != 1 or next(iter(gpus)).power is None:
             skipped.append(k)
             continue
-        for level in cap_levels_W(next(iter(gpus)).power)[1:]:
+        gpu = next(iter(gpus))
+        for level in (w for w in cap_levels_W(gpu) if w < draw_W(gpu)):  # a cap above the draw does nothing
             trial = with_caps(uncapped, {**caps, k: level})
             estimate = price(trial)
             trials += 1
