@@ -150,6 +150,26 @@ def test_the_new_search_finds_the_brute_force_optimum_of_the_changed_cluster(see
     assert evaluate(chosen.plan).fits
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [2, 4, 6, 8, 10])
+def test_where_the_step_outweighs_the_move_replan_is_the_brute_force_optimum_of_step_and_move(seed):
+    model, cluster, base = tiny_instance(seed)
+    group = max(cluster.groups, key=lambda g: g.nodes)
+    change = Change({group.name: (group.nodes - 1,)}, {})
+    new_cluster, survivors = changed_cluster(cluster, change)
+    options = SolverOptions(**TINY_OPTIONS)
+    old = solve(model, cluster, base, options).plan
+    horizon = 1e6  # steps: a move of seconds weighs as a step of microseconds
+    expected, _, _ = brute_force(
+        model, new_cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+        TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
+        objective=lambda plan, est: horizon * est.step_time_s + move_of(old, plan, survivors).seconds)
+    result = replan(old, change, PlanRequest(time_limit_s=None), horizon_steps=horizon,
+                    search=lambda c: solve(model, c, base, options), price=evaluate)
+    # the kept placement may lie outside the brute force's space (it can only be better)
+    assert result.chosen.score_s(horizon) <= expected * (1 + 1e-9)
+
+
 def test_plan_with_spares_writes_templates_that_replan_uses_without_a_search(tmp_path):
     out = tmp_path / "plan.json"
     result = invoke("plan", "--model", "gpt2", "--cluster", "a100-v100-mix", "--global-batch", "64", "--seq-len",

@@ -24,7 +24,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..core.errors import BadInput, NoFeasiblePlan
 from ..cost.move import Move, move_of
@@ -287,12 +287,17 @@ class Replanned:
 
 def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str, Any] | None = None,
            horizon_steps: float | None = None, max_move_gb: float | None = None, where: str = "--templates",
-           clock=time.perf_counter) -> Replanned:
-    """The plan after `change` (module docstring); NoFeasiblePlan where no candidate fits."""
+           clock=time.perf_counter, search: Callable[[Cluster], Any] | None = None,
+           price: Callable[[Plan], Any] | None = None) -> Replanned:
+    """The plan after `change` (module docstring); NoFeasiblePlan where no candidate fits. `search`
+    (the fastest plan of a cluster, a SearchResult) and `price` (a plan's Estimate) default to `plan`
+    and `evaluate` as the CLI runs them on `base`'s options."""
     from . import plan as search_plan, reprice_plan
     from ..cost.energy import rented_nodes
     from ..cost.reliability import reliability
 
+    search = search or (lambda cluster: search_plan(request_of(old, base, cluster)))
+    reprice_plan = price or reprice_plan
     started = clock()
     cluster, survivors = changed_cluster(old.cluster, change)
     candidates, dropped = [], []
@@ -311,7 +316,7 @@ def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str,
         candidates.append(Candidate("template", template, reprice_plan(template), move_of(old, template, survivors)))
     else:
         try:
-            found = search_plan(request_of(old, base, cluster))
+            found = search(cluster)
             moved = relabeled(old, found.plan, survivors)
             if moved is not found.plan:
                 found = replace(found, plan=moved, estimate=reprice_plan(moved))
