@@ -25,7 +25,7 @@ CLUSTERS_DIR = PROFILES_DIR / "clusters"
 CATALOG_NAMES = ["V100-SXM2-32GB", "V100-PCIE-32GB", "T4", "A10", "A10G", "L4", "L40S", "A100-SXM4-40GB",
                  "A100-SXM4-80GB", "A100-PCIE-80GB", "H100-SXM5-80GB", "H100-PCIE-80GB", "H200-SXM-141GB",
                  "B200", "B300", "GB200", "GB300", "RTX-3090", "RTX-4090", "MI250X", "MI300X", "TITAN-RTX",
-                 "RTX-2080", "GH200-96GB", "H100-SXM5-96GB", "RTX-2080-Ti"]
+                 "RTX-2080", "GH200-96GB", "H100-SXM5-96GB", "RTX-2080-Ti", "H20", "MI325X", "MI355X"]
 
 # One node of four A100-80GB: small enough that gpt2 prices in milliseconds.
 SMALL_CLUSTER_YAML = """\

@@ -38,7 +38,8 @@ REQUIRE = "PLANNER_REQUIRE_INTEGRATION"
 MEGATRON_MODELS = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b", "llama-2-7b", "qwen3-8b", "qwen2-72b", "gpt2",
                    "gpt-neox-20b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b")
 # not in the list: the flags do not carry sliding windows (mistral-7b, phi-3-mini: exported with a
-# warning), multi-latent attention (deepseek-v3) or Gemma's extra norms
+# warning) or Gemma's extra norms; multi-latent attention is built from a small DeepSeek-V3 below
+# (fewer layers and experts than the catalog's 58 MoE layers of 256)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,23 @@ def megatron_model(a: dict[str, str | None], vocab: int):
             kw["moe_layer_freq"] = json.loads(a["--moe-layer-freq"])
         if "--moe-router-enable-expert-bias" in a:
             kw.update(moe_router_enable_expert_bias=True, moe_router_score_function=a["--moe-router-score-function"])
-    config = TransformerConfig(**kw)
+        if "--moe-router-num-groups" in a:
+            kw.update(moe_router_num_groups=num("--moe-router-num-groups"),
+                      moe_router_group_topk=num("--moe-router-group-topk"))
+        if "--moe-router-topk-scaling-factor" in a:
+            kw["moe_router_topk_scaling_factor"] = num("--moe-router-topk-scaling-factor", float)
+    config_class = TransformerConfig
+    if "--multi-latent-attention" in a:  # Megatron-LM's core_transformer_config_from_args: MLATransformerConfig
+        from megatron.core.transformer import MLATransformerConfig
+
+        config_class = MLATransformerConfig
+        kw.update(multi_latent_attention=True, q_lora_rank=num("--q-lora-rank"), kv_lora_rank=num("--kv-lora-rank"),
+                  qk_head_dim=num("--qk-head-dim"), qk_pos_emb_head_dim=num("--qk-pos-emb-head-dim"),
+                  v_head_dim=num("--v-head-dim"), rope_type=a.get("--rope-type") or "yarn")
+        if a.get("--rotary-scaling-factor") is not None:
+            kw.update(rotary_scaling_factor=num("--rotary-scaling-factor", float), mscale=num("--mscale", float),
+                      mscale_all_dim=num("--mscale-all-dim", float))
+    config = config_class(**kw)
     spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=kw["normalization"])
     tp = int(a["--tensor-model-parallel-size"])
     vocab_size = padded_vocab(vocab, num("--make-vocab-size-divisible-by") or 128, tp)
@@ -176,6 +193,52 @@ def test_megatron_core_takes_the_exported_layout(model, cluster, mcore, tmp_path
         assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[pp - 1][-1]
         built, _ = megatron_model(a, plan.model.config.vocab)
         assert sum(p.numel() for p in built.parameters()) == plan.model.params
+
+
+def small_deepseek(tmp_path: Path, **changes) -> Path:
+    """DeepSeek-V3's config.json with fewer layers and experts (its MLA, shared expert, group-limited
+    routing and YaRN as they are): small enough to build on the meta device in a second."""
+    config = json.loads((Path(__file__).resolve().parent.parent / "profiles" / "models" / "deepseek-v3.json").read_text())
+    config.update({"num_hidden_layers": 4, "first_k_dense_replace": 1, "n_routed_experts": 16, "n_group": 4,
+                   "topk_group": 2, **changes})
+    path = tmp_path / "small-deepseek.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("changes", [{}, {"q_lora_rank": None, "n_group": 1, "topk_group": 1,
+                                          "routed_scaling_factor": 2.827, "num_attention_heads": 64}])
+def test_megatron_core_builds_multi_latent_attention_and_group_limited_routing_from_the_flags(changes, mcore,
+                                                                                               tmp_path,
+                                                                                               monkeypatch):
+    """DeepSeek-V3's layers (and Kimi K2's: 64 heads, one expert group, its scaling factor; here
+    also without a q latent) as megatron-core's MLA builds them from the exported flags: the same
+    parameters but for the routers' expert biases, which megatron-core keeps as buffers."""
+    import torch
+
+    # megatron-core 0.16.1's YarnRotaryEmbedding puts its frequencies on the current CUDA device
+    # (multi_latent_attention.py passes no use_cpu_initialization): the CPU stands in for it here
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    # and its local (non Transformer Engine) MLA spec hands the core attention k_channels and
+    # v_channels, which the local DotProductAttention (no parameters) does not take
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    import megatron.core.transformer.multi_latent_attention as mla
+
+    # ... and, its Transformer Engine import stubbed (no TE here), checks isinstance(..., TELinear)
+    monkeypatch.setattr(mla, "HAVE_TE", False)
+    init = DotProductAttention.__init__
+    monkeypatch.setattr(DotProductAttention, "__init__", lambda self, *args, k_channels=None, v_channels=None, **kw:
+                        init(self, *args, **kw))
+    model = load_model(str(small_deepseek(tmp_path, **changes)))
+    plan = uniform_plan(model, load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1), tp=1, pp=1, dp=16)
+    a = flags_of(plan)
+    assert ("--q-lora-rank" in a) == bool(model.config.mla.q_lora_rank)
+    assert ("--moe-router-num-groups" in a) == (changes.get("n_group", 4) > 1)
+    built, _ = megatron_model(a, model.config.vocab)
+    assert built.config.moe_router_topk_scaling_factor == changes.get("routed_scaling_factor", 2.5)
+    router_biases = sum(model.config.num_experts for i in range(4) if i not in model.config.dense_layers)
+    assert sum(p.numel() for p in built.parameters()) + router_biases == model.params
 
 
 def test_megatron_flags_map_to_the_model_of_the_config(mcore, tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, Mapping
 
 from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm
@@ -70,9 +70,11 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
         flags += [("--group-query-attention", None), ("--num-query-groups", c.num_kv_heads)]
     if c.mla is None:
         flags.append(("--kv-channels", c.head_dim))
+    else:
+        flags += _mla_flags(c.mla)
     if c.qk_norm == "head":
         flags.append(("--qk-layernorm", None))
-    carried = {"shared experts", "dense layers among the MoE ones", "router bias"}
+    carried = {"shared experts", "dense layers among the MoE ones", "router bias", "multi-latent attention"}
     not_carried = [f for f in features_beyond_gpt_flags(c) if f not in carried]
     if not_carried:
         warn(f"the {c.model_type} model's {', '.join(not_carried)} are not in these flags: "
@@ -95,7 +97,9 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
         if extra.rotary_fraction != 1.0:
             flags.append(("--rotary-percent", extra.rotary_fraction))
         scaling = extra.rope_scaling
-        if scaling is not None:
+        if c.mla is not None:
+            flags += _mla_rope_flags(scaling, warn)
+        elif scaling is not None:
             kind = scaling.get("rope_type", scaling.get("type"))
             # megatron-core's apply_rope_scaling: Llama 3.1's rule with low/high frequency factors 1 and 4
             # over 8192 original positions (megatron/core/models/common/embeddings/rotary_pos_embedding.py)
@@ -139,6 +143,55 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
                                                              for i in range(len(decoders))) + "]"))
         if c.router_bias:
             flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+        flags += _routing_flags(plan.model.raw)
+    return flags
+
+
+def _mla_flags(mla) -> list[tuple[str, Any]]:
+    """Multi-latent attention as Megatron-LM's DeepSeek-R1 and Kimi-K2 recipes write it
+    (examples/post_training/modelopt/conf/: --kv-channels the value head dim; --qk-layernorm the
+    RMSNorms of the q and kv latents, MLATransformerConfig's q_layernorm / kv_layernorm)."""
+    flags: list[tuple[str, Any]] = [("--kv-channels", mla.v_head_dim), ("--multi-latent-attention", None)]
+    if mla.q_lora_rank:
+        flags.append(("--q-lora-rank", mla.q_lora_rank))
+    return flags + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),
+                    ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), ("--v-head-dim", mla.v_head_dim),
+                    ("--qk-layernorm", None)]
+
+
+# MLATransformerConfig's YaRN fields that Megatron-LM has no flag for (megatron-core
+# transformer_config.py; the --yarn-* flags feed only attention without MLA): their defaults
+MLA_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def _mla_rope_flags(scaling: Mapping[str, Any] | None, warn: Warn) -> list[tuple[str, Any]]:
+    """The rotary embedding of multi-latent attention: YaRN (MLA's default rope_type) with the
+    config's factor and mscales, else plain RoPE (--rope-type rope)."""
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind != "yarn":
+        if scaling is not None:
+            warn(f"rope scaling {dict(scaling)} is not in these flags: add it for your Megatron version")
+        return [("--rope-type", "rope")]
+    differ = {k: scaling[k] for k, v in MLA_YARN_DEFAULTS.items() if k in scaling and float(scaling[k]) != v}
+    if differ:
+        warn(f"YaRN {differ} differ from megatron-core's MLA defaults {MLA_YARN_DEFAULTS}, which no Megatron-LM "
+             "flag sets: set them in MLATransformerConfig for your run")
+    return [("--rotary-scaling-factor", scaling.get("factor", 1.0)), ("--mscale", scaling.get("mscale", 1.0)),
+            ("--mscale-all-dim", scaling.get("mscale_all_dim", 0.0))]
+
+
+def _routing_flags(raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """DeepSeek-V3's group-limited routing (n_group groups of experts, the top topk_group groups
+    searched) and its routed scaling factor, as --moe-router-num-groups, --moe-router-group-topk and
+    --moe-router-topk-scaling-factor (Megatron-LM's DeepSeek-R1 recipe)."""
+    data = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else raw
+    flags: list[tuple[str, Any]] = []
+    groups, group_topk = data.get("n_group"), data.get("topk_group")
+    if isinstance(groups, int) and groups > 1 and isinstance(group_topk, int):
+        flags += [("--moe-router-num-groups", groups), ("--moe-router-group-topk", group_topk)]
+    scale = data.get("routed_scaling_factor")
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:
+        flags.append(("--moe-router-topk-scaling-factor", scale))
     return flags
 
 
