@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
+from planner.api.model_info import active_params
 from planner.cost.formulas import DEFAULT_PARAMS
 from planner.core.errors import BadInput
 from planner.inputs.model import SUPPORTED_TYPES, Layer, catalog_names, load_model, model_from_dict
@@ -274,9 +277,9 @@ def test_catalog_model_parameter_count_equals_published_exactly(name):
     assert load_model(name).params == PUBLISHED[name]["params"]
 
 
-def test_every_supported_model_type_has_a_catalog_model_but_gemma3_text():
+def test_every_supported_model_type_has_a_catalog_model_but_gemma3_text_and_kimi_k2():
     types = {load_model(name).raw["model_type"] for name in catalog_names()}
-    assert types == set(SUPPORTED_TYPES) - {"gemma3_text"}
+    assert types == set(SUPPORTED_TYPES) - {"gemma3_text", "kimi_k2"}
 
 
 def test_mistral_nemo_honours_head_dim_128_not_hidden_over_heads():
@@ -376,6 +379,25 @@ def test_deepseek_v3_first_three_layers_are_dense_and_the_rest_moe_with_mla():
     assert dense.params == attn + 3 * 7168 * 18432 + 2 * 7168
     s = 1024
     assert moe.attention_flops_per_sample(s, 1, False) == 2 * s * s * 128 * (192 + 128)
+
+
+def test_kimi_k2_is_deepseek_v3s_architecture_at_its_model_cards_size(tmp_path):
+    """Kimi K2's config.json names model_type kimi_k2 over DeepseekV3ForCausalLM; its model card
+    (github.com/MoonshotAI/Kimi-K2, README, "Model Summary"): 1T total and 32B activated parameters,
+    61 layers with 1 dense, hidden 7168, expert hidden 2048, 64 heads, 384 experts, 8 selected, 1
+    shared, MLA. No exact published count is reachable here, so it is not a catalog model."""
+    config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text())
+    config.update({"model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64,
+                   "n_routed_experts": 384, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                   "routed_scaling_factor": 2.827, "vocab_size": 163840, "num_nextn_predict_layers": 0})
+    kimi_path, deepseek_path = tmp_path / "kimi-k2.json", tmp_path / "as-deepseek-v3.json"
+    kimi_path.write_text(json.dumps(config))
+    deepseek_path.write_text(json.dumps(config | {"model_type": "deepseek_v3"}))
+    kimi = load_model(str(kimi_path))
+    assert kimi.params == load_model(str(deepseek_path)).params
+    blocks = [layer for layer in kimi.layers if layer.kind == "decoder"]
+    assert [b.config.num_experts for b in blocks[:2]] == [1, 384] and len(blocks) == 61
+    assert 1.0e12 <= kimi.params < 1.05e12 and 32e9 <= active_params(kimi) < 33e9  # "1T", "32B"
 
 
 def test_qwen_moe_dense_layers_follow_mlp_only_layers_and_decoder_sparse_step():

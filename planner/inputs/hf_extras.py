@@ -19,7 +19,7 @@ HF_DEFAULTS: dict[str, tuple[float | None, float]] = {
     "mixtral": (1e6, 1e-5),  # MixtralConfig
     "qwen2": (10000.0, 1e-6), "qwen2_moe": (10000.0, 1e-6),  # Qwen2Config, Qwen2MoeConfig
     "qwen3": (10000.0, 1e-6), "qwen3_moe": (10000.0, 1e-6),  # Qwen3Config, Qwen3MoeConfig
-    "deepseek_v3": (10000.0, 1e-6),  # DeepseekV3Config
+    "deepseek_v3": (10000.0, 1e-6), "kimi_k2": (10000.0, 1e-6),  # DeepseekV3Config
     "gemma2": (10000.0, 1e-6),  # Gemma2Config
     "gemma3": (1e6, 1e-6), "gemma3_text": (1e6, 1e-6),  # Gemma3TextConfig (global layers)
     "phi3": (10000.0, 1e-5),  # Phi3Config

@@ -18,7 +18,8 @@ from ..core import ranges
 from ..core.errors import BadInput
 
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
-                   "qwen3_moe", "deepseek_v3", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2", "gpt_oss")
+                   "qwen3_moe", "deepseek_v3", "kimi_k2", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2",
+                   "gpt_oss")
 
 # the families planner.calibrate.torch_layers builds as torch modules (`planner profile`); the others
 # are priced analytically only
@@ -228,6 +229,13 @@ def _deepseek_v3(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
+def _kimi_k2(reader: _Reader) -> dict[str, Any]:
+    """Kimi K2: DeepSeek-V3's architecture (its config names DeepseekV3ForCausalLM) with its own
+    model_type, "to distinguish it from DeepSeek-V3" (Moonshot's deployment guide,
+    github.com/MoonshotAI/Kimi-K2, docs/deploy_guidance.md): 384 experts, 64 heads, one dense layer."""
+    return _deepseek_v3(reader)
+
+
 # Gemma2Config / Gemma3TextConfig defaults (transformers/models/gemma2/configuration_gemma2.py,
 # gemma3/configuration_gemma3.py), which Google's published configs rely on.
 GEMMA_HEAD_DIM = 256
@@ -338,12 +346,12 @@ def _gpt_neox(reader: _Reader) -> dict[str, Any]:
 READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
-    "deepseek_v3": _deepseek_v3, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _kimi_k2, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
     "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss}
 assert set(READERS) == set(SUPPORTED_TYPES)
 
 
-EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral/gpt_oss, qwen*_moe, deepseek_v3
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral/gpt_oss, qwen*_moe, deepseek_v3/kimi_k2
 MOE_TYPE_OF = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe", "qwen3": "qwen3_moe"}
 
 
