@@ -228,3 +228,32 @@ def test_megatron_lm_validate_args_accepts_the_readme_exports(readme_plans, tmp_
             == {k: priced["--" + k.replace("_", "-")] for k in ("use_distributed_optimizer", "overlap_grad_reduce",
                                                               "overlap_param_gather", "optimizer_cpu_offload",
                                                               "use_precision_aware_optimizer", "tp_comm_overlap")}, name
+
+
+# the export's multi-latent attention and routing flags, as Megatron-LM parses them
+MLA_KEYS = {"multi_latent_attention": True, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
+            "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "rotary_scaling_factor": 40.0, "mscale_all_dim": 1.0,
+            "moe_router_num_groups": 8, "moe_router_group_topk": 4, "moe_router_topk_scaling_factor": 2.5,
+            "num_experts": 256, "expert_model_parallel_size": 8, "tensor_model_parallel_size": 2}
+
+
+@pytest.mark.integration
+def test_megatron_lm_validate_args_accepts_the_deepseek_v3_export(tmp_path):
+    checkout = os.environ.get("MEGATRON_LM")
+    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
+        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
+    import shlex
+
+    plan = uniform_plan(load_model("deepseek-v3"), load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1),
+                        tp=2, pp=1, dp=8, ep=8, zero=1)
+    text, warnings = export(plan)
+    assert warnings == []
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
+    # validate_args asks the GPU's compute capability for --moe-grouped-gemm: a Hopper one here
+    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (9, 0)\n"
+              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, MLA_KEYS)) + ")"))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 16])], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    assert {k: parsed[k] for k in MLA_KEYS} == MLA_KEYS
