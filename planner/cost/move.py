@@ -99,7 +99,8 @@ def old_roles_on(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> dict[i
 def move_of(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> Move:
     """What `new`'s GPUs receive to hold their layers' weights and optimizer states, over which link,
     and the time it takes (module docstring); `survivors` maps old nodes to new ones."""
-    from .reliability import state_bytes_per_param
+    from .energy import rented_nodes
+    from .reliability import checkpoint_bytes_per_s, state_bytes_per_param
 
     weight_b, state_b = state_bytes_per_param(new.training)
     layer_params = tuple(layer.weight_params for layer in new.model.layers)
@@ -126,7 +127,7 @@ def move_of(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> Move:
                 got += [(peer, weights * kept_w + states * kept_s),
                         ("checkpoint", weights * (1.0 - kept_w) + states * (1.0 - kept_s))]
     readers = max(1, sum(1 for got in pieces.values() if any(link == "checkpoint" and b > 0 for link, b in got)))
-    checkpoint_share = _checkpoint_bytes_per_s(new) / readers
+    checkpoint_share = checkpoint_bytes_per_s(cluster, len(rented_nodes(new))) / readers
     by_rank, by_link, seconds = {}, dict.fromkeys(LINKS, 0.0), 0.0
     for rank, got in pieces.items():
         group = cluster.group_of_rank(rank)
@@ -152,11 +153,3 @@ def _surviving_fractions(pieces_held: Mapping[int, Mapping[tuple[int, int], floa
             weights[layer] = max(weights.get(layer, 0.0), len(shards) / tp)
             states[layer] = max(states.get(layer, 0.0), sum(shards) / tp)
     return weights, states
-
-
-def _checkpoint_bytes_per_s(plan: Plan) -> float:
-    """The cluster's checkpoint bandwidth for reading back (as planner.cost.reliability writes it)."""
-    from .energy import rented_nodes
-    from .reliability import DEFAULT_NODE_WRITE_BYTES_PER_S
-
-    return plan.cluster.checkpoint_bytes_per_s or DEFAULT_NODE_WRITE_BYTES_PER_S * len(rented_nodes(plan))

@@ -130,6 +130,12 @@ def efficiency(interval_s: float, write_s: float, restart_s: float, mtbf_s: floa
     return 1.0 / wall
 
 
+def checkpoint_bytes_per_s(cluster, nodes: int) -> float:
+    """The storage bandwidth a job on `nodes` nodes writes (and reads back) its checkpoint at: the
+    cluster's `checkpoint_write_GBps`, else DEFAULT_NODE_WRITE_BYTES_PER_S per node."""
+    return cluster.checkpoint_bytes_per_s or DEFAULT_NODE_WRITE_BYTES_PER_S * nodes
+
+
 def gpu_mtbf_h(group: NodeGroup) -> float:
     """Hours between interruptions a GPU of `group` causes: the cluster file's `gpu_mtbf_hours`, else its
     architecture's (GPU_MTBF_H_BY_ARCHITECTURE)."""
@@ -151,7 +157,7 @@ def reliability(plan: Plan, estimate: Estimate, nodes: tuple[tuple[str, int], ..
         rate_per_h += node_failures_per_h(cluster.group(name))
     mtbf_s = HOUR_S / rate_per_h
     size = checkpoint_bytes(plan)
-    bandwidth = cluster.checkpoint_bytes_per_s or DEFAULT_NODE_WRITE_BYTES_PER_S * len(nodes)
+    bandwidth = checkpoint_bytes_per_s(cluster, len(nodes))
     write_s = size / bandwidth
     restart_s = (DEFAULT_RESTART_S if cluster.restart_s is None else cluster.restart_s) + write_s  # read back alike
     interval_s = daly_interval_s(write_s, mtbf_s)
