@@ -10,11 +10,12 @@ from dataclasses import replace
 import pytest
 
 from planner.api import PlanRequest
+from planner.api.ranked import domains, ranked
 from planner.api.replan import Change, changed_cluster, kept_plan, parse_change, replan, template_changes
 from planner.core.errors import BadInput
+from planner.cost.evaluate import evaluate
 from planner.cost.move import move_of
 from planner.cost.reliability import state_bytes_per_param
-from planner.cost.evaluate import evaluate
 from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems, uniform_plan
@@ -157,17 +158,46 @@ def test_where_the_step_outweighs_the_move_replan_is_the_brute_force_optimum_of_
     group = max(cluster.groups, key=lambda g: g.nodes)
     change = Change({group.name: (group.nodes - 1,)}, {})
     new_cluster, survivors = changed_cluster(cluster, change)
-    options = SolverOptions(**TINY_OPTIONS)
-    old = solve(model, cluster, base, options).plan
+    old = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).plan
     horizon = 1e6  # steps: a move of seconds weighs as a step of microseconds
     expected, _, _ = brute_force(
         model, new_cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
         TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
         objective=lambda plan, est: horizon * est.step_time_s + move_of(old, plan, survivors).seconds)
-    result = replan(old, change, PlanRequest(time_limit_s=None), horizon_steps=horizon,
-                    search=lambda c: solve(model, c, base, options), price=evaluate)
+    result = tiny_replan(model, base, old, change, horizon)
     # the kept placement may lie outside the brute force's space (it can only be better)
     assert result.chosen.score_s(horizon) <= expected * (1 + 1e-9)
+
+
+def tiny_replan(model, base, old, change, horizon, max_move_gb=None):
+    """replan with the oracle's search space (TINY_OPTIONS) and pricing."""
+    options = SolverOptions(**TINY_OPTIONS)
+
+    def rank(cluster, first, limit, accept):
+        ranked(lambda sub, left: solve(model, cluster, base, replace(sub, upper_bound_s=limit())), options, first, 17,
+               lambda o: domains(o, cluster.num_gpus, base.global_batch, False, False), None, lambda: 0.0, accept)
+
+    return replan(old, change, PlanRequest(time_limit_s=None), horizon_steps=horizon, max_move_gb=max_move_gb,
+                  search=lambda cluster: solve(model, cluster, base, options), rank=rank, price=evaluate)
+
+
+@pytest.mark.slow
+def test_at_a_short_horizon_the_next_configurations_are_weighed_with_their_move():
+    """Seed 5 at a 10-step horizon: the brute-force optimum of step and move is the fastest plan of
+    another configuration (dp 2, 1F1B), not the fastest plan nor the kept one."""
+    model, cluster, base = tiny_instance(5)
+    group = max(cluster.groups, key=lambda g: g.nodes)
+    change = Change({group.name: (group.nodes - 1,)}, {})
+    new_cluster, survivors = changed_cluster(cluster, change)
+    old = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).plan
+    expected, _, _ = brute_force(
+        model, new_cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+        TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
+        objective=lambda plan, est: 10.0 * est.step_time_s + move_of(old, plan, survivors).seconds)
+    result = tiny_replan(model, base, old, change, 10.0)
+    assert result.chosen.name == "alternative" and result.alternatives_weighed >= 1
+    assert result.chosen.score_s(10.0) == pytest.approx(expected, rel=1e-9)
+    assert all(result.chosen.score_s(10.0) <= c.score_s(10.0) for c in result.candidates)
 
 
 def test_plan_with_spares_writes_templates_that_replan_uses_without_a_search(tmp_path):

@@ -101,10 +101,11 @@ def _split(options: SolverOptions, plan: Plan, domains_of: Callable[[SolverOptio
 
 def ranked(solve_one: Callable[[SolverOptions, float | None], SearchResult], options: SolverOptions,
            first: SearchResult, top: int, domains_of: Callable[[SolverOptions], dict], time_limit_s: float | None,
-           elapsed_s: Callable[[], float]) -> Ranking:
+           elapsed_s: Callable[[], float], accept: Callable[[SearchResult], bool] | None = None) -> Ranking:
     """The `top` fastest configurations, `first` (the search's plan under `options`) the fastest.
     `solve_one(options, time limit)` searches a subspace (`domains_of`: the values its dimensions
-    may take); the searches share `time_limit_s`."""
+    may take); the searches share `time_limit_s`. `accept`, where given, sees each next
+    configuration in turn and ends the ranking before it by returning False."""
     results = [first]
     proven = first.optimal
     seen = [configuration(first.plan)]
@@ -135,6 +136,8 @@ def ranked(solve_one: Callable[[SolverOptions, float | None], SearchResult], opt
         if configuration(found.plan) in seen:  # a subspace held a configuration listed before
             proven = False
             continue
+        if accept is not None and not accept(found):
+            break
         seen.append(configuration(found.plan))
         results.append(found)
     return Ranking(tuple(results), proven, note)

@@ -7,10 +7,15 @@ Candidates, each priced on the changed cluster:
   lost most; the global batch shared evenly again); no weights move but the optimizer shards that
   grow as data parallelism shrinks;
 - template: the plan prepared for this very change (`plan --spares K`), when one matches;
-- scratch: the fastest plan of the changed cluster (the usual search), unless a template stands in.
+- scratch: the fastest plan of the changed cluster (the usual search), unless a template stands in;
+- alternatives: after a search, the next configurations by step time (planner.api.ranked), each the
+  fastest plan of its configuration, while its step alone could still score less than the best
+  candidate (a search for plans under that step: SolverOptions.upper_bound_s), at most
+  MAX_ALTERNATIVES.
 Each is scored by its step over the horizon plus its move: H x step + move, H the steps until the
 next expected interruption of the changed cluster (planner.cost.reliability) unless `--horizon-steps`
-says otherwise; `--max-move-gb` drops a candidate that moves more. Ties: kept, template, scratch.
+says otherwise; `--max-move-gb` drops a candidate that moves more. Ties: kept, template, scratch,
+then the alternatives by step.
 
 The move (planner.cost.move): the weights and optimizer states each GPU lacks, from the nearest GPU
 that holds them (its node, another node) or the checkpoint. A template's or a new search's nodes are
@@ -35,6 +40,7 @@ from .requests import PlanRequest
 
 TEMPLATES_FORMAT = "planner.templates/v1"
 DEFAULT_GPUS_PER_NODE = 8  # a gained group of a new GPU type: DGX-class nodes
+MAX_ALTERNATIVES = 16  # configurations past the fastest that a replan weighs at most
 
 
 @dataclass(frozen=True)
@@ -260,7 +266,10 @@ class Candidate:
         return horizon_steps * self.estimate.step_time_s + self.move.seconds
 
     def to_json(self, horizon_steps: float) -> dict:
-        return {"name": self.name, "step_time_s": self.estimate.step_time_s, "move": self.move.to_json(),
+        from .ranked import configuration_text
+
+        return {"name": self.name, "configuration": configuration_text(self.plan),
+                "step_time_s": self.estimate.step_time_s, "move": self.move.to_json(),
                 "score_s": self.score_s(horizon_steps)}
 
 
@@ -274,6 +283,7 @@ class Replanned:
     dropped: tuple[str, ...]  # candidates left out, with why
     seconds: float
     old_step_s: float  # the old plan's step on the old cluster
+    alternatives_weighed: int = 0  # configurations past the fastest priced with their move
 
     def to_json(self) -> dict:
         """`solver.replan` of the new plan file."""
@@ -282,22 +292,27 @@ class Replanned:
                 "old_step_time_s": self.old_step_s, "nodes": {g.name: g.nodes for g in self.cluster.groups},
                 "from_scratch_step_time_s": None if scratch is None else scratch.estimate.step_time_s,
                 "candidates": [c.to_json(self.horizon_steps) for c in self.candidates],
+                "alternatives_weighed": self.alternatives_weighed,
                 "left_out": list(self.dropped)}
 
 
 def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str, Any] | None = None,
            horizon_steps: float | None = None, max_move_gb: float | None = None, where: str = "--templates",
            clock=time.perf_counter, search: Callable[[Cluster], Any] | None = None,
-           price: Callable[[Plan], Any] | None = None) -> Replanned:
+           rank: Callable[..., None] | None = None, price: Callable[[Plan], Any] | None = None) -> Replanned:
     """The plan after `change` (module docstring); NoFeasiblePlan where no candidate fits. `search`
-    (the fastest plan of a cluster, a SearchResult) and `price` (a plan's Estimate) default to `plan`
+    (the fastest plan of a cluster, a SearchResult), `rank(cluster, first, limit, accept)` (the
+    configurations after `first` by step, each faster than `limit()` seconds, offered to `accept`
+    until it returns False) and `price` (a plan's Estimate) default to `plan`, rank_configurations
     and `evaluate` as the CLI runs them on `base`'s options."""
     from . import plan as search_plan, reprice_plan
     from ..cost.energy import rented_nodes
     from ..cost.reliability import reliability
 
     search = search or (lambda cluster: search_plan(request_of(old, base, cluster)))
-    reprice_plan = price or reprice_plan
+    rank = rank or (lambda cluster, first, limit, accept: rank_configurations(
+        request_of(old, base, cluster), first, limit, accept))
+    price = price or reprice_plan
     started = clock()
     cluster, survivors = changed_cluster(old.cluster, change)
     candidates, dropped = [], []
@@ -305,35 +320,81 @@ def replan(old: Plan, change: Change, base: PlanRequest, templates: Mapping[str,
     if kept is None:
         dropped.append("kept: a stage lost every replica, or the batch no longer splits evenly")
     else:
-        estimate = reprice_plan(kept)
+        estimate = price(kept)
         if estimate.fits:
             candidates.append(Candidate("kept", kept, estimate, move_of(old, kept, survivors)))
         else:
             dropped.append("kept: does not fit in memory on the nodes left")
-    template = matching_template(templates, cluster, where)
+    template, scratch = matching_template(templates, cluster, where), None
     if template is not None:
         template = relabeled(old, template, survivors)
-        candidates.append(Candidate("template", template, reprice_plan(template), move_of(old, template, survivors)))
+        candidates.append(Candidate("template", template, price(template), move_of(old, template, survivors)))
     else:
         try:
-            found = search(cluster)
-            moved = relabeled(old, found.plan, survivors)
-            if moved is not found.plan:
-                found = replace(found, plan=moved, estimate=reprice_plan(moved))
-            candidates.append(Candidate("scratch", found.plan, found.estimate, move_of(old, found.plan, survivors),
-                                        found))
+            scratch = search(cluster)
+            candidates.append(_relabeled_candidate("scratch", old, scratch, survivors, price))
         except NoFeasiblePlan as exc:
             dropped.append(f"scratch: {exc.message}")
-    if max_move_gb is not None:
-        over = [c for c in candidates if c.move.total_bytes / 1e9 > max_move_gb]
-        dropped += [f"{c.name}: moves {c.move.total_bytes / 1e9:.1f} GB, over --max-move-gb" for c in over]
-        candidates = [c for c in candidates if c not in over]
     if not candidates:
         raise NoFeasiblePlan("no plan for the changed cluster: " + "; ".join(dropped))
     if horizon_steps is None:  # the steps until the changed cluster's next expected interruption
         fastest = min(candidates, key=lambda c: c.estimate.step_time_s)
         failures = reliability(fastest.plan, fastest.estimate, rented_nodes(fastest.plan))
         horizon_steps = failures.mtbf_s / fastest.estimate.step_time_s
+
+    def within(candidate: Candidate) -> bool:
+        return max_move_gb is None or candidate.move.total_bytes / 1e9 <= max_move_gb
+
+    dropped += [f"{c.name}: moves {c.move.total_bytes / 1e9:.1f} GB, over --max-move-gb"
+                for c in candidates if not within(c)]
+    candidates = [c for c in candidates if within(c)]
+    weighed = [0]
+    if scratch is not None:  # the next configurations, while their step alone could still score less
+        best = [min((c.score_s(horizon_steps) for c in candidates), default=float("inf"))]
+
+        def accept(result) -> bool:
+            if horizon_steps * result.estimate.step_time_s >= best[0]:
+                return False
+            candidate = _relabeled_candidate("alternative", old, result, survivors, price)
+            weighed[0] += 1
+            if within(candidate):
+                candidates.append(candidate)
+                best[0] = min(best[0], candidate.score_s(horizon_steps))
+            return True
+
+        rank(cluster, scratch, lambda: best[0] / horizon_steps, accept)
+    if not candidates:
+        raise NoFeasiblePlan("no plan for the changed cluster: " + "; ".join(dropped))
     chosen = min(candidates, key=lambda c: c.score_s(horizon_steps))  # ties: the first, kept first
     return Replanned(old, cluster, tuple(candidates), chosen, horizon_steps, tuple(dropped), clock() - started,
-                     reprice_plan(old).step_time_s)
+                     price(old).step_time_s, weighed[0])
+
+
+def _relabeled_candidate(name: str, old: Plan, found, survivors, price) -> Candidate:
+    """A search's plan as a candidate, its nodes relabelled to move the least (planner.search.relabel)."""
+    moved = relabeled(old, found.plan, survivors)
+    if moved is not found.plan:
+        found = replace(found, plan=moved, estimate=price(moved))
+    return Candidate(name, found.plan, found.estimate, move_of(old, found.plan, survivors), found)
+
+
+def rank_configurations(request: PlanRequest, first, limit: Callable[[], float],
+                        accept: Callable[[Any], bool]) -> None:
+    """The configurations of `request` after `first` (its fastest plan) by step time, each a search
+    for plans faster than `limit()` seconds (SolverOptions.upper_bound_s), offered to `accept`
+    (planner.api.ranked); at most MAX_ALTERNATIVES, within the request's time limit."""
+    from ..search.orchestration.driver import solve
+    from . import search_inputs
+    from .ranked import domains, ranked
+
+    model, cluster, training, options = search_inputs(request)
+    experts = model.config is not None and model.config.num_experts > 1
+    long_sequence = training.seq_len >= options.cp_min_seq_len
+    started = time.perf_counter()
+
+    def solve_one(sub, left):
+        return solve(model, cluster, training, replace(sub, time_limit_s=left, upper_bound_s=limit()))
+
+    ranked(solve_one, options, first, MAX_ALTERNATIVES + 1,
+           lambda o: domains(o, cluster.num_gpus, training.global_batch, experts, long_sequence),
+           request.time_limit_s, lambda: time.perf_counter() - started, accept)

@@ -84,8 +84,9 @@ def replan_command(plan_file, lose, gain, templates_file, horizon_steps, max_mov
 def _candidates_table(result) -> Table:
     table = Table(title=f"Replanned on {esc(result.cluster.name)} (old step {result.old_step_s:.3f} s; horizon "
                         f"{result.horizon_steps:,.0f} steps)", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("plan", "left"), ("step s", "right"), ("moves GB", "right"), ("in node", "right"),
-                          ("between", "right"), ("checkpoint", "right"), ("move s", "right"), ("horizon s", "right"),
+    # GB moved, then by link (planner.cost.move.LINKS): in the node, over the network, from the checkpoint
+    for name, justify in (("plan", "left"), ("step s", "right"), ("GB", "right"), ("node", "right"),
+                          ("net", "right"), ("ckpt", "right"), ("move s", "right"), ("score s", "right"),
                           ("", "left")):
         table.add_column(name, justify=justify)
     for c in result.candidates:
