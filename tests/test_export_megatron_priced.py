@@ -257,3 +257,45 @@ def test_megatron_lm_validate_args_accepts_the_deepseek_v3_export(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
     assert {k: parsed[k] for k in MLA_KEYS} == MLA_KEYS
+
+
+# the plans issue 34 names: DeepSeek-V3 on 128 nodes of 8 H100 and on four GB200 NVL72 racks,
+# Qwen3-30B-A3B on 16 H100 at 8k tokens
+ISSUE_PLANS = {"deepseek-v3 on 128 x 8 H100": ("deepseek-v3", "H100-SXM5-80GB", 128, 8, 2048, 4096),
+               "deepseek-v3 on 4 GB200 NVL72": ("deepseek-v3", "gb200-nvl72", 4, 72, 2048, 4096),
+               "qwen3-30b-a3b on 16 H100": ("qwen3-30b-a3b", "H100-SXM5-80GB", 2, 8, 512, 8192)}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", list(ISSUE_PLANS))
+def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name, tmp_path):
+    checkout = os.environ.get("MEGATRON_LM")
+    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
+        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
+    import shlex
+
+    from planner.api import PlanRequest, plan as search_plan
+
+    model, gpu, nodes, per_node, batch, seq = ISSUE_PLANS[name]
+    if gpu == "gb200-nvl72":  # profiles/clusters/gb200-nvl72.yaml, four racks
+        cluster = cluster_from_spec({"name": "gb200-nvl72-x4", "node_groups": [{
+            "name": "rack", "gpu": "GB200", "nodes": nodes, "gpus_per_node": per_node,
+            "intra_node": {"bandwidth_GBps": 900, "latency_us": 3},
+            "inter_node": {"bandwidth_GBps": 3600, "latency_us": 5}}]})
+    else:
+        cluster = cluster_from_spec({"name": f"{gpu}-x{nodes * per_node}", "node_groups": [
+            {"name": "g", "gpu": gpu, "nodes": nodes, "gpus_per_node": per_node}]})
+    plan = search_plan(PlanRequest(model=model, cluster=cluster, global_batch=batch, seq_len=seq, dtype="bf16")).plan
+    text, warnings = export(plan)
+    assert warnings == []
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
+    degrees = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+               "expert_tensor_parallel_size", "data_parallel_size")
+    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (9, 0)\n"
+              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, degrees)) + ")"))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, len(plan.used_ranks())])], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    stage = plan.stages[0]
+    assert [parsed[k] for k in degrees] == [stage.tp, plan.pp, stage.ep, stage.dims.expert_tp, stage.dp]
