@@ -152,9 +152,7 @@ def test_symlinked_output_is_refused(tmp_path):
 
 # --- signals (a real sweep in a subprocess) ---------------------------------------------------
 
-# 18 rows of gpt2: still running when its first row is out and a second sweep has been refused,
-# also on a loaded machine
-SHORT = dict(batches=(8, 16, 32, 64, 128, 256), seq_lens=(256, 512, 1024))
+SHORT = dict(batches=(8, 16, 32, 64, 128, 256))  # 6 rows of gpt2: still running when its first row is out
 LONG = dict(models=("gpt2", "llama-3-8b"), batches=(8, 16, 32, 64, 128, 256), seq_lens=(512, 1024))  # 24 rows
 
 
@@ -194,9 +192,11 @@ def start_sweep(out: Path, spec: dict, jobs: int = 2) -> tuple[subprocess.Popen,
     """A sweep with `jobs` workers, in its own session (as a terminal's job is in its own
     process group); returns once a row is on disk, with the worker pids."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Ctrl-C with its default action, as in a terminal: a test process may ignore SIGINT (a child
+    # inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler)
     proc = subprocess.Popen([sys.executable, "-m", "planner.cli", *sweep_args(out, "--jobs", jobs, **spec)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         rows = out.read_text().count("\n") - 1 if out.exists() else 0
@@ -235,7 +235,7 @@ def test_ctrl_c_exits_130_keeps_rows_and_resume_continues(tmp_path):
     assert "Traceback" not in stderr and "Aborted" not in stderr, stderr
     rows = read_csv(out)
     assert stderr.strip().splitlines()[-1] == f"planner: interrupted: {len(rows)} rows written; --resume continues"
-    assert 1 <= len(rows) < 18 and all(r["status"] == "ok" for r in rows)
+    assert 1 <= len(rows) < 6 and all(r["status"] == "ok" for r in rows)
     assert wait_gone(workers, 5) == []
     # --jobs 1: a pool forked from this test process, which has run HiGHS solves (other
     # tests), can hang in HiGHS's scheduler (not fork-safe); the CLI never forks after a solve
@@ -243,8 +243,7 @@ def test_ctrl_c_exits_130_keeps_rows_and_resume_continues(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"{len(rows)} kept" in result.stderr
     final = read_csv(out)
-    assert [(int(r["global_batch"]), int(r["seq_len"])) for r in final] == [
-        (b, s) for b in SHORT["batches"] for s in SHORT["seq_lens"]]
+    assert [int(r["global_batch"]) for r in final] == list(SHORT["batches"])
     assert all(r["status"] == "ok" for r in final)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]
 
