@@ -30,13 +30,6 @@ OUT = ROOT / "docs" / "power-curves.md"
 LOWEST_CAP_FRACTION = 0.4  # below it the trace's GPUs crawl (A40 at 100 W: a quarter of its speed)
 
 
-def speed(curve: PowerCurve, board_W: float, cap_W: float) -> float:
-    draw, floor = curve.draw_fraction * board_W, curve.floor_fraction * board_W
-    if cap_W >= draw:
-        return 1.0
-    return max(0.0, (cap_W - floor) / (draw - floor)) ** (1 / curve.exponent)
-
-
 def points(sweeps: list[dict]) -> list[tuple[float, float, float]]:
     """(board W, cap W, measured speed) of every cap at or above LOWEST_CAP_FRACTION."""
     return [(s["board_W"], cap, measured) for s in sweeps for cap, measured, _ in s["caps"]
@@ -44,7 +37,7 @@ def points(sweeps: list[dict]) -> list[tuple[float, float, float]]:
 
 
 def errors(curve: PowerCurve, pts) -> list[float]:
-    return [speed(curve, board, cap) - measured for board, cap, measured in pts]
+    return [curve.speed(board, cap) - measured for board, cap, measured in pts]
 
 
 def fit(sweeps: list[dict]) -> tuple[PowerCurve, float]:
@@ -91,9 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     for arch, sweeps in sorted(by_arch.items()):
         for sweep in sweeps:
             cells = ", ".join(f"{cap / sweep['board_W']:.2f}: {measured:.3f}/"
-                              f"{speed(POWER_CURVES[arch], sweep['board_W'], cap):.3f}"
+                              f"{POWER_CURVES[arch].speed(sweep['board_W'], cap):.3f}"
                               for cap, measured, _ in sweep["caps"] if cap >= LOWEST_CAP_FRACTION * sweep["board_W"])
             lines.append(f"- {arch}, {sweep['gpu']}, {sweep['workload']}: {cells}")
+    lines += ["", "Single published points, not fitted (the `checks` of the data file):", ""]
+    for check in data.get("checks", []):
+        got = POWER_CURVES[check["architecture"]].speed(check["board_W"], check["cap_W"])
+        lines.append(f"- {check['gpu']} at {check['cap_W']} of {check['board_W']} W: published at least "
+                     f"{check['throughput_fraction_at_least']:.2f}, the {check['architecture']} curve {got:.3f}")
     unmeasured = sorted(a for a, c in POWER_CURVES.items() if a not in by_arch)
     lines += ["", f"No published per-cap training sweep for {', '.join(unmeasured)}: they take Ampere's curve."]
     text = "\n".join(lines) + "\n"

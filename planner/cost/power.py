@@ -33,13 +33,18 @@ class PowerCurve:
     exponent: float  # alpha
     source: str
 
+    def speed(self, board_W: float, cap_W: float) -> float:
+        """The speed under a cap of `cap_W`, of the uncapped speed (module docstring)."""
+        draw, floor = self.draw_fraction * board_W, self.floor_fraction * board_W
+        if cap_W >= draw:
+            return 1.0
+        return max(0.0, (cap_W - floor) / (draw - floor)) ** (1 / self.exponent)
 
-# fitted on the Zeus trace (module docstring); in brackets the rms and largest error of the fit
-VOLTA = PowerCurve(0.894, 0.35, 3.55, "Zeus trace, V100 250 W, 3 workloads x 7 caps (rms 2.3 %, max 6.2 %)")
-TURING = PowerCurve(0.907, 0.38, 3.80, "Zeus trace, Quadro RTX 6000 (TU102) 260 W, 3 workloads x 7 caps "
-                                       "(rms 2.7 %, max 5.2 %)")
-AMPERE = PowerCurve(0.89, 0.39, 3.40, "Zeus trace, A40 300 W, 3 workloads x 4-8 caps (rms 4.2 %, max 9.3 %); "
-                                      "Puget Systems' 4x RTX 3090 at 280 of 350 W keep 'over 95 %' (this: 94 %)")
+
+# fitted on the Zeus trace (module docstring); docs/power-curves.md gives each curve's error per sweep
+VOLTA = PowerCurve(0.894, 0.35, 3.55, "Zeus trace, V100 250 W, 3 workloads x 7 caps")
+TURING = PowerCurve(0.907, 0.38, 3.80, "Zeus trace, Quadro RTX 6000 (TU102) 260 W, 3 workloads x 7 caps")
+AMPERE = PowerCurve(0.89, 0.39, 3.40, "Zeus trace, A40 300 W, 3 workloads x 4-8 caps")
 # no published per-cap training sweep for ada, hopper, blackwell or AMD parts: the nearest measured
 # architecture's curve, Ampere's
 POWER_CURVES = {"volta": VOLTA, "turing": TURING, "ampere": AMPERE, "ada": AMPERE, "hopper": AMPERE,
@@ -64,11 +69,7 @@ def draw_W(gpu: GpuSpec) -> float:
 def clock_fraction(gpu: GpuSpec, cap_W: float) -> float:
     """The speed of a GPU drawing at most `cap_W`, of its uncapped speed (1 at or above its draw)."""
     assert gpu.power is not None
-    curve, board = power_curve(gpu), gpu.power.board_W
-    draw, floor = curve.draw_fraction * board, curve.floor_fraction * board
-    if cap_W >= draw:
-        return 1.0
-    return max(0.0, (cap_W - floor) / (draw - floor)) ** (1 / curve.exponent)
+    return power_curve(gpu).speed(gpu.power.board_W, cap_W)
 
 
 def lowest_cap_W(gpu: GpuSpec) -> float:

@@ -6,7 +6,7 @@ import shlex
 from typing import Any, Mapping
 
 from ..core.errors import BadInput
-from ..inputs.hf_extras import rope_and_norm
+from ..inputs.hf_extras import rope_and_norm, text_config
 from ..inputs.block_params import features_beyond_gpt_flags
 from ..plan import Plan
 from ..cost.fp8 import recipe_for
@@ -184,7 +184,7 @@ def _routing_flags(raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """DeepSeek-V3's group-limited routing (n_group groups of experts, the top topk_group groups
     searched) and its routed scaling factor, as --moe-router-num-groups, --moe-router-group-topk and
     --moe-router-topk-scaling-factor (Megatron-LM's DeepSeek-R1 recipe)."""
-    data = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else raw
+    data = text_config(raw)
     flags: list[tuple[str, Any]] = []
     groups, group_topk = data.get("n_group"), data.get("topk_group")
     if isinstance(groups, int) and groups > 1 and isinstance(group_topk, int):

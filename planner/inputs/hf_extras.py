@@ -48,8 +48,13 @@ def _number(data: Mapping[str, Any], key: str, where: str) -> float | None:
     return float(value)
 
 
+def text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a config.json: its `text_config` where it nests one (Gemma 3)."""
+    return raw["text_config"] if isinstance(raw.get("text_config"), Mapping) else raw
+
+
 def rope_and_norm(raw: Mapping[str, Any], model_type: str, where: str = "model config") -> RopeAndNorm:
-    data = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else raw
+    data = text_config(raw)
     theta_default, eps_default = HF_DEFAULTS.get(model_type, (10000.0, 1e-5))
     theta = None if theta_default is None else (
         _number(data, "rope_theta", where) or _number(data, "rotary_emb_base", where) or theta_default)
