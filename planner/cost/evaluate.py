@@ -257,17 +257,19 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     cluster, t = pricer.plan.cluster, pricer.plan.training
     pp = pricer.plan.pp
     head = rank_chunks[0]
-    dims = head.dims
     stage_busy, stage_tau, stage_btl, stage_fill, stage_replica = -1.0, 0.0, None, Parts(), None
     stage_tau_price = None
     min_bwd = float("inf")
     measured = False
-    steppers: dict[tuple, tuple[GpuSpec, CostParams]] = {}
+    # per TP degree of its replicas (one unless per-replica TP): a replica's price, and the GPU types stepping
+    by_tp: dict[int, tuple[ReplicaPrice, dict[tuple, tuple[GpuSpec, CostParams]]]] = {}
     offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
     rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
     held_by_price: dict[tuple[int, int], tuple] = {}  # (id(price), micro-batches) -> (in flight, memory)
     for replica in head.replicas:
         price = pricer.replica(rank_chunks, replica)
+        view = head.for_replica(replica)
+        dims = view.dims
         measured = measured or price.params.measured is not None
         n_micro = replica.batch_share // t.micro_batch
         replica_busy = n_micro * price.per_microbatch_s
@@ -277,7 +279,7 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
         if tau > stage_tau:
             stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
         min_bwd = min(min_bwd, price.span.bwd_s)
-        steppers[(price.gpu.name, price.params)] = (price.gpu, price.params)
+        by_tp.setdefault(view.tp, (price, {}))[1][(price.gpu.name, price.params)] = (price.gpu, price.params)
         held = held_by_price.get((id(price), n_micro))  # replicas alike share their price object
         if held is None:
             in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
@@ -287,7 +289,7 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
             held = held_by_price[(id(price), n_micro)] = (in_flight, mem)
         in_flight, mem = held
         if head.offload or price.act_offload.host_bytes:
-            _host_memory(pricer, head, replica, price, in_flight, offload_hosts, tally.host_overflows)
+            _host_memory(pricer, view, replica, price, in_flight, offload_hosts, tally.host_overflows)
         rank_compute = dims.compute_share(rank_flops * replica.batch_share)
         for rank in replica.ranks:
             gpu = cluster.group_of_rank(rank).gpu
@@ -299,13 +301,19 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
     loops = schedule.gradient_loops(v)
     loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
-    tail = stage_tail(stage_btl.span.weight_params, dims, t.dtype, pricer.layout(head), reduce_params,
-                      min_bwd, steppers.values(), loops, loop_bwd,
-                      expert_params=stage_btl.span.expert_params, optimizer=t.optimizer,
-                      offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+    tails = [stage_tail(price.span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head), reduce_params,
+                        min_bwd, steppers.values(), loops, loop_bwd,
+                        expert_params=price.span.expert_params, optimizer=t.optimizer,
+                        offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+             for tp, (price, steppers) in sorted(by_tp.items())]
+    # per-replica TP: each slice of the gradients is reduced over the ranks of every replica that hold it;
+    # a rank of the replicas of least TP holds the most, moves the most and sets the reduction's time (its
+    # layout's ring over the replicas' first ranks); the optimizer step is the slowest replica's
+    tail = StageTail(tails[0].grad_reduce_s, max(tail.optimizer_s for tail in tails)) if len(tails) > 1 else tails[0]
+    step_by_tp = {tp: part.optimizer_s for tp, part in zip(sorted(by_tp), tails)}
     for replica in head.replicas:  # every replica steps its optimizer shard after its micro-batches
         for rank in replica.ranks:
-            tally.active_by_rank[rank] += tail.optimizer_s
+            tally.active_by_rank[rank] += step_by_tp[head.replica_tp(replica)]
     return _RankPrice(stage_busy, stage_tau, stage_btl, stage_replica, stage_fill, stage_tau_price, tail, measured)
 
 
@@ -336,6 +344,7 @@ def _critical_path(pricer: PlanPricer, chunks: dict[int, list[Stage]], k_star: i
     rank_chunks = chunks[k_star]
     head = rank_chunks[0]
     links = []
+    head = head.for_replica(replica)
     tp_link, cp_link = replica_links(cluster, replica, head)
     if head.tp > 1:
         links.append(link_use("tp", route_name(cluster, replica.ranks[:head.tp]), tp_link, n_micro * own.tp_comm_s))

@@ -50,7 +50,7 @@ def roles(plan: Plan) -> dict[int, Role]:
         optimizer_share = 1 / st.dp if st.zero >= 1 else 1.0
         for rep in st.replicas:
             for shard, rank in enumerate(rep.ranks):
-                out.setdefault(rank, []).append((st.layers, st.tp, shard, optimizer_share))
+                out.setdefault(rank, []).append((st.layers, st.replica_tp(rep), shard, optimizer_share))
     return {rank: tuple(role) for rank, role in out.items()}
 
 

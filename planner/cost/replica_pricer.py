@@ -118,10 +118,11 @@ class PlanPricer:
         return [ranks[i] for i in st.dims.ep_group(position)]
 
     def replica(self, chunks: list[Stage], replica: Replica) -> ReplicaPrice:
-        """`replica` of the pipeline rank holding `chunks` (its TP group runs at its slowest GPU).
+        """`replica` of the pipeline rank holding `chunks` (its TP group, at its own degree, runs at its slowest GPU).
         A breadth-first schedule's ZeRO collectives run once per loop for the replica's
         micro-batches (Schedule.zero_once_per_loop, ZeroComm.per_microbatch)."""
         t = self.plan.training
+        chunks = [st.for_replica(replica) for st in chunks]  # at the replica's own TP degree (Replica.tp)
         loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
         if chunks[0].ep > 1:  # (its expert group spans replicas)
             return self._priced(chunks, replica, loop_microbatches)
@@ -130,7 +131,7 @@ class PlanPricer:
         node = self.plan.cluster.node_of(min(replica.ranks))  # (nodes hold consecutive ranks)
         if self.plan.cluster.node_of(max(replica.ranks)) != node:
             return self._priced(chunks, replica, loop_microbatches)
-        in_node = (chunks[0].index, node[0], loop_microbatches)
+        in_node = (chunks[0].index, node[0], loop_microbatches, chunks[0].tp)
         if in_node not in self._in_node:
             self._in_node[in_node] = self._priced(chunks, replica, loop_microbatches)
         return self._in_node[in_node]
@@ -144,7 +145,7 @@ class PlanPricer:
         ep_group = self.ep_group(chunks[0], replica)
         # activation offload copies over the slowest PCIe link of the replica's GPUs (HostSpec)
         pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
-        key = (chunks[0].index, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
+        key = (chunks[0].index, chunks[0].tp, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
         if key in self._replicas:
             return self._replicas[key]
         times, sent, received = [], [], []

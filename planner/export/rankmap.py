@@ -22,14 +22,15 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
                 e = entries.get(rank)
                 if e is None:
                     dev = plan.cluster.device(rank)
-                    # a replica is cp groups of tp ranks, TP innermost (plan.Replica)
-                    tp_rank, cp_rank = i % s.tp, i // s.tp
+                    # a replica is cp groups of tp ranks, TP innermost (plan.Replica), at its own degree
+                    tp = s.replica_tp(r)
+                    tp_rank, cp_rank = i % tp, i // tp
                     e = entries[rank] = {
                         "rank": rank, "stage": s.index, "stages": [], "pipeline_rank": s.pipeline_rank,
-                        "layers": [], "tp_rank": tp_rank, "tp_group": list(r.ranks[cp_rank * s.tp:(cp_rank + 1) * s.tp]),
-                        **({"cp_rank": cp_rank, "cp_group": list(r.ranks[tp_rank::s.tp])} if s.cp > 1 else {}),
+                        "layers": [], "tp": tp, "tp_rank": tp_rank, "tp_group": list(r.ranks[cp_rank * tp:(cp_rank + 1) * tp]),
+                        **({"cp_rank": cp_rank, "cp_group": list(r.ranks[tp_rank::tp])} if s.cp > 1 else {}),
                         "dp_rank": r.dp_rank,
-                        "dp_group": [rep.ranks[i] for rep in s.replicas],
+                        "dp_group": dp_group(s, i, tp),
                         # MoE expert parallelism: the ranks its all-to-all spans and those holding
                         # the same experts (Megatron-core's expert-model- and expert-data-parallel groups)
                         **({"ep_group": [flat[q] for q in s.dims.ep_group(position[rank])],
@@ -71,3 +72,11 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
            "note": "rank = the plan's cluster rank; world_rank = torchrun's rank when launched as below",
            "ranks": ranks, "launch": launch, **route_entries(plan)}
     return json_text(out) + "\n"
+
+
+def dp_group(stage, position: int, tp: int) -> list[int]:
+    """The ranks a gradient of rank `position` of a replica at `tp` is reduced with: per replica, the rank
+    holding the start of its shard (TP rank floor(position x u / tp) of a replica at degree u; the rank
+    at the same position where every replica has the stage's degree; cp is 1 under per-replica TP)."""
+    return [rep.ranks[(position % tp) * stage.replica_tp(rep) // tp + position // tp * stage.replica_tp(rep)]
+            for rep in stage.replicas]

@@ -57,8 +57,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
              **({"offload": True} if s.offload else {}),
              **({"offload_activations": s.offload_activations} if s.offload_activations else {}),
              **({"power_cap_W": s.power_cap_W} if s.power_cap_W else {}),
-             "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks)}
-                          for r in s.replicas]}
+             "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks),
+                           **({"tp": r.tp} if r.tp and r.tp != s.tp else {})} for r in s.replicas]}
             for s in plan.stages],
         "devices": [plan.cluster.device(rank).to_json() for rank in plan.used_ranks()],
     }
@@ -208,7 +208,8 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
     zero = st.get("zero", 0)
     if zero not in (0, 1, 2, 3):
         raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
-    replicas = _replicas_from_json(st, path, where)
+    tp = ranges.get(st, "tp", "degree", where, f"{path}.tp")
+    replicas = _replicas_from_json(st, path, where, tp)
     cp = _int(st, "cp", where, path) if "cp" in st else 1
     cp_kind = st.get("cp_kind", "ring")
     if cp_kind not in CP_KINDS:
@@ -216,7 +217,7 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
                        f"{path}.cp_kind")
     return Stage(
         index=_int(st, "index", where, path, 0), layers=(layers[0], layers[1]),
-        tp=ranges.get(st, "tp", "degree", where, f"{path}.tp"), zero=zero, recompute=recompute,
+        tp=tp, zero=zero, recompute=recompute,
         replicas=replicas,
         pipeline_rank=_int(st, "pipeline_rank", where, path, 0) if "pipeline_rank" in st else index,
         sequence_parallel=_bool(st, "sequence_parallel", where, path), cp=cp, cp_kind=cp_kind,
@@ -227,8 +228,8 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
         power_cap_W=ranges.get(st, "power_cap_W", "power_W", where, f"{path}.power_cap_W", required=False) or 0.0)
 
 
-def _replicas_from_json(st: Mapping[str, Any], path: str, where: str) -> tuple[Replica, ...]:
-    """A stage's `replicas` list."""
+def _replicas_from_json(st: Mapping[str, Any], path: str, where: str, stage_tp: int) -> tuple[Replica, ...]:
+    """A stage's `replicas` list; a replica's `tp` equal to the stage's `stage_tp` is the default (0)."""
     replicas = []
     raw_replicas = st.get("replicas")
     if not isinstance(raw_replicas, list) or not raw_replicas:
@@ -241,8 +242,10 @@ def _replicas_from_json(st: Mapping[str, Any], path: str, where: str) -> tuple[R
         if (not isinstance(ranks, list) or not ranks
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in ranks)):
             raise BadInput("must be a non-empty list of ranks", where, f"{rpath}.ranks")
+        tp = ranges.get(rep, "tp", "degree", where, f"{rpath}.tp") if "tp" in rep else 0
         replicas.append(Replica(_int(rep, "dp_rank", where, rpath, 0),
-                                _int(rep, "batch_share", where, rpath, 0), tuple(ranks)))
+                                _int(rep, "batch_share", where, rpath, 0), tuple(ranks),
+                                0 if tp == stage_tp else tp))
     return tuple(replicas)
 
 

@@ -29,6 +29,18 @@ def _expert_problems(plan: Plan, stage: Stage, path: str) -> list[tuple[str, str
     return []
 
 
+def _mixed_tp_problems(stage: Stage, path: str) -> list[tuple[str, str]]:
+    """Per-replica TP: each replica is its own model-parallel group, so no dimension may span
+    replicas' TP ranks (context parallelism's ring, the expert grid's folding over tp x dp)."""
+    if not stage.mixed_tp:
+        return []
+    if stage.cp > 1:
+        return [(f"{path}.cp", f"replicas of different TP degrees ({stage.tp_label()}) need cp 1")]
+    if stage.ep > 1 or stage.etp:
+        return [(f"{path}.ep", f"replicas of different TP degrees ({stage.tp_label()}) need ep 1")]
+    return []
+
+
 def structural_problems(plan: Plan) -> list[tuple[str, str]]:
     """Every invariant a plan must hold, except memory (the cost model checks that).
 
@@ -58,6 +70,7 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
         if total != t.global_batch:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
         problems += _expert_problems(plan, s, path)
+        problems += _mixed_tp_problems(s, path)
         problems += _pipeline_rank_problems(plan, i, s, ranks_here, seen_by_prank, first_stage, owner)
     if expected_first != plan.model.num_layers:
         problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
@@ -84,9 +97,10 @@ def _replica_problems(plan: Plan, stage: Stage, path: str) -> tuple[list[tuple[s
             problems.append((f"{rpath}.dp_rank", f"is {r.dp_rank}, outside 0..{stage.dp - 1} "
                                                  f"(the stage has {stage.dp} replicas)"))
         dp_ranks.add(r.dp_rank)
-        if len(r.ranks) != stage.tp * stage.cp:
-            problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={stage.tp}" if stage.cp == 1 else
-                             f"has {len(r.ranks)} ranks but tp x cp = {stage.tp}x{stage.cp} = {stage.tp * stage.cp}"))
+        tp = stage.replica_tp(r)
+        if len(r.ranks) != tp * stage.cp:
+            problems.append((f"{rpath}.ranks", f"has {len(r.ranks)} ranks but tp={tp}" if stage.cp == 1 else
+                             f"has {len(r.ranks)} ranks but tp x cp = {tp}x{stage.cp} = {tp * stage.cp}"))
         if r.batch_share % t.micro_batch:
             problems.append((f"{rpath}.batch_share",
                              f"{r.batch_share} is not a whole number of micro-batches of {t.micro_batch}"))
@@ -121,6 +135,9 @@ def _pipeline_rank_problems(plan: Plan, index: int, stage: Stage, ranks_here: se
     if stage.pipeline_rank in seen_by_prank:
         if seen_by_prank[stage.pipeline_rank] != ranks_here:
             problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
+        elif _replica_tps(stage) != _replica_tps(plan.stages[first_stage[stage.pipeline_rank]]):
+            problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must give each replica "
+                                                 "the same TP degree"))
     else:
         seen_by_prank[stage.pipeline_rank] = ranks_here
         first_stage[stage.pipeline_rank] = index
@@ -130,6 +147,11 @@ def _pipeline_rank_problems(plan: Plan, index: int, stage: Stage, ranks_here: se
                                  f"rank {rank} is already used by pipeline rank {owner[rank]}"))
             owner[rank] = stage.pipeline_rank
     return problems
+
+
+def _replica_tps(stage: Stage) -> list[tuple[tuple[int, ...], int]]:
+    """Each replica's ranks with its TP degree, in rank order."""
+    return sorted((r.ranks, stage.replica_tp(r)) for r in stage.replicas)
 
 
 def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:

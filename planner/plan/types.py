@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.dims import StageDims, context_parallel_problem as dims_cp_problem
 from ..core.errors import BadInput
@@ -28,6 +28,10 @@ class Replica:
     dp_rank: int
     batch_share: int  # samples per step
     ranks: tuple[int, ...]  # the model-parallel group: cp groups of tp ranks, TP innermost (Megatron's tp-cp order)
+    # its own tensor-parallel degree where it differs from its stage's (Sailor, Strati et al. SOSP'25, and
+    # FlashFlex let the replicas of one stage differ: an A100 replica at TP 1 beside V100 replicas at TP 4);
+    # 0: the stage's `tp` (Stage.replica_tp)
+    tp: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,36 @@ class Stage:
     offload_activations: int = 0
     # a power limit on the stage's GPUs (`nvidia-smi -pl`), W; 0: none (planner.cost.power)
     power_cap_W: float = 0.0
+
+    def replica_tp(self, replica: Replica) -> int:
+        """The tensor-parallel degree `replica` runs at: its own, else the stage's."""
+        return replica.tp or self.tp
+
+    @property
+    def tp_degrees(self) -> tuple[int, ...]:
+        """The distinct TP degrees of the stage's replicas, ascending (one unless per-replica TP)."""
+        return tuple(sorted({self.replica_tp(r) for r in self.replicas}))
+
+    @property
+    def mixed_tp(self) -> bool:
+        """Whether the stage's replicas run at different TP degrees (per-replica TP)."""
+        return len(self.tp_degrees) > 1
+
+    def at_tp(self, tp: int) -> "Stage":
+        """The stage as one of its replicas at `tp` sees it: its dims at that degree (the cost model
+        prices each replica by its own; data parallelism still spans every replica)."""
+        return self if tp == self.tp else replace(self, tp=tp)
+
+    def for_replica(self, replica: Replica) -> "Stage":
+        """at_tp of `replica`'s degree."""
+        return self.at_tp(self.replica_tp(replica))
+
+    def tp_label(self) -> str:
+        """The TP degree for people: "4", or per-replica degrees with their replica counts, "1x3,4x24"."""
+        if not self.mixed_tp:
+            return str(self.tp)
+        counts = {tp: sum(1 for r in self.replicas if self.replica_tp(r) == tp) for tp in self.tp_degrees}
+        return ",".join(f"{tp}x{n}" for tp, n in counts.items())
 
     def decoder_blocks(self, model: Model) -> int:
         return sum(1 for layer in model.layers[self.layers[0]:self.layers[1]] if layer.kind == "decoder")

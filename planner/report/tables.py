@@ -39,7 +39,7 @@ MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fi
 def dims_text(stage) -> str:
     """A stage's 'tp/dp/zero' cell; with context parallelism a line 'cp N ring', with expert
     parallelism a line 'ep N' (and 'etp N' where it is not tp)."""
-    return (f"{stage.tp}/{stage.dp}/{stage.zero}" + (f"\ncp {stage.cp} {stage.cp_kind}" if stage.cp > 1 else "")
+    return (f"{stage.tp_label()}/{stage.dp}/{stage.zero}" + (f"\ncp {stage.cp} {stage.cp_kind}" if stage.cp > 1 else "")
             + (f"\nep {stage.ep}" + (f" etp {stage.etp}" if stage.etp and stage.etp != stage.tp else "")
                if stage.ep > 1 or stage.etp else ""))
 

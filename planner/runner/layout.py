@@ -174,6 +174,9 @@ def check_runnable(plan: Plan, chunks: int) -> None:
         if s.cp > 1:
             raise BadInput(f"the runtime has no context parallelism (stage {s.index} has cp={s.cp}); export the plan "
                            "--to megatron or --to torchtitan", "plan", f"stages[{s.index}].cp")
+        if s.mixed_tp:
+            raise BadInput(f"the runtime runs one TP degree per stage (stage {s.index}'s replicas have tp "
+                           f"{s.tp_label()})", "plan", f"stages[{s.index}].replicas")
         where = f"stages[{s.index}].tp"
         if config.num_heads % s.tp or config.num_kv_heads % s.tp or config.ffn_hidden % s.tp:
             raise BadInput(f"tp={s.tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "

@@ -209,7 +209,7 @@ def _per_stage(values: list) -> Any:
 def stages_text(planned) -> str:
     """Each stage's tp, dp, cp and ep, runs of equal stages as `<shape> xN`, joined by ' | ':
     `tp4.dp2.cp1.ep1 x3 | tp2.dp4.cp1.ep1`."""
-    shapes = [f"tp{s.tp}.dp{s.dp}.cp{s.cp}.ep{s.ep}" for s in planned.stages]
+    shapes = [f"tp{s.tp_label()}.dp{s.dp}.cp{s.cp}.ep{s.ep}" for s in planned.stages]
     runs = [(shape, len(list(group))) for shape, group in itertools.groupby(shapes)]
     return " | ".join(shape if n == 1 else f"{shape} x{n}" for shape, n in runs)
 
@@ -227,7 +227,7 @@ def plan_columns(planned, est) -> dict:
     above = mfu_above_published(planned, est)
     t = planned.training
     return dict(step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu, pp=planned.pp,
-                tp=max(s.tp for s in stages), dp=max(s.dp for s in stages), num_gpus_used=est.num_gpus_used,
+                tp=max(max(s.tp_degrees) for s in stages), dp=max(s.dp for s in stages), num_gpus_used=est.num_gpus_used,
                 micro_batch=t.micro_batch, schedule=t.schedule, virtual_stages=t.virtual_stages,
                 cp=max(s.cp for s in stages), ep=max(s.ep for s in stages),
                 zero=_per_stage([s.zero for s in stages]), recompute=_per_stage([s.recompute for s in stages]),

@@ -143,9 +143,11 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
     for i, (raw, stage) in enumerate(zip(data["stages"], plan.stages)):
         if raw.get("dp") is not None and raw["dp"] != stage.dp:
             problems.append((f"stages[{i}].dp", f"is {raw['dp']}, the stage has {stage.dp} replicas"))
-        if config is not None and config.num_heads % stage.tp:
-            problems.append((f"stages[{i}].tp", f"{config.num_heads} attention heads do not split over "
-                                                f"tp={stage.tp}"))
+        degrees = [(f"stages[{i}].tp", stage.tp)] + [(f"stages[{i}].replicas[{j}].tp", r.tp)
+                                                     for j, r in enumerate(stage.replicas) if r.tp]
+        for where, tp in degrees:
+            if config is not None and config.num_heads % tp:
+                problems.append((where, f"{config.num_heads} attention heads do not split over tp={tp}"))
         if stage.recompute == "block" and stage.recompute_layers > stage.decoder_blocks(plan.model):
             problems.append((f"stages[{i}].recompute_layers", f"is {stage.recompute_layers}, the stage has "
                                                             f"{stage.decoder_blocks(plan.model)} decoder blocks"))

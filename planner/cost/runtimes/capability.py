@@ -62,7 +62,7 @@ def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     name = cap.describe()
     stages = plan.stages
     # the distinct degrees over the stages, ascending
-    grid = (sorted({s.tp for s in stages}), sorted({s.cp for s in stages}), sorted({s.ep for s in stages}),
+    grid = (sorted({tp for s in stages for tp in s.tp_degrees}), sorted({s.cp for s in stages}), sorted({s.ep for s in stages}),
             sorted({s.dp for s in stages}))
     out = _parallelism_violations(plan, cap, name, *grid)
     out += _zero_violations(plan, cap, name)
@@ -87,6 +87,9 @@ def _parallelism_violations(plan: "Plan", cap: Capability, name: str, tps: list[
         out.append(f"{name} has no tensor parallelism (the plan uses tp {tps[-1]})")
     if not cap.per_stage_tp and len(tps) > 1:
         out.append(f"{name} runs one TP degree in every stage (the plan has {', '.join(map(str, tps))})")
+    mixed = next((s for s in stages if s.mixed_tp), None)
+    if mixed is not None and not cap.per_replica_tp:
+        out.append(f"{name} runs one TP degree per stage (stage {mixed.index}'s replicas have tp {mixed.tp_label()})")
     if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
         out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
     if not cap.per_stage_tp and len(eps) > 1:

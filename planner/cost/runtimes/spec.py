@@ -72,6 +72,8 @@ class Capability:
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     # its FSDP all-gathers fp8 weights in fp8 (Training.fp8_all_gather, `--fp8-all-gather`)
     fp8_all_gather: bool = False
+    # the replicas of one stage may run different TP degrees (Replica.tp: Sailor, FlashFlex)
+    per_replica_tp: bool = False
 
     @property
     def uniform(self) -> bool:
