@@ -12,17 +12,11 @@ from planner.cost.evaluate import evaluate
 from planner.cost.formulas import DEFAULT_PARAMS
 from planner.cost.runtimes.capability import violations
 from planner.inputs.hardware import cluster_from_spec
-from planner.inputs.model import load_model
 from planner.plan import Replica, Training, plan_from_json, plan_to_json, structural_problems, uniform_plan
 
 from .conftest import assert_bad_input, invoke, small_cluster_spec, write_json
 
 TRAINING = Training(global_batch=16, seq_len=512, dtype="bf16", micro_batch=1, runtime="any")
-
-
-@pytest.fixture(scope="module")
-def gpt2():
-    return load_model("gpt2")
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def test_an_unknown_key_is_a_problem_at_its_path_naming_the_nearest_key(plan):
     plan["stages"][0]["replicas"][0]["colour"] = "red"
     problems = dict(validate_plan_data(plan))
     assert problems["stages[0].recompte"] == "unknown key (did you mean recompute?)"
-    assert problems["stages[0].replicas[0].colour"] == "unknown key (known: dp_rank, batch_share, ranks)"
+    assert problems["stages[0].replicas[0].colour"] == "unknown key (known: dp_rank, batch_share, ranks, tp)"
     assert problems["note"].startswith("unknown key (known: format, model, cluster")
 
 

@@ -1,0 +1,132 @@
+"""Heterogeneity past the stage: a published per-replica-TP plan priced beside this planner's plan.
+
+    python benchmarks/hetero_space.py [--time-limit S] [--write]
+
+Sailor's heterogeneous example (Strati et al., SOSP'25): 32 A100-40GB and 96 V100-16GB, 4 GPUs a node,
+OPT-350M (benchmarks/inputs/opt-350m.json: its decoder shapes), global batch 1024 x 2048 tokens. Sailor's
+plan for it puts 3 A100 replicas at TP 1 and 24 V100 replicas at TP 4 in one stage. Its batch split and
+micro-batch are not published with it: each micro-batch of 1-8 is priced with the integer shares that
+minimise the step for that layout (planner.search.pricing.shares.solve_shares_ilp over each replica's
+time per micro-batch), and the fastest that fits is the row. Beside it, `planner plan --runtime any` on
+the same inputs (its search space has one TP degree per stage). Both are priced by planner.cost.evaluate
+under runtime `any`, fp16 (the V100 has no bf16). `--write` writes docs/hetero-table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner import api  # noqa: E402
+from planner.api import PlanRequest  # noqa: E402
+from planner.cost.evaluate import evaluate  # noqa: E402
+from planner.cost.replica_pricer import PlanPricer  # noqa: E402
+from planner.inputs.hardware import load_cluster  # noqa: E402
+from planner.inputs.model import load_model  # noqa: E402
+from planner.plan import Plan, Replica, Stage, Training  # noqa: E402
+from planner.search.pricing.shares import solve_shares_ilp  # noqa: E402
+
+INPUTS = ROOT / "benchmarks" / "inputs"
+TABLE = ROOT / "docs" / "hetero-table.md"
+MODEL, CLUSTER = INPUTS / "opt-350m.json", INPUTS / "sailor-gcp-a100-v100.yaml"
+GLOBAL_BATCH, SEQ_LEN, DTYPE = 1024, 2048, "fp16"
+# Sailor's layout: (node group, TP degree, replicas), one pipeline stage
+SAILOR_LAYOUT = (("a100", 1, 3), ("v100", 4, 24))
+
+
+def layout_replicas(cluster, layout) -> list[tuple[tuple[int, ...], int]]:
+    """(ranks, tp) per replica: each group's replicas on its ranks in order, TP groups inside a node."""
+    out = []
+    for name, tp, count in layout:
+        first = cluster.group(name).first_rank
+        out += [(tuple(range(first + j * tp, first + (j + 1) * tp)), tp) for j in range(count)]
+    return out
+
+
+def one_stage_plan(model, cluster, training: Training, replicas, shares) -> Plan:
+    """One pipeline stage over `replicas` ((ranks, tp) each) with batch `shares`; the stage's own tp
+    is the first replica's."""
+    stage_tp = replicas[0][1]
+    stage = Stage(index=0, layers=(0, model.num_layers), tp=stage_tp, zero=0, recompute="none",
+                  replicas=tuple(Replica(j, share, ranks, 0 if tp == stage_tp else tp)
+                                 for j, ((ranks, tp), share) in enumerate(zip(replicas, shares))),
+                  pipeline_rank=0)
+    return Plan(model, cluster, training, (stage,))
+
+
+def best_shares(model, cluster, training: Training, replicas) -> Plan:
+    """The layout's plan with the integer shares of least makespan over the replicas' times per
+    micro-batch (one stage: a replica's memory does not grow with its share)."""
+    micro = GLOBAL_BATCH // training.micro_batch
+    even = [GLOBAL_BATCH // len(replicas)] * len(replicas)
+    probe = one_stage_plan(model, cluster, replace(training, global_batch=sum(even)), replicas, even)
+    pricer, stage = PlanPricer(probe), probe.stages[0]
+    times = [pricer.replica([stage], rep).per_microbatch_s for rep in stage.replicas]
+    shares = solve_shares_ilp(micro, times, [micro] * len(times)).shares
+    return one_stage_plan(model, cluster, training, replicas, [s * training.micro_batch for s in shares])
+
+
+def sailor_row() -> dict:
+    model, cluster = load_model(str(MODEL)), load_cluster(str(CLUSTER))
+    replicas = layout_replicas(cluster, SAILOR_LAYOUT)
+    best = None
+    for micro_batch in (1, 2, 4, 8):
+        training = Training(GLOBAL_BATCH, SEQ_LEN, DTYPE, micro_batch, runtime="any")
+        plan = best_shares(model, cluster, training, replicas)
+        est = evaluate(plan)
+        if est.fits and (best is None or est.step_time_s < best[1].step_time_s):
+            best = (plan, est)
+    plan, est = best
+    return {"name": "Sailor's layout (3 A100 at TP 1, 24 V100 at TP 4, one stage)", "step_s": est.step_time_s,
+            "gpus": est.num_gpus_used, "micro_batch": plan.training.micro_batch,
+            "shape": plan.stages[0].tp_label(), "search_s": None}
+
+
+def planner_row(time_limit_s: float) -> dict:
+    request = PlanRequest(model=str(MODEL), cluster=str(CLUSTER), global_batch=GLOBAL_BATCH, seq_len=SEQ_LEN,
+                          dtype=DTYPE, runtime="any", time_limit_s=time_limit_s)
+    started = time.perf_counter()
+    result = api.plan(request)
+    seconds = time.perf_counter() - started
+    plan, est = result.plan, result.estimate
+    shape = " | ".join(f"{st.tp_label()}x{st.dp}" for st in plan.stages if st.index < plan.pp)
+    return {"name": "planner plan --runtime any", "step_s": est.step_time_s, "gpus": est.num_gpus_used,
+            "micro_batch": plan.training.micro_batch, "shape": f"pp {plan.pp}: tp x dp {shape}",
+            "search_s": seconds, "optimal": result.optimal}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| plan | step s | GPUs used | micro-batch | shape | search s |", "|---|---:|---:|---:|---|---:|"]
+    for row in rows:
+        search = "" if row["search_s"] is None else f"{row['search_s']:.1f}"
+        lines.append(f"| {row['name']} | {row['step_s']:.3f} | {row['gpus']} | {row['micro_batch']} | "
+                     f"{row['shape']} | {search} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=600.0, help="the planner's search limit, seconds")
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE.relative_to(ROOT)}")
+    args = parser.parse_args()
+    rows = [sailor_row(), planner_row(args.time_limit)]
+    text = table(rows)
+    print(text)
+    if args.write:
+        TABLE.write_text(
+            "# Heterogeneity past the stage\n\n"
+            "Written by `python benchmarks/hetero_space.py --write` (do not edit by hand).\n\n"
+            "Sailor's heterogeneous example (32 A100-40GB + 96 V100-16GB, 4 GPUs a node, OPT-350M, global "
+            "batch 1024 x 2048, fp16): its published layout, per-replica TP in one stage, priced by this "
+            "planner's cost model with the best micro-batch and shares for it, beside this planner's "
+            "`--runtime any` plan.\n\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
