@@ -108,8 +108,8 @@ def test_only_the_any_runtime_runs_per_replica_tp(gpt2, cluster):
 
 
 def test_validate_export_and_run_of_a_mixed_plan(tmp_path, gpt2, cluster):
-    """validate accepts it and evaluate prices it; Megatron-LM cannot run it (exit 2), the rankmap
-    carries each rank's degree, and planner run refuses it by name."""
+    """validate accepts it and evaluate prices it; Megatron-LM cannot run it (exit 2), and the rankmap
+    carries each rank's degree and the ranks its gradients are summed with."""
     plan = mixed(tp2_dp2(gpt2, cluster))
     raw = write_json(tmp_path, plan_to_json(plan), "raw.json")
     path = tmp_path / "plan.json"
@@ -128,9 +128,12 @@ def test_validate_export_and_run_of_a_mixed_plan(tmp_path, gpt2, cluster):
     assert ranks[1]["dp_group"] == [1, 2, 3]
 
 
-def test_the_reference_runtime_refuses_per_replica_tp(gpt2, cluster):
+def test_the_reference_runtime_refuses_zero_under_per_replica_tp(gpt2, cluster):
+    """planner run sums a mixed stage's gradients whole (engine.MixedTPReduce); it shards no optimizer
+    over replicas whose shards do not line up."""
     from planner.runner.layout import check_runnable
 
     plan = mixed(tp2_dp2(gpt2, cluster))
-    with pytest.raises(Exception, match="one TP degree per stage"):
-        check_runnable(plan, 1)
+    check_runnable(plan, 1)
+    with pytest.raises(Exception, match="ZeRO"):
+        check_runnable(replace(plan, stages=(replace(plan.stages[0], zero=1),)), 1)

@@ -143,6 +143,14 @@ CASES = {
     "interleaved_v2": lambda: uniform_plan(
         MODELS["gpt2"], cluster_from_spec(small_cluster_spec(gpus_per_node=2)),
         Training(8, 16, "fp32", 2, schedule="interleaved", virtual_stages=2), tp=1, pp=2, dp=1),
+    # per-replica TP (Replica.tp): a TP-2 replica beside a TP-1 one in one stage (3:1 of the batch), then a
+    # stage whose micro-batches come from either; and a uniform stage feeding a mixed one
+    "per_replica_tp_2_and_1": lambda: hand_plan(
+        "gpt2", Stage(0, (0, 3), 2, 0, "none", (Replica(0, 6, (0, 1)), Replica(1, 2, (2,), tp=1)), 0),
+        stage(1, (3, 6), [(8, [3])])),
+    "uniform_then_per_replica_tp": lambda: hand_plan(
+        "llama", stage(0, (0, 3), [(8, [0])]),
+        Stage(1, (3, 6), 1, 0, "none", (Replica(0, 2, (1, 2), tp=2), Replica(1, 6, (3,))), 1)),
     # everything at once on llama: TP 2 x DP 2 (3:1) with ZeRO-1 and full recompute, then TP 1
     "tp2_dp2_zero1_recompute_then_tp1": lambda: hand_plan(
         "llama", stage(0, (0, 3), [(6, [0, 1]), (2, [2, 3])], tp=2, zero=1, recompute="full"),

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .layers import Chunk, TPGroup, full_state
+from .layers import Chunk, TPGroup, full_state, shard_state
 from .layout import Layout, Seat
 
 
@@ -90,11 +90,53 @@ class ShardedAdamW:
                 offset += p.numel()
 
 
+class MixedTPReduce:
+    """The gradient sum of a stage whose replicas run different TP degrees (Replica.tp), whose shards do
+    not line up across replicas: each TP group puts its layers' gradients back together (all-gather,
+    full_state), its TP rank 0 adds the whole gradients into a sum over every rank of the stage (the
+    other ranks add zeros), and each rank keeps its own shard of the sum (shard_state). Correct for any
+    degrees; it moves whole gradients, where the cost model prices each slice reduced only among the
+    ranks that hold it (docs/cost-model.md)."""
+
+    def __init__(self, chunk: Chunk, config, tp: TPGroup, stage_group):
+        self.chunk, self.config, self.tp, self.stage_group = chunk, config, tp, stage_group
+
+    def _whole(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.tp.size == 1:
+            return grads
+        shards: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp.size)]
+        for name, grad in grads.items():
+            pieces = [torch.empty_like(grad) for _ in range(self.tp.size)]
+            dist.all_gather(pieces, grad.contiguous(), group=self.tp.group)
+            for i, piece in enumerate(pieces):
+                shards[i][name] = piece
+        return full_state(shards, self.config)
+
+    def reduce(self) -> None:
+        for layer in self.chunk.layers:
+            params = dict(layer.named_parameters())
+            whole = self._whole({name: p.grad if p.grad is not None else torch.zeros_like(p)
+                                 for name, p in params.items()})
+            names = sorted(whole)
+            flat = torch.cat([whole[name].reshape(-1) for name in names])
+            if self.tp.rank:
+                flat.zero_()
+            dist.all_reduce(flat, group=self.stage_group)
+            offset, summed = 0, {}
+            for name in names:
+                summed[name] = flat[offset:offset + whole[name].numel()].view_as(whole[name])
+                offset += whole[name].numel()
+            mine = shard_state(summed, self.config, self.tp.size, self.tp.rank)
+            for name, p in params.items():
+                p.grad = mine[name].to(p.dtype)
+
+
 @dataclass
 class StageState:
     seat: Seat
     chunk: Chunk
     optimizer: ShardedAdamW
+    mixed: MixedTPReduce | None = None  # the gradient sum of a stage of mixed TP degrees, before the optimizer
 
 
 class RankState:
@@ -114,9 +156,14 @@ class RankState:
             tp = TPGroup(len(tp_ranks), seat.tp_rank, groups.get(tp_ranks))
             chunk = Chunk(config, seat.stage.layers, tp, seat.tp_rank, seed, seat.stage.recompute, device)
             dp_ranks = layout.dp_group(seat)
-            optimizer = ShardedAdamW(list(chunk.parameters()), groups.get(dp_ranks), dp_ranks.index(world_rank),
-                                     len(dp_ranks), seat.stage.zero >= 1, settings)
-            self.stages[seat.stage.index] = StageState(seat, chunk, optimizer)
+            if seat.stage.mixed_tp:  # the stage's whole group sums the gradients (MixedTPReduce), no ZeRO
+                mixed = MixedTPReduce(chunk, config, tp, groups.get(dp_ranks))
+                optimizer = ShardedAdamW(list(chunk.parameters()), None, 0, 1, False, settings)
+            else:
+                mixed = None
+                optimizer = ShardedAdamW(list(chunk.parameters()), groups.get(dp_ranks), dp_ranks.index(world_rank),
+                                         len(dp_ranks), seat.stage.zero >= 1, settings)
+            self.stages[seat.stage.index] = StageState(seat, chunk, optimizer, mixed)
         self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[plan.training.dtype]
 
     def autocast(self):
@@ -173,6 +220,8 @@ def train_step(state: RankState, tokens: torch.Tensor) -> float:
         work.wait()
     assert not saved, f"passes without a backward: {sorted(saved)}"
     for st in state.stages.values():
+        if st.mixed is not None:
+            st.mixed.reduce()
         st.optimizer.step()
     if layout.world_size > 1:
         loss = loss_sum.to(state.device)

@@ -112,7 +112,7 @@ class Layout:
 
     def forward_targets(self, stage: int, microbatch: int, tp_rank: int) -> list[int]:
         receiver = self.owner(stage + 1, microbatch)
-        tp = self.plan.stages[stage].tp
+        tp = len(self.owner(stage, microbatch).ranks)  # the sending replica's own degree (cp is 1)
         return [self.world[r] for i, r in enumerate(receiver.ranks) if i % tp == tp_rank]
 
     def backward_source(self, stage: int, microbatch: int, tp_rank: int) -> int:
@@ -121,7 +121,7 @@ class Layout:
 
     def backward_targets(self, stage: int, microbatch: int, tp_rank: int) -> list[int]:
         sender = self.owner(stage - 1, microbatch)
-        tp = self.plan.stages[stage].tp
+        tp = len(self.owner(stage, microbatch).ranks)  # this stage's replica's own degree (cp is 1)
         return [self.world[r] for j, r in enumerate(sender.ranks) if j % tp == tp_rank]
 
     def tag(self, boundary: int, backward: bool, microbatch: int) -> int:
@@ -135,8 +135,12 @@ class Layout:
         return tuple(self.world[r] for r in seat.replica.ranks)
 
     def dp_group(self, seat: Seat) -> tuple[int, ...]:
-        """The ranks holding the same shard of the stage's parameters, in dp_rank order."""
-        return tuple(self.world[r.ranks[seat.tp_rank]] for r in self.replicas(seat.stage.index))
+        """The ranks holding the same shard of the stage's parameters, in dp_rank order; under
+        per-replica TP, whose shards do not line up, every rank of the stage (engine.MixedTPReduce)."""
+        replicas = self.replicas(seat.stage.index)
+        if seat.stage.mixed_tp:
+            return tuple(self.world[rank] for r in replicas for rank in r.ranks)
+        return tuple(self.world[r.ranks[seat.tp_rank]] for r in replicas)
 
     @cached_property
     def groups(self) -> list[tuple[int, ...]]:
@@ -174,13 +178,15 @@ def check_runnable(plan: Plan, chunks: int) -> None:
         if s.cp > 1:
             raise BadInput(f"the runtime has no context parallelism (stage {s.index} has cp={s.cp}); export the plan "
                            "--to megatron or --to torchtitan", "plan", f"stages[{s.index}].cp")
-        if s.mixed_tp:
-            raise BadInput(f"the runtime runs one TP degree per stage (stage {s.index}'s replicas have tp "
-                           f"{s.tp_label()})", "plan", f"stages[{s.index}].replicas")
-        where = f"stages[{s.index}].tp"
-        if config.num_heads % s.tp or config.num_kv_heads % s.tp or config.ffn_hidden % s.tp:
-            raise BadInput(f"tp={s.tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "
-                           f"heads and an FFN of {config.ffn_hidden} evenly", "plan", where)
+        if s.mixed_tp and s.zero:
+            raise BadInput(f"the runtime shards the optimizer (ZeRO) only over replicas of one TP degree (stage "
+                           f"{s.index}'s have tp {s.tp_label()})", "plan", f"stages[{s.index}].zero")
+        for j, r in enumerate(s.replicas):
+            tp = s.replica_tp(r)
+            where = f"stages[{s.index}].replicas[{j}].tp" if r.tp else f"stages[{s.index}].tp"
+            if config.num_heads % tp or config.num_kv_heads % tp or config.ffn_hidden % tp:
+                raise BadInput(f"tp={tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "
+                               f"heads and an FFN of {config.ffn_hidden} evenly", "plan", where)
     if chunks > 1:
         split = [r.batch_share for r in sorted(plan.stages[0].replicas, key=lambda r: r.dp_rank)]
         for s in plan.stages:
