@@ -9,7 +9,7 @@ import pytest
 from planner.core.errors import NoFeasiblePlan
 from planner.cost.runtimes.capability import violations
 from planner.search.orchestration.driver import SolverOptions, solve
-from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
+from planner.verify.oracle import TINY_OPTIONS, brute_force, per_replica_tp_instance, pipeline_instance, tiny_instance
 
 from .conftest import assert_solves_to_the_optimum, runtime_base
 
@@ -33,6 +33,22 @@ def test_solver_equals_brute_force_on_forced_pipelines_with_interleaving(seed):
     result = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS))
     assert result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_solver_equals_brute_force_with_per_replica_tp(seed):
+    """Stages over two GPU types whose replicas may run different TP degrees (Replica.tp): the oracle
+    enumerates every degree per group, as the search does."""
+    model, cluster, base = per_replica_tp_instance(seed)
+    expected, _, _ = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+                                 TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"])
+    assert_solves_to_the_optimum(expected, model, cluster, base, SolverOptions(**TINY_OPTIONS))
+
+
+def test_per_replica_tp_instances_include_a_mixed_optimum():
+    """Some instance's optimum gives its replicas different TP degrees (and the search finds it)."""
+    chosen = [solve(*per_replica_tp_instance(seed), SolverOptions(**TINY_OPTIONS)).plan for seed in range(16)]
+    assert any(s.mixed_tp for plan in chosen for s in plan.stages)
 
 
 RUNTIME_CASES = [(runtime, seed) for runtime in ("megatron", "torchtitan", "deepspeed", "megatron-2021", "fsdp1")

@@ -35,10 +35,11 @@ def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, train
         # the plan found bounds the wider search: only faster plans are looked for. It keeps the
         # upstream runtimes' schedules (no ZB-H1, which none runs as one chunk per rank) but for the
         # uniform-only ones (ZB-V, looped BFS: uniform_schedules): the gain reported is that of the
-        # freer stages (uneven shares, per-stage TP), and the time of the default `planner plan`
-        # stays that of the two searches without zero bubble
+        # freer stages (uneven shares, per-stage TP; not per-replica TP, whose configurations multiply
+        # on clusters of several GPU types), and the time of the default `planner plan` stays that of the
+        # two searches without zero bubble
         other = solve(model, cluster, training, replace(options, space="any", time_limit_s=left, zero_bubble=False,
-                                                    uniform_schedules=False,
+                                                    uniform_schedules=False, per_replica_tp=False,
                                                     upper_bound_s=result.estimate.step_time_s))
     except NothingFaster:
         return replace(result, any_runtime_step_s=result.estimate.step_time_s)

@@ -109,6 +109,11 @@ class PlanRequest:
         "weight-gradient inputs) where the runtime runs it (--runtime any), and price uniform ZB-V plans (V = 2) "
         "where it runs that (torchtitan, any). Uniform looped-BFS plans are priced either way.", None, "search",
         show_default=True)))
+    # per-replica TP under --runtime any (SolverOptions.per_replica_tp)
+    per_replica_tp: bool = field(default=True, metadata=declare(Flag(
+        "--per-replica-tp/--no-per-replica-tp", "Under --runtime any, let a stage over several node groups give "
+        "each group's replicas a TP degree of its own (a replica's `tp` in the plan; docs/solver.md).", None,
+        "search", show_default=True)))
     # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     cp_degrees: tuple[int, ...] = field(default=(), metadata=declare(Flag(
         "--cp", "Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "

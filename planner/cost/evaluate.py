@@ -26,7 +26,7 @@ from .offload import offloaded_activation_bytes
 from .pipeline_links import pipeline_links, pp_link_use
 from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
 from .stage_memory import held_microbatches, offloaded_state_bytes, replica_memory
-from .stage_tail import StageTail, stage_tail
+from .stage_tail import StageTail, per_replica_tp_tail, stage_tail
 from ..schedules import get_schedule
 from .paths import route_name, slowest_gpu
 
@@ -301,19 +301,15 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
     loops = schedule.gradient_loops(v)
     loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
-    tails = [stage_tail(price.span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head), reduce_params,
-                        min_bwd, steppers.values(), loops, loop_bwd,
-                        expert_params=price.span.expert_params, optimizer=t.optimizer,
-                        offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
-             for tp, (price, steppers) in sorted(by_tp.items())]
-    # per-replica TP: each slice of the gradients is reduced over the ranks of every replica that hold it;
-    # a rank of the replicas of least TP holds the most, moves the most and sets the reduction's time (its
-    # layout's ring over the replicas' first ranks); the optimizer step is the slowest replica's
-    tail = StageTail(tails[0].grad_reduce_s, max(tail.optimizer_s for tail in tails)) if len(tails) > 1 else tails[0]
-    step_by_tp = {tp: part.optimizer_s for tp, part in zip(sorted(by_tp), tails)}
+    tails = {tp: stage_tail(price.span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head),
+                            reduce_params, min_bwd, steppers.values(), loops, loop_bwd,
+                            expert_params=price.span.expert_params, optimizer=t.optimizer,
+                            offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+             for tp, (price, steppers) in sorted(by_tp.items())}
+    tail = per_replica_tp_tail(tails)
     for replica in head.replicas:  # every replica steps its optimizer shard after its micro-batches
         for rank in replica.ranks:
-            tally.active_by_rank[rank] += step_by_tp[head.replica_tp(replica)]
+            tally.active_by_rank[rank] += tails[head.replica_tp(replica)].optimizer_s
     return _RankPrice(stage_busy, stage_tau, stage_btl, stage_replica, stage_fill, stage_tau_price, tail, measured)
 
 

@@ -152,13 +152,13 @@ def dp_layout(cluster: Cluster, ranks) -> DpLayout:
     return DpLayout(len(ranks), max(nodes.values()), len(nodes), intra, inter)
 
 
-def whole_node_layout(cluster: Cluster, nodes: tuple[int, ...], tp: int, ranks: int) -> DpLayout:
+def whole_node_layout(cluster: Cluster, nodes: tuple[int, ...], tps: tuple[int, ...], ranks: int) -> DpLayout:
     """How a collective over `ranks` runs on a stage of whole nodes, nodes[i] of group i, one rank
-    per TP group of tp GPUs: its nodes, a node's GPUs / tp ranks on each, the intra- and per-GPU
+    per TP group of tps[i] GPUs there: its nodes, the most ranks on one node, the intra- and per-GPU
     inter-node links (collective_links)."""
     per_group = {cluster.groups[i].name: n for i, n in enumerate(nodes) if n}
     intra, inter = collective_links(cluster, per_group)
-    per_node = max(StageDims(tp).replicas_on(cluster.groups[i].gpus_per_node) for i, n in enumerate(nodes) if n)
+    per_node = max(StageDims(tps[i]).replicas_on(cluster.groups[i].gpus_per_node) for i, n in enumerate(nodes) if n)
     return DpLayout(ranks, per_node, sum(per_group.values()), intra, inter)
 
 

@@ -123,3 +123,14 @@ def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, red
         step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer)
                                  for gpu, p in steppers))
     return StageTail(reduce_s, step)
+
+
+def per_replica_tp_tail(tails_by_tp: dict[int, StageTail]) -> StageTail:
+    """The tail of a stage whose replicas run different TP degrees (per-replica TP), from its tail at each
+    degree (stage_tail of that degree's replicas): each slice of the gradients is reduced over the ranks of
+    every replica that hold it, so a rank of the replicas of least TP, which hold the most, moves the most
+    and sets the reduction's time; the optimizer step is the slowest degree's."""
+    least = tails_by_tp[min(tails_by_tp)]
+    if len(tails_by_tp) == 1:
+        return least
+    return StageTail(least.grad_reduce_s, reduce(_maximum, (tail.optimizer_s for tail in tails_by_tp.values())))

@@ -77,7 +77,9 @@ class Stage:
     def at_tp(self, tp: int) -> "Stage":
         """The stage as one of its replicas at `tp` sees it: its dims at that degree (the cost model
         prices each replica by its own; data parallelism still spans every replica)."""
-        return self if tp == self.tp else replace(self, tp=tp)
+        if tp == self.tp:
+            return self
+        return replace(self, tp=tp, sequence_parallel=self.sequence_parallel and tp > 1)  # (no SP without TP)
 
     def for_replica(self, replica: Replica) -> "Stage":
         """at_tp of `replica`'s degree."""

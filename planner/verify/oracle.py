@@ -122,7 +122,7 @@ def _plans_of(model: Model, cluster: Cluster, training: Training, space: _StageS
             members = [[nodes[i] for i, lab in enumerate(labels) if lab == k] for k in range(stages)]
             options = [_stage_options(model, training, mem, space) for mem in members]
             for choice in product(*options):
-                replica_ranks = [_replica_ranks(mem, tp * cp) for mem, (tp, cp, *_) in zip(members, choice)]
+                replica_ranks = [_replica_ranks(mem, tp, cp) for mem, (tp, cp, *_) in zip(members, choice)]
                 if any(len(r) > m_total for r in replica_ranks):
                     continue
                 for bounds, prank in layer_splits(items, stages, v):
@@ -151,20 +151,46 @@ def _stage_options(model: Model, training: Training, mem: list, space: _StageSpa
         return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
                 and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0)
     largest = {(tp, cp): max([1] + [e for e in space.ep_degrees if ep_fits(tp, cp, e)]) for tp, cp in tps}
-    return [(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in space.recompute_modes
-            for zero in (space.zero_stages if gpus // (tp * cp) > 1 else (0,))
-            for ep in space.ep_degrees
-            if ep == 1 or ep == largest[(tp, cp)]
-            for off in ((False, True) if space.offload else (False,))]
+    uniform = [(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in space.recompute_modes
+               for zero in (space.zero_stages if gpus // (tp * cp) > 1 else (0,))
+               for ep in space.ep_degrees
+               if ep == 1 or ep == largest[(tp, cp)]
+               for off in ((False, True) if space.offload else (False,))]
+    return uniform + _per_replica_tp_options(model, training, mem, space)
 
 
-def _replica_ranks(mem: list, group: int) -> list[tuple[int, ...]]:
-    """The ranks of each replica (`group` consecutive GPUs) on the nodes `mem`."""
+def _per_replica_tp_options(model: Model, training: Training, mem: list, space: _StageSpace) -> list[tuple]:
+    """Per-replica TP (Replica.tp) where the runtime runs it: a stage on two or more node groups gives
+    each group's replicas a TP degree of its own (not all alike), cp and ep 1, as the search does (no
+    interleaving, no recompute "block"). Its tp is ((group name, tp), ...) in group order."""
+    names = list(dict.fromkeys(g.name for g, _ in mem))
+    if len(names) < 2 or training.virtual_stages > 1 or not capability(training.runtime).per_replica_tp:
+        return []
+    per_node = {g.name: g.gpus_per_node for g, _ in mem}
+    heads = model.config.num_heads
+    choices = [[tp for tp in space.tp_degrees if per_node[name] % tp == 0 and heads % tp == 0] for name in names]
+    gpus = sum(g.gpus_per_node for g, _ in mem)
+    out = []
+    for picked in product(*choices):
+        if len(set(picked)) == 1:
+            continue
+        tp = tuple(zip(names, picked))
+        replicas = sum(per_node[name] // t * sum(1 for g, _ in mem if g.name == name) for name, t in tp)
+        out += [(tp, 1, rc, zero, 1, off) for rc in space.recompute_modes if rc != "block"
+                for zero in (space.zero_stages if replicas > 1 else (0,))
+                for off in ((False, True) if space.offload else (False,))]
+    assert gpus  # (a stage holds nodes)
+    return out
+
+
+def _replica_ranks(mem: list, tp, cp: int) -> list[tuple[int, ...]]:
+    """The ranks of each replica (tp x cp consecutive GPUs; per-replica TP: its group's tp) on the nodes `mem`."""
     ranks = []
     for g, n in mem:
-        for slot in range(g.gpus_per_node // group):
-            base_rank = g.first_rank + n * g.gpus_per_node + slot * group
-            ranks.append(tuple(range(base_rank, base_rank + group)))
+        size = (dict(tp)[g.name] if isinstance(tp, tuple) else tp) * cp
+        for slot in range(g.gpus_per_node // size):
+            base_rank = g.first_rank + n * g.gpus_per_node + slot * size
+            ranks.append(tuple(range(base_rank, base_rank + size)))
     return ranks
 
 
@@ -193,11 +219,20 @@ def _split_plans(model: Model, cluster: Cluster, training: Training, bounds, pra
         for index, (first, end) in enumerate(bounds):
             k = prank[index]
             (tp, cp, rc, zero, ep, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
-            replicas = tuple(Replica(d, n * micro, rk) for d, (n, rk) in enumerate(zip(sh, ranks)))
-            plan_stages.append(Stage(index, (first, end), tp, zero, rc, replicas, k,
-                                     sp and tp > 1, cp, "ring", ep=ep,
+            own = dict(tp) if isinstance(tp, tuple) else {}  # per-replica TP: each group's degree
+            stage_tp = min(own.values()) if own else tp
+            replicas = tuple(Replica(d, n * micro, rk, _own_tp(cluster, own, rk, stage_tp))
+                             for d, (n, rk) in enumerate(zip(sh, ranks)))
+            plan_stages.append(Stage(index, (first, end), stage_tp, zero, rc, replicas, k,
+                                     sp and max(own.values() or (tp,)) > 1, cp, "ring", ep=ep,
                                      recompute_layers=recomputed[index], offload=off))
         yield Plan(model, cluster, training, tuple(plan_stages))
+
+
+def _own_tp(cluster: Cluster, own: dict, ranks: tuple[int, ...], stage_tp: int) -> int:
+    """A replica's Replica.tp: its group's degree where that is not the stage's, else 0."""
+    tp = own.get(cluster.group_of_rank(ranks[0]).name, stage_tp)
+    return 0 if tp == stage_tp else tp
 
 
 def on_whole_nodes(plan) -> bool:
@@ -268,3 +303,27 @@ def pipeline_instance(seed: int):
                "inter_node": {"bandwidth_GBps": 400, "latency_us": 5}} for i, (g, n) in enumerate(zip(types, nodes))]
     cluster = cluster_from_spec({"name": f"pipe-{seed}", "gpus": gpus, "node_groups": groups})
     return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")
+
+
+def per_replica_tp_instance(seed: int):
+    """Two GPU types on nodes of two GPUs, one of them with memory for the model at TP 2 only, few
+    layers and micro-batches: one stage over both types whose replicas want different TP degrees (the
+    small type at TP 2 beside the large one at TP 1) competes with uniform stages and pipelines."""
+    rng = random.Random(2000 + seed)
+    blocks = rng.choice([2, 3])
+    hidden = rng.choice([1024, 2048])
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "num_attention_heads": 8, "num_key_value_heads": rng.choice([2, 8]),
+              "intermediate_size": hidden * 4, "vocab_size": 4096}
+    model = model_from_dict(config, f"prtp-{seed}")
+    seq_len = rng.choice([1024, 2048])
+    need = model.params * 16 + blocks * seq_len * hidden * 160
+    small, large = rng.sample(GPU_CHOICES, 2)
+    gpus = {small: {"memory_GiB": 2.0 + rng.uniform(0.35, 0.6) * need / 2**30},
+            large: {"memory_GiB": 2.0 + rng.uniform(1.2, 2.0) * need / 2**30}}
+    groups = [{"name": f"g{i}", "gpu": g, "nodes": 1, "gpus_per_node": 2,
+               "intra_node": {"bandwidth_GBps": rng.choice([25, 50]), "latency_us": 3},
+               "inter_node": {"bandwidth_GBps": rng.choice([100, 400]), "latency_us": 5}}
+              for i, g in enumerate((small, large))]
+    cluster = cluster_from_spec({"name": f"prtp-{seed}", "gpus": gpus, "node_groups": groups})
+    return model, cluster, Training(rng.choice([3, 4, 6]), seq_len, "fp16", 1, runtime="any")

@@ -96,7 +96,7 @@ def _most_blocks(context: SearchContext, configs: list, replicas: int) -> int:
     for g, rows in zip(cluster.groups, configs):
         room = g.gpu.memory_bytes - options.params_for(g.gpu.name).reserved_memory_bytes
         for tp, cp, _a, _lam, act, params in rows:
-            dp = max(1, min(replicas * cp, cluster.num_gpus // tp))
+            dp = max(1, min(replicas * cp, options.most_replicas(cluster.num_gpus, tp)))
             states = min(sum(model_state_bytes(params, training.dtype, z, dp, training.optimizer)[:keep]) for z in zeros)
             held = states + act
             if held <= 0:

@@ -156,7 +156,7 @@ def _modes(context: SearchContext, micro_batch: int, schedules, act_caps: bool, 
         for tp in options.tp_degrees:
             if g.gpus_per_node % tp:
                 continue
-            dp = max(1, cluster.num_gpus // tp)
+            dp = options.most_replicas(cluster.num_gpus, tp)
             states = min(sum(model_state_bytes(block_params / tp, training.dtype, z, dp, training.optimizer)[:3 - options.offload])
                          for z in zeros)
             kappa = tau = act = INF

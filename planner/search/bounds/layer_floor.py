@@ -64,7 +64,7 @@ def _floor(layer: Layer, model: Model, group, training: Training, options: Solve
         return saved_activation_bytes(layer, sh) + transient_activation_bytes(layer, sh)
 
     mode = min(options.recompute_modes, key=need)
-    dp = max(1, StageDims(tp, cp=cp).replicas_on(num_gpus))
+    dp = options.most_replicas(num_gpus, tp * cp)
     dims = StageDims(tp, tp > 1, dp, max(options.zero_stages) if dp > 1 else 0, cp, kind)
     states = model_state_bytes(dims.weight_share(layer.weight_params), training.dtype, dims.zero, dims.dp,
                                training.optimizer)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from itertools import product
+
 import numpy as np
 
 from ...core.dims import StageDims
@@ -78,30 +80,40 @@ def _send_floor_s(cluster: Cluster, groups: list[int], block: tuple, mode: P2PMo
     return max(0.0, best)
 
 
-def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[int], tp: int, dp: int, zero: int,
-                   offloads: tuple[bool, ...], info: dict, block_counts: np.ndarray, ends: tuple) -> dict[bool, np.ndarray]:
+def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[int], tps: tuple[int, ...], dp: int,
+                   zero: int, offloads: tuple[bool, ...], info: dict, block_counts: np.ndarray,
+                   ends: tuple) -> dict[bool, np.ndarray]:
     """E' per offload of `offloads`: the least a rank's tail takes after its last micro-batch
     (Problem._tail, cost.stage_tail): the gradient reduction over its layout at its slowest GPU's
     parameters, less at most the slowest backward any of its replicas may have (grad_reduce_s falls
     as that grows), and its GPUs' slowest optimizer step, or with ZeRO-Offload (True) the slowest
     step on its nodes' CPUs (stage_memory.offload_step_s, its GPU's optimizer share of the
-    parameters); `layout` the rank's, paths.whole_node_layout."""
-    blocks = [info[(i, tp)] for i in groups]
-    slow = min(groups, key=lambda i: (min(f for _, f in cluster.groups[i].gpu.peak_flops), cluster.groups[i].gpu.name))
-    dims = StageDims(tp, tp > 1, dp, zero)
-    first = blocks[0]
-    span = span_price(((block_counts, first[3]),) + tuple((1.0, first[5][kind][5]) for kind in ends), dims)
+    parameters); `layout` the rank's, paths.whole_node_layout. `tps`: the TP degree of each group of
+    `groups` (per-replica TP: the reduction at the least, each group's step at its own,
+    cost.stage_tail.per_replica_tp_tail)."""
+    blocks = [info[(i, tp)] for i, tp in zip(groups, tps)]
+    slow = min(range(len(groups)), key=lambda k: (min(f for _, f in cluster.groups[groups[k]].gpu.peak_flops),
+                                                  cluster.groups[groups[k]].gpu.name))
+
+    def span_at(tp):
+        dims = StageDims(tp, tp > 1, dp, zero)
+        return dims, span_price(((block_counts, blocks[0][3]),) + tuple((1.0, blocks[0][5][kind][5]) for kind in ends),
+                                dims)
+
+    least_dims, least_span = span_at(min(tps))
     bwd = np.min([block_counts * block[7] + sum(block[5][kind][6] for kind in ends) for block in blocks], axis=0)
-    reduce_s = grad_reduce_s(span.weight_params, dims, training.dtype, layout, info[(slow, tp)][4], bwd)
+    reduce_s = grad_reduce_s(least_span.weight_params, least_dims, training.dtype, layout, blocks[slow][4], bwd)
+    own = [span_at(tp) for tp in tps]
     out = {}
     for offload in offloads:
         if offload:
-            params = span.weight_params / dims.state_divisors[2]
-            step = np.max([offload_step_s(params, cluster.groups[i].host, cluster.groups[i].gpus_per_node,
-                                          training.dtype, training.optimizer) for i in groups], axis=0)
+            step = np.max([offload_step_s(span.weight_params / dims.state_divisors[2], cluster.groups[i].host,
+                                          cluster.groups[i].gpus_per_node, training.dtype, training.optimizer)
+                           for i, (dims, span) in zip(groups, own)], axis=0)
         else:
-            step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, info[(i, tp)][4],
-                                       optimizer=training.optimizer) for i in groups], axis=0)
+            step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, block[4],
+                                       optimizer=training.optimizer)
+                           for i, (dims, span), block in zip(groups, own, blocks)], axis=0)
         out[offload] = np.maximum(0.0, np.asarray(reduce_s + step, dtype=float) * np.ones(len(block_counts)))
     return out
 
@@ -202,35 +214,35 @@ def _options(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
     # states on the GPU but ZeRO-Offload's step on the CPUs in the tail
     offloads = (False, True) if options.offload else (False,)
     for nodes in vectors:
-        for tp in options.tp_degrees:
-            if any((i, tp) not in info for i in groups):
-                continue
-            replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i in groups]
+        for tps in _tp_choices(options, groups, info, virtual_stages):
+            replicas = [nodes[i] * cluster.groups[i].gpus_per_node // tp for i, tp in zip(groups, tps)]
             dp = sum(replicas)
             if dp > most_replicas:
                 continue  # every replica takes `least` micro-batches at least
-            for i in groups:
+            for i, tp in zip(groups, tps):
                 if ("send", groups_key, tp, i, mode) not in shared:
                     shared[("send", groups_key, tp, i, mode)] = _send_floor_s(cluster, groups, info[(i, tp)], mode)
-            send = [shared[("send", groups_key, tp, i, mode)] for i in groups]
-            if ("layout", nodes, tp) not in shared:
-                shared[("layout", nodes, tp)] = whole_node_layout(cluster, nodes, tp, dp)
-            layout = shared[("layout", nodes, tp)]
+            send = [shared[("send", groups_key, tp, i, mode)] for i, tp in zip(groups, tps)]
+            if ("layout", nodes, tps) not in shared:
+                per_group = dict(zip(groups, tps))
+                shared[("layout", nodes, tps)] = whole_node_layout(
+                    cluster, nodes, tuple(per_group.get(i, 1) for i in range(len(nodes))), dp)
+            layout = shared[("layout", nodes, tps)]
             for zero in zeros:
-                by_ends = shared.setdefault(("tail", nodes, tp, zero, offloads), {})
+                by_ends = shared.setdefault(("tail", nodes, tps, zero, offloads), {})
                 for ends in kinds:
                     if ends not in by_ends:
-                        by_ends[ends] = _tail_floors_s(cluster, training, layout, groups, tp, dp, zero, offloads, info,
+                        by_ends[ends] = _tail_floors_s(cluster, training, layout, groups, tps, dp, zero, offloads, info,
                                                        block_counts, ends)
                 zero_comms = []
-                for i in groups:
-                    comm_key = ("zero", virtual_stages, nodes, tp, zero, i)
+                for i, tp in zip(groups, tps):
+                    comm_key = ("zero", virtual_stages, nodes, tp, dp, zero, i)
                     if comm_key not in shared:
                         points, room, states, price, p, ends, *_ = info[(i, tp)]
                         shared[comm_key] = _zero_floor_s(layout, tp, dp, zero, training, price, p, block_counts, virtual_stages)
                     zero_comms.append(shared[comm_key])
                 for offload in offloads:
-                    option_parts = [(i, tp, dp, zero, offload) for i in groups]
+                    option_parts = [(i, tp, dp, zero, offload) for i, tp in zip(groups, tps)]
                     for part in option_parts:
                         if part not in places:
                             places[part] = known = index.setdefault(part, {})
@@ -244,6 +256,17 @@ def _options(context: SearchContext, info: dict, vectors: list[tuple[int, ...]],
                     comms.append(zero_comms)
                     sends.append(send)
     return owners, counts, dps, parts, comms, sends, tails, places, wanted
+
+
+def _tp_choices(options, groups: list[int], info: dict, virtual_stages: int) -> list[tuple[int, ...]]:
+    """The TP degree of each of `groups` a rank may take: one degree for all, and with per-replica TP
+    (SolverOptions.per_replica_tp: a stage over two or more groups, not interleaved) any degree per group
+    (planner.search.pricing.stage_configs.StageConfigs._per_replica_tp_shapes), in the degrees' order."""
+    uniform = [(tp,) * len(groups) for tp in options.tp_degrees if all((i, tp) in info for i in groups)]
+    if not options.per_replica_tp or len(groups) < 2 or virtual_stages > 1:
+        return uniform
+    each = [[tp for tp in options.tp_degrees if (i, tp) in info] for i in groups]
+    return uniform + [tps for tps in product(*each) if len(set(tps)) > 1]
 
 
 def _by_vector(vectors: list[tuple[int, ...]], owners: list, busy: np.ndarray, latency: np.ndarray,

@@ -24,6 +24,7 @@ class RankDraft:
     replica_ranks: tuple[tuple[int, ...], ...]
     times_s: tuple[float, ...]
     caps: tuple[int, ...]
+    replica_tps: tuple[int, ...] = ()  # per-replica TP: each replica's own degree where not the stage's (0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
         recompute_layers.append(0 if k is None else int(k[c.blocks]))
         replicas_ranks: list[tuple[int, ...]] = []
         replica_type: list[int] = []
+        replica_tps: list[int] = []
         type_index = 0
         for i, nodes in enumerate(c.config.nodes):
             if not nodes:
@@ -60,11 +62,13 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
             group = problem.groups[i]
             # replicas of tp x cp consecutive ranks (cp groups of tp, TP innermost) over the nodes
             # taken, node by node; a CP ring across nodes takes whole nodes (stages._places)
-            size = c.config.tp * c.config.cp
+            tp = c.config.group_tp(i)
+            size = tp * c.config.cp
             first = group.first_rank + next_node[i] * group.gpus_per_node
             for base in range(first, first + nodes * group.gpus_per_node, size):
                 replicas_ranks.append(tuple(range(base, base + size)))
                 replica_type.append(type_index)
+                replica_tps.append(0 if tp == c.config.tp else tp)
             next_node[i] += nodes
             type_index += 1
         # per-replica time and memory cap at this rank's block count, as in stage_cost
@@ -72,7 +76,7 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
         times = [float(tm[c.blocks]) for tm in problem.replica_times(types, flags, link)]
         caps = [int(cap[c.blocks]) for cap in problem.deferred.share_caps(types, flags, position)]
         ranks.append(RankDraft(tuple(replicas_ranks), tuple(times[t] for t in replica_type),
-                               tuple(caps[t] for t in replica_type)))
+                               tuple(caps[t] for t in replica_type), tuple(replica_tps) if any(replica_tps) else ()))
     stages = []
     first = 0
     pp = len(choices)
@@ -81,7 +85,7 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
         for k, c in enumerate(choices):
             end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
-                                (), k, problem.restriction.sequence_parallel and c.config.tp > 1,
+                                (), k, problem.restriction.sequence_parallel and max(c.config.group_tps or (c.config.tp,)) > 1,
                                 c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
                                 offload=c.config.offload))
             first = end
@@ -106,8 +110,9 @@ def finish_plan(draft: PlanDraft, model: Model, cluster: Cluster) -> Plan:
             if not solution.optimal:
                 raise RuntimeError("the share ILP did not prove optimality")
             shares = solution.shares
-        rank_replicas.append(tuple(Replica(d, n * b, ranks)
-                                   for d, (n, ranks) in enumerate(zip(shares, rank.replica_ranks))))
+        tps = rank.replica_tps or (0,) * len(rank.replica_ranks)
+        rank_replicas.append(tuple(Replica(d, n * b, ranks, tp)
+                                   for d, (n, ranks, tp) in enumerate(zip(shares, rank.replica_ranks, tps))))
     stages = tuple(replace(stage, replicas=rank_replicas[stage.pipeline_rank]) for stage in draft.stages)
     return Plan(model, cluster, draft.training, stages)
 

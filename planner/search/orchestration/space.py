@@ -45,7 +45,8 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
                    activation_offload=options.activation_offload and cap.activation_offload,
                    zero_stages=zeros,
                    virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
-                   max_stages=options.max_stages if cap.pipeline else 1)
+                   max_stages=options.max_stages if cap.pipeline else 1,
+                   per_replica_tp=options.per_replica_tp and cap.per_replica_tp)
 
 
 def in_search_space(plan: Plan) -> bool:

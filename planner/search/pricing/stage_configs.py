@@ -85,21 +85,24 @@ class StageConfigs(ProblemPart):
         for nodes, shapes in self._stage_shapes(used):
             if self.state.clock is not None:
                 self.state.clock.check()
-            for tp, cp, kind, dp in shapes:
+            for tps, cp, kind, dp in shapes:
+                # per-replica TP: a tuple of degrees per node group (its least the stage's tp)
+                tp, group_tps = (min(t for t in tps if t), tps) if isinstance(tps, tuple) else (tps, ())
+                # (per-replica TP: not in the interleaved problems, which price a rank's chunks at one degree)
                 if fixed.tp not in (None, tp) or fixed.cp not in (None, cp) or fixed.dp not in (None, dp) \
-                        or not inputs.options.allows_dp(dp):
+                        or not inputs.options.allows_dp(dp) or (group_tps and (fixed.tp is not None or inputs.chunked)):
                     continue
                 for ep in ep_degrees(inputs, nodes, dp, tp, cp):
                     if fixed.ep not in (None, ep):
                         continue
                     for mode in modes:
-                        if fixed.recompute not in (None, mode):
+                        if fixed.recompute not in (None, mode) or (group_tps and mode == "block"):
                             continue
                         for zero in (zeros if dp > 1 else (0,)):
                             if dp > 1 and fixed.zero not in (None, zero):
                                 continue
                             for offload in offloads:
-                                yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload)
+                                yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload, group_tps)
 
     def _stage_shapes(self, used: tuple[int, ...]) -> list[tuple[tuple[int, ...], list[tuple[int, int, str, int]]]]:
         """(node vector, its (tp, cp, CP kind, dp) shapes) of every stage that can follow `used` parts,
@@ -129,15 +132,47 @@ class StageConfigs(ProblemPart):
                 for cp, kind in cp_choices(inputs.model, inputs.training, inputs.options, tp):
                     if places(sizes, tp * cp):
                         shapes.append((tp, cp, kind, StageDims(tp, cp=cp).replicas_on(gpus)))
+            shapes += self._per_replica_tp_shapes(nodes, heads)
             out.append((nodes, shapes))
         self.shapes[used] = out
         return out
+
+    def _per_replica_tp_shapes(self, nodes: tuple[int, ...], heads: int) -> list[tuple[tuple[int, ...], int, str, int]]:
+        """Per-replica TP shapes of a stage on `nodes` of two or more node groups: a TP degree per group
+        (each dividing its GPUs per node and the heads; not all alike, the uniform shapes' case), cp 1,
+        as (degrees per group, 0 where unused; 1; "ring"; replicas), in the degrees' order. 1F1B and
+        ZB-H1 problems only, without recompute "block" (configs)."""
+        inputs = self.inputs
+        used = [i for i, n in enumerate(nodes) if n]
+        if not inputs.options.per_replica_tp or len(used) < 2 or 1 not in inputs.options.cp_degrees:
+            return []
+        choices = [[tp for tp in inputs.options.tp_degrees
+                    if inputs.groups[i].gpus_per_node % tp == 0 and heads % tp == 0] for i in used]
+        out = []
+        for picked in product(*choices):
+            if len(set(picked)) == 1:
+                continue
+            tps = [0] * len(nodes)
+            for i, tp in zip(used, picked):
+                tps[i] = tp
+            replicas = sum(nodes[i] * inputs.groups[i].gpus_per_node // tp for i, tp in zip(used, picked))
+            out.append((tuple(tps), 1, "ring", replicas))
+        return out
+
+    def group_dims(self, config: StageConfig, group: int) -> StageDims:
+        """The dimensions of the stage's replicas on node group `group`: the stage's, at that group's own
+        TP degree under per-replica TP (sequence parallelism only with TP, as Stage.at_tp)."""
+        dims = self.dims(config)
+        tp = config.group_tp(group)
+        return dims if tp == dims.tp else replace(dims, tp=tp, sequence_parallel=dims.sequence_parallel and tp > 1)
 
     def type_arrays(self, config: StageConfig) -> list[TypeArrays] | None:
         inputs = self.inputs
         if config in self.tables.types:
             return self.tables.types[config]
         dims = self.dims(config)
+        if config.group_tps:
+            return self._per_replica_tp_arrays(config)
         if self.problem.base_problem is not None:
             t = inputs.training
             sharding = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims.within_replica,
@@ -186,6 +221,35 @@ class StageConfigs(ProblemPart):
             times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares = arrays
             out.append(TypeArrays(count, inputs.groups[i], times, bwds, params, experts, rooms, nbytes, p,
                                   cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares))
+            config_worst = max(config_worst, worst)
+        if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
+            self.state.smallest_overflow = config_worst
+        self.tables.types[config] = out
+        return out
+
+    def _per_replica_tp_arrays(self, config: StageConfig) -> list[TypeArrays]:
+        """type_arrays of a per-replica TP configuration (1F1B or ZB-H1, no recompute "block": configs):
+        each node group's replicas priced at their own degree (group_dims), with the stage's replica count
+        and so its ZeRO sharding, as cost.evaluate prices each replica at its own degree."""
+        inputs, t = self.inputs, self.inputs.training
+        layout = self.dp_layout(config) if config.zero >= 2 else None
+        out = []
+        config_worst = (-INF, "")
+        for i, n in enumerate(config.nodes):
+            if not n:
+                continue
+            dims = self.group_dims(config, i)
+            sh = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims.within_replica, config.recompute)
+            key = (i, dims, sh.recompute, False, config.offload, layout, None, None)
+            priced = self.tables.replica_arrays.get(key)
+            if priced is None:
+                priced = self.tables.replica_arrays[key] = self._replica_arrays(i, dims, sh, None, layout, None,
+                                                                                config.offload, False)
+            arrays, worst, _ = priced
+            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares = arrays
+            out.append(TypeArrays(dims.replicas_on(n * inputs.groups[i].gpus_per_node), inputs.groups[i], times,
+                                  bwds, params, experts, rooms, nbytes, p, cp_link=cp_link, wgrad=wgrads,
+                                  wgrad_share=wgrad_shares))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -257,9 +321,8 @@ class StageConfigs(ProblemPart):
         """The stage's parallel dimensions: its replicas (tp > 1 with sequence parallelism)."""
         dims = self.tables.dims.get(config)
         if dims is None:
-            sp = self.inputs.restriction.sequence_parallel and config.tp > 1
-            shape = StageDims(config.tp, sp, cp=config.cp)
-            dp = sum(shape.replicas_on(n * self.inputs.groups[i].gpus_per_node)
+            sp = self.inputs.restriction.sequence_parallel and max(config.group_tps or (config.tp,)) > 1
+            dp = sum(StageDims(config.group_tp(i), cp=config.cp).replicas_on(n * self.inputs.groups[i].gpus_per_node)
                      for i, n in enumerate(config.nodes) if n)
             dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind,
                                                         ep=config.ep)
@@ -273,7 +336,8 @@ class StageConfigs(ProblemPart):
         if layout is None:
             dims = self.dims(config)
             # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP group
-            layout = self.tables.dp_layouts[config] = whole_node_layout(inputs.cluster, config.nodes, dims.tp,
+            tps = config.group_tps or tuple(dims.tp for _ in config.nodes)
+            layout = self.tables.dp_layouts[config] = whole_node_layout(inputs.cluster, config.nodes, tps,
                                                                         dims.grad_reduce_ranks)
         return layout
 

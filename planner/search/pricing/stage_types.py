@@ -78,6 +78,9 @@ class SolverOptions:
     time_limit_s: float | None = None
     ilp: IlpOptions = field(default_factory=IlpOptions)
     params: CostParams = DEFAULT_PARAMS
+    # a stage over several node groups may give each group's replicas its own TP degree (per-replica TP,
+    # planner.plan.Replica.tp; Sailor, FlashFlex), where the runtime runs it (Capability.per_replica_tp)
+    per_replica_tp: bool = True
     gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
     # the runtime whose capability bounds the search (planner.cost.runtimes.capability);
     # None: the one the plan is priced for (Training.runtime)
@@ -106,6 +109,12 @@ class SolverOptions:
         if self.max_whole_vectors is not None:
             return self.max_whole_vectors
         return 1024 if per_stage_dp else 8192
+
+    def most_replicas(self, num_gpus: int, group_gpus: int) -> int:
+        """The most data-parallel replicas a stage with a replica of `group_gpus` (tp x cp) GPUs can have on
+        `num_gpus`: all of them that size, or with per-replica TP that one beside one GPU each for the rest."""
+        alike = max(1, num_gpus // group_gpus)
+        return max(alike, num_gpus - group_gpus + 1) if self.per_replica_tp else alike
 
     def allows_dp(self, dp: int) -> bool:
         return not self.dp_degrees or dp in self.dp_degrees
@@ -161,15 +170,23 @@ class StageConfig:
     cp_kind: str = "ring"
     ep: int = 1  # expert parallelism (StageDims.ep; expert TP as tp)
     offload: bool = False  # ZeRO-Offload (planner.plan.Stage.offload)
+    # per-replica TP (planner.plan.Replica.tp): the TP degree of each node group's replicas (0 where the
+    # stage has none of its nodes), `tp` being the least of them; (): every replica at `tp`
+    group_tps: tuple[int, ...] = ()
 
     def groups(self) -> frozenset[int]:
         return frozenset(i for i, n in enumerate(self.nodes) if n)
+
+    def group_tp(self, group: int) -> int:
+        """The TP degree of the stage's replicas on node group `group`."""
+        return self.group_tps[group] if self.group_tps else self.tp
 
     def __hash__(self) -> int:
         """The fields' hash, computed once (configurations key most price tables of the search)."""
         known = self.__dict__.get("_hash")
         if known is None:
-            known = hash((self.nodes, self.tp, self.recompute, self.zero, self.cp, self.cp_kind, self.ep, self.offload))
+            known = hash((self.nodes, self.tp, self.recompute, self.zero, self.cp, self.cp_kind, self.ep, self.offload,
+                          self.group_tps))
             object.__setattr__(self, "_hash", known)
         return known
 

@@ -13,7 +13,7 @@ from ..decompose import Decomposition
 from ...inputs.hardware import Link
 from ...cost.p2p import p2p_message_s, p2p_rank_s
 from ...cost.runtimes import p2p_mode
-from ...cost.stage_tail import stage_tail
+from ...cost.stage_tail import per_replica_tp_tail, stage_tail
 from .experts import stage_expert_layout
 from .block import MemorySavers
 from .deferred import DeferredW
@@ -320,14 +320,20 @@ class Problem:
         """Exposed gradient reduction and optimizer step after the last micro-batch
         (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
         slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
-        tail = stage_tail(types[0].params[flags], self.stage_configs.dims(config), self.inputs.training.dtype,
-                          self.stage_configs.dp_layout(config),
-                          slow.cost_params,
-                          reduce(np.minimum, [ta.bwd[flags] for ta in types]),
-                          [(ta.group.gpu, ta.cost_params) for ta in types],
-                          expert_params=types[0].experts[flags], optimizer=self.inputs.training.optimizer,
-                          offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in types]
-                          if config.offload else (),
-                          expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
-        return tail.total_s
+        min_bwd = reduce(np.minimum, [ta.bwd[flags] for ta in types])
+        groups = [i for i, n in enumerate(config.nodes) if n]  # types' order
+        by_tp: dict[int, list[TypeArrays]] = {}
+        for i, ta in zip(groups, types):
+            by_tp.setdefault(config.group_tp(i), []).append(ta)
+        tails = {}
+        for tp, alike in sorted(by_tp.items()):
+            dims = self.stage_configs.group_dims(config, groups[types.index(alike[0])])
+            tails[tp] = stage_tail(alike[0].params[flags], dims, self.inputs.training.dtype,
+                                   self.stage_configs.dp_layout(config), slow.cost_params, min_bwd,
+                                   [(ta.group.gpu, ta.cost_params) for ta in alike],
+                                   expert_params=alike[0].experts[flags], optimizer=self.inputs.training.optimizer,
+                                   offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in alike]
+                                   if config.offload else (),
+                                   expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
+        return per_replica_tp_tail(tails).total_s
 
