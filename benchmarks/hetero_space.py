@@ -8,8 +8,10 @@ plan for it puts 3 A100 replicas at TP 1 and 24 V100 replicas at TP 4 in one sta
 micro-batch are not published with it: each micro-batch of 1-8 is priced with the integer shares that
 minimise the step for that layout (planner.search.pricing.shares.solve_shares_ilp over each replica's
 time per micro-batch), and the fastest that fits is the row. Beside it, `planner plan --runtime any` on
-the same inputs (its search space has one TP degree per stage). Both are priced by planner.cost.evaluate
-under runtime `any`, fp16 (the V100 has no bf16). `--write` writes docs/hetero-table.md.
+the same inputs without and with per-replica TP. All are priced by planner.cost.evaluate under runtime
+`any`, fp16 (the V100 has no bf16). Then the example clusters of several GPU types, each planned under
+`--runtime any` without and with per-replica TP, with the search's seconds. `--write` writes
+docs/hetero-table.md.
 """
 
 from __future__ import annotations
@@ -85,39 +87,70 @@ def sailor_row() -> dict:
     plan, est = best
     return {"name": "Sailor's layout (3 A100 at TP 1, 24 V100 at TP 4, one stage)", "step_s": est.step_time_s,
             "gpus": est.num_gpus_used, "micro_batch": plan.training.micro_batch,
-            "shape": plan.stages[0].tp_label(), "search_s": None}
+            "shape": f"pp 1, tp {plan.stages[0].tp_label()}", "search_s": None, "first": True}
 
 
-def planner_row(time_limit_s: float) -> dict:
-    request = PlanRequest(model=str(MODEL), cluster=str(CLUSTER), global_batch=GLOBAL_BATCH, seq_len=SEQ_LEN,
-                          dtype=DTYPE, runtime="any", time_limit_s=time_limit_s)
+def planner_row(name: str, request: PlanRequest) -> dict:
+    """`planner plan` on `request`: its plan's step, GPUs, micro-batch and shape, and the search's seconds."""
     started = time.perf_counter()
     result = api.plan(request)
     seconds = time.perf_counter() - started
     plan, est = result.plan, result.estimate
-    shape = " | ".join(f"{st.tp_label()}x{st.dp}" for st in plan.stages if st.index < plan.pp)
-    return {"name": "planner plan --runtime any", "step_s": est.step_time_s, "gpus": est.num_gpus_used,
-            "micro_batch": plan.training.micro_batch, "shape": f"pp {plan.pp}: tp x dp {shape}",
+    shape = " / ".join(f"{st.tp_label()}" for st in plan.stages if st.index < plan.pp)
+    return {"name": name, "step_s": est.step_time_s, "gpus": est.num_gpus_used,
+            "micro_batch": plan.training.micro_batch, "shape": f"pp {plan.pp}, tp {shape}",
             "search_s": seconds, "optimal": result.optimal}
 
 
+def sailor_rows(time_limit_s: float) -> list[dict]:
+    request = PlanRequest(model=str(MODEL), cluster=str(CLUSTER), global_batch=GLOBAL_BATCH, seq_len=SEQ_LEN,
+                          dtype=DTYPE, runtime="any", time_limit_s=time_limit_s)
+    return [sailor_row(),
+            planner_row("planner plan --runtime any --no-per-replica-tp", replace(request, per_replica_tp=False)),
+            planner_row("planner plan --runtime any", request)]
+
+
+# (cluster, model, global batch, sequence length): the example clusters of several GPU types
+EXAMPLES = (("a100-v100-mix", "llama-3-8b", 512, 4096), ("a100-v100-mix", "llama-3-70b", 512, 4096),
+            ("h100-a100-v100", "llama-3-8b", 512, 4096), ("consumer-3090-4090", "llama-3-8b", 128, 2048))
+
+
+def example_rows(time_limit_s: float) -> list[dict]:
+    """Per example: the `--runtime any` plan without and with per-replica TP."""
+    rows = []
+    for cluster, model, batch, seq in EXAMPLES:
+        request = PlanRequest(model=model, cluster=cluster, global_batch=batch, seq_len=seq, runtime="any",
+                              time_limit_s=time_limit_s)
+        label = f"{model} on {cluster}, {batch} x {seq}"
+        rows.append(planner_row(f"{label}: --no-per-replica-tp", replace(request, per_replica_tp=False)))
+        rows.append(planner_row(f"{label}: per-replica TP", request))
+    return rows
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| plan | step s | GPUs used | micro-batch | shape | search s |", "|---|---:|---:|---:|---|---:|"]
+    lines = ["| plan | step s | vs above | GPUs used | micro-batch | shape (tp: degree x replicas) | search s |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    above = None
     for row in rows:
-        search = "" if row["search_s"] is None else f"{row['search_s']:.1f}"
-        lines.append(f"| {row['name']} | {row['step_s']:.3f} | {row['gpus']} | {row['micro_batch']} | "
+        search = "" if row["search_s"] is None else f"{row['search_s']:.1f}" + ("" if row["optimal"] else " (not proven)")
+        change = "" if above is None or row.get("first") else f"{row['step_s'] / above - 1:+.1%}"
+        lines.append(f"| {row['name']} | {row['step_s']:.3f} | {change} | {row['gpus']} | {row['micro_batch']} | "
                      f"{row['shape']} | {search} |")
+        above = row["step_s"]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=600.0, help="the planner's search limit, seconds")
+    parser.add_argument("--time-limit", type=float, default=300.0, help="the planner's search limit, seconds")
     parser.add_argument("--write", action="store_true", help=f"write {TABLE.relative_to(ROOT)}")
     args = parser.parse_args()
-    rows = [sailor_row(), planner_row(args.time_limit)]
-    text = table(rows)
-    print(text)
+    sailor = sailor_rows(args.time_limit)
+    print(table(sailor), flush=True)
+    examples = example_rows(args.time_limit)
+    for row in examples[::2]:
+        row["first"] = True
+    print(table(examples))
     if args.write:
         TABLE.write_text(
             "# Heterogeneity past the stage\n\n"
@@ -125,7 +158,11 @@ def main() -> None:
             "Sailor's heterogeneous example (32 A100-40GB + 96 V100-16GB, 4 GPUs a node, OPT-350M, global "
             "batch 1024 x 2048, fp16): its published layout, per-replica TP in one stage, priced by this "
             "planner's cost model with the best micro-batch and shares for it, beside this planner's "
-            "`--runtime any` plan.\n\n" + text + "\n")
+            "`--runtime any` plan without and with per-replica TP (\"vs above\": the step against the row "
+            "above).\n\n" + table(sailor) + "\n\n"
+            "Per-replica TP on the example clusters of several GPU types: the `--runtime any` plan without "
+            "it, then with it (\"vs above\": the change of the step; search seconds on this machine, "
+            "under the default time limit).\n\n" + table(examples) + "\n")
 
 
 if __name__ == "__main__":

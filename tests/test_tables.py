@@ -15,7 +15,7 @@ from planner.inputs.hardware import GIB, cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Plan, Replica, Training, uniform_plan
 from planner.report.show import print_show, rank_timings
-from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, short_gpu_name
+from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, shares_text, short_gpu_name
 
 WIDTHS = (80, 160)
 
@@ -84,7 +84,8 @@ def assert_nothing_cut(out: str, plan: Plan, width: int) -> None:
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= width
     for s in plan.stages:
-        assert f"{s.tp}/{s.dp}/{s.zero}" in out, f"stage {s.index}'s tp/dp/zero missing"
+        for tp in s.tp_degrees:  # (per-replica TP: each GPU type's row its own degree)
+            assert f"{tp}/{s.dp}/{s.zero}" in out, f"stage {s.index}'s tp/dp/zero missing"
     labels = gpu_labels(plan.cluster)
     for s in plan.stages:
         for gpu, replicas in replicas_by_gpu(plan, s.replicas).items():
@@ -120,8 +121,9 @@ def test_evaluate_table_cuts_no_cell(width, strided_plan):
 def test_default_plan_at_80_columns_shows_whole_cells(default_result):
     out = render(80, lambda c: print_plan(default_result, c))
     assert "32× V100-32G" in out and "16× A100-80G" in out
-    for gpu, share in (("V100", 32), ("A100", 32)):
-        assert f"16 × {share} samples" in out
+    for stage in default_result.plan.stages:  # each type's replicas and their shares, whole
+        for replicas in replicas_by_gpu(default_result.plan, stage.replicas).values():
+            assert shares_text(replicas) in out
     est = default_result.estimate
     for rank in (0, 16):  # peak/capacity of each type, whole
         peak, cap = est.memory_by_rank[rank].total_bytes / GIB, est.capacity_by_rank[rank] / GIB

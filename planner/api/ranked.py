@@ -43,7 +43,7 @@ def configuration(plan: Plan) -> dict[str, tuple[int, ...]]:
     """A plan's configuration: each dimension's values over its stages (one value when uniform)."""
     t = plan.training
     return {"micro_batch": (t.micro_batch,), "pp": (plan.pp,), "v": (t.virtual_stages,),
-            "tp": tuple(sorted({s.tp for s in plan.stages})), "dp": tuple(sorted({s.dp for s in plan.stages})),
+            "tp": tuple(sorted({tp for s in plan.stages for tp in s.tp_degrees})), "dp": tuple(sorted({s.dp for s in plan.stages})),
             "cp": tuple(sorted({s.cp for s in plan.stages})), "ep": tuple(sorted({s.ep for s in plan.stages}))}
 
 

@@ -36,10 +36,12 @@ MIN_REGULAR_BLOCKS = 4  # a rank list of at least this many equal blocks at a fi
 
 
 
-def dims_text(stage) -> str:
+def dims_text(stage, replicas: list[Replica] | None = None) -> str:
     """A stage's 'tp/dp/zero' cell; with context parallelism a line 'cp N ring', with expert
-    parallelism a line 'ep N' (and 'etp N' where it is not tp)."""
-    return (f"{stage.tp_label()}/{stage.dp}/{stage.zero}" + (f"\ncp {stage.cp} {stage.cp_kind}" if stage.cp > 1 else "")
+    parallelism a line 'ep N' (and 'etp N' where it is not tp). Under per-replica TP, with `replicas`
+    (one GPU type's row): their own degrees ('2' or '1,2')."""
+    tp = stage.tp_label() if replicas is None else ",".join(map(str, sorted({stage.replica_tp(r) for r in replicas})))
+    return (f"{tp}/{stage.dp}/{stage.zero}" + (f"\ncp {stage.cp} {stage.cp_kind}" if stage.cp > 1 else "")
             + (f"\nep {stage.ep}" + (f" etp {stage.etp}" if stage.etp and stage.etp != stage.tp else "")
                if stage.ep > 1 or stage.etp else ""))
 
@@ -177,5 +179,6 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
                 last = per_microbatch[s.pipeline_rank] if head else ""
             table.add_row(label if head else "", layer_span(plan, s) if head else "",
                           f"{len(ranks)}× {esc(labels[gpu])}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
-                          dims_text(s) if head else "", recompute if head else "", last)
+                          dims_text(s, replicas) if s.mixed_tp else dims_text(s) if head else "",
+                          recompute if head else "", last)
     return table
