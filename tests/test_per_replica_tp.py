@@ -137,3 +137,38 @@ def test_the_reference_runtime_refuses_zero_under_per_replica_tp(gpt2, cluster):
     check_runnable(plan, 1)
     with pytest.raises(Exception, match="ZeRO"):
         check_runnable(replace(plan, stages=(replace(plan.stages[0], zero=1),)), 1)
+
+
+def test_a_replica_degree_that_is_not_a_whole_degree_is_bad_input(tmp_path, gpt2, cluster):
+    data = plan_to_json(mixed(tp2_dp2(gpt2, cluster)))
+    for bad in (0, "1", 1.5):
+        data["stages"][0]["replicas"][1]["tp"] = bad
+        result = invoke("validate", write_json(tmp_path, data))
+        assert result.exit_code == 2 and "stages[0].replicas[1].tp" in result.stderr, result.stderr
+
+
+def test_a_replica_degree_that_does_not_split_the_heads_is_a_problem(tmp_path, gpt2, cluster):
+    """gpt2's 12 heads do not split 8 ways: named at the replica's own tp."""
+    big = cluster_from_spec(small_cluster_spec(gpus_per_node=16))
+    plan = uniform_plan(gpt2, big, TRAINING, tp=2, pp=1, dp=8)
+    st = plan.stages[0]
+    replicas = (Replica(0, 8, tuple(range(8)), tp=8),) + tuple(
+        Replica(j, 1, (7 + j,), tp=1) for j in range(1, 9))
+    data = plan_to_json(replace(plan, stages=(replace(st, replicas=replicas),)))
+    result = invoke("validate", write_json(tmp_path, data))
+    assert result.exit_code != 0
+    assert "stages[0].replicas[0].tp" in result.stdout + result.stderr and "do not split over tp=8" in \
+        result.stdout + result.stderr
+
+
+def test_per_replica_tp_is_searched_under_any_and_left_out_by_the_flag():
+    """llama-3-8b on a100-v100-mix under --runtime any: the plan with per-replica TP is at least as fast as
+    the one without (its space holds the other), and --no-per-replica-tp gives no replica a degree of its own."""
+    from planner import api
+    from planner.api import PlanRequest
+
+    request = PlanRequest(model="llama-3-8b", cluster="a100-v100-mix", global_batch=512, seq_len=4096, runtime="any")
+    with_it, without = api.plan(request), api.plan(replace(request, per_replica_tp=False))
+    assert not any(s.mixed_tp for s in without.plan.stages)
+    assert with_it.estimate.step_time_s <= without.estimate.step_time_s * (1 + 1e-12)
+    assert with_it.optimal and without.optimal

@@ -9,7 +9,8 @@ space, the algorithm, its pruning and what it proves are in docs/solver.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
 
@@ -98,8 +99,51 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
     returned (ties: the plan on parts). Runs of alike node groups are searched as one group each
     (decompose.merge_alike). With a time limit, a cluster searched on parts is then searched whole,
     node by node, in the time left, bounded by the plan on parts (SolverOptions.whole_after_parts).
-    (planner.search.orchestration.scale)"""
-    return solve_scaled(SearchContext(model, cluster, training, options), on_progress, _solve)
+    (planner.search.orchestration.scale)
+
+    Per-replica TP (SolverOptions.per_replica_tp, where the runtime runs it, on two or more node groups)
+    widens the space by a TP degree per node group in a stage: the space without it is searched first,
+    and its plan bounds the wider search in the time left (_widened)."""
+    context = SearchContext(model, cluster, training, options)
+    if options.per_replica_tp and len(cluster.groups) > 1 and \
+            capability(options.space or training.runtime).per_replica_tp:
+        return _widened(context, on_progress)
+    return solve_scaled(context, on_progress, _solve)
+
+
+def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | None) -> SearchResult:
+    """solve with per-replica TP: the plan without it, then only a faster one with it, in the time the
+    first search leaves. The narrower plan is returned where the wider search finds none faster: proven
+    optimal where both searches ran to the end. Where the narrower space has no plan (or none within the
+    caller's bound), the wider one is searched alone in the time left."""
+    options = context.options
+    started = time.perf_counter()
+
+    def left_s() -> float | None:
+        return None if options.time_limit_s is None else options.time_limit_s - (time.perf_counter() - started)
+
+    def wide(bound: float | None) -> SearchResult:
+        left = left_s()
+        if left is not None and left <= 0:
+            raise NotFoundInTime("no time left to search per-replica TP")
+        return solve_scaled(replace(context, options=replace(options, time_limit_s=left, upper_bound_s=bound)),
+                            on_progress, _solve)
+
+    try:
+        narrow = solve_scaled(replace(context, options=replace(options, per_replica_tp=False)), on_progress, _solve)
+    except NotFoundInTime:
+        raise
+    except NoFeasiblePlan:  # none (or none within the caller's bound) without per-replica TP
+        return replace(wide(options.upper_bound_s), seconds=time.perf_counter() - started)
+    try:
+        found = wide(narrow.estimate.step_time_s)
+    except NothingFaster:  # searched to the end: no faster plan with per-replica TP
+        return replace(narrow, seconds=time.perf_counter() - started)
+    except NoFeasiblePlan:  # cut short before a faster plan was found
+        return replace(narrow, optimal=False, seconds=time.perf_counter() - started,
+                       not_proven=narrow.not_proven or "the search with per-replica TP was cut short (time limit)",
+                       gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
+    return replace(found, seconds=time.perf_counter() - started, candidates=found.candidates + narrow.candidates)
 
 
 def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
