@@ -172,3 +172,44 @@ def test_per_replica_tp_is_searched_under_any_and_left_out_by_the_flag():
     assert not any(s.mixed_tp for s in without.plan.stages)
     assert with_it.estimate.step_time_s <= without.estimate.step_time_s * (1 + 1e-12)
     assert with_it.optimal and without.optimal
+
+
+@pytest.mark.parametrize("wide, chosen, proven", [
+    ("faster", "wide", True),  # the wider search found a faster plan
+    ("nothing faster", "narrow", True),  # it ran to the end: the narrower plan is optimal in the wider space
+    ("slower", "narrow", False),  # cut short, it returned its uniform scan's best, slower than the bound
+    ("cut short", "narrow", False),  # cut short with no plan
+])
+def test_per_replica_tp_returns_a_plan_no_slower_than_without(monkeypatch, gpt2, wide, chosen, proven):
+    """solve searches without per-replica TP first, then the wider space bounded by that plan: it never
+    returns a slower plan than the narrower search, and claims optimality only where both ended."""
+    from planner.core.errors import NotFoundInTime, NothingFaster
+    from planner.search.orchestration import driver
+
+    two_groups = cluster_from_spec({"name": "two", "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 2},
+        {"name": "v", "gpu": "V100-SXM2-32GB", "nodes": 1, "gpus_per_node": 2}]})
+    plan = uniform_plan(gpt2, two_groups, replace(TRAINING, dtype="fp16"), tp=1, pp=1, dp=4)
+    est = evaluate(plan)
+
+    def result(step, name):
+        return driver.SearchResult(plan, replace(est, step_time_s=step), True, 0.0, 0.5, 1, 0.0, 1,
+                                   decomposition=name)
+
+    calls = []
+
+    def fake(context, on_progress, solve_one):
+        calls.append(context.options)
+        if not context.options.per_replica_tp:
+            return result(2.0, "narrow")
+        assert context.options.upper_bound_s == 2.0  # bounded by the narrower plan
+        if wide == "faster":
+            return result(1.5, "wide")
+        if wide == "slower":
+            return replace(result(3.0, "wide"), optimal=False)
+        raise NothingFaster("none") if wide == "nothing faster" else NotFoundInTime("cut")
+
+    monkeypatch.setattr(driver, "solve_scaled", fake)
+    got = driver.solve(gpt2, two_groups, replace(TRAINING, dtype="fp16"), driver.SolverOptions(time_limit_s=60))
+    assert [o.per_replica_tp for o in calls] == [False, True]
+    assert got.decomposition == chosen and got.optimal is proven

@@ -140,6 +140,9 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
     except NothingFaster:  # searched to the end: no faster plan with per-replica TP
         return replace(narrow, seconds=time.perf_counter() - started)
     except NoFeasiblePlan:  # cut short before a faster plan was found
+        found = None
+    if found is None or found.estimate.step_time_s >= narrow.estimate.step_time_s:
+        # (cut short, a search may return its uniform scan's best, which the bound does not hold)
         return replace(narrow, optimal=False, seconds=time.perf_counter() - started,
                        not_proven=narrow.not_proven or "the search with per-replica TP was cut short (time limit)",
                        gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
