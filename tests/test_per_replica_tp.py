@@ -178,6 +178,7 @@ def test_per_replica_tp_is_searched_under_any_and_left_out_by_the_flag():
     ("faster", "wide", True),  # the wider search found a faster plan
     ("nothing faster", "narrow", True),  # it ran to the end: the narrower plan is optimal in the wider space
     ("slower", "narrow", False),  # cut short, it returned its uniform scan's best, slower than the bound
+    ("slower, complete", "narrow", True),  # searched to the end, its uniform scan's best returned
     ("cut short", "narrow", False),  # cut short with no plan
 ])
 def test_per_replica_tp_returns_a_plan_no_slower_than_without(monkeypatch, gpt2, wide, chosen, proven):
@@ -205,8 +206,8 @@ def test_per_replica_tp_returns_a_plan_no_slower_than_without(monkeypatch, gpt2,
         assert context.options.upper_bound_s == 2.0  # bounded by the narrower plan
         if wide == "faster":
             return result(1.5, "wide")
-        if wide == "slower":
-            return replace(result(3.0, "wide"), optimal=False)
+        if wide.startswith("slower"):
+            return replace(result(3.0, "wide"), optimal=wide.endswith("complete"))
         raise NothingFaster("none") if wide == "nothing faster" else NotFoundInTime("cut")
 
     monkeypatch.setattr(driver, "solve_scaled", fake)

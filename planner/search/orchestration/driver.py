@@ -141,8 +141,11 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
         return replace(narrow, seconds=time.perf_counter() - started)
     except NoFeasiblePlan:  # cut short before a faster plan was found
         found = None
+    if found is not None and found.optimal and found.estimate.step_time_s >= narrow.estimate.step_time_s:
+        # searched to the end, the best it holds no faster (a search returns its uniform scan's best,
+        # which its bound does not hold): the narrower plan is the wider space's optimum where it is its own
+        return replace(narrow, seconds=time.perf_counter() - started)
     if found is None or found.estimate.step_time_s >= narrow.estimate.step_time_s:
-        # (cut short, a search may return its uniform scan's best, which the bound does not hold)
         return replace(narrow, optimal=False, seconds=time.perf_counter() - started,
                        not_proven=narrow.not_proven or "the search with per-replica TP was cut short (time limit)",
                        gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
