@@ -200,7 +200,8 @@ def test_searched_whole_the_uniform_scan_comes_after_the_searches_bounded_by_the
         return found
     monkeypatch.setattr(Lane, "run", logged_run)
     monkeypatch.setattr(Lane, "seed", logged_seed)
-    result = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=1))
+    # one search (per-replica TP would add a second, bounded by the first's plan: test_per_replica_tp.py)
+    result = solve(model, cluster, base, SolverOptions(**OPTIONS, jobs=1, per_replica_tp=False))
     assert result.decomposition == "exact"
     assert [kind for kind, *_ in events].count("seed") == 1 and events[-1][0] == "seed"
     searched = min(step for kind, step in events[:-1] if step is not None)

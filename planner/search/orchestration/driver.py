@@ -124,7 +124,7 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
 
     def wide(bound: float | None) -> SearchResult:
         left = left_s()
-        if left is not None and left <= 0:
+        if (left is not None and left <= 0) or stop_requested():
             raise NotFoundInTime("no time left to search per-replica TP")
         return solve_scaled(replace(context, options=replace(options, time_limit_s=left, upper_bound_s=bound)),
                             on_progress, _solve)
@@ -146,8 +146,9 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
         # which its bound does not hold): the narrower plan is the wider space's optimum where it is its own
         return replace(narrow, seconds=time.perf_counter() - started)
     if found is None or found.estimate.step_time_s >= narrow.estimate.step_time_s:
+        cut = f"the search with per-replica TP was cut short ({'stopped' if stop_requested() else 'time limit'})"
         return replace(narrow, optimal=False, seconds=time.perf_counter() - started,
-                       not_proven=narrow.not_proven or "the search with per-replica TP was cut short (time limit)",
+                       not_proven=narrow.not_proven or cut,
                        gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
     return replace(found, seconds=time.perf_counter() - started, candidates=found.candidates + narrow.candidates)
 
