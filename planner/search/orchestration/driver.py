@@ -105,10 +105,24 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
     widens the space by a TP degree per node group in a stage: the space without it is searched first,
     and its plan bounds the wider search in the time left (_widened)."""
     context = SearchContext(model, cluster, training, options)
-    if options.per_replica_tp and len(cluster.groups) > 1 and \
-            capability(options.space or training.runtime).per_replica_tp:
+    if _widens(context):
         return _widened(context, on_progress)
     return solve_scaled(context, on_progress, _solve)
+
+
+def _widens(context: SearchContext) -> bool:
+    """Whether per-replica TP adds plans: the runtime runs it, and two node groups of the cluster can
+    take TP degrees that differ (each degree of the options that divides a group's GPUs per node and the
+    heads; StageConfigs._per_replica_tp_shapes)."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
+    cap = capability(options.space or training.runtime)
+    if not (options.per_replica_tp and cap.per_replica_tp and cap.tensor_parallel and len(cluster.groups) > 1):
+        return False
+    heads = model.config.num_heads if model.config else 1
+    allowed = [{tp for tp in options.tp_degrees if g.gpus_per_node % tp == 0 and heads % tp == 0}
+               for g in cluster.groups]
+    allowed = [a for a in allowed if a]
+    return len(allowed) > 1 and len(set().union(*allowed)) > 1
 
 
 def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | None) -> SearchResult:
