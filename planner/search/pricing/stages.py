@@ -323,11 +323,13 @@ class Problem:
         min_bwd = reduce(np.minimum, [ta.bwd[flags] for ta in types])
         groups = [i for i, n in enumerate(config.nodes) if n]  # types' order
         by_tp: dict[int, list[TypeArrays]] = {}
+        first_group: dict[int, int] = {}  # per degree, its first group (whose dimensions it takes)
         for i, ta in zip(groups, types):
             by_tp.setdefault(config.group_tp(i), []).append(ta)
+            first_group.setdefault(config.group_tp(i), i)
         tails = {}
         for tp, alike in sorted(by_tp.items()):
-            dims = self.stage_configs.group_dims(config, groups[types.index(alike[0])])
+            dims = self.stage_configs.group_dims(config, first_group[tp])
             tails[tp] = stage_tail(alike[0].params[flags], dims, self.inputs.training.dtype,
                                    self.stage_configs.dp_layout(config), slow.cost_params, min_bwd,
                                    [(ta.group.gpu, ta.cost_params) for ta in alike],
