@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 INTEGRATION_STAMP := $(VENV)/.installed-integration
 
-.PHONY: install test test-fast integration plan fidelity fidelity-refresh clean wheel-check
+.PHONY: install test test-exhaustive test-fast integration plan fidelity fidelity-refresh clean wheel-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,12 @@ wheel-check: $(STAMP)
 PYTEST_WORKERS ?= -n auto --dist worksteal
 
 test: wheel-check $(INTEGRATION_STAMP)
-	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS) \
+		-m "not exhaustive"
+
+# the oracle instances whose brute force takes a minute or more (about 4 minutes on 2 cores)
+test-exhaustive: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m exhaustive
 
 # the quick loop while editing: everything but the `slow` tests (the brute-force oracle checks and
 # other long runs) and the `integration` ones, on the extras installed; `make test` runs them all

@@ -10,7 +10,8 @@ minimise the step for that layout (planner.search.pricing.shares.solve_shares_il
 time per micro-batch), and the fastest that fits is the row. Beside it, `planner plan --runtime any` on
 the same inputs without and with per-replica TP. All are priced by planner.cost.evaluate under runtime
 `any`, fp16 (the V100 has no bf16). Then the example clusters of several GPU types, each planned under
-`--runtime any` without and with per-replica TP, with the search's seconds. `--write` writes
+`--runtime any` without and with per-replica TP, with the search's seconds. Then nodes that hold two GPU
+types (a workstation, a lab of four), planned as described and as one node per type. `--write` writes
 docs/hetero-table.md.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from planner import api  # noqa: E402
 from planner.api import PlanRequest  # noqa: E402
 from planner.cost.evaluate import evaluate  # noqa: E402
+from planner.core.io import load_mapping  # noqa: E402
 from planner.cost.replica_pricer import PlanPricer  # noqa: E402
 from planner.inputs.hardware import load_cluster  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
@@ -127,6 +129,52 @@ def example_rows(time_limit_s: float) -> list[dict]:
     return rows
 
 
+# (cluster file, model, global batch, sequence length): nodes that hold two GPU types
+MIXED_NODES = ((ROOT / "profiles" / "clusters" / "workstation-4090-3090.yaml", "gpt2-xl", 64, 1024),
+               (INPUTS / "lab-4090-3090.yaml", "llama-3-8b", 128, 2048))
+
+
+def one_type_per_node(spec: dict) -> dict:
+    """A cluster file whose mixed node groups are written as one node group per GPU type, each type's
+    GPUs a node of their own joined by the node's inter_node: all the format allows without `gpu` lists."""
+    groups = []
+    for group in spec["node_groups"]:
+        gpus = group["gpu"] if isinstance(group["gpu"], list) else [group["gpu"]]
+        for gpu in dict.fromkeys(gpus):
+            local = [j for j, other in enumerate(gpus) if other == gpu]
+            bridges = [b for b in group.get("bridges", ()) if set(b["between"]) <= set(local)]
+            groups.append({**{k: v for k, v in group.items() if k != "bridges"}, "name": f"{group['name']}/{gpu}",
+                           "gpu": gpu, "gpus_per_node": len(local),
+                           **({"bridges": [{**b, "between": [local.index(x) for x in b["between"]]} for b in bridges]}
+                              if bridges else {})})
+    return {**spec, "node_groups": groups}
+
+
+def mixed_node_rows(time_limit_s: float) -> list[dict]:
+    """Per cluster: the `--runtime any` plan when each type is described as nodes of its own (its price
+    there, then the same plan priced on the real nodes), and the plan on the nodes as they are."""
+    import json
+    import tempfile
+
+    rows = []
+    for path, model, batch, seq in MIXED_NODES:
+        request = PlanRequest(model=model, cluster=str(path), global_batch=batch, seq_len=seq, runtime="any",
+                              time_limit_s=time_limit_s)
+        label = f"{model} on {path.stem}, {batch} x {seq}"
+        with tempfile.TemporaryDirectory() as tmp:
+            split = Path(tmp) / f"{path.stem}.yaml"
+            split.write_text(json.dumps(one_type_per_node(load_mapping(path, "cluster file"))))
+            apart = planner_row(f"{label}: types as nodes of their own", replace(request, cluster=str(split)))
+            plan = api.plan(replace(request, cluster=str(split))).plan
+        real = load_cluster(str(path))
+        estimate = evaluate(replace(plan, cluster=real))
+        rows.append({**apart, "first": True})
+        rows.append({**apart, "name": f"{label}: that plan on the real nodes", "step_s": estimate.step_time_s,
+                     "search_s": None})
+        rows.append(planner_row(f"{label}: planned on the real nodes", request))
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| plan | step s | vs above | GPUs used | micro-batch | shape (tp: degree x replicas) | search s |",
              "|---|---:|---:|---:|---:|---|---:|"]
@@ -150,7 +198,9 @@ def main() -> None:
     examples = example_rows(args.time_limit)
     for row in examples[::2]:
         row["first"] = True
-    print(table(examples))
+    print(table(examples), flush=True)
+    mixed = mixed_node_rows(args.time_limit)
+    print(table(mixed))
     if args.write:
         TABLE.write_text(
             "# Heterogeneity past the stage\n\n"
@@ -162,7 +212,12 @@ def main() -> None:
             "above).\n\n" + table(sailor) + "\n\n"
             "Per-replica TP on the example clusters of several GPU types: the `--runtime any` plan without "
             "it, then with it (\"vs above\": the change of the step; search seconds on this machine, "
-            "under the default time limit).\n\n" + table(examples) + "\n")
+            "under the default time limit).\n\n" + table(examples) + "\n\n"
+            "Nodes that hold two GPU types (a workstation of 2x RTX-4090 and 2x RTX-3090 with the 3090s "
+            "NVLink-bridged; a lab of four such, on 10 GbE): the `--runtime any` plan when each type is "
+            "described as nodes of its own joined by the NIC, all the cluster format allowed without "
+            "`gpu` lists, then that plan priced on the nodes as they are, then the plan found on them "
+            "(\"vs above\": the change of the step).\n\n" + table(mixed) + "\n")
 
 
 if __name__ == "__main__":

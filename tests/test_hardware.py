@@ -71,7 +71,8 @@ def test_a100_80gb_data_sheet_figures():
 
 
 EXAMPLE_SIZES = {"a100-v100-mix": 48, "consumer-3090-4090": 16, "dgx-a100": 32, "dgx-h100-2node": 16, "gb200-nvl72": 72,
-                 "h100-a100-v100": 48, "two-rack-a100-spine": 32, "two-region-a100": 32}
+                 "h100-a100-v100": 48, "two-rack-a100-spine": 32, "two-region-a100": 32,
+                 "workstation-4090-3090": 4}
 
 
 def test_every_example_cluster_is_listed():

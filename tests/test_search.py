@@ -16,7 +16,12 @@ from .conftest import assert_solves_to_the_optimum, runtime_base
 pytestmark = pytest.mark.slow  # every test here solves the oracle's instances (`make test-fast` leaves them out)
 
 
-@pytest.mark.parametrize("seed", range(50))
+# the instances whose brute force prices 10^5 plans or more (a minute or more on 2 cores): `make test-exhaustive`
+EXHAUSTIVE_SEEDS = (27, 37)
+
+
+@pytest.mark.parametrize("seed", [pytest.param(seed, marks=pytest.mark.exhaustive) if seed in EXHAUSTIVE_SEEDS else seed
+                                  for seed in range(50)])
 def test_solver_equals_brute_force_optimum(seed):
     model, cluster, base = tiny_instance(seed)
     assert cluster.num_gpus <= 8 and model.num_layers <= 10

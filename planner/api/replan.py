@@ -78,21 +78,32 @@ def parse_change(cluster: Cluster, lose: tuple[str, ...], gain: tuple[str, ...])
         if not match or int(match.group(2)) < 1:
             raise BadInput(f"expected GROUP:COUNT[:GPU] with a count of at least 1, got {text!r}", "--gain")
         name, count, gpu = match.group(1), int(match.group(2)), match.group(3)
-        existing = next((g for g in cluster.groups if g.name == name), None)
+        existing = _file_groups(cluster).get(name)
         if existing is None and gpu is None:
             raise BadInput(f"no node group {name!r}: name its GPU (GROUP:COUNT:GPU) to add one", "--gain")
-        if existing is not None and gpu is not None and gpu.lower() != existing.gpu.name.lower():
-            raise BadInput(f"group {name!r} holds {existing.gpu.name}, not {gpu}", "--gain")
+        held = sorted({g.gpu.name for g in cluster.groups if g.machine_name == name})
+        if existing is not None and gpu is not None and gpu.lower() not in {h.lower() for h in held}:
+            raise BadInput(f"group {name!r} holds {', '.join(held)}, not {gpu}", "--gain")
         gained[name] = (gained.get(name, (0, None))[0] + count, gpu if existing is None else None)
     if not lost and not gained:
         raise BadInput("nothing changes: give --lose or --gain", "--lose")
     return Change({k: tuple(sorted(v)) for k, v in lost.items()}, gained)
 
 
+def _file_groups(cluster: Cluster) -> dict:
+    """The cluster file's node groups by name, each as its first NodeGroup: a node group of two GPU
+    types is one NodeGroup per type on the same nodes (NodeGroup.machine), lost and gained whole."""
+    out: dict = {}
+    for g in cluster.groups:
+        out.setdefault(g.machine_name, g)
+    return out
+
+
 def _group(cluster: Cluster, name: str, flag: str):
-    group = next((g for g in cluster.groups if g.name == name), None)
+    groups = _file_groups(cluster)
+    group = groups.get(name)
     if group is None:
-        raise BadInput(f"no node group {name!r} (groups: {', '.join(g.name for g in cluster.groups)})", flag)
+        raise BadInput(f"no node group {name!r} (groups: {', '.join(groups)})", flag)
     return group
 
 
@@ -101,12 +112,13 @@ def changed_cluster(cluster: Cluster, change: Change) -> tuple[Cluster, dict[tup
     surviving node of the old one sits in it: (group, old node) -> (group, new node)."""
     spec = dict(cluster.spec)
     groups, survivors = [], {}
-    for raw, group in zip(spec["node_groups"], cluster.groups):
-        lost = set(change.lost.get(group.name, ()))
+    for raw, (name, group) in zip(spec["node_groups"], _file_groups(cluster).items()):
+        lost = set(change.lost.get(name, ()))
         kept = [n for n in range(group.nodes) if n not in lost]
-        for new, old in enumerate(kept):
-            survivors[(group.name, old)] = (group.name, new)
-        nodes = len(kept) + change.gained.get(group.name, (0, None))[0]
+        for part in (g for g in cluster.groups if g.machine_name == name):
+            for new, old in enumerate(kept):
+                survivors[(part.name, old)] = (part.name, new)
+        nodes = len(kept) + change.gained.get(name, (0, None))[0]
         if nodes:
             groups.append({**raw, "nodes": nodes})
     for name, (count, gpu) in change.gained.items():
@@ -143,7 +155,7 @@ def kept_plan(old: Plan, new_cluster: Cluster, survivors: Mapping[tuple[str, int
         if moved is None:
             return None
         group = new_cluster.group(moved[0])
-        return group.first_rank + moved[1] * group.gpus_per_node + device.local_rank
+        return group.rank_of(moved[1], device.local_rank)
 
     kept: list[list[Replica]] = []
     for st in old.stages:
@@ -185,8 +197,9 @@ def templates_path(plan_file: str) -> str:
 def template_changes(cluster: Cluster, spares: int) -> list[Change]:
     """The losses `plan --spares K` prepares for: 1..K of the last nodes of each group, as long as a
     node is left in the cluster."""
-    total = sum(g.nodes for g in cluster.groups)
-    return [Change({g.name: tuple(range(g.nodes - k, g.nodes))}, {}) for g in cluster.groups
+    groups = _file_groups(cluster)
+    total = sum(g.nodes for g in groups.values())
+    return [Change({name: tuple(range(g.nodes - k, g.nodes))}, {}) for name, g in groups.items()
             for k in range(1, min(spares, g.nodes) + 1) if total - k > 0]
 
 

@@ -117,7 +117,7 @@ def run_cost(plan: Plan, estimate: Estimate) -> RunCost:
             missing_price[gpu.name] = None
         else:
             usd_per_s += group.price_usd_per_gpu_s * group.gpus_per_node
-        node_J += group.node_power_W * step
+        node_J += group.node_power_W * group.node_share * step  # a mixed node's part: its share
         first = group.first_rank + node * group.gpus_per_node
         for rank in range(first, first + group.gpus_per_node):
             active = estimate.active_s_by_rank.get(rank, 0.0)

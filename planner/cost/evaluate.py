@@ -324,8 +324,8 @@ def _host_memory(pricer: PlanPricer, head: Stage, replica: Replica, price: Repli
     for rank in replica.ranks:
         group = cluster.group_of_rank(rank)
         if head.offload:
-            offload_hosts[(group.host, group.gpus_per_node)] = None
-        share = group.host.memory_bytes / group.gpus_per_node
+            offload_hosts[(group.host, group.gpus_in_node)] = None
+        share = group.host.memory_bytes / group.gpus_in_node
         if hosted > share:
             host_overflows.append(Overflow(rank, f"host memory of a {group.name} node", hosted, share))
 

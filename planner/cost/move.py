@@ -90,7 +90,7 @@ def old_roles_on(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> dict[i
         if old_node is None:
             continue
         group = old.cluster.group(old_node[0])
-        old_rank = group.first_rank + old_node[1] * group.gpus_per_node + device.local_rank
+        old_rank = group.rank_of(old_node[1], device.local_rank)
         if old_rank in old_roles:
             out[rank] = old_roles[old_rank]
     return out
@@ -132,7 +132,7 @@ def move_of(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> Move:
     for rank, got in pieces.items():
         group = cluster.group_of_rank(rank)
         rates = {"intra_node": group.intra_node.bandwidth_bytes_per_s,
-                 "inter_node": group.inter_node.bandwidth_bytes_per_s / group.gpus_per_node,
+                 "inter_node": group.inter_node.bandwidth_bytes_per_s / group.gpus_in_node,
                  "checkpoint": checkpoint_share}
         for link, size in got:
             by_link[link] += size

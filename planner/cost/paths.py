@@ -26,8 +26,9 @@ def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
     of a node communicates at once."""
     ga, gb = cluster.group(group_a), cluster.group(group_b)
     link = cluster.group_link(group_a, group_b)
-    sharers = max(ga.gpus_per_node, gb.gpus_per_node)
-    return link.shared_by(sharers)
+    if group_a != group_b and ga.machine and ga.machine == gb.machine and link == ga.fabric:
+        return link  # two GPU types of one workstation: each GPU's own link into the node's fabric
+    return link.shared_by(max(ga.gpus_in_node, gb.gpus_in_node))  # a NIC serves every GPU of its node
 
 
 def _slowness(link: Link) -> tuple:

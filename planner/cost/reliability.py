@@ -144,9 +144,10 @@ def gpu_mtbf_h(group: NodeGroup) -> float:
 
 def node_failures_per_h(group: NodeGroup) -> float:
     """Interruptions per hour one node of `group` brings a job: its GPUs', its own (the cluster file's
-    `node_mtbf_hours`, else DEFAULT_NODE_MTBF_H) and its spot preemptions."""
-    return group.gpus_per_node / gpu_mtbf_h(group) + 1 / (group.node_mtbf_h or DEFAULT_NODE_MTBF_H) \
-        + group.preemptions_per_h
+    `node_mtbf_hours`, else DEFAULT_NODE_MTBF_H) and its spot preemptions; a mixed node's part (one GPU
+    type's GPUs) brings its share of the node's own interruptions, so the parts of a node add up to it."""
+    return group.gpus_per_node / gpu_mtbf_h(group) \
+        + group.node_share * (1 / (group.node_mtbf_h or DEFAULT_NODE_MTBF_H) + group.preemptions_per_h)
 
 
 def reliability(plan: Plan, estimate: Estimate, nodes: tuple[tuple[str, int], ...]) -> Reliability:

@@ -129,10 +129,41 @@ class NodeGroup:
     gpu_mtbf_h: float | None = field(default=None, compare=False)
     node_mtbf_h: float | None = field(default=None, compare=False)
     preemptions_per_h: float = field(default=0.0, compare=False)
+    # a mixed node group (one GPU type per local rank) becomes one NodeGroup per GPU type, its
+    # "parts", on the same nodes: the file's group name, the local ranks this type holds in each
+    # node, and how many GPUs a node holds in all (""/()/0: a group of one type, its own node)
+    machine: str = ""
+    local_ranks: tuple[int, ...] = ()
+    node_gpus: int = 0
+    fabric: Link | None = None  # a mixed node's intra_node, between GPUs of two types (None: one type)
 
     @property
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def machine_name(self) -> str:
+        """The cluster file's node group this group's nodes are: its own name, or a mixed group's."""
+        return self.machine or self.name
+
+    @property
+    def gpus_in_node(self) -> int:
+        """GPUs in one of its nodes, of every type: what shares the node's NIC, host and power."""
+        return self.node_gpus or self.gpus_per_node
+
+    @property
+    def node_share(self) -> float:
+        """The fraction of a node's GPUs this group holds: 1, or a mixed node's part's."""
+        return self.gpus_per_node / self.gpus_in_node
+
+    def local_rank(self, index: int) -> int:
+        """The node-local rank (CUDA device index) of the group's `index`-th GPU in a node."""
+        return self.local_ranks[index] if self.local_ranks else index
+
+    def rank_of(self, node: int, local_rank: int) -> int:
+        """The cluster rank of the GPU at `local_rank` (its CUDA device index) of the group's node `node`."""
+        index = self.local_ranks.index(local_rank) if self.local_ranks else local_rank
+        return self.first_rank + node * self.gpus_per_node + index
 
     @property
     def ranks(self) -> range:

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core import ranges
-from .devices import (DTYPES, GB, GIB, HOUR, TFLOPS, US, Device, GpuPower, GpuSpec, HostSpec, Link,  # noqa: F401
-                      NodeGroup, read_link)
+from .devices import (DTYPES, GB, GIB, HOUR, TFLOPS, US, Device, GpuPower, GpuSpec, HostSpec,  # noqa: F401
+                      Link, NodeGroup, read_link)
 from ..core.errors import BadInput
 from ..core.io import check_keys, get_str, load_mapping
 from ..core.names import check_name, name_from_file
-from ..core.ranges import MAX_CLUSTER_GPUS
+from ..core.ranges import MAX_CLUSTER_GPUS  # noqa: F401  (re-exported)
+from .node_groups import node_groups
 from .topology import Topology, topology_from_spec
 
 
@@ -46,7 +47,8 @@ DEFAULT_INTER = {"kind": "100 Gb/s Ethernet (assumed)", "bandwidth_GBps": 12.5, 
 # The keys of each mapping of a cluster file (formats.md section 1); any other is bad input.
 CLUSTER_KEYS = ("name", "gpus", "node_groups", "links", "topology", "pue", "checkpoint_write_GBps", "restart_s")
 NODE_GROUP_KEYS = ("name", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
-                   "price_per_gpu_hour", "node_power_W", "gpu_mtbf_hours", "node_mtbf_hours", "preemptions_per_hour")
+                   "price_per_gpu_hour", "node_power_W", "gpu_mtbf_hours", "node_mtbf_hours", "preemptions_per_hour",
+                   "bridges")
 GPU_KEYS = ("architecture", "segment", "vendor", "memory_GiB", "peak_tflops", "hbm_GBps", "intra_node",
             "inter_node", "source", "power_W", "power_source", "price_per_gpu_hour", "price_source")
 POWER_KEYS = ("board", "idle", "min_cap")  # a catalog entry's power_W
@@ -103,7 +105,7 @@ class Cluster:
         g = self.group_of_rank(rank)
         _, node = self.node_of(rank)
         return Device(rank=rank, gpu=g.gpu.name, group=g.name, node=node,
-                      local_rank=(rank - g.first_rank) % g.gpus_per_node)
+                      local_rank=g.local_rank((rank - g.first_rank) % g.gpus_per_node))
 
     def devices(self) -> Iterator[Device]:
         for rank in range(self.num_gpus):
@@ -269,7 +271,6 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     if not isinstance(groups_raw, list) or not groups_raw:
         raise BadInput("must be a non-empty list of node groups", where, "node_groups")
     groups: list[NodeGroup] = []
-    first_rank = 0
     names: set[str] = set()
     for i, g in enumerate(groups_raw):
         prefix = f"node_groups[{i}]"
@@ -280,32 +281,13 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         if name in names:
             raise BadInput(f"duplicate node group name {name!r}", where, f"{prefix}.name")
         names.add(name)
-        gpu = gpu_for(check_name(get_str(g, "gpu", where, f"{prefix}.gpu"), where, f"{prefix}.gpu"),
-                      f"{prefix}.gpu")
-        nodes = ranges.get(g, "nodes", "nodes", where, f"{prefix}.nodes")
-        per_node = ranges.get(g, "gpus_per_node", "gpus_per_node", where, f"{prefix}.gpus_per_node")
-        if nodes * per_node > MAX_CLUSTER_GPUS or first_rank + nodes * per_node > MAX_CLUSTER_GPUS:
-            raise BadInput(f"cluster exceeds {MAX_CLUSTER_GPUS} GPUs", where, f"{prefix}.nodes")
-        intra_default = {"bandwidth_GBps": gpu.intra_node.bandwidth_bytes_per_s / GB,
-                         "latency_us": gpu.intra_node.latency_s / US, "kind": gpu.intra_node.kind}
-        inter_default = {"bandwidth_GBps": gpu.inter_node.bandwidth_bytes_per_s / GB,
-                         "latency_us": gpu.inter_node.latency_s / US, "kind": gpu.inter_node.kind}
-        groups.append(NodeGroup(
-            name=name, gpu=gpu, nodes=nodes, gpus_per_node=per_node,
-            intra_node=read_link(g.get("intra_node"), where, f"{prefix}.intra_node", intra_default),
-            inter_node=read_link(g.get("inter_node"), where, f"{prefix}.inter_node", inter_default),
-            first_rank=first_rank, host=read_host(g.get("host"), where, f"{prefix}.host"),
-            price_usd_per_gpu_s=_group_price(g, gpu, where, prefix),
-            node_power_W=ranges.get(g, "node_power_W", "node_power_W", where, f"{prefix}.node_power_W",
-                                    required=False) or 0.0,
-            gpu_mtbf_h=ranges.get(g, "gpu_mtbf_hours", "mtbf_hours", where, f"{prefix}.gpu_mtbf_hours",
-                                  required=False),
-            node_mtbf_h=ranges.get(g, "node_mtbf_hours", "mtbf_hours", where, f"{prefix}.node_mtbf_hours",
-                                   required=False),
-            preemptions_per_h=ranges.get(g, "preemptions_per_hour", "preemptions_per_hour", where,
-                                         f"{prefix}.preemptions_per_hour", required=False) or 0.0))
-        first_rank += nodes * per_node
-
+        first_rank = groups[-1].ranks.stop if groups else 0
+        groups += node_groups(g, name, gpu_for, first_rank, where, prefix)
+    parts = [g.name for g in groups if g.machine]
+    for part in parts:
+        if part in names:
+            raise BadInput(f"node group name {part!r} is also a GPU type's part of mixed node group "
+                           f"{part.rsplit('/', 1)[0]!r}; rename one", where, "node_groups")
 
     topology = topology_from_spec(spec, groups, where)
     if spec.get("name"):
@@ -318,34 +300,3 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
     return Cluster(cluster_name, tuple(groups), topology, spec=dict(spec), pue=1.0 if pue is None else pue,
                    checkpoint_bytes_per_s=None if write is None else write * GB,
                    restart_s=ranges.get(spec, "restart_s", "restart_s", where, "restart_s", required=False))
-
-
-def _group_price(group: Mapping[str, Any], gpu: GpuSpec, where: str, prefix: str) -> float | None:
-    """A node group's price per GPU-second: its `price_per_gpu_hour` (0 for owned hardware), else
-    its GPU's catalog price; None where neither is known."""
-    price = ranges.get(group, "price_per_gpu_hour", "price_per_gpu_hour", where, f"{prefix}.price_per_gpu_hour",
-                       required=False)
-    return gpu.price_usd_per_gpu_s if price is None else price / HOUR
-
-
-HOST_KEYS = {"memory_GiB": 2**30, "pcie_GBps": GB, "memory_bandwidth_GBps": GB}
-
-
-def read_host(data: Any, where: str, path: str) -> HostSpec:
-    """A node group's optional `host:` {memory_GiB, pcie_GBps, memory_bandwidth_GBps}; what
-    is left out keeps HostSpec's default."""
-    if data is None:
-        return HostSpec()
-    if not isinstance(data, dict):
-        raise BadInput("must be a mapping of memory_GiB, pcie_GBps, memory_bandwidth_GBps", where, path)
-    check_keys(data, HOST_KEYS, where, path)
-    values = {}
-    for key, unit in HOST_KEYS.items():
-        if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-                raise BadInput(f"must be a positive number, got {value!r}", where, f"{path}.{key}")
-            values[key] = value * unit
-    default = HostSpec()
-    return HostSpec(values.get("memory_GiB", default.memory_bytes), values.get("pcie_GBps", default.pcie_bytes_per_s),
-                    values.get("memory_bandwidth_GBps", default.memory_bandwidth_bytes_per_s))

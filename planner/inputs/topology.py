@@ -25,7 +25,7 @@ of one signature share them.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
@@ -108,7 +108,7 @@ class Topology:
         """Whether two groups route alike to every other group by construction: the default
         fabric, the same inter_node and neither in a `links` entry (every route of theirs is
         then the default edge of their inter_node)."""
-        return bool(self.default) and name_a not in self._linked and name_b not in self._linked \
+        return bool(self.default) and not {name_a, name_b} & (self._linked | self._given_ends) \
             and self._default_of[name_a] == self._default_of[name_b]
 
     @cached_property
@@ -324,7 +324,38 @@ def _switches(raw: Any, groups: Sequence[str], where: str) -> tuple[str, ...]:
 
 def topology_from_spec(spec: Mapping[str, Any], groups: Sequence[NodeGroup], where: str) -> Topology:
     """The graph of a cluster file's `links:` and `topology:` sections, every pair of groups
-    checked to have a route."""
+    checked to have a route. The file names node groups; a mixed one's GPU types (NodeGroup.machine)
+    each take its links, and talk to each other over `machine_route`."""
+    as_named = [_machine(groups, g.machine) if g.machine else g for g in groups]
+    file_topology = _file_topology(spec, list({g.name: g for g in as_named}.values()), where)
+    parts: dict[str, list[str]] = {}
+    for g in groups:
+        parts.setdefault(g.machine_name, []).append(g.name)
+    if len(parts) == len(groups):
+        return file_topology
+    edges = sorted((*sorted((x, y)), link) for a, b, link in file_topology.edges
+                   for x in parts.get(a, [a]) for y in parts.get(b, [b]))
+    given = tuple((x, y, machine_route(g)) for g in groups if g.machine
+                  for x in [g.name] for y in parts[g.machine] if x < y)
+    switches = file_topology.switches
+    graph = build_graph([g.name for g in groups], switches, edges)
+    default = tuple((g.name, g.inter_node) for g in groups) if file_topology.default else ()
+    return Topology(switches, tuple(edges), given, default, graph)
+
+
+def machine_route(group: NodeGroup) -> Link:
+    """How two GPU types of one mixed node group talk: over the node's intra_node where the group is one
+    node (a workstation), else over its inter_node, since a plan may put them on different nodes."""
+    return group.fabric if group.nodes == 1 and group.fabric else group.inter_node
+
+
+def _machine(groups: Sequence[NodeGroup], machine: str) -> NodeGroup:
+    """A mixed node group as the file names it, for its links: its first part, renamed."""
+    first = next(g for g in groups if g.machine == machine)
+    return replace(first, name=machine, machine="")
+
+
+def _file_topology(spec: Mapping[str, Any], groups: Sequence[NodeGroup], where: str) -> Topology:
     names = [g.name for g in groups]
     raw = spec.get("topology")
     if raw is not None and not isinstance(raw, dict):

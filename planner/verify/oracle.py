@@ -325,3 +325,34 @@ def per_replica_tp_instance(seed: int):
               for i, g in enumerate((small, large))]
     cluster = cluster_from_spec({"name": f"prtp-{seed}", "gpus": gpus, "node_groups": groups})
     return model, cluster, Training(rng.choice([3, 4, 6]), seq_len, "fp16", 1, runtime="any")
+
+
+def mixed_node_instance(seed: int):
+    """Nodes that hold two GPU types (one mixed node group, formats.md section 1), one or two such nodes,
+    an NVLink-like bridge between two GPUs of one type or none, sometimes a third one-type group beside
+    them, few layers: the types of a node pipeline or replicate over its fabric or over the NIC."""
+    rng = random.Random(3000 + seed)
+    blocks = rng.choice([2, 3])
+    hidden = rng.choice([1024, 2048])
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": hidden * 4,
+              "vocab_size": 4096}
+    model = model_from_dict(config, f"mixed-{seed}")
+    seq_len = rng.choice([1024, 2048])
+    need = model.params * 16 + blocks * seq_len * hidden * 160
+    fast, slow = rng.sample(GPU_CHOICES, 2)
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.4, 1.5) * need / 2**30} for g in (fast, slow)}
+    local = rng.choice([[fast, slow], [fast, fast, slow], [fast, slow, slow], [fast, fast, slow, slow]])
+    nodes = 1 if len(local) > 2 else rng.choice([1, 2])
+    mixed = {"name": "box", "gpu": local, "nodes": nodes,
+             "intra_node": {"bandwidth_GBps": rng.choice([12, 25]), "latency_us": 10},
+             "inter_node": {"bandwidth_GBps": rng.choice([1.25, 12.5]), "latency_us": 50}}
+    if local.count(slow) == 2 and rng.random() < 0.5:
+        pair = [j for j, g in enumerate(local) if g == slow]
+        mixed["bridges"] = [{"between": pair, "bandwidth_GBps": 56, "latency_us": 3}]
+    groups = [mixed]
+    if len(local) * nodes < 4 and rng.random() < 0.5:
+        groups.append({"name": "extra", "gpu": fast, "nodes": 1, "gpus_per_node": 1,
+                       "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}})
+    cluster = cluster_from_spec({"name": f"mixed-{seed}", "gpus": gpus, "node_groups": groups})
+    return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")

@@ -108,7 +108,7 @@ def _tail_floors_s(cluster: Cluster, training: Training, layout, groups: list[in
     for offload in offloads:
         if offload:
             step = np.max([offload_step_s(span.weight_params / dims.state_divisors[2], cluster.groups[i].host,
-                                          cluster.groups[i].gpus_per_node, training.dtype, training.optimizer)
+                                          cluster.groups[i].gpus_in_node, training.dtype, training.optimizer)
                            for i, (dims, span) in zip(groups, own)], axis=0)
         else:
             step = np.max([optimizer_s(span.weight_params, dims, cluster.groups[i].gpu, block[4],

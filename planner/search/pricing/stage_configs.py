@@ -305,7 +305,7 @@ class StageConfigs(ProblemPart):
                 room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
             rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
             if offload:  # the host memory of its nodes holds the states
-                fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_per_node)
+                fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_in_node)
                 rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
             if (has_head, has_emb) == (False, False):
                 # some stage must hold this many blocks; its overflow with one

@@ -334,7 +334,7 @@ class Problem:
                                    self.stage_configs.dp_layout(config), slow.cost_params, min_bwd,
                                    [(ta.group.gpu, ta.cost_params) for ta in alike],
                                    expert_params=alike[0].experts[flags], optimizer=self.inputs.training.optimizer,
-                                   offload_hosts=[(ta.group.host, ta.group.gpus_per_node) for ta in alike]
+                                   offload_hosts=[(ta.group.host, ta.group.gpus_in_node) for ta in alike]
                                    if config.offload else (),
                                    expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
         return per_replica_tp_tail(tails).total_s
