@@ -175,6 +175,52 @@ def mixed_node_rows(time_limit_s: float) -> list[dict]:
     return rows
 
 
+# a HAP-like setting: TP groups over two GPU types inside one node (the workstation above)
+HAP_MODEL, HAP_BATCH, HAP_SEQ = "gpt2-xl", 64, 1024
+
+
+def hap_plan(model, cluster, micro_batch: int, zero: int, heads=(), ffn=()) -> Plan:
+    """One stage, two TP-2 replicas, each an RTX-4090 (TP position 0) beside an RTX-3090 (position 1),
+    the batch split evenly; `heads`, `ffn`: uneven shards (Stage.tp_heads, tp_ffn)."""
+    fast, slow = (g.first_rank for g in cluster.groups)
+    replicas = (Replica(0, HAP_BATCH // 2, (fast, slow)), Replica(1, HAP_BATCH // 2, (fast + 1, slow + 1)))
+    stage = Stage(0, (0, model.num_layers), 2, zero, "none", replicas, 0, True, tp_heads=heads, tp_ffn=ffn)
+    return Plan(model, cluster, Training(HAP_BATCH, HAP_SEQ, "bf16", micro_batch, runtime="any"), (stage,))
+
+
+def hap_rows(time_limit_s: float) -> list[dict]:
+    """`planner plan --runtime any` on the workstation beside TP groups over both types: even shards, then
+    the fastest uneven split of every one (each rank whole heads and 64-column FFN units), each at its best
+    micro-batch and ZeRO stage that fit."""
+    path = ROOT / "profiles" / "clusters" / "workstation-4090-3090.yaml"
+    cluster, model = load_cluster(str(path)), load_model(HAP_MODEL)
+    heads, ffn = model.config.num_heads, model.config.ffn_hidden
+    request = PlanRequest(model=HAP_MODEL, cluster=str(path), global_batch=HAP_BATCH, seq_len=HAP_SEQ, runtime="any",
+                          time_limit_s=time_limit_s)
+    label = f"{HAP_MODEL} on {path.stem}, {HAP_BATCH} x {HAP_SEQ}"
+    rows = [{**planner_row(f"{label}: planner plan --runtime any", request), "first": True}]
+    splits = [((), ())] + [((h, heads - h), (f, ffn - f)) for h in range(1, heads)
+                           for f in range(64, ffn, 64)]
+    best: dict[bool, tuple] = {}
+    for split in splits:
+        for micro in (1, 2, 4):
+            for zero in (0, 1):
+                plan = hap_plan(model, cluster, micro, zero, *split)
+                est = evaluate(plan)
+                uneven = bool(split[0])
+                if est.fits and (uneven not in best or est.step_time_s < best[uneven][1].step_time_s):
+                    best[uneven] = (plan, est)
+    for uneven, name in ((False, "TP 2 over an RTX-4090 and an RTX-3090, even shards"),
+                         (True, "the same, the fastest uneven shards")):
+        plan, est = best[uneven]
+        stage = plan.stages[0]
+        shards = f", ffn {'/'.join(map(str, stage.tp_ffn))}" if stage.uneven_tp else ""
+        rows.append({"name": f"{label}: {name}", "step_s": est.step_time_s, "gpus": est.num_gpus_used,
+                     "micro_batch": plan.training.micro_batch, "shape": f"pp 1, tp {stage.tp_label()}{shards}",
+                     "search_s": None, "optimal": True})
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| plan | step s | vs above | GPUs used | micro-batch | shape (tp: degree x replicas) | search s |",
              "|---|---:|---:|---:|---:|---|---:|"]
@@ -200,7 +246,9 @@ def main() -> None:
         row["first"] = True
     print(table(examples), flush=True)
     mixed = mixed_node_rows(args.time_limit)
-    print(table(mixed))
+    print(table(mixed), flush=True)
+    hap = hap_rows(args.time_limit)
+    print(table(hap))
     if args.write:
         TABLE.write_text(
             "# Heterogeneity past the stage\n\n"
@@ -217,7 +265,12 @@ def main() -> None:
             "NVLink-bridged; a lab of four such, on 10 GbE): the `--runtime any` plan when each type is "
             "described as nodes of its own joined by the NIC, all the cluster format allowed without "
             "`gpu` lists, then that plan priced on the nodes as they are, then the plan found on them "
-            "(\"vs above\": the change of the step).\n\n" + table(mixed) + "\n")
+            "(\"vs above\": the change of the step).\n\n" + table(mixed) + "\n\n"
+            "A HAP-like setting: TP groups over two GPU types of one node (the workstation), each of an "
+            "RTX-4090 and an RTX-3090, with even shards and with the fastest uneven split of heads and FFN "
+            "columns (every split priced), each at its best micro-batch and ZeRO stage, beside the plan "
+            "`planner plan --runtime any` finds, which keeps each TP group on one GPU type "
+            "(\"vs above\": the change of the step).\n\n" + table(hap) + "\n")
 
 
 if __name__ == "__main__":

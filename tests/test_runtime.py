@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 64, "num_hidden_layers": 4, "vocab_size": 64, "max_position_embeddings": 64}
 GPT2 = {"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 4, "vocab_size": 64, "n_positions": 64,
-        "resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.0}
+        "n_inner": 256, "resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.0}  # (FFN: 4 units of 64 columns)
 MODELS = {"llama": model_from_dict(LLAMA, "tiny-llama"), "gpt2": model_from_dict(GPT2, "tiny-gpt2")}
 CLUSTER = cluster_from_spec(small_cluster_spec(gpus_per_node=8))
 # runtime any: the reference runtime (planner run) executes per-stage freedom (uneven shares, per-stage tp)
@@ -151,6 +151,12 @@ CASES = {
     "uniform_then_per_replica_tp": lambda: hand_plan(
         "llama", stage(0, (0, 3), [(8, [0])]),
         Stage(1, (3, 6), 1, 0, "none", (Replica(0, 2, (1, 2), tp=2), Replica(1, 6, (3,))), 1)),
+    # uneven TP shards (Stage.tp_heads, tp_ffn: HAP): TP position 0 holds 3 of the 4 heads and 192 of the 256
+    # FFN columns, position 1 the rest, in two replicas (3:1 of the batch) with ZeRO-1; then TP 1
+    "uneven_tp_3_1_dp2_zero1": lambda: hand_plan(
+        "gpt2", Stage(0, (0, 3), 2, 1, "none", (Replica(0, 6, (0, 1)), Replica(1, 2, (2, 3))), 0,
+                      tp_heads=(3, 1), tp_ffn=(192, 64)),
+        stage(1, (3, 6), [(8, [4])])),
     # everything at once on llama: TP 2 x DP 2 (3:1) with ZeRO-1 and full recompute, then TP 1
     "tp2_dp2_zero1_recompute_then_tp1": lambda: hand_plan(
         "llama", stage(0, (0, 3), [(6, [0, 1]), (2, [2, 3])], tp=2, zero=1, recompute="full"),
@@ -180,6 +186,23 @@ def test_tp_shards_put_back_together_are_the_whole_layer(model):
         q_rows = config.num_heads * d
         assert torch.equal(shards[1]["attn.qkv.weight"][:q_rows // 2], full["attn.qkv.weight"][q_rows // 2:q_rows])
     whole = layers.full_state(shards, config)
+    assert whole.keys() == full.keys() and all(torch.equal(whole[k], full[k]) for k in full)
+
+
+@pytest.mark.parametrize("model, heads, ffn", [("gpt2", (3, 1), (192, 64)), ("llama", (2, 2), (64, 0))])
+def test_uneven_tp_shards_hold_their_heads_and_columns_and_put_back_together(model, heads, ffn):
+    config = MODELS[model].config
+    split = layers.TPSplit.of(config, 2, heads, ffn if all(ffn) else ())
+    full = layers.init_full(config, 1, seed=3)
+    shards = [layers.shard_state(full, config, 2, r, split) for r in range(2)]
+    d = config.head_dim
+    if model == "gpt2":  # rank 0: 3 heads' rows of q, k and v each, and 192 FFN columns
+        assert shards[0]["attn.qkv.weight"].shape[0] == 3 * 3 * d and shards[1]["attn.qkv.weight"].shape[0] == 3 * d
+        assert shards[0]["mlp.down.weight"].shape[1] == 192 and shards[1]["mlp.up.weight"].shape[0] == 64
+        assert torch.equal(shards[1]["attn.qkv.weight"][:d], full["attn.qkv.weight"][3 * d:4 * d])
+    shapes = layers.shard_shapes(config, 1, 2, split)
+    assert [{k: v.shape for k, v in shard.items()} for shard in shards] == shapes
+    whole = layers.full_state(shards, config, split)
     assert whole.keys() == full.keys() and all(torch.equal(whole[k], full[k]) for k in full)
 
 

@@ -15,7 +15,7 @@ from planner.inputs.hardware import GIB, cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Plan, Replica, Training, uniform_plan
 from planner.report.show import print_show, rank_timings
-from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, shares_text, short_gpu_name
+from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, shares_text, short_gpu_name, types_label
 
 WIDTHS = (80, 160)
 
@@ -90,7 +90,7 @@ def assert_nothing_cut(out: str, plan: Plan, width: int) -> None:
     for s in plan.stages:
         for gpu, replicas in replicas_by_gpu(plan, s.replicas).items():
             ranks = [x for r in replicas for x in r.ranks]
-            assert f"{len(ranks)}× {labels[gpu]}" in out
+            assert f"{len(ranks)}× {types_label(labels, gpu)}" in out
             for word in rank_text(ranks).split():  # may wrap between words, never inside one
                 assert word in out
 
@@ -132,7 +132,7 @@ def test_default_plan_at_80_columns_shows_whole_cells(default_result):
 
 def test_strided_ranks_are_summarised(strided_plan):
     stage = strided_plan.stages[0]
-    a100 = replicas_by_gpu(strided_plan, stage.replicas)["A100-SXM4-80GB"]
+    a100 = replicas_by_gpu(strided_plan, stage.replicas)[("A100-SXM4-80GB",)]
     assert rank_text([x for r in a100 for x in r.ranks]) == "0-7, 24-31, .., 192-199 (9 × 8, step 24)"
 
 

@@ -26,7 +26,7 @@ from .offload import offloaded_activation_bytes
 from .pipeline_links import pipeline_links, pp_link_use
 from .replica_pricer import PlanPricer, ReplicaPrice, grad_reduce_ranks, replica_links
 from .stage_memory import held_microbatches, offloaded_state_bytes, replica_memory
-from .stage_tail import StageTail, per_replica_tp_tail, stage_tail
+from .stage_tail import StageTail, per_replica_tp_tail, stage_tail, uneven_tp_tail
 from ..schedules import get_schedule
 from .paths import route_name, slowest_gpu
 
@@ -266,6 +266,7 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     offload_hosts: dict[tuple, None] = {}  # (HostSpec, GPUs per node) of an offloaded stage's nodes
     rank_flops = sum(sum(layer_flops[st.layers[0]:st.layers[1]]) for st in rank_chunks)
     held_by_price: dict[tuple[int, int], tuple] = {}  # (id(price), micro-batches) -> (in flight, memory)
+    position_steppers: dict[int, dict[tuple, tuple[GpuSpec, CostParams]]] = {}
     for replica in head.replicas:
         price = pricer.replica(rank_chunks, replica)
         view = head.for_replica(replica)
@@ -280,19 +281,18 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
             stage_tau, stage_fill, stage_tau_price = tau, latency_parts(price.chunks, schedule, v), price
         min_bwd = min(min_bwd, price.span.bwd_s)
         by_tp.setdefault(view.tp, (price, {}))[1][(price.gpu.name, price.params)] = (price.gpu, price.params)
+        for i, pos in enumerate(price.positions):  # uneven TP shards: each position's GPU types stepping
+            position_steppers.setdefault(i, {})[(pos.gpu.name, pos.params)] = (pos.gpu, pos.params)
         held = held_by_price.get((id(price), n_micro))  # replicas alike share their price object
         if held is None:
-            in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro,
-                                                    [c.span.act_bytes for c in price.chunks], price.span.act_bytes)
-            mem = replica_memory(price.span, in_flight, t.dtype, dims, price.params, deferred, t.optimizer,
-                                 head.offload, price.act_offload)
-            held = held_by_price[(id(price), n_micro)] = (in_flight, mem)
-        in_flight, mem = held
+            held = held_by_price[(id(price), n_micro)] = _held(price, schedule, k, pp, v, n_micro, t, dims, head)
+        in_flight, mems = held
         if head.offload or price.act_offload.host_bytes:
             _host_memory(pricer, view, replica, price, in_flight, offload_hosts, tally.host_overflows)
         rank_compute = dims.compute_share(rank_flops * replica.batch_share)
-        for rank in replica.ranks:
+        for i, rank in enumerate(replica.ranks):
             gpu = cluster.group_of_rank(rank).gpu
+            mem = mems[i % len(mems)]  # (uneven TP shards: its position's)
             tally.memory[rank], tally.capacity[rank], tally.gpu_by_rank[rank] = mem, gpu.memory_bytes, gpu.name
             tally.flops_by_rank[rank] = rank_compute
             tally.active_by_rank[rank] = replica_busy
@@ -301,16 +301,31 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     # breadth-first: a loop's backward is the bottleneck replica's micro-batches through one chunk
     loops = schedule.gradient_loops(v)
     loop_bwd = (busy_of(stage_btl, stage_busy) * stage_btl.span.bwd_s / loops) if loops > 1 else 0.0
-    tails = {tp: stage_tail(price.span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head),
-                            reduce_params, min_bwd, steppers.values(), loops, loop_bwd,
-                            expert_params=price.span.expert_params, optimizer=t.optimizer,
-                            offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
-             for tp, (price, steppers) in sorted(by_tp.items())}
+    def tail_of(span, tp: int, steppers) -> StageTail:
+        return stage_tail(span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head), reduce_params,
+                          min_bwd, steppers, loops, loop_bwd, expert_params=span.expert_params, optimizer=t.optimizer,
+                          offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+
+    tails = {tp: tail_of(price.span, tp, steppers.values()) for tp, (price, steppers) in sorted(by_tp.items())}
     tail = per_replica_tp_tail(tails)
+    if head.uneven_tp:  # each TP position reduces and steps its own slice (its largest: stage_tail.uneven_tp_tail)
+        price = by_tp[head.tp][0]
+        tail = tails[head.tp] = uneven_tp_tail([tail_of(pos.span, head.tp, position_steppers[i].values())
+                                                for i, pos in enumerate(price.positions)])
     for replica in head.replicas:  # every replica steps its optimizer shard after its micro-batches
         for rank in replica.ranks:
             tally.active_by_rank[rank] += tails[head.replica_tp(replica)].optimizer_s
     return _RankPrice(stage_busy, stage_tau, stage_btl, stage_replica, stage_fill, stage_tau_price, tail, measured)
+
+
+def _held(price: ReplicaPrice, schedule, k: int, pp: int, v: int, n_micro: int, t, dims, head: Stage) -> tuple:
+    """(micro-batches in flight, memory of each TP position: one figure unless uneven TP shards) of a
+    replica running `n_micro` micro-batches at `price`."""
+    in_flight, deferred = held_microbatches(schedule, k, pp, v, n_micro, [c.span.act_bytes for c in price.chunks],
+                                            price.span.act_bytes)
+    mems = tuple(replica_memory(pos.span, in_flight, t.dtype, dims, pos.params, deferred, t.optimizer, head.offload,
+                                pos.act_offload) for pos in (price.positions or (price,)))
+    return in_flight, mems
 
 
 def _host_memory(pricer: PlanPricer, head: Stage, replica: Replica, price: ReplicaPrice, in_flight,

@@ -23,6 +23,7 @@ from ..schedules import get_schedule
 from .sharding import Sharding
 from .power import capped
 from .paths import boundary_link, dp_layout, alltoall_group, slowest_gpu, tp_group_link
+from ..plan.tp_shares import position_layer
 
 
 ParamsFor = Callable[[GpuSpec], CostParams]
@@ -46,6 +47,9 @@ class ReplicaPrice:
     chunks: tuple[ChunkTime, ...]
     span: SpanPrice
     act_offload: ActivationOffload = NO_ACTIVATION_OFFLOAD  # its chunks' together (memory)
+    # uneven TP shards (Stage.uneven_tp): each TP position's own price on its GPU; the replica's is the
+    # slowest of them (its TP collectives wait for it); empty: every position alike
+    positions: tuple["ReplicaPrice", ...] = ()
 
     @property
     def per_microbatch_s(self) -> float:
@@ -80,6 +84,7 @@ class PlanPricer:
         self._replicas: dict[tuple, ReplicaPrice] = {}
         # replicas inside one node, without EP: (first stage index, node group, loop micro-batches) -> price
         self._in_node: dict[tuple, ReplicaPrice] = {}
+        self._position_layers: dict[tuple[int, int], tuple] = {}  # (stage index, TP position) -> layers
 
     def sharding(self, st: Stage) -> Sharding:
         t = self.plan.training
@@ -125,31 +130,54 @@ class PlanPricer:
         chunks = [st.for_replica(replica) for st in chunks]  # at the replica's own TP degree (Replica.tp)
         loop_microbatches = replica.batch_share // t.micro_batch if get_schedule(t.schedule).zero_once_per_loop() else 1
         if chunks[0].ep > 1:  # (its expert group spans replicas)
-            return self._priced(chunks, replica, loop_microbatches)
+            return self._replica_price(chunks, replica, loop_microbatches)
         # a replica inside one node runs at its group's GPU, its TP and CP groups on the node's
         # link, its offload on the node's PCIe: its price follows from the node group alone
         node = self.plan.cluster.node_of(min(replica.ranks))  # (nodes hold consecutive ranks)
         if self.plan.cluster.node_of(max(replica.ranks)) != node:
-            return self._priced(chunks, replica, loop_microbatches)
+            return self._replica_price(chunks, replica, loop_microbatches)
         in_node = (chunks[0].index, node[0], loop_microbatches, chunks[0].tp)
         if in_node not in self._in_node:
-            self._in_node[in_node] = self._priced(chunks, replica, loop_microbatches)
+            self._in_node[in_node] = self._replica_price(chunks, replica, loop_microbatches)
         return self._in_node[in_node]
 
-    def _priced(self, chunks: list[Stage], replica: Replica, loop_microbatches: int) -> ReplicaPrice:
-        """replica, by the GPU, links and parameters it runs at."""
-        cluster, layers = self.plan.cluster, self.plan.model.layers
-        gpu = capped(slowest_gpu(cluster, replica.ranks), chunks[0].power_cap_W)  # a pipeline rank's chunks share it
+    def _replica_price(self, chunks: list[Stage], replica: Replica, loop_microbatches: int) -> ReplicaPrice:
+        """_priced; with uneven TP shards, each TP position on its own GPU with its own slice (its layers:
+        planner.plan.tp_shares.position_layer), the replica paced by the slowest (ties: the first)."""
+        if not chunks[0].uneven_tp:
+            return self._priced(chunks, replica, loop_microbatches)
+        positions = tuple(self._priced(chunks, replica, loop_microbatches, i) for i in range(chunks[0].tp))
+        slowest = max(positions, key=lambda price: price.per_microbatch_s)
+        return replace(slowest, positions=positions)
+
+    def _layers_at(self, st: Stage, position: int | None) -> tuple:
+        """The model's layers as TP position `position` of `st` runs them (None: the even split)."""
+        if position is None:
+            return self.plan.model.layers
+        key = (st.index, position)
+        if key not in self._position_layers:
+            self._position_layers[key] = tuple(position_layer(layer, st, position) for layer in self.plan.model.layers)
+        return self._position_layers[key]
+
+    def _priced(self, chunks: list[Stage], replica: Replica, loop_microbatches: int,
+                position: int | None = None) -> ReplicaPrice:
+        """replica, by the GPU, links and parameters it runs at; `position`: its TP rank at that position
+        alone, on that rank's GPU (uneven TP shards)."""
+        cluster = self.plan.cluster
+        slowest = slowest_gpu(cluster, replica.ranks if position is None else (replica.ranks[position],))
+        gpu = capped(slowest, chunks[0].power_cap_W)  # a pipeline rank's chunks share it
         p = self.params_for(gpu)
         tp_link, cp_link = replica_links(cluster, replica, chunks[0])
         ep_group = self.ep_group(chunks[0], replica)
         # activation offload copies over the slowest PCIe link of the replica's GPUs (HostSpec)
         pcie = min(cluster.group_of_rank(r).host.pcie_bytes_per_s for r in replica.ranks)
-        key = (chunks[0].index, chunks[0].tp, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie)
+        key = (chunks[0].index, chunks[0].tp, gpu.name, tp_link, cp_link, p, loop_microbatches, ep_group, pcie,
+               position)
         if key in self._replicas:
             return self._replicas[key]
         times, sent, received = [], [], []
         for st in chunks:
+            layers = self._layers_at(st, position)
             sh = self.sharding(st)
             span = layers_price(layers[st.layers[0]:st.layers[1]], sh, gpu, tp_link, p, cp_link, ep_group,
                                 st.recompute_layers)

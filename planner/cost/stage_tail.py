@@ -134,3 +134,11 @@ def per_replica_tp_tail(tails_by_tp: dict[int, StageTail]) -> StageTail:
     if len(tails_by_tp) == 1:
         return least
     return StageTail(least.grad_reduce_s, reduce(_maximum, (tail.optimizer_s for tail in tails_by_tp.values())))
+
+
+def uneven_tp_tail(tails_by_position: list[StageTail]) -> StageTail:
+    """The tail of a stage whose TP ranks hold uneven shards (Stage.tp_heads, tp_ffn), from the tail of each
+    TP position (stage_tail of its slice on its GPU): every position reduces its slice over its own ring at
+    once and steps its own optimizer shard, so the largest reduction and the slowest step set the tail."""
+    return StageTail(reduce(_maximum, (tail.grad_reduce_s for tail in tails_by_position)),
+                     reduce(_maximum, (tail.optimizer_s for tail in tails_by_position)))

@@ -29,6 +29,9 @@ def export_rankmap(plan: Plan, warn: Warn) -> str:
                         "rank": rank, "stage": s.index, "stages": [], "pipeline_rank": s.pipeline_rank,
                         "layers": [], "tp": tp, "tp_rank": tp_rank, "tp_group": list(r.ranks[cp_rank * tp:(cp_rank + 1) * tp]),
                         **({"cp_rank": cp_rank, "cp_group": list(r.ranks[tp_rank::tp])} if s.cp > 1 else {}),
+                        # uneven TP shards: the query heads and FFN columns this rank holds
+                        **({"tp_shard": {"heads": s.tp_heads[tp_rank], "ffn": s.tp_ffn[tp_rank]}}
+                           if s.uneven_tp else {}),
                         "dp_rank": r.dp_rank,
                         "dp_group": dp_group(s, i, tp),
                         # MoE expert parallelism: the ranks its all-to-all spans and those holding

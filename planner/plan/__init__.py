@@ -3,6 +3,7 @@
     types      Replica, Stage, Training, Plan, the names a plan may use, uniform_plan
     json_io    plan_to_json / plan_from_json (formats.md section 5), every field checked
     structure  structural_problems: the invariants every emitted plan must hold
+    tp_shares  uneven tensor-parallel shards: their invariants, each TP position's decoder
 """
 
 from ..core.dims import CP_KINDS  # noqa: F401 (the plan's cp_kind names)

@@ -57,6 +57,7 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
              **({"offload": True} if s.offload else {}),
              **({"offload_activations": s.offload_activations} if s.offload_activations else {}),
              **({"power_cap_W": s.power_cap_W} if s.power_cap_W else {}),
+             **({"tp_shares": {"heads": list(s.tp_heads), "ffn": list(s.tp_ffn)}} if s.uneven_tp else {}),
              "replicas": [{"dp_rank": r.dp_rank, "batch_share": r.batch_share, "ranks": list(r.ranks),
                            **({"tp": r.tp} if r.tp and r.tp != s.tp else {})} for r in s.replicas]}
             for s in plan.stages],
@@ -210,6 +211,7 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
         raise BadInput(f"must be 0-3, got {zero!r}", where, f"{path}.zero")
     tp = ranges.get(st, "tp", "degree", where, f"{path}.tp")
     replicas = _replicas_from_json(st, path, where, tp)
+    heads, ffn = _tp_shares(st.get("tp_shares"), where, f"{path}.tp_shares")
     cp = _int(st, "cp", where, path) if "cp" in st else 1
     cp_kind = st.get("cp_kind", "ring")
     if cp_kind not in CP_KINDS:
@@ -225,7 +227,24 @@ def _stage_from_json(st: Any, index: int, where: str) -> Stage:
         etp=ranges.get(st, "etp", "degree", where, f"{path}.etp") if "etp" in st else 0,
         recompute_layers=recompute_layers, offload=_bool(st, "offload", where, path),
         offload_activations=_int(st, "offload_activations", where, path, 0) if "offload_activations" in st else 0,
-        power_cap_W=ranges.get(st, "power_cap_W", "power_W", where, f"{path}.power_cap_W", required=False) or 0.0)
+        power_cap_W=ranges.get(st, "power_cap_W", "power_W", where, f"{path}.power_cap_W", required=False) or 0.0,
+        tp_heads=heads, tp_ffn=ffn)
+
+
+def _tp_shares(raw: Any, where: str, path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A stage's optional `tp_shares`: {heads: [...], ffn: [...]}, one positive count per TP position."""
+    if raw is None:
+        return (), ()
+    if not isinstance(raw, dict) or set(raw) != {"heads", "ffn"}:
+        raise BadInput("must be a mapping of heads and ffn, one list each", where, path)
+    out = []
+    for key in ("heads", "ffn"):
+        values = raw[key]
+        if (not isinstance(values, list) or not values
+                or not all(type(x) is int and x > 0 for x in values)):
+            raise BadInput("must be a non-empty list of positive whole numbers, one per TP rank", where, f"{path}.{key}")
+        out.append(tuple(values))
+    return out[0], out[1]
 
 
 def _replicas_from_json(st: Mapping[str, Any], path: str, where: str, stage_tp: int) -> tuple[Replica, ...]:

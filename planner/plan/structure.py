@@ -4,6 +4,7 @@ order, batch shares summing to the global batch, parallel degrees that divide.""
 from __future__ import annotations
 
 from .. import schedules
+from . import tp_shares
 from .types import Plan, SCHEDULES, Stage, context_parallel_problem
 
 
@@ -71,6 +72,7 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
             problems.append((f"{path}.replicas", f"batch shares sum to {total}, not the global batch {t.global_batch}"))
         problems += _expert_problems(plan, s, path)
         problems += _mixed_tp_problems(s, path)
+        problems += tp_shares.structural_problems(s, path)
         problems += _pipeline_rank_problems(plan, i, s, ranks_here, seen_by_prank, first_stage, owner)
     if expected_first != plan.model.num_layers:
         problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
@@ -135,6 +137,9 @@ def _pipeline_rank_problems(plan: Plan, index: int, stage: Stage, ranks_here: se
     if stage.pipeline_rank in seen_by_prank:
         if seen_by_prank[stage.pipeline_rank] != ranks_here:
             problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must use the same devices"))
+        elif (stage.tp_heads, stage.tp_ffn) != (plan.stages[first_stage[stage.pipeline_rank]].tp_heads,
+                                                plan.stages[first_stage[stage.pipeline_rank]].tp_ffn):
+            problems.append((f"{path}.tp_shares", "virtual stages of one pipeline rank must split TP alike"))
         elif _replica_tps(stage) != _replica_tps(plan.stages[first_stage[stage.pipeline_rank]]):
             problems.append((f"{path}.replicas", "virtual stages of one pipeline rank must give each replica "
                                                  "the same TP degree"))

@@ -59,6 +59,15 @@ class Stage:
     offload_activations: int = 0
     # a power limit on the stage's GPUs (`nvidia-smi -pl`), W; 0: none (planner.cost.power)
     power_cap_W: float = 0.0
+    # uneven tensor-parallel shards (HAP, Zhang et al. EuroSys'24): the query heads and FFN columns
+    # TP position i of every replica holds, so a faster GPU of a TP group takes more; empty: even
+    tp_heads: tuple[int, ...] = ()
+    tp_ffn: tuple[int, ...] = ()
+
+    @property
+    def uneven_tp(self) -> bool:
+        """Whether the stage's TP ranks hold uneven shards (tp_heads, tp_ffn)."""
+        return bool(self.tp_heads)
 
     def replica_tp(self, replica: Replica) -> int:
         """The tensor-parallel degree `replica` runs at: its own, else the stage's."""
@@ -87,6 +96,8 @@ class Stage:
 
     def tp_label(self) -> str:
         """The TP degree for people: "4", or per-replica degrees with their replica counts, "1x3,4x24"."""
+        if self.uneven_tp:
+            return f"{self.tp} ({'/'.join(map(str, self.tp_heads))} heads)"
         if not self.mixed_tp:
             return str(self.tp)
         counts = {tp: sum(1 for r in self.replicas if self.replica_tp(r) == tp) for tp in self.tp_degrees}

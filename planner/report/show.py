@@ -47,7 +47,7 @@ from ..core.outfile import write_output
 from ..plan import Plan, Stage
 from .routes import stage_routes
 from ..schedules import get_schedule
-from .tables import gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, replicas_by_gpu, stages_table
+from .tables import gpu_labels, gpu_legend, headline, mfu_source_lines, mfu_text, stages_table
 
 MAX_DRAWN_MICROBATCHES = 64
 BAR_WIDTH = 18
@@ -245,8 +245,11 @@ def print_show(plan: Plan, est: Estimate, timings: list[RankTiming], console: Co
     for s in plan.stages:
         chunks.setdefault(s.pipeline_rank, s)
     for k in range(plan.pp):
-        for i, (gpu, replicas) in enumerate(replicas_by_gpu(plan, chunks[k].replicas).items()):
-            rank = max((x for r in replicas for x in r.ranks), key=lambda x: est.memory_by_rank[x].total_bytes)
+        by_type: dict[str, list[int]] = {}  # the pipeline rank's GPUs by their own type
+        for x in (x for r in chunks[k].replicas for x in r.ranks):
+            by_type.setdefault(plan.cluster.group_of_rank(x).gpu.name, []).append(x)
+        for i, (gpu, ranks) in enumerate(by_type.items()):
+            rank = max(ranks, key=lambda x: est.memory_by_rank[x].total_bytes)
             mem, cap = est.memory_by_rank[rank], est.capacity_by_rank[rank]
             use = mem.total_bytes / cap
             split = "/".join(f"{getattr(mem, attr) / GIB:.1f}" for attr, *_ in MEMORY_PARTS)

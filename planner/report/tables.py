@@ -24,7 +24,7 @@ from typing import Iterable, Mapping
 from rich import box
 from rich.table import Table
 
-from ..cost.evaluate import Estimate, slowest_gpu
+from ..cost.evaluate import Estimate
 from ..inputs.hardware import GIB, Cluster
 from ..core.markup import esc
 from ..plan import Plan, Replica, Stage, rank_ranges
@@ -132,12 +132,19 @@ def layer_span(plan: Plan, stage: Stage) -> str:
     return f"[{first}, {end})\n{esc(names)}"
 
 
-def replicas_by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[str, list[Replica]]:
-    """A stage's replicas by the GPU type they run at (the slowest of each TP group)."""
-    groups: dict[str, list[Replica]] = {}
+def replicas_by_gpu(plan: Plan, replicas: tuple[Replica, ...]) -> dict[tuple[str, ...], list[Replica]]:
+    """A stage's replicas by the GPU types of their ranks (one, or those of a TP group over several types, in
+    rank order)."""
+    groups: dict[tuple[str, ...], list[Replica]] = {}
     for r in replicas:
-        groups.setdefault(slowest_gpu(plan.cluster, r.ranks).name, []).append(r)
+        types = tuple(dict.fromkeys(plan.cluster.group_of_rank(x).gpu.name for x in r.ranks))
+        groups.setdefault(types, []).append(r)
     return groups
+
+
+def types_label(labels: Mapping[str, str], types: tuple[str, ...]) -> str:
+    """The label of a replicas_by_gpu key: `A100-80GB`, or `RTX-4090+RTX-3090` for a TP group over both."""
+    return "+".join(labels[name] for name in types)
 
 
 def shares_text(replicas: list[Replica]) -> str:
@@ -178,7 +185,7 @@ def stages_table(plan: Plan, est: Estimate, labels: Mapping[str, str], title: st
             else:
                 last = per_microbatch[s.pipeline_rank] if head else ""
             table.add_row(label if head else "", layer_span(plan, s) if head else "",
-                          f"{len(ranks)}× {esc(labels[gpu])}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
+                          f"{len(ranks)}× {esc(types_label(labels, gpu))}\nranks {rank_text(ranks)}\n{shares_text(replicas)}",
                           dims_text(s, replicas) if s.mixed_tp else dims_text(s) if head else "",
                           recompute if head else "", last)
     return table

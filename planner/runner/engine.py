@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .layers import Chunk, TPGroup, full_state, shard_state
+from .layers import Chunk, TPGroup, TPSplit, full_state, shard_shapes, shard_state
 from .layout import Layout, Seat
 
 
@@ -154,7 +154,8 @@ class RankState:
         for seat in layout.seats(world_rank):
             tp_ranks = layout.tp_group(seat)
             tp = TPGroup(len(tp_ranks), seat.tp_rank, groups.get(tp_ranks))
-            chunk = Chunk(config, seat.stage.layers, tp, seat.tp_rank, seed, seat.stage.recompute, device)
+            split = TPSplit.of(config, tp.size, seat.stage.tp_heads, seat.stage.tp_ffn)  # (uneven TP shards)
+            chunk = Chunk(config, seat.stage.layers, tp, seat.tp_rank, seed, seat.stage.recompute, device, split)
             dp_ranks = layout.dp_group(seat)
             if seat.stage.mixed_tp:  # the stage's whole group sums the gradients (MixedTPReduce), no ZeRO
                 mixed = MixedTPReduce(chunk, config, tp, groups.get(dp_ranks))
@@ -243,11 +244,16 @@ def gather_parameters(state: RankState, groups: dict) -> dict[int, dict[str, tor
             if group is None:
                 out[index] = {k: v.cpu().clone() for k, v in mine.items()}
                 continue
+            shapes = shard_shapes(config, index, len(tp_ranks), st.chunk.split)
             shards: list[dict[str, torch.Tensor]] = [{} for _ in tp_ranks]
             for name, tensor in mine.items():
-                pieces = [torch.empty_like(tensor) for _ in tp_ranks]
-                dist.all_gather(pieces, tensor.contiguous(), group=group)
+                # every rank sends as many elements as the largest shard (gloo gathers equal sizes)
+                sizes = [math.prod(shape[name]) for shape in shapes]
+                sent = torch.zeros(max(sizes), dtype=tensor.dtype, device=tensor.device)
+                sent[:tensor.numel()] = tensor.reshape(-1)
+                pieces = [torch.empty_like(sent) for _ in tp_ranks]
+                dist.all_gather(pieces, sent, group=group)
                 for i, piece in enumerate(pieces):
-                    shards[i][name] = piece.cpu()
-            out[index] = full_state(shards, config)
+                    shards[i][name] = piece[:sizes[i]].reshape(shapes[i][name]).cpu()
+            out[index] = full_state(shards, config, st.chunk.split)
     return out

@@ -2,7 +2,8 @@
 
 * q, k, v (fused for GPT-2: rows [q | k | v]) and the MLP's up/gate projections are
   column-parallel: each TP rank holds heads/tp, kv_heads/tp and ffn/tp output rows (with
-  their biases); their input goes through `copy_to_tp` (identity forward, all-reduce of the
+  their biases), or, with the plan's uneven shards (TPSplit), its own heads, their KV heads
+  and its own FFN columns; their input goes through `copy_to_tp` (identity forward, all-reduce of the
   gradient backward);
 * the attention output and MLP down projections are row-parallel: each rank holds 1/tp of
   the input columns, the partial products are all-reduced (`reduce_from_tp`) and the bias,
@@ -18,6 +19,8 @@ and then cut to the rank's shard (`shard_state`); `full_state` puts shards back 
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -38,6 +41,28 @@ class TPGroup:
 
     def __init__(self, size: int = 1, rank: int = 0, group=None):
         self.size, self.rank, self.group = size, rank, group
+
+
+@dataclass(frozen=True)
+class TPSplit:
+    """The query heads and FFN columns each TP rank holds: the plan's uneven shards (Stage.tp_heads,
+    tp_ffn), else heads / tp and ffn / tp each. A rank holds the KV heads of its query heads."""
+
+    heads: tuple[int, ...]
+    ffn: tuple[int, ...]
+
+    @classmethod
+    def of(cls, config: ModelConfig, tp: int, heads: tuple[int, ...] = (), ffn: tuple[int, ...] = ()) -> "TPSplit":
+        return cls(heads or (config.num_heads // tp,) * tp, ffn or (config.ffn_hidden // tp,) * tp)
+
+    def sizes(self, kind: str, config: ModelConfig) -> list[int]:
+        """Each rank's rows (columns) of a "q", "kv" or "ffn" block."""
+        d = config.head_dim
+        if kind == "q":
+            return [h * d for h in self.heads]
+        if kind == "kv":
+            return [h * config.num_kv_heads // config.num_heads * d for h in self.heads]
+        return list(self.ffn)
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -78,12 +103,13 @@ def _norm(config: ModelConfig) -> nn.Module:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, tp: TPGroup, *, fused: bool, qkv_bias: bool, out_bias: bool,
-                 rope: bool, selective: bool):
+    def __init__(self, config: ModelConfig, tp: TPGroup, split: TPSplit, *, fused: bool, qkv_bias: bool,
+                 out_bias: bool, rope: bool, selective: bool):
         super().__init__()
         h, d = config.hidden, config.head_dim
         self.tp, self.fused, self.selective = tp, fused, selective
-        self.heads, self.kv_heads, self.head_dim = config.num_heads // tp.size, config.num_kv_heads // tp.size, d
+        self.heads, self.head_dim = split.heads[tp.rank], d
+        self.kv_heads = split.sizes("kv", config)[tp.rank] // d
         self.rope_base = DEFAULT_ROPE_BASE.get(config.model_type, 10000.0) if rope else None
         q_out, kv_out = self.heads * d, self.kv_heads * d
         add_qkv_projections(self, h, q_out, kv_out, fused, qkv_bias)
@@ -110,9 +136,9 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, tp: TPGroup, *, gated: bool, bias: bool):
+    def __init__(self, config: ModelConfig, tp: TPGroup, split: TPSplit, *, gated: bool, bias: bool):
         super().__init__()
-        ffn, h = config.ffn_hidden // tp.size, config.hidden
+        ffn, h = split.ffn[tp.rank], config.hidden
         self.tp, self.gated = tp, gated
         if gated:
             self.gate = nn.Linear(h, ffn, bias=bias)
@@ -131,13 +157,13 @@ class Block(nn.Module):
     """Pre-norm decoder block: GPT-2 (LayerNorm, fused QKV, GeLU, biases) or Llama / Mistral /
     Qwen2 (RMSNorm, GQA + RoPE, SwiGLU, Qwen2's q/k/v biases)."""
 
-    def __init__(self, config: ModelConfig, tp: TPGroup, selective: bool):
+    def __init__(self, config: ModelConfig, tp: TPGroup, split: TPSplit, selective: bool):
         super().__init__()
         gpt2 = config.model_type == "gpt2"
         self.ln_1, self.ln_2 = _norm(config), _norm(config)
-        self.attn = Attention(config, tp, fused=gpt2, qkv_bias=config.linear_bias or config.qkv_bias,
+        self.attn = Attention(config, tp, split, fused=gpt2, qkv_bias=config.linear_bias or config.qkv_bias,
                               out_bias=config.linear_bias, rope=not gpt2, selective=selective)
-        self.mlp = MLP(config, tp, gated=config.gated_mlp, bias=config.linear_bias)
+        self.mlp = MLP(config, tp, split, gated=config.gated_mlp, bias=config.linear_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -171,13 +197,14 @@ def layer_kind(config: ModelConfig, index: int) -> str:
     return "embedding" if index == 0 else "head" if index == config.num_layers + 1 else "decoder"
 
 
-def new_layer(config: ModelConfig, index: int, tp: TPGroup, recompute: str = "none") -> nn.Module:
+def new_layer(config: ModelConfig, index: int, tp: TPGroup, recompute: str = "none",
+              split: TPSplit | None = None) -> nn.Module:
     kind = layer_kind(config, index)
     if kind == "embedding":
         return Embedding(config)
     if kind == "head":
         return Head(config)
-    return Block(config, tp, selective=recompute == "selective")
+    return Block(config, tp, split or TPSplit.of(config, tp.size), selective=recompute == "selective")
 
 
 def init_full(config: ModelConfig, index: int, seed: int) -> dict[str, torch.Tensor]:
@@ -196,62 +223,74 @@ def init_full(config: ModelConfig, index: int, seed: int) -> dict[str, torch.Ten
     return state
 
 
-def _split_rule(name: str, config: ModelConfig) -> tuple[int, list[int]] | None:
-    """(dim, parts) for a sharded parameter: cut dim into tp pieces within each part; None: replicated."""
+def _split_rule(name: str) -> tuple[int, list[str]] | None:
+    """(dim, its blocks' kinds: "q", "kv", "ffn") for a sharded parameter, each block cut over the TP ranks
+    (TPSplit.sizes); None: replicated."""
     parts = name.split(".")
     if len(parts) < 2 or parts[-1] not in ("weight", "bias"):
         return None
     owner = parts[-2]
-    d = config.head_dim
     if owner in COLUMN:
-        sizes = [config.num_heads * d, config.num_kv_heads * d, config.num_kv_heads * d] if owner == "qkv" else None
-        return 0, sizes or []
+        return 0, {"qkv": ["q", "kv", "kv"], "q_proj": ["q"], "k_proj": ["kv"], "v_proj": ["kv"]}.get(owner, ["ffn"])
     if owner in ROW and parts[-1] == "weight":
-        return 1, []
+        return 1, ["q" if owner == "out" else "ffn"]
     return None
 
 
-def shard_state(full: dict[str, torch.Tensor], config: ModelConfig, tp: int, tp_rank: int) -> dict[str, torch.Tensor]:
+def shard_state(full: dict[str, torch.Tensor], config: ModelConfig, tp: int, tp_rank: int,
+                split: TPSplit | None = None) -> dict[str, torch.Tensor]:
+    """Rank `tp_rank`'s shard of a whole layer: its rows (columns) of each block (TPSplit, even by default)."""
+    split = split or TPSplit.of(config, tp)
     out = {}
     for name, tensor in full.items():
-        rule = _split_rule(name, config)
+        rule = _split_rule(name)
         if rule is None or tp == 1:
             out[name] = tensor.clone()
             continue
-        dim, sizes = rule
-        pieces = tensor.split(sizes, dim=dim) if sizes else (tensor,)
-        out[name] = torch.cat([p.chunk(tp, dim=dim)[tp_rank] for p in pieces], dim=dim).clone()
+        dim, kinds = rule
+        blocks = tensor.split([sum(split.sizes(k, config)) for k in kinds], dim=dim)
+        out[name] = torch.cat([block.split(split.sizes(k, config), dim=dim)[tp_rank]
+                               for block, k in zip(blocks, kinds)], dim=dim).clone()
     return out
 
 
-def full_state(shards: list[dict[str, torch.Tensor]], config: ModelConfig) -> dict[str, torch.Tensor]:
+def full_state(shards: list[dict[str, torch.Tensor]], config: ModelConfig,
+               split: TPSplit | None = None) -> dict[str, torch.Tensor]:
     """The inverse of shard_state over the shards of TP ranks 0..tp-1."""
     tp = len(shards)
+    split = split or TPSplit.of(config, tp)
     out = {}
     for name in shards[0]:
-        rule = _split_rule(name, config)
+        rule = _split_rule(name)
         if rule is None or tp == 1:
             out[name] = shards[0][name].clone()
             continue
-        dim, sizes = rule
-        per_rank = [s[name].split([n // tp for n in sizes], dim=dim) if sizes else (s[name],) for s in shards]
-        out[name] = torch.cat([torch.cat([r[k] for r in per_rank], dim=dim) for k in range(len(per_rank[0]))],
-                              dim=dim)
+        dim, kinds = rule
+        per_rank = [s[name].split([split.sizes(k, config)[r] for k in kinds], dim=dim) for r, s in enumerate(shards)]
+        out[name] = torch.cat([torch.cat([r[k] for r in per_rank], dim=dim) for k in range(len(kinds))], dim=dim)
     return out
+
+
+def shard_shapes(config: ModelConfig, index: int, tp: int, split: TPSplit) -> list[dict[str, torch.Size]]:
+    """Each TP rank's parameter shapes of layer `index` (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return [{name: p.shape for name, p in new_layer(config, index, TPGroup(tp, r), split=split).state_dict().items()}
+                for r in range(tp)]
 
 
 class Chunk(nn.Module):
     """The layers [first, end) of one stage, as one rank holds them."""
 
     def __init__(self, config: ModelConfig, layers: tuple[int, int], tp: TPGroup, tp_rank: int, seed: int,
-                 recompute: str, device: torch.device):
+                 recompute: str, device: torch.device, split: TPSplit | None = None):
         super().__init__()
         self.indices = list(range(*layers))
         self.layers = nn.ModuleList()
         self.full_recompute = recompute == "full"
+        self.split = split or TPSplit.of(config, tp.size)
         for i in self.indices:
-            layer = new_layer(config, i, tp, recompute)
-            layer.load_state_dict(shard_state(init_full(config, i, seed), config, tp.size, tp_rank))
+            layer = new_layer(config, i, tp, recompute, self.split)
+            layer.load_state_dict(shard_state(init_full(config, i, seed), config, tp.size, tp_rank, self.split))
             self.layers.append(layer.to(device))
         self.kinds = [layer_kind(config, i) for i in self.indices]
 

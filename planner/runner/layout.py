@@ -184,7 +184,7 @@ def check_runnable(plan: Plan, chunks: int) -> None:
         for j, r in enumerate(s.replicas):
             tp = s.replica_tp(r)
             where = f"stages[{s.index}].replicas[{j}].tp" if r.tp else f"stages[{s.index}].tp"
-            if config.num_heads % tp or config.num_kv_heads % tp or config.ffn_hidden % tp:
+            if not s.uneven_tp and (config.num_heads % tp or config.num_kv_heads % tp or config.ffn_hidden % tp):
                 raise BadInput(f"tp={tp} does not split {config.num_heads} heads, {config.num_kv_heads} key/value "
                                f"heads and an FFN of {config.ffn_hidden} evenly", "plan", where)
     if chunks > 1:

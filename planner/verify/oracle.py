@@ -281,19 +281,24 @@ def tiny_instance(seed: int):
     return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")
 
 
+def _small_llama(rng: random.Random, name: str, blocks: int, kv_heads: tuple[int, ...] = (8,)):
+    """(model, sequence length, bytes the model needs at TP 1: states and activations) of a llama of 8 heads
+    and `blocks` blocks, its hidden size, KV heads (one of `kv_heads`) and sequence drawn from `rng`."""
+    hidden = rng.choice([1024, 2048])
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "num_attention_heads": 8, "num_key_value_heads": rng.choice(kv_heads) if len(kv_heads) > 1 else kv_heads[0],
+              "intermediate_size": hidden * 4, "vocab_size": 4096}
+    model = model_from_dict(config, name)
+    seq_len = rng.choice([1024, 2048])
+    return model, seq_len, model.params * 16 + blocks * seq_len * hidden * 160
+
+
 def pipeline_instance(seed: int):
     """Two GPU types, 2-3 one-GPU nodes with fast links, memory for about half the model and
     few micro-batches: pipelines are forced and the interleaved schedule's smaller bubble
     competes with 1F1B's fewer sends."""
     rng = random.Random(1000 + seed)
-    blocks = rng.choice([4, 6])
-    hidden = rng.choice([1024, 2048])
-    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
-              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": hidden * 4,
-              "vocab_size": 4096}
-    model = model_from_dict(config, f"pipe-{seed}")
-    seq_len = rng.choice([1024, 2048])
-    need = model.params * 16 + blocks * seq_len * hidden * 160
+    model, seq_len, need = _small_llama(rng, f"pipe-{seed}", rng.choice([4, 6]))
     types = rng.sample(GPU_CHOICES, 2)
     gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.45, 0.7) * need / 2**30} for g in types}
     nodes = rng.choice([(1, 1), (2, 1), (1, 2)])
@@ -308,14 +313,7 @@ def per_replica_tp_instance(seed: int):
     layers and micro-batches: one stage over both types whose replicas want different TP degrees (the
     small type at TP 2 beside the large one at TP 1) competes with uniform stages and pipelines."""
     rng = random.Random(2000 + seed)
-    blocks = rng.choice([2, 3])
-    hidden = rng.choice([1024, 2048])
-    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
-              "num_attention_heads": 8, "num_key_value_heads": rng.choice([2, 8]),
-              "intermediate_size": hidden * 4, "vocab_size": 4096}
-    model = model_from_dict(config, f"prtp-{seed}")
-    seq_len = rng.choice([1024, 2048])
-    need = model.params * 16 + blocks * seq_len * hidden * 160
+    model, seq_len, need = _small_llama(rng, f"prtp-{seed}", rng.choice([2, 3]), kv_heads=(2, 8))
     small, large = rng.sample(GPU_CHOICES, 2)
     gpus = {small: {"memory_GiB": 2.0 + rng.uniform(0.35, 0.6) * need / 2**30},
             large: {"memory_GiB": 2.0 + rng.uniform(1.2, 2.0) * need / 2**30}}
@@ -332,14 +330,7 @@ def mixed_node_instance(seed: int):
     an NVLink-like bridge between two GPUs of one type or none, sometimes a third one-type group beside
     them, few layers: the types of a node pipeline or replicate over its fabric or over the NIC."""
     rng = random.Random(3000 + seed)
-    blocks = rng.choice([2, 3])
-    hidden = rng.choice([1024, 2048])
-    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
-              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": hidden * 4,
-              "vocab_size": 4096}
-    model = model_from_dict(config, f"mixed-{seed}")
-    seq_len = rng.choice([1024, 2048])
-    need = model.params * 16 + blocks * seq_len * hidden * 160
+    model, seq_len, need = _small_llama(rng, f"mixed-{seed}", rng.choice([2, 3]))
     fast, slow = rng.sample(GPU_CHOICES, 2)
     gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.4, 1.5) * need / 2**30} for g in (fast, slow)}
     local = rng.choice([[fast, slow], [fast, fast, slow], [fast, slow, slow], [fast, fast, slow, slow]])

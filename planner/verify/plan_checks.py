@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.errors import BadInput
 from ..core.io import check_keys
-from ..plan import PLAN_FORMAT, Plan, plan_from_json, structural_problems
+from ..plan import PLAN_FORMAT, Plan, plan_from_json, structural_problems, tp_shares
 
 SCHEMAS = {"plan": "plan.schema.json", "profile": "profile.schema.json"}
 Problem = tuple[str, str]
@@ -145,8 +145,9 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
             problems.append((f"stages[{i}].dp", f"is {raw['dp']}, the stage has {stage.dp} replicas"))
         degrees = [(f"stages[{i}].tp", stage.tp)] + [(f"stages[{i}].replicas[{j}].tp", r.tp)
                                                      for j, r in enumerate(stage.replicas) if r.tp]
+        problems.extend(tp_shares.model_problems(config, stage, f"stages[{i}]"))
         for where, tp in degrees:
-            if config is not None and config.num_heads % tp:
+            if config is not None and config.num_heads % tp and not stage.uneven_tp:
                 problems.append((where, f"{config.num_heads} attention heads do not split over tp={tp}"))
         if stage.recompute == "block" and stage.recompute_layers > stage.decoder_blocks(plan.model):
             problems.append((f"stages[{i}].recompute_layers", f"is {stage.recompute_layers}, the stage has "

@@ -90,6 +90,10 @@ def _parallelism_violations(plan: "Plan", cap: Capability, name: str, tps: list[
     mixed = next((s for s in stages if s.mixed_tp), None)
     if mixed is not None and not cap.per_replica_tp:
         out.append(f"{name} runs one TP degree per stage (stage {mixed.index}'s replicas have tp {mixed.tp_label()})")
+    uneven = next((s for s in stages if s.uneven_tp), None)
+    if uneven is not None and not cap.uneven_tp_shares:
+        out.append(f"{name} splits TP evenly (stage {uneven.index} gives its TP ranks "
+                   f"{'/'.join(map(str, uneven.tp_heads))} heads)")
     if not cap.per_stage_tp and len(cps) > 1:  # one model-parallel grid (tp-cp-ep-dp-pp) for all stages
         out.append(f"{name} runs one CP degree in every stage (the plan has {', '.join(map(str, cps))})")
     if not cap.per_stage_tp and len(eps) > 1:

@@ -74,6 +74,8 @@ class Capability:
     fp8_all_gather: bool = False
     # the replicas of one stage may run different TP degrees (Replica.tp: Sailor, FlashFlex)
     per_replica_tp: bool = False
+    # a stage's TP ranks may hold uneven shards of heads and FFN columns (Stage.tp_heads, tp_ffn: HAP)
+    uneven_tp_shares: bool = False
 
     @property
     def uniform(self) -> bool:
