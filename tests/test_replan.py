@@ -243,3 +243,16 @@ def test_the_failure_replay_keeps_more_goodput_by_replanning_than_by_waiting(mon
     assert waited < replanned < quiet <= planner.full.estimate.tokens_per_s
     # waiting loses the twelve hours down, besides the restart and the work since the last checkpoint
     assert waited < quiet * (1 - 12 / 24) * 1.01
+
+
+def test_where_the_runtime_splits_unevenly_the_kept_plan_rebalances_shares_over_the_survivors():
+    cluster = load_cluster("a100-v100-mix")  # a100: 2 nodes of 8, v100: 4 nodes of 8
+    old = uniform_plan(load_model("gpt2"), cluster, Training(96, 1024, "fp16", 1, runtime="any"), tp=1, pp=1, dp=48)
+    new_cluster, survivors = changed_cluster(cluster, Change({"a100": (1,)}, {}))
+    kept = kept_plan(old, new_cluster, survivors)  # 40 replicas: 96 samples do not split evenly
+    assert kept is not None and not structural_problems(kept)
+    shares = {new_cluster.group_of_rank(r.ranks[0]).name: r.batch_share for r in kept.stages[0].replicas}
+    assert sum(r.batch_share for r in kept.stages[0].replicas) == 96
+    assert shares["a100"] > shares["v100"]  # the faster GPUs take more of the batch
+    megatron = uniform_plan(load_model("gpt2"), cluster, Training(96, 1024, "fp16", 1), tp=1, pp=1, dp=48)
+    assert kept_plan(megatron, new_cluster, survivors) is None  # even shares only: 96 / 40 does not divide

@@ -4,7 +4,6 @@ price of each TP position on its own GPU, and the exports that refuse them (`pla
 them: tests/test_runtime.py)."""
 
 import json
-from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -110,3 +109,15 @@ def test_rankmap_carries_each_ranks_shard(tmp_path):
     assert out.exit_code == 0, out.output
     shards = {r["rank"]: r["tp_shard"] for r in json.loads(out.output)["ranks"]}
     assert shards[0] == {"heads": 12, "ffn": 3072} and shards[3] == {"heads": 4, "ffn": 1024}
+
+
+def test_the_critical_line_names_both_types_of_a_tp_group_and_the_one_that_paces_it(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_json(tp_group_plan((12, 4), (3072, 1024)))))
+    out = CliRunner().invoke(main, ["evaluate", "--plan", str(path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "1× RTX-4090 + 1× RTX-3090 (at the RTX-4090's pace) ranks 0, 2" in out.output
+    even = tmp_path / "even.json"
+    even.write_text(json.dumps(plan_to_json(tp_group_plan())))
+    out = CliRunner().invoke(main, ["evaluate", "--plan", str(even)], env={"COLUMNS": "200"})
+    assert "(at the RTX-3090's pace)" in out.output

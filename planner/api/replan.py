@@ -146,7 +146,9 @@ def changed_cluster(cluster: Cluster, change: Change) -> tuple[Cluster, dict[tup
 
 def kept_plan(old: Plan, new_cluster: Cluster, survivors: Mapping[tuple[str, int], tuple[str, int]]) -> Plan | None:
     """The old plan on the surviving nodes (module docstring), None where a stage loses every replica,
-    the batch does not split evenly, or the runtime cannot run the result."""
+    the batch does not split as the runtime needs, or the runtime cannot run the result. A runtime of
+    uneven shares (Capability.uneven_shares) gets each pipeline rank's shares rebalanced over its
+    surviving replicas (rebalanced), else the batch splits evenly."""
     from ..cost.runtimes.capability import capability, violations
 
     def new_rank(rank: int) -> int | None:
@@ -171,18 +173,53 @@ def kept_plan(old: Plan, new_cluster: Cluster, survivors: Mapping[tuple[str, int
         dp = min(len(r) for r in kept)
         kept = [r[:dp] for r in kept]
     t = old.training
+    uneven = capability(t.runtime).uneven_shares
     stages = []
     for st, replicas in zip(old.stages, kept):
         dp = len(replicas)
-        if t.global_batch % (dp * t.micro_batch):
+        microbatches = t.global_batch // t.micro_batch
+        if (not uneven and t.global_batch % (dp * t.micro_batch)) or microbatches < dp:
             return None
-        share = t.global_batch // dp
+        # even where it divides; else (uneven runtimes) the first replicas take one micro-batch more
+        shares = [(microbatches // dp + (i < microbatches % dp)) * t.micro_batch for i in range(dp)]
         stages.append(replace(st, replicas=tuple(replace(r, dp_rank=i, batch_share=share)
-                                                 for i, r in enumerate(replicas))))
+                                                 for i, (r, share) in enumerate(zip(replicas, shares)))))
     plan = Plan(old.model, new_cluster, t, tuple(stages))
     if structural_problems(plan) or violations(plan, t.runtime):
         return None
-    return plan
+    return rebalanced(plan) if uneven else plan
+
+
+def rebalanced(plan: Plan) -> Plan:
+    """`plan` with each pipeline rank's batch shares those of least busy time over its replicas' times per
+    micro-batch (planner.search.pricing.shares.solve_shares_ilp, as the search splits a stage), where the
+    result is valid and fits in memory; else `plan`. A pipeline rank's chunks keep one split; an interleaved
+    plan keeps its split (its stages split the batch alike: planner.runner.layout)."""
+    from ..cost.evaluate import evaluate
+    from ..cost.replica_pricer import PlanPricer
+    from ..search.pricing.shares import solve_shares_ilp
+
+    t = plan.training
+    if t.virtual_stages > 1:
+        return plan
+    pricer = PlanPricer(plan)
+    microbatches = t.global_batch // t.micro_batch
+    split: dict[int, list[int]] = {}
+    for st in plan.stages:
+        if st.pipeline_rank in split or st.dp == 1:
+            continue
+        chunks = [c for c in plan.stages if c.pipeline_rank == st.pipeline_rank]
+        times = [pricer.replica(chunks, rep).per_microbatch_s for rep in st.replicas]
+        split[st.pipeline_rank] = [m * t.micro_batch for m in
+                                   solve_shares_ilp(microbatches, times, [microbatches] * len(times)).shares]
+    stages = tuple(replace(st, replicas=tuple(replace(r, batch_share=share)
+                                              for r, share in zip(st.replicas, split[st.pipeline_rank])))
+                   if st.pipeline_rank in split else st for st in plan.stages)
+    balanced = replace(plan, stages=stages)
+    if structural_problems(balanced):
+        return plan
+    found = evaluate(balanced)
+    return balanced if found.fits and found.step_time_s < evaluate(plan).step_time_s else plan
 
 
 # --- templates --------------------------------------------------------------------------------------

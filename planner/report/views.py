@@ -36,8 +36,14 @@ def critical_lines(plan: Plan, est, labels: dict[str, str]) -> list[str]:
     if c is None:
         return []
     stages = ", ".join(str(i) for i in c.stages)
+    held: dict[str, int] = {}  # the replica's GPUs by type (a TP group may span two: it runs at c.gpu's pace)
+    for rank in c.ranks:
+        name = plan.cluster.group_of_rank(rank).gpu.name
+        held[name] = held.get(name, 0) + 1
+    gpus = " + ".join(f"{n}× {esc(labels.get(name, name))}" for name, n in held.items()) \
+        + (f" (at the {esc(labels.get(c.gpu, c.gpu))}'s pace)" if len(held) > 1 else "")
     lines = [f"critical: pipeline rank {c.pipeline_rank} (stage{'s' if len(c.stages) > 1 else ''} {stages}), "
-             f"{len(c.ranks)}× {esc(labels.get(c.gpu, c.gpu))} ranks {rank_text(c.ranks)}: {c.micro_batches} "
+             f"{gpus} ranks {rank_text(c.ranks)}: {c.micro_batches} "
              f"micro-batches × {c.per_microbatch_s * 1e3:.1f} ms; bound by {c.bound_by} "
              f"({est.breakdown_s[c.bound_by]:.3f} s of {est.step_time_s:.3f} s); "
              f"{c.model_flops_per_s / 1e12:.0f} of {c.peak_flops_per_s / 1e12:.0f} peak TFLOP/s per GPU"
