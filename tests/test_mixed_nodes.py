@@ -193,3 +193,12 @@ def test_a_lost_node_of_a_mixed_group_takes_every_type_of_it():
     assert survivors[("box/RTX-3090", 2)] == ("box/RTX-3090", 1) and ("box/RTX-4090", 1) not in survivors
     with pytest.raises(BadInput, match="holds RTX-3090, RTX-4090, not T4"):
         parse_change(cluster, (), ("box:1:T4",))
+
+
+def test_a_mixed_groups_price_holds_for_every_gpu_else_each_costs_its_catalog_price():
+    fast, slow = cluster_from_spec(box(price_per_gpu_hour=0.5)).groups
+    assert fast.price_usd_per_gpu_s == slow.price_usd_per_gpu_s == pytest.approx(0.5 / 3600)
+    fast, slow = cluster_from_spec(box()).groups
+    assert (fast.price_usd_per_gpu_s, slow.price_usd_per_gpu_s) == (fast.gpu.price_usd_per_gpu_s,
+                                                                    slow.gpu.price_usd_per_gpu_s)
+    assert fast.price_usd_per_gpu_s != slow.price_usd_per_gpu_s
