@@ -93,7 +93,8 @@ def sailor_row() -> dict:
 
 
 def planner_row(name: str, request: PlanRequest) -> dict:
-    """`planner plan` on `request`: its plan's step, GPUs, micro-batch and shape, and the search's seconds."""
+    """`planner plan` on `request`: its plan's step, GPUs, micro-batch and shape, and the search's seconds
+    (and the plan itself, under "plan")."""
     started = time.perf_counter()
     result = api.plan(request)
     seconds = time.perf_counter() - started
@@ -101,7 +102,7 @@ def planner_row(name: str, request: PlanRequest) -> dict:
     shape = " / ".join(f"{st.tp_label()}" for st in plan.stages if st.index < plan.pp)
     return {"name": name, "step_s": est.step_time_s, "gpus": est.num_gpus_used,
             "micro_batch": plan.training.micro_batch, "shape": f"pp {plan.pp}, tp {shape}",
-            "search_s": seconds, "optimal": result.optimal}
+            "search_s": seconds, "optimal": result.optimal, "plan": plan}
 
 
 def sailor_rows(time_limit_s: float) -> list[dict]:
@@ -165,9 +166,8 @@ def mixed_node_rows(time_limit_s: float) -> list[dict]:
             split = Path(tmp) / f"{path.stem}.yaml"
             split.write_text(json.dumps(one_type_per_node(load_mapping(path, "cluster file"))))
             apart = planner_row(f"{label}: types as nodes of their own", replace(request, cluster=str(split)))
-            plan = api.plan(replace(request, cluster=str(split))).plan
         real = load_cluster(str(path))
-        estimate = evaluate(replace(plan, cluster=real))
+        estimate = evaluate(replace(apart["plan"], cluster=real))
         rows.append({**apart, "first": True})
         rows.append({**apart, "name": f"{label}: that plan on the real nodes", "step_s": estimate.step_time_s,
                      "search_s": None})

@@ -306,12 +306,12 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
                           min_bwd, steppers, loops, loop_bwd, expert_params=span.expert_params, optimizer=t.optimizer,
                           offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
 
-    tails = {tp: tail_of(price.span, tp, steppers.values()) for tp, (price, steppers) in sorted(by_tp.items())}
-    tail = per_replica_tp_tail(tails)
     if head.uneven_tp:  # each TP position reduces and steps its own slice (its largest: stage_tail.uneven_tp_tail)
-        price = by_tp[head.tp][0]
-        tail = tails[head.tp] = uneven_tp_tail([tail_of(pos.span, head.tp, position_steppers[i].values())
-                                                for i, pos in enumerate(price.positions)])
+        tails = {head.tp: uneven_tp_tail([tail_of(pos.span, head.tp, position_steppers[i].values())
+                                          for i, pos in enumerate(by_tp[head.tp][0].positions)])}
+    else:
+        tails = {tp: tail_of(price.span, tp, steppers.values()) for tp, (price, steppers) in sorted(by_tp.items())}
+    tail = per_replica_tp_tail(tails)
     for replica in head.replicas:  # every replica steps its optimizer shard after its micro-batches
         for rank in replica.ranks:
             tally.active_by_rank[rank] += tails[head.replica_tp(replica)].optimizer_s

@@ -26,7 +26,7 @@ def pair_link(cluster: Cluster, group_a: str, group_b: str) -> Link:
     of a node communicates at once."""
     ga, gb = cluster.group(group_a), cluster.group(group_b)
     link = cluster.group_link(group_a, group_b)
-    if group_a != group_b and ga.machine and ga.machine == gb.machine and link == ga.fabric:
+    if group_a != group_b and ga.over_fabric and ga.machine == gb.machine:
         return link  # two GPU types of one workstation: each GPU's own link into the node's fabric
     return link.shared_by(max(ga.gpus_in_node, gb.gpus_in_node))  # a NIC serves every GPU of its node
 

@@ -156,6 +156,12 @@ class NodeGroup:
         """The fraction of a node's GPUs this group holds: 1, or a mixed node's part's."""
         return self.gpus_per_node / self.gpus_in_node
 
+    @property
+    def over_fabric(self) -> bool:
+        """A GPU type's part of a one-node mixed group: the node's types talk over its fabric, each GPU
+        over its own link (planner.inputs.topology.machine_route)."""
+        return bool(self.machine) and self.nodes == 1 and self.fabric is not None
+
     def local_rank(self, index: int) -> int:
         """The node-local rank (CUDA device index) of the group's `index`-th GPU in a node."""
         return self.local_ranks[index] if self.local_ranks else index

@@ -283,11 +283,9 @@ def cluster_from_spec(spec: Mapping[str, Any], where: str = "cluster") -> Cluste
         names.add(name)
         first_rank = groups[-1].ranks.stop if groups else 0
         groups += node_groups(g, name, gpu_for, first_rank, where, prefix)
-    parts = [g.name for g in groups if g.machine]
-    for part in parts:
-        if part in names:
-            raise BadInput(f"node group name {part!r} is also a GPU type's part of mixed node group "
-                           f"{part.rsplit('/', 1)[0]!r}; rename one", where, "node_groups")
+    for part in (g for g in groups if g.machine and g.name in names):
+        raise BadInput(f"node group name {part.name!r} is also a GPU type's part of mixed node group "
+                       f"{part.machine!r}; rename one", where, "node_groups")
 
     topology = topology_from_spec(spec, groups, where)
     if spec.get("name"):

@@ -346,7 +346,7 @@ def topology_from_spec(spec: Mapping[str, Any], groups: Sequence[NodeGroup], whe
 def machine_route(group: NodeGroup) -> Link:
     """How two GPU types of one mixed node group talk: over the node's intra_node where the group is one
     node (a workstation), else over its inter_node, since a plan may put them on different nodes."""
-    return group.fabric if group.nodes == 1 and group.fabric else group.inter_node
+    return group.fabric if group.over_fabric else group.inter_node
 
 
 def _machine(groups: Sequence[NodeGroup], machine: str) -> NodeGroup:

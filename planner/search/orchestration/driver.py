@@ -23,6 +23,7 @@ from ...cost.evaluate import Estimate, evaluate
 from ...cost.runtimes.capability import Capability, capability, violations
 from ...inputs.hardware import Cluster
 from ..bounds.layer_floor import layer_floors, unplaceable_layer
+from ..pricing.stage_configs import group_tp_degrees
 from .no_plan import layer_too_big, long_sequence, no_plan
 from ...inputs.model import Model
 from ...plan import Plan, Training, structural_problems
@@ -119,8 +120,7 @@ def _widens(context: SearchContext) -> bool:
     if not (options.per_replica_tp and cap.per_replica_tp and cap.tensor_parallel and len(cluster.groups) > 1):
         return False
     heads = model.config.num_heads if model.config else 1
-    allowed = [{tp for tp in options.tp_degrees if g.gpus_per_node % tp == 0 and heads % tp == 0}
-               for g in cluster.groups]
+    allowed = [set(group_tp_degrees(options.tp_degrees, g, heads)) for g in cluster.groups]
     allowed = [a for a in allowed if a]
     return len(allowed) > 1 and len(set().union(*allowed)) > 1
 

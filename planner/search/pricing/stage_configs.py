@@ -50,6 +50,12 @@ def cluster_recompute_modes(options: SolverOptions, training: Training, groups: 
     return [m for m in options.recompute_modes if m in kept]
 
 
+def group_tp_degrees(tp_degrees, group: NodeGroup, heads: int) -> list[int]:
+    """The TP degrees (of `tp_degrees`) a node group's replicas may take under per-replica TP: each dividing
+    its GPUs per node and the heads."""
+    return [tp for tp in tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
+
+
 class StageConfigs(ProblemPart):
     """A Problem's configurations and per-configuration tables; the stage shapes per nodes used
     are the problem's `shapes`, one memo for every problem of a solve."""
@@ -146,8 +152,7 @@ class StageConfigs(ProblemPart):
         used = [i for i, n in enumerate(nodes) if n]
         if not inputs.options.per_replica_tp or len(used) < 2 or 1 not in inputs.options.cp_degrees:
             return []
-        choices = [[tp for tp in inputs.options.tp_degrees
-                    if inputs.groups[i].gpus_per_node % tp == 0 and heads % tp == 0] for i in used]
+        choices = [group_tp_degrees(inputs.options.tp_degrees, inputs.groups[i], heads) for i in used]
         out = []
         for picked in product(*choices):
             if len(set(picked)) == 1:
