@@ -99,7 +99,8 @@ def planner_row(name: str, request: PlanRequest) -> dict:
     result = api.plan(request)
     seconds = time.perf_counter() - started
     plan, est = result.plan, result.estimate
-    shape = " / ".join(f"{st.tp_label()}" for st in plan.stages if st.index < plan.pp)
+    shape = " / ".join(f"{st.tp_label()}" + (f", ffn {'/'.join(map(str, st.tp_ffn))}" if st.uneven_tp else "")
+                       for st in plan.stages if st.index < plan.pp)
     return {"name": name, "step_s": est.step_time_s, "gpus": est.num_gpus_used,
             "micro_batch": plan.training.micro_batch, "shape": f"pp {plan.pp}, tp {shape}",
             "search_s": seconds, "optimal": result.optimal, "plan": plan}
@@ -175,8 +176,9 @@ def mixed_node_rows(time_limit_s: float) -> list[dict]:
     return rows
 
 
-# a HAP-like setting: TP groups over two GPU types inside one node (the workstation above)
-HAP_MODEL, HAP_BATCH, HAP_SEQ = "gpt2-xl", 64, 1024
+# a HAP-like setting: TP groups over two GPU types inside one node (the workstation above), on a batch
+# where a pipeline over the types wins and on a tiny one where its bubble costs more than TP's collectives
+HAP_MODEL, HAP_BATCH, HAP_SMALL_BATCH, HAP_SEQ = "gpt2-xl", 64, 2, 1024
 
 
 def hap_plan(model, cluster, micro_batch: int, zero: int, heads=(), ffn=()) -> Plan:
@@ -189,16 +191,22 @@ def hap_plan(model, cluster, micro_batch: int, zero: int, heads=(), ffn=()) -> P
 
 
 def hap_rows(time_limit_s: float) -> list[dict]:
-    """`planner plan --runtime any` on the workstation beside TP groups over both types: even shards, then
-    the fastest uneven split of every one (each rank whole heads and 64-column FFN units), each at its best
-    micro-batch and ZeRO stage that fit."""
+    """On the workstation, per batch: `planner plan --runtime any` without and with TP groups across its
+    types; on the larger batch, TP groups over both types with even shards, then with the fastest split of
+    every one (each rank whole heads and 64-column FFN units: a wider space than the search's one ratio per
+    GPU), each at its best micro-batch and ZeRO stage that fit."""
     path = ROOT / "profiles" / "clusters" / "workstation-4090-3090.yaml"
     cluster, model = load_cluster(str(path)), load_model(HAP_MODEL)
     heads, ffn = model.config.num_heads, model.config.ffn_hidden
-    request = PlanRequest(model=HAP_MODEL, cluster=str(path), global_batch=HAP_BATCH, seq_len=HAP_SEQ, runtime="any",
-                          time_limit_s=time_limit_s)
+    rows = []
+    for batch in (HAP_BATCH, HAP_SMALL_BATCH):
+        request = PlanRequest(model=HAP_MODEL, cluster=str(path), global_batch=batch, seq_len=HAP_SEQ,
+                              runtime="any", time_limit_s=time_limit_s)
+        label = f"{HAP_MODEL} on {path.stem}, {batch} x {HAP_SEQ}"
+        rows.append({**planner_row(f"{label}: planner plan --runtime any --no-tp-across-types",
+                                   replace(request, tp_across_types=False)), "first": True})
+        rows.append(planner_row(f"{label}: planner plan --runtime any", request))
     label = f"{HAP_MODEL} on {path.stem}, {HAP_BATCH} x {HAP_SEQ}"
-    rows = [{**planner_row(f"{label}: planner plan --runtime any", request), "first": True}]
     splits = [((), ())] + [((h, heads - h), (f, ffn - f)) for h in range(1, heads)
                            for f in range(64, ffn, 64)]
     best: dict[bool, tuple] = {}
@@ -217,7 +225,7 @@ def hap_rows(time_limit_s: float) -> list[dict]:
         shards = f", ffn {'/'.join(map(str, stage.tp_ffn))}" if stage.uneven_tp else ""
         rows.append({"name": f"{label}: {name}", "step_s": est.step_time_s, "gpus": est.num_gpus_used,
                      "micro_batch": plan.training.micro_batch, "shape": f"pp 1, tp {stage.tp_label()}{shards}",
-                     "search_s": None, "optimal": True})
+                     "search_s": None, "optimal": True, "first": not uneven})
     return rows
 
 
@@ -266,11 +274,13 @@ def main() -> None:
             "described as nodes of its own joined by the NIC, all the cluster format allowed without "
             "`gpu` lists, then that plan priced on the nodes as they are, then the plan found on them "
             "(\"vs above\": the change of the step).\n\n" + table(mixed) + "\n\n"
-            "A HAP-like setting: TP groups over two GPU types of one node (the workstation), each of an "
-            "RTX-4090 and an RTX-3090, with even shards and with the fastest uneven split of heads and FFN "
-            "columns (every split priced), each at its best micro-batch and ZeRO stage, beside the plan "
-            "`planner plan --runtime any` finds, which keeps each TP group on one GPU type "
-            "(\"vs above\": the change of the step).\n\n" + table(hap) + "\n")
+            "A HAP-like setting: TP groups over two GPU types of one node (the workstation). Per batch, the "
+            "`planner plan --runtime any` plan without TP groups across the types, then with them in its "
+            "space (uneven heads and FFN columns, one ratio per GPU: docs/solver.md). Then, on the larger "
+            "batch, TP groups each of an RTX-4090 and an RTX-3090 with even shards and with the fastest "
+            "split of heads and FFN columns apart (every split priced, a wider space than the search's), each "
+            "at its best micro-batch and ZeRO stage (\"vs above\": the change of the step).\n\n"
+            + table(hap) + "\n")
 
 
 if __name__ == "__main__":

@@ -157,6 +157,12 @@ CASES = {
         "gpt2", Stage(0, (0, 3), 2, 1, "none", (Replica(0, 6, (0, 1)), Replica(1, 2, (2, 3))), 0,
                       tp_heads=(3, 1), tp_ffn=(192, 64)),
         stage(1, (3, 6), [(8, [4])])),
+    # ... as the search places TP groups across the types of a mixed node: each group a rank of either
+    # half of the node, (0, 2) and (1, 3)
+    "uneven_tp_across_halves": lambda: hand_plan(
+        "gpt2", Stage(0, (0, 3), 2, 0, "none", (Replica(0, 4, (0, 2)), Replica(1, 4, (1, 3))), 0,
+                      tp_heads=(3, 1), tp_ffn=(192, 64)),
+        stage(1, (3, 6), [(8, [4])])),
     # everything at once on llama: TP 2 x DP 2 (3:1) with ZeRO-1 and full recompute, then TP 1
     "tp2_dp2_zero1_recompute_then_tp1": lambda: hand_plan(
         "llama", stage(0, (0, 3), [(6, [0, 1]), (2, [2, 3])], tp=2, zero=1, recompute="full"),

@@ -39,7 +39,7 @@ def with_any_runtime(result: SearchResult, model: Model, cluster: Cluster, train
         # on clusters of several GPU types), and the time of the default `planner plan` stays that of the
         # two searches without zero bubble
         other = solve(model, cluster, training, replace(options, space="any", time_limit_s=left, zero_bubble=False,
-                                                    uniform_schedules=False, per_replica_tp=False,
+                                                    uniform_schedules=False, per_replica_tp=False, tp_across_types=False,
                                                     upper_bound_s=result.estimate.step_time_s))
     except NothingFaster:
         return replace(result, any_runtime_step_s=result.estimate.step_time_s)

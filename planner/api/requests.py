@@ -114,6 +114,11 @@ class PlanRequest:
         "--per-replica-tp/--no-per-replica-tp", "Under --runtime any, let a stage over several node groups give "
         "each group's replicas a TP degree of its own (a replica's `tp` in the plan; docs/solver.md).", None,
         "search", show_default=True)))
+    # TP groups across the GPU types of mixed nodes under --runtime any (SolverOptions.tp_across_types)
+    tp_across_types: bool = field(default=True, metadata=declare(Flag(
+        "--tp-across-types/--no-tp-across-types", "Under --runtime any, let a stage on mixed nodes form TP "
+        "groups across their GPU types, the faster GPUs taking more heads and FFN columns (a stage's "
+        "`tp_shares`; docs/solver.md).", None, "search", show_default=True)))
     # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     cp_degrees: tuple[int, ...] = field(default=(), metadata=declare(Flag(
         "--cp", "Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "

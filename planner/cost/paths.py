@@ -132,8 +132,19 @@ def tp_group_link(cluster: Cluster, ranks) -> Link:
     nodes = nodes_of(cluster, ranks)
     if len(nodes) == 1:
         return cluster.group(next(iter(nodes))[0]).intra_node
+    fabric = one_machine_fabric(cluster, nodes)
+    if fabric is not None:
+        return fabric
     per_group = group_node_counts(nodes)
     return collective_links(cluster, per_group)[1]
+
+
+def one_machine_fabric(cluster: Cluster, nodes) -> Link | None:
+    """The fabric between the GPU types of one mixed node where `nodes` ((group, node) keys, nodes_of)
+    are its parts on that one node (a TP group across its types), else None."""
+    machines = {(cluster.group(g).machine_name, n) for g, n in nodes}
+    first = cluster.group(next(iter(nodes))[0])
+    return first.fabric if len(machines) == 1 and first.machine else None
 
 
 def group_node_counts(nodes) -> dict[str, int]:

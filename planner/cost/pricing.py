@@ -331,10 +331,16 @@ class ChunkTime:
         return self.zero.exposed_s(self.span)
 
     @property
-    def time_s(self):
+    def compute_s(self):
+        """time_s without its sends and receives."""
         time = self.span.time_s + self.zero_s
         if self.act_offload is not NO_ACTIVATION_OFFLOAD:
             time = time + self.act_offload.exposed_s
+        return time
+
+    @property
+    def time_s(self):
+        time = self.compute_s
         p2p = self.send_s + self.recv_s
         return time + p2p if p2p else time  # (the search adds its sends later)
 

@@ -56,6 +56,11 @@ class ReplicaPrice:
         return sum(c.time_s for c in self.chunks)
 
     @property
+    def compute_s(self) -> float:
+        """per_microbatch_s without what it waits for of its sends and receives."""
+        return sum(c.compute_s for c in self.chunks)
+
+    @property
     def slowest_chunk_s(self) -> float:
         return max(c.time_s for c in self.chunks)
 
@@ -143,11 +148,12 @@ class PlanPricer:
 
     def _replica_price(self, chunks: list[Stage], replica: Replica, loop_microbatches: int) -> ReplicaPrice:
         """_priced; with uneven TP shards, each TP position on its own GPU with its own slice (its layers:
-        planner.plan.tp_shares.position_layer), the replica paced by the slowest (ties: the first)."""
+        planner.plan.tp_shares.position_layer), the replica paced by the slowest (ties: the longer compute, then the first)."""
         if not chunks[0].uneven_tp:
             return self._priced(chunks, replica, loop_microbatches)
         positions = tuple(self._priced(chunks, replica, loop_microbatches, i) for i in range(chunks[0].tp))
-        slowest = max(positions, key=lambda price: price.per_microbatch_s)
+        # ties in time with its sends (which an overlapped send evens out) go to the longer compute
+        slowest = max(positions, key=lambda price: (price.per_microbatch_s, price.compute_s))
         return replace(slowest, positions=positions)
 
     def _layers_at(self, st: Stage, position: int | None) -> tuple:

@@ -60,10 +60,75 @@ def position_layer(layer: Layer, stage, position: int) -> Layer:
     tp gives each rank that position's heads (and their KV heads) and FFN columns; any other layer as it is."""
     if not stage.uneven_tp or layer.kind != "decoder" or layer.config is None:
         return layer
-    config, tp = layer.config, stage.tp
-    heads = stage.tp_heads[position]
+    return sliced_decoder(layer, stage.tp, stage.tp_heads[position], stage.tp_ffn[position])
+
+
+def sliced_decoder(layer: Layer, tp: int, heads: int, ffn: int) -> Layer:
+    """The decoder whose even split over `tp` ranks gives each rank `heads` query heads (and their KV
+    heads) and `ffn` FFN columns: one TP position of an uneven split, priced as any TP rank."""
+    config = layer.config
     kv = heads * config.num_kv_heads // config.num_heads
     sliced = replace(config, num_heads=heads * tp, num_kv_heads=kv * tp, attention_head_dim=config.head_dim,
-                     ffn_hidden=stage.tp_ffn[position] * tp)
+                     ffn_hidden=ffn * tp)
     params = attention_params(sliced) + mlp_params(sliced) + sliced.block_norms * sliced.norm_params
     return replace(layer, params=params, weight_params=params, config=sliced)
+
+
+# --- the splits the search tries (docs/solver.md, "TP groups across GPU types") ----------------------
+
+def splits_model(config: ModelConfig | None) -> bool:
+    """Whether the search may split this model's TP groups unevenly: a dense decoder with multi-head or
+    grouped-query attention whose FFN width is whole FFN_COLUMN_UNIT units (model_problems' terms)."""
+    return (config is not None and config.mla is None and config.num_experts <= 1 and not config.dense_layers
+            and config.ffn_hidden % FFN_COLUMN_UNIT == 0)
+
+
+def across_type_degrees(type_counts: tuple[int, ...], tp_degrees) -> list[int]:
+    """The TP degrees (of `tp_degrees`) of a TP group over every GPU type of a node holding `type_counts`
+    GPUs of each type: the node's TP groups (GPUs / tp of them) take equal parts of every type."""
+    gpus = sum(type_counts)
+    return [tp for tp in tp_degrees if tp > 1 and gpus % tp == 0 and all(c % (gpus // tp) == 0 for c in type_counts)]
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    """`total` units over `parts` positions as evenly as they go, the earlier ones taking the larger."""
+    size, extra = divmod(total, parts)
+    return [size + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _apportioned(total: int, weights: list[int]) -> list[int]:
+    """`total` units in proportion to `weights` by largest remainder (Hamilton), ties to the earlier."""
+    whole = sum(weights)
+    parts = [total * w // whole for w in weights]
+    order = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % whole), i))
+    for i in order[:total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def type_splits(config: ModelConfig, positions: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every uneven split the search tries for a TP group with `positions[j]` ranks of its j-th GPU type,
+    as (query heads, FFN columns) per TP position, type by type: every count of KV-head groups per type
+    (each position at least one), spread evenly over the type's positions, and the FFN columns, in
+    FFN_COLUMN_UNIT units, in proportion to each position's heads (largest remainder). One ratio per GPU
+    for every sharded dimension, as HAP's sharding ratios (Zhang et al., EuroSys'24, sec. 4)."""
+    group = config.num_heads // config.num_kv_heads
+    units, columns = config.num_kv_heads, config.ffn_hidden // FFN_COLUMN_UNIT
+    out = []
+    for totals in _compositions(units, positions):
+        heads = [u for total, n in zip(totals, positions) for u in _spread(total, n)]
+        ffn = _apportioned(columns, heads)
+        if min(ffn) > 0:
+            out.append((tuple(h * group for h in heads), tuple(f * FFN_COLUMN_UNIT for f in ffn)))
+    return out
+
+
+def _compositions(total: int, least: tuple[int, ...]):
+    """Every tuple of len(least) integers summing to `total`, each at least its `least`, in lexicographic order."""
+    if len(least) == 1:
+        if total >= least[0]:
+            yield (total,)
+        return
+    for first in range(least[0], total - sum(least[1:]) + 1):
+        for rest in _compositions(total - first, least[1:]):
+            yield (first,) + rest

@@ -11,7 +11,10 @@ and prices each with planner.cost.evaluate.evaluate. `runtime`: only the plans t
 can run (planner.cost.runtimes.capability.violations), with its sequence parallelism; `any`: all. With `ep_degrees`,
 an MoE model's stages also take each expert-parallel degree dividing its experts and the stage's cp x dp ranks
 (beside context parallelism too), where the search offers it (1F1B, a stage of one GPU type whose replicas take
-equal shares: the lock-step all-to-all; the largest degree inside one node).
+equal shares: the lock-step all-to-all; the largest degree inside one node). A stage on whole nodes of a
+mixed node group (all of its types on each) also takes TP groups across the types (1F1B, cp 1, no
+offload, a runtime with uneven TP shares), each of every degree and every split the search tries
+(planner.plan.tp_shares.type_splits, that split's definition).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import Cluster, cluster_from_spec
 from ..inputs.model import Model, model_from_dict
 from ..plan import Plan, Replica, Stage, Training
+from ..plan.tp_shares import across_type_degrees, splits_model, type_splits
 from ..schedules import get_schedule
 
 
@@ -156,7 +160,45 @@ def _stage_options(model: Model, training: Training, mem: list, space: _StageSpa
                for ep in space.ep_degrees
                if ep == 1 or ep == largest[(tp, cp)]
                for off in ((False, True) if space.offload else (False,))]
-    return uniform + _per_replica_tp_options(model, training, mem, space)
+    return uniform + _per_replica_tp_options(model, training, mem, space) + _across_options(model, training, mem, space)
+
+
+@dataclass(frozen=True)
+class _Across:
+    """A stage's TP groups across the types of its mixed nodes: degree, heads and FFN columns per position."""
+    tp: int
+    heads: tuple
+    ffn: tuple
+
+
+def _across_options(model: Model, training: Training, mem: list, space: _StageSpace) -> list[tuple]:
+    """TP groups across GPU types where the stage is whole nodes of one mixed node group, every one of its
+    types on each of them: every degree and split, recompute (but "block") and ZeRO stage."""
+    machines = {g.machine for g, _ in mem}
+    machine = next(iter(machines))
+    if len(machines) != 1 or not machine or training.virtual_stages > 1 or training.schedule != "1f1b" \
+            or not capability(training.runtime).uneven_tp_shares or not splits_model(model.config):
+        return []
+    types = [g for g in _cluster_groups(mem) if g.machine == machine]
+    nodes = {n for _, n in mem}
+    if sorted((g.name, n) for g, n in mem) != sorted((g.name, n) for g in types for n in nodes):
+        return []
+    counts = tuple(g.gpus_per_node for g in types)
+    if sum(counts) != types[0].gpus_in_node:
+        return []
+    out = []
+    for tp in across_type_degrees(counts, space.tp_degrees):
+        per_node = sum(counts) // tp
+        replicas = len(nodes) * per_node
+        for heads, ffn in type_splits(model.config, tuple(c // per_node for c in counts)):
+            out += [(_Across(tp, heads, ffn), 1, rc, zero, 1, False) for rc in space.recompute_modes if rc != "block"
+                    for zero in (space.zero_stages if replicas > 1 else (0,))]
+    return out
+
+
+def _cluster_groups(mem: list) -> list:
+    """The node groups of `mem`, in rank order."""
+    return sorted({g.name: g for g, _ in mem}.values(), key=lambda g: g.first_rank)
 
 
 def _per_replica_tp_options(model: Model, training: Training, mem: list, space: _StageSpace) -> list[tuple]:
@@ -182,7 +224,17 @@ def _per_replica_tp_options(model: Model, training: Training, mem: list, space: 
 
 
 def _replica_ranks(mem: list, tp, cp: int) -> list[tuple[int, ...]]:
-    """The ranks of each replica (tp x cp consecutive GPUs; per-replica TP: its group's tp) on the nodes `mem`."""
+    """The ranks of each replica (tp x cp consecutive GPUs; per-replica TP: its group's tp) on the nodes `mem`;
+    across GPU types, on each node its TP groups' parts of every type in rank order."""
+    if isinstance(tp, _Across):
+        types = _cluster_groups(mem)
+        per_node = sum(g.gpus_per_node for g in types) // tp.tp
+        out = []
+        for node in sorted({n for _, n in mem}):
+            for r in range(per_node):
+                out.append(tuple(g.first_rank + node * g.gpus_per_node + r * (g.gpus_per_node // per_node) + j
+                                 for g in types for j in range(g.gpus_per_node // per_node)))
+        return out
     ranks = []
     for g, n in mem:
         size = (dict(tp)[g.name] if isinstance(tp, tuple) else tp) * cp
@@ -217,13 +269,15 @@ def _split_plans(model: Model, cluster: Cluster, training: Training, bounds, pra
         for index, (first, end) in enumerate(bounds):
             k = prank[index]
             (tp, cp, rc, zero, ep, off), ranks, sh = choice[k], replica_ranks[k], shares[k]
+            across = tp if isinstance(tp, _Across) else None
             own = dict(tp) if isinstance(tp, tuple) else {}  # per-replica TP: each group's degree
-            stage_tp = min(own.values()) if own else tp
+            stage_tp = min(own.values()) if own else (across.tp if across else tp)
             replicas = tuple(Replica(d, n * micro, rk, _own_tp(cluster, own, rk, stage_tp))
                              for d, (n, rk) in enumerate(zip(sh, ranks)))
             plan_stages.append(Stage(index, (first, end), stage_tp, zero, rc, replicas, k,
-                                     sp and max(own.values() or (tp,)) > 1, cp, "ring", ep=ep,
-                                     recompute_layers=recomputed[index], offload=off))
+                                     sp and max(own.values() or (stage_tp,)) > 1, cp, "ring", ep=ep,
+                                     recompute_layers=recomputed[index], offload=off,
+                                     tp_heads=across.heads if across else (), tp_ffn=across.ffn if across else ()))
         yield Plan(model, cluster, training, tuple(plan_stages))
 
 
@@ -347,3 +401,19 @@ def mixed_node_instance(seed: int):
                        "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}})
     cluster = cluster_from_spec({"name": f"mixed-{seed}", "gpus": gpus, "node_groups": groups})
     return model, cluster, Training(rng.choice([2, 3, 4]), seq_len, "fp16", 1, runtime="any")
+
+
+def across_types_instance(seed: int):
+    """One node of two GPU types (one or two of each) on a fast fabric, memory for about half the model per GPU
+    and few micro-batches: TP groups across the types, with their heads and FFN columns split unevenly,
+    compete with pipelines over the types and TP within each."""
+    rng = random.Random(4000 + seed)
+    model, seq_len, need = _small_llama(rng, f"across-{seed}", rng.choice([2, 3]), kv_heads=(4, 8))
+    fast, slow = rng.sample(GPU_CHOICES, 2)
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.45, 0.9) * need / 2**30} for g in (fast, slow)}
+    local = rng.choice([[fast, slow], [fast, fast, slow, slow]])
+    box = {"name": "box", "gpu": local, "nodes": 1,
+           "intra_node": {"bandwidth_GBps": rng.choice([25, 50, 150]), "latency_us": rng.choice([3, 10])},
+           "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}}
+    cluster = cluster_from_spec({"name": f"across-{seed}", "gpus": gpus, "node_groups": [box]})
+    return model, cluster, Training(rng.choice([1, 2, 4]), seq_len, "fp16", 1, runtime="any")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ...core.dims import StageDims
+from ..pricing.across_types import across_types_possible
 from ...cost.pricing import layer_price
 from ...cost.sharding import Sharding
 from ...cost.states import model_state_bytes
@@ -130,6 +131,8 @@ class AnyRuntimeBound:
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
         if search.restriction.tp is not None or cutoff_s == INF:
             return False
+        if across_types_possible(self.closed_form.context, search.virtual_stages, search.schedule):
+            return False  # (the floors price TP groups within a GPU type only)
         return self.closed_form.cannot_beat(search, cutoff_s) or self.ranks.cannot_beat(search, cutoff_s)
 
 

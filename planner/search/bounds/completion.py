@@ -21,6 +21,7 @@ from __future__ import annotations
 from ...core.dims import StageDims
 from ...cost.pricing import layer_price
 from ...cost.sharding import Sharding
+from ..pricing.across_types import across_block_seconds
 from ..pricing.context_parallel import cp_choices
 from ..pricing.stage_types import INF, ProblemInputs
 
@@ -52,6 +53,9 @@ def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
                     # cp_link None: the ring inside the node, the fastest link it could have
                     price = layer_price(inputs.dec, sh, group.gpu, group.intra_node, p)
                     best = min(best, tp * cp * price.time_s)
+    # a TP group across the types of a mixed node: these GPUs' kappa at most tp x its block time, so the
+    # bound holds for its stages too (GPUs N_g of its types: sum_g N_g / kappa_g >= replicas / block time)
+    best = min(best, across_block_seconds(inputs, group_index, BLOCK_MODES))
     return 0.0 if best == INF else best
 
 

@@ -56,7 +56,14 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
         replica_type: list[int] = []
         replica_tps: list[int] = []
         type_index = 0
-        for i, nodes in enumerate(c.config.nodes):
+        if c.config.tp_split:  # TP groups across the types of mixed nodes: one replica type
+            members = [i for i, n in enumerate(c.config.nodes) if n]
+            replicas_ranks = problem.stage_configs.across.replica_ranks(c.config, next_node[members[0]])
+            replica_type = [0] * len(replicas_ranks)
+            replica_tps = [0] * len(replicas_ranks)
+            for i in members:
+                next_node[i] += c.config.nodes[i]
+        for i, nodes in enumerate(() if c.config.tp_split else c.config.nodes):
             if not nodes:
                 continue
             group = problem.groups[i]
@@ -87,7 +94,8 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
                                 (), k, problem.restriction.sequence_parallel and max(c.config.group_tps or (c.config.tp,)) > 1,
                                 c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
-                                offload=c.config.offload))
+                                offload=c.config.offload, tp_heads=c.config.tp_split[0] if c.config.tp_split else (),
+                                tp_ffn=c.config.tp_split[1] if c.config.tp_split else ()))
             first = end
     return PlanDraft(problem.training, problem.microbatches, problem.inputs.least_share,
                      problem.restriction.even_shares,

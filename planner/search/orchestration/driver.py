@@ -23,6 +23,7 @@ from ...cost.evaluate import Estimate, evaluate
 from ...cost.runtimes.capability import Capability, capability, violations
 from ...inputs.hardware import Cluster
 from ..bounds.layer_floor import layer_floors, unplaceable_layer
+from ..pricing.across_types import across_types_possible
 from ..pricing.stage_configs import group_tp_degrees
 from .no_plan import layer_too_big, long_sequence, no_plan
 from ...inputs.model import Model
@@ -112,11 +113,14 @@ def solve(model: Model, cluster: Cluster, training: Training, options: SolverOpt
 
 
 def _widens(context: SearchContext) -> bool:
-    """Whether per-replica TP adds plans: the runtime runs it, and two node groups of the cluster can
-    take TP degrees that differ (each degree of the options that divides a group's GPUs per node and the
-    heads; StageConfigs._per_replica_tp_shapes)."""
+    """Whether per-replica TP or TP groups across GPU types add plans: the runtime runs them, and two
+    node groups of the cluster can take TP degrees that differ (each degree of the options that divides a
+    group's GPUs per node and the heads; StageConfigs._per_replica_tp_shapes), or the cluster has a mixed
+    node group whose types a TP degree can span (AcrossTypes)."""
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
     cap = capability(options.space or training.runtime)
+    if cap.uneven_tp_shares and across_types_possible(context, 1, "1f1b"):
+        return True
     if not (options.per_replica_tp and cap.per_replica_tp and cap.tensor_parallel and len(cluster.groups) > 1):
         return False
     heads = model.config.num_heads if model.config else 1
@@ -144,7 +148,8 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
                             on_progress, _solve)
 
     try:
-        narrow = solve_scaled(replace(context, options=replace(options, per_replica_tp=False)), on_progress, _solve)
+        narrow = solve_scaled(replace(context, options=replace(options, per_replica_tp=False, tp_across_types=False)),
+                              on_progress, _solve)
     except NotFoundInTime:
         raise
     except NoFeasiblePlan:  # none (or none within the caller's bound) without per-replica TP

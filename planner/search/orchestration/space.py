@@ -46,7 +46,8 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
                    zero_stages=zeros,
                    virtual_stages=tuple(v for v in options.virtual_stages if v == 1 or interleave),
                    max_stages=options.max_stages if cap.pipeline else 1,
-                   per_replica_tp=options.per_replica_tp and cap.per_replica_tp)
+                   per_replica_tp=options.per_replica_tp and cap.per_replica_tp,
+                   tp_across_types=options.tp_across_types and cap.uneven_tp_shares)
 
 
 def in_search_space(plan: Plan) -> bool:

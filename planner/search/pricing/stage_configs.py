@@ -23,6 +23,7 @@ from ...cost.stage_memory import offload_fits, replica_memory
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
 from ...cost.attention_kernels import priced_attention
 from ...cost.sharding import Sharding
+from .across_types import AcrossTypes
 from .block import BlockPrices
 from .shares import UNCAPPED
 from .stage_types import INF, ProblemPart, SolverOptions, StageConfig, TypeArrays
@@ -63,6 +64,7 @@ class StageConfigs(ProblemPart):
     def __init__(self, problem):
         super().__init__(problem)
         self.shapes: dict = problem.shapes
+        self.across = AcrossTypes(problem)
 
     @property
     def max_stages(self) -> int:
@@ -109,6 +111,7 @@ class StageConfigs(ProblemPart):
                                 continue
                             for offload in offloads:
                                 yield StageConfig(nodes, tp, mode, zero, cp, kind, ep, offload, group_tps)
+        yield from self.across.configs(used, modes, zeros)
 
     def _stage_shapes(self, used: tuple[int, ...]) -> list[tuple[tuple[int, ...], list[tuple[int, int, str, int]]]]:
         """(node vector, its (tp, cp, CP kind, dp) shapes) of every stage that can follow `used` parts,
@@ -178,6 +181,10 @@ class StageConfigs(ProblemPart):
         dims = self.dims(config)
         if config.group_tps:
             return self._per_replica_tp_arrays(config)
+        if config.tp_split:
+            layout = self.dp_layout(config) if config.zero >= 2 else None
+            self.tables.types[config] = [self.across.type_arrays(config, dims, layout, self._position_arrays)]
+            return self.tables.types[config]
         if self.problem.base_problem is not None:
             t = inputs.training
             sharding = Sharding(t.dtype, inputs.micro_batch, t.seq_len, t.attention, dims.within_replica,
@@ -261,20 +268,35 @@ class StageConfigs(ProblemPart):
         self.tables.types[config] = out
         return out
 
+    def _position_arrays(self, group_index: int, dims: StageDims, sh: Sharding, layout: DpLayout | None,
+                         dec, tp_link) -> tuple:
+        """(_replica_arrays' arrays, its overflow) of one TP position across GPU types (AcrossTypes): its
+        slice `dec` on node group i's GPU, its TP collectives over `tp_link`; once per slice."""
+        key = ("across", group_index, dims, sh.recompute, layout, dec.params, dec.config, tp_link)
+        priced = self.tables.replica_arrays.get(key)
+        if priced is None:
+            priced = self.tables.replica_arrays[key] = self._replica_arrays(
+                group_index, dims, sh, None, layout, None, False, False, dec, tp_link)[:2]
+        return priced
+
     def _replica_arrays(self, group_index: int, dims: StageDims, sh: Sharding, ep_group, layout: DpLayout | None,
-                        expert_layout: DpLayout | None, offload: bool, block: bool) -> tuple:
+                        expert_layout: DpLayout | None, offload: bool, block: bool, dec=None, tp_link=None) -> tuple:
         """type_arrays for the replicas on node group i: (the TypeArrays fields after count and
-        group, the overflow a "does not fit" message reports, recompute "block"'s BlockPrices)."""
+        group, the overflow a "does not fit" message reports, recompute "block"'s BlockPrices);
+        `dec`, `tp_link`: a decoder slice and its TP group's link (AcrossTypes), else the model's
+        decoder and the group's intra-node link."""
         inputs, t = self.inputs, self.inputs.training
         n = inputs.blocks
         group = inputs.groups[group_index]
+        decoder = inputs.dec if dec is None else dec
+        link = group.intra_node if tp_link is None else tp_link
         gpu = group.gpu
         p = inputs.options.params_for(gpu.name)
         cp_link = None
         if dims.group_gpus > group.gpus_per_node:  # the CP ring spans nodes (replica_pricer.replica_links)
             cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
-        dec, emb, head = (layer_price(layer, sh, gpu, group.intra_node, p, cp_link, ep_group)
-                          for layer in (inputs.dec, inputs.emb, inputs.head))
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p, cp_link, ep_group)
+                          for layer in (decoder, inputs.emb, inputs.head))
         block_prices = None
         if block:
             full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link, ep_group)
@@ -283,14 +305,14 @@ class StageConfigs(ProblemPart):
         worst = (-INF, "")
         # the spans depend on the replica's own dimensions alone (span_price: dims.within_replica), not on
         # its stage's replica count, ZeRO stage or offload: built once, their totals kept (SpanPrice)
-        span_key = ("spans", group_index, dims.within_replica, sh, ep_group)
+        span_key = ("spans", group_index, dims.within_replica, sh, ep_group, decoder.params, decoder.config, link)
         spans = self.tables.replica_arrays.get(span_key)
         if spans is None:
             spans = self.tables.replica_arrays[span_key] = {
                 (has_head, has_emb): span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
                 for has_head, has_emb in product((False, True), repeat=2)}
         # the decoder weights FSDP all-gathers in fp8 (replica_pricer: fp8_gather_params of the span's layers)
-        fp8_gathered = n * fp8_gather_block_params(inputs.dec.weight_params, inputs.dec.expert_params, dims, t.dtype,
+        fp8_gathered = n * fp8_gather_block_params(decoder.weight_params, decoder.expert_params, dims, t.dtype,
                                                    p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
         for has_head, has_emb in product((False, True), repeat=2):
             span = spans[(has_head, has_emb)]
@@ -319,7 +341,7 @@ class StageConfigs(ProblemPart):
                 need = -(-inputs.num_blocks // most_stages)
                 over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                 worst = max(worst, (over, gpu.name))
-        arrays = (times, bwds, params, experts, rooms, boundary_bytes(inputs.dec, sh), p, cp_link, wgrads, wgrad_shares)
+        arrays = (times, bwds, params, experts, rooms, boundary_bytes(decoder, sh), p, cp_link, wgrads, wgrad_shares)
         return arrays, worst, block_prices
 
     def dims(self, config: StageConfig) -> StageDims:
@@ -327,8 +349,9 @@ class StageConfigs(ProblemPart):
         dims = self.tables.dims.get(config)
         if dims is None:
             sp = self.inputs.restriction.sequence_parallel and max(config.group_tps or (config.tp,)) > 1
-            dp = sum(StageDims(config.group_tp(i), cp=config.cp).replicas_on(n * self.inputs.groups[i].gpus_per_node)
-                     for i, n in enumerate(config.nodes) if n)
+            dp = self.across.replicas(config) if config.tp_split else \
+                sum(StageDims(config.group_tp(i), cp=config.cp).replicas_on(n * self.inputs.groups[i].gpus_per_node)
+                    for i, n in enumerate(config.nodes) if n)
             dims = self.tables.dims[config] = StageDims(config.tp, sp, dp, config.zero, config.cp, config.cp_kind,
                                                         ep=config.ep)
         return dims
@@ -338,6 +361,8 @@ class StageConfigs(ProblemPart):
         replicas per node, the intra- and per-GPU inter-node links (collective_links)."""
         inputs = self.inputs
         layout = self.tables.dp_layouts.get(config)
+        if layout is None and config.tp_split:
+            layout = self.tables.dp_layouts[config] = self.across.layout(config)
         if layout is None:
             dims = self.dims(config)
             # gradients are reduced over dp x cp ranks (StageDims.grad_reduce_ranks), one per TP group

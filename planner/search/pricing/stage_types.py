@@ -81,6 +81,9 @@ class SolverOptions:
     # a stage over several node groups may give each group's replicas its own TP degree (per-replica TP,
     # planner.plan.Replica.tp; Sailor, FlashFlex), where the runtime runs it (Capability.per_replica_tp)
     per_replica_tp: bool = True
+    # a stage on mixed nodes may form TP groups across their GPU types with uneven heads and FFN columns
+    # (planner.search.pricing.across_types; HAP), where the runtime runs them (Capability.uneven_tp_shares)
+    tp_across_types: bool = True
     gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
     # the runtime whose capability bounds the search (planner.cost.runtimes.capability);
     # None: the one the plan is priced for (Training.runtime)
@@ -173,9 +176,21 @@ class StageConfig:
     # per-replica TP (planner.plan.Replica.tp): the TP degree of each node group's replicas (0 where the
     # stage has none of its nodes), `tp` being the least of them; (): every replica at `tp`
     group_tps: tuple[int, ...] = ()
+    # a TP group across the GPU types of mixed nodes (StageConfigs._across_type_shapes): its (query heads,
+    # FFN columns) per TP position, type by type (planner.plan.Stage.tp_heads, tp_ffn); (): none
+    tp_split: tuple[tuple[int, ...], tuple[int, ...]] | tuple = ()
 
     def groups(self) -> frozenset[int]:
-        return frozenset(i for i, n in enumerate(self.nodes) if n)
+        """The node groups of its replicas' first ranks, which send and receive its pipeline messages
+        (cost.paths.boundary_link): every group it holds, but the first type's across GPU types."""
+        held = [i for i, n in enumerate(self.nodes) if n]
+        return frozenset(held[:1] if self.tp_split else held)
+
+    @property
+    def family(self) -> tuple:
+        """The configurations the search merges as one (Problem.transitions): on its nodes, with TP groups
+        within a GPU type or across types."""
+        return (self.nodes, bool(self.tp_split))
 
     def group_tp(self, group: int) -> int:
         """The TP degree of the stage's replicas on node group `group`."""
@@ -186,7 +201,7 @@ class StageConfig:
         known = self.__dict__.get("_hash")
         if known is None:
             known = hash((self.nodes, self.tp, self.recompute, self.zero, self.cp, self.cp_kind, self.ep, self.offload,
-                          self.group_tps))
+                          self.group_tps, self.tp_split))
             object.__setattr__(self, "_hash", known)
         return known
 
@@ -333,7 +348,7 @@ class Catalog:
     config_objects: dict[int, tuple[StageConfig, int]] = field(default_factory=dict)  # id(config) -> (it, its id)
     fitting: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], int]]] = field(default_factory=dict)
     families: list[tuple[int, ...]] = field(default_factory=list)
-    family_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
+    family_ids: dict[tuple, int] = field(default_factory=dict)  # by StageConfig.family
     signatures: list[tuple[Link, ...]] = field(default_factory=list)
     signature_ids: dict[tuple, int] = field(default_factory=dict)
 

@@ -107,9 +107,10 @@ class Problem:
 
     def transitions(self, used: tuple[int, ...]) -> list[tuple[int, tuple[int, ...], int]]:
         """(family id, nodes used after it, its signature id) for every node vector that fits.
-        A family is every config on one node vector (tp, recompute, ZeRO stage)."""
+        A family is every config on one node vector (tp, recompute, ZeRO stage), its TP groups within a
+        GPU type or across types (StageConfig.family)."""
         if used not in self.catalog.fitting:
-            families: dict[tuple[int, ...], list[int]] = {}
+            families: dict[tuple, list[int]] = {}  # by StageConfig.family
             # the configurations are the same for every problem sharing these tables (PriceTables)
             key = (used, self.inputs.chunked, self.inputs.schedule.split_backward)
             configs = self.tables.config_lists.get(key)
@@ -128,15 +129,15 @@ class Problem:
                         cid = self.catalog.config_ids[config] = len(self.catalog.configs)
                         self.catalog.configs.append(config)
                     known = by_object[id(config)] = (config, cid)
-                families.setdefault(config.nodes, []).append(known[1])
+                families.setdefault(config.family, []).append(known[1])
             out = []
-            for nodes, members in families.items():
-                if nodes not in self.catalog.family_ids:
-                    self.catalog.family_ids[nodes] = len(self.catalog.families)
+            for family, members in families.items():
+                if family not in self.catalog.family_ids:
+                    self.catalog.family_ids[family] = len(self.catalog.families)
                     self.catalog.families.append(tuple(members))
-                new_used = self.inputs.parts.after(used, nodes)
-                groups = frozenset(i for i, n in enumerate(nodes) if n)
-                out.append((self.catalog.family_ids[nodes], new_used, self.links.signature_id(groups)))
+                first = self.catalog.configs[members[0]]
+                new_used = self.inputs.parts.after(used, first.nodes)
+                out.append((self.catalog.family_ids[family], new_used, self.links.signature_id(first.groups())))
             self.catalog.fitting[used] = out
         return self.catalog.fitting[used]
 
@@ -319,6 +320,9 @@ class Problem:
     def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
         (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
+        if config.tp_split:
+            return self.stage_configs.across.tail(config, types, self.stage_configs.dims(config),
+                                                  self.stage_configs.dp_layout(config), flags)
         slow = min(types, key=lambda ta: (min(f for _, f in ta.group.gpu.peak_flops), ta.group.gpu.name))
         min_bwd = reduce(np.minimum, [ta.bwd[flags] for ta in types])
         groups = [i for i, n in enumerate(config.nodes) if n]  # types' order
