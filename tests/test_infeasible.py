@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planner.cli import main
+from planner.core.errors import NoFeasiblePlan
 from planner.inputs.hardware import GIB, load_cluster
 from planner.search.bounds.layer_floor import unplaceable_layer
 from planner.inputs.model import load_model
@@ -74,3 +75,33 @@ def test_no_layer_is_unplaceable_when_one_sample_fits():
                               SolverOptions(micro_batches=(2,), cp_degrees=(1,))))
     assert floor is not None and floor.layer == "head" and floor.gpu == "A100-SXM4-80GB" and floor.tp == 8
     assert floor.over_bytes > 0
+
+
+def test_a_model_whose_states_exceed_every_gpu_together_fails_at_once_naming_both_sizes():
+    result = plan("plan", "--model", "llama-3.1-405b", "--cluster", "consumer-3090-4090", "--global-batch", "64",
+                  "--seq-len", "2048")
+    assert result.exit_code == 1, result.stderr
+    model, cluster = load_model("llama-3.1-405b"), load_cluster("consumer-3090-4090")
+    # ZeRO-Offload (the default runtime's) leaves the bf16 parameters and gradients: 4 bytes each
+    need = 4 * sum(layer.params for layer in model.layers) / GIB
+    hold = sum(g.num_gpus * (g.gpu.memory_bytes / GIB - 2.0) for g in cluster.groups)  # less 2 GiB reserved
+    assert f"need {need:,.1f} GiB of GPU memory however they are sharded, and the 16 GPUs hold {hold:,.1f} GiB" \
+        in result.stderr
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 4))
+def test_the_states_floor_is_below_what_every_plan_that_fits_holds(seed):
+    """states_floor is a bound: a fitting plan's ranks hold at least its figure past their reserve."""
+    from planner.cost.evaluate import evaluate
+    from planner.search.bounds.layer_floor import states_floor
+    from planner.search.orchestration.driver import solve
+    from planner.verify.oracle import TINY_OPTIONS, tiny_instance
+    model, cluster, base = tiny_instance(seed)
+    options = SolverOptions(**TINY_OPTIONS)
+    floor = states_floor(SearchContext(model, cluster, base, options))
+    try:
+        plan = solve(model, cluster, base, options).plan
+    except NoFeasiblePlan:
+        return
+    held = sum(mem.total_bytes - 2.0 * GIB for mem in evaluate(plan).memory_by_rank.values())
+    assert 0 < floor.need_bytes <= held

@@ -94,7 +94,7 @@ def test_csv_rows_columns_and_statuses(base):
             assert r["reason"] and "\n" not in r["reason"]
             assert all(r[c] == "" for c in ("step_time_s", "tokens_per_s", "mfu", "pp", "tp", "dp", "num_gpus_used"))
     assert "nope" in rows[2]["reason"]
-    assert "nothing fits" in rows[4]["reason"]
+    assert "no configuration fits" in rows[4]["reason"] and "GiB" in rows[4]["reason"]
     assert result.stdout == ""
     summary = result.stderr.strip().splitlines()
     assert len(summary) == 1 and "2 ok, 2 infeasible, 2 error" in summary[0], result.stderr

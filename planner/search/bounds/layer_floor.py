@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ...cost.states import model_state_bytes
 from ...core.dims import StageDims
+from ...inputs.devices import QUANTIZED_FORMATS
 from ...inputs.hardware import GIB
 from ...inputs.model import Layer, Model
 from ...plan import Training
@@ -109,6 +110,38 @@ def unplaceable_layer(context: SearchContext) -> LayerFloor | None:
         if closest.over_bytes > 0 and (worst is None or closest.over_bytes > worst.over_bytes):
             worst = closest
     return worst
+
+
+# --- the whole model -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatesFloor:
+    """The model's states against the whole cluster's memory: every parameter's weight (but where fp8
+    parameters may replace it), gradient and (unless ZeRO-Offload moves them to the host) optimizer states
+    sit on some GPU at least once, however they are sharded (ZeRO-3 divides them, never shrinks their sum), in the memory each GPU has past
+    its reserved memory. A bound, not an estimate: activations come on top."""
+
+    need_bytes: float
+    hold_bytes: float
+    offload: bool
+
+    @property
+    def over_bytes(self) -> float:
+        return self.need_bytes - self.hold_bytes
+
+
+def states_floor(context: SearchContext) -> StatesFloor:
+    """StatesFloor of the model's unique parameters (a tied head's matrix once) on every GPU of the cluster."""
+    model, cluster, training, options = context.model, context.cluster, context.training, context.options
+    weights, grads, optimizer = model_state_bytes(sum(layer.params for layer in model.layers), training.dtype, 3, 1,
+                                                  training.optimizer)
+    if training.dtype in QUANTIZED_FORMATS:
+        weights = 0.0  # fp8 parameters may replace the 16-bit weights (cost.fp8.fp8_params_saving)
+    need = weights + grads + (0.0 if options.offload else optimizer)
+    hold = sum(g.num_gpus * (g.gpu.memory_bytes - options.params_for(g.gpu.name).reserved_memory_bytes)
+               for g in cluster.groups)
+    return StatesFloor(need, hold, options.offload)
 
 
 # --- one long sequence ---------------------------------------------------------------------

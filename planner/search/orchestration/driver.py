@@ -22,10 +22,10 @@ from ...core.errors import BadInput, NoFeasiblePlan, NotFoundInTime, NothingFast
 from ...cost.evaluate import Estimate, evaluate
 from ...cost.runtimes.capability import Capability, capability, violations
 from ...inputs.hardware import Cluster
-from ..bounds.layer_floor import layer_floors, unplaceable_layer
+from ..bounds.layer_floor import layer_floors, states_floor, unplaceable_layer
 from ..pricing.across_types import across_types_possible
 from ..pricing.stage_configs import group_tp_degrees
-from .no_plan import layer_too_big, long_sequence, no_plan
+from .no_plan import layer_too_big, long_sequence, no_plan, states_too_big
 from ...inputs.model import Model
 from ...plan import Plan, Training, structural_problems
 from .build import finish_plan
@@ -258,6 +258,9 @@ def _checked_context(context: SearchContext, space: str, cap: Capability) -> Sea
             or model.layers[0].kind != "embedding" or model.layers[-1].kind != "head":
         raise BadInput("the solver needs embedding, decoder blocks and head", "--model")
     context = SearchContext(model, cluster, training, options)
+    states = states_floor(context)
+    if states.over_bytes > 0:
+        raise states_too_big(states, cluster.num_gpus)
     floor = unplaceable_layer(context)
     if floor is not None:
         raise layer_too_big(floor, training, long_sequence(context))

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ...core.errors import NoFeasiblePlan
 from ...inputs.hardware import GIB
 from ...plan import Training
-from ..bounds.layer_floor import LAYER_WORDS, LayerFloor, SequenceFloor, sequence_floor, sequence_floor_text
+from ..bounds.layer_floor import (LAYER_WORDS, LayerFloor, SequenceFloor, StatesFloor, sequence_floor,
+                                  sequence_floor_text)
 from ..pricing.stage_types import SearchContext
 
 
@@ -29,6 +30,16 @@ def _floor_text(floor: LayerFloor, training: Training) -> str:
         sharding += f", recompute {floor.recompute}"
     return (f"the activations of {sample} in {LAYER_WORDS[floor.layer]} need {floor.activation_bytes / GIB:.1f} GiB "
             f"on {floor.gpu} even at {sharding}, more than the {max(0.0, floor.free_bytes) / GIB:.1f} GiB left there")
+
+
+def states_too_big(floor: StatesFloor, num_gpus: int) -> NoFeasiblePlan:
+    """The cause when the model's states alone exceed the memory of every GPU together."""
+    what = "parameters and gradients (ZeRO-Offload keeps the optimizer states on the host)" if floor.offload \
+        else "parameters, gradients and optimizer states"
+    return NoFeasiblePlan(f"no configuration fits: the model's {what} need {floor.need_bytes / GIB:,.1f} GiB of GPU "
+                          f"memory however they are sharded, and the {num_gpus} GPUs hold "
+                          f"{floor.hold_bytes / GIB:,.1f} GiB past their reserved memory; add GPUs or use larger ones",
+                          shortfall_bytes=floor.over_bytes)
 
 
 def layer_too_big(floor: LayerFloor, training: Training, sequence: SequenceFloor | None = None) -> NoFeasiblePlan:
