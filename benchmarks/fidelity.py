@@ -167,6 +167,11 @@ def price(c: Case, overrides: dict | None = None) -> dict:
     per_gpu = {g.name: params_for(g, c.runtime, overrides).with_updates(**dict(c.settings))
                for g in c.plan.cluster.gpu_types}
     est = evaluate(c.plan, per_gpu)
+    for mode in () if est.fits else c.unstated_recompute:
+        saved = evaluate(replace(c.plan, stages=tuple(replace(st, recompute=mode) for st in c.plan.stages)), per_gpu)
+        if saved.fits:
+            est = saved
+            break
     predicted = c.read(est)
     return {"source": c.source, "runtime": c.runtime, "run": c.id, "metric": c.metric,
             "metric_kind": "time" if c.metric == "iteration_time" else "throughput",

@@ -42,7 +42,8 @@ ASSUMPTION = (
     "has no blockwise recipe), and 'not stated' (25.09, whose footnote calls it an 8-bit recipe); "
     "MXFP8 and NVFP4 as the dtypes mxfp8 and nvfp4 (Transformer Engine's MXFP8BlockScaling and "
     "NVFP4BlockScaling). Recompute 'not stated' (no recipe matched "
-    "the row) as none; Megatron's module recompute (recompute_modules) as selective recomputing those "
+    "the row) as none, or where its plan does not fit without recompute, as the first of selective and full "
+    "that fits (the run ran, so it fit: Case.unstated_recompute); Megatron's module recompute (recompute_modules) as selective recomputing those "
     "modules (CostParams.selective_recompute) where the planner prices each of them (core_attn, layernorm, "
     "moe_act), else as none unless it names core_attn (then selective: core-attention recompute); the distributed "
     "optimizer (ZeRO-1: the table's FSDP 0, or not in the table) with bf16 gradient buffers and reduction "
@@ -234,8 +235,9 @@ def moe_case(run: dict) -> Case:
     if skip:
         return Case(**common, skip=skip)
     t = plan.training
+    unstated = ("selective", "full") if str(run["recompute"]) == "not stated" and not priced_modules(run) else ()
     return Case(**common, plan=plan, read=_read(m["metric"], t.global_batch * t.seq_len, len(plan.used_ranks())),
-                settings=run_settings(run))
+                settings=run_settings(run), unstated_recompute=unstated)
 
 
 def moe_cases(path: Path = MOE) -> list[Case]:

@@ -114,6 +114,9 @@ class Case:
     settings: tuple[tuple[str, object], ...] = ()
     max_mem_bytes: float | None = None  # the peak memory the run logged, where it did
     gpus: tuple[str, ...] = ()  # the GPUs' catalog names (as written where the catalog lacks one)
+    # the recompute modes to try, in order, where the source does not state the run's and its plan
+    # does not fit without: the run ran, so it fit (fidelity.price)
+    unstated_recompute: tuple[str, ...] = ()
 
 
 def source_of(run: dict) -> str:

@@ -85,10 +85,8 @@ def test_the_twenty_reference_runs_stay_within_three_percent_median(replayed):
 # Runs the memory model over-counts (or whose unstated or module recompute the replay cannot price),
 # each with the reason; a run leaves the list once it is predicted to fit. NeMo's
 # Nemotron-340B replay keeps Adam's states in bf16 as its recipe states (fidelity_runs.NEMO_OPTIMIZERS).
-KNOWN_OVERCOUNTS: dict[str, str] = {
-    "megatronbridge-moe-25.11-h100-gpt_oss_120b-bf16-64gpu-tp1pp4ep8vp1-mbs4gbs512":
-        "113 GiB of 80: 1F1B keeps 4 micro-batches of 4 x 4096 tokens on stage 0 (74 GiB of activations); "
-        "recompute not stated, replayed as none"}
+# runs that ran and are priced not to fit, each with why (empty: none)
+KNOWN_OVERCOUNTS: dict[str, str] = {}
 
 
 def test_every_public_run_that_ran_is_predicted_to_fit(replayed):
