@@ -54,7 +54,8 @@ def llama_rows(runtime: str = "megatron") -> None:
 
 def oracle_rows(runtimes: list[str], seeds: int) -> None:
     from planner.api.load import resolve_dtype
-    from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
+    from planner.verify.oracle import brute_force
+    from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 
     print("| runtime | instances with a plan | bound above the busy bound | busy bound / optimum (mean, max) "
           "| bound / optimum (mean, max) | violations |")

@@ -20,7 +20,8 @@ from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
 from planner.search.pricing.stage_configs import searched_recompute_modes
 from planner.search.pricing.stage_types import SolverOptions
-from planner.verify.oracle import TINY_OPTIONS, brute_force, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 from .conftest import assert_solves_to_the_optimum, invoke, ok_json
 

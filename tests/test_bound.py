@@ -14,7 +14,8 @@ from planner.search.bounds.completion import block_gpu_seconds, seconds_per_bloc
 from planner.search.decompose import decompose
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import ProblemInputs, SearchContext
-from planner.verify.oracle import TINY_OPTIONS, brute_force, pipeline_instance, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 from .conftest import runtime_base, three_types
 

@@ -9,7 +9,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import best_uniform
-from planner.verify.oracle import TINY_OPTIONS, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 from .conftest import three_types
 

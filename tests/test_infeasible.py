@@ -95,7 +95,7 @@ def test_the_states_floor_is_below_what_every_plan_that_fits_holds(seed):
     from planner.cost.evaluate import evaluate
     from planner.search.bounds.layer_floor import states_floor
     from planner.search.orchestration.driver import solve
-    from planner.verify.oracle import TINY_OPTIONS, tiny_instance
+    from planner.verify.instances import TINY_OPTIONS, tiny_instance
     model, cluster, base = tiny_instance(seed)
     options = SolverOptions(**TINY_OPTIONS)
     floor = states_floor(SearchContext(model, cluster, base, options))

@@ -19,7 +19,8 @@ from planner.search.orchestration.space import uniform_space
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import best_uniform
 from planner.cost.runtimes.capability import capability
-from planner.verify.oracle import TINY_OPTIONS, brute_force, mixed_node_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, mixed_node_instance
 
 WORKSTATION = "workstation-4090-3090"
 
@@ -170,7 +171,7 @@ def test_workstation_plan_uses_both_types_validates_and_launches_each_on_its_cud
 
 def test_a_plan_on_a_workstation_prices_its_node_power_once():
     cluster = cluster_from_spec(box(node_power_W=400))
-    from planner.verify.oracle import model_from_dict
+    from planner.inputs.model import model_from_dict
     from planner.plan import Training
     model = model_from_dict({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2,
                              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 4096,

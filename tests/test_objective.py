@@ -17,7 +17,8 @@ from planner.core.errors import NoFeasiblePlan
 from planner.inputs.hardware import cluster_from_spec
 from planner.search.orchestration.driver import SolverOptions
 from planner.search.subsets import MAX_SUBSETS, Subset, coarse_sizes, subsets
-from planner.verify.oracle import TINY_OPTIONS, brute_force, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 ORACLE_SEEDS = (0, 8, 12, 24, 28, 32)
 

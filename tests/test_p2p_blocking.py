@@ -18,7 +18,8 @@ from planner.plan import Training
 from planner.report.views import critical_lines
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.uniform import uniform_plan
-from planner.verify.oracle import TINY_OPTIONS, brute_force, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 from .conftest import assert_solves_to_the_optimum, runtime_base
 

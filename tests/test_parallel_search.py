@@ -19,7 +19,7 @@ from planner.core.errors import NoFeasiblePlan
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.orchestration.lanes import Lane, Outcome, start_of
 from planner.search.orchestration.parallel import _can_fork
-from planner.verify.oracle import tiny_instance
+from planner.verify.instances import tiny_instance
 
 from .test_time_limit import timed_solve
 
@@ -145,7 +145,7 @@ import sys
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.orchestration.lanes import Lane, Outcome
 from planner.search.pricing.shares import IlpOptions, solve_shares_ilp
-from planner.verify.oracle import tiny_instance
+from planner.verify.instances import tiny_instance
 
 def run_with_an_ilp(self, index, start):
     solve_shares_ilp(64, [1.0, 1.3, 2.0], [40, 40, 40], IlpOptions("HiGHS"), 1)

@@ -12,7 +12,7 @@ from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Plan, Training, plan_from_json, structural_problems
 from planner.search.orchestration.driver import SolverOptions, solve
-from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 from .conftest import invoke
 

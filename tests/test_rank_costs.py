@@ -18,7 +18,7 @@ from planner.search.bounds.rank_floor import RankBound
 from planner.search.bounds.search_bound import Subproblem
 from planner.search.orchestration.space import subproblems, within
 from planner.search.pricing.stage_types import SearchContext, SolverOptions
-from planner.verify.oracle import TINY_OPTIONS, pipeline_instance
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance
 
 
 

@@ -21,7 +21,8 @@ from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.relabel import relabeled
-from planner.verify.oracle import TINY_OPTIONS, brute_force, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 from .conftest import assert_bad_input, invoke, ok_json
 

@@ -16,7 +16,7 @@ from planner.plan import Plan, Replica, Stage, plan_to_json, uniform_plan
 from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import UniformSpace, improving_uniform
-from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 from planner.verify.plan_checks import check_plan_data
 
 from .conftest import runtime_base

@@ -9,7 +9,8 @@ import pytest
 from planner.core.errors import NoFeasiblePlan
 from planner.cost.runtimes.capability import violations
 from planner.search.orchestration.driver import SolverOptions, solve
-from planner.verify.oracle import TINY_OPTIONS, brute_force, per_replica_tp_instance, pipeline_instance, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, per_replica_tp_instance, pipeline_instance, tiny_instance
 
 from .conftest import assert_solves_to_the_optimum, runtime_base
 

@@ -12,7 +12,7 @@ from planner.search.decompose import decompose
 from planner.search.pricing.shares import UNCAPPED, min_makespan
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.pricing.stages import Problem, SolverOptions
-from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 
 

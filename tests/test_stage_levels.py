@@ -12,7 +12,7 @@ from planner.search.decompose import decompose
 from planner.search.pricing.shares import min_makespan
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.pricing.stages import INF, Problem, SolverOptions, share_cap
-from planner.verify.oracle import TINY_OPTIONS, pipeline_instance, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, pipeline_instance, tiny_instance
 
 
 

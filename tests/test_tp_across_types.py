@@ -19,7 +19,8 @@ from planner.plan import structural_problems
 from planner.plan.tp_shares import FFN_COLUMN_UNIT, across_type_degrees, model_problems, type_splits
 from planner.search.orchestration.driver import solve
 from planner.search.pricing.stages import SolverOptions
-from planner.verify.oracle import TINY_OPTIONS, across_types_instance, brute_force
+from planner.verify.oracle import brute_force
+from planner.verify.instances import TINY_OPTIONS, across_types_instance
 
 from .conftest import assert_solves_to_the_optimum
 

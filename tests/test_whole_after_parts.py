@@ -12,7 +12,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Training, structural_problems
 from planner.search.orchestration.driver import SolverOptions, solve
-from planner.verify.oracle import TINY_OPTIONS, tiny_instance
+from planner.verify.instances import TINY_OPTIONS, tiny_instance
 
 from .conftest import three_types
 

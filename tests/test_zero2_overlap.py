@@ -16,7 +16,8 @@ from planner.cost.formulas import DEFAULT_PARAMS
 from planner.cost.runtimes import get_runtime, training_params
 from planner.inputs.hardware import Link
 from planner.search.orchestration.driver import SolverOptions
-from planner.verify.oracle import brute_force, pipeline_instance, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import pipeline_instance, tiny_instance
 
 from .conftest import assert_solves_to_the_optimum
 from .test_llama405b_meta import meta_request

@@ -15,7 +15,8 @@ from planner.search.pricing.shares import UNCAPPED, min_makespan, solve_shares_i
 from planner.search.pricing.stage_types import SearchContext, deferred_share_cap
 from planner.search.orchestration.space import subproblems, within
 from planner.cost.runtimes.capability import capability
-from planner.verify.oracle import brute_force, pipeline_instance, tiny_instance
+from planner.verify.oracle import brute_force
+from planner.verify.instances import pipeline_instance, tiny_instance
 
 
 ZB_OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"), virtual_stages=(1,),
