@@ -48,7 +48,8 @@ def _small_llama(rng: random.Random, name: str, blocks: int, kv_heads: tuple[int
     and `blocks` blocks, its hidden size, KV heads (one of `kv_heads`) and sequence drawn from `rng`."""
     hidden = rng.choice([1024, 2048])
     config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": blocks,
-              "num_attention_heads": 8, "num_key_value_heads": rng.choice(kv_heads) if len(kv_heads) > 1 else kv_heads[0],
+              "num_attention_heads": 8,
+              "num_key_value_heads": rng.choice(kv_heads) if len(kv_heads) > 1 else kv_heads[0],
               "intermediate_size": hidden * 4, "vocab_size": 4096}
     model = model_from_dict(config, name)
     seq_len = rng.choice([1024, 2048])

@@ -118,9 +118,10 @@ def unplaceable_layer(context: SearchContext) -> LayerFloor | None:
 @dataclass(frozen=True)
 class StatesFloor:
     """The model's states against the whole cluster's memory: every parameter's weight (but where fp8
-    parameters may replace it), gradient and (unless ZeRO-Offload moves them to the host) optimizer states
-    sit on some GPU at least once, however they are sharded (ZeRO-3 divides them, never shrinks their sum), in the memory each GPU has past
-    its reserved memory. A bound, not an estimate: activations come on top."""
+    parameters may replace it), gradient and (unless ZeRO-Offload moves them to the host) optimizer
+    states sit on some GPU at least once, however they are sharded (ZeRO-3 divides them, never shrinks
+    their sum), in the memory each GPU has past its reserved memory. A bound, not an estimate:
+    activations come on top."""
 
     need_bytes: float
     hold_bytes: float

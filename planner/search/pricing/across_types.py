@@ -39,7 +39,7 @@ class AcrossTypes(ProblemPart):
         out = []
         for members in self.machines():
             if len({used[i] for i in members}) != 1:
-                continue  # a type's nodes taken apart: the node's types no longer sit together
+                continue  # its types used apart: their next nodes are not the same nodes
             counts = tuple(inputs.groups[i].gpus_per_node for i in members)
             left = inputs.groups[members[0]].nodes - used[members[0]]
             for tp in across_type_degrees(counts, inputs.options.tp_degrees):
@@ -98,10 +98,10 @@ class AcrossTypes(ProblemPart):
         return dp_layout(self.inputs.cluster, [ranks[0] for ranks in self.replica_ranks(config, 0)])
 
     def type_arrays(self, config: StageConfig, dims: StageDims, layout: DpLayout | None, replica_arrays) -> TypeArrays:
-        """One type for every replica: each position's arrays (replica_arrays(group index, dims, sharding,
-        layout, decoder, TP link) -> (StageConfigs._replica_arrays' arrays, its overflow)), the replica's time their most (ties: the
-        first), its backward that position's, its room their least. The positions' arrays are kept
-        (position_arrays) for the tail."""
+        """One type for every replica, from each position's arrays (`replica_arrays(group index, dims,
+        sharding, layout, decoder, TP link)` -> (StageConfigs._replica_arrays' arrays, its overflow)): the
+        replica's time their most (ties: the first), its backward that position's, its room their least.
+        The positions' arrays are kept in the price tables for the tail."""
         inputs, t = self.inputs, self.inputs.training
         heads, ffn = config.tp_split
         link = tp_group_link(inputs.cluster, self.replica_ranks(config, 0)[0])
