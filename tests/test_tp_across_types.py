@@ -20,7 +20,7 @@ from planner.plan.tp_shares import FFN_COLUMN_UNIT, across_type_degrees, model_p
 from planner.search.orchestration.driver import solve
 from planner.search.pricing.stages import SolverOptions
 from planner.verify.oracle import brute_force
-from planner.verify.instances import TINY_OPTIONS, across_types_instance
+from planner.verify.instances import TINY_OPTIONS, across_types_instance, three_type_node_instance
 
 from .conftest import assert_solves_to_the_optimum
 
@@ -76,6 +76,21 @@ def test_solver_equals_brute_force_across_gpu_types(seed):
         expected = float("inf")
     # the oracle's space holds the search's whole-node one; its uniform seed finds no better here
     assert_solves_to_the_optimum(expected, model, cluster, base, SolverOptions(**TINY_OPTIONS))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12))
+def test_solver_equals_brute_force_across_three_gpu_types(seed):
+    model, cluster, base = three_type_node_instance(seed)
+    options = dict(TINY_OPTIONS, tp_degrees=(1, 2, 4), virtual_stages=(1,))
+    try:
+        expected = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                               options["recompute_modes"], virtual_stages=(1,))[0]
+    except NoFeasiblePlan:
+        expected = float("inf")
+    result = assert_solves_to_the_optimum(expected, model, cluster, base, SolverOptions(**options))
+    if seed == 3:  # one TP-4 group over the three types, split four ways
+        assert result.plan.stages[0].tp == 4 and len(result.plan.stages[0].tp_heads) == 4
 
 
 @pytest.mark.slow

@@ -126,3 +126,18 @@ def across_types_instance(seed: int):
            "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}}
     cluster = cluster_from_spec({"name": f"across-{seed}", "gpus": gpus, "node_groups": [box]})
     return model, cluster, Training(rng.choice([1, 2, 4]), seq_len, "fp16", 1, runtime="any")
+
+
+def three_type_node_instance(seed: int):
+    """One node of three GPU types (one, two and one GPUs) on a fast fabric, memory for about half the model
+    per GPU: TP groups over every type of the node, split three ways, compete with pipelines and TP within a
+    type (solved with TP degrees up to 4)."""
+    rng = random.Random(9000 + seed)
+    model, seq_len, need = _small_llama(rng, f"tri-{seed}", rng.choice([2, 3]), kv_heads=(4, 8))
+    first, second, third = rng.sample(GPU_CHOICES, 3)
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.3, 0.8) * need / 2**30} for g in (first, second, third)}
+    box = {"name": "box", "gpu": [first, second, second, third], "nodes": 1,
+           "intra_node": {"bandwidth_GBps": rng.choice([50, 150]), "latency_us": 3},
+           "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}}
+    cluster = cluster_from_spec({"name": f"tri-{seed}", "gpus": gpus, "node_groups": [box]})
+    return model, cluster, Training(rng.choice([1, 2]), seq_len, "fp16", 1, runtime="any")
