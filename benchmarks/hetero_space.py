@@ -193,9 +193,9 @@ def hap_plan(model, cluster, micro_batch: int, zero: int, heads=(), ffn=()) -> P
 
 def hap_rows(time_limit_s: float) -> list[dict]:
     """On the workstation, per batch: `planner plan --runtime any` without and with TP groups across its
-    types; on the larger batch, TP groups over both types with even shards, then with the fastest split of
-    every one (each rank whole heads and 64-column FFN units: a wider space than the search's one ratio per
-    GPU), each at its best micro-batch and ZeRO stage that fit."""
+    types, their splits in one ratio per GPU and apart; on the larger batch, TP groups over both types with
+    even shards, then with the fastest split of one ratio per GPU and of heads and columns apart (each rank
+    whole heads and 64-column FFN units), each at its best micro-batch and ZeRO stage that fit."""
     path = ROOT / "profiles" / "clusters" / "workstation-4090-3090.yaml"
     cluster, model = load_cluster(str(path)), load_model(HAP_MODEL)
     heads, ffn = model.config.num_heads, model.config.ffn_hidden
@@ -207,6 +207,8 @@ def hap_rows(time_limit_s: float) -> list[dict]:
         rows.append({**planner_row(f"{label}: planner plan --runtime any --no-tp-across-types",
                                    replace(request, tp_across_types=False)), "first": True})
         rows.append(planner_row(f"{label}: planner plan --runtime any", request))
+        rows.append(planner_row(f"{label}: planner plan --runtime any --tp-splits apart",
+                                replace(request, tp_splits="apart")))
     label = f"{HAP_MODEL} on {path.stem}, {HAP_BATCH} x {HAP_SEQ}"
     one_ratio = set(type_splits(model.config, (1, 1)))
     splits = [((), ())] + [((h, heads - h), (f, ffn - f)) for h in range(1, heads)
@@ -222,8 +224,8 @@ def hap_rows(time_limit_s: float) -> list[dict]:
                     if est.fits and (kind not in best or est.step_time_s < best[kind][1].step_time_s):
                         best[kind] = (plan, est)
     for kind, name in (("even", "TP 2 over an RTX-4090 and an RTX-3090, even shards"),
-                       ("one ratio", "the same, the fastest split of the search's form (one ratio per GPU)"),
-                       ("any", "the same, the fastest split of heads and FFN columns apart")):
+                       ("one ratio", "the same, the fastest split of one ratio per GPU (--tp-splits ratio)"),
+                       ("any", "the same, the fastest split of heads and FFN columns apart (--tp-splits apart)")):
         plan, est = best[kind]
         stage = plan.stages[0]
         shards = f", ffn {'/'.join(map(str, stage.tp_ffn))}" if stage.uneven_tp else ""
@@ -280,10 +282,11 @@ def main() -> None:
             "(\"vs above\": the change of the step).\n\n" + table(mixed) + "\n\n"
             "A HAP-like setting: TP groups over two GPU types of one node (the workstation). Per batch, the "
             "`planner plan --runtime any` plan without TP groups across the types, then with them in its "
-            "space (uneven heads and FFN columns, one ratio per GPU: docs/solver.md). Then, on the larger "
+            "space (uneven heads and FFN columns, one ratio per GPU: docs/solver.md), then with heads and "
+            "columns split apart (`--tp-splits apart`). Then, on the larger "
             "batch, TP groups each of an RTX-4090 and an RTX-3090 with even shards, with the fastest split "
-            "of the search's form and with the fastest split of heads and FFN columns apart (every split "
-            "priced, a wider space than the search's), each at its best micro-batch and ZeRO stage "
+            "of one ratio per GPU and with the fastest split of heads and FFN columns apart (every split "
+            "of each form priced, as the search prices them), each at its best micro-batch and ZeRO stage "
             "(\"vs above\": the change of the step).\n\n"
             + table(hap) + "\n")
 

@@ -79,6 +79,28 @@ def test_solver_equals_brute_force_across_gpu_types(seed):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.exhaustive) for s in range(6, 16))])
+def test_solver_equals_brute_force_over_splits_of_heads_and_columns_apart(seed):
+    model, cluster, base = across_types_instance(seed)
+    try:
+        expected = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
+                               TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
+                               tp_splits="apart")[0]
+    except NoFeasiblePlan:
+        expected = float("inf")
+    options = SolverOptions(**TINY_OPTIONS, tp_splits="apart")
+    result = assert_solves_to_the_optimum(expected, model, cluster, base, options)
+    if seed == 3:  # heads and columns in other ratios: 6/2 heads, 3904/192 columns
+        assert result.plan.stages[0].tp_heads == (6, 2) and result.plan.stages[0].tp_ffn == (3904, 192)
+
+
+def test_splits_apart_hold_every_split_of_the_ratio_form():
+    config = load_model("llama-3-8b").config
+    for positions in ((1, 1), (2, 2)):
+        assert set(type_splits(config, positions)) <= set(type_splits(config, positions, "apart"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 def test_solver_equals_brute_force_across_three_gpu_types(seed):
     model, cluster, base = three_type_node_instance(seed)

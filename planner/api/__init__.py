@@ -139,7 +139,7 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
                             **({"recompute_modes": request.recompute_modes} if request.recompute_modes else {}),
                             offload=request.offload, activation_offload=request.activation_offload,
                             zero_bubble=request.zero_bubble, per_replica_tp=request.per_replica_tp,
-                            tp_across_types=request.tp_across_types,
+                            tp_across_types=request.tp_across_types, tp_splits=request.tp_splits,
                             ilp=IlpOptions("CBC" if request.solver == "cbc" else "HiGHS"),
                             gpu_params=tuple(sorted(measured.items())), **degrees)
     if not any(global_batch % b == 0 for b in options.micro_batches):

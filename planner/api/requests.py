@@ -13,6 +13,7 @@ from ..core.runtime_default import DEFAULT_RUNTIME
 from ..inputs.hardware import Cluster
 from ..inputs.model import ATTENTION_KINDS, Model
 from ..plan import FP8_RECIPE_NAMES, MOE_DISPATCHERS, OPTIMIZER_NAMES, SCHEDULES, STAGE_RECOMPUTE_MODES
+from ..plan.tp_shares import SPLIT_SPACES
 from .flags import Flag, declare
 
 # What `planner plan` plans without options.
@@ -119,6 +120,11 @@ class PlanRequest:
         "--tp-across-types/--no-tp-across-types", "Under --runtime any, let a stage on mixed nodes form TP "
         "groups across their GPU types, the faster GPUs taking more heads and FFN columns (a stage's "
         "`tp_shares`; docs/solver.md).", None, "search", show_default=True)))
+    # the splits of those TP groups (SolverOptions.tp_splits)
+    tp_splits: str = field(default="ratio", metadata=declare(Flag(
+        "--tp-splits", "Under --runtime any, the uneven splits of TP groups across GPU types: `ratio`, one "
+        "ratio per GPU for heads and FFN columns alike (HAP's); `apart`, heads and columns each (wider, "
+        "slower to search; docs/solver.md).", SPLIT_SPACES, "search", show_default=True)))
     # context-parallel degrees to search; () the default (1 2 4 8, long sequences)
     cp_degrees: tuple[int, ...] = field(default=(), metadata=declare(Flag(
         "--cp", "Context-parallel degrees to search (repeatable; 1 is always searched) [default: 1 2 4 8 for "

@@ -106,20 +106,32 @@ def _apportioned(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
-def type_splits(config: ModelConfig, positions: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+# the split spaces the search may try (SolverOptions.tp_splits, `plan --tp-splits`)
+SPLIT_SPACES = ("ratio", "apart")
+
+
+def type_splits(config: ModelConfig, positions: tuple[int, ...],
+                space: str = "ratio") -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every uneven split the search tries for a TP group with `positions[j]` ranks of its j-th GPU type,
     as (query heads, FFN columns) per TP position, type by type: every count of KV-head groups per type
-    (each position at least one), spread evenly over the type's positions, and the FFN columns, in
-    FFN_COLUMN_UNIT units, in proportion to each position's heads (largest remainder). One ratio per GPU
-    for every sharded dimension, as HAP's sharding ratios (Zhang et al., EuroSys'24, sec. 4)."""
+    (each position at least one), spread evenly over the type's positions (the earlier taking the
+    larger), and the FFN columns in FFN_COLUMN_UNIT units. `space` "ratio": the columns in proportion to
+    each position's heads (largest remainder), one ratio per GPU for every sharded dimension, as HAP's
+    sharding ratios (Zhang et al., EuroSys'24); "apart": those and every count of units per type as well
+    (each position at least one), spread evenly alike."""
     group = config.num_heads // config.num_kv_heads
     units, columns = config.num_kv_heads, config.ffn_hidden // FFN_COLUMN_UNIT
     out = []
     for totals in _compositions(units, positions):
         heads = [u for total, n in zip(totals, positions) for u in _spread(total, n)]
-        ffn = _apportioned(columns, heads)
-        if min(ffn) > 0:
-            out.append((tuple(h * group for h in heads), tuple(f * FFN_COLUMN_UNIT for f in ffn)))
+        ffns = [_apportioned(columns, heads)]
+        if space == "apart":
+            spreads = ([u for total, n in zip(ffn_totals, positions) for u in _spread(total, n)]
+                       for ffn_totals in _compositions(columns, positions))
+            ffns += [spread for spread in spreads if spread != ffns[0]]
+        for ffn in ffns:
+            if min(ffn) > 0:
+                out.append((tuple(h * group for h in heads), tuple(f * FFN_COLUMN_UNIT for f in ffn)))
     return out
 
 

@@ -14,7 +14,7 @@ an MoE model's stages also take each expert-parallel degree dividing its experts
 equal shares: the lock-step all-to-all; the largest degree inside one node). A stage on whole nodes of a
 mixed node group (all of its types on each) also takes TP groups across the types (1F1B, cp 1, no
 offload, a runtime with uneven TP shares), each of every degree and every split the search tries
-(planner.plan.tp_shares.type_splits, that split's definition).
+in the form `tp_splits` names (planner.plan.tp_shares.type_splits, the forms' definition).
 """
 
 from __future__ import annotations
@@ -79,17 +79,18 @@ class _StageSpace:
     zero_stages: tuple
     ep_degrees: tuple
     offload: bool
+    tp_splits: str = "ratio"  # the splits of TP groups across GPU types (tp_shares.type_splits)
 
 
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
                 cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False,
-                zero_bubble=False, objective=None) -> tuple[float, Plan | None, int]:
+                zero_bubble=False, objective=None, tp_splits: str = "ratio") -> tuple[float, Plan | None, int]:
     """The least step time over every plan of the space (module docstring), its plan and how many
     plans were priced; `objective(plan, estimate)`: the least of that figure instead (dollars or
     joules per step: tests/test_objective.py)."""
     space = _StageSpace(tuple(tp_degrees), tuple(cp_degrees), tuple(recompute_modes), tuple(zero_stages),
-                        tuple(ep_degrees), offload)
+                        tuple(ep_degrees), offload, tp_splits)
     # the one-chunk schedules: 1F1B, and ZB-H1 (2+ stages) where the runtime runs it
     one_chunk = ("1f1b",) + (("zb-h1",) if zero_bubble and "zb-h1" in capability(runtime).schedules else ())
     best, best_plan, count = float("inf"), None, 0
@@ -189,7 +190,7 @@ def _across_options(model: Model, training: Training, mem: list, space: _StageSp
     for tp in across_type_degrees(counts, space.tp_degrees):
         per_node = sum(counts) // tp
         replicas = len(nodes) * per_node
-        for heads, ffn in type_splits(model.config, tuple(c // per_node for c in counts)):
+        for heads, ffn in type_splits(model.config, tuple(c // per_node for c in counts), space.tp_splits):
             out += [(_Across(tp, heads, ffn), 1, rc, zero, 1, False) for rc in space.recompute_modes if rc != "block"
                     for zero in (space.zero_stages if replicas > 1 else (0,))]
     return out

@@ -45,7 +45,7 @@ class AcrossTypes(ProblemPart):
             for tp in across_type_degrees(counts, inputs.options.tp_degrees):
                 per_node = sum(counts) // tp
                 positions = tuple(c // per_node for c in counts)
-                splits = type_splits(inputs.model.config, positions)
+                splits = type_splits(inputs.model.config, positions, inputs.options.tp_splits)
                 for n in range(1, left + 1):
                     dp = n * per_node
                     if fixed.dp not in (None, dp) or not inputs.options.allows_dp(dp):
@@ -196,7 +196,8 @@ def across_block_seconds(inputs, group_index: int, modes) -> float:
         for tp in across_type_degrees(counts, inputs.options.tp_degrees):
             per_node = sum(counts) // tp
             gpus = [g.gpu for g, c in zip(groups, counts) for _ in range(c // per_node)]
-            for heads, ffn in type_splits(inputs.model.config, tuple(c // per_node for c in counts)):
+            for heads, ffn in type_splits(inputs.model.config, tuple(c // per_node for c in counts),
+                                          inputs.options.tp_splits):
                 slices = [sliced_decoder(inputs.dec, tp, h, f) for h, f in zip(heads, ffn)]
                 for sp in (False, True):
                     for mode in modes:

@@ -84,6 +84,9 @@ class SolverOptions:
     # a stage on mixed nodes may form TP groups across their GPU types with uneven heads and FFN columns
     # (planner.search.pricing.across_types; HAP), where the runtime runs them (Capability.uneven_tp_shares)
     tp_across_types: bool = True
+    # ... their splits (planner.plan.tp_shares.type_splits): "ratio", one ratio per GPU for heads and FFN
+    # columns alike; "apart", heads and columns each (wider, far more configurations)
+    tp_splits: str = "ratio"
     gpu_params: tuple[tuple[str, CostParams], ...] = ()  # per GPU type, e.g. measured times
     # the runtime whose capability bounds the search (planner.cost.runtimes.capability);
     # None: the one the plan is priced for (Training.runtime)
