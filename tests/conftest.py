@@ -254,6 +254,21 @@ def assert_solves_to_the_optimum(expected: float, model, cluster, base, options,
     return result
 
 
+def solved_plans(instance, seeds, options) -> list:
+    """The solver's plan of each seeded instance (`instance(seed)` -> model, cluster, training) that has one."""
+    from planner.core.errors import NoFeasiblePlan
+    from planner.search.orchestration.driver import solve
+
+    plans = []
+    for seed in seeds:
+        model, cluster, base = instance(seed)
+        try:
+            plans.append(solve(model, cluster, base, options).plan)
+        except NoFeasiblePlan:
+            continue
+    return plans
+
+
 def solve_with_and_without_skips(monkeypatch, bound: type, model, cluster, base, options) -> tuple:
     """driver.solve as it is, then with the skip test of `bound` (RestrictionBound, AnyRuntimeBound:
     the bounds planner.search.orchestration.lanes skips searches by) never skipping: (pruned

@@ -22,6 +22,8 @@ from planner.cost.runtimes.capability import capability
 from planner.verify.oracle import brute_force
 from planner.verify.instances import TINY_OPTIONS, mixed_node_instance
 
+from .conftest import solved_plans
+
 WORKSTATION = "workstation-4090-3090"
 
 
@@ -139,12 +141,8 @@ def test_solver_equals_brute_force_on_mixed_nodes(seed):
 @pytest.mark.slow
 def test_mixed_node_instances_plan_over_both_types_somewhere():
     both = 0
-    for seed in range(12):
-        model, cluster, base = mixed_node_instance(seed)
-        try:
-            plan = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).plan
-        except NoFeasiblePlan:
-            continue
+    for plan in solved_plans(mixed_node_instance, range(12), SolverOptions(**TINY_OPTIONS)):
+        cluster = plan.cluster
         machines = {cluster.group_of_rank(r).name for st in plan.stages for rep in st.replicas for r in rep.ranks}
         both += {"box/" + g.gpu.name for g in cluster.groups if g.machine} <= machines
     assert both >= 3

@@ -17,12 +17,11 @@ from planner.inputs.hardware import load_cluster
 from planner.inputs.model import load_model
 from planner.plan import structural_problems
 from planner.plan.tp_shares import FFN_COLUMN_UNIT, across_type_degrees, model_problems, type_splits
-from planner.search.orchestration.driver import solve
 from planner.search.pricing.stages import SolverOptions
 from planner.verify.oracle import brute_force
 from planner.verify.instances import TINY_OPTIONS, across_types_instance, three_type_node_instance
 
-from .conftest import assert_solves_to_the_optimum
+from .conftest import assert_solves_to_the_optimum, solved_plans
 
 WORKSTATION = "profiles/clusters/workstation-4090-3090.yaml"
 
@@ -117,15 +116,8 @@ def test_solver_equals_brute_force_across_three_gpu_types(seed):
 
 @pytest.mark.slow
 def test_some_instances_are_won_by_a_tp_group_across_the_types():
-    across = 0
-    for seed in range(16):
-        model, cluster, base = across_types_instance(seed)
-        try:
-            plan = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).plan
-        except NoFeasiblePlan:
-            continue
-        across += any(st.uneven_tp for st in plan.stages)
-    assert across >= 4
+    plans = solved_plans(across_types_instance, range(16), SolverOptions(**TINY_OPTIONS))
+    assert sum(any(st.uneven_tp for st in plan.stages) for plan in plans) >= 4
 
 
 def _workstation_plan(**changes):
