@@ -254,6 +254,19 @@ def assert_solves_to_the_optimum(expected: float, model, cluster, base, options,
     return result
 
 
+def oracle_optimum(model, cluster, base, options: dict, **space) -> float:
+    """The brute force's least step time over `options`' micro-batches, TP degrees, recompute modes and
+    virtual stages (and `space`, more of brute_force's arguments); inf where no plan fits."""
+    from planner.core.errors import NoFeasiblePlan
+    from planner.verify.oracle import brute_force
+
+    try:
+        return brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                           options["recompute_modes"], virtual_stages=options["virtual_stages"], **space)[0]
+    except NoFeasiblePlan:
+        return float("inf")
+
+
 def solved_plans(instance, seeds, options) -> list:
     """The solver's plan of each seeded instance (`instance(seed)` -> model, cluster, training) that has one."""
     from planner.core.errors import NoFeasiblePlan

@@ -19,10 +19,9 @@ from planner.search.orchestration.space import uniform_space
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import best_uniform
 from planner.cost.runtimes.capability import capability
-from planner.verify.oracle import brute_force
 from planner.verify.instances import TINY_OPTIONS, mixed_node_instance
 
-from .conftest import solved_plans
+from .conftest import oracle_optimum, solved_plans
 
 WORKSTATION = "workstation-4090-3090"
 
@@ -113,11 +112,7 @@ def _oracle_optimum(seed: int) -> float:
     """The least step time over the oracle's whole-node plans and the solver's uniform plans on parts
     of nodes (its seed space: planner.search.orchestration.driver), inf where neither fits."""
     model, cluster, base = mixed_node_instance(seed)
-    try:
-        expected = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
-                               TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"])[0]
-    except NoFeasiblePlan:
-        expected = float("inf")
+    expected = oracle_optimum(model, cluster, base, TINY_OPTIONS)
     options = SolverOptions(**TINY_OPTIONS)
     uniform = best_uniform(SearchContext(model, cluster, base, options),
                            uniform_space(options, capability("any"), whole_nodes=False))

@@ -10,7 +10,6 @@ import pytest
 
 from planner.api import plan as api_plan
 from planner.api.requests import PlanRequest
-from planner.core.errors import NoFeasiblePlan
 from planner.cost.evaluate import evaluate
 from planner.cost.paths import tp_group_link
 from planner.inputs.hardware import load_cluster
@@ -18,10 +17,9 @@ from planner.inputs.model import load_model
 from planner.plan import structural_problems
 from planner.plan.tp_shares import FFN_COLUMN_UNIT, across_type_degrees, model_problems, type_splits
 from planner.search.pricing.stages import SolverOptions
-from planner.verify.oracle import brute_force
 from planner.verify.instances import TINY_OPTIONS, across_types_instance, three_type_node_instance
 
-from .conftest import assert_solves_to_the_optimum, solved_plans
+from .conftest import assert_solves_to_the_optimum, oracle_optimum, solved_plans
 
 WORKSTATION = "profiles/clusters/workstation-4090-3090.yaml"
 
@@ -68,11 +66,7 @@ def test_a_tp_group_inside_one_node_of_a_lab_talks_over_the_nodes_fabric():
 @pytest.mark.parametrize("seed", range(16))
 def test_solver_equals_brute_force_across_gpu_types(seed):
     model, cluster, base = across_types_instance(seed)
-    try:
-        expected = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
-                               TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"])[0]
-    except NoFeasiblePlan:
-        expected = float("inf")
+    expected = oracle_optimum(model, cluster, base, TINY_OPTIONS)
     # the oracle's space holds the search's whole-node one; its uniform seed finds no better here
     assert_solves_to_the_optimum(expected, model, cluster, base, SolverOptions(**TINY_OPTIONS))
 
@@ -81,12 +75,7 @@ def test_solver_equals_brute_force_across_gpu_types(seed):
 @pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.exhaustive) for s in range(6, 16))])
 def test_solver_equals_brute_force_over_splits_of_heads_and_columns_apart(seed):
     model, cluster, base = across_types_instance(seed)
-    try:
-        expected = brute_force(model, cluster, base, TINY_OPTIONS["micro_batches"], TINY_OPTIONS["tp_degrees"],
-                               TINY_OPTIONS["recompute_modes"], virtual_stages=TINY_OPTIONS["virtual_stages"],
-                               tp_splits="apart")[0]
-    except NoFeasiblePlan:
-        expected = float("inf")
+    expected = oracle_optimum(model, cluster, base, TINY_OPTIONS, tp_splits="apart")
     options = SolverOptions(**TINY_OPTIONS, tp_splits="apart")
     result = assert_solves_to_the_optimum(expected, model, cluster, base, options)
     if seed == 3:  # heads and columns in other ratios: 6/2 heads, 3904/192 columns
@@ -104,11 +93,7 @@ def test_splits_apart_hold_every_split_of_the_ratio_form():
 def test_solver_equals_brute_force_across_three_gpu_types(seed):
     model, cluster, base = three_type_node_instance(seed)
     options = dict(TINY_OPTIONS, tp_degrees=(1, 2, 4), virtual_stages=(1,))
-    try:
-        expected = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
-                               options["recompute_modes"], virtual_stages=(1,))[0]
-    except NoFeasiblePlan:
-        expected = float("inf")
+    expected = oracle_optimum(model, cluster, base, options)
     result = assert_solves_to_the_optimum(expected, model, cluster, base, SolverOptions(**options))
     if seed == 3:  # one TP-4 group over the three types, split four ways
         assert result.plan.stages[0].tp == 4 and len(result.plan.stages[0].tp_heads) == 4
