@@ -9,7 +9,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.clock import SearchClock
-from .bounds.completion import block_gpu_seconds, seconds_per_block_left
+from .bounds.completion import BLOCK_MODES, block_gpu_seconds, seconds_per_block_left
+from .pricing.across_types import across_block_seconds
 from .pricing.stages import INF, Problem, StageConfig, Variant
 
 
@@ -210,7 +211,8 @@ def _per_block_left(problem: Problem):
     """new_used -> the least step time each remaining decoder block adds (completion), cached."""
     tables = problem.tables
     if not tables.kappas:
-        tables.kappas.update((g, block_gpu_seconds(problem.inputs, g)) for g in range(len(problem.groups)))
+        across = across_block_seconds(problem.inputs, BLOCK_MODES)  # once per mixed node, not per type
+        tables.kappas.update((g, block_gpu_seconds(problem.inputs, g, across)) for g in range(len(problem.groups)))
     cache, inputs = tables.per_block_left, problem.inputs
     kappas = tuple(tables.kappas[g] for g in range(len(problem.groups)))
 

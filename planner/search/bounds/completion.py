@@ -31,10 +31,10 @@ __all__ = ["BLOCK_MODES", "block_gpu_seconds", "seconds_per_block_left"]
 BLOCK_MODES = ("none", "selective", "full")
 
 
-def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
+def block_gpu_seconds(inputs: ProblemInputs, group_index: int, across: dict[int, float] | None = None) -> float:
     """kappa: the least tp x cp x (one decoder block's time for one micro-batch on one replica)
     on this group's GPUs over the shardings the search may use (module docstring); 0.0 (no
-    bound) for MoE models."""
+    bound) for MoE models. `across`: across_block_seconds of the inputs, where the caller has it."""
     config = inputs.model.config
     if config is not None and getattr(config, "num_experts", 1) > 1:
         return 0.0
@@ -55,7 +55,8 @@ def block_gpu_seconds(inputs: ProblemInputs, group_index: int) -> float:
                     best = min(best, tp * cp * price.time_s)
     # a TP group across the types of a mixed node: these GPUs' kappa at most tp x its block time, so the
     # bound holds for its stages too (GPUs N_g of its types: sum_g N_g / kappa_g >= replicas / block time)
-    best = min(best, across_block_seconds(inputs, group_index, BLOCK_MODES))
+    across = across_block_seconds(inputs, BLOCK_MODES) if across is None else across
+    best = min(best, across.get(group_index, INF))
     return 0.0 if best == INF else best
 
 

@@ -180,16 +180,15 @@ def split_machines(inputs) -> list[tuple[int, ...]]:
     return out
 
 
-def across_block_seconds(inputs, group_index: int, modes) -> float:
-    """The least tp x (one decoder block's time for one micro-batch on a TP group across the types of
-    group `group_index`'s mixed node, its slowest position's) over the degrees, splits, recompute `modes`
-    and sequence parallelism the search may give it; INF where it splits none (planner.search.bounds.completion:
-    a kappa at most this bounds these groups too)."""
+def across_block_seconds(inputs, modes) -> dict[int, float]:
+    """Per node group of a mixed node the search splits across: the least tp x (one decoder block's time
+    for one micro-batch on a TP group across the node's types, its slowest position's) over the degrees,
+    splits, recompute `modes` and sequence parallelism the search may give it, once per node
+    (planner.search.bounds.completion: a kappa at most this bounds these groups too)."""
     t = inputs.training
-    best = INF
+    out: dict[int, float] = {}
     for members in split_machines(inputs):
-        if group_index not in members:
-            continue
+        best = INF
         groups = [inputs.groups[i] for i in members]
         counts = tuple(g.gpus_per_node for g in groups)
         p = inputs.options.params_for(groups[0].gpu.name)
@@ -205,4 +204,5 @@ def across_block_seconds(inputs, group_index: int, modes) -> float:
                         slowest = max(layer_price(layer, sh, gpu, groups[0].fabric, p).time_s
                                       for layer, gpu in zip(slices, gpus))
                         best = min(best, tp * slowest)
-    return best
+        out.update((i, best) for i in members)
+    return out
