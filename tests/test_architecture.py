@@ -248,7 +248,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Inside planner.search, bottom to top: the parts of a cluster, stage pricing, the lower bounds,
 # the two searches (the DP and the uniform fall-backs), and the orchestration that runs them.
 SEARCH_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("decompose", "power_caps", "relabel"), ("pricing", "subsets"), ("bounds",), ("dp", "uniform"), ("orchestration",),
+    ("decompose", "power_caps", "relabel"), ("pricing", "subsets"), ("bounds", "relax"), ("dp", "uniform"), ("orchestration",),
 )
 SEARCH = "planner.search"
 

@@ -20,7 +20,7 @@ def _direct_x(problem: Problem, cid: int, from_end: int, has_emb: bool, successo
     """X = B + E - tau of one position, its makespan B priced with that position's caps."""
     config = problem.config_list[cid]
     types = problem.stage_configs.type_arrays(config)
-    flags = (from_end == 1, has_emb)
+    flags = (from_end == 1, has_emb, 0)
     in_flight = problem.in_flight(from_end, ranks)
     caps = [share_cap(ta.room[flags], in_flight) for ta in types]
     times = problem.replica_times(types, flags, problem.links.link(cid, successor))
@@ -61,7 +61,7 @@ def test_stage_cost_by_capping_level_equals_pricing_each_position(make, seed):
                                 assert np.all(~np.isfinite(expected[~where]) | forced[~where])
                                 checked += 1
                                 capped += int(np.any(where & (problem.stage_configs.type_arrays(problem.config_list[cid])[0]
-                                                              .room[(from_end == 1, has_emb)]
+                                                              .room[(from_end == 1, has_emb, 0)]
                                                               < problem.in_flight(from_end, ranks))))
     assert checked > 0 and capped > 0  # some positions price with binding memory caps
 

@@ -17,9 +17,18 @@ def ring_allreduce_s(nbytes: float, ranks: int, link: Link, efficiency: float) -
     if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
     if link.curves:
-        return collective_s("all_reduce", nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+        return _none_where_empty(nbytes, collective_s("all_reduce", nbytes, ranks, link.curves,
+                                                      link.bandwidth_bytes_per_s, link.latency_s))
     bw = link.bandwidth_bytes_per_s * efficiency
-    return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s
+    return _none_where_empty(nbytes, 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * link.latency_s)
+
+
+def _none_where_empty(nbytes, seconds):
+    """`seconds`, 0 where an array's `nbytes` is 0: no collective runs on an empty buffer, as a
+    scalar's (above) says (the search prices arrays over block counts, evaluate a plan's scalars)."""
+    if isinstance(nbytes, (int, float)):
+        return seconds
+    return np.where(np.asarray(nbytes) > 0, seconds, 0.0) if np.ndim(nbytes) else seconds
 
 
 def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, op: str = "all_gather") -> float:
@@ -28,6 +37,7 @@ def ring_allgather_s(nbytes: float, ranks: int, link: Link, efficiency: float, o
     if ranks <= 1 or (np.ndim(nbytes) == 0 and nbytes <= 0):
         return 0.0
     if link.curves:
-        return collective_s(op, nbytes, ranks, link.curves, link.bandwidth_bytes_per_s, link.latency_s)
+        return _none_where_empty(nbytes, collective_s(op, nbytes, ranks, link.curves, link.bandwidth_bytes_per_s,
+                                                      link.latency_s))
     bw = link.bandwidth_bytes_per_s * efficiency
-    return (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s
+    return _none_where_empty(nbytes, (ranks - 1) / ranks * nbytes / bw + (ranks - 1) * link.latency_s)

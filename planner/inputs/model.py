@@ -305,6 +305,26 @@ class Model:
         largest = max((part for part, _ in parts), key=lambda part: part.weight_params)
         return replace(largest, name="block.mix", blend=parts)
 
+    def decoder_lead(self) -> tuple[Layer, int] | None:
+        """The leading decoder blocks the search places with the embedding, as (one of them, their
+        count): where the decoders are a run of one shape followed by blocks of one other shape
+        (DeepSeek-V3's three dense blocks before its MoE ones), so that every decoder is priced as
+        it is. None where the decoders are all alike or follow another pattern (they are blended:
+        decoder_stand_in)."""
+        decoders = [layer for layer in self.layers if layer.kind == "decoder"]
+        count = next((i for i, layer in enumerate(decoders) if layer.config != decoders[0].config), 0)
+        if not count or any(layer.config != decoders[count].config for layer in decoders[count:]):
+            return None
+        return decoders[0], count
+
+    def searched_decoder(self) -> Layer:
+        """The decoder block the search prices n times: after the lead (decoder_lead) where there is
+        one, else decoder_stand_in."""
+        lead = self.decoder_lead()
+        if lead is None:
+            return self.decoder_stand_in()
+        return [layer for layer in self.layers if layer.kind == "decoder"][lead[1]]
+
 
 # --- loading -------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import numpy as np
 from ..core.clock import SearchClock
 from .bounds.completion import BLOCK_MODES, block_gpu_seconds, seconds_per_block_left
 from .pricing.across_types import across_block_seconds
-from .pricing.stages import INF, Problem, StageConfig, Variant
+from .pricing.stages import INF, Problem, StageConfig
+from .relax import choose_blocks, recipe, relax
 
 
 # --- the dynamic programme for one bound W ---------------------------------------------------
@@ -41,6 +42,7 @@ class Move:
     fid: int
     variant: int
     has_emb: bool
+    lead: int = 0  # lead blocks the stage holds (ProblemInputs.lead)
 
 
 def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: float = INF,
@@ -60,7 +62,7 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     left (planner.search.bounds.completion) reaches it.
     `clock` is checked once per stage family (clock.SearchTimeout past the time limit).
     """
-    items = problem.num_blocks + 2
+    items = problem.inputs.items
     zeros = tuple(0 for _ in problem.bundle_nodes)
     max_stages, start = _start_layer(problem, ranks, items, zeros)
     layers: list[dict[State, Cell]] = [start]
@@ -69,8 +71,9 @@ def run_dp(problem: Problem, bound: float, ranks: int | None = None, cutoff: flo
     per_block_left = _per_block_left(problem)
     if cutoff < INF and per_block_left(zeros) * problem.num_blocks * (1 - 1e-9) >= cutoff:
         return {}, [{}], []  # the blocks alone keep every plan from beating the cutoff (completion)
-    # blocks still to place once a stage leaves `l` items placed from the end (the embedding aside)
-    blocks_left = np.maximum(items - 1 - np.arange(items + 1), 0)
+    # counted blocks still to place once a stage leaves `l` items placed from the end (the embedding
+    # and the spread lead blocks aside: they add no less than nothing)
+    blocks_left = np.maximum(items - 1 - problem.inputs.spread_lead - np.arange(items + 1), 0)
     for placed in range(max_stages):
         batches = _batches(problem, layers[placed], items)
         offers = _offers(problem, layers[placed], batches, placed, bound, ranks, cutoff, clock,
@@ -130,8 +133,8 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
             bound: float, ranks: int | None, cutoff: float, clock: SearchClock | None,
             per_block_left, blocks_left: np.ndarray) -> dict[State, list]:
     """The candidate values of each state one stage further than `layer`, as
-    (values per item count, source state, family id, variant index, has_emb)."""
-    items = problem.num_blocks + 2
+    (values per item count, source state, family id, variant index, has_emb, lead blocks)."""
+    items = problem.inputs.items
     head = 1 if placed == 0 else 0
     front_choices = (False, True) if ranks is None else ((True,) if placed + 1 == ranks else (False,))
     recipes = problem.tables.recipes  # (id(variant), allowed block counts) -> (variant, recipe)
@@ -165,8 +168,9 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     future = all_future
                 # blocking sends: a stage with a predecessor is priced once per link it may receive over
                 receives = problem.links.receive_ids(sig) if problem.p2p.blocking and not has_emb else (-1,)
-                for receive, v_index, variant in ((r, i, v) for r in receives for i, v in enumerate(
-                        problem.family_cost(fid, placed + 1, has_emb, successor, ranks, r))):
+                for receive, lead, v_index, variant in ((r, j, i, v) for r in receives for j in _leads(problem, has_emb)
+                                                        for i, v in enumerate(problem.family_cost(
+                                                            fid, placed + 1, has_emb, successor, ranks, r, j))):
                     if variant.x_min > bound:
                         continue
                     ok = np.isfinite(variant.x) if bound == INF else variant.x <= bound
@@ -176,7 +180,8 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                         prepared = recipes[recipe_key] = (variant, recipe(variant, ok))
                     if prepared[1] is None:
                         continue
-                    cands = relax(values, variant, bound, head, has_emb, items, prepared[1])
+                    cands = relax(values, variant, bound, head, has_emb, items, prepared[1], lead,
+                                  problem.inputs.spread_lead)
                     if cands is None:
                         continue
                     if cutoff < INF:
@@ -185,8 +190,17 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     for row in np.flatnonzero(alive):
                         key, new_used, _ = sources[row]
                         offers.setdefault(State(new_used, placed + 1, sig, key.first, receive), []).append(
-                            (cands[row], key, fid, v_index, has_emb))
+                            (cands[row], key, fid, v_index, has_emb, lead))
     return offers
+
+
+def _leads(problem: Problem, has_emb: bool):
+    """The lead blocks (ProblemInputs.lead) a stage may hold: any count up to the model's where the DP
+    places them as items of their own (one-chunk searches), else all of them with the embedding."""
+    inputs = problem.inputs
+    if inputs.spread_lead:
+        return range(inputs.spread_lead + 1)
+    return (inputs.lead_blocks,) if has_emb else (0,)
 
 
 def _merge_offers(offers: dict[State, list], items: int, moves: list[Move]) -> dict[State, Cell]:
@@ -200,8 +214,8 @@ def _merge_offers(offers: dict[State, list], items: int, moves: list[Move]) -> d
         parent = np.full(items + 1, -1, dtype=np.int64)
         finite = np.isfinite(value)
         for index in np.unique(winner[finite]):
-            _, key, fid, v_index, has_emb = offered[index]
-            moves.append(Move(key, fid, v_index, has_emb))
+            _, key, fid, v_index, has_emb, lead = offered[index]
+            moves.append(Move(key, fid, v_index, has_emb, lead))
             parent[finite & (winner == index)] = len(moves) - 1
         nxt[new_key] = Cell(value, parent)
     return nxt
@@ -224,131 +238,6 @@ def _per_block_left(problem: Problem):
     return lookup
 
 
-def window_min(values: np.ndarray, width: int) -> np.ndarray:
-    """out[..., q] = min(values[..., q - width + 1 .. q]) (indices below 0 ignored), by doubling."""
-    acc = values
-    span = 1
-    length = values.shape[-1]
-    pad_shape = values.shape[:-1]
-
-    def shift(array: np.ndarray, by: int) -> np.ndarray:
-        if by >= length:
-            return np.full(array.shape, INF)
-        return np.concatenate([np.full(pad_shape + (by,), INF), array[..., :-by]], axis=-1)
-
-    while span * 2 <= width:
-        acc = np.minimum(acc, shift(acc, span))
-        span *= 2
-    rest = width - span
-    if rest:
-        acc = np.minimum(acc, shift(acc, rest))
-    return acc
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What `relax` needs of a variant under one bound: the allowed block counts, split into
-    affine runs (low, high, slope, intercept) and the rest (lo, hi, reversed tau on lo..hi)."""
-
-    ok: np.ndarray
-    affine: tuple
-    general: tuple | None
-
-
-def recipe(variant: Variant, ok: np.ndarray) -> Recipe | None:
-    """The recipe of a variant whose allowed block counts are `ok` (finite X <= the bound;
-    X is infinite where the variant has no config, Problem.family_cost)."""
-    tau = variant.tau
-    if not ok.any():
-        return None
-    general = np.zeros(len(tau), dtype=bool)
-    affine = []
-    for _, run_mask, slope in variant.runs:
-        mask = ok if len(variant.runs) == 1 else ok & run_mask
-        allowed = np.flatnonzero(mask)
-        if not allowed.size:
-            continue
-        low, high = int(allowed[0]), int(allowed[-1])
-        if slope is None or high - low + 1 != allowed.size:
-            general |= mask
-            continue
-        affine.append((low, high, slope, float(tau[low]) - slope * low))
-    rest = None
-    if general.any():
-        allowed = np.flatnonzero(general)
-        lo, hi = int(allowed[0]), int(allowed[-1])
-        rest = (lo, hi, np.where(general, tau, INF)[lo:hi + 1][::-1].copy())
-    return Recipe(ok, tuple(affine), rest)
-
-
-def relax(value: np.ndarray, variant: Variant, bound: float, head: int, has_emb: bool,
-          items: int, prepared: Recipe | None = None) -> np.ndarray | None:
-    """cand[..., l + blocks + head + emb] = min over allowed blocks of value[..., l] + tau[blocks],
-    where a block count is allowed when the stage's X is finite and <= bound. `value` is
-    one state's array or a stack of states' (one row each); `prepared` is recipe(variant,
-    bound) when the caller has it."""
-    prepared = prepared or recipe(variant, np.isfinite(variant.x) if bound == INF else variant.x <= bound)
-    if prepared is None:
-        return None
-    tau = variant.tau
-    n_blocks = len(tau) - 1
-    lead = value.shape[:-1]
-    cand = np.full(lead + (items + 1,), INF)
-    if has_emb:
-        # the stage takes every remaining item: l + blocks + head + 1 == items
-        ell = np.arange(items - head)  # blocks = items - 1 - head - l >= 0
-        blocks = items - 1 - head - ell
-        inside = (blocks <= n_blocks) & (blocks >= 0)
-        ell, blocks = ell[inside], blocks[inside]
-        if not ell.size:
-            return None
-        totals = np.where(prepared.ok[blocks], value[..., ell] + tau[blocks], INF)
-        cand[..., items] = totals.min(axis=-1)
-        return cand
-    # configs whose tau is affine on a contiguous run of block counts: a sliding-window
-    # minimum of value[l] - slope * l
-    for low, high, slope, intercept in prepared.affine:
-        ell = np.arange(items + 1, dtype=float)
-        shifted = window_min(value - slope * ell, high - low + 1)
-        targets = np.arange(head + low, items)  # j < items: the embedding is not placed yet
-        if targets.size:
-            q = targets - head - low
-            cand[..., targets] = np.minimum(cand[..., targets],
-                                            intercept + slope * (targets - head) + shifted[..., q])
-    # the rest together: for q = j - head, min over k in lo..hi of value[q - k] + tau[k]
-    if prepared.general is not None:
-        lo, hi, tau_reversed = prepared.general
-        rows = items - head
-        # only q within reach of a finite value[q - k] (k in lo..hi) can get a finite sum: the
-        # others stay infinite, so the windows run over those q alone
-        finite = np.flatnonzero(np.isfinite(value).reshape(-1, value.shape[-1]).any(axis=0))
-        first_q, last_q = (max(int(finite[0]) + lo, 0), min(int(finite[-1]) + hi, rows - 1)) if finite.size else (1, 0)
-        if first_q <= last_q:
-            padded = np.concatenate([np.full(lead + (hi,), INF), value], axis=-1)
-            # windows[..., q - first_q, :] = padded[..., q:q + width] (a strided view, no copy)
-            step = padded.strides[-1]
-            windows = np.ndarray(lead + (last_q - first_q + 1, hi - lo + 1), padded.dtype, padded, first_q * step,
-                                 padded.strides[:-1] + (step, step))
-            sums = (windows + tau_reversed).min(axis=-1)
-            span = slice(head + first_q, head + last_q + 1)
-            cand[..., span] = np.minimum(cand[..., span], sums)
-        cand[..., items] = INF
-    return cand
-
-
-def choose_blocks(value: np.ndarray, variant: Variant, bound: float, head: int,
-                   has_emb: bool, target: int) -> int:
-    """The block count a stage took to reach item count `target` (smallest on ties)."""
-    k = np.arange(len(variant.tau))
-    ell = target - head - k - int(has_emb)
-    allowed = (variant.member >= 0) & (variant.x <= bound) & np.isfinite(variant.x) & (ell >= 0)
-    totals = np.full(len(k), INF)
-    totals[allowed] = value[ell[allowed]] + variant.tau[allowed]
-    best_k = int(totals.argmin())  # the first of equal totals: the smallest count
-    assert totals[best_k] < INF, "a traced move must have a block count"
-    return best_k
-
-
 # --- reconstruction, shares, verification ---------------------------------------------------
 
 
@@ -363,12 +252,13 @@ class StageChoice:
     from_end: int
     ranks: int | None = None  # pipeline ranks of an interleaved plan, None for 1F1B
     receive: int = -1  # the link it receives over where sends block (State.receive), -1 none
+    lead: int = 0  # the lead blocks it holds before its counted ones (ProblemInputs.lead)
 
 
 def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: list[Move],
           bound: float, ranks: int | None = None) -> list[StageChoice]:
     """Stages of the plan ending in state `key`, front (embedding) to back (head)."""
-    items = problem.num_blocks + 2
+    items, spread = problem.inputs.items, problem.inputs.spread_lead
     out = []
     ell = items
     while key.placed > 0:
@@ -377,12 +267,12 @@ def trace(problem: Problem, key: State, layers: list[dict[State, Cell]], moves: 
         has_head = move.prev.placed == 0
         prev_cell = layers[move.prev.placed][move.prev]
         variant = problem.family_cost(move.fid, key.placed, move.has_emb, move.prev.successor, ranks,
-                                      key.receive)[move.variant]
-        blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell)
+                                      key.receive, move.lead)[move.variant]
+        blocks = choose_blocks(prev_cell.value, variant, bound, int(has_head), move.has_emb, ell, move.lead, spread)
         cid = int(variant.member[blocks])
         out.append(StageChoice(cid, problem.config_list[cid], blocks, has_head, move.has_emb,
-                               move.prev.successor, key.placed, ranks, key.receive))
-        ell -= blocks + int(has_head) + int(move.has_emb)
+                               move.prev.successor, key.placed, ranks, key.receive, move.lead))
+        ell -= blocks + int(has_head) + int(move.has_emb) + (move.lead if spread else 0)
         key = move.prev
     assert ell == 0, "trace must consume every layer"
     return out
@@ -392,7 +282,7 @@ def price(problem: Problem, choices: list[StageChoice]) -> tuple[float, float, f
     """(T, sum tau, max X) of a traced plan, from the DP's own stage costs."""
     taus, xs = [], []
     for c in choices:
-        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks, c.receive)
+        cost = problem.stage_cost(c.cid, c.from_end, c.has_emb, c.successor, c.ranks, c.receive, c.lead)
         taus.append(float(cost.tau[c.blocks]))
         xs.append(float(cost.x[c.blocks]))
     return max(xs) + sum(taus), sum(taus), max(xs)

@@ -141,3 +141,30 @@ def three_type_node_instance(seed: int):
            "inter_node": {"bandwidth_GBps": 12.5, "latency_us": 50}}
     cluster = cluster_from_spec({"name": f"tri-{seed}", "gpus": gpus, "node_groups": [box]})
     return model, cluster, Training(rng.choice([1, 2]), seq_len, "fp16", 1, runtime="any")
+
+
+def lead_instance(seed: int):
+    """A tiny DeepSeek-V3 (multi-latent attention, MoE blocks after one or two dense ones: Model.decoder_lead)
+    on 2-3 one-GPU nodes of one or two types, memory for about a third of it per GPU: pipelines are forced,
+    and the dense blocks may share the embedding's stage or stages of their own."""
+    rng = random.Random(6000 + seed)
+    hidden = rng.choice([512, 1024])
+    blocks = rng.choice([3, 4])
+    config = {"model_type": "deepseek_v3", "hidden_size": hidden, "num_hidden_layers": blocks,
+              "first_k_dense_replace": rng.choice([1, 2]), "intermediate_size": hidden * 4,
+              "moe_intermediate_size": hidden // 2, "n_routed_experts": 8, "num_experts_per_tok": 2,
+              "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "num_attention_heads": 8,
+              "num_key_value_heads": 8, "q_lora_rank": hidden // 2, "kv_lora_rank": hidden // 4,
+              "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "vocab_size": 8192,
+              "num_nextn_predict_layers": 0}
+    model = model_from_dict(config, f"lead-{seed}")
+    seq_len = rng.choice([1024, 2048])
+    need = model.params * 16 + blocks * seq_len * hidden * 160
+    types = rng.sample(GPU_CHOICES, rng.choice([1, 2]))
+    gpus = {g: {"memory_GiB": 2.0 + rng.uniform(0.3, 0.5) * need / 2**30} for g in types}
+    counts = [rng.choice([2, 3])] if len(types) == 1 else rng.choice([[1, 1], [1, 2], [2, 1]])
+    groups = [{"name": f"g{i}", "gpu": g, "nodes": n, "gpus_per_node": 1,
+               "inter_node": {"bandwidth_GBps": rng.choice([25, 400]), "latency_us": 5}}
+              for i, (g, n) in enumerate(zip(types, counts))]
+    cluster = cluster_from_spec({"name": f"lead-{seed}", "gpus": gpus, "node_groups": groups})
+    return model, cluster, Training(rng.choice([2, 4]), seq_len, "fp16", 1, runtime="any")

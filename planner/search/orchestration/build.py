@@ -48,7 +48,7 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
     ranks = []
     recompute_layers = []
     for c in choices:
-        flags = (c.has_head, c.has_emb)
+        flags = (c.has_head, c.has_emb, c.lead)
         position = problem.deferred.position(c.from_end, c.ranks)
         types, k = problem.memory_savers.priced_types(c.cid, flags, position[0])
         recompute_layers.append(0 if k is None else int(k[c.blocks]))
@@ -90,7 +90,9 @@ def draft_plan(problem: Problem, choices: list[StageChoice]) -> PlanDraft:
     sizes = [chunk_sizes(problem, c) for c in choices]
     for chunk in range(v):
         for k, c in enumerate(choices):
-            end = first + sizes[k][chunk] + int(c.has_emb and chunk == 0) + int(c.has_head and chunk == v - 1)
+            # a stage's (interleaved: its first chunk's) lead blocks come before its counted ones
+            front = int(c.has_emb) + c.lead if chunk == 0 else 0
+            end = first + sizes[k][chunk] + front + int(c.has_head and chunk == v - 1)
             stages.append(Stage(chunk * pp + k, (first, end), c.config.tp, c.config.zero, c.config.recompute,
                                 (), k, problem.restriction.sequence_parallel and max(c.config.group_tps or (c.config.tp,)) > 1,
                                 c.config.cp, c.config.cp_kind, ep=c.config.ep, recompute_layers=recompute_layers[k],
@@ -133,7 +135,7 @@ def chunk_sizes(problem: Problem, choice: StageChoice) -> list[int]:
     if not problem.chunked:
         return [n]
     split = problem.stage_cost(choice.cid, choice.from_end, choice.has_emb, choice.successor, choice.ranks,
-                               choice.receive).split
+                               choice.receive, choice.lead).split
     special = None if split is None else int(split[n])
     rest, others = (n, v) if special is None else (n - special, v - 1)
     even = [rest // others + (1 if i < rest % others else 0) for i in range(others)]

@@ -56,6 +56,15 @@ def in_search_space(plan: Plan) -> bool:
             and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp))
 
 
+def lead_in_search(plan: Plan) -> bool:
+    """Whether the exact search covers where `plan` holds its model's lead blocks (Model.decoder_lead):
+    on any front stages without interleaving, in the embedding's chunk with it (True for a model
+    without them)."""
+    lead = plan.model.decoder_lead()
+    first = min(plan.stages, key=lambda stage: stage.layers[0])
+    return lead is None or plan.training.virtual_stages == 1 or first.layers[1] >= 1 + lead[1]
+
+
 def outside_exact_search(plan: Plan) -> bool:
     """Whether a plan holds what only uniform configurations price (planner.search.uniform): activation
     offload, or a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS).
@@ -66,8 +75,10 @@ def outside_exact_search(plan: Plan) -> bool:
 def blended_decoders(model: Model) -> bool:
     """Whether the search prices the decoder blocks as a blend of several shapes
     (Model.decoder_stand_in: DeepSeek-V3's dense first layers, Gemma's windows): its step times are
-    then estimates of the plans' and its optimum is not proven."""
-    return model.config is not None and bool(model.decoder_stand_in().blend)
+    then estimates of the plans' and its optimum is not proven. Leading blocks of one shape before
+    blocks of another (DeepSeek-V3's) are not blended: the search places them with the embedding
+    (Model.decoder_lead)."""
+    return model.config is not None and model.decoder_lead() is None and bool(model.decoder_stand_in().blend)
 
 
 def parts_only(decomposition: str) -> str:
@@ -84,6 +95,9 @@ def unproven_shape(plan: Plan) -> str:
         return "decoder blocks of several shapes are searched at their count-weighted mean cost"
     if outside_exact_search(plan):
         return "a uniform configuration only the uniform scan prices (activation offload, ZB-V or looped BFS)"
+    if not lead_in_search(plan):
+        return ("a uniform configuration only the uniform scan prices (interleaved, with the leading decoder blocks "
+                "of another shape beyond the embedding's chunk)")
     return ""
 
 

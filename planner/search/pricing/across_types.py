@@ -128,7 +128,7 @@ class AcrossTypes(ProblemPart):
                           wgrad=wgrads, wgrad_share=wgrad_shares)
 
     def tail(self, config: StageConfig, types: list[TypeArrays], dims: StageDims, layout: DpLayout,
-             flags: tuple[bool, bool]) -> np.ndarray:
+             flags: tuple[bool, bool, int]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step (cost.stage_tail.uneven_tp_tail, as evaluate):
         each position reduces its slice over the first positions' layout at the first type's parameters,
         hidden behind the slowest position's backward, and steps its own optimizer shard."""

@@ -51,7 +51,7 @@ def smallest_fitting_k(free: np.ndarray, acts: np.ndarray, saved_per_block: floa
 
 
 def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
-                      layout: DpLayout | None, flags: tuple[bool, bool], in_flight: float,
+                      layout: DpLayout | None, flags: tuple[bool, bool, int], in_flight: float,
                       block_counts: np.ndarray, offload: bool = False,
                       expert_layout: DpLayout | None = None) -> tuple[list[TypeArrays], np.ndarray]:
     """The config's type arrays at one pipeline position (`in_flight` micro-batches held), with
@@ -63,10 +63,10 @@ def block_type_arrays(types: list[TypeArrays], prices: list[BlockPrices], dims: 
 
 
 def block_memory(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
-                 flags: tuple[bool, bool], block_counts: np.ndarray, offload: bool = False) -> list[tuple]:
+                 flags: tuple[bool, bool, int], block_counts: np.ndarray, offload: bool = False) -> list[tuple]:
     """Per replica type, what smallest_fitting_k takes besides the in-flight count: (free bytes
     and activation bytes with none recomputed, bytes saved per recomputed block, transient)."""
-    has_head, has_emb = flags
+    has_head, has_emb, _ = flags  # (no lead blocks: MemorySavers.priced_types)
     out = []
     for ta, bp in zip(types, prices):
         none = span_price(((block_counts, bp.kept), (float(has_head), bp.head), (float(has_emb), bp.emb)), dims)
@@ -95,10 +95,10 @@ def stacked_memory(memory: list[tuple], block_counts: np.ndarray) -> tuple:
 
 
 def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: StageDims, training: Training,
-                   layout: DpLayout | None, flags: tuple[bool, bool], recomputed: np.ndarray, block_counts: np.ndarray,
+                   layout: DpLayout | None, flags: tuple[bool, bool, int], recomputed: np.ndarray, block_counts: np.ndarray,
                    offload: bool = False, expert_layout: DpLayout | None = None) -> list[TypeArrays]:
     """The config's type arrays with recomputed[n] of its n blocks recomputed (block_type_arrays)."""
-    has_head, has_emb = flags
+    has_head, has_emb, _ = flags  # (no lead blocks: MemorySavers.priced_types)
     kf = recomputed.astype(float)
     out = []
     for ta, bp in zip(types, prices):
@@ -123,7 +123,7 @@ def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: Sta
     return out
 
 
-def useless_where(recomputed: np.ndarray, block_counts: np.ndarray, flags: tuple[bool, bool],
+def useless_where(recomputed: np.ndarray, block_counts: np.ndarray, flags: tuple[bool, bool, int],
                   modes: tuple[str, ...]) -> np.ndarray:
     """Block counts where "block" only repeats another mode of the search, so the search leaves
     it out there (it considers block only where memory binds): none recomputed is "none";
@@ -142,7 +142,7 @@ class MemorySavers(ProblemPart):
         super().__init__(problem)
         self._never: StageCost | None = None  # nowhere()
 
-    def priced_types(self, cid: int, flags: tuple[bool, bool], in_flight: float
+    def priced_types(self, cid: int, flags: tuple[bool, bool, int], in_flight: float
                      ) -> tuple[list[TypeArrays], np.ndarray | None]:
         """Config `cid`'s type arrays at a position holding `in_flight` micro-batches, and for
         recompute "block" the recomputed-block count per block count (else None); -1 where the
@@ -155,6 +155,10 @@ class MemorySavers(ProblemPart):
         types = self.problem.types_for(cid)
         if config.recompute != "block":
             return types, None
+        if flags[2]:
+            # the stage's first k decoder blocks would be its lead blocks, of another shape than the
+            # ones k counts: "block" is left out of a stage holding lead blocks (docs/solver.md)
+            return types, np.full(len(self.inputs.blocks), -1)
         key = (cid, flags, in_flight)
         if key not in tables.block_types and all((ta.room[flags] >= in_flight).all() for ta in types):
             tables.block_types[key] = (types, np.full(len(self.inputs.blocks), -1))  # memory never binds
@@ -198,7 +202,7 @@ class MemorySavers(ProblemPart):
             known = self.tables.block_types[key] = (ta.time, price())
         return known[1]
 
-    def price_blocks(self, items: list[tuple], flags: tuple[bool, bool], in_flight: float, link, lid: int,
+    def price_blocks(self, items: list[tuple], flags: tuple[bool, bool, int], in_flight: float, link, lid: int,
                       out: list) -> None:
         """stage_costs for recompute "block" configs (index, cid) at one in-flight count, over
         `link` (number `lid`): their type arrays and recomputed-block counts at this position
@@ -259,7 +263,7 @@ class MemorySavers(ProblemPart):
         self.tables.types[config] = none
         return none
 
-    def offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool], position) -> bool:
+    def offload_never_needed(self, config: StageConfig, flags: tuple[bool, bool, int], position) -> bool:
         """ZeRO-Offload only adds step time: the search considers it only where memory binds, i.e.
         where the same configuration on the GPU alone cannot hold its in-flight micro-batches (and
         a split backward's deferred W inputs: `position` (in flight, deferred), or in flight alone).

@@ -40,14 +40,14 @@ class DeferredW(ProblemPart):
         return in_flight, inputs.schedule.deferred_w_microbatches(ranks - stage_from_end, ranks, inputs.virtual_stages,
                                                                   inputs.microbatches)
 
-    def share_caps(self, types: list[TypeArrays], flags: tuple[bool, bool], position: Position) -> list[np.ndarray]:
+    def share_caps(self, types: list[TypeArrays], flags: tuple[bool, bool, int], position: Position) -> list[np.ndarray]:
         """Each replica type's most micro-batches per block count at `position`."""
         in_flight, deferred = position
         if not deferred:
             return [share_cap(ta.room[flags], in_flight) for ta in types]
         return [deferred_share_cap(ta.room[flags], ta.wgrad_share[flags], in_flight, deferred) for ta in types]
 
-    def _deferred_cap(self, ta: TypeArrays, flags: tuple[bool, bool], position: Position) -> np.ndarray:
+    def _deferred_cap(self, ta: TypeArrays, flags: tuple[bool, bool, int], position: Position) -> np.ndarray:
         """deferred_share_cap of one replica type, once per its arrays (which configurations on
         other node vectors share, StageConfigs._replica_arrays), by identity, kept with the entry."""
         room, share = ta.room[flags], ta.wgrad_share[flags]
@@ -57,7 +57,7 @@ class DeferredW(ProblemPart):
             known = self.tables.caps[key] = (room, share, deferred_share_cap(room, share, *position))
         return known[2]
 
-    def _deferred_caps_at(self, all_types: list[list[TypeArrays]], flags: tuple[bool, bool], position: Position) -> None:
+    def _deferred_caps_at(self, all_types: list[list[TypeArrays]], flags: tuple[bool, bool, int], position: Position) -> None:
         """_deferred_cap of every replica type of `all_types` not met yet at `position`, in one call
         (deferred_share_cap is elementwise, so the same as one call per type)."""
         caps = self.tables.caps
@@ -78,7 +78,7 @@ class DeferredW(ProblemPart):
             for (key, room, share), row in zip(group, rows):
                 caps[key] = (room, share, row)
 
-    def latency(self, types: list[TypeArrays], flags: tuple[bool, bool], times: list[np.ndarray]) -> np.ndarray:
+    def latency(self, types: list[TypeArrays], flags: tuple[bool, bool, int], times: list[np.ndarray]) -> np.ndarray:
         """tau of a one-chunk rank: its slowest replica type's Schedule.latency_s (1F1B: the time
         per micro-batch with its sends; ZB-H1: less 2 W)."""
         schedule, v = self.inputs.schedule, self.inputs.virtual_stages
@@ -86,7 +86,7 @@ class DeferredW(ProblemPart):
             return reduce(np.maximum, times)
         return reduce(np.maximum, [schedule.latency_s(tm, tm, v, ta.wgrad[flags]) for tm, ta in zip(times, types)])
 
-    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool], link, lid: int
+    def _times_and_latency(self, cid: int, types: list[TypeArrays], flags: tuple[bool, bool, int], link, lid: int
                            ) -> tuple[list[np.ndarray], np.ndarray]:
         """A config's replica times over `link` (number `lid`) and its latency, the same at every position."""
         key = ("times", cid, flags, lid)
@@ -96,7 +96,7 @@ class DeferredW(ProblemPart):
             known = self.tables.caps[key] = (times, self.latency(types, flags, times))
         return known
 
-    def price_deferred(self, todo: list[tuple], flags: tuple[bool, bool], position: Position, link, lid: int,
+    def price_deferred(self, todo: list[tuple], flags: tuple[bool, bool, int], position: Position, link, lid: int,
                         out: list) -> None:
         """stage_costs for (index, cid, _) over `link` (number `lid`) at a position with deferred W passes:
         each distinct (config, flags, link, caps) priced once, the makespans of the same replica

@@ -19,19 +19,22 @@ from ...cost.pricing import (DpLayout, ZeroComm, layer_price, rank_zero_share, s
                              zero_rank_overlapped)
 from ...inputs.model import DTYPE_BYTES
 from ...cost.sharding import Sharding
+from .lead import Lead, lead_fp8_gathered, lead_parts, lead_price
 from .stage_types import INF, TypeArrays
 
 
 def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
                             layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], block_counts: np.ndarray,
-                            virtual_stages: int) -> list[TypeArrays]:
+                            virtual_stages: int, lead: Lead = None) -> list[TypeArrays]:
     """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
     same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
-    `layers` (decoder block, embedding, head) over the block counts `n`."""
+    `layers` (decoder block, embedding, head) over the block counts `n`, the embedding's chunk
+    with the `lead` blocks (ProblemInputs.lead)."""
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
         dec, emb, head = (layer_price(layer, sh, gpu, link, p, ta.cp_link) for layer in layers)
+        lead_lp = lead_price(lead, lambda layer: layer_price(layer, sh, gpu, link, p, ta.cp_link))
         # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
         # fixed + per_weight * w: each chunk pays its own (what its compute does not hide, where
         # the runtime prefetches), so V chunks pay V - 1 more fixed parts than the rank's span
@@ -43,9 +46,10 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         fp8_gathered = block_counts * fp8_gather_block_params(dec.weight_params, dec.expert_params, dims, sh.dtype,
                                                               p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
 
-        def zero_of(span, chunks):  # (the collectives of `chunks` chunks holding `span` together)
+        def zero_of(span, chunks, lead_blocks):  # (the collectives of `chunks` chunks holding `span` together)
             w = span.weight_params
-            gathered = w - fp8_gathered * (DTYPE_BYTES[sh.dtype] - 1) / DTYPE_BYTES[sh.dtype]
+            fp8 = fp8_gathered + lead_fp8_gathered(lead, dims, sh.dtype, p, lead_blocks)
+            gathered = w - fp8 * (DTYPE_BYTES[sh.dtype] - 1) / DTYPE_BYTES[sh.dtype]
             return ZeroComm(*(chunks * (2 * x - y) + (y - x) * v
                               for x, y, v in ((one.reduce_scatter_s, two.reduce_scatter_s, w),
                                               (one.gather_s, two.gather_s, gathered))),
@@ -57,15 +61,20 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         by_rank = zero_rank_overlapped(p)
         chunk_times = {}
         for kind, has_head, has_emb in (("plain", 0.0, 0.0), ("emb", 0.0, 1.0), ("head", 1.0, 0.0)):
-            span = span_price(((block_counts, dec), (has_head, head), (has_emb, emb)), sh.dims)
-            chunk_times[kind] = span.time_s if by_rank else span.time_s + zero_of(span, 1).exposed_s(span)
+            # the embedding's chunk holds the lead blocks (interleaved searches keep them there)
+            lead_blocks = lead[1] if lead is not None and has_emb else 0
+            span = span_price(((block_counts, dec), (has_head, head), (has_emb, emb))
+                              + lead_parts(lead_lp, lead_blocks), sh.dims)
+            chunk_times[kind] = span.time_s if by_rank else span.time_s + zero_of(span, 1, lead_blocks).exposed_s(span)
         zero_shares = {}
         if by_rank:
             times = {}
             for flags, time in ta.time.items():
-                span = span_price(((block_counts, dec), (float(flags[0]), head), (float(flags[1]), emb)), sh.dims)
-                share = sum(rank_zero_share(zero_of(span, virtual_stages), span.fwd_s, span.bwd_s, virtual_stages))
-                times[flags] = time - zero_of(span, 1).exposed_s(span) + virtual_stages * share
+                span = span_price(((block_counts, dec), (float(flags[0]), head), (float(flags[1]), emb))
+                                  + lead_parts(lead_lp, flags[2]), sh.dims)
+                share = sum(rank_zero_share(zero_of(span, virtual_stages, flags[2]), span.fwd_s, span.bwd_s,
+                                            virtual_stages))
+                times[flags] = time - zero_of(span, 1, flags[2]).exposed_s(span) + virtual_stages * share
                 zero_shares[flags] = share * np.ones(len(block_counts))
         else:
             times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
@@ -74,16 +83,17 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
     return out
 
 
-def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link | None, virtual_stages: int,
+def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool, int], link: Link | None, virtual_stages: int,
                   mode: P2PMode, blocks: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Interleaved: the latency of a rank's slowest chunk by the rank's block count n, and
     the blocks of its embedding or head chunk (None for a middle rank). The other chunks
     share their blocks as evenly as possible; the embedding's or head's chunk takes the
-    count a in 1..n-V+1 that makes the slowest chunk (of the slowest replica type)
-    fastest, the smallest such a on ties. Every chunk sends on, except the head's, and waits for
+    count a in 1..n-V+1 (0..n-V+1 for an embedding's chunk holding lead blocks) that makes the
+    slowest chunk (of the slowest replica type) fastest, the smallest such a on ties. Every chunk sends on, except the head's, and waits for
     its share of what the rank waits for of its sends under `mode` (cost.p2p.p2p_rank_s, shared by
-    the sending chunks as cost.replica_pricer shares it), by n."""
-    has_head, has_emb = flags
+    the sending chunks as cost.replica_pricer shares it), by n. flags: (head, embedding, lead blocks:
+    ProblemInputs.lead, which an interleaved search keeps in the embedding's chunk)."""
+    has_head, has_emb, lead = flags
     count = virtual_stages - 1 if has_head else virtual_stages
     # (and its equal share of what the rank exposes of its ZeRO collectives, TypeArrays.zero_share)
     zeros = [ta.zero_share.get(flags, 0.0) for ta in types]
@@ -98,7 +108,7 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
         latency = np.where(counts >= virtual_stages, latency, INF)
         return latency, None
     extra = "head" if has_head else "emb"
-    special, others, valid = _split_grid(blocks, virtual_stages)
+    special, others, valid = _split_grid(blocks, virtual_stages, 0 if has_emb and lead else 1)
     grid = None
     for ta, send, zero in zip(types, sends, zeros):
         send = send[:, None] if np.ndim(send) else send  # (by the rank's count n: the grid's rows)
@@ -113,14 +123,14 @@ def chunk_latency(types: list[TypeArrays], flags: tuple[bool, bool], link: Link 
 
 
 @lru_cache(maxsize=64)
-def _split_grid(blocks: int, virtual_stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """chunk_latency's grid over (n, a), the special chunk holding a of a rank's n blocks and the
-    other V - 1 sharing n - a: a, the blocks of the largest other chunk, and whether the split
-    is valid (read-only: shared by every call with this n and V)."""
+def _split_grid(blocks: int, virtual_stages: int, least: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """chunk_latency's grid over (n, a), the special chunk holding a of a rank's n blocks (at least
+    `least`) and the other V - 1 sharing n - a: a, the blocks of the largest other chunk, and whether
+    the split is valid (read-only: shared by every call with these arguments)."""
     counts = np.arange(blocks + 1)
     total, special = np.meshgrid(counts, counts, indexing="ij")
     rest = total - special
-    valid = (special >= 1) & (rest >= virtual_stages - 1)
+    valid = (special >= least) & (rest >= virtual_stages - 1)
     others = np.clip(-(-rest // (virtual_stages - 1)), 0, blocks)
     for array in (special, others, valid):
         array.setflags(write=False)

@@ -16,7 +16,7 @@ class CappingLevels(ProblemPart):
     """A Problem's pricing by capping level."""
 
     def stage_costs(self, cids, stage_from_end: int, has_emb: bool, successor_id: int,
-                    ranks: int | None = None, receive: int = -1) -> list[StageCost]:
+                    ranks: int | None = None, receive: int = -1, lead: int = 0) -> list[StageCost]:
         """stage_cost for several configurations on one node vector (a family, or one config) at
         one position. The position (and the pipeline depth of an interleaved search) matters only
         through the in-flight count, which matters only through which replica types' memory caps
@@ -26,7 +26,7 @@ class CappingLevels(ProblemPart):
         (Problem.family_cost) adds the one from the predecessor (StageLinks.boundaries)."""
         inputs, tables = self.inputs, self.tables
         position = self.problem.deferred.position(stage_from_end, ranks)
-        flags = (stage_from_end == 1, has_emb)
+        flags = (stage_from_end == 1, has_emb, lead)
         out: list = [None] * len(cids)
         nowhere, blocks, todo = self._sorted_members(tuple(cids), flags, position)
         if nowhere:
@@ -57,7 +57,7 @@ class CappingLevels(ProblemPart):
             out[index] = cost
         return out
 
-    def _sorted_members(self, cids: tuple[int, ...], flags: tuple[bool, bool], position) -> tuple:
+    def _sorted_members(self, cids: tuple[int, ...], flags: tuple[bool, bool, int], position) -> tuple:
         """What stage_costs does with each config at a position, whatever the successor: (indices
         left out there (MemorySavers, _no_shares), (index, cid) of recompute "block", priced per
         in-flight count, and (index, cid, level) of the rest, level the capping level per block
@@ -108,13 +108,13 @@ class CappingLevels(ProblemPart):
         known = tables.members[key] = (nowhere, blocks, todo)
         return known
 
-    def _level_caps(self, cid: int, flags: tuple[bool, bool]) -> tuple:
+    def _level_caps(self, cid: int, flags: tuple[bool, bool, int]) -> tuple:
         """A config's rooms (one row per replica type) and each type's caps at levels 0..G: at
         level j the j types with the least room at a block count take their memory caps."""
         memo = self.tables.caps.get(("levels", cid, flags))
         return memo if memo is not None else self._level_caps_many([cid], flags)[cid]
 
-    def _level_caps_many(self, cids: list[int], flags: tuple[bool, bool]) -> dict[int, tuple]:
+    def _level_caps_many(self, cids: list[int], flags: tuple[bool, bool, int]) -> dict[int, tuple]:
         """_level_caps of several configs, those not met yet in one call per shape (elementwise per
         block count and sorted per block count, so the same as one call each)."""
         tables = self.tables

@@ -18,6 +18,7 @@ from ...inputs.hardware import NodeGroup
 from ...plan import Training
 from .context_parallel import cp_choices, places
 from ...cost.fp8 import fp8_gather_block_params
+from .lead import lead_fp8_gathered, lead_parts, lead_price
 from ...cost.pricing import ChunkTime, DpLayout, boundary_bytes, layer_price, span_price, zero_comm
 from ...cost.stage_memory import offload_fits, replica_memory
 from .experts import ep_degrees, stage_ep_group, stage_expert_layout
@@ -198,7 +199,7 @@ class StageConfigs(ProblemPart):
                 if known is None or known[0] is not ta.time:
                     known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
                         [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
-                        inputs.virtual_stages)[0])
+                        inputs.virtual_stages, inputs.lead)[0])
                 out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
             self.tables.types[config] = out
             base_overflow = self.problem.base_problem.state.smallest_overflow
@@ -297,6 +298,7 @@ class StageConfigs(ProblemPart):
             cp_link = collective_links(inputs.cluster, {group.name: dims.group_gpus // group.gpus_per_node})[1]
         dec, emb, head = (layer_price(layer, sh, gpu, link, p, cp_link, ep_group)
                           for layer in (decoder, inputs.emb, inputs.head))
+        lead = lead_price(inputs.lead, lambda layer: layer_price(layer, sh, gpu, link, p, cp_link, ep_group))
         block_prices = None
         if block:
             full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link, ep_group)
@@ -309,32 +311,33 @@ class StageConfigs(ProblemPart):
         spans = self.tables.replica_arrays.get(span_key)
         if spans is None:
             spans = self.tables.replica_arrays[span_key] = {
-                (has_head, has_emb): span_price(((n, dec), (float(has_head), head), (float(has_emb), emb)), dims)
-                for has_head, has_emb in product((False, True), repeat=2)}
+                (has_head, has_emb, lead_blocks): span_price(((n, dec), (float(has_head), head), (float(has_emb), emb))
+                                                             + lead_parts(lead, lead_blocks), dims)
+                for has_head, has_emb, lead_blocks in inputs.flag_sets}
         # the decoder weights FSDP all-gathers in fp8 (replica_pricer: fp8_gather_params of the span's layers)
-        fp8_gathered = n * fp8_gather_block_params(decoder.weight_params, decoder.expert_params, dims, t.dtype,
-                                                   p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
-        for has_head, has_emb in product((False, True), repeat=2):
-            span = spans[(has_head, has_emb)]
-            w = params[(has_head, has_emb)] = span.weight_params
-            experts[(has_head, has_emb)] = span.expert_params
-            times[(has_head, has_emb)] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
-                                                                   expert_layout, fp8_gathered)).time_s
-            bwds[(has_head, has_emb)] = span.bwd_s
+        fp8_blocks = n * fp8_gather_block_params(decoder.weight_params, decoder.expert_params, dims, t.dtype,
+                                                 p.fp8_recipe, p.fp8_all_gather) if p.fp8_all_gather else 0.0
+        for flags in inputs.flag_sets:
+            span = spans[flags]
+            fp8_gathered = fp8_blocks + lead_fp8_gathered(inputs.lead, dims, t.dtype, p, flags[2])
+            w = params[flags] = span.weight_params
+            experts[flags] = span.expert_params
+            times[flags] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
+                                                     expert_layout, fp8_gathered)).time_s
+            bwds[flags] = span.bwd_s
             acts = span.act_bytes
-            wgrads[(has_head, has_emb)] = span.wgrad_s
+            wgrads[flags] = span.wgrad_s
             with np.errstate(divide="ignore", invalid="ignore"):  # (planner.search.pricing.deferred)
-                wgrad_shares[(has_head, has_emb)] = np.where(acts > 0, span.wgrad_act_bytes
-                                                             / np.where(acts > 0, acts, 1.0), 0.0)
+                wgrad_shares[flags] = np.where(acts > 0, span.wgrad_act_bytes / np.where(acts > 0, acts, 1.0), 0.0)
             free = gpu.memory_bytes - replica_memory(span, 0.0, t.dtype, dims, p, optimizer=t.optimizer,
                                                      offload=offload).total_bytes
             with np.errstate(divide="ignore", invalid="ignore"):
                 room = np.where(acts > 0, free / np.where(acts > 0, acts, 1.0), float(UNCAPPED))
-            rooms[(has_head, has_emb)] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
+            rooms[flags] = np.where(free < 0, -1.0, np.minimum(room, float(UNCAPPED)))
             if offload:  # the host memory of its nodes holds the states
                 fits = offload_fits(w, dims, t.dtype, t.optimizer, group.host, group.gpus_in_node)
-                rooms[(has_head, has_emb)] = np.where(fits, rooms[(has_head, has_emb)], -1.0)
-            if (has_head, has_emb) == (False, False):
+                rooms[flags] = np.where(fits, rooms[flags], -1.0)
+            if flags == (False, False, 0):
                 # some stage must hold this many blocks; its overflow with one
                 # micro-batch in flight is what a "does not fit" message reports
                 most_stages = max(1, min(inputs.options.max_stages, sum(inputs.bundle_nodes)))

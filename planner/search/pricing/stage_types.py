@@ -218,11 +218,11 @@ class TypeArrays:
 
     count: int  # replicas of this type
     group: NodeGroup
-    time: dict[tuple[bool, bool], np.ndarray]  # (head, emb) -> per-micro-batch time, no p2p
-    bwd: dict[tuple[bool, bool], np.ndarray]
-    params: dict[tuple[bool, bool], np.ndarray]  # weight parameters per GPU
-    experts: dict[tuple[bool, bool], np.ndarray]  # of them, the routed experts' (StageDims.weight_share)
-    room: dict[tuple[bool, bool], np.ndarray]  # micro-batches its memory holds (fractional)
+    time: dict[tuple[bool, bool, int], np.ndarray]  # flags (ProblemInputs.flag_sets) -> per-micro-batch time, no p2p
+    bwd: dict[tuple[bool, bool, int], np.ndarray]
+    params: dict[tuple[bool, bool, int], np.ndarray]  # weight parameters per GPU
+    experts: dict[tuple[bool, bool, int], np.ndarray]  # of them, the routed experts' (StageDims.weight_share)
+    room: dict[tuple[bool, bool, int], np.ndarray]  # micro-batches its memory holds (fractional)
     boundary_bytes: float
     cost_params: CostParams
     # interleaved: per-micro-batch time of one chunk by its block count, no p2p: a plain
@@ -231,11 +231,11 @@ class TypeArrays:
     cp_link: Link | None = None  # a CP ring spanning nodes: its per-GPU inter-node link (None: inside a node)
     # a split backward (zero bubble, planner.search.pricing.deferred): the weight-gradient time W per
     # micro-batch, and a deferred W's kept inputs per micro-batch as a share of its activations
-    wgrad: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
-    wgrad_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
+    wgrad: dict[tuple[bool, bool, int], np.ndarray] = field(default_factory=dict)
+    wgrad_share: dict[tuple[bool, bool, int], np.ndarray] = field(default_factory=dict)
     # interleaved, where the rank's chunks hide their ZeRO collectives as one (interleave.interleaved_type_arrays):
     # each chunk's share of what the rank exposes of them, by the rank's block count (chunk excludes it)
-    zero_share: dict[tuple[bool, bool], np.ndarray] = field(default_factory=dict)
+    zero_share: dict[tuple[bool, bool, int], np.ndarray] = field(default_factory=dict)
 
 
 class StageCost(NamedTuple):
@@ -324,6 +324,32 @@ class ProblemInputs:
     blocks_index: np.ndarray  # the same as integers
     restriction: Restriction = Restriction()
     least_share: int = 1  # micro-batches every replica takes at least (zero bubble: p, planner.search.pricing.deferred)
+    # the leading decoder blocks of another shape (Model.decoder_lead: DeepSeek-V3's dense ones), as
+    # (layer, count), None: none; the front stages hold them besides their `dec` blocks (docs/solver.md)
+    lead: tuple[Layer, int] | None = None
+
+    @property
+    def lead_blocks(self) -> int:
+        """The model's lead blocks (0: none)."""
+        return 0 if self.lead is None else self.lead[1]
+
+    @property
+    def spread_lead(self) -> int:
+        """The lead blocks the DP places as items of their own, on whichever front stages (one-chunk
+        searches); an interleaved search keeps them in the embedding's chunk (0 here)."""
+        return 0 if self.chunked else self.lead_blocks
+
+    @property
+    def items(self) -> int:
+        """The DP's items: embedding, the spread lead blocks, the counted blocks and head."""
+        return self.num_blocks + self.spread_lead + 2
+
+    @property
+    def flag_sets(self) -> tuple[tuple[bool, bool, int], ...]:
+        """Every stage's flags: (holds the head, holds the embedding, lead blocks held besides its
+        searched blocks); type arrays are priced for each."""
+        return tuple((head, emb, lead) for head in (False, True) for emb in (False, True)
+                     for lead in range(self.lead_blocks + 1))
 
     @classmethod
     def of(cls, context: "SearchContext", micro_batch: int, parts: Decomposition, virtual_stages: int,
@@ -333,12 +359,13 @@ class ProblemInputs:
         schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
         searched = replace(training, micro_batch=micro_batch, schedule=schedule.name, virtual_stages=virtual_stages)
         groups = tuple(cluster.groups)
-        num_blocks = model.num_layers - 2
+        lead = model.decoder_lead()
+        num_blocks = model.num_layers - 2 - (0 if lead is None else lead[1])
         return cls(model, cluster, options, micro_batch, parts, virtual_stages, schedule,
                    schedule.chunks_per_rank(virtual_stages) > 1, searched, groups,
-                   parts.counts, model.layers[0], model.decoder_stand_in(), model.layers[-1],
+                   parts.counts, model.layers[0], model.searched_decoder(), model.layers[-1],
                    num_blocks, training.global_batch // micro_batch, np.arange(num_blocks + 1, dtype=float),
-                   np.arange(num_blocks + 1), restriction, least_share)
+                   np.arange(num_blocks + 1), restriction, least_share, lead)
 
 
 @dataclass(frozen=True)

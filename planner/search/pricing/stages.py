@@ -142,34 +142,35 @@ class Problem:
         return self.catalog.fitting[used]
 
     def family_cost(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                    ranks: int | None = None, receive: int = -1) -> tuple["Variant", ...]:
+                    ranks: int | None = None, receive: int = -1, lead: int = 0) -> tuple["Variant", ...]:
         """The family's configs merged per block count: at each count only the configs not
         dominated in both tau and X matter (a dominated one is never better for any bound),
         so variant j holds the j-th such config by tau. Usually one variant remains.
         Cached by the family's position and its boundary link to the successor (every member
         sits on the same nodes, so successors of the same link price it alike). `receive`: the
         number (StageLinks.link_key) of the link its predecessor sends to it over, where the
-        runtime's sends block (-1: none, or they do not)."""
+        runtime's sends block (-1: none, or they do not). `lead`: the lead blocks the stage holds besides
+        the counted ones (ProblemInputs.lead)."""
         tables = self.tables
-        fast_key = (fid, stage_from_end, ranks, has_emb, successor_id, receive)
+        fast_key = (fid, stage_from_end, ranks, has_emb, successor_id, receive, lead)
         cached = tables.family.get(fast_key)
         if cached is not None:
             return cached
         members = self.catalog.families[fid]
         key = (fid, self.deferred.position(stage_from_end, ranks), stage_from_end == 1, has_emb,
-               self.links.link(members[0], successor_id), receive)
+               self.links.link(members[0], successor_id), receive, lead)
         cached = tables.family.get(key)
         if cached is None:
             cached = tables.family[key] = self._merged_family(fid, stage_from_end, has_emb, successor_id, ranks,
-                                                              receive)
+                                                              receive, lead)
         tables.family[fast_key] = cached
         return cached
 
     def _merged_family(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                       ranks: int | None, receive: int) -> tuple["Variant", ...]:
+                       ranks: int | None, receive: int, lead: int = 0) -> tuple["Variant", ...]:
         """family_cost, uncached."""
         members = self.catalog.families[fid]
-        costs = self.levels.stage_costs(members, stage_from_end, has_emb, successor_id, ranks, receive)
+        costs = self.levels.stage_costs(members, stage_from_end, has_emb, successor_id, ranks, receive, lead)
         if any(c.x_min == INF for c in costs):  # left out at this position (MemorySavers): merge the rest
             kept = [(m, c) for m, c in zip(members, costs) if c.x_min < INF]
             members, costs = tuple(m for m, _ in kept), [c for _, c in kept]
@@ -216,7 +217,7 @@ class Problem:
                                                       inputs.microbatches)
 
     def stage_cost(self, cid: int, stage_from_end: int, has_emb: bool, successor_id: int,
-                   ranks: int | None = None, receive: int = -1) -> StageCost:
+                   ranks: int | None = None, receive: int = -1, lead: int = 0) -> StageCost:
         """StageCost (tau, X, slope, min X, split) over block counts for a pipeline rank placed
         `stage_from_end` (1 = last) before a successor with signature `successor_id` (-1:
         none), in a pipeline of `ranks` ranks (interleaved only). tau is the latency of one
@@ -227,10 +228,11 @@ class Problem:
 
         Interleaved: each of the rank's V chunks sends its activations on, to the next rank,
         or for the last rank's first V - 1 chunks around to rank 0, whose signature the
-        search passes as the last rank's successor (interleave.chunk_latency)."""
-        return self.levels.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks, receive)[0]
+        search passes as the last rank's successor (interleave.chunk_latency). The rank holds `lead`
+        lead blocks besides the counted ones (ProblemInputs.lead)."""
+        return self.levels.stage_costs((cid,), stage_from_end, has_emb, successor_id, ranks, receive, lead)[0]
 
-    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool],
+    def replica_times(self, types: list[TypeArrays], flags: tuple[bool, bool, int],
                       link: "Link | SendReceive | None") -> list[np.ndarray]:
         """Per-micro-batch time of each replica type with what it waits for of its sends over
         `link` (None: the last stage of 1F1B) and, where the runtime's sends block, its receives
@@ -257,19 +259,19 @@ class Problem:
         return self.tables.types_by_id[cid]
 
     def _finish(self, config: StageConfig, types: list[TypeArrays], latency: np.ndarray,
-                busy: np.ndarray, flags: tuple[bool, bool], recomputed: np.ndarray | None = None
+                busy: np.ndarray, flags: tuple[bool, bool, int], recomputed: np.ndarray | None = None
                 ) -> tuple[np.ndarray, float | None]:
         """X = B + E - tau (rows of `busy`: capping levels) and tau's slope when affine; recompute
         "block": `k`, its recomputed blocks per block count (-1: left out there, MemorySavers)."""
         xs, slopes = self.finish_many([(config, types, latency, recomputed)], busy.reshape(-1, busy.shape[-1]), flags)
         return xs.reshape(busy.shape), slopes[0]
 
-    def finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool]
+    def finish_many(self, items: list[tuple], busy: np.ndarray, flags: tuple[bool, bool, int]
                      ) -> tuple[np.ndarray, list[float | None]]:
         """_finish of several configurations (config, types, latency, k or None) in one call:
         `busy` holds as many rows for each (its capping levels), in order; X in the same rows."""
         inputs = self.inputs
-        has_head, has_emb = flags
+        has_head, has_emb, lead = flags
         shape = busy.shape[-1:]
         tails, taus, ks = [], [], []
         for config, types, latency, k in items:
@@ -292,11 +294,12 @@ class Problem:
             # tail finite, so x is +inf, -inf or nan exactly there
             x = np.where(x > -INF, x, INF)
         if inputs.chunked:
-            x[..., :inputs.virtual_stages] = INF  # every chunk holds at least one block
-        elif not has_head and not has_emb:
+            # every chunk holds at least one block (the embedding's, with the lead blocks, holds those)
+            x[..., :inputs.virtual_stages - (1 if lead else 0)] = INF
+        elif not has_head and not has_emb and not lead:
             x[..., 0] = INF  # a stage holds at least one layer
-        if inputs.restriction.blocks is not None:
-            x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks] = INF  # an equal layer split
+        if inputs.restriction.blocks is not None:  # an equal layer split
+            x[..., np.arange(x.shape[-1]) != inputs.restriction.blocks - lead] = INF
         if ks:
             assert len(ks) == len(items) and rows == 1, "recompute block: one row per configuration"
             x = np.where(np.stack(ks) >= 0, x, INF)
@@ -304,7 +307,7 @@ class Problem:
                   else None for _, types, latency, _ in items]
         return x, slopes
 
-    def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+    def _shared_tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool, int]) -> np.ndarray:
         """_tail, once per its replica types' arrays, dimensions and layouts, which configurations on
         other node vectors share (StageConfigs._replica_arrays): by the arrays' identities, kept
         alive with the entry (released with the recomputed-block counts' tails)."""
@@ -317,7 +320,7 @@ class Problem:
             known = self.tables.tails[key] = (arrays, self._tail(config, types, flags))
         return known[1]
 
-    def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool]) -> np.ndarray:
+    def _tail(self, config: StageConfig, types: list[TypeArrays], flags: tuple[bool, bool, int]) -> np.ndarray:
         """Exposed gradient reduction and optimizer step after the last micro-batch
         (cost.stage_tail.stage_tail, as evaluate.evaluate); independent of the stage's position."""
         if config.tp_split:
