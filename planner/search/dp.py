@@ -149,6 +149,11 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                 clock.check()
             all_values = np.stack([layer[key].value for key, _, _ in all_sources])
             sig = all_sources[0][2]
+            # a stage with the embedding or lead blocks ends past the counted blocks, which its own
+            # counted blocks (at most most_blocks) must reach from some state's placed items: where
+            # none can, those stages are not priced here
+            reaches_lead = _reaches(all_values) + head + problem.most_blocks(fid, bool(head)) \
+                >= items - 1 - problem.inputs.spread_lead
             all_future = None
             if cutoff < INF:  # the least the remaining blocks add, per source row and item count
                 rates = np.array([per_block_left(new_used) for _, new_used, _ in all_sources])
@@ -156,6 +161,8 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     all_future = np.where(blocks_left > 0, rates[:, None] * blocks_left, 0.0)
                 all_future *= 1 - 1e-9  # never prune on rounding
             for has_emb in front_choices:
+                if has_emb and not reaches_lead:
+                    continue
                 sources, values = all_sources, all_values
                 if ranks is not None and problem.chunked and has_emb:
                     # the first rank must have the signature the search started from
@@ -168,7 +175,8 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                     future = all_future
                 # blocking sends: a stage with a predecessor is priced once per link it may receive over
                 receives = problem.links.receive_ids(sig) if problem.p2p.blocking and not has_emb else (-1,)
-                for receive, lead, v_index, variant in ((r, j, i, v) for r in receives for j in _leads(problem, has_emb)
+                for receive, lead, v_index, variant in ((r, j, i, v) for r in receives
+                                                        for j in (_leads(problem, has_emb) if reaches_lead else (0,))
                                                         for i, v in enumerate(problem.family_cost(
                                                             fid, placed + 1, has_emb, successor, ranks, r, j))):
                     if variant.x_min > bound:
@@ -192,6 +200,12 @@ def _offers(problem: Problem, layer: dict[State, Cell], batches: dict[int, dict[
                         offers.setdefault(State(new_used, placed + 1, sig, key.first, receive), []).append(
                             (cands[row], key, fid, v_index, has_emb, lead))
     return offers
+
+
+def _reaches(values: np.ndarray) -> int:
+    """The most items placed with a finite value in any row of `values` (-1: none)."""
+    finite = np.flatnonzero(np.isfinite(values).any(axis=0))
+    return int(finite[-1]) if finite.size else -1
 
 
 def _leads(problem: Problem, has_emb: bool):

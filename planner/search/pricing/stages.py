@@ -55,6 +55,7 @@ class Problem:
         if shared is not None and not self.inputs.chunked:
             self.tables = shared.tables.position_free()
         self.state = SearchState(clock)
+        self._most_blocks: dict[tuple[int, bool], int] = {}  # (family id, holds the head) -> most_blocks
         # a chunked problem derives its per-config arrays from the 1F1B one of the same b
         self.base_problem: Problem | None = None
         if self.inputs.chunked:
@@ -165,6 +166,20 @@ class Problem:
                                                               receive, lead)
         tables.family[fast_key] = cached
         return cached
+
+    def most_blocks(self, fid: int, has_head: bool) -> int:
+        """The most counted blocks any configuration of family `fid` can hold without the embedding or lead
+        blocks (some replica type's memory room not negative: StageConfigs._replica_arrays), an upper bound
+        for the same stage with them, which only take room (the DP skips the stages with lead blocks or the
+        embedding no state can reach: dp._offers)."""
+        key = (fid, has_head)
+        most = self._most_blocks.get(key)
+        if most is None:
+            flags = (has_head, False, 0)
+            fits = [np.flatnonzero(ta.room[flags] >= 0) for cid in self.catalog.families[fid]
+                    for ta in self.types_for(cid)]
+            most = self._most_blocks[key] = max((int(k[-1]) for k in fits if k.size), default=-1)
+        return most
 
     def _merged_family(self, fid: int, stage_from_end: int, has_emb: bool, successor_id: int,
                        ranks: int | None, receive: int, lead: int = 0) -> tuple["Variant", ...]:
