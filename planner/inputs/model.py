@@ -289,9 +289,10 @@ class Model:
         return sum(layer.fwd_flops_per_sample(seq_len) for layer in self.layers)
 
     def decoder_stand_in(self) -> Layer:
-        """The decoder block that the search prices n times. When the decoders differ (the
-        dense first layers of DeepSeek-V3, Gemma's windowed and global layers), a blend of
-        them: per micro-batch time the count-weighted mean of theirs (n blocks of a stage
+        """One decoder block standing for every decoder: the block the search prices n times where
+        the decoders have no lead (searched_decoder), and the largest one's memory for the floors.
+        When the decoders differ (Gemma's windowed and global layers, DeepSeek-V3's dense and MoE
+        ones), a blend of them: per micro-batch time the count-weighted mean of theirs (n blocks of a stage
         cost n x the mean), memory (weights, activations) the largest of theirs, so a stage
         the search finds fitting fits whichever blocks it gets. Evaluating a plan prices
         every layer as it is."""
@@ -306,11 +307,11 @@ class Model:
         return replace(largest, name="block.mix", blend=parts)
 
     def decoder_lead(self) -> tuple[Layer, int] | None:
-        """The leading decoder blocks the search places with the embedding, as (one of them, their
-        count): where the decoders are a run of one shape followed by blocks of one other shape
-        (DeepSeek-V3's three dense blocks before its MoE ones), so that every decoder is priced as
-        it is. None where the decoders are all alike or follow another pattern (they are blended:
-        decoder_stand_in)."""
+        """The leading decoder blocks of another shape than the rest, as (one of them, their count):
+        where the decoders are a run of one shape followed by blocks of one other shape (DeepSeek-V3's
+        three dense blocks before its MoE ones). The search places them as blocks of their own on the
+        front stages, so that every decoder is priced as it is (docs/solver.md, Algorithm). None where
+        the decoders are all alike or follow another pattern (they are blended: decoder_stand_in)."""
         decoders = [layer for layer in self.layers if layer.kind == "decoder"]
         count = next((i for i, layer in enumerate(decoders) if layer.config != decoders[0].config), 0)
         if not count or any(layer.config != decoders[count].config for layer in decoders[count:]):

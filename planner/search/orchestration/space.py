@@ -74,9 +74,9 @@ def outside_exact_search(plan: Plan) -> bool:
 
 def blended_decoders(model: Model) -> bool:
     """Whether the search prices the decoder blocks as a blend of several shapes
-    (Model.decoder_stand_in: DeepSeek-V3's dense first layers, Gemma's windows): its step times are
+    (Model.decoder_stand_in: Gemma's windows, GPT-OSS's alternating attention): its step times are
     then estimates of the plans' and its optimum is not proven. Leading blocks of one shape before
-    blocks of another (DeepSeek-V3's) are not blended: the search places them with the embedding
+    blocks of another (DeepSeek-V3's dense ones) are not blended: the search prices them as they are
     (Model.decoder_lead)."""
     return model.config is not None and model.decoder_lead() is None and bool(model.decoder_stand_in().blend)
 
