@@ -6,7 +6,7 @@ part per layer shape)."""
 from __future__ import annotations
 
 from ...core.dims import StageDims
-from ...cost.fp8 import fp8_gather_block_params
+from ...cost.fp8 import fp8_gather_params
 from ...cost.formulas import CostParams
 from ...cost.pricing import LayerPrice
 from ...inputs.model import Layer
@@ -29,10 +29,8 @@ def lead_price(lead: Lead, price_of) -> LayerPrice | None:
 
 
 def lead_fp8_gathered(lead: Lead, dims: StageDims, dtype: str, params: CostParams, count: int) -> float:
-    """The weights of `count` lead blocks FSDP all-gathers in fp8 (fp8_gather_block_params, as the
-    decoder blocks')."""
-    if lead is None or not count or not params.fp8_all_gather:
+    """The weights of `count` lead blocks FSDP all-gathers in fp8 (fp8_gather_params, as the decoder
+    blocks')."""
+    if lead is None or not count:
         return 0.0
-    layer = lead[0]
-    return count * fp8_gather_block_params(layer.weight_params, layer.expert_params, dims, dtype, params.fp8_recipe,
-                                           params.fp8_all_gather)
+    return count * fp8_gather_params(lead[0], dims, dtype, params.fp8_recipe, params.fp8_all_gather)
