@@ -213,10 +213,14 @@ def _measure_all(torch: Any, build_layer: Callable, model: Model, distinct: list
     return by_kind
 
 
-def profile_model(model: Model, options: ProfileOptions, progress: Any = None) -> dict:
+def profile_model(model: Model, options: ProfileOptions, progress: Any = None,
+                  make_timer: Callable[[Any, Any], Any] = _Timer) -> dict:
     """Measure every distinct layer and return the layer-profile document (formats.md sec 3).
 
     `progress`, if given, is a rich.progress.Progress that is advanced once per measurement.
+    `make_timer(torch, device)` builds the clock: `_Timer` (wall time on CPU, CUDA events on a
+    GPU) unless a test injects one with the same interface (`cuda`, `sync()`, and
+    `timer(fn, *args) -> (seconds, result)`) to pin what is done with the times.
     Raises BadInput for impossible options and NoFeasiblePlan when a layer does not fit.
     """
     torch = require_torch()
@@ -225,7 +229,7 @@ def profile_model(model: Model, options: ProfileOptions, progress: Any = None) -
     check_inputs(model, options)
     dev = resolve_torch_device(torch, options.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[options.dtype]
-    timer = _Timer(torch, dev)
+    timer = make_timer(torch, dev)
     distinct = _distinct_layers(model)
     steps = len(distinct) * len(options.tps) * len(options.micro_batches)
     task = progress.add_task("profiling", total=steps) if progress is not None else None
