@@ -45,7 +45,7 @@ ASSUMPTION = (
     "the row) as none, or where its plan does not fit without recompute, as the first of selective and full "
     "that fits (the run ran, so it fit: Case.unstated_recompute); Megatron's module recompute (recompute_modules) as selective recomputing those "
     "modules (CostParams.selective_recompute) where the planner prices each of them (core_attn, layernorm, "
-    "moe_act), else as none unless it names core_attn (then selective: core-attention recompute); the distributed "
+    "moe, moe_act), else as none unless it names core_attn (then selective: core-attention recompute); the distributed "
     "optimizer (ZeRO-1: the table's FSDP 0, or not in the table) with bf16 gradient buffers and reduction "
     "(the performance scripts' grad_reduce_in_fp32 False at every tag); sequence parallel with TP; etp "
     "not stated as tp (Megatron-core's default); the interleaved schedule where vp > 1; flash "

@@ -62,6 +62,28 @@ def test_module_recompute_time_is_the_discarded_kernels_traffic_at_hbm_bandwidth
     assert layer_recompute_s(block, sh, "attention", 0.0, 1.0, [], 0.0, 0.0, 0.0, 0.0, hbm) == 0.0
 
 
+def test_moe_recompute_frees_every_moe_activation_but_the_layer_input():
+    block = _block()
+    c = block.blend[0][0].config if block.blend else block.config
+    kept = saved_activation_bytes(block, _sharding("none"))
+    freed = kept - saved_activation_bytes(block, _sharding("selective"), "moe")
+    per_ffn = (3 if c.gated_mlp else 2) * 2 * SEQ  # SwiGLU keeps gate, up and product, 2 bytes each
+    routed = c.experts_top_k * (per_ffn * c.ffn_hidden + 2 * SEQ * c.hidden) + 4 * SEQ * c.num_experts
+    assert freed == pytest.approx(MBS * routed)
+    # moe_act's activation output is part of it, not freed twice
+    assert saved_activation_bytes(block, _sharding("selective"), "moe+moe_act") == pytest.approx(
+        saved_activation_bytes(block, _sharding("selective"), "moe"))
+
+
+def test_moe_recompute_repeats_the_moe_gemms_not_the_attention_ones():
+    block, sh = _block(), _sharding("selective")
+    part = block.blend[0][0] if block.blend else block
+    gemms = [1.0] * len(part.gemms(SEQ, 1))  # one second per GEMM, in Layer.gemms' order
+    attention = len(part.mixer_gemms(SEQ, 1))
+    t = layer_recompute_s(part, sh, "moe", 0.0, 99.0, gemms, 0.0, 0.0, 0.0, 0.0, 4e12)
+    assert attention == 2 and t == pytest.approx(len(gemms) - attention)
+
+
 def test_an_unknown_recompute_module_is_bad_input():
     with pytest.raises(BadInput, match="recompute module 'mlp'"):
         recompute_modules("layernorm+mlp")
@@ -78,7 +100,7 @@ def test_a_row_whose_recipe_states_priced_modules_replays_them_as_selective():
 
 
 def test_a_row_naming_an_unpriced_module_keeps_the_core_attention_rule():
-    row = _row("selective, recompute_modules=['moe', 'layernorm', 'core_attn', 'moe_act']")
+    row = _row("selective, recompute_modules=['mlp', 'layernorm', 'core_attn', 'moe_act']")
     assert fidelity_moe._recompute(row) == "selective"
     assert not any(k == "selective_recompute" for k, _ in fidelity_moe.run_settings(row))
     assert fidelity_moe._recompute(_row("not stated")) == "none"

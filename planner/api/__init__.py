@@ -258,8 +258,8 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
     model = _model(r.model)
     cluster = _cluster(r.cluster)
     dtype = resolve_dtype(cluster, r.dtype, r.runtime)
-    if model.config is not None and model.config.num_heads % r.tp:
-        raise BadInput(f"{model.config.num_heads} attention heads do not split over tp={r.tp}", "--tp")
+    if model.config is not None and model.config.tp_problem(r.tp):
+        raise BadInput(model.config.tp_problem(r.tp), "--tp")
     if not isinstance(r.cp, int) or isinstance(r.cp, bool) or r.cp < 1:
         raise BadInput(f"must be an integer >= 1, got {r.cp!r}", "--cp")
     cp_problem = get_runtime(r.runtime).context_parallel_problem(r.cp, r.cp_kind) if r.cp_kind in CP_KINDS else ""

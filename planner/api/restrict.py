@@ -27,11 +27,12 @@ def degree_options(request: PlanRequest, model: Model, cluster: Cluster) -> dict
     eps = _positive(request.ep_degrees, "--ep")
     max_pp = None if request.max_pp is None else _positive((request.max_pp,), "--max-pp")[0]
     gpus = cluster.num_gpus
-    heads = model.config.num_heads if model.config is not None else 1
+    heads = model.config.tp_heads if model.config is not None else 1
     per_node = sorted({g.gpus_per_node for g in cluster.groups})
     for tp in tps:
         if heads % tp:
-            raise BadInput(f"tp {tp} does not divide the model's {heads} attention heads", "--tp")
+            why = model.config.tp_problem(tp) if model.config is not None else f"1 head does not split over tp={tp}"
+            raise BadInput(f"tp {tp} does not divide the model's heads: {why}", "--tp")
         if all(n % tp for n in per_node):
             raise BadInput(f"tp {tp} does not divide the GPUs of any node ({', '.join(map(str, per_node))} "
                            "per node): a TP group stays inside one node", "--tp")

@@ -18,6 +18,7 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
     activation (GeLU read f write f; SwiGLU read 2f write f), and with standard attention
     the scale-mask-softmax and dropout over the a x s x s scores (Korthikanti et al. 2022).
     Routed experts: each token copy's activation and its moves (moe_copy_accesses).
+    A hybrid model's layer has one residual branch (ModelConfig.sublayers).
     """
     c = layer.config
     s, h = seq_len, c.hidden
@@ -28,12 +29,15 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
     if layer.kind == "head":
         # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
         return dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
-    replicated = 2 * (2 * nb * s * h) + 2 * (3 * nb * s * h + mask * s * h)
+    # per residual branch (attention and MLP; one in a hybrid model's layer) a norm and a bias-dropout-add
+    replicated = c.sublayers * (2 * nb * s * h + 3 * nb * s * h + mask * s * h)
     sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
     if c.num_experts > 1:
         sharded = c.experts_top_k * (sharded + moe_copy_accesses(c.num_experts, ep) * nb * s * h)
     if not c.learned_positions:
         sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
+    if c.mamba is not None:  # a Mamba-2 mixer's convolution and gated norm (planner.inputs.mamba)
+        sharded += nb * s * c.mamba.elementwise_elements_per_token()
     scores = 0.0
     if attention == "standard":
         scores = dims.activation_share(0.0, (2 * nb + (2 * nb + mask if c.dropout else 0)) * c.num_heads * s * s)

@@ -20,7 +20,8 @@ def layer_model_flops_per_sample(layer: Layer, seq_len: int) -> float:
         forward = layer.fwd_flops_per_sample(seq_len)
     else:
         forward = (sum(g.flops_per_sample(seq_len) for g in layer.gemms(seq_len, tp=1))
-                   + layer.attention_flops_per_sample(seq_len, tp=1, causal_skip=CAUSAL_ATTENTION))
+                   + layer.attention_flops_per_sample(seq_len, tp=1, causal_skip=CAUSAL_ATTENTION)
+                   + layer.scan_flops_per_sample(seq_len, tp=1))
     return (1 + BACKWARD_OVER_FORWARD) * forward
 
 

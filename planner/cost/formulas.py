@@ -254,6 +254,8 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     against standard attention (planner.cost.attention_kernels)."""
     if layer.kind != "decoder" or layer.config is None:
         return 0.0, 0.0
+    if layer.config.mamba is not None:
+        return ssd_scan_s(layer, gpu, sh, params)
     sh = sh.priced(params.fused_attention)  # standard where the runtime runs no fused kernel on the GPU
     peak = matmul_peak(gpu, sh.dtype, params)
     seq_len, tp, b = sh.seq_len, sh.dims.tp, sh.micro_batch
@@ -277,6 +279,21 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     fwd_ratio, bwd_ratio = kernel.ratios(sh.dtype)
     return (causal * fwd_ratio * (attn_fwd + score_s),
             causal * bwd_ratio * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))
+
+
+def ssd_scan_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -> tuple[float, float]:
+    """Forward and backward time of a Mamba-2 mixer's SSD scan on one TP rank (planner.inputs.mamba):
+    its chunked kernels are batched matmuls over chunks, as FlashAttention's are over key blocks,
+    priced at the fused attention's efficiency (`attention_efficiency`), and no faster than the HBM
+    traffic of their fp32 chunk states (the roofline's memory bound, Williams et al. 2009). The
+    backward recomputes the forward's states (mamba_ssm _mamba_chunk_scan_combined_bwd) and takes
+    the gradients of each matmul's two operands: three times the forward."""
+    tokens = sh.dims.local_seq_len(sh.seq_len) * sh.micro_batch
+    flops = layer.scan_flops_per_sample(sh.dims.local_seq_len(sh.seq_len), sh.dims.tp) * sh.micro_batch
+    traffic = sh.dims.compute_share(tokens * layer.config.mamba.scan_bytes_per_token(sh.dtype_bytes))
+    fwd = max(flops / (matmul_peak(gpu, sh.dtype, params) * params.attention_efficiency),
+              traffic / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency))
+    return fwd, 3.0 * fwd
 
 
 @lru_cache(maxsize=65536)
@@ -427,8 +444,9 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
     """Add the tensor-parallel communication of one layer for one micro-batch.
 
     Korthikanti et al. 2022, sec 4.2.2: a block all-reduces b*s*h twice forward and twice
-    backward; with sequence parallelism each all-reduce becomes a reduce-scatter plus an
-    all-gather of the same total volume. The vocab-parallel embedding all-reduces its
+    backward (once each for a hybrid model's one-branch layer: ModelConfig.sublayers); with
+    sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather of the same
+    total volume. The vocab-parallel embedding all-reduces its
     output; the head its input gradient.
     """
     tp_fwd = tp_bwd = 0.0
@@ -437,6 +455,7 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
         one = (2 * ring_allgather_s(activation, tp, tp_link, link_efficiency(tp_link, params))
                if sequence_parallel else
                ring_allreduce_s(activation, tp, tp_link, link_efficiency(tp_link, params)))
+        branches = layer.config.sublayers  # residual branches: attention and MLP, one in a hybrid's layer
         if layer.kind == "decoder" and params.tp_async and sequence_parallel:
             # async TP (Wang et al. 2022, Overlap Communication with Dependent Computation via
             # Decomposition, sec 3; PyTorch's fused_all_gather_matmul / fused_matmul_reduce_scatter,
@@ -446,18 +465,18 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
             # hide the transfers; the block's four collectives pooled against its forward GEMMs.
             # Forward only: the post measures ~29 % forward and ~8 % end-to-end speedup on Llama 3
             # 8B, what an unchanged backward (2/3 of the step) leaves; a recomputed forward is a forward
-            tp_fwd = max(0.0, 2 * one - gemm_fwd * hidden_fraction_of_steps(tp))
-            tp_bwd = 2 * one + (tp_fwd if recompute == "full" else 0.0)
+            tp_fwd = max(0.0, branches * one - gemm_fwd * hidden_fraction_of_steps(tp))
+            tp_bwd = branches * one + (tp_fwd if recompute == "full" else 0.0)
         elif layer.kind == "decoder":
-            tp_fwd, tp_bwd = 2 * one, 2 * one
+            tp_fwd, tp_bwd = branches * one, branches * one
             if params.overlap_tp_comm:
-                # Megatron overlaps the input-gradient all-reduce of the two column-parallel
-                # GEMMs (QKV, MLP-in) with their weight-gradient GEMMs (Korthikanti et al.
-                # 2022, sec 4.2.2): half the backward communication hides, up to that GEMM time.
+                # Megatron overlaps the input-gradient all-reduce of the column-parallel GEMMs
+                # (QKV, MLP-in) with their weight-gradient GEMMs (Korthikanti et al. 2022, sec
+                # 4.2.2): one all-reduce per branch hides, together up to half that GEMM time.
                 wgrad = gemm_fwd / 2
-                tp_bwd = one + max(0.0, one - wgrad)
+                tp_bwd = (branches - 1) * one + max(0.0, one - wgrad)
             if recompute == "full":
-                tp_bwd += 2 * one
+                tp_bwd += branches * one
         elif layer.kind == "embedding":
             tp_fwd = one
         else:

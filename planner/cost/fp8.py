@@ -333,7 +333,7 @@ def fp8_gather_block_params(weight_params: float, expert_params: float, dims: St
 
 
 def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: bool, recompute: str,
-                       dtype_bytes: int, operand_bytes: float = 1.0) -> float:
+                       dtype_bytes: int, operand_bytes: float = 1.0, moe_kept: bool = True) -> float:
     """Bytes per sample a runtime that saves quantized linear inputs (Fp8Recipe.saves_fp8_inputs)
     does not keep: the inputs of the QKV and MLP-in GEMMs (the norm outputs, s x h each), of the
     attention output projection (s x o) and of the MLP-down GEMM (s x f), at `operand_bytes`
@@ -343,17 +343,21 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     saves each expert GEMM's input in fp8 as Linear does (transformer_engine/pytorch/module/
     grouped_linear.py: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True), then
     save_for_backward): every routed copy's FC1 input (s x h) and FC2 input (s x f), and the
-    shared experts' FC2 input. Decoder blocks without multi-latent attention or full
-    recomputation only (full recomputation keeps just the block input)."""
+    shared experts' FC2 input; a hybrid model's layer its one branch's (a Mamba-2 mixer's input and
+    output projections). Decoder blocks without multi-latent attention or full recomputation only (full recomputation keeps just the block input)."""
     c = layer.config
     if layer.kind != "decoder" or c is None or layer.blend or c.mla is not None or recompute == "full":
         return 0.0
     s, h, per = seq_len, c.hidden, dtype_bytes - operand_bytes
-    dims = StageDims(tp, sequence_parallel)
-    if c.num_experts > 1:
-        routed = c.experts_top_k * (h + c.ffn_hidden)
-        return dims.activation_share(per * s * h, per * s * (c.o_dim + routed + c.shared_expert_ffn))
-    return dims.activation_share(2 * per * s * h, per * s * (c.o_dim + c.ffn_hidden))
+    # the mixer's input projection (QKV or a Mamba-2 in_proj) and its output projection
+    replicated = per * s * h if c.mixer else 0.0
+    sharded = per * s * (c.o_dim + (c.mamba.inner if c.mamba is not None else 0))
+    if c.num_experts > 1:  # unless "moe" module recompute keeps none of them (moe_kept False)
+        sharded += per * s * (c.experts_top_k * (h + c.ffn_hidden) + c.shared_expert_ffn) if moe_kept else 0.0
+    elif c.ffn_hidden:  # a dense MLP: its up and down projections
+        replicated += per * s * h
+        sharded += per * s * c.ffn_hidden
+    return StageDims(tp, sequence_parallel).activation_share(replicated, sharded)
 
 
 assert tuple(RECIPES) == FP8_RECIPE_NAMES, "planner.plan.FP8_RECIPE_NAMES names the recipes priced here"

@@ -13,6 +13,7 @@ from ..inputs.hardware import Link
 from ..inputs.linkcurve import collective_s
 from ..inputs.model import DTYPE_BYTES, Layer
 from .formulas import CostParams, LayerTime, link_efficiency
+from .recompute import recompute_modules
 from .sharding import Sharding
 
 
@@ -109,7 +110,8 @@ def with_moe_alltoall(t: LayerTime, layer: Layer, sh: Sharding, group: AllToAllG
     ep_fwd = ep_bwd = 0.0
     for part, n in parts:
         fwd, bwd = moe_alltoall_s(part, sh.micro_batch, sh.seq_len, sh.dims, nb, group, params)
-        if sh.recompute == "full":
-            bwd += fwd  # the recomputed forward dispatches and combines again
+        if sh.recompute == "full" or (sh.recompute == "selective" and "moe" in recompute_modules(
+                params.selective_recompute) and part.config.num_experts > 1):
+            bwd += fwd  # the recomputed forward (or MoE layer) dispatches and combines again
         ep_fwd, ep_bwd = ep_fwd + fwd * n / total, ep_bwd + bwd * n / total
     return replace(t, ep_comm_fwd_s=ep_fwd, ep_comm_bwd_s=ep_bwd)

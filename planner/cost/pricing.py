@@ -70,10 +70,11 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
     Under a quantized dtype a runtime that saves quantized linear inputs keeps those in the format
     (fp8.saved_input_saving)."""
     fp8_saving = 0.0
+    modules = recompute_modules(selective) if sh.recompute == "selective" else frozenset()
     recipe = fp8_cost.quantized_linears(layer, sh.dtype, fp8_recipe) if fp8_recipe else None
     if recipe is not None and recipe.saves_fp8_inputs:
         fp8_saving = fp8_cost.saved_input_saving(layer, sh.local_seq_len, sh.tp, sh.sequence_parallel, sh.recompute,
-                                                 sh.dtype_bytes, recipe.operand_bytes)
+                                                 sh.dtype_bytes, recipe.operand_bytes, moe_kept="moe" not in modules)
     gathered = 0.0  # kept by the head always, by a block without recomputation (gathered_input_bytes)
     if layer.kind == "head" or (layer.kind == "decoder" and sh.recompute == "none"):
         gathered = gathered_input_bytes(layer, sh, tp_saves_gathered_inputs)
@@ -82,7 +83,6 @@ def saved_activation_bytes(layer: Layer, sh: Sharding, selective: str = "attenti
                                                  sh.dtype_bytes) * sh.micro_batch + gathered
     mode, freed = sh.recompute, 0.0
     if sh.recompute == "selective":  # Megatron-core's recompute_modules (recompute.recompute_modules)
-        modules = recompute_modules(selective)
         mode = "selective" if "core_attn" in modules else "none"
         freed = module_saved_bytes(layer, sh.local_seq_len, sh.dims, sh.dtype_bytes, modules)
     return gathered + (layer.act_bytes_per_sample(sh.local_seq_len, mode, sh.tp, sh.sequence_parallel, sh.attention,

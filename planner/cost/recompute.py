@@ -14,8 +14,9 @@ from .sharding import Sharding
 # `--recompute-modules`): "core_attn" recomputes the core attention (the attention-score ops);
 # "layernorm" (input_layernorm and pre_mlp_layernorm) and "moe_act" (the MoE experts' activation
 # function) use output-discarding checkpointing: the module's output is freed once the next linear
-# has consumed it and recomputed from its saved input in the backward
-PRICED_MODULES = ("core_attn", "layernorm", "moe_act")
+# has consumed it and recomputed from its saved input in the backward; "moe" checkpoints the whole
+# MoE layer (router, dispatch, experts, combine, shared experts: only its input is kept)
+PRICED_MODULES = ("core_attn", "layernorm", "moe", "moe_act")
 
 
 @lru_cache(maxsize=None)  # (parsed once per setting: it is read for every priced layer)
@@ -39,16 +40,29 @@ def _block_config(layer: Layer):
 
 def module_saved_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes: int, modules: frozenset[str]) -> float:
     """What output-discarding module recompute frees of a decoder block's saved activations, per
-    sample on one TP rank (Megatron-core CheckpointWithoutOutput): "layernorm" the two norm outputs
-    (the QKV and MLP inputs, each s x h, replicated unless sequence parallel); "moe_act" the routed
+    sample on one TP rank (Megatron-core CheckpointWithoutOutput): "layernorm" the norm outputs
+    (the QKV and MLP inputs, each s x h, replicated unless sequence parallel; one in a hybrid
+    model's layer); "moe" every MoE activation but the layer's input (moe_saved_bytes); "moe_act" the routed
     experts' activation output (the second expert GEMM's input, s x f per routed copy, top_k copies)."""
     c = _block_config(layer)
     if layer.kind != "decoder" or c is None:
         return 0.0
     s, nb = seq_len, dtype_bytes
-    replicated = 2 * nb * s * c.hidden if "layernorm" in modules else 0.0
-    sharded = c.experts_top_k * nb * s * c.ffn_hidden if "moe_act" in modules and c.num_experts > 1 else 0.0
+    replicated = c.sublayers * nb * s * c.hidden if "layernorm" in modules else 0.0
+    if "moe" in modules and c.num_experts > 1:
+        sharded = moe_saved_bytes(c, s, nb)
+    else:
+        sharded = c.experts_top_k * nb * s * c.ffn_hidden if "moe_act" in modules and c.num_experts > 1 else 0.0
     return dims.activation_share(replicated, sharded)
+
+
+def moe_saved_bytes(c, seq_len: int, nb: int) -> float:
+    """What an MoE layer saves beyond its input, per sample on one TP rank (sharded), as
+    model.Layer.act_bytes_per_sample counts it: each routed copy's input and activations, the router
+    logits (fp32), the shared experts' activations."""
+    per_ffn = (3 if c.gated_mlp else 2) * nb * seq_len
+    return (c.experts_top_k * (per_ffn * c.ffn_hidden + nb * seq_len * c.hidden) + 4 * seq_len * c.num_experts
+            + per_ffn * c.shared_expert_ffn)
 
 
 def module_recompute_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes: int,
@@ -61,7 +75,7 @@ def module_recompute_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_by
     if layer.kind != "decoder" or c is None:
         return 0.0
     s, nb = seq_len, dtype_bytes
-    replicated = 2 * (2 * nb * s * c.hidden) if "layernorm" in modules else 0.0
+    replicated = c.sublayers * (2 * nb * s * c.hidden) if "layernorm" in modules else 0.0
     sharded = 0.0
     if "moe_act" in modules and c.num_experts > 1:
         sharded = c.experts_top_k * ((2 if c.gated_mlp else 1) + 1) * nb * s * c.ffn_hidden
@@ -88,11 +102,26 @@ def layer_recompute_s(layer: Layer, sh: Sharding, selective_recompute: str, laye
     if recompute != "selective":
         return 0.0
     modules = recompute_modules(selective_recompute)
-    t = attn_fwd + score_fwd if "core_attn" in modules and sh.attention == "standard" else 0.0
+    attention = layer.config is not None and layer.config.mixer == "attention"  # not a hybrid's Mamba scan
+    t = attn_fwd + score_fwd if "core_attn" in modules and sh.attention == "standard" and attention else 0.0
+    if "moe" in modules and layer.kind == "decoder" and layer.config.num_experts > 1:
+        t += moe_forward_s(layer, gemm_times, elem_fwd + cast_fwd, layer_overhead_s / 3)
     if hbm_bytes_per_s > 0:
         t += module_recompute_bytes(layer, sh.local_seq_len, sh.dims, sh.dtype_bytes, modules) * sh.micro_batch \
             / hbm_bytes_per_s
     return t
+
+
+def moe_forward_s(layer: Layer, gemm_times: list[float], elem_fwd: float, host_fwd_s: float) -> float:
+    """The forward of a block's MoE layer, which Megatron-core's "moe" module recompute repeats in
+    the backward: its GEMMs (routed experts, router, shared experts: Layer.gemms after the mixer's),
+    its elementwise and cast kernels (`elem_fwd`: all of a hybrid's one-branch layer's; else in
+    proportion to its GEMM time) and the forward's host time (`host_fwd_s`, the token dispatcher's
+    synchronisation among it). Its all-to-all is cost.moe.with_moe_alltoall's."""
+    mixer = len(layer.mixer_gemms(1, 1))
+    moe, total = sum(gemm_times[mixer:]), sum(gemm_times)
+    share = 1.0 if not layer.config.mixer else (moe / total if total else 0.0)
+    return moe + share * elem_fwd + host_fwd_s
 
 
 def op_sac_recomputed_gemm_s(layer: Layer, gemm_times: list[float]) -> float:

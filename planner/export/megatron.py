@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..core.errors import BadInput
 from ..inputs.hf_extras import rope_and_norm, text_config
-from ..inputs.block_params import features_beyond_gpt_flags
+from ..inputs.block_params import HYBRID_FEATURE, features_beyond_gpt_flags
 from ..plan import Plan
 from ..cost.fp8 import recipe_for
 from ..cost.runtimes.megatron import SPEC as MEGATRON
@@ -74,16 +74,19 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
         flags += _mla_flags(c.mla)
     if c.qk_norm == "head":
         flags.append(("--qk-layernorm", None))
-    carried = {"shared experts", "dense layers among the MoE ones", "router bias", "multi-latent attention"}
+    carried = {"shared experts", "dense layers among the MoE ones", "router bias", "multi-latent attention",
+               HYBRID_FEATURE}
     not_carried = [f for f in features_beyond_gpt_flags(c) if f not in carried]
     if not_carried:
         warn(f"the {c.model_type} model's {', '.join(not_carried)} are not in these flags: "
              "add them for your Megatron version")
     moe = c.num_experts > 1
-    dense_ffn = c.dense_ffn_hidden if moe and c.dense_layers else c.ffn_hidden
+    dense_ffn = c.dense_ffn_hidden if moe and (c.dense_layers or c.mamba is not None) else c.ffn_hidden
     flags.append(("--ffn-hidden-size", dense_ffn))
     if c.gated_mlp:
         flags.append(("--swiglu", None))
+    if c.mamba is not None:
+        flags += _hybrid_flags(c, plan.model.raw)
     flags += [("--seq-length", plan.training.seq_len),
               ("--max-position-embeddings", max(c.max_positions, plan.training.seq_len))]
     if not c.tied_embeddings:
@@ -91,8 +94,10 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
     if c.norm == "rmsnorm":
         flags += [("--normalization", "RMSNorm")]
     flags.append(("--norm-epsilon", extra.norm_eps))
-    flags.append(("--position-embedding-type", "learned_absolute" if c.learned_positions else "rope"))
-    if not c.learned_positions and extra.rope_theta is not None:
+    # Nemotron-H's attention has no position embedding (its Mamba layers carry the order)
+    positions = "learned_absolute" if c.learned_positions else "none" if c.mamba is not None else "rope"
+    flags.append(("--position-embedding-type", positions))
+    if positions == "rope" and extra.rope_theta is not None:
         flags.append(("--rotary-base", int(extra.rope_theta) if extra.rope_theta.is_integer() else extra.rope_theta))
         if extra.rotary_fraction != 1.0:
             flags.append(("--rotary-percent", extra.rotary_fraction))
@@ -137,13 +142,31 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
             flags.append(("--moe-shared-expert-intermediate-size", c.shared_expert_ffn))
             if c.shared_expert_gate:
                 flags.append(("--moe-shared-expert-gate", None))
-        if c.dense_layers:
+        if c.dense_layers and c.mamba is None:  # a hybrid's pattern places its MLP and MoE layers
             dense = set(c.dense_layers)
             flags.append(("--moe-layer-freq", "[" + ",".join("0" if i in dense else "1"
                                                              for i in range(len(decoders))) + "]"))
         if c.router_bias:
             flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
         flags += _routing_flags(plan.model.raw)
+    return flags
+
+
+# megatron-core's hybrid stack (models/mamba/mamba_layer_specs.py), which pretrain_mamba.py builds
+HYBRID_SPEC = ("megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec")
+
+
+def _hybrid_flags(c, raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A hybrid model as Megatron-LM's pretrain_mamba.py takes it (the flags Megatron-Bridge's
+    Nemotron-H checkpoint loader and NVIDIA's Nemotron-H recipes write): the layer pattern, the
+    Mamba-2 mixer's dimensions, the hybrid stack spec, and Nemotron-H's squared-ReLU MLPs."""
+    m = c.mamba
+    flags: list[tuple[str, Any]] = [
+        ("--is-hybrid-model", None), ("--hybrid-override-pattern", c.layer_pattern), ("--spec", HYBRID_SPEC),
+        ("--mamba-num-heads", m.heads), ("--mamba-head-dim", m.head_dim), ("--mamba-num-groups", m.groups),
+        ("--mamba-state-dim", m.state)]
+    if text_config(raw).get("mlp_hidden_act", "relu2") == "relu2":
+        flags.append(("--squared-relu", None))
     return flags
 
 
@@ -289,7 +312,9 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags += quantized_flags(plan.training.dtype, plan.training.fp8_recipe, form.zero >= 1 or form.offload)
     elif form.dtype == "fp16":
         flags.append(("--fp16", None))
-    lines = [f"{k} {shlex.quote(str(val))}" if val is not None else k for k, val in flags]
+    lines = [k if val is None else f"{k} " + " ".join(shlex.quote(str(v)) for v in (val if isinstance(val, tuple)
+                                                                                   else (val,)))
+             for k, val in flags]
     # Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP below Blackwell;
     # the priced TP overlap rests on it (priced_flags)
     one_connection = form.tp > 1 or form.cp > 1
@@ -303,7 +328,7 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "
         "exactly this many tokens, with --data-path etc.",
         "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; " + ("CUDA_DEVICE_MAX_CONNECTIONS=1 " if one_connection else "")
-        + "torchrun ... pretrain_gpt.py \"${ARGS[@]}\" ...",
+        + f"torchrun ... {'pretrain_mamba.py' if c.mamba is not None else 'pretrain_gpt.py'} \"${{ARGS[@]}}\" ...",
         *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and form.tp > 1 else []),
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]

@@ -6,6 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def mixer_params(config: Any) -> int:
+    """A decoder's token mixer: its attention, its Mamba-2 mixer (planner.inputs.mamba), or none
+    (a hybrid model's MLP layer)."""
+    if config.mixer == "mamba":
+        return config.mamba.params(config.hidden)
+    return attention_params(config) if config.mixer == "attention" else 0
+
+
 def attention_params(config: Any) -> int:
     """q, k, v and output projections with their biases, q/k norms and attention sinks; MLA's down- and
     up-projections with the latent norms (DeepSeek-V2 paper, sec 2.1)."""
@@ -48,8 +56,10 @@ def expert_params(config: Any) -> int:
 
 def mlp_params(config: Any) -> int:
     """A dense MLP, or every routed expert, the router (and its bias), the shared experts
-    (and their gate)."""
+    (and their gate); none in a hybrid model's mixer layer."""
     h = config.hidden
+    if not config.ffn_hidden:
+        return 0
 
     def ffn(width: int) -> int:
         return _ffn_params(config, width)
@@ -64,13 +74,17 @@ def mlp_params(config: Any) -> int:
     return params
 
 
+HYBRID_FEATURE = "Mamba-2 layers (a hybrid layer pattern)"  # Megatron's hybrid flags carry them
+
+
 def features_beyond_gpt_flags(config: Any) -> list[str]:
     """The parts of a ModelConfig that Megatron's basic GPT flags (layers, widths, heads,
     query groups, kv-channels, qk-layernorm, SwiGLU, RMSNorm, biases, experts) do not say."""
     named = [(config.mla is not None, "multi-latent attention"), (config.shared_expert_ffn > 0, "shared experts"),
              (bool(config.dense_layers), "dense layers among the MoE ones"), (config.router_bias, "router bias"),
-             (config.block_norms != 2, "norms after attention and MLP"),
+             (config.block_norms > 2, "norms after attention and MLP"),
              (config.qk_norm == "proj", "whole-projection q/k norms"),
              (bool(config.layer_windows), "sliding-window layers"),
-             (config.attention_sinks, "attention sinks")]
+             (config.attention_sinks, "attention sinks"),
+             (config.mamba is not None, HYBRID_FEATURE)]
     return [name for present, name in named if present]

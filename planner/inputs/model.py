@@ -20,7 +20,7 @@ from .hardware import PROFILES_DIR
 from .measured import check_profile_keys
 from ..core import ranges
 from ..core.io import MAX_NUMBER, load_mapping
-from .block_params import attention_params, expert_params, mlp_params
+from .block_params import expert_params, mixer_params, mlp_params
 from .model_families import SUPPORTED_TYPES, Mla, hf_dimensions  # noqa: F401 (re-exported)
 from ..core.names import check_name, name_from_file
 from .model_config import ModelConfig  # noqa: F401 (re-exported)
@@ -67,8 +67,9 @@ class Layer:
             return self.fixed.fwd_flops_per_sample * seq_len / self.fixed.seq_len
         if self.blend:
             return _mean(self.blend, lambda part: part.fwd_flops_per_sample(seq_len))
-        return sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1)) \
-            + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
+        return (sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1))
+                + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
+                + self.scan_flops_per_sample(seq_len, tp=1))
 
     def gemms(self, seq_len: int, tp: int, ep: int = 1, etp: int = 0) -> tuple["Gemm", ...]:
         """The layer's weight GEMMs, as shards on one of `tp` tensor-parallel ranks.
@@ -85,19 +86,9 @@ class Layer:
             return (Gemm(seq_len, c.vocab / tp, c.hidden, 1),)
         h, f = c.hidden, c.ffn_hidden
         mlp_in = 2 * f if c.gated_mlp else f
-        if c.mla is None:
-            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1, linears=3)]  # QKV projection
-        else:  # down-projections replicated, up-projections split by heads (Megatron's MLA)
-            m, heads = c.mla, c.num_heads / tp
-            q_in = m.q_lora_rank or h
-            if m.q_lora_rank:
-                gemms = [Gemm(seq_len, m.q_lora_rank, h, 1)]
-            else:
-                gemms = []
-            gemms += [Gemm(seq_len, heads * c.head_dim, q_in, 1),
-                      Gemm(seq_len, m.kv_lora_rank + m.qk_rope_head_dim, h, 1),
-                      Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
-        gemms.append(Gemm(seq_len, h, c.o_dim / tp, 1))  # attention output projection
+        gemms = self.mixer_gemms(seq_len, tp)
+        if not f:
+            return tuple(gemms)  # a hybrid model's mixer layer: no MLP
         if c.num_experts == 1:
             gemms += [Gemm(seq_len, mlp_in / tp, h, 1, linears=2 if c.gated_mlp else 1),
                       Gemm(seq_len, h, f / tp, 1)]  # MLP up (+ gate), down
@@ -115,6 +106,32 @@ class Layer:
                 gemms.append(Gemm(seq_len, 1, h, 1))
         return tuple(gemms)
 
+    def mixer_gemms(self, seq_len: int, tp: int) -> list["Gemm"]:
+        """The token mixer's GEMMs: attention's QKV (column-parallel) and output (row-parallel)
+        projections; MLA's down-projections replicated, up-projections split by heads (Megatron's
+        MLA); a Mamba-2 mixer's input projection (column-parallel) and output projection (row-parallel)."""
+        c, h = self.config, self.config.hidden
+        if c.mixer == "mamba":
+            return [Gemm(seq_len, c.mamba.in_proj_width / tp, h, 1), Gemm(seq_len, h, c.mamba.inner / tp, 1)]
+        if c.mixer != "attention":
+            return []
+        if c.mla is None:
+            gemms = [Gemm(seq_len, (c.q_dim + c.kv_dim + c.v_dim) / tp, h, 1, linears=3)]  # QKV projection
+        else:
+            m, heads = c.mla, c.num_heads / tp
+            q_in = m.q_lora_rank or h
+            gemms = [Gemm(seq_len, m.q_lora_rank, h, 1)] if m.q_lora_rank else []
+            gemms += [Gemm(seq_len, heads * c.head_dim, q_in, 1),
+                      Gemm(seq_len, m.kv_lora_rank + m.qk_rope_head_dim, h, 1),
+                      Gemm(seq_len, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, 1)]
+        return gemms + [Gemm(seq_len, h, c.o_dim / tp, 1)]  # attention output projection
+
+    def scan_flops_per_sample(self, seq_len: int, tp: int) -> float:
+        """A Mamba-2 mixer's SSD scan (planner.inputs.mamba), its heads split over TP; 0 elsewhere."""
+        if self.kind != "decoder" or self.config is None or self.config.mamba is None:
+            return 0.0
+        return StageDims(tp).compute_share(seq_len * self.config.mamba.scan_flops_per_token())
+
     def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool) -> float:
         """QK^T and attention-times-V: 2 s^2 (d_qk + d_v) per head, 4 s^2 h for a GPT block
         (Narayanan et al. 2021, sec 5.1), every query against every key.
@@ -125,7 +142,7 @@ class Layer:
         doubled, as the full count is (s^2 = 2 x s^2/2). GPT-OSS's attention sinks add one
         logit per query and head to the softmax (s a of s^2 a): not counted.
         """
-        if self.kind != "decoder" or self.config is None:
+        if self.kind != "decoder" or self.config is None or self.config.mixer != "attention":
             return 0.0
         c = self.config
         pairs = seq_len * seq_len / 2
@@ -155,7 +172,9 @@ class Layer:
         masks) is replicated across TP ranks unless sequence parallelism shards it;
         selective recompute drops the 5as^2b attention-score terms; full recompute keeps
         only the block input (2sbh). FlashAttention (Dao et al. 2022) never stores the
-        s^2 scores, only the softmax log-sum-exp (fp32, a x s).
+        s^2 scores, only the softmax log-sum-exp (fp32, a x s). A hybrid model's layer has one
+        residual branch (a mixer or an MLP) and saves for it alone; a Mamba-2 mixer saves what
+        planner.inputs.mamba counts.
         """
         if recompute not in RECOMPUTE_MODES:
             raise BadInput(f"unknown recompute mode {recompute!r}", field="recompute")
@@ -176,8 +195,8 @@ class Layer:
             return dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
         if recompute == "full":
             return dims.activation_share(nb * s * h, 0.0)  # only the block input is checkpointed
-        # the norm inputs, QKV and MLP inputs, 2 masks
-        replicated = (c.block_norms + 2) * nb * s * h + 2 * mask * s * h
+        # the norm inputs, the mixer's and the MLP's inputs, a mask per residual branch
+        replicated = (c.block_norms + c.sublayers) * nb * s * h + c.sublayers * mask * s * h
         if c.mla is not None:  # the replicated down-projections' outputs (the latents)
             replicated += nb * s * (c.mla.q_lora_rank + c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)
         # attention: Q, K, V and the output-projection input
@@ -188,6 +207,8 @@ class Layer:
         if c.num_experts > 1:
             mlp = c.experts_top_k * (mlp + nb * s * h) + 4 * s * c.num_experts  # routed copies, router logits
         sharded += mlp + per_ffn * c.shared_expert_ffn
+        if c.mamba is not None:  # a Mamba-2 mixer's (planner.inputs.mamba)
+            sharded += s * (nb * c.mamba.saved_elements_per_token() + 4 * c.mamba.saved_fp32_per_token())
         if attention == "standard":
             if recompute == "none":
                 # softmax output (2as^2), its dropout mask (as^2) and dropout output (2as^2)
@@ -221,7 +242,8 @@ class Layer:
         c = self.config
         if c is None or tp <= 1 or self.kind == "embedding":
             return 0.0
-        inputs = 1 if self.kind == "head" else 1 + (c.num_experts == 1 or bool(c.shared_expert_ffn))
+        dense_input = c.ffn_hidden > 0 and (c.num_experts == 1 or bool(c.shared_expert_ffn))
+        inputs = 1 if self.kind == "head" else (c.mixer != "") + dense_input
         return inputs * dtype_bytes * seq_len * c.hidden * (1 - 1 / tp)
 
     def op_sac_act_bytes_per_sample(self, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
@@ -380,7 +402,7 @@ def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
     layers = [Layer(0, "embed", "embedding", embed_params, embed_params, config)]
     for i in range(config.num_layers):
         lc = config.layer_config(i)
-        block = attention_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
+        block = mixer_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
         layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc, expert_params=expert_params(lc)))
     head_params = config.norm_params + (0 if config.tied_embeddings else head_matrix)
     layers.append(Layer(config.num_layers + 1, "head", "head", head_params, config.norm_params + head_matrix, config))

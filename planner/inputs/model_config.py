@@ -3,9 +3,11 @@ file by planner.inputs.model_families."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .mamba import Mamba
 from .model_families import Mla
 
 
@@ -47,13 +49,39 @@ class ModelConfig:
     layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)
     dense_layers: tuple[int, ...] = ()  # model level: decoders with a dense MLP in an MoE model
     dense_ffn_hidden: int = 0  # their FFN width
+    # hybrid models (Nemotron-H): a decoder holds one token mixer or one MLP, not both
+    mixer: str = "attention"  # this decoder's token mixer: "attention", "mamba", or "" (an MLP alone)
+    mamba: Mamba | None = None  # the Mamba-2 mixer's dimensions (planner.inputs.mamba)
+    layer_pattern: str = ""  # model level: each decoder's kind, HYBRID_KINDS (hybrid_override_pattern)
+
+    @property
+    def sublayers(self) -> int:
+        """The residual branches of a decoder: a token mixer and an MLP (2), or one of them in a
+        hybrid model's layer; each has its norm, its residual add and its TP collective."""
+        return (self.mixer != "") + (self.ffn_hidden > 0)
+
+    @property
+    def tp_heads(self) -> int:
+        """The count every tensor-parallel degree must divide: the attention heads and, with Mamba
+        layers, their heads and groups (megatron-core MambaMixer splits both over TP)."""
+        if self.mamba is None:
+            return self.num_heads
+        return math.gcd(self.num_heads, self.mamba.heads, self.mamba.groups)
+
+    def tp_problem(self, tp: int) -> str:
+        """Why `tp` tensor-parallel ranks cannot split this model's heads ('' when they can)."""
+        if self.num_heads % tp:
+            return f"{self.num_heads} attention heads do not split over tp={tp}"
+        if self.tp_heads % tp:
+            return f"{self.mamba.heads} Mamba heads in {self.mamba.groups} groups do not split over tp={tp}"
+        return ""
 
     @property
     def head_dim(self) -> int:
         """Per-head width of q and k (the config's head_dim when it gives one)."""
         if self.mla is not None:
             return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
-        return self.attention_head_dim or self.hidden // self.num_heads
+        return self.attention_head_dim or (self.hidden // self.num_heads if self.num_heads else 0)
 
     @property
     def v_head_dim(self) -> int:
@@ -79,10 +107,26 @@ class ModelConfig:
 
     def layer_config(self, index: int) -> "ModelConfig":
         """Decoder i's config: its attention window, a dense MLP if it is one of the
-        dense layers of an MoE model; the per-model patterns cleared."""
-        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (),
+        dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
+        per-model patterns cleared."""
+        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "",
                                    "window": self.layer_windows[index] if self.layer_windows else self.window}
         if index in self.dense_layers:
             changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
                            shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
+        if self.layer_pattern:
+            changes.update(HYBRID_KINDS[self.layer_pattern[index]])
+            if changes["mixer"] != "attention":  # no attention: no heads
+                changes.update(num_heads=0, num_kv_heads=0, qk_norm="none", attention_sinks=False, window=0)
+            if changes["mixer"] != "mamba":
+                changes["mamba"] = None
         return replace(self, **changes)
+
+
+_NO_MLP = dict(num_experts=1, experts_top_k=1, ffn_hidden=0, shared_expert_ffn=0, shared_expert_gate=False,
+               router_bias=False)
+# a hybrid model's layer kinds (Nemotron-H's hybrid_override_pattern, megatron-core's
+# hybrid_layer_allocation Symbols): M a Mamba-2 mixer, * attention, - a dense MLP, E an MoE layer;
+# the dense MLP layers are also the model's dense_layers
+HYBRID_KINDS: dict[str, dict[str, Any]] = {"M": dict(mixer="mamba", **_NO_MLP), "*": dict(mixer="attention", **_NO_MLP),
+                                           "-": dict(mixer=""), "E": dict(mixer="")}

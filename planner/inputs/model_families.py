@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..core import ranges
 from ..core.errors import BadInput
+from .hf_reader import HfReader
+from .mamba import read_mamba
 
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
                    "qwen3_moe", "deepseek_v3", "kimi_k2", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2",
-                   "gpt_oss")
+                   "gpt_oss", "nemotron_h")
 
 # the families planner.calibrate.torch_layers builds as torch modules (`planner profile`); the others
 # are priced analytically only
@@ -39,72 +40,7 @@ class Mla:
     v_head_dim: int
 
 
-class _Reader:
-    """Typed, range-checked reads of one config mapping; `prefix` names a nested one."""
-
-    def __init__(self, data: Mapping[str, Any], where: str, prefix: str = ""):
-        self.data, self.where, self.prefix = data, where, prefix
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def num(self, key: str, figure: str, default: int | None = None, required: bool = True) -> int | None:
-        """data[key] in RANGES[figure]; absent: `default` when given (a documented HF
-        default), else bad input when `required`, else None."""
-        need = required and default is None
-        value = ranges.get(self.data, key, figure, self.where, self.prefix + key, required=need)
-        return default if value is None else value
-
-    def first(self, keys: tuple[str, ...], figure: str) -> int:
-        key = next((k for k in keys if self.has(k)), keys[0])
-        return self.num(key, figure)
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise BadInput(f"must be true or false, got {value!r}", self.where, self.prefix + key)
-        return value
-
-    def rate(self, key: str) -> float:
-        """A dropout probability: absent or null is 0; otherwise a number in [0, 1]."""
-        value = self.data.get(key)
-        if value is None:
-            return 0.0
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
-            raise BadInput(f"must be a probability between 0 and 1, got {value!r}", self.where, self.prefix + key)
-        return float(value)
-
-    def refuse_true(self, *keys: str) -> None:
-        for key in keys:
-            if self.flag(key, False):
-                raise BadInput(f"{key} true is not modelled for this model_type", self.where, self.prefix + key)
-
-    def index_list(self, key: str, layers: int) -> tuple[int, ...]:
-        value = self.data.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                   and 0 <= i < layers for i in value):
-            raise BadInput(f"must be a list of layer indices from 0 to {layers - 1}", self.where, self.prefix + key)
-        return tuple(sorted(set(value)))
-
-    def layer_windows(self, layers: int, window: int, windowed: Callable[[int], bool]) -> tuple[int, ...]:
-        """Each decoder's attention window: `layer_types` when the config lists them
-        (transformers >= 4.53 writes them), else the family's pattern `windowed(i)`."""
-        types = self.data.get("layer_types")
-        if types is not None:
-            kinds = ("full_attention", "sliding_attention")
-            if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
-                raise BadInput(f"must list {layers} of {', '.join(kinds)}", self.where, self.prefix + "layer_types")
-            pattern = [t == "sliding_attention" for t in types]
-        else:
-            pattern = [windowed(i) for i in range(layers)]
-        if not window or not any(pattern):
-            return ()
-        return tuple(window if w else 0 for w in pattern)
-
-
-def _core(reader: _Reader, head_dim_default: int | None = None) -> dict[str, Any]:
+def _core(reader: HfReader, head_dim_default: int | None = None) -> dict[str, Any]:
     """The dimensions every Llama-style family names the same way. `head_dim_default` is
     the family's documented default; None: hidden / heads (LlamaConfig, MistralConfig,
     Qwen2Config, Phi3Config, Olmo2Config all derive it so when head_dim is absent)."""
@@ -123,14 +59,14 @@ def _core(reader: _Reader, head_dim_default: int | None = None) -> dict[str, Any
                 dropout=reader.rate("attention_dropout") > 0)
 
 
-def _window_all(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _window_all(reader: HfReader, dims: dict[str, Any]) -> dict[str, Any]:
     """Mistral, Mixtral, Phi-3: `sliding_window` (null: none) applies to every layer."""
     window = reader.num("sliding_window", "max_positions", required=False) or 0
     dims["layer_windows"] = reader.layer_windows(dims["num_layers"], window, lambda i: True)
     return dims
 
 
-def _window_qwen(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _window_qwen(reader: HfReader, dims: dict[str, Any]) -> dict[str, Any]:
     """Qwen2/3 (and MoE): with use_sliding_window, layers from max_window_layers on use
     sliding_window (Qwen2Config's layer_types rule)."""
     if reader.flag("use_sliding_window", False):
@@ -140,7 +76,7 @@ def _window_qwen(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     return dims
 
 
-def _experts(reader: _Reader, dims: dict[str, Any], experts_key: str) -> dict[str, Any]:
+def _experts(reader: HfReader, dims: dict[str, Any], experts_key: str) -> dict[str, Any]:
     experts = reader.num(experts_key, "num_experts")
     top_k = reader.num("num_experts_per_tok", "num_experts")
     if top_k > experts:
@@ -150,7 +86,7 @@ def _experts(reader: _Reader, dims: dict[str, Any], experts_key: str) -> dict[st
     return dims
 
 
-def _qwen_moe(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _qwen_moe(reader: HfReader, dims: dict[str, Any]) -> dict[str, Any]:
     """Qwen2-MoE / Qwen3-MoE: layer i is sparse unless listed in mlp_only_layers or
     (i + 1) % decoder_sparse_step != 0 (Qwen2MoeDecoderLayer); dense layers use
     intermediate_size, experts moe_intermediate_size. decoder_sparse_step defaults to 1."""
@@ -163,24 +99,24 @@ def _qwen_moe(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     return _window_qwen(reader, dims)
 
 
-def _llama(reader: _Reader) -> dict[str, Any]:
+def _llama(reader: HfReader) -> dict[str, Any]:
     reader.refuse_true("attention_bias", "mlp_bias")
     return _core(reader)
 
 
-def _mistral(reader: _Reader) -> dict[str, Any]:
+def _mistral(reader: HfReader) -> dict[str, Any]:
     return _window_all(reader, _core(reader))
 
 
-def _mixtral(reader: _Reader) -> dict[str, Any]:
+def _mixtral(reader: HfReader) -> dict[str, Any]:
     return _experts(reader, _window_all(reader, _core(reader)), "num_local_experts")
 
 
-def _qwen2(reader: _Reader) -> dict[str, Any]:
+def _qwen2(reader: HfReader) -> dict[str, Any]:
     return _window_qwen(reader, _core(reader) | {"qkv_bias": True})
 
 
-def _qwen2_moe(reader: _Reader) -> dict[str, Any]:
+def _qwen2_moe(reader: HfReader) -> dict[str, Any]:
     """Qwen2-MoE: q/k/v biases; a shared expert of shared_expert_intermediate_size with a
     sigmoid gate (Linear h -> 1) in every sparse layer (Qwen2MoeSparseMoeBlock)."""
     dims = _qwen_moe(reader, _core(reader) | {"qkv_bias": True})
@@ -189,21 +125,21 @@ def _qwen2_moe(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
-def _qwen3(reader: _Reader) -> dict[str, Any]:
+def _qwen3(reader: HfReader) -> dict[str, Any]:
     """Qwen3: q_norm and k_norm (RMSNorm of head_dim) per head; head_dim defaults to 128
     (Qwen3Config(head_dim=128))."""
     reader.refuse_true("attention_bias")
     return _window_qwen(reader, _core(reader, head_dim_default=128) | {"qk_norm": "head"})
 
 
-def _qwen3_moe(reader: _Reader) -> dict[str, Any]:
+def _qwen3_moe(reader: HfReader) -> dict[str, Any]:
     """Qwen3-MoE: Qwen3's attention, Qwen-MoE layers without a shared expert
     (Qwen3MoeConfig(head_dim=128))."""
     reader.refuse_true("attention_bias")
     return _qwen_moe(reader, _core(reader, head_dim_default=128) | {"qk_norm": "head"})
 
 
-def _deepseek_v3(reader: _Reader) -> dict[str, Any]:
+def _deepseek_v3(reader: HfReader) -> dict[str, Any]:
     """DeepSeek-V3: MLA; the first first_k_dense_replace layers dense (intermediate_size),
     then every moe_layer_freq-th layer an MoE of n_routed_experts (moe_intermediate_size)
     plus n_shared_experts shared ones as one MLP of n_shared x moe_intermediate_size, the
@@ -229,7 +165,7 @@ def _deepseek_v3(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
-def _kimi_k2(reader: _Reader) -> dict[str, Any]:
+def _kimi_k2(reader: HfReader) -> dict[str, Any]:
     """Kimi K2: DeepSeek-V3's architecture (its config names DeepseekV3ForCausalLM) with its own
     model_type, "to distinguish it from DeepSeek-V3" (Moonshot's deployment guide,
     github.com/MoonshotAI/Kimi-K2, docs/deploy_guidance.md): 384 experts, 64 heads, one dense layer."""
@@ -244,7 +180,7 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "head_dim": 256, "num_attention_h
                         "num_key_value_heads": 4, "sliding_window": 4096, "sliding_window_pattern": 6}
 
 
-def _gemma(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
+def _gemma(reader: HfReader, dims: dict[str, Any]) -> dict[str, Any]:
     """Gemma 2/3: GeGLU MLP, a norm before and after attention and MLP (4 per block), the
     embedding tied to the LM head by default and scaled by sqrt(hidden) (no parameters);
     query_pre_attn_scalar and the logit soft-capping change values, not costs."""
@@ -253,7 +189,7 @@ def _gemma(reader: _Reader, dims: dict[str, Any]) -> dict[str, Any]:
     return dims
 
 
-def _gemma2(reader: _Reader) -> dict[str, Any]:
+def _gemma2(reader: HfReader) -> dict[str, Any]:
     """Gemma 2: even layers attend within sliding_window (default 4096), odd ones to all."""
     dims = _gemma(reader, _core(reader, head_dim_default=GEMMA_HEAD_DIM))
     window = reader.num("sliding_window", "max_positions", default=GEMMA2_WINDOW)
@@ -261,14 +197,14 @@ def _gemma2(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
-def _gemma3_text(reader: _Reader) -> dict[str, Any]:
+def _gemma3_text(reader: HfReader) -> dict[str, Any]:
     """Gemma 3: q/k norms per head; every sliding_window_pattern-th layer global, the rest
     windowed. Google's configs leave out the Gemma3TextConfig defaults above."""
     d = GEMMA3_TEXT_DEFAULTS
     data = dict(reader.data)
     for key in ("vocab_size", "num_attention_heads", "num_key_value_heads"):
         data.setdefault(key, d[key])
-    reader = _Reader(data, reader.where, reader.prefix)
+    reader = HfReader(data, reader.where, reader.prefix)
     dims = _gemma(reader, _core(reader, head_dim_default=d["head_dim"]) | {"qk_norm": "head"})
     window = reader.num("sliding_window", "max_positions", default=d["sliding_window"])
     pattern = reader.num("sliding_window_pattern", "num_layers", default=d["sliding_window_pattern"])
@@ -276,23 +212,23 @@ def _gemma3_text(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
-def _gemma3(reader: _Reader) -> dict[str, Any]:
+def _gemma3(reader: HfReader) -> dict[str, Any]:
     """Gemma 3 multimodal checkpoints: the language model is text_config; the SigLIP vision
     tower and the projector are not priced (no image tokens are modelled)."""
     text = reader.data.get("text_config")
     if not isinstance(text, dict):
         raise BadInput("missing the text_config mapping", reader.where, reader.prefix + "text_config")
-    return _gemma3_text(_Reader(text, reader.where, reader.prefix + "text_config."))
+    return _gemma3_text(HfReader(text, reader.where, reader.prefix + "text_config."))
 
 
-def _phi3(reader: _Reader) -> dict[str, Any]:
+def _phi3(reader: HfReader) -> dict[str, Any]:
     """Phi-3: fused qkv_proj and gate_up_proj hold the same weights as separate ones."""
     reader.refuse_true("attention_bias")
     dropout = any([reader.rate("attention_dropout") > 0, reader.rate("resid_pdrop") > 0])
     return _window_all(reader, _core(reader) | {"dropout": dropout})
 
 
-def _olmo2(reader: _Reader) -> dict[str, Any]:
+def _olmo2(reader: HfReader) -> dict[str, Any]:
     """OLMo 2: norms after attention and MLP instead of before (2 per block); q_norm and
     k_norm over the whole q and k projections."""
     reader.refuse_true("attention_bias")
@@ -303,7 +239,7 @@ def _olmo2(reader: _Reader) -> dict[str, Any]:
 GPT_OSS_DEFAULTS = {"head_dim": 64, "num_key_value_heads": 8, "sliding_window": 128}
 
 
-def _gpt_oss(reader: _Reader) -> dict[str, Any]:
+def _gpt_oss(reader: HfReader) -> dict[str, Any]:
     """GPT-OSS (OpenAI's gpt-oss model card, arXiv 2508.10925; transformers modeling_gpt_oss.py):
     biases on q, k, v and o (GptOssConfig sets attention_bias true), a learned attention sink per
     head (GptOssAttention.sinks); even layers attend within sliding_window, odd ones to all
@@ -311,7 +247,7 @@ def _gpt_oss(reader: _Reader) -> dict[str, Any]:
     biased gate_up and down projections (GptOssExperts) and a biased router (GptOssTopKRouter).
     swiglu_limit clamps values and YaRN rescales positions: neither changes a cost."""
     d = GPT_OSS_DEFAULTS
-    reader = _Reader({"num_key_value_heads": d["num_key_value_heads"]} | dict(reader.data), reader.where,
+    reader = HfReader({"num_key_value_heads": d["num_key_value_heads"]} | dict(reader.data), reader.where,
                      reader.prefix)
     dims = _experts(reader, _core(reader, head_dim_default=d["head_dim"]), "num_local_experts")
     window = reader.num("sliding_window", "max_positions", default=d["sliding_window"])
@@ -320,7 +256,40 @@ def _gpt_oss(reader: _Reader) -> dict[str, Any]:
     return dims
 
 
-def _gpt2(reader: _Reader) -> dict[str, Any]:
+def _nemotron_h(reader: HfReader) -> dict[str, Any]:
+    """Nemotron-H and Nemotron 3 (transformers configuration_nemotron_h.py, megatron-core's hybrid
+    models): hybrid_override_pattern gives each layer one of a Mamba-2 mixer (M), attention (*), a
+    dense MLP (-, intermediate_size) or an MoE (E) of n_routed_experts (moe_intermediate_size) with
+    n_shared_experts x moe_shared_expert_intermediate_size always on and a biased router; one RMSNorm
+    per layer; non-gated squared-ReLU MLPs (mlp_hidden_act relu2). Nemotron 3 Super's latent experts
+    (moe_latent_size) and multi-token prediction layers are refused: not priced."""
+    reader.refuse_true("attention_bias", "mlp_bias")
+    for key in ("moe_latent_size", "mtp_num_layers", "num_nextn_predict_layers"):
+        if reader.data.get(key):
+            raise BadInput(f"{key} is not modelled for nemotron_h", reader.where, reader.prefix + key)
+    pattern = reader.data.get("hybrid_override_pattern")
+    dims = _core(reader, head_dim_default=None) | {"gated_mlp": False, "block_norms": 1}
+    layers = dims["num_layers"]
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
+        raise BadInput(f"must give each of the {layers} layers one of M, *, -, E", reader.where,
+                       reader.prefix + "hybrid_override_pattern")
+    mamba = read_mamba(reader)
+    if mamba.heads % mamba.groups:
+        raise BadInput(f"{mamba.heads} Mamba heads are not a multiple of {mamba.groups} groups", reader.where,
+                       reader.prefix + "n_groups")
+    dims.update(mamba=mamba, layer_pattern=pattern, dense_ffn_hidden=dims["ffn_hidden"],
+                attention_head_dim=dims["attention_head_dim"] or dims["hidden"] // dims["num_heads"],
+                dense_layers=tuple(i for i, kind in enumerate(pattern) if kind == "-"))
+    if "E" in pattern:
+        _experts(reader, dims, "n_routed_experts")
+        shared = reader.num("n_shared_experts", "shared_experts", default=1)
+        dims.update(ffn_hidden=reader.num("moe_intermediate_size", "ffn_hidden"), router_bias=True,
+                    shared_expert_ffn=shared * reader.num("moe_shared_expert_intermediate_size", "ffn_hidden",
+                                                          default=0))
+    return dims
+
+
+def _gpt2(reader: HfReader) -> dict[str, Any]:
     hidden = reader.first(("n_embd", "hidden_size"), "hidden")
     heads = reader.first(("n_head", "num_attention_heads"), "num_heads")
     if hidden % heads:
@@ -335,7 +304,7 @@ def _gpt2(reader: _Reader) -> dict[str, Any]:
                 dropout=any([reader.rate(k) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop")]))  # check all
 
 
-def _gpt_neox(reader: _Reader) -> dict[str, Any]:
+def _gpt_neox(reader: HfReader) -> dict[str, Any]:
     dims = _core(reader)
     if dims["attention_head_dim"]:
         raise BadInput("head_dim is not a GPT-NeoX field", reader.where, "head_dim")
@@ -343,15 +312,16 @@ def _gpt_neox(reader: _Reader) -> dict[str, Any]:
                        dropout=reader.rate("hidden_dropout") > 0)
 
 
-READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
+READERS: dict[str, Callable[[HfReader], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3, "kimi_k2": _kimi_k2, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
-    "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss}
+    "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h}
 assert set(READERS) == set(SUPPORTED_TYPES)
 
 
-EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # mixtral/gpt_oss, qwen*_moe, deepseek_v3/kimi_k2
+# mixtral/gpt_oss, qwen*_moe, deepseek_v3/kimi_k2/nemotron_h
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 MOE_TYPE_OF = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe", "qwen3": "qwen3_moe"}
 
 
@@ -374,7 +344,7 @@ def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     if mtype not in READERS:
         raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
                        where, "model_type")
-    dims = READERS[mtype](_Reader(data, where))
+    dims = READERS[mtype](HfReader(data, where))
     if not dims.get("num_experts"):
         _refuse_experts_in_dense(data, mtype, where)
     if dims["num_heads"] % dims["num_kv_heads"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..inputs.block_params import attention_params, mlp_params
+from ..inputs.block_params import mixer_params, mlp_params
 from ..inputs.model import Layer, ModelConfig
 
 # FFN columns per TP rank come in multiples of 64: the tile width of the GEMM kernels (cuBLAS and
@@ -70,7 +70,7 @@ def sliced_decoder(layer: Layer, tp: int, heads: int, ffn: int) -> Layer:
     kv = heads * config.num_kv_heads // config.num_heads
     sliced = replace(config, num_heads=heads * tp, num_kv_heads=kv * tp, attention_head_dim=config.head_dim,
                      ffn_hidden=ffn * tp)
-    params = attention_params(sliced) + mlp_params(sliced) + sliced.block_norms * sliced.norm_params
+    params = mixer_params(sliced) + mlp_params(sliced) + sliced.block_norms * sliced.norm_params
     return replace(layer, params=params, weight_params=params, config=sliced)
 
 
@@ -79,8 +79,8 @@ def sliced_decoder(layer: Layer, tp: int, heads: int, ffn: int) -> Layer:
 def splits_model(config: ModelConfig | None) -> bool:
     """Whether the search may split this model's TP groups unevenly: a dense decoder with multi-head or
     grouped-query attention whose FFN width is whole FFN_COLUMN_UNIT units (model_problems' terms)."""
-    return (config is not None and config.mla is None and config.num_experts <= 1 and not config.dense_layers
-            and config.ffn_hidden % FFN_COLUMN_UNIT == 0)
+    return (config is not None and config.mla is None and config.mamba is None and config.num_experts <= 1
+            and not config.dense_layers and config.ffn_hidden % FFN_COLUMN_UNIT == 0)
 
 
 def across_type_degrees(type_counts: tuple[int, ...], tp_degrees) -> list[int]:

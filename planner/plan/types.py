@@ -267,5 +267,7 @@ def uniform_plan(model: Model, cluster: Cluster, training: Training, *, tp: int,
 def context_parallel_problem(model: Model, training: Training, tp: int, cp: int, cp_kind: str) -> str:
     """Why `cp` ranks of kind `cp_kind` cannot share this training's sequences ('' when they can):
     dims.context_parallel_problem on the model's heads and the training's shape."""
+    if cp > 1 and model.config is not None and model.config.mamba is not None:
+        return "context parallelism over Mamba layers is not priced (cp must be 1 for this hybrid model)"
     heads = model.config.num_heads if model.config is not None else None
     return dims_cp_problem(training.seq_len, training.attention, heads, tp, cp, cp_kind)

@@ -77,7 +77,7 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
     index = -1
     n = cluster.num_gpus
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
-    heads = model.config.num_heads if model.config else 1
+    heads = model.config.tp_heads if model.config else 1
     # selective recompute is none's twin where every GPU runs flash attention (stage_configs)
     selective = any(selective_differs(context.options, training, group.gpu.name) for group in cluster.groups)
     for tp, b, recompute, zero, v in product(space.tp_degrees, space.micro_batches, space.recompute_modes,

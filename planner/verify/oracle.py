@@ -137,7 +137,7 @@ def _plans_of(model: Model, cluster: Cluster, training: Training, space: _StageS
 
 def _stage_options(model: Model, training: Training, mem: list, space: _StageSpace) -> list[tuple]:
     """(tp, cp, recompute, zero, ep, offload) choices of a stage on the nodes `mem`."""
-    heads = model.config.num_heads
+    heads = model.config.tp_heads
     experts = model.config.num_experts
     v = training.virtual_stages
     m_total = training.global_batch // training.micro_batch
@@ -209,7 +209,7 @@ def _per_replica_tp_options(model: Model, training: Training, mem: list, space: 
     if len(names) < 2 or training.virtual_stages > 1 or not capability(training.runtime).per_replica_tp:
         return []
     per_node = {g.name: g.gpus_per_node for g, _ in mem}
-    heads = model.config.num_heads
+    heads = model.config.tp_heads
     choices = [[tp for tp in space.tp_degrees if per_node[name] % tp == 0 and heads % tp == 0] for name in names]
     out = []
     for picked in product(*choices):

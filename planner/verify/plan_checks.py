@@ -147,8 +147,8 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
                                                      for j, r in enumerate(stage.replicas) if r.tp]
         problems.extend(tp_shares.model_problems(config, stage, f"stages[{i}]"))
         for where, tp in degrees:
-            if config is not None and config.num_heads % tp and not stage.uneven_tp:
-                problems.append((where, f"{config.num_heads} attention heads do not split over tp={tp}"))
+            if config is not None and config.tp_problem(tp) and not stage.uneven_tp:
+                problems.append((where, config.tp_problem(tp)))
         if stage.recompute == "block" and stage.recompute_layers > stage.decoder_blocks(plan.model):
             problems.append((f"stages[{i}].recompute_layers", f"is {stage.recompute_layers}, the stage has "
                                                             f"{stage.decoder_blocks(plan.model)} decoder blocks"))

@@ -9,8 +9,10 @@ with its pinned version and each field's source in a comment next to it; `any`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ...schedules import get_schedule
 from ..fp8 import RECIPES
 from .registry import runtime_spec
 from .spec import Capability
@@ -20,9 +22,16 @@ if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
     from ...plan import Plan, Training
 
 
-def capability(runtime: str) -> Capability:
-    """The Capability of `runtime` (a planner.cost.runtimes name or `any`)."""
-    return runtime_spec(runtime).capability
+def capability(runtime: str, model: "Model | None" = None) -> Capability:
+    """The Capability of `runtime` (a planner.cost.runtimes name or `any`), for `model` where given:
+    a hybrid model's Mamba stack pipelines as megatron-core's MambaStack does
+    (ssm/mamba_block.py _select_layers_for_pipeline_parallel asserts no virtual pipeline stages and
+    gives each rank num_layers / pp layers): one chunk per rank and every stage the same decoders."""
+    cap = runtime_spec(runtime).capability
+    if model is None or model.config is None or model.config.mamba is None:
+        return cap
+    one_chunk = tuple(name for name in cap.schedules if get_schedule(name).max_virtual_stages == 1)
+    return replace(cap, schedules=one_chunk, layer_split="equal")
 
 
 def fp8_all_gather_problem(training: "Training", runtime: str = "") -> str:
@@ -45,9 +54,13 @@ def fp8_all_gather_problem(training: "Training", runtime: str = "") -> str:
 
 def model_problem(runtime: str, model: "Model") -> str:
     """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can):
-    RuntimeSpec.model_problem (torchtitan builds only its named llama3 flavours)."""
-    check = runtime_spec(runtime).model_problem
-    return check(model) if check is not None else ""
+    Capability.mamba_layers for a hybrid model, then RuntimeSpec.model_problem (torchtitan builds only
+    its named llama3 flavours)."""
+    spec = runtime_spec(runtime)
+    if model.config is not None and model.config.mamba is not None and not spec.capability.mamba_layers:
+        return (f"{spec.capability.title} builds no Mamba-2 layers ({model.name} is a hybrid model): "
+                "plan it with --runtime megatron")
+    return spec.model_problem(model) if spec.model_problem is not None else ""
 
 
 def decoder_blocks(plan: "Plan") -> list[int]:
@@ -58,7 +71,7 @@ def decoder_blocks(plan: "Plan") -> list[int]:
 
 def violations(plan: "Plan", runtime: str) -> tuple[str, ...]:
     """Why `runtime` cannot run `plan`, one human reason each; () when it can."""
-    cap = capability(runtime)
+    cap = capability(runtime, plan.model)
     name = cap.describe()
     stages = plan.stages
     # the distinct degrees over the stages, ascending

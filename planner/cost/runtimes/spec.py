@@ -68,6 +68,8 @@ class Capability:
     # the model under torch.compile (Training.compile, `--compile`): a switch of the runtime's own
     # that the planner prices (CostParams.torch_compile) and exports
     compile: bool = False
+    # a hybrid model's Mamba-2 layers (planner.inputs.mamba): megatron-core's MambaModel builds them
+    mamba_layers: bool = False
     # the MoE token dispatchers it runs (Training.moe_dispatcher, `--moe-dispatcher`; planner.plan.MOE_DISPATCHERS)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     # its FSDP all-gathers fp8 weights in fp8 (Training.fp8_all_gather, `--fp8-all-gather`)

@@ -245,7 +245,7 @@ def pipeline_bound_s(context: SearchContext, with_optimizer: bool = True) -> flo
     config = model.config
     if config is not None and getattr(config, "num_experts", 1) > 1:
         return 0.0
-    cap = capability(options.space or training.runtime)
+    cap = capability(options.space or training.runtime, model)
     schedules = [s for s in cap.schedules if s == "1f1b" or options.max_stages > 1]
     # activations bound the blocks a GPU holds unless activation offload may serve a pipelined stage
     act_caps = not options.activation_offload or cap.activation_offload_alone

@@ -50,7 +50,7 @@ class LayerFloor:
 
 def _floor(layer: Layer, model: Model, group, training: Training, options: SolverOptions,
            micro_batch: int, num_gpus: int) -> LayerFloor | None:
-    heads = model.config.num_heads if model.config else 1
+    heads = model.config.tp_heads if model.config else 1
     tps = [tp for tp in options.tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
     if not tps:
         return None
@@ -191,7 +191,7 @@ def sequence_floor(context: SearchContext) -> SequenceFloor | None:
     if model.config is None:
         return None
     group = max(cluster.groups, key=lambda g: (g.gpu.memory_bytes, g.name))
-    heads = model.config.num_heads
+    heads = model.config.tp_heads
     tps = [tp for tp in options.tp_degrees if group.gpus_per_node % tp == 0 and heads % tp == 0]
     if not tps:
         return None

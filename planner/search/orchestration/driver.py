@@ -118,12 +118,12 @@ def _widens(context: SearchContext) -> bool:
     group's GPUs per node and the heads; StageConfigs._per_replica_tp_shapes), or the cluster has a mixed
     node group whose types a TP degree can span (AcrossTypes)."""
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
-    cap = capability(options.space or training.runtime)
+    cap = capability(options.space or training.runtime, model)
     if cap.uneven_tp_shares and across_types_possible(context, 1, "1f1b"):
         return True
     if not (options.per_replica_tp and cap.per_replica_tp and cap.tensor_parallel and len(cluster.groups) > 1):
         return False
-    heads = model.config.num_heads if model.config else 1
+    heads = model.config.tp_heads if model.config else 1
     allowed = [set(group_tp_degrees(options.tp_degrees, g, heads)) for g in cluster.groups]
     allowed = [a for a in allowed if a]
     return len(allowed) > 1 and len(set().union(*allowed)) > 1
@@ -182,7 +182,7 @@ def _solve(context: SearchContext, on_progress: Callable[[Progress], None] | Non
     """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
     clock = SearchClock(context.options.time_limit_s, on_progress, started=started)
     space = context.options.space or context.training.runtime
-    cap = capability(space)
+    cap = capability(space, context.model)
     context = _checked_context(context, space, cap)
     model, cluster, options = context.model, context.cluster, context.options
     parts = decompose(cluster, options.exact_node_limit(cap.per_stage_dp), options.max_bundle_nodes)

@@ -142,7 +142,7 @@ def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> l
     even = not cap.uneven_shares
     if not cap.uniform:
         return [Restriction(even_shares=even, sequence_parallel=sp)]
-    heads = model.config.num_heads if model.config else 1
+    heads = model.config.tp_heads if model.config else 1
     microbatches = training.global_batch // micro_batch
     widths: dict[int, int] = {}  # nodes per node width: groups of one width give the same sums pooled
     for g in cluster.groups:

@@ -124,7 +124,7 @@ class StageConfigs(ProblemPart):
             return known
         inputs = self.inputs
         ranges = [range(0, total - u + 1) for total, u in zip(inputs.bundle_nodes, used)]
-        heads = inputs.model.config.num_heads if inputs.model.config else 1
+        heads = inputs.model.config.tp_heads if inputs.model.config else 1
         out = []
         clock = self.state.clock
         for take in product(*ranges):

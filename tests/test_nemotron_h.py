@@ -1,0 +1,158 @@
+"""Nemotron-H hybrids (model_type nemotron_h): Mamba-2, attention and MoE layers from the
+hybrid_override_pattern, their parameters against the checkpoint, their costs, and the runtimes
+that build them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from planner.core.errors import BadInput
+from planner.cost.formulas import layer_time
+from planner.cost.runtimes import stack_params
+from planner.cost.runtimes.capability import model_problem
+from planner.cost.sharding import Sharding
+from planner.core.dims import StageDims
+from planner.inputs.hardware import load_catalog
+from planner.inputs.model import load_model, model_from_dict
+from planner.plan import Training
+from planner.plan.types import context_parallel_problem
+
+from .conftest import assert_bad_input, hf_config, invoke
+
+NANO = "nemotron-3-nano"
+
+
+def kinds(model) -> list[str]:
+    """Each decoder as M (Mamba-2), * (attention), - (dense MLP) or E (MoE)."""
+    out = []
+    for layer in model.layers:
+        if layer.kind == "decoder":
+            c = layer.config
+            out.append({"mamba": "M", "attention": "*"}.get(c.mixer) or ("E" if c.num_experts > 1 else "-"))
+    return out
+
+
+def test_nano_params_equal_the_checkpoint_tensor_count():
+    # llama.cpp's element count of the GGUF conversion's tensors (published_params.yaml)
+    assert load_model(NANO).params == 31_577_940_288
+
+
+def test_nano_layers_follow_the_hybrid_pattern():
+    model = load_model(NANO)
+    pattern = hf_config(NANO)["hybrid_override_pattern"]
+    assert "".join(kinds(model)) == pattern
+    assert (pattern.count("M"), pattern.count("E"), pattern.count("*")) == (23, 23, 6)
+
+
+def test_a_mamba_layer_counts_its_projections_convolution_and_per_head_parameters():
+    layer = next(la for la in load_model(NANO).layers if la.kind == "decoder" and la.config.mixer == "mamba")
+    h, inner, groups, state, heads = 2688, 64 * 64, 8, 128, 64
+    conv = inner + 2 * groups * state
+    in_proj = h * (inner + conv + heads)
+    # in_proj, conv1d weight and bias, dt_bias / A_log / D, the gated norm, out_proj, the layer's norm
+    assert layer.params == in_proj + conv * 4 + conv + 3 * heads + inner + inner * h + h
+    assert layer.expert_params == 0
+
+
+def test_a_hybrid_layer_has_one_residual_branch_and_one_tp_collective_each_way():
+    model = load_model(NANO)
+    attention = next(la for la in model.layers if la.kind == "decoder" and la.config.mixer == "attention")
+    # the same attention with an MLP beside it: a two-branch block
+    both = replace(attention, config=replace(attention.config, ffn_hidden=1856))
+    gpu = load_catalog()["H100-SXM5-80GB"]
+    params = stack_params(gpu, "megatron")
+    sh = Sharding("bf16", 1, 4096, "flash", StageDims(2), "none")
+    one, two = (layer_time(la, gpu, sh, gpu.intra_node, params) for la in (attention, both))
+    assert attention.config.sublayers == 1 and both.config.sublayers == 2
+    assert two.tp_comm_fwd_s == pytest.approx(2 * one.tp_comm_fwd_s) and one.tp_comm_fwd_s > 0
+
+
+def test_mamba_layers_have_no_attention_flops_and_their_gemms_split_over_tp():
+    model = load_model(NANO)
+    mamba = next(la for la in model.layers if la.kind == "decoder" and la.config.mixer == "mamba")
+    assert mamba.attention_flops_per_sample(4096, tp=1, causal_skip=False) == 0
+    assert mamba.scan_flops_per_sample(4096, tp=2) == pytest.approx(mamba.scan_flops_per_sample(4096, tp=1) / 2)
+    one, two = mamba.gemms(4096, tp=1), mamba.gemms(4096, tp=2)
+    assert [g.n * g.k for g in two] == [g.n * g.k / 2 for g in one]
+    moe = next(la for la in model.layers if la.kind == "decoder" and la.config.num_experts > 1)
+    assert moe.attention_flops_per_sample(4096, tp=1, causal_skip=False) == 0 and moe.config.q_dim == 0
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"hybrid_override_pattern": "M*E"}, "hybrid_override_pattern"),
+    ({"hybrid_override_pattern": "X" * 52}, "hybrid_override_pattern"),
+    ({"moe_latent_size": 1024}, "moe_latent_size"),
+    ({"mtp_num_layers": 2}, "mtp_num_layers"),
+    ({"n_groups": 7}, "n_groups"),
+])
+def test_bad_nemotron_h_configs_name_the_key(change, key):
+    with pytest.raises(BadInput) as info:
+        model_from_dict(hf_config(NANO) | change, "bad")
+    assert key in str(info.value)
+
+
+def test_tp_must_split_the_mamba_groups():
+    config = load_model(NANO).config
+    assert config.tp_problem(2) == ""
+    narrow = replace(config, num_kv_heads=32, mamba=replace(config.mamba, groups=1))
+    assert narrow.tp_heads == 1 and "Mamba heads in 1 groups" in narrow.tp_problem(2)
+
+
+def test_context_parallelism_over_mamba_layers_is_refused():
+    training = Training(64, 8192, "bf16", 1)
+    assert "Mamba" in context_parallel_problem(load_model(NANO), training, 1, 2, "ring")
+    assert context_parallel_problem(load_model(NANO), training, 1, 1, "ring") == ""
+
+
+@pytest.mark.parametrize("runtime", ["deepspeed", "torchtitan", "fsdp1", "any"])
+def test_runtimes_without_mamba_layers_refuse_the_model(runtime):
+    assert "Mamba-2" in model_problem(runtime, load_model(NANO))
+    assert model_problem("megatron", load_model(NANO)) == ""
+
+
+def test_plan_refuses_a_hybrid_under_a_runtime_without_mamba(tmp_path):
+    result = invoke("plan", "--model", NANO, "--cluster", "dgx-h100-2node", "--global-batch", "64",
+                    "--seq-len", "4096", "--runtime", "deepspeed")
+    assert_bad_input(result, "Mamba-2")
+
+
+def test_nano_plans_under_megatron_and_prices_every_layer_as_it_is(tmp_path):
+    out = tmp_path / "plan.json"
+    result = invoke("plan", "--model", NANO, "--cluster", "dgx-h100-2node", "--global-batch", "64",
+                    "--seq-len", "4096", "--runtime", "megatron", "--json", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(out.read_text())
+    assert all(stage.get("cp", 1) == 1 for stage in plan["stages"])
+    again = invoke("evaluate", "--plan", out, "--json")
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"])
+
+
+def test_megatron_export_writes_the_hybrid_stack_flags(tmp_path):
+    out = tmp_path / "plan.json"
+    assert invoke("plan", "--model", NANO, "--cluster", "dgx-h100-2node", "--global-batch", "64", "--seq-len",
+                  "4096", "--runtime", "megatron", "-o", out).exit_code == 0
+    result = invoke("export", out, "--to", "megatron")
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
+    text = result.stdout
+    config = hf_config(NANO)
+    for flag in ("--is-hybrid-model", f"--hybrid-override-pattern '{config['hybrid_override_pattern']}'",
+                 "--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec",
+                 f"--mamba-num-heads {config['mamba_num_heads']}", f"--mamba-num-groups {config['n_groups']}",
+                 f"--mamba-state-dim {config['ssm_state_size']}", "--squared-relu", "--position-embedding-type none"):
+        assert flag in text, flag
+    assert "pretrain_mamba.py" in text and "--pipeline-model-parallel-layout" not in text
+    assert "--num-layers-per-virtual-pipeline-stage" not in text and "--swiglu" not in text
+
+
+def test_the_search_gives_every_pipeline_stage_as_many_layers_and_one_chunk(tmp_path):
+    # megatron-core's MambaStack: num_layers / pp layers per rank, no virtual pipeline stages
+    out = tmp_path / "plan.json"
+    assert invoke("plan", "--model", NANO, "--cluster", "dgx-h100-2node", "--global-batch", "64", "--seq-len",
+                  "4096", "--runtime", "megatron", "--pp", "4", "-o", out).exit_code == 0
+    plan = json.loads(out.read_text())
+    blocks = [sum(1 for i in range(*s["layers"]) if 0 < i < 53) for s in plan["stages"]]
+    assert blocks == [13, 13, 13, 13] and plan["training"].get("virtual_stages", 1) == 1
