@@ -84,7 +84,9 @@ def features_beyond_gpt_flags(config: Any) -> list[str]:
              (bool(config.dense_layers), "dense layers among the MoE ones"), (config.router_bias, "router bias"),
              (config.block_norms > 2, "norms after attention and MLP"),
              (config.qk_norm == "proj", "whole-projection q/k norms"),
+             (config.qk_norm == "l2", "q/k L2 norms"),
              (bool(config.layer_windows), "sliding-window layers"),
+             (bool(config.layer_chunks), "chunked-attention layers"),
              (config.attention_sinks, "attention sinks"),
              (config.mamba is not None, HYBRID_FEATURE)]
     return [name for present, name in named if present]

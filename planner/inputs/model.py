@@ -139,7 +139,8 @@ class Layer:
         FlashAttention's causal kernels skip the masked upper triangle (`causal_skip`). A
         sliding window of w < s keys (Mistral, Gemma 2/3, Phi-3) leaves s w - w^2/2 causal
         query-key pairs, which is what a windowed kernel computes; without the skip that is
-        doubled, as the full count is (s^2 = 2 x s^2/2). GPT-OSS's attention sinks add one
+        doubled, as the full count is (s^2 = 2 x s^2/2). Chunked attention (Llama 4's local
+        layers) attends causally within blocks of c tokens: c^2/2 pairs per block. GPT-OSS's attention sinks add one
         logit per query and head to the softmax (s a of s^2 a): not counted.
         """
         if self.kind != "decoder" or self.config is None or self.config.mixer != "attention":
@@ -148,6 +149,9 @@ class Layer:
         pairs = seq_len * seq_len / 2
         if 0 < c.window < seq_len:
             pairs = seq_len * c.window - c.window * c.window / 2
+        if 0 < c.attention_chunk < seq_len:  # causal within each block of attention_chunk tokens
+            blocks, rest = divmod(seq_len, c.attention_chunk)
+            pairs = blocks * c.attention_chunk * c.attention_chunk / 2 + rest * rest / 2
         if not causal_skip:
             pairs *= 2
         return StageDims(tp).compute_share(2.0 * pairs * c.num_heads * (c.head_dim + c.v_head_dim))  # heads split

@@ -38,7 +38,9 @@ class ModelConfig:
     learned_positions: bool = False  # GPT-2's absolute position table
     dropout: bool = False  # dropout masks are saved (GPT-2 style training)
     attention_head_dim: int = 0  # the config's head_dim; 0: hidden / heads
-    qk_norm: str = "none"  # "head": RMSNorm of each q and k head (Qwen3, Gemma3); "proj": of all q, all k (OLMo2)
+    # "head": RMSNorm of each q and k head (Qwen3, Gemma3); "proj": of all q, all k (OLMo2); "l2": a
+    # parameter-free L2 norm of each head (Llama 4)
+    qk_norm: str = "none"
     block_norms: int = 2  # norm layers per block (Gemma2/3: 4, before and after attention and MLP)
     shared_expert_ffn: int = 0  # FFN width of the always-on shared expert(s) of an MoE layer
     shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
@@ -47,6 +49,8 @@ class ModelConfig:
     mla: Mla | None = None
     window: int = 0  # this layer's sliding attention window in tokens; 0: full attention
     layer_windows: tuple[int, ...] = ()  # model level: each decoder's window (empty: all full)
+    attention_chunk: int = 0  # this layer's chunked attention: tokens attend within blocks of this many; 0: none
+    layer_chunks: tuple[int, ...] = ()  # model level: each decoder's attention_chunk (empty: none)
     dense_layers: tuple[int, ...] = ()  # model level: decoders with a dense MLP in an MoE model
     dense_ffn_hidden: int = 0  # their FFN width
     # hybrid models (Nemotron-H): a decoder holds one token mixer or one MLP, not both
@@ -109,8 +113,10 @@ class ModelConfig:
         """Decoder i's config: its attention window, a dense MLP if it is one of the
         dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
         per-model patterns cleared."""
-        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "",
-                                   "window": self.layer_windows[index] if self.layer_windows else self.window}
+        changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "", "layer_chunks": (),
+                                   "window": self.layer_windows[index] if self.layer_windows else self.window,
+                                   "attention_chunk": self.layer_chunks[index] if self.layer_chunks
+                                   else self.attention_chunk}
         if index in self.dense_layers:
             changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
                            shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)

@@ -20,7 +20,7 @@ from .mamba import read_mamba
 
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
                    "qwen3_moe", "deepseek_v3", "kimi_k2", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo2",
-                   "gpt_oss", "nemotron_h")
+                   "gpt_oss", "nemotron_h", "llama4", "llama4_text")
 
 # the families planner.calibrate.torch_layers builds as torch modules (`planner profile`); the others
 # are priced analytically only
@@ -289,6 +289,47 @@ def _nemotron_h(reader: HfReader) -> dict[str, Any]:
     return dims
 
 
+# Llama4TextConfig's defaults (transformers/models/llama4/configuration_llama4.py)
+LLAMA4_NO_ROPE_INTERVAL = 4
+
+
+def _llama4_text(reader: HfReader) -> dict[str, Any]:
+    """Llama 4 (transformers modeling_llama4.py): the MoE layers (`moe_layers`, else every
+    interleave_moe_layer_step-th) hold num_local_experts SwiGLU experts of intermediate_size, top-k
+    by a bias-free router, and a shared expert of the same width; the other layers a dense SwiGLU MLP
+    of intermediate_size_mlp. Layers with RoPE (`no_rope_layers` 1; by default all but every 4th)
+    attend in chunks of attention_chunk_size tokens, the others (NoPE) to the whole sequence. The
+    q/k L2 norm (use_qk_norm, qk_norm "l2") and the NoPE layers' temperature tuning hold no
+    parameters; their elementwise work is not priced."""
+    reader.refuse_true("attention_bias")
+    dims = _experts(reader, _core(reader), "num_local_experts")
+    layers = dims["num_layers"]
+    step = reader.num("interleave_moe_layer_step", "num_layers", default=1)
+    moe = (reader.index_list("moe_layers", layers) if reader.has("moe_layers")
+           else tuple(i for i in range(layers) if (i + 1) % step == 0))
+    rope = reader.data.get("no_rope_layers")
+    if rope is None:
+        rope = [int((i + 1) % LLAMA4_NO_ROPE_INTERVAL != 0) for i in range(layers)]
+    if not isinstance(rope, list) or len(rope) != layers or any(r not in (0, 1) for r in rope):
+        raise BadInput(f"must list {layers} values of 0 or 1", reader.where, reader.prefix + "no_rope_layers")
+    chunk = reader.num("attention_chunk_size", "max_positions", required=False) or 0
+    dims.update(qk_norm="l2" if reader.flag("use_qk_norm", True) else "none",
+                dense_layers=tuple(i for i in range(layers) if i not in moe), shared_expert_ffn=dims["ffn_hidden"],
+                dense_ffn_hidden=reader.num("intermediate_size_mlp", "ffn_hidden"),
+                layer_chunks=tuple(chunk if r else 0 for r in rope) if chunk and any(rope) else ())
+    return dims
+
+
+def _llama4(reader: HfReader) -> dict[str, Any]:
+    """Llama 4 checkpoints (Llama4ForConditionalGeneration): the language model is text_config; the
+    vision encoder and projector are not priced; tie_word_embeddings sits at the top level."""
+    text = reader.data.get("text_config")
+    if not isinstance(text, dict):
+        raise BadInput("missing the text_config mapping", reader.where, reader.prefix + "text_config")
+    dims = _llama4_text(HfReader(text, reader.where, reader.prefix + "text_config."))
+    return dims | {"tied_embeddings": reader.flag("tie_word_embeddings", False)}
+
+
 def _gpt2(reader: HfReader) -> dict[str, Any]:
     hidden = reader.first(("n_embd", "hidden_size"), "hidden")
     heads = reader.first(("n_head", "num_attention_heads"), "num_heads")
@@ -316,7 +357,8 @@ READERS: dict[str, Callable[[HfReader], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3, "kimi_k2": _kimi_k2, "gemma2": _gemma2, "gemma3": _gemma3, "gemma3_text": _gemma3_text,
-    "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h}
+    "phi3": _phi3, "olmo2": _olmo2, "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h, "llama4": _llama4,
+    "llama4_text": _llama4_text}
 assert set(READERS) == set(SUPPORTED_TYPES)
 
 
