@@ -91,6 +91,22 @@ def test_moe_alltoall_moves_the_routed_copies_of_a_gpus_tokens():
     assert moe_alltoall_s(layer, 1, 4096, StageDims(1, dp=8), 2, group, params) == (0.0, 0.0)
 
 
+def test_moe_module_recompute_dispatches_and_combines_again_in_the_backward():
+    from planner.cost.formulas import LayerTime
+    from planner.cost.moe import with_moe_alltoall
+    from planner.cost.sharding import Sharding
+
+    layer = load_model(QWEN).layers[1]
+    link = Link(100e9, 0.0, "nvlink")
+    group, dims = AllToAllGroup(8, 8, link, link), StageDims(1, dp=8, ep=8)
+    fwd, bwd = moe_alltoall_s(layer, 1, 4096, dims, 2, group, CostParams())
+    t = LayerTime(1.0, 2.0, 0.0, 0.0, 0.0)
+    for modules, extra in (("attention", 0.0), ("moe", fwd), ("layernorm+moe_act", 0.0)):
+        sh = Sharding("bf16", 1, 4096, "flash", dims, "selective")
+        priced = with_moe_alltoall(t, layer, sh, group, CostParams(selective_recompute=modules))
+        assert priced.ep_comm_bwd_s == pytest.approx(bwd + extra), modules
+
+
 def test_alltoall_across_nodes_sends_only_the_other_nodes_share_over_the_nic():
     fast, slow = Link(400e9, 0.0, "nvlink"), Link(50e9, 0.0, "ib")
     p = CostParams()

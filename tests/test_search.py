@@ -17,8 +17,9 @@ from .conftest import assert_solves_to_the_optimum, runtime_base
 pytestmark = pytest.mark.slow  # every test here solves the oracle's instances (`make test-fast` leaves them out)
 
 
-# the instances whose brute force prices 10^5 plans or more (a minute or more on 2 cores): `make test-exhaustive`
-EXHAUSTIVE_SEEDS = (27, 37)
+# the instances whose brute force prices 10^5 plans or more (a minute or more on 2 cores), and those
+# taking 15 s or more on 2 cores: `make test-exhaustive`
+EXHAUSTIVE_SEEDS = (16, 17, 27, 36, 37)
 
 
 @pytest.mark.parametrize("seed", [pytest.param(seed, marks=pytest.mark.exhaustive) if seed in EXHAUSTIVE_SEEDS else seed
