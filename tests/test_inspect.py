@@ -86,3 +86,11 @@ def test_inspect_human_view_fits_80_columns():
 
 def test_inspect_missing_model_is_bad_input(tmp_path):
     assert_bad_input(invoke("inspect", tmp_path / "nope.json"), "model not found")
+
+
+def test_inspect_counts_a_hybrids_mamba_layers_and_llama4s_chunked_ones():
+    nano = ok_json(invoke("inspect", "nemotron-3-nano", "--json"))
+    scout = ok_json(invoke("inspect", "llama-4-scout", "--json"))
+    assert (nano["mamba_layers"], nano["chunked_attention_layers"]) == (23, 0)
+    assert (scout["mamba_layers"], scout["chunked_attention_layers"]) == (0, 36)
+    assert "hybrid_override_pattern" in nano["read_keys"] and "text_config.no_rope_layers" in scout["read_keys"]

@@ -129,7 +129,9 @@ def inspect_model(name_or_path: str) -> dict:
                     experts_top_k=c.experts_top_k if c.num_experts > 1 else None,
                     moe_layers=moe_layers if c.num_experts > 1 else None,
                     tied_embeddings=c.tied_embeddings, mla=c.mla is not None,
-                    sliding_window_layers=sum(1 for w in c.layer_windows if w))
+                    sliding_window_layers=sum(1 for w in c.layer_windows if w),
+                    chunked_attention_layers=sum(1 for w in c.layer_chunks if w),
+                    mamba_layers=c.layer_pattern.count("M"))
         read, ignored = config_keys(load_mapping(path, "model file"), str(path), named=not catalog)
     else:
         read, ignored = sorted(model.raw), []

@@ -96,7 +96,8 @@ INSPECT_FIELDS = (("name", "name"), ("catalog entry", "catalog"), ("file", "file
                   ("vocab", "vocab"), ("max positions", "max_positions"), ("experts", "experts"),
                   ("experts per token", "experts_top_k"), ("MoE layers", "moe_layers"),
                   ("tied embeddings", "tied_embeddings"), ("latent attention (MLA)", "mla"),
-                  ("sliding-window layers", "sliding_window_layers"))
+                  ("sliding-window layers", "sliding_window_layers"),
+                  ("chunked-attention layers", "chunked_attention_layers"), ("Mamba-2 layers", "mamba_layers"))
 
 
 def _number(count: int) -> str:
