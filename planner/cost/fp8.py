@@ -344,7 +344,9 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     grouped_linear.py: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True), then
     save_for_backward): every routed copy's FC1 input (s x h) and FC2 input (s x f), and the
     shared experts' FC2 input; a hybrid model's layer its one branch's (a Mamba-2 mixer's input and
-    output projections). Decoder blocks without multi-latent attention or full recomputation only (full recomputation keeps just the block input)."""
+    output projections). Decoder blocks without multi-latent attention or full recomputation only
+    (full recomputation keeps just the block input); with Megatron's "moe" module recompute
+    (`moe_kept` False) the MoE layer keeps none of its inputs."""
     c = layer.config
     if layer.kind != "decoder" or c is None or layer.blend or c.mla is not None or recompute == "full":
         return 0.0
