@@ -156,3 +156,17 @@ def test_the_search_gives_every_pipeline_stage_as_many_layers_and_one_chunk(tmp_
     plan = json.loads(out.read_text())
     blocks = [sum(1 for i in range(*s["layers"]) if 0 < i < 53) for s in plan["stages"]]
     assert blocks == [13, 13, 13, 13] and plan["training"].get("virtual_stages", 1) == 1
+
+
+def test_a_dense_hybrid_pattern_builds_squared_relu_mlps_and_no_experts():
+    # Nemotron-H 8B's shape (Megatron-Bridge NemotronHModelProvider8B): Mamba-2 and attention layers
+    # between dense MLP layers; NemotronHConfig's MoE defaults in the file are unused without E layers
+    pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    data = hf_config(NANO) | {"hybrid_override_pattern": pattern, "num_hidden_layers": len(pattern),
+                              "hidden_size": 4096, "num_key_value_heads": 8, "intermediate_size": 21504,
+                              "mamba_num_heads": 128, "n_routed_experts": 8}
+    model = model_from_dict(data, "nemotron-h-8b-like")
+    assert kinds(model) == list(pattern)
+    mlp = next(layer for layer in model.layers if layer.kind == "decoder" and not layer.config.mixer)
+    assert mlp.params == 2 * 4096 * 21504 + 4096  # up and down (squared ReLU: no gate), the layer's norm
+    assert model.config.num_experts == 1 and sum(layer.expert_params for layer in model.layers) == 0

@@ -387,7 +387,7 @@ def hf_dimensions(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise BadInput(f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_TYPES)}",
                        where, "model_type")
     dims = READERS[mtype](HfReader(data, where))
-    if not dims.get("num_experts"):
+    if not dims.get("num_experts") and not dims.get("layer_pattern"):  # a hybrid's pattern says where experts are
         _refuse_experts_in_dense(data, mtype, where)
     if dims["num_heads"] % dims["num_kv_heads"]:
         raise BadInput(f"{dims['num_heads']} heads are not a multiple of {dims['num_kv_heads']} key/value heads",
