@@ -170,3 +170,10 @@ def test_a_dense_hybrid_pattern_builds_squared_relu_mlps_and_no_experts():
     mlp = next(layer for layer in model.layers if layer.kind == "decoder" and not layer.config.mixer)
     assert mlp.params == 2 * 4096 * 21504 + 4096  # up and down (squared ReLU: no gate), the layer's norm
     assert model.config.num_experts == 1 and sum(layer.expert_params for layer in model.layers) == 0
+
+
+def test_no_plan_for_a_hybrid_does_not_suggest_a_runtime_that_cannot_build_it():
+    # 72 GPUs of one NVL72 rack: no tp x pp x dp of Megatron's hybrid stack uses them all (52 layers, 2 kv heads)
+    result = invoke("plan", "--model", NANO, "--cluster", "gb200-nvl72", "--global-batch", "512", "--seq-len", "8192")
+    assert result.exit_code == 1, result.stderr
+    assert "no feasible plan" in result.stderr and "--runtime any" not in result.stderr

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..core.clock import Progress, stop_requested
 from ..core.errors import BadInput, NoFeasiblePlan
+from ..cost.runtimes.capability import model_problem
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
 from ..plan import Training
@@ -40,7 +41,7 @@ def solve_or_explain(model: Model, cluster: Cluster, training: Training, options
         allowed = describe_allowed(request)
         if allowed:
             message += f" (allowed: {allowed})"
-        if training.runtime != "any":
+        if training.runtime != "any" and not model_problem("any", model):  # (a hybrid: `any` cannot build it)
             found = _any_runtime_plan(model, cluster, training, options, time.perf_counter() - started)
             if found is not None:
                 from .ranked import configuration_text
