@@ -67,3 +67,20 @@ def test_a_bad_rope_layer_list_names_the_key(change):
     data = hf_config(SCOUT)
     with pytest.raises(BadInput, match="text_config.no_rope_layers"):
         model_from_dict(data | {"text_config": data["text_config"] | change}, "bad")
+
+
+def test_chunked_layers_are_priced_at_full_causal_cost_but_counted_chunked_in_model_flops():
+    from planner.core.dims import StageDims
+    from planner.cost.flops import layer_model_flops_per_sample
+    from planner.cost.formulas import attention_s
+    from planner.cost.runtimes import stack_params
+    from planner.cost.sharding import Sharding
+    from planner.inputs.hardware import load_catalog
+
+    blocks = [layer for layer in load_model(SCOUT).layers if layer.kind == "decoder"]
+    chunked, full = blocks[0], blocks[3]
+    gpu = load_catalog()["H100-SXM5-80GB"]
+    sh = Sharding("bf16", 1, 32768, "flash", StageDims(1), "none")
+    params = stack_params(gpu, "megatron")
+    assert attention_s(chunked, gpu, sh, params) == attention_s(full, gpu, sh, params)
+    assert layer_model_flops_per_sample(chunked, 32768) < layer_model_flops_per_sample(full, 32768)

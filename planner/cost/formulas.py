@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from ..inputs.devices import QUANTIZED_FORMATS, peak_key
 from ..inputs.hardware import GIB, GpuSpec, Link
@@ -260,11 +260,14 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     peak = matmul_peak(gpu, sh.dtype, params)
     seq_len, tp, b = sh.seq_len, sh.dims.tp, sh.micro_batch
     kernel = fused_kernel(params.fused_attention) if sh.attention == "flash" else None
+    # Llama 4's chunked layers run at full causal cost: no runtime priced skips the masked blocks
+    # (megatron-core's attention has no chunking, transformers masks a whole sdpa)
+    flops = partial(layer.attention_flops_per_sample, seq_len, tp, chunked=False)
     if sh.attention == "flash" and kernel is None:
-        attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=True) * b)
+        attn_flops = sh.dims.attention_share(flops(causal_skip=True) * b)
         attn_fwd = attn_flops / (peak * params.attention_efficiency)
         return attn_fwd, 2.5 * attn_fwd / FLASH_BWD_EFFICIENCY_RATIO
-    attn_flops = sh.dims.attention_share(layer.attention_flops_per_sample(seq_len, tp, causal_skip=False) * b)
+    attn_flops = sh.dims.attention_share(flops(causal_skip=False) * b)
     eff = gemm_efficiency(seq_len, seq_len, layer.config.head_dim, params, gemm_half_dim(gpu, sh.dtype, params))
     attn_fwd = attn_flops / (peak * eff)
     if kernel is None:
@@ -274,8 +277,7 @@ def attention_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) ->
     # _layer_time prices them), times the kernel's measured ratios, over the causal share it computes
     score_bytes = elementwise_bytes(layer, seq_len, tp, sh.dims.sequence_parallel, "standard", sh.dtype_bytes)[1]
     score_s = sh.dims.attention_share(score_bytes * b) / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency)
-    causal = (layer.attention_flops_per_sample(seq_len, tp, causal_skip=True)
-              / layer.attention_flops_per_sample(seq_len, tp, causal_skip=False))
+    causal = flops(causal_skip=True) / flops(causal_skip=False)
     fwd_ratio, bwd_ratio = kernel.ratios(sh.dtype)
     return (causal * fwd_ratio * (attn_fwd + score_s),
             causal * bwd_ratio * (2.0 * attn_fwd + ELEMENTWISE_BWD_RATIO * score_s))

@@ -132,7 +132,7 @@ class Layer:
             return 0.0
         return StageDims(tp).compute_share(seq_len * self.config.mamba.scan_flops_per_token())
 
-    def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool) -> float:
+    def attention_flops_per_sample(self, seq_len: int, tp: int, causal_skip: bool, chunked: bool = True) -> float:
         """QK^T and attention-times-V: 2 s^2 (d_qk + d_v) per head, 4 s^2 h for a GPT block
         (Narayanan et al. 2021, sec 5.1), every query against every key.
 
@@ -140,7 +140,9 @@ class Layer:
         sliding window of w < s keys (Mistral, Gemma 2/3, Phi-3) leaves s w - w^2/2 causal
         query-key pairs, which is what a windowed kernel computes; without the skip that is
         doubled, as the full count is (s^2 = 2 x s^2/2). Chunked attention (Llama 4's local
-        layers) attends causally within blocks of c tokens: c^2/2 pairs per block. GPT-OSS's attention sinks add one
+        layers) attends causally within blocks of c tokens: c^2/2 pairs per block; `chunked`
+        False counts them as full causal attention, what a kernel that masks the other blocks
+        computes. GPT-OSS's attention sinks add one
         logit per query and head to the softmax (s a of s^2 a): not counted.
         """
         if self.kind != "decoder" or self.config is None or self.config.mixer != "attention":
@@ -149,7 +151,7 @@ class Layer:
         pairs = seq_len * seq_len / 2
         if 0 < c.window < seq_len:
             pairs = seq_len * c.window - c.window * c.window / 2
-        if 0 < c.attention_chunk < seq_len:  # causal within each block of attention_chunk tokens
+        if chunked and 0 < c.attention_chunk < seq_len:  # causal within each block of attention_chunk tokens
             blocks, rest = divmod(seq_len, c.attention_chunk)
             pairs = blocks * c.attention_chunk * c.attention_chunk / 2 + rest * rest / 2
         if not causal_skip:
