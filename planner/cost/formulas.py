@@ -290,9 +290,9 @@ def ssd_scan_s(layer: Layer, gpu: GpuSpec, sh: Sharding, params: CostParams) -> 
     traffic of their fp32 chunk states (the roofline's memory bound, Williams et al. 2009). The
     backward recomputes the forward's states (mamba_ssm _mamba_chunk_scan_combined_bwd) and takes
     the gradients of each matmul's two operands: three times the forward."""
-    tokens = sh.dims.local_seq_len(sh.seq_len) * sh.micro_batch
-    flops = layer.scan_flops_per_sample(sh.dims.local_seq_len(sh.seq_len), sh.dims.tp) * sh.micro_batch
-    traffic = sh.dims.compute_share(tokens * layer.config.mamba.scan_bytes_per_token(sh.dtype_bytes))
+    seq_len = sh.dims.local_seq_len(sh.seq_len)
+    flops = layer.scan_flops_per_sample(seq_len, sh.dims.tp) * sh.micro_batch
+    traffic = sh.dims.compute_share(seq_len * sh.micro_batch * layer.config.mamba.scan_bytes_per_token(sh.dtype_bytes))
     fwd = max(flops / (matmul_peak(gpu, sh.dtype, params) * params.attention_efficiency),
               traffic / (gpu.hbm_bandwidth_bytes_per_s * params.hbm_efficiency))
     return fwd, 3.0 * fwd

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from ..core.dims import StageDims
 from ..core.errors import BadInput
-from ..inputs.model import Layer
+from ..inputs.model import Layer, moe_saved_bytes
 from .sharding import Sharding
 
 # Megatron-core's selective recompute modules the planner prices (TransformerConfig.recompute_modules,
@@ -42,7 +42,7 @@ def module_saved_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes:
     """What output-discarding module recompute frees of a decoder block's saved activations, per
     sample on one TP rank (Megatron-core CheckpointWithoutOutput): "layernorm" the norm outputs
     (the QKV and MLP inputs, each s x h, replicated unless sequence parallel; one in a hybrid
-    model's layer); "moe" every MoE activation but the layer's input (moe_saved_bytes); "moe_act" the routed
+    model's layer); "moe" every MoE activation but the layer's input (model.moe_saved_bytes); "moe_act" the routed
     experts' activation output (the second expert GEMM's input, s x f per routed copy, top_k copies)."""
     c = _block_config(layer)
     if layer.kind != "decoder" or c is None:
@@ -54,15 +54,6 @@ def module_saved_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes:
     else:
         sharded = c.experts_top_k * nb * s * c.ffn_hidden if "moe_act" in modules and c.num_experts > 1 else 0.0
     return dims.activation_share(replicated, sharded)
-
-
-def moe_saved_bytes(c, seq_len: int, nb: int) -> float:
-    """What an MoE layer saves beyond its input, per sample on one TP rank (sharded), as
-    model.Layer.act_bytes_per_sample counts it: each routed copy's input and activations, the router
-    logits (fp32), the shared experts' activations."""
-    per_ffn = (3 if c.gated_mlp else 2) * nb * seq_len
-    return (c.experts_top_k * (per_ffn * c.ffn_hidden + nb * seq_len * c.hidden) + 4 * seq_len * c.num_experts
-            + per_ffn * c.shared_expert_ffn)
 
 
 def module_recompute_bytes(layer: Layer, seq_len: int, dims: StageDims, dtype_bytes: int,

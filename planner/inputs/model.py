@@ -208,11 +208,10 @@ class Layer:
         # attention: Q, K, V and the output-projection input
         sharded = nb * s * (c.q_dim + c.kv_dim + c.v_dim + c.o_dim)
         # MLP: GeLU keeps its input and output (2 x s x f); SwiGLU keeps gate, up and product
-        per_ffn = (3 if c.gated_mlp else 2) * nb * s
-        mlp = per_ffn * c.ffn_hidden
         if c.num_experts > 1:
-            mlp = c.experts_top_k * (mlp + nb * s * h) + 4 * s * c.num_experts  # routed copies, router logits
-        sharded += mlp + per_ffn * c.shared_expert_ffn
+            sharded += moe_saved_bytes(c, s, nb)
+        else:
+            sharded += (3 if c.gated_mlp else 2) * nb * s * c.ffn_hidden
         if c.mamba is not None:  # a Mamba-2 mixer's (planner.inputs.mamba)
             sharded += s * (nb * c.mamba.saved_elements_per_token() + 4 * c.mamba.saved_fp32_per_token())
         if attention == "standard":
@@ -272,6 +271,16 @@ class Layer:
         # q, v, the attention output and its log-sum-exp, and w1 where kept
         sharded = nb * s * (c.q_dim + c.v_dim + c.o_dim + kept_mlp) + 4 * c.num_heads * s
         return StageDims(tp, sequence_parallel).activation_share(replicated, sharded)
+
+
+def moe_saved_bytes(c: ModelConfig, seq_len: int, nb: int) -> float:
+    """What an MoE layer saves for the backward beyond its input, per sample on one TP rank
+    (sharded): each routed copy's input and its MLP activations (GeLU keeps its input and output,
+    2 s f; SwiGLU gate, up and product, 3 s f), the router logits (fp32), the shared experts'
+    activations."""
+    per_ffn = (3 if c.gated_mlp else 2) * nb * seq_len
+    return (c.experts_top_k * (per_ffn * c.ffn_hidden + nb * seq_len * c.hidden) + 4 * seq_len * c.num_experts
+            + per_ffn * c.shared_expert_ffn)
 
 
 def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:
