@@ -234,7 +234,7 @@ def test_megatron_lm_validate_args_accepts_the_readme_exports(readme_plans, tmp_
 MLA_KEYS = {"multi_latent_attention": True, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
             "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "rotary_scaling_factor": 40.0, "mscale_all_dim": 1.0,
             "moe_router_num_groups": 8, "moe_router_group_topk": 4, "moe_router_topk_scaling_factor": 2.5,
-            "num_experts": 256, "expert_model_parallel_size": 8, "tensor_model_parallel_size": 2}
+            "num_experts": 256, "expert_model_parallel_size": 8, "tensor_model_parallel_size": 2, "mtp_num_layers": 1}
 
 
 @pytest.mark.integration

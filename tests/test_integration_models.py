@@ -113,8 +113,15 @@ def megatron_model(a: dict[str, str | None], vocab: int):
         if a.get("--rotary-scaling-factor") is not None:
             kw.update(rotary_scaling_factor=num("--rotary-scaling-factor", float), mscale=num("--mscale", float),
                       mscale_all_dim=num("--mscale-all-dim", float))
+    if "--mtp-num-layers" in a:
+        kw["mtp_num_layers"] = num("--mtp-num-layers")
     config = config_class(**kw)
     spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=kw["normalization"])
+    mtp = None
+    if config.mtp_num_layers:  # Megatron-LM's gpt_builders: the MTP block from the decoder's last layer spec
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+        mtp = get_gpt_mtp_block_spec(config, spec.layer_specs[-1], use_transformer_engine=False)
     tp = int(a["--tensor-model-parallel-size"])
     vocab_size = padded_vocab(vocab, num("--make-vocab-size-divisible-by") or 128, tp)
     with warnings.catch_warnings(), torch.device("meta"):
@@ -125,7 +132,7 @@ def megatron_model(a: dict[str, str | None], vocab: int):
                          rotary_percent=num("--rotary-percent", float) or 1.0,
                          rotary_base=num("--rotary-base", float) or 10000,
                          rope_scaling="--use-rope-scaling" in a,
-                         rope_scaling_factor=num("--rope-scaling-factor", float) or 8.0)
+                         rope_scaling_factor=num("--rope-scaling-factor", float) or 8.0, mtp_block_spec=mtp)
     return model, vocab_size
 
 
@@ -237,7 +244,10 @@ def test_megatron_core_builds_multi_latent_attention_and_group_limited_routing_f
     assert ("--moe-router-num-groups" in a) == (changes.get("n_group", 4) > 1)
     built, _ = megatron_model(a, model.config.vocab)
     assert built.config.moe_router_topk_scaling_factor == changes.get("routed_scaling_factor", 2.5)
-    router_biases = sum(model.config.num_experts for i in range(4) if i not in model.config.dense_layers)
+    # the MoE layers' and the MTP module's (built from the last layer's spec: Megatron-LM's gpt_builders)
+    router_biases = model.config.num_experts * (sum(1 for i in range(4) if i not in model.config.dense_layers)
+                                                + model.config.mtp_layers)
+    assert model.config.mtp_layers == 1 and built.mtp is not None
     assert sum(p.numel() for p in built.parameters()) + router_biases == model.params
 
 

@@ -34,8 +34,9 @@ def test_every_catalog_model_has_a_published_count():
 
 @pytest.mark.parametrize("name", catalog_names())
 def test_catalog_model_parameter_count_within_1_percent_of_published(name):
-    published = PUBLISHED[name]["params"]
-    assert load_model(name).params == pytest.approx(published, rel=0.01)
+    published = PUBLISHED[name]["params"]  # the main model's: MTP modules are counted apart
+    model = load_model(name)
+    assert model.params - model.mtp_params == pytest.approx(published, rel=0.01)
 
 
 def test_gpt3_175b_has_174_6_billion_parameters():
@@ -274,7 +275,8 @@ def test_every_catalog_model_but_gpt3_has_an_exact_published_count():
 
 @pytest.mark.parametrize("name", EXACT)
 def test_catalog_model_parameter_count_equals_published_exactly(name):
-    assert load_model(name).params == PUBLISHED[name]["params"]
+    model = load_model(name)
+    assert model.params - model.mtp_params == PUBLISHED[name]["params"]
 
 
 def test_every_supported_model_type_has_a_catalog_model_but_the_text_parts_and_kimi_k2():
@@ -360,12 +362,26 @@ def test_gemma3_language_model_plus_vision_tower_is_the_published_checkpoint_tot
 def test_deepseek_v3_main_model_plus_mtp_module_is_the_published_weight_count():
     model = load_model("deepseek-v3")
     c = model.config
+    assert c.mtp_layers == 1 and model.mtp_params > 0
+    router_biases = (58 + 1) * 256  # fp32, counted by the Hub with the fp8 scales, not with the weights
+    # the checkpoint's MTP module (DeepSeek-V3 report, sec 2.2) also stores its own copies of the
+    # embedding and of the head, which training shares with the main model
+    copies = 2 * c.vocab * c.hidden
+    assert model.params - router_biases + copies == PUBLISHED["deepseek-v3"]["weight_elements_with_mtp"]
+
+
+def test_deepseek_v3s_mtp_module_is_one_moe_block_with_its_norms_and_projection():
+    model = load_model("deepseek-v3")
+    c = model.config
     moe_block = max(layer.params for layer in model.layers if layer.kind == "decoder")
-    router_biases = 58 * 256  # fp32, counted by the Hub with the fp8 scales, not with the weights
-    # the MTP module: one MoE block, 2 input norms, the 2h -> h projection, its own copy of the
-    # embedding and of the head with its norm (DeepSeek-V3 report, sec 2.2)
-    mtp = moe_block - 256 + 2 * c.hidden + 2 * c.hidden * c.hidden + c.hidden + 2 * c.vocab * c.hidden
-    assert model.params - router_biases + mtp == PUBLISHED["deepseek-v3"]["weight_elements_with_mtp"]
+    (module,) = model.layers[-1].trail
+    assert module.params == moe_block + 2 * c.hidden * c.hidden + 3 * c.hidden
+    assert module.expert_params == model.layers[-2].expert_params
+    # the head predicts twice (the next token, and the MTP module's), and holds the module's weights
+    s = 4096
+    assert model.layers[-1].gemms(s, 1)[0].count == 2
+    assert model.layers[-1].fwd_flops_per_sample(s) == pytest.approx(
+        2 * 2 * s * c.vocab * c.hidden + module.fwd_flops_per_sample(s))
 
 
 def test_deepseek_v3_first_three_layers_are_dense_and_the_rest_moe_with_mla():

@@ -121,7 +121,7 @@ def inspect_model(name_or_path: str) -> dict:
                             "layers": sum(1 for layer in model.layers if layer.kind == "decoder")}
     c = model.config
     if c is not None:
-        moe_layers = sum(1 for layer in model.layers if layer.expert_params)
+        moe_layers = sum(1 for layer in model.layers if layer.kind == "decoder" and layer.expert_params)
         info.update(model_type=c.model_type, hidden=c.hidden, heads=c.num_heads, kv_heads=c.num_kv_heads,
                     head_dim=c.head_dim, ffn_hidden=c.ffn_hidden,
                     dense_ffn_hidden=c.dense_ffn_hidden if c.dense_layers else None, vocab=c.vocab,
@@ -131,7 +131,8 @@ def inspect_model(name_or_path: str) -> dict:
                     tied_embeddings=c.tied_embeddings, mla=c.mla is not None,
                     sliding_window_layers=sum(1 for w in c.layer_windows if w),
                     chunked_attention_layers=sum(1 for w in c.layer_chunks if w),
-                    mamba_layers=c.layer_pattern.count("M"))
+                    mamba_layers=c.layer_pattern.count("M"), mtp_layers=c.mtp_layers,
+                    mtp_params=model.mtp_params)
         read, ignored = config_keys(load_mapping(path, "model file"), str(path), named=not catalog)
     else:
         read, ignored = sorted(model.raw), []

@@ -97,7 +97,8 @@ INSPECT_FIELDS = (("name", "name"), ("catalog entry", "catalog"), ("file", "file
                   ("experts per token", "experts_top_k"), ("MoE layers", "moe_layers"),
                   ("tied embeddings", "tied_embeddings"), ("latent attention (MLA)", "mla"),
                   ("sliding-window layers", "sliding_window_layers"),
-                  ("chunked-attention layers", "chunked_attention_layers"), ("Mamba-2 layers", "mamba_layers"))
+                  ("chunked-attention layers", "chunked_attention_layers"), ("Mamba-2 layers", "mamba_layers"),
+                  ("multi-token-prediction modules", "mtp_layers"))
 
 
 def _number(count: int) -> str:
@@ -116,6 +117,8 @@ def inspect_lines(info: dict) -> list[str]:
         lines += textwrap.wrap(text, WIDTH, initial_indent=f"{label:<{label_width}}  ",
                                subsequent_indent=" " * (label_width + 2), break_on_hyphens=False)
     lines.append(f"{'params':<{label_width}}  {_number(info['params'])}")
+    if info.get("mtp_params"):
+        lines.append(f"{'of them, MTP modules':<{label_width}}  {_number(info['mtp_params'])}")
     if info["active_params"] != info["params"]:
         lines.append(f"{'active params (per token)':<{label_width}}  {_number(info['active_params'])}")
     for title, keys in (("keys read", info["read_keys"]), ("keys ignored (not read)", info["ignored_keys"])):

@@ -104,6 +104,7 @@ RANGES: dict[str, Range] = {
     "num_experts": Range(1, 4096, integer=True),
     "shared_experts": Range(0, 4096, integer=True),
     "layer_index": Range(0, 4096, integer=True),  # a count of leading layers (DeepSeek's dense ones)
+    "mtp_layers": Range(0, 8, integer=True),  # multi-token-prediction modules (DeepSeek-V3 trains 1)
     # --- measured profiles and calibrations ---
     # One layer's forward or backward on one micro-batch: 1 ns to about 11 days.
     "layer_time_s": Range(1e-9, 1e6, "s"),

@@ -27,10 +27,12 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
     if layer.kind == "embedding":
         return dims.activation_share((nb + mask) * s * h, 0.0), 0.0  # gather rows, dropout
     if layer.kind == "head":
-        # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard
-        return dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
+        # final norm (2 s h) and the fp32 softmax cross entropy over the vocab shard, once per prediction
+        return (1 + c.mtp_layers) * dims.activation_share(2 * nb * s * h, 3 * 4.0 * s * c.vocab), 0.0
     # per residual branch (attention and MLP; one in a hybrid model's layer) a norm and a bias-dropout-add
     replicated = c.sublayers * (2 * nb * s * h + 3 * nb * s * h + mask * s * h)
+    if c.mtp_module:  # an MTP module's three norms and the concatenation of its two inputs (2h)
+        replicated += 3 * 2 * nb * s * h + 2 * 2 * nb * s * h
     sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
     if c.num_experts > 1:
         sharded = c.experts_top_k * (sharded + moe_copy_accesses(c.num_experts, ep) * nb * s * h)

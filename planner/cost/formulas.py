@@ -457,7 +457,9 @@ def _with_tp_comm(layer: Layer, fwd: float, bwd: float, recompute_s: float, gemm
         one = (2 * ring_allgather_s(activation, tp, tp_link, link_efficiency(tp_link, params))
                if sequence_parallel else
                ring_allreduce_s(activation, tp, tp_link, link_efficiency(tp_link, params)))
-        branches = layer.config.sublayers  # residual branches: attention and MLP, one in a hybrid's layer
+        # residual branches: attention and MLP, one in a hybrid's layer; an MTP module's projection
+        # gathers its column-parallel output (megatron-core MultiTokenPredictionLayer): counted as one more
+        branches = layer.config.sublayers + layer.config.mtp_module
         if layer.kind == "decoder" and params.tp_async and sequence_parallel:
             # async TP (Wang et al. 2022, Overlap Communication with Dependent Computation via
             # Decomposition, sec 3; PyTorch's fused_all_gather_matmul / fused_matmul_reduce_scatter,

@@ -22,7 +22,7 @@ gradient reduction and the optimizer step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Iterable
 
@@ -158,7 +158,10 @@ class LayerPrice:
 def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams,
                 cp_link: Link | None = None, ep_group: AllToAllGroup | None = None) -> LayerPrice:
     """`ep_group`: where the expert-parallel all-to-all runs, when sh.dims.ep > 1; the saved scores
-    of standard attention where the runtime runs no fused kernel on the GPU (Sharding.priced)."""
+    of standard attention where the runtime runs no fused kernel on the GPU (Sharding.priced). A head
+    with MTP modules (Layer.trail) is the sum of its own price and theirs, each module a decoder."""
+    if layer.trail:
+        return _with_trail(layer, sh, gpu, tp_link, p, cp_link, ep_group)
     sh = sh.priced(p.fused_attention)
     t = with_moe_alltoall(layer_time(layer, gpu, sh, tp_link, p), layer, sh, ep_group, p)
     time = t.compute_s + t.tp_comm_s + t.ep_comm_s
@@ -175,6 +178,20 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
                       fp8_cost.weight_cache_bytes(layer, sh.dims, sh.dtype, p.fp8_recipe, gpu),
                       t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s,
                       fp8_params_saving=fp8_cost.fp8_params_saving(layer, sh.dims, sh.dtype, p.fp8_recipe))
+
+
+def _with_trail(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams, cp_link: Link | None,
+                ep_group: AllToAllGroup | None) -> LayerPrice:
+    """layer_price of a head and its MTP modules: every figure summed, the recomputation working set
+    the largest (one layer's backward runs at a time)."""
+    trail_params = sum(t.weight_params for t in layer.trail)
+    own = replace(layer, trail=(), params=layer.params - sum(t.params for t in layer.trail),
+                  weight_params=layer.weight_params - trail_params,
+                  expert_params=layer.expert_params - sum(t.expert_params for t in layer.trail))
+    prices = [layer_price(part, sh, gpu, tp_link, p, cp_link, ep_group) for part in (own, *layer.trail)]
+    summed = {f.name: sum(getattr(lp, f.name) for lp in prices) for f in fields(LayerPrice)}
+    summed["transient_bytes"] = max(lp.transient_bytes for lp in prices)
+    return LayerPrice(**summed)
 
 
 # --- a span of layers -----------------------------------------------------------------------

@@ -149,6 +149,8 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
         if c.router_bias:
             flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
         flags += _routing_flags(plan.model.raw)
+    if c.mtp_layers:  # its MTP modules, on the last pipeline stage (megatron-core multi_token_prediction.py)
+        flags.append(("--mtp-num-layers", c.mtp_layers))
     return flags
 
 

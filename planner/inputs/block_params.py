@@ -74,6 +74,14 @@ def mlp_params(config: Any) -> int:
     return params
 
 
+def mtp_extra_params(config: Any) -> int:
+    """What an MTP module holds beside its decoder block: the norms of the hidden state and of the
+    next token's embedding, their 2h -> h projection and the final norm before the shared head
+    (DeepSeek-V3 report, sec 2.2; megatron-core MultiTokenPredictionLayer enorm, hnorm, eh_proj,
+    final_layernorm); 0 for another decoder."""
+    return 2 * config.hidden * config.hidden + 3 * config.norm_params if config.mtp_module else 0
+
+
 HYBRID_FEATURE = "Mamba-2 layers (a hybrid layer pattern)"  # Megatron's hybrid flags carry them
 
 

@@ -20,7 +20,7 @@ from .hardware import PROFILES_DIR
 from .measured import check_profile_keys
 from ..core import ranges
 from ..core.io import MAX_NUMBER, load_mapping
-from .block_params import expert_params, mixer_params, mlp_params
+from .block_params import expert_params, mixer_params, mlp_params, mtp_extra_params
 from .model_families import SUPPORTED_TYPES, Mla, hf_dimensions  # noqa: F401 (re-exported)
 from ..core.names import check_name, name_from_file
 from .model_config import ModelConfig  # noqa: F401 (re-exported)
@@ -58,6 +58,10 @@ class Layer:
     # distinct decoder with its count; time is their count-weighted mean, memory their max
     blend: tuple[tuple["Layer", int], ...] = ()
     expert_params: int = 0  # of weight_params, the routed experts' (split by expert parallelism)
+    # the head's multi-token-prediction modules (ModelConfig.mtp_layers), one decoder block each, run
+    # where the head runs (Megatron-core places them on the last pipeline stage); params, weight_params
+    # and expert_params count them, cost.pricing.layer_price prices them as decoders beside the head
+    trail: tuple["Layer", ...] = ()
 
     # --- FLOPs -------------------------------------------------------------------------
 
@@ -69,7 +73,8 @@ class Layer:
             return _mean(self.blend, lambda part: part.fwd_flops_per_sample(seq_len))
         return (sum(g.flops_per_sample(seq_len) for g in self.gemms(seq_len, tp=1))
                 + self.attention_flops_per_sample(seq_len, tp=1, causal_skip=False)
-                + self.scan_flops_per_sample(seq_len, tp=1))
+                + self.scan_flops_per_sample(seq_len, tp=1)
+                + sum(part.fwd_flops_per_sample(seq_len) for part in self.trail))
 
     def gemms(self, seq_len: int, tp: int, ep: int = 1, etp: int = 0) -> tuple["Gemm", ...]:
         """The layer's weight GEMMs, as shards on one of `tp` tensor-parallel ranks.
@@ -82,11 +87,13 @@ class Layer:
         c = self.config
         if c is None or self.kind == "embedding":
             return ()
-        if self.kind == "head":
-            return (Gemm(seq_len, c.vocab / tp, c.hidden, 1),)
+        if self.kind == "head":  # once for the next token, once more for each MTP module's (shared head)
+            return (Gemm(seq_len, c.vocab / tp, c.hidden, 1 + c.mtp_layers),)
         h, f = c.hidden, c.ffn_hidden
         mlp_in = 2 * f if c.gated_mlp else f
         gemms = self.mixer_gemms(seq_len, tp)
+        if c.mtp_module:  # an MTP module's projection of [embedding; hidden] (2h) to h, column-parallel
+            gemms.insert(0, Gemm(seq_len, h / tp, 2 * h, 1))
         if not f:
             return tuple(gemms)  # a hybrid model's mixer layer: no MLP
         if c.num_experts == 1:
@@ -197,12 +204,15 @@ class Layer:
             return dims.activation_share(mask * s * h, 0.0)  # embedding dropout mask
         if self.kind == "head":
             # final norm input and output (the head GEMM's input), then fp32 logits that
-            # the vocab-parallel cross entropy keeps (Korthikanti et al. 2022, sec 4.3)
-            return dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
+            # the vocab-parallel cross entropy keeps (Korthikanti et al. 2022, sec 4.3); once more
+            # for each MTP module's prediction
+            return (1 + c.mtp_layers) * dims.activation_share(2 * nb * s * h, 4.0 * s * c.vocab)
+        # an MTP module's: the inputs of its two norms, of its projection (2h) and of its final norm
+        mtp = 5 * nb * s * h if c.mtp_module else 0.0
         if recompute == "full":
-            return dims.activation_share(nb * s * h, 0.0)  # only the block input is checkpointed
+            return dims.activation_share(nb * s * h + mtp, 0.0)  # only the block input is checkpointed
         # the norm inputs, the mixer's and the MLP's inputs, a mask per residual branch
-        replicated = (c.block_norms + c.sublayers) * nb * s * h + c.sublayers * mask * s * h
+        replicated = (c.block_norms + c.sublayers) * nb * s * h + c.sublayers * mask * s * h + mtp
         if c.mla is not None:  # the replicated down-projections' outputs (the latents)
             replicated += nb * s * (c.mla.q_lora_rank + c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)
         # attention: Q, K, V and the output-projection input
@@ -319,6 +329,11 @@ class Model:
         return sum(layer.params for layer in self.layers)
 
     @property
+    def mtp_params(self) -> int:
+        """Of params, the multi-token-prediction modules' (Layer.trail)."""
+        return sum(part.params for layer in self.layers for part in layer.trail)
+
+    @property
     def num_layers(self) -> int:
         return len(self.layers)
 
@@ -420,7 +435,18 @@ def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
         block = mixer_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
         layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc, expert_params=expert_params(lc)))
     head_params = config.norm_params + (0 if config.tied_embeddings else head_matrix)
-    layers.append(Layer(config.num_layers + 1, "head", "head", head_params, config.norm_params + head_matrix, config))
+    head_weights = config.norm_params + head_matrix
+    trail = []
+    for k in range(config.mtp_layers):
+        mc = config.mtp_config()
+        block = mixer_params(mc) + mlp_params(mc) + mc.block_norms * mc.norm_params + mtp_extra_params(mc)
+        trail.append(Layer(config.num_layers + 1, f"mtp.{k}", "decoder", block, block, mc,
+                           expert_params=expert_params(mc)))
+    if trail:  # Megatron-core builds the embedding on the MTP modules' stage too, to embed the next tokens
+        head_weights += config.vocab * h
+    layers.append(Layer(config.num_layers + 1, "head", "head", head_params + sum(t.params for t in trail),
+                        head_weights + sum(t.weight_params for t in trail), config,
+                        expert_params=sum(t.expert_params for t in trail), trail=tuple(trail)))
     return tuple(layers)
 
 

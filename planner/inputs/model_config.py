@@ -57,6 +57,12 @@ class ModelConfig:
     mixer: str = "attention"  # this decoder's token mixer: "attention", "mamba", or "" (an MLP alone)
     mamba: Mamba | None = None  # the Mamba-2 mixer's dimensions (planner.inputs.mamba)
     layer_pattern: str = ""  # model level: each decoder's kind, HYBRID_KINDS (hybrid_override_pattern)
+    # model level: multi-token-prediction modules trained after the main model (DeepSeek-V3 report,
+    # sec 2.2; num_nextn_predict_layers), each one decoder block that predicts one token further
+    mtp_layers: int = 0
+    # this decoder is an MTP module's block: before it, the hidden state's and the next token's
+    # embedding's norms and their 2h -> h projection; after it, a final norm before the shared head
+    mtp_module: bool = False
 
     @property
     def sublayers(self) -> int:
@@ -114,6 +120,7 @@ class ModelConfig:
         dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
         per-model patterns cleared."""
         changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "", "layer_chunks": (),
+                                   "mtp_layers": 0,
                                    "window": self.layer_windows[index] if self.layer_windows else self.window,
                                    "attention_chunk": self.layer_chunks[index] if self.layer_chunks
                                    else self.attention_chunk}
@@ -127,6 +134,11 @@ class ModelConfig:
             if changes["mixer"] != "mamba":
                 changes["mamba"] = None
         return replace(self, **changes)
+
+    def mtp_config(self) -> "ModelConfig":
+        """An MTP module's decoder block: the main model's last block (DeepSeek-V3's MoE block; Megatron-core
+        builds it from the decoder's layer spec) with the module's norms and projection (mtp_module)."""
+        return replace(self.layer_config(self.num_layers - 1), mtp_module=True)
 
 
 _NO_MLP = dict(num_experts=1, experts_top_k=1, ffn_hidden=0, shared_expert_ffn=0, shared_expert_gate=False,

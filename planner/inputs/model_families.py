@@ -143,9 +143,10 @@ def _deepseek_v3(reader: HfReader) -> dict[str, Any]:
     """DeepSeek-V3: MLA; the first first_k_dense_replace layers dense (intermediate_size),
     then every moe_layer_freq-th layer an MoE of n_routed_experts (moe_intermediate_size)
     plus n_shared_experts shared ones as one MLP of n_shared x moe_intermediate_size, the
-    router with its e_score_correction_bias (topk_method noaux_tc). The multi-token
-    prediction module (num_nextn_predict_layers) is not part of the model priced: it is
-    DeepSeek's 14B on top of the 671B main model (their README_WEIGHTS.md)."""
+    router with its e_score_correction_bias (topk_method noaux_tc); num_nextn_predict_layers
+    multi-token-prediction modules (ModelConfig.mtp_layers), trained with the main model as DeepSeek
+    trained it (DeepSeek-V3 report, sec 2.2: one module; 14B of the checkpoint's 685B, their
+    README_WEIGHTS.md, with its copies of the embedding and head, which training shares)."""
     reader.refuse_true("attention_bias")
     dims = _core(reader, head_dim_default=0)
     mla = Mla(q_lora_rank=reader.num("q_lora_rank", "hidden", required=False) or 0,
@@ -161,7 +162,8 @@ def _deepseek_v3(reader: HfReader) -> dict[str, Any]:
     # MLA gives every query head its own key and value: as many kv heads as heads
     dims.update(mla=mla, num_kv_heads=dims["num_heads"], attention_head_dim=0, dense_layers=dense,
                 dense_ffn_hidden=dims["ffn_hidden"], ffn_hidden=moe_ffn, shared_expert_ffn=shared * moe_ffn,
-                router_bias=reader.data.get("topk_method") == "noaux_tc")
+                router_bias=reader.data.get("topk_method") == "noaux_tc",
+                mtp_layers=reader.num("num_nextn_predict_layers", "mtp_layers", default=0))
     return dims
 
 

@@ -31,5 +31,5 @@ SPEC = RuntimeSpec(
         per_stage_zero=True, recompute_modes=WITH_BLOCK, per_stage_recompute=True,
         sequence_parallel=True, stage_placement=True, recompute_layers="per-stage",
         offload=True, per_stage_offload=True, activation_offload=True, expert_parallel_with_cp=True,
-        compile=True, moe_dispatchers=("alltoall", "flex"), per_replica_tp=True, uneven_tp_shares=True,
+        compile=True, moe_dispatchers=("alltoall", "flex"), per_replica_tp=True, uneven_tp_shares=True, mtp_layers=True,
         dtypes=("fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")))

@@ -54,12 +54,16 @@ def fp8_all_gather_problem(training: "Training", runtime: str = "") -> str:
 
 def model_problem(runtime: str, model: "Model") -> str:
     """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can):
-    Capability.mamba_layers for a hybrid model, then RuntimeSpec.model_problem (torchtitan builds only
-    its named llama3 flavours)."""
+    Capability.mamba_layers for a hybrid model, Capability.mtp_layers for one with multi-token-prediction
+    modules, then RuntimeSpec.model_problem (torchtitan builds only its named llama3 flavours)."""
     spec = runtime_spec(runtime)
     if model.config is not None and model.config.mamba is not None and not spec.capability.mamba_layers:
         return (f"{spec.capability.title} builds no Mamba-2 layers ({model.name} is a hybrid model): "
                 "plan it with --runtime megatron")
+    if model.config is not None and model.config.mtp_layers and not spec.capability.mtp_layers:
+        return (f"{spec.capability.title} trains no multi-token-prediction modules ({model.name} has "
+                f"{model.config.mtp_layers}: num_nextn_predict_layers): plan it with --runtime megatron, or "
+                "from a config.json with num_nextn_predict_layers 0 to train the main model alone")
     return spec.model_problem(model) if spec.model_problem is not None else ""
 
 

@@ -54,7 +54,7 @@ SPEC = RuntimeSpec(
     capability=Capability(
         runtime="megatron", title="Megatron-LM", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron-core models/mamba (MambaModel, hybrid_override_pattern; pretrain_mamba.py)
-        mamba_layers=True,
+        mamba_layers=True, mtp_layers=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
         # and one data-parallel size for the whole world (world = tp * cp * pp * dp)
         per_stage_tp=False, per_stage_dp=False,

@@ -70,6 +70,8 @@ class Capability:
     compile: bool = False
     # a hybrid model's Mamba-2 layers (planner.inputs.mamba): megatron-core's MambaModel builds them
     mamba_layers: bool = False
+    # multi-token-prediction modules (ModelConfig.mtp_layers): megatron-core's MultiTokenPredictionBlock
+    mtp_layers: bool = False
     # the MoE token dispatchers it runs (Training.moe_dispatcher, `--moe-dispatcher`; planner.plan.MOE_DISPATCHERS)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     # its FSDP all-gathers fp8 weights in fp8 (Training.fp8_all_gather, `--fp8-all-gather`)

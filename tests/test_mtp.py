@@ -1,0 +1,89 @@
+"""Multi-token-prediction modules (DeepSeek-V3 report, sec 2.2; ModelConfig.mtp_layers): priced as
+decoders beside the head (Layer.trail, cost.pricing.layer_price), held on the head's stage, trained
+only by the runtimes that build them, exported to Megatron-LM as --mtp-num-layers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from planner.core.dims import StageDims
+from planner.cost.formulas import DEFAULT_PARAMS
+from planner.cost.pricing import Sharding, layer_price
+from planner.cost.runtimes import RUNTIMES
+from planner.cost.runtimes.capability import model_problem
+from planner.export import export_plan
+from planner.inputs.hardware import load_catalog, load_cluster
+from planner.inputs.model import MODELS_DIR, load_model
+from planner.plan import Training, uniform_plan
+
+from .conftest import assert_bad_input, invoke
+
+DEEPSEEK = load_model("deepseek-v3")
+H100 = load_catalog()["H100-SXM5-80GB"]
+NVLINK = load_cluster("dgx-h100-2node").groups[0].intra_node
+
+
+def _params(runtime: str = "megatron"):
+    return RUNTIMES[runtime].pricing.params(DEFAULT_PARAMS)
+
+
+def _without_mtp(tmp_path):
+    config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": 0}
+    path = tmp_path / "deepseek-v3-main.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_head_with_an_mtp_module_costs_its_own_price_plus_the_modules_as_a_decoder(recompute):
+    head = DEEPSEEK.layers[-1]
+    (module,) = head.trail
+    sh = Sharding("bf16", 1, 4096, "flash", StageDims(4, True), recompute)
+    own = replace(head, trail=(), params=head.params - module.params,
+                  weight_params=head.weight_params - module.weight_params, expert_params=0)
+    whole, alone, block = (layer_price(x, sh, H100, NVLINK, _params()) for x in (head, own, module))
+    for figure in ("fwd_s", "bwd_s", "compute_s", "tp_comm_s", "time_s", "act_bytes", "weight_params"):
+        assert getattr(whole, figure) == pytest.approx(getattr(alone, figure) + getattr(block, figure)), figure
+    assert block.compute_s > 0 and alone.compute_s > 0
+    assert whole.expert_params == module.expert_params == DEEPSEEK.layers[-2].expert_params
+
+
+def test_the_head_predicts_once_more_per_module_and_its_stage_holds_the_module_and_an_embedding_copy(tmp_path):
+    main = load_model(str(_without_mtp(tmp_path)))
+    head, main_head = DEEPSEEK.layers[-1], main.layers[-1]
+    assert main.config.mtp_layers == 0 and main_head.trail == ()
+    c = DEEPSEEK.config
+    assert head.gemms(4096, 1)[0].count == 2 and main_head.gemms(4096, 1)[0].count == 1
+    assert head.act_bytes_per_sample(4096) == 2 * main_head.act_bytes_per_sample(4096)
+    assert head.weight_params == main_head.weight_params + head.trail[0].weight_params + c.vocab * c.hidden
+    assert DEEPSEEK.params == main.params + DEEPSEEK.mtp_params
+
+
+def test_runtimes_without_mtp_refuse_the_model_and_name_the_key(tmp_path):
+    assert model_problem("megatron", DEEPSEEK) == "" and model_problem("any", DEEPSEEK) == ""
+    for runtime in ("deepspeed", "fsdp1", "megatron-2021"):
+        assert "num_nextn_predict_layers" in model_problem(runtime, DEEPSEEK), runtime
+        assert model_problem(runtime, load_model(str(_without_mtp(tmp_path)))) == "", runtime
+    result = invoke("plan", "--model", "deepseek-v3", "--cluster", "dgx-h100-2node", "--global-batch", "16",
+                    "--seq-len", "4096", "--runtime", "deepspeed")
+    assert_bad_input(result, "multi-token-prediction")
+
+
+def test_megatron_export_carries_the_mtp_modules(tmp_path):
+    cluster = load_cluster("dgx-h100-2node")
+    for model, expected in ((DEEPSEEK, ["--mtp-num-layers", "1"]), (load_model(str(_without_mtp(tmp_path))), [])):
+        plan = uniform_plan(model, cluster, Training(16, 4096, "bf16", 1), tp=2, pp=1, dp=8, ep=8, zero=1)
+        words = export_plan(plan, "megatron", lambda message: None).split()
+        found = [w for i, w in enumerate(words) if w == "--mtp-num-layers" or words[i - 1] == "--mtp-num-layers"]
+        assert found == expected
+
+
+def test_a_config_with_a_bad_mtp_count_is_bad_input(tmp_path):
+    config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": -1}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(config))
+    result = invoke("inspect", str(path))
+    assert_bad_input(result, "num_nextn_predict_layers")
