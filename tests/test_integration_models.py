@@ -312,3 +312,17 @@ def test_megatron_core_takes_the_exported_precision(dtype, recipe):
         warnings.simplefilter("ignore")
         config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, bf16=True, **kw)
     assert (config.fp8_recipe if config.fp8 else config.fp4_recipe) == kw.get("fp8_recipe", kw.get("fp4_recipe"))
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "qwen3-30b-a3b"])
+def test_muon_updates_exactly_the_2d_weights_megatron_core_hands_it(name, mcore, tmp_path):
+    """megatron-core's Muon (optimizer/muon.py) takes every 2-D parameter but the embedding and the
+    output layer; AdamW the rest: the planner's Muon matrices (cost.muon.muon_matrices) are those."""
+    from planner.cost.muon import muon_matrices
+
+    plan = uniform_plan(load_model(name), load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1), tp=1, pp=1,
+                        dp=16)
+    built, _ = megatron_model(flags_of(plan), plan.model.config.vocab)
+    muon = sum(p.numel() for p in built.parameters()
+               if p.dim() == 2 and not getattr(p, "is_embedding_or_output_parameter", False))
+    assert muon == sum(muon_matrices(layer)[0] for layer in plan.model.layers)

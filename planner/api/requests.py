@@ -58,7 +58,8 @@ FP8_ALL_GATHER = Flag("--fp8-all-gather/--no-fp8-all-gather", "With --dtype fp8 
 ATTENTION = Flag("--attention", "flash keeps no s^2 scores; standard keeps them (2021-22 kernels).",
                  ATTENTION_KINDS, "training", show_default=True)
 OPTIMIZER = Flag("--optimizer", "Its states set the memory per parameter and its step time (a training choice, "
-                 "not searched): adamw 12 B, adamw-8bit 6 B, adafactor 4 B, adamw-bf16 6 B, sgd (momentum) 8 B.",
+                 "not searched): adamw 12 B, adamw-8bit 6 B, adafactor 4 B, adamw-bf16 6 B, sgd (momentum) 8 B, "
+                 "muon 8 B on the decoders' matrices (AdamW's 12 B on the rest) plus its Newton-Schulz matmuls.",
                  OPTIMIZER_NAMES, "training", show_default=True)
 PROFILES = Flag("--profile", "Price this GPU type from a measured layer profile (planner profile); repeatable.",
                 str, "measurement", metavar="GPU=FILE", repeatable=True)

@@ -304,7 +304,8 @@ def _price_rank(pricer: PlanPricer, k: int, rank_chunks: list[Stage], layer_flop
     def tail_of(span, tp: int, steppers) -> StageTail:
         return stage_tail(span.weight_params, head.at_tp(tp).dims, t.dtype, pricer.layout(head), reduce_params,
                           min_bwd, steppers, loops, loop_bwd, expert_params=span.expert_params, optimizer=t.optimizer,
-                          offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head))
+                          offload_hosts=tuple(offload_hosts), expert_layout=pricer.expert_layout(head),
+                          ns_flops=span.ns_flops, ns_expert_flops=span.ns_expert_flops)
 
     if head.uneven_tp:  # each TP position reduces and steps its own slice (its largest: stage_tail.uneven_tp_tail)
         tails = {head.tp: uneven_tp_tail([tail_of(pos.span, head.tp, position_steppers[i].values())

@@ -29,6 +29,7 @@ from typing import Iterable
 import numpy as np
 
 from .moe import AllToAllGroup, with_moe_alltoall
+from .muon import muon_matrices
 from .formulas import CostParams, layer_time
 from .dp_comm import (NO_ZERO_COMM, DpLayout, ZeroComm, rank_zero_share, zero_comm, zero_exposed_s,  # noqa: F401 (re-exported)
                       zero_rank_overlapped)
@@ -148,6 +149,11 @@ class LayerPrice:
     ep_comm_fwd_s: float = 0.0  # the MoE all-to-all under expert parallelism (cost.moe_alltoall_s)
     ep_comm_bwd_s: float = 0.0
     fp8_params_saving: float = 0.0  # the 16-bit weights fp8 parameters replace, on one GPU (fp8.fp8_params_saving)
+    # Muon (cost.muon): of weight_params, those AdamW keeps (embedding, head, 1-D), and the Newton-Schulz
+    # FLOPs of the layer's whole dense matrices and of all its routed experts'
+    adam_params: float = 0.0
+    ns_flops: float = 0.0
+    ns_expert_flops: float = 0.0
 
     @property
     def ep_comm_s(self) -> float:
@@ -177,7 +183,14 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
                       cp_fwd, cp_bwd, cp_fwd + cp_bwd,
                       fp8_cost.weight_cache_bytes(layer, sh.dims, sh.dtype, p.fp8_recipe, gpu),
                       t.wgrad_s, wgrad_input_bytes(layer, sh), layer.expert_params, t.ep_comm_fwd_s, t.ep_comm_bwd_s,
-                      fp8_params_saving=fp8_cost.fp8_params_saving(layer, sh.dims, sh.dtype, p.fp8_recipe))
+                      fp8_params_saving=fp8_cost.fp8_params_saving(layer, sh.dims, sh.dtype, p.fp8_recipe),
+                      **_muon_fields(layer))
+
+
+def _muon_fields(layer: Layer) -> dict:
+    """LayerPrice's Muon figures of one layer (cost.muon.muon_matrices)."""
+    matrices, dense, experts = muon_matrices(layer)
+    return {"adam_params": max(0.0, layer.weight_params - matrices), "ns_flops": dense, "ns_expert_flops": experts}
 
 
 def _with_trail(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: CostParams, cp_link: Link | None,
@@ -262,6 +275,9 @@ class SpanPrice:
                                "(fp8.fp8_params_saving).")
     wgrad_s = _Total("wgrad_s", "The weight-gradient part of bwd_s (a split backward's W pass).")
     wgrad_act_bytes = _Total("wgrad_act_bytes", "What a deferred W pass keeps of one micro-batch (wgrad_input_bytes).")
+    adam_params = _Total("adam_params", "Of all_params, those Muon leaves to AdamW (whole layers; cost.muon).")
+    ns_flops = _Total("ns_flops", "Muon's Newton-Schulz FLOPs of the span's dense matrices (whole; cost.muon).")
+    ns_expert_flops = _Total("ns_expert_flops", "... of all its routed experts' matrices.")
 
     @property
     def transient_bytes(self):

@@ -9,6 +9,7 @@ from functools import reduce
 from typing import Iterable
 
 from .formulas import CostParams, optimizer_step_s
+from .muon import newton_schulz_rate
 from .arrays import maximum as _maximum
 from .dp_comm import DpLayout
 from .stage_memory import held_gradient_bytes, offload_step_s
@@ -29,15 +30,23 @@ class StageTail:
 
 
 def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, expert_params=0.0,
-                optimizer: str = "adamw"):
+                optimizer: str = "adamw", ns_flops=0.0, ns_expert_flops=0.0):
     """The optimizer step of one replica: ZeRO-0 steps every replica's full copy; ZeRO-1 and
     above shard the optimizer state, and so its step, over the dp replicas (Rajbhandari et
     al. 2020, sec 5.1; StageDims.state_divisors), the routed experts' `expert_params` (of
-    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors)."""
+    weight_params) over the expert-data-parallel group (StageDims.expert_state_divisors). Muon
+    adds its Newton-Schulz matmuls (cost.muon; `ns_flops`, `ns_expert_flops`: the stage's whole
+    matrices), each TP rank orthogonalizing whole matrices (megatron-core's default --muon-tp-mode
+    duplicated), each EP rank its own experts, sharded over dp as the states are (ZeRO-1 is
+    Megatron-LM's layer-wise distributed optimizer under Muon)."""
+    ns_s = 0.0
+    if optimizer == "muon":
+        ns_s = ((ns_flops / dims.state_divisors[2] + ns_expert_flops / dims.ep / dims.expert_state_divisors[2])
+                / newton_schulz_rate(gpu, p.gemm_efficiency))
     if dims.ep == 1 and not dims.etp:
-        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer)
+        return optimizer_step_s(weight_params / dims.state_divisors[2], gpu, p, optimizer) + ns_s
     return optimizer_step_s((weight_params - expert_params) / dims.state_divisors[2]
-                            + expert_params / dims.expert_state_divisors[2], gpu, p, optimizer)
+                            + expert_params / dims.expert_state_divisors[2], gpu, p, optimizer) + ns_s
 
 
 def looped_reduce_s(reduce_s, loops: int, loop_bwd_s):
@@ -106,7 +115,7 @@ def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, red
                steppers: Iterable[tuple[GpuSpec, CostParams]], loops: int = 1, loop_bwd_s=0.0,
                expert_params=0.0, optimizer: str = "adamw",
                offload_hosts: Iterable[tuple[HostSpec, int]] = (),
-               expert_layout: DpLayout | None = None) -> StageTail:
+               expert_layout: DpLayout | None = None, ns_flops=0.0, ns_expert_flops=0.0) -> StageTail:
     """What a stage adds after its last micro-batch: the gradient reduction (at the
     parameters of its slowest GPU, `reduce_params`, hidden behind its fastest replica's
     backward `min_bwd_s`; breadth-first `loops`; the experts' over `expert_layout` under
@@ -120,7 +129,8 @@ def stage_tail(weight_params, dims: StageDims, dtype: str, layout: DpLayout, red
         step = reduce(_maximum, (offload_step_s(params, host, per_node, dtype, optimizer)
                                  for host, per_node in offload_hosts))
     else:
-        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer)
+        step = reduce(_maximum, (optimizer_s(weight_params, dims, gpu, p, expert_params, optimizer, ns_flops,
+                                             ns_expert_flops)
                                  for gpu, p in steppers))
     return StageTail(reduce_s, step)
 

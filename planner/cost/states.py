@@ -52,6 +52,11 @@ OPTIMIZERS = {
     # SGD with momentum (Sutskever et al. 2013): master 4 + momentum 4; reads master, gradient,
     # momentum (4+2+4), writes master, momentum, copy (4+4+2)
     "sgd": Optimizer("sgd", 8, 4, 20),
+    # Muon (planner.cost.muon) on the decoders' 2-D weights: fp32 master and fp32 momentum (megatron-core
+    # muon.py: Float16OptimizerWithFloat16Params, momentum_buffer like the master); reads master,
+    # gradient, momentum (4+2+4), writes momentum, master, copy (4+4+2); its Newton-Schulz matmuls
+    # are priced apart (cost.muon). The parameters it leaves to AdamW take AdamW's bytes (model_state_bytes).
+    "muon": Optimizer("muon", 8, 4, 20),
 }
 
 
@@ -92,13 +97,14 @@ def reduce_scatter_bytes(dtype: str, fp32_reduce: bool) -> int:
 
 
 def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int,
-                      optimizer: str = "adamw") -> tuple[float, float, float]:
+                      optimizer: str = "adamw", adam_params=0.0) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states on one device (ZeRO, Rajbhandari et al. 2020,
     Figure 1; dims.zero_divisors; the optimizer's states, Optimizer). `weight_params` is
-    already divided by the TP degree."""
+    already divided by the TP degree; under Muon, `adam_params` of them keep AdamW's states (cost.muon)."""
     grad_b = gradient_bytes(dtype)
     opt = get_optimizer(optimizer)
-    if dtype == "fp32":
+    fp32 = dtype == "fp32"
+    if fp32:
         weight_b, opt_b = WEIGHT_BYTES_FP32_TRAINING, opt.state_bytes_fp32
     else:
         weight_b, opt_b = DTYPE_BYTES[dtype], opt.state_bytes_mixed
@@ -106,4 +112,8 @@ def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int,
     weights = weight_params * weight_b / weights_div
     grads = weight_params * grad_b / grads_div
     optimizer = weight_params * opt_b / optimizer_div
+    if opt.name == "muon":
+        adam = OPTIMIZERS["adamw"]
+        optimizer = optimizer + adam_params * ((adam.state_bytes_fp32 if fp32 else adam.state_bytes_mixed) - opt_b) \
+            / optimizer_div
     return weights, grads, optimizer

@@ -36,14 +36,16 @@ def _runs(chars: str) -> str:
 def megatron_layout(plan: Plan) -> str:
     """`--pipeline-model-parallel-layout`: one `|`-separated entry per chunk in Megatron's order
     (entry k is virtual stage k // pp of pipeline rank k % pp; megatron/core/transformer/
-    pipeline_parallel_layer_layout.py), E = embedding, t = decoder layer, L = final norm + head."""
+    pipeline_parallel_layer_layout.py), E = embedding, t = decoder layer, m = an MTP module (before the
+    head that ends its stage), L = final norm + head."""
     pp = plan.pp
     parts = []
     for k, s in enumerate(plan.stages):
         if s.pipeline_rank != k % pp:
             raise BadInput(f"stage {k} is on pipeline rank {s.pipeline_rank}; Megatron puts chunk {k} on rank "
                            f"{k % pp}", "--to megatron")
-        parts.append(_runs("".join(LAYOUT_CHARS.get(plan.model.layers[i].kind, "t") for i in range(*s.layers))))
+        layers = [plan.model.layers[i] for i in range(*s.layers)]
+        parts.append(_runs("".join("m" * len(layer.trail) + LAYOUT_CHARS.get(layer.kind, "t") for layer in layers)))
     return "|".join(parts)
 
 
@@ -267,8 +269,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     if c is None:
         raise BadInput("the plan's model is a layer profile without a config: Megatron needs the "
                        "architecture (hidden size, heads, ...)", "--to megatron")
-    # megatron/training/arguments.py --optimizer {adam, sgd}; adam is AdamW (decoupled weight decay)
-    optimizer = runtime_optimizer(plan, "megatron", {"adamw": "adam", "sgd": "sgd"})
+    # megatron/training/arguments.py --optimizer {adam, sgd, muon, ...}; adam is AdamW (decoupled weight decay)
+    # (muon: Muon on the 2-D weights, Adam on the rest; with --use-distributed-optimizer Megatron-LM runs
+    # its layer-wise distributed optimizer)
+    optimizer = runtime_optimizer(plan, "megatron", {"adamw": "adam", "sgd": "sgd", "muon": "muon"})
     placed = placeable(plan)
     form = uniform_form(plan, "megatron", warn, placed)
     layout = None

@@ -15,7 +15,7 @@ PLAN_FORMAT = "planner.plan/v1"
 # a stage's recompute: a layer's (model.RECOMPUTE_MODES) for all its layers, or "block" (Stage.recompute_layers)
 STAGE_RECOMPUTE_MODES = RECOMPUTE_MODES + ("block",)
 # a training's optimizer (Training.optimizer): planner.cost.states.OPTIMIZERS prices each
-OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "adamw-bf16", "sgd")
+OPTIMIZER_NAMES = ("adamw", "adamw-8bit", "adafactor", "adamw-bf16", "sgd", "muon")
 # a training's fp8 scaling recipe (Training.fp8_recipe): planner.cost.fp8.RECIPES prices each
 FP8_RECIPE_NAMES = ("te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise")
 # an MoE training's token dispatcher (Training.moe_dispatcher): CostParams.moe_dispatcher prices each

@@ -125,7 +125,7 @@ class AcrossTypes(ProblemPart):
             self.state.smallest_overflow = worst
         group = inputs.groups[positions[0][0]]
         return TypeArrays(self.replicas(config), group, times, bwds, first[2], first[3], rooms, first[5], first[6],
-                          wgrad=wgrads, wgrad_share=wgrad_shares)
+                          wgrad=wgrads, wgrad_share=wgrad_shares, ns=first[10])
 
     def tail(self, config: StageConfig, types: list[TypeArrays], dims: StageDims, layout: DpLayout,
              flags: tuple[bool, bool, int]) -> np.ndarray:
@@ -138,9 +138,10 @@ class AcrossTypes(ProblemPart):
         tails = []
         for i, (arrays, _) in positions:
             params = arrays[6]
+            dense_ns, expert_ns = arrays[10][flags]
             tails.append(stage_tail(arrays[2][flags], dims, t.dtype, layout, fused.cost_params, fused.bwd[flags],
                                     [(self.inputs.groups[i].gpu, params)], expert_params=arrays[3][flags],
-                                    optimizer=t.optimizer))
+                                    optimizer=t.optimizer, ns_flops=dense_ns, ns_expert_flops=expert_ns))
         return per_replica_tp_tail({config.tp: uneven_tp_tail(tails)}).total_s
 
 

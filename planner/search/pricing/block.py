@@ -119,7 +119,7 @@ def block_types_at(types: list[TypeArrays], prices: list[BlockPrices], dims: Sta
         room = np.where((free < 0) | (ta.room[flags] < 0), -1.0, np.minimum(room, float(UNCAPPED)))
         out.append(TypeArrays(ta.count, ta.group, {flags: time}, {flags: span.bwd_s}, {flags: w},
                               {flags: span.expert_params}, {flags: room}, ta.boundary_bytes, ta.cost_params,
-                              cp_link=ta.cp_link))
+                              cp_link=ta.cp_link, ns={flags: (span.ns_flops, span.ns_expert_flops)}))
     return out
 
 

@@ -79,7 +79,7 @@ def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: S
         else:
             times = {flags: time + (virtual_stages - 1) * fixed for flags, time in ta.time.items()}
         out.append(TypeArrays(ta.count, ta.group, times, ta.bwd, ta.params, ta.experts, ta.room, ta.boundary_bytes, p,
-                              chunk_times, ta.cp_link, zero_share=zero_shares))
+                              chunk_times, ta.cp_link, zero_share=zero_shares, ns=ta.ns))
     return out
 
 

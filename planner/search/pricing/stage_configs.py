@@ -231,9 +231,9 @@ class StageConfigs(ProblemPart):
             arrays, worst, block_prices = priced
             if block:
                 self.tables.block_prices[config].append(block_prices)
-            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares = arrays
+            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares, ns = arrays
             out.append(TypeArrays(count, inputs.groups[i], times, bwds, params, experts, rooms, nbytes, p,
-                                  cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares))
+                                  cp_link=cp_link, wgrad=wgrads, wgrad_share=wgrad_shares, ns=ns))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -259,10 +259,10 @@ class StageConfigs(ProblemPart):
                 priced = self.tables.replica_arrays[key] = self._replica_arrays(i, dims, sh, None, layout, None,
                                                                                 config.offload, False)
             arrays, worst, _ = priced
-            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares = arrays
+            times, bwds, params, experts, rooms, nbytes, p, cp_link, wgrads, wgrad_shares, ns = arrays
             out.append(TypeArrays(dims.replicas_on(n * inputs.groups[i].gpus_per_node), inputs.groups[i], times,
                                   bwds, params, experts, rooms, nbytes, p, cp_link=cp_link, wgrad=wgrads,
-                                  wgrad_share=wgrad_shares))
+                                  wgrad_share=wgrad_shares, ns=ns))
             config_worst = max(config_worst, worst)
         if self.state.smallest_overflow is None or config_worst[0] < self.state.smallest_overflow[0]:
             self.state.smallest_overflow = config_worst
@@ -303,7 +303,7 @@ class StageConfigs(ProblemPart):
         if block:
             full = layer_price(inputs.dec, replace(sh, recompute="full"), gpu, group.intra_node, p, cp_link, ep_group)
             block_prices = BlockPrices(dec, full, emb, head)
-        times, bwds, params, rooms, experts, wgrads, wgrad_shares = {}, {}, {}, {}, {}, {}, {}
+        times, bwds, params, rooms, experts, wgrads, wgrad_shares, ns = {}, {}, {}, {}, {}, {}, {}, {}
         worst = (-INF, "")
         # the spans depend on the replica's own dimensions alone (span_price: dims.within_replica), not on
         # its stage's replica count, ZeRO stage or offload: built once, their totals kept (SpanPrice)
@@ -322,6 +322,7 @@ class StageConfigs(ProblemPart):
             fp8_gathered = fp8_blocks + lead_fp8_gathered(inputs.lead, dims, t.dtype, p, flags[2])
             w = params[flags] = span.weight_params
             experts[flags] = span.expert_params
+            ns[flags] = (span.ns_flops, span.ns_expert_flops)
             times[flags] = ChunkTime(span, zero_comm(w, dims, t.dtype, layout, p, span.expert_params,
                                                      expert_layout, fp8_gathered)).time_s
             bwds[flags] = span.bwd_s
@@ -344,7 +345,8 @@ class StageConfigs(ProblemPart):
                 need = -(-inputs.num_blocks // most_stages)
                 over = float(acts[need] - free[need]) if np.ndim(free) else float(acts[need] - free)
                 worst = max(worst, (over, gpu.name))
-        arrays = (times, bwds, params, experts, rooms, boundary_bytes(decoder, sh), p, cp_link, wgrads, wgrad_shares)
+        arrays = (times, bwds, params, experts, rooms, boundary_bytes(decoder, sh), p, cp_link, wgrads, wgrad_shares,
+                  ns)
         return arrays, worst, block_prices
 
     def dims(self, config: StageConfig) -> StageDims:

@@ -236,6 +236,9 @@ class TypeArrays:
     # interleaved, where the rank's chunks hide their ZeRO collectives as one (interleave.interleaved_type_arrays):
     # each chunk's share of what the rank exposes of them, by the rank's block count (chunk excludes it)
     zero_share: dict[tuple[bool, bool, int], np.ndarray] = field(default_factory=dict)
+    # Muon's Newton-Schulz FLOPs of the whole matrices the replica holds (dense, routed experts'), by
+    # block count (SpanPrice.ns_flops, ns_expert_flops): the tail's optimizer step (cost.stage_tail.optimizer_s)
+    ns: dict[tuple[bool, bool, int], tuple] = field(default_factory=dict)
 
 
 class StageCost(NamedTuple):

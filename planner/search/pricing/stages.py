@@ -356,8 +356,14 @@ class Problem:
                                    self.stage_configs.dp_layout(config), slow.cost_params, min_bwd,
                                    [(ta.group.gpu, ta.cost_params) for ta in alike],
                                    expert_params=alike[0].experts[flags], optimizer=self.inputs.training.optimizer,
+                                   **_ns_of(alike[0], flags),
                                    offload_hosts=[(ta.group.host, ta.group.gpus_in_node) for ta in alike]
                                    if config.offload else (),
                                    expert_layout=stage_expert_layout(self.inputs, config, self.stage_configs.dims(config)))
         return per_replica_tp_tail(tails).total_s
 
+
+def _ns_of(arrays: TypeArrays, flags: tuple[bool, bool, int]) -> dict:
+    """stage_tail's Newton-Schulz FLOPs of a replica type (TypeArrays.ns; none where not priced)."""
+    dense, experts = arrays.ns.get(flags, (0.0, 0.0))
+    return {"ns_flops": dense, "ns_expert_flops": experts}
