@@ -87,3 +87,19 @@ def test_a_config_with_a_bad_mtp_count_is_bad_input(tmp_path):
     path.write_text(json.dumps(config))
     result = invoke("inspect", str(path))
     assert_bad_input(result, "num_nextn_predict_layers")
+
+
+def test_the_megatron_layout_places_the_mtp_module_before_the_loss_as_megatron_core_validates_it():
+    from planner.export.megatron import megatron_layout
+
+    from .conftest import require
+
+    plan = uniform_plan(DEEPSEEK, load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1), tp=2, pp=2, dp=4,
+                        ep=4, zero=1)
+    layout = megatron_layout(plan)
+    assert layout.endswith("mL")
+    layouts = require("megatron.core.transformer.pipeline_parallel_layer_layout", "PLANNER_REQUIRE_INTEGRATION")
+    # megatron-core rejects a layout whose MTP modules are not there ("Number of mtp layers in layout ...")
+    layouts.PipelineParallelLayerLayout(layout, 2).validate_layer_layout(61, DEEPSEEK.config.mtp_layers)
+    with pytest.raises(AssertionError, match="mtp"):
+        layouts.PipelineParallelLayerLayout(layout.replace("m", ""), 2).validate_layer_layout(61, 1)
