@@ -12,6 +12,8 @@ from __future__ import annotations
 from .formulas import DEFAULT_PARAMS
 from ..inputs.devices import GpuSpec
 
+HOPPER = {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.6}
+
 # (architecture, segment) or architecture -> CostParams fields
 # Fitted values: `python benchmarks/fit_cost_params.py` (coordinate descent over its grids).
 ARCHITECTURES: dict[str, dict[str, float | str]] = {
@@ -25,7 +27,11 @@ ARCHITECTURES: dict[str, dict[str, float | str]] = {
     # and torchtitan's H100 runs (bf16, 500 W parts at their SUSTAINED_CLOCK)
     # fp8 GEMMs (planner.cost.fp8) at 60 % of the fp8 datasheet peak, fitted across NeMo 24.07's
     # DGX H100 runs (Transformer Engine) and torchtitan's H100/H200 runs (torchao float8)
-    "hopper": {"attention_efficiency": 0.35, "gemm_efficiency": 0.55, "fp8_gemm_efficiency": 0.6},
+    "hopper": HOPPER,
+    # Blackwell: Megatron-Bridge's MoE tables are its only published runs here, one source, too few to
+    # fit on (a parameter is fitted across at least two): it takes the nearest fitted architecture's,
+    # Hopper's, as the power model does for unmeasured parts (planner.cost.power)
+    "blackwell": dict(HOPPER),
     # Turing, datacenter and consumer alike: large GEMMs at this fraction of the datasheet peak
     # of the path they run on (tensor cores in fp16, CUDA cores in fp32) at the sustained clock
     # (SUSTAINED_CLOCK below). Fitted jointly on AMP's T4 runs (fp16 tensor cores) and Sailor's
