@@ -299,3 +299,27 @@ def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name,
     parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
     stage = plan.stages[0]
     assert [parsed[k] for k in degrees] == [stage.tp, plan.pp, stage.ep, stage.dims.expert_tp, stage.dp]
+
+
+@pytest.mark.integration
+def test_megatron_lm_runs_a_muon_export_with_its_layer_wise_distributed_optimizer(tmp_path):
+    """--optimizer muon with ZeRO-1's --use-distributed-optimizer: Megatron-LM's validate_args turns the
+    pair into its layer-wise distributed optimizer, the sharding planner.cost.muon prices."""
+    checkout = os.environ.get("MEGATRON_LM")
+    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
+        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
+    import shlex
+
+    plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-h100-2node"),
+                        Training(64, 4096, "bf16", 1, optimizer="muon"), tp=1, pp=1, dp=16, zero=1)
+    text, warnings = export(plan)
+    assert warnings == []
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
+    keys = ("optimizer", "use_layer_wise_distributed_optimizer")
+    script = VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, keys)) + ")")
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 16])], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    assert (parsed["optimizer"], parsed["use_layer_wise_distributed_optimizer"], parsed["use_distributed_optimizer"]) \
+        == ("muon", True, False)
