@@ -61,7 +61,8 @@ def replica_memory(span: SpanPrice, in_flight, dtype: str, dims: StageDims, p: C
     inputs of `deferred` micro-batches whose W pass waits (Schedule.deferred_w_microbatches),
     full recomputation's working set, and the reserve. With `act_offload` the offloaded blocks'
     activations of every micro-batch in flight are in host memory but for its double buffer."""
-    adam = dims.weight_share(span.adam_params) if optimizer == "muon" else 0.0  # what Muon leaves to AdamW
+    # what an orthogonalized optimizer (Muon) leaves to AdamW
+    adam = dims.weight_share(span.adam_params) if get_optimizer(optimizer).orthogonalized else 0.0
     if dims.ep == 1 and not dims.etp:  # no expert grid: one sharding for all
         weights, grads, states = model_state_bytes(span.weight_params, dtype, dims.zero, dims.grad_reduce_ranks,
                                                    optimizer, adam)

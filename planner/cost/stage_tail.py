@@ -13,7 +13,7 @@ from .muon import newton_schulz_rate
 from .arrays import maximum as _maximum
 from .dp_comm import DpLayout
 from .stage_memory import held_gradient_bytes, offload_step_s
-from .states import gradient_bytes
+from .states import get_optimizer, gradient_bytes
 from ..core.dims import StageDims
 from ..inputs.hardware import GpuSpec, HostSpec
 from ..inputs.model import DTYPE_BYTES
@@ -40,7 +40,7 @@ def optimizer_s(weight_params, dims: StageDims, gpu: GpuSpec, p: CostParams, exp
     duplicated), each EP rank its own experts, sharded over dp as the states are (ZeRO-1 is
     Megatron-LM's layer-wise distributed optimizer under Muon)."""
     ns_s = 0.0
-    if optimizer == "muon":
+    if get_optimizer(optimizer).orthogonalized:
         ns_s = ((ns_flops / dims.state_divisors[2] + ns_expert_flops / dims.ep / dims.expert_state_divisors[2])
                 / newton_schulz_rate(gpu, p.gemm_efficiency))
     if dims.ep == 1 and not dims.etp:

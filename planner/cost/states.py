@@ -28,6 +28,9 @@ class Optimizer:
     state_bytes_mixed: float  # fp32 master weights and the optimizer's states (16-bit training)
     state_bytes_fp32: float  # fp32 training: the states only (the weights are the master copy)
     step_traffic_bytes: float  # memory read and written by one fused step (memory-bound)
+    # Muon's split (planner.cost.muon): these states and traffic for the decoders' 2-D weights only, AdamW's
+    # for the rest, and every step orthogonalizes each matrix (its Newton-Schulz matmuls)
+    orthogonalized: bool = False
 
 
 # 8-bit AdamW (Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization, sec 2): both
@@ -56,7 +59,7 @@ OPTIMIZERS = {
     # muon.py: Float16OptimizerWithFloat16Params, momentum_buffer like the master); reads master,
     # gradient, momentum (4+2+4), writes momentum, master, copy (4+4+2); its Newton-Schulz matmuls
     # are priced apart (cost.muon). The parameters it leaves to AdamW take AdamW's bytes (model_state_bytes).
-    "muon": Optimizer("muon", 8, 4, 20),
+    "muon": Optimizer("muon", 8, 4, 20, orthogonalized=True),
 }
 
 
@@ -112,7 +115,7 @@ def model_state_bytes(weight_params: float, dtype: str, zero: int, dp: int,
     weights = weight_params * weight_b / weights_div
     grads = weight_params * grad_b / grads_div
     optimizer = weight_params * opt_b / optimizer_div
-    if opt.name == "muon":
+    if opt.orthogonalized:
         adam = OPTIMIZERS["adamw"]
         optimizer = optimizer + adam_params * ((adam.state_bytes_fp32 if fp32 else adam.state_bytes_mixed) - opt_b) \
             / optimizer_div

@@ -432,22 +432,26 @@ def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
     layers = [Layer(0, "embed", "embedding", embed_params, embed_params, config)]
     for i in range(config.num_layers):
         lc = config.layer_config(i)
-        block = mixer_params(lc) + mlp_params(lc) + lc.block_norms * lc.norm_params
+        block = _block_params(lc)
         layers.append(Layer(i + 1, f"block.{i}", "decoder", block, block, lc, expert_params=expert_params(lc)))
     head_params = config.norm_params + (0 if config.tied_embeddings else head_matrix)
     head_weights = config.norm_params + head_matrix
-    trail = []
-    for k in range(config.mtp_layers):
-        mc = config.mtp_config()
-        block = mixer_params(mc) + mlp_params(mc) + mc.block_norms * mc.norm_params + mtp_extra_params(mc)
-        trail.append(Layer(config.num_layers + 1, f"mtp.{k}", "decoder", block, block, mc,
-                           expert_params=expert_params(mc)))
+    mc = config.mtp_config()
+    trail = [Layer(config.num_layers + 1, f"mtp.{k}", "decoder", _block_params(mc), _block_params(mc), mc,
+                   expert_params=expert_params(mc)) for k in range(config.mtp_layers)]
     if trail:  # Megatron-core builds the embedding on the MTP modules' stage too, to embed the next tokens
         head_weights += config.vocab * h
     layers.append(Layer(config.num_layers + 1, "head", "head", head_params + sum(t.params for t in trail),
                         head_weights + sum(t.weight_params for t in trail), config,
                         expert_params=sum(t.expert_params for t in trail), trail=tuple(trail)))
     return tuple(layers)
+
+
+def _block_params(config: ModelConfig) -> int:
+    """A decoder block's parameters: its token mixer, its MLP or experts, its norms, and an MTP module's
+    projection and norms (block_params.mtp_extra_params)."""
+    return (mixer_params(config) + mlp_params(config) + config.block_norms * config.norm_params
+            + mtp_extra_params(config))
 
 
 def _model_from_profile(data: Mapping[str, Any], name: str, where: str) -> Model:
