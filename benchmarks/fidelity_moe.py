@@ -55,7 +55,12 @@ ASSUMPTION = (
     "we force-balance the token distribution among experts and all benchmarks are token-dropless.\"); "
     "Megatron-core's flex token dispatcher (CostParams.moe_dispatcher 'flex', a token sent once per "
     "other node holding one of its experts) where the row's matched recipe states "
-    "moe_flex_dispatcher_backend (hybridep), the alltoall dispatcher where no recipe matched; the "
+    "moe_flex_dispatcher_backend (hybridep), the alltoall dispatcher where no recipe matched; the step "
+    "as one CUDA graph (CostParams.full_iteration_cuda_graph: no host time per layer) and the EP "
+    "all-to-all under the other micro-batch's compute (CostParams.moe_a2a_overlap) where the matched "
+    "recipe states cuda_graph_impl full_iteration and moe_a2a_overlap, and for the 26.08 rows whose "
+    "v0.6.0 recipe calls the helper that sets both (FULL_ITERATION_RECIPES); rows the table footnotes "
+    "as a known performance regression skipped (FLAGGED_REGRESSION); the "
     "rows the table's notes match to no recipe are matched here once Megatron-Bridge's "
     "WorkloadBaseConfig defaults (tp 1, pp 1, vp None, mbs 1; scripts/performance/utils/utils.py) are "
     "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1); a row "
@@ -72,36 +77,72 @@ FORCE_BALANCED = "we force-balance the token distribution among experts"
 # a matched recipe's stated setting that selects Megatron-core's flex token dispatcher
 # (TransformerConfig.moe_flex_dispatcher_backend: deepep, hybridep or ncclep)
 FLEX_BACKEND = re.compile(r'"moe_flex_dispatcher_backend": "(deepep|hybridep|ncclep)"')
+# a footnote by which the table itself marks a row's value as a regression it will fix (the 26.06.01
+# GPT-OSS rows: "Performance regression in GPT-OSS 120B pre-training is a known issue", cudnn-frontend
+# issue 256, the fused grouped dGLU kernel 10x slower in cudnn-frontend 1.24): skipped as a value
+# the source flags, as fidelity_runs.skip_reason skips the measured runs' flagged values
+FLAGGED_REGRESSION = re.compile(r"performance regression .{0,80}known issue", re.IGNORECASE)
+FLAGGED_REASON = "source flags the value as a known performance regression"
+# a matched recipe's stated settings that remove host time and hide the expert-parallel all-to-all:
+# the step as one CUDA graph (CostParams.full_iteration_cuda_graph) and Megatron-core's EP
+# communication overlap (CostParams.moe_a2a_overlap; the 26.06 recipes' moe_a2a_overlap sets
+# CommOverlapConfig.overlap_moe_expert_parallel_comm)
+FULL_ITERATION = re.compile(r'"cuda_graph_impl": "full_iteration"')
+A2A_OVERLAP = re.compile(r'"moe_a2a_overlap": true')
+# the v0.6.0 recipes the 26.08 rows' notes name (their flat values only): each calls a helper that
+# sets moe_token_dispatcher_type "flex" with moe_flex_dispatcher_backend "hybridep", cuda_graph_impl
+# "full_iteration" and overlap_moe_expert_parallel_comm True: _enable_hybridep_full_iteration_mxfp8
+# (src/megatron/bridge/perf_recipes/qwen/common.py @ v0.6.0, with the recipe's own flex/hybridep)
+# and _apply_gpt_oss_120b_full_iter_fp8mx_configs (perf_recipes/gpt_oss/common.py @ v0.6.0)
+FULL_ITERATION_RECIPES = ("qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+                          "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config",
+                          "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
+                          "gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config")
+V060_RECIPE = re.compile(r"perf_recipes/\S+ @ v0\.6\.0 \((\w+)\)")
 # the recipe tag a row's notes name ("No workload/perf recipe at tag v0.5.0 matched ...")
 UNMATCHED_TAG = re.compile(r"No workload/perf recipe at tag (v[0-9.]+) matched")
 
 # Megatron-Bridge recipes that match rows the notes call unmatched: the notes' matcher compared the
 # recipe's own fields only, not the WorkloadBaseConfig defaults it inherits (tp 1, pp 1, vp None,
 # mbs 1). (file and recipe, tags, model, table system, GPUs, gbs, mbs, tp, pp, vp, ep) -> its
-# moe_flex_dispatcher_backend, as the recipe file states it at those tags.
+# moe_flex_dispatcher_backend and moe_a2a_overlap, as the recipe file states them at those tags.
 QWEN3_RECIPES = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
 MISSED_RECIPES = (
-    # num_gpus=16, global_batch_size=1024, expert_model_parallel_size=16, moe_flex_dispatcher_backend="hybridep"
+    # num_gpus=16, global_batch_size=1024, expert_model_parallel_size=16, moe_a2a_overlap=False,
+    # moe_flex_dispatcher_backend="hybridep"
     (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2",
-     "v0.5.0", "v0.5.1"), "Qwen3_30B_a3B", "H100", 16, 1024, 1, 1, 1, None, 16, "hybridep"),
+     "v0.5.0", "v0.5.1"), "Qwen3_30B_a3B", "H100", 16, 1024, 1, 1, 1, None, 16, ("hybridep", False)),
     # num_gpus=16, global_batch_size=1024, pipeline_model_parallel_size=2,
-    # virtual_pipeline_model_parallel_size=12, moe_flex_dispatcher_backend="deepep" (ep 8: the base config's)
+    # virtual_pipeline_model_parallel_size=12, moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep"
+    # (ep 8: the base config's)
     (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.0",), "Qwen3_30B_a3B", "H100", 16,
-     1024, 1, 1, 2, 12, 8, "deepep"),
+     1024, 1, 1, 2, 12, 8, ("deepep", True)),
 )
 
 
-def missed_recipe_backend(run: dict) -> str:
-    """The flex backend of the MISSED_RECIPES entry matching a row its notes call unmatched ('': none)."""
+def missed_recipe(run: dict) -> tuple[str, bool]:
+    """(flex backend, moe_a2a_overlap) of the MISSED_RECIPES entry matching a row its notes call
+    unmatched; ('', False) where none does."""
     tag = UNMATCHED_TAG.search(" ".join(" ".join(map(str, run.get("notes", ()))).split()))
     if tag is None:
-        return ""
+        return "", False
     p = run["parallel"]
     vp = p.get("vp") if isinstance(p.get("vp"), int) and p.get("vp") > 1 else None
     row = (run["model"]["name"], run["hardware"]["gpus"][0]["type"], run["hardware"]["total_gpus"],
            run["global_batch"], run["micro_batch"], p.get("tp"), p.get("pp"), vp, p.get("ep"))
-    return next((backend for _, tags, *fields, backend in MISSED_RECIPES
-                 if tag.group(1) in tags and tuple(fields) == row), "")
+    return next((stated for _, tags, *fields, stated in MISSED_RECIPES
+                 if tag.group(1) in tags and tuple(fields) == row), ("", False))
+
+
+def names_full_iteration_recipe(run: dict) -> bool:
+    """Whether the row's notes name a v0.6.0 recipe of FULL_ITERATION_RECIPES."""
+    recipe = V060_RECIPE.search(" ".join(str(n) for n in run.get("notes", ())))
+    return recipe is not None and recipe.group(1) in FULL_ITERATION_RECIPES
+
+
+def missed_recipe_backend(run: dict) -> str:
+    """The flex backend of the MISSED_RECIPES entry matching a row its notes call unmatched ('': none)."""
+    return missed_recipe(run)[0]
 
 # the table's system names -> planner GPU catalog names (the catalog decides whether it knows them)
 GPUS = {"H100": "H100-SXM5-80GB", "B200": "B200", "B300": "B300", "GB200": "GB200", "GB300": "GB300"}
@@ -209,13 +250,19 @@ def _build(run: dict) -> tuple[object, str]:
 def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
     """The CostParams fields the row's own notes state (Case.settings): force-balanced routing
     (the section note), bf16 gradient buffers (GRAD_REDUCE_SOURCE), the flex dispatcher (a matched recipe's moe_flex_dispatcher_backend, or
-    a MISSED_RECIPES one's), the recompute modules its recipe states when all are priced."""
+    a MISSED_RECIPES one's), a whole-step CUDA graph and the EP communication overlap (a matched recipe's
+    cuda_graph_impl full_iteration and moe_a2a_overlap, or a FULL_ITERATION_RECIPES one), the recompute modules its recipe states when all are priced."""
     notes = " ".join(str(n) for n in run.get("notes", ()))
     settings: tuple[tuple[str, object], ...] = (("bf16_fp32_grads", False),)  # GRAD_REDUCE_SOURCE
     if FORCE_BALANCED in " ".join(notes.split()):
         settings += (("moe_imbalance", 1.0),)
-    if FLEX_BACKEND.search(notes) or missed_recipe_backend(run):
+    full_iteration_recipe = names_full_iteration_recipe(run)
+    if FLEX_BACKEND.search(notes) or missed_recipe_backend(run) or full_iteration_recipe:
         settings += (("moe_dispatcher", "flex"),)
+    if FULL_ITERATION.search(notes) or full_iteration_recipe:
+        settings += (("full_iteration_cuda_graph", True),)
+    if A2A_OVERLAP.search(notes) or full_iteration_recipe or missed_recipe(run)[1]:
+        settings += (("moe_a2a_overlap", True),)
     if priced_modules(run):
         settings += (("selective_recompute", priced_modules(run)),)
     if "precision" in run and _dtype(run) == "fp8":
@@ -228,6 +275,8 @@ def moe_case(run: dict) -> Case:
     table_gpu = run["hardware"]["gpus"][0]["type"]
     common = dict(id=run["id"], source=SOURCE, runtime=RUNTIME, metric=m["metric"], published=float(m["value"]),
                   gpus=(GPUS.get(table_gpu, table_gpu),))
+    if FLAGGED_REGRESSION.search(" ".join(" ".join(map(str, run.get("notes", ()))).split())):
+        return Case(**common, skip=FLAGGED_REASON)
     try:
         plan, skip = _build(run)
     except BadInput as error:

@@ -76,3 +76,28 @@ def test_a_malformed_row_is_an_error_not_a_skip(moe, qwen_h100):
     del row["parallel"]
     with pytest.raises(KeyError):
         moe.moe_case(row)
+
+
+def _row(moe, prefix: str) -> dict:
+    return next(r for r in moe.load_moe_runs() if r["id"].startswith(prefix))
+
+
+def test_a_row_the_table_footnotes_as_a_known_regression_is_skipped(moe):
+    flagged = _row(moe, "megatronbridge-moe-26.06.01-gb200-gpt_oss")
+    assert moe.moe_case(flagged).skip == moe.FLAGGED_REASON
+    # the same row without the footnote is priced
+    notes = [n for n in flagged["notes"] if "regression" not in n]
+    assert moe.moe_case(_with(flagged, notes=notes)).skip == ""
+
+
+def test_a_recipe_that_graphs_the_whole_step_and_overlaps_the_all_to_all_is_priced_with_both(moe):
+    stated = dict(moe.run_settings(_row(moe, "megatronbridge-moe-26.06-gb200-qwen3")))
+    assert stated["full_iteration_cuda_graph"] is True and stated["moe_a2a_overlap"] is True
+    assert stated["moe_dispatcher"] == "flex"
+    # a 26.08 row names only its v0.6.0 recipe, whose helper sets the same
+    named = dict(moe.run_settings(_row(moe, "megatronbridge-moe-26.08-gb300-qwen3")))
+    assert named["full_iteration_cuda_graph"] is True and named["moe_a2a_overlap"] is True
+    assert named["moe_dispatcher"] == "flex"
+    # a recipe with Transformer Engine's per-module graphs keeps the host time and the exposed all-to-all
+    scoped = dict(moe.run_settings(_row(moe, "megatronbridge-moe-26.04-gb200-qwen3")))
+    assert "full_iteration_cuda_graph" not in scoped and "moe_a2a_overlap" not in scoped

@@ -152,6 +152,43 @@ def test_megatron_waits_for_the_host_once_per_moe_layer_and_micro_batch(qwen_lay
                                                                          params.with_updates(moe_layer_host_s=0.0))
 
 
+def test_a_step_captured_as_one_cuda_graph_spends_no_host_time(qwen_layer, gpu):
+    params = get_runtime("megatron").params(CostParams())
+    link = Link(450e9, 3e-6, "nvlink")
+    sh = Sharding("bf16", 1, 4096, "flash", StageDims(1, ep=8), "none")
+    graphed = layer_time(qwen_layer, gpu, sh, link, params.with_updates(full_iteration_cuda_graph=True))
+    assert graphed == layer_time(qwen_layer, gpu, sh, link, params.with_updates(moe_layer_host_s=0.0))
+    assert graphed.fwd_s < layer_time(qwen_layer, gpu, sh, link, params).fwd_s
+
+
+# --- the all-to-all under another micro-batch's compute ----------------------------------------
+
+
+def _with_alltoall(layer, gpu, link_GBps: float, params: CostParams, micro_batch: int = 1):
+    from planner.cost.moe import with_moe_alltoall
+
+    link = Link(link_GBps * 1e9, 3e-6, "nvlink")
+    sh = Sharding("bf16", micro_batch, 4096, "flash", StageDims(1, dp=8, ep=8), "none")
+    return with_moe_alltoall(layer_time(layer, gpu, sh, link, params), layer, sh, AllToAllGroup(8, 8, link, link),
+                             params)
+
+
+def test_the_ep_overlap_exposes_only_the_all_to_all_beyond_the_other_passs_compute(qwen_layer, gpu):
+    plain = _with_alltoall(qwen_layer, gpu, 1.0, CostParams())  # a slow link: the all-to-all outlasts compute
+    overlapped = _with_alltoall(qwen_layer, gpu, 1.0, CostParams(moe_a2a_overlap=True))
+    assert plain.ep_comm_fwd_s > plain.bwd_s and plain.ep_comm_bwd_s > plain.fwd_s
+    # a forward's all-to-all runs under a backward's compute, a backward's under a forward's
+    assert overlapped.ep_comm_fwd_s == pytest.approx(plain.ep_comm_fwd_s - plain.bwd_s)
+    assert overlapped.ep_comm_bwd_s == pytest.approx(plain.ep_comm_bwd_s - plain.fwd_s)
+    assert (overlapped.fwd_s, overlapped.bwd_s) == (plain.fwd_s, plain.bwd_s)
+
+
+def test_the_ep_overlap_hides_an_all_to_all_shorter_than_the_compute(qwen_layer, gpu):
+    plain = _with_alltoall(qwen_layer, gpu, 900.0, CostParams())
+    assert 0 < plain.ep_comm_s < min(plain.fwd_s, plain.bwd_s)
+    assert _with_alltoall(qwen_layer, gpu, 900.0, CostParams(moe_a2a_overlap=True)).ep_comm_s == 0.0
+
+
 # --- load imbalance ----------------------------------------------------------------------------
 
 

@@ -136,9 +136,10 @@ def test_a_row_whose_recipe_sets_a_flex_backend_is_priced_with_the_flex_dispatch
     runs = fidelity_moe.load_moe_runs()
     flex = [r for r in runs if ("moe_dispatcher", "flex") in fidelity_moe.run_settings(r)]
     stated = [r for r in flex if '"moe_flex_dispatcher_backend": "hybridep"' in " ".join(map(str, r["notes"]))]
-    assert stated and all(r in stated or fidelity_moe.missed_recipe_backend(r) for r in flex)
+    assert stated and all(r in stated or fidelity_moe.missed_recipe_backend(r)
+                          or fidelity_moe.names_full_iteration_recipe(r) for r in flex)
     plain = next(r for r in runs if "moe_flex_dispatcher_backend" not in " ".join(map(str, r.get("notes", ())))
-                 and not fidelity_moe.missed_recipe_backend(r))
+                 and not fidelity_moe.missed_recipe_backend(r) and not fidelity_moe.names_full_iteration_recipe(r))
     assert ("moe_dispatcher", "flex") not in fidelity_moe.run_settings(plain)
 
 

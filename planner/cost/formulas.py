@@ -133,6 +133,16 @@ class CostParams:
     # DeepSeek-V3, DeepSeek-AI 2024, sec 3.2.2: a token crosses to another node once per node
     # holding any of its experts, and is forwarded to those experts' GPUs over NVLink)
     moe_dispatcher: str = "alltoall"
+    # Megatron-core's expert-parallel communication overlap (CommOverlapConfig.
+    # overlap_moe_expert_parallel_comm, --overlap-moe-expert-parallel-comm): the 1F1B steady state
+    # runs one micro-batch's forward beside another's backward, layer by layer, so a layer's dispatch
+    # and combine all-to-all run under the other micro-batch's compute (DeepSeek-V3's computation-
+    # communication overlap, DeepSeek-AI 2024, sec 3.2.1): planner.cost.moe.with_moe_alltoall
+    moe_a2a_overlap: bool = False
+    # the whole training step captured as one CUDA graph (Megatron-core cuda_graph_impl
+    # "full_iteration", with sync-free MoE dispatch): replayed without host launches, so the
+    # runtime's host time per layer (layer_overhead_s, moe_layer_host_s) is not spent
+    full_iteration_cuda_graph: bool = False
     measured: MeasuredTimes | None = None  # measured layer times replace the compute model
 
     def with_updates(self, **changes) -> "CostParams":
@@ -343,7 +353,7 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     # backward elementwise traffic: ELEMENTWISE_BWD_RATIO x the forward's;
     # the runtime's fixed host time per layer and micro-batch: a third forward, two thirds backward
     cast_fwd, cast_bwd = cast_fwd_bytes / hbm, cast_bwd_bytes / hbm
-    host = params.layer_overhead_s + (params.moe_layer_host_s if layer.config.num_experts > 1 else 0.0)
+    host = layer_host_s(layer, params)
     fwd = gemm_fwd + attn_fwd + elem_fwd + score_fwd + cast_fwd + host / 3
     bwd = gemm_bwd + attn_bwd + ELEMENTWISE_BWD_RATIO * (elem_fwd + score_fwd) + cast_bwd + 2 * host / 3
     recompute_s = layer_recompute_s(layer, sh, params.selective_recompute, host, fwd, gemm_times,
@@ -355,6 +365,14 @@ def _layer_time(layer: Layer, gpu: GpuSpec, sh: Sharding, tp_link: Link, params:
     # gradient (Qi et al. 2023, Zero Bubble, sec 2: T_W ~ T_B for the GEMMs)
     return _with_tp_comm(layer, fwd, bwd, recompute_s, gemm_fwd, b, seq_len, tp, sequence_parallel, recompute,
                          tp_link, nb, params, gemm_bwd / 2)
+
+
+def layer_host_s(layer: Layer, params: CostParams) -> float:
+    """The runtime's host time per layer and micro-batch, forward plus backward, that its GPU waits
+    for (none where the whole step is one CUDA graph: CostParams.full_iteration_cuda_graph)."""
+    if params.full_iteration_cuda_graph:
+        return 0.0
+    return params.layer_overhead_s + (params.moe_layer_host_s if layer.config.num_experts > 1 else 0.0)
 
 
 def _measured_layer_time(layer: Layer, measured, sh: Sharding, tp_link: Link, params: CostParams) -> LayerTime:

@@ -114,4 +114,9 @@ def with_moe_alltoall(t: LayerTime, layer: Layer, sh: Sharding, group: AllToAllG
                 params.selective_recompute) and part.config.num_experts > 1):
             bwd += fwd  # the recomputed forward (or MoE layer) dispatches and combines again
         ep_fwd, ep_bwd = ep_fwd + fwd * n / total, ep_bwd + bwd * n / total
+    if params.moe_a2a_overlap:
+        # a forward's all-to-all runs under another micro-batch's backward compute of the layer,
+        # a backward's under a forward's (CostParams.moe_a2a_overlap); what exceeds it is exposed.
+        # The step's first forward and last backward, which have no partner, are left out
+        ep_fwd, ep_bwd = max(0.0, ep_fwd - t.bwd_s), max(0.0, ep_bwd - t.fwd_s)
     return replace(t, ep_comm_fwd_s=ep_fwd, ep_comm_bwd_s=ep_bwd)
