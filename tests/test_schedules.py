@@ -69,12 +69,12 @@ def test_registry_names_are_the_plan_files_and_the_schemas_schedules():
     schema = json.loads((DATA / "plan.schema.json").read_text())
     enum = schema["properties"]["training"]["properties"]["schedule"]["enum"]
     assert list(SCHEDULES) == list(plan_module.SCHEDULES) == enum == ["1f1b", "interleaved", "gpipe", "zb-h1", "zbv",
-                                                                       "looped-bfs"]
+                                                                       "looped-bfs", "dualpipev"]
     assert all(name == schedule.name for name, schedule in SCHEDULES.items())
 
 
 def test_search_plans_1f1b_interleaved_and_zb_h1_only():
-    # gpipe, zbv and looped-bfs are priced by evaluate, not searched (yet)
+    # gpipe, zbv, looped-bfs and dualpipev are priced by evaluate, not searched (yet)
     assert {name for name, s in SCHEDULES.items() if s.searched} == {"1f1b", "interleaved", "zb-h1"}
     assert search_schedule(1).name == "1f1b"
     assert [search_schedule(v).name for v in (2, 3, 8)] == ["interleaved"] * 3
@@ -86,7 +86,7 @@ def test_chunks_per_rank_and_the_torchtitan_schedule_names():
     # torch.distributed.pipelining.get_schedule_class's names (torchtitan's pipeline_parallel_schedule),
     # one for each schedule torchtitan runs
     assert TITAN_SCHEDULES == {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
-                               "zbv": "ZBVZeroBubble", "looped-bfs": "LoopedBFS"}
+                               "zbv": "ZBVZeroBubble", "looped-bfs": "LoopedBFS", "dualpipev": "DualPipeV"}
     assert tuple(TITAN_SCHEDULES) == capability("torchtitan").schedules
     assert "interleaved" not in capability("deepspeed").schedules
 

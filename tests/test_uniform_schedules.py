@@ -1,6 +1,6 @@
-"""ZB-V and looped BFS in `plan` as uniform candidates (planner.search.orchestration.space.uniform_schedules):
-priced by evaluate where the runtime runs them, they compete with the exact search's plan as
-seeds, and a plan that wins this way is reported not proven optimal."""
+"""ZB-V, looped BFS and DualPipeV in `plan` as uniform candidates (planner.search.orchestration.space.uniform_schedules),
+an MoE model's with expert parallelism: priced by evaluate where the runtime runs them, they compete with
+the exact search's plan as seeds, and a plan that wins this way is reported not proven optimal."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.orchestration.space import uniform_space, within
 
 OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"))
-EXTRA = ("zbv", "looped-bfs")
+EXTRA = ("zbv", "looped-bfs", "dualpipev")
 
 
 def titan_instance(hidden: int, nodes: int, gpus_per_node: int):
@@ -34,13 +34,37 @@ def titan_instance(hidden: int, nodes: int, gpus_per_node: int):
     return model, cluster, Training(8, 1024, "bf16", 1, runtime="torchtitan")
 
 
-# (hidden, nodes, GPUs per node): where looped BFS wins, where ZB-V wins
-CASES = {"looped-bfs": (1024, 4, 1), "zbv": (2048, 2, 2)}
+def moe_instance(memory_GiB: float = 10, link_GBps: float = 50):
+    """An 8-block MoE (64 experts, top-4) on one node of 8 GPUs of `memory_GiB` joined at `link_GBps`,
+    bf16 under torchtitan (32 samples of 2048): DualPipeV with EP 4 hides the all-to-all ZB-V exposes."""
+    hidden = 1024
+    model = model_from_dict({"model_type": "qwen3_moe", "hidden_size": hidden, "num_hidden_layers": 8,
+                             "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": hidden // 8,
+                             "intermediate_size": 4 * hidden, "moe_intermediate_size": hidden, "num_experts": 64,
+                             "num_experts_per_tok": 4, "vocab_size": 32000}, "tiny-moe")
+    cluster = cluster_from_spec({"name": "moe", "gpus": {"A100-SXM4-80GB": {"memory_GiB": memory_GiB}}, "node_groups": [
+        {"name": "a", "gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 8,
+         "intra_node": {"bandwidth_GBps": link_GBps, "latency_us": 5}}]})
+    return model, cluster, Training(32, 2048, "bf16", 1, runtime="torchtitan")
+
+
+# where looped BFS wins, where ZB-V wins (hidden, nodes, GPUs per node), where DualPipeV wins
+CASES = {"looped-bfs": lambda: titan_instance(1024, 4, 1), "zbv": lambda: titan_instance(2048, 2, 2),
+         "dualpipev": moe_instance}
+
+
+def _ep_degrees(model, cluster, tp: int, dp: int) -> list[int]:
+    """Every expert-parallel degree of a uniform plan: dividing the experts and dp, tp x ep within a node."""
+    experts = model.config.num_experts
+    per_node = cluster.groups[0].gpus_per_node
+    return [e for e in range(1, dp + 1) if experts % e == 0 and dp % e == 0 and tp * e <= per_node] \
+        if experts > 1 else [1]
 
 
 def brute_force_extra(model, cluster, base):
-    """(step, schedule) of the fastest uniform ZB-V / looped-BFS plan (V = 2) the runtime runs, by
-    enumerating every tp, pp, dp, micro-batch, recompute mode and ZeRO stage of OPTIONS."""
+    """(step, schedule) of the fastest uniform ZB-V / looped-BFS / DualPipeV plan (V = 2) the runtime runs,
+    by enumerating every tp, pp, dp, micro-batch, recompute mode and ZeRO stage of OPTIONS, and for an MoE
+    model every expert-parallel degree (_ep_degrees)."""
     best = None
     n = cluster.num_gpus
     for schedule, tp, b, recompute, zero in product(EXTRA, OPTIONS["tp_degrees"], OPTIONS["micro_batches"],
@@ -49,25 +73,26 @@ def brute_force_extra(model, cluster, base):
             if n % (tp * pp):
                 continue
             training = replace(base, micro_batch=b, schedule=schedule, virtual_stages=2)
-            try:
-                dp = n // (tp * pp)
-                plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
-                                    recompute=recompute, sequence_parallel=tp > 1)
-            except BadInput:
-                continue
-            if structural_problems(plan) or violations(plan, base.runtime):
-                continue
-            estimate = evaluate(plan)
-            if estimate.fits and (best is None or estimate.step_time_s < best[0]):
-                best = (estimate.step_time_s, schedule)
+            dp = n // (tp * pp)
+            for ep in _ep_degrees(model, cluster, tp, dp):
+                try:
+                    plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                                        recompute=recompute, sequence_parallel=tp > 1, ep=ep)
+                except BadInput:
+                    continue
+                if structural_problems(plan) or violations(plan, base.runtime):
+                    continue
+                estimate = evaluate(plan)
+                if estimate.fits and (best is None or estimate.step_time_s < best[0]):
+                    best = (estimate.step_time_s, schedule)
     return best
 
 
 @pytest.fixture(scope="module")
 def uniform_results():
     out = {}
-    for name, args in CASES.items():
-        model, cluster, base = titan_instance(*args)
+    for name, instance in CASES.items():
+        model, cluster, base = instance()
         out[name] = (model, cluster, base, solve(model, cluster, base, SolverOptions(**OPTIONS)),
                      solve(model, cluster, base, SolverOptions(**OPTIONS, uniform_schedules=False)))
     return out
@@ -97,9 +122,10 @@ def test_uniform_schedules_only_where_the_runtime_runs_them_and_no_zero_bubble_l
         cap = capability(runtime)
         return uniform_space(within(SolverOptions(**flags), cap), cap, whole_nodes=False).schedules
 
-    assert schedules("torchtitan") == ("zbv", "looped-bfs") and schedules("any") == ("zbv", "looped-bfs")
+    assert schedules("torchtitan") == ("zbv", "looped-bfs", "dualpipev")
+    assert schedules("any") == ("zbv", "looped-bfs", "dualpipev")
     assert schedules("megatron") == () and schedules("deepspeed") == ()
-    # --no-zero-bubble: no split backward (ZB-V); looped BFS is not a zero-bubble schedule
+    # --no-zero-bubble: no split backward (ZB-V, DualPipeV); looped BFS is not a zero-bubble schedule
     assert schedules("torchtitan", zero_bubble=False) == ("looped-bfs",)
     assert schedules("any", uniform_schedules=False) == ()
     assert schedules("torchtitan", max_stages=1) == ()

@@ -37,6 +37,15 @@ def params_getter(params: CostParams | Mapping[str, CostParams] | None) -> Param
     return lambda gpu: params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
 
 
+def schedule_params(params_for: ParamsFor, schedule: str) -> ParamsFor:
+    """`params_for` as a plan under `schedule` runs: a schedule that runs one micro-batch's forward
+    beside another's backward (Schedule.overlaps_ep_comm, DualPipeV) hides each one's expert-parallel
+    all-to-all under the other's compute (CostParams.moe_a2a_overlap)."""
+    if not get_schedule(schedule).overlaps_ep_comm:
+        return params_for
+    return lambda gpu: params_for(gpu).with_updates(moe_a2a_overlap=True)
+
+
 @dataclass(frozen=True)
 class ReplicaPrice:
     """One replica of a pipeline rank, per micro-batch: each of the rank's chunks, and the
@@ -80,7 +89,7 @@ class PlanPricer:
     replicas alike in GPU type, TP link and cost parameters."""
 
     def __init__(self, plan: Plan, params: CostParams | Mapping[str, CostParams] | None = None):
-        self.plan, self.params_for = plan, params_getter(params)
+        self.plan, self.params_for = plan, schedule_params(params_getter(params), plan.training.schedule)
         self.stage_by_index = {st.index: st for st in plan.stages}
         self.p2p_mode = p2p_mode(plan.training.runtime, plan.training.schedule)  # (cost.p2p)
         self._links: dict[int, tuple[Link, bool]] = {}  # stage index -> boundary to its successor

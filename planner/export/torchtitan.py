@@ -12,6 +12,7 @@ from ..core.errors import BadInput
 from ..plan import Plan
 from ..inputs.hf_extras import rope_and_norm
 from ..inputs.titan_flavors import TITAN_LLAMA3_ROPE_SCALING, titan_flavor, titan_model_problem
+from ..schedules import get_schedule
 from .base import Uniform, Warn, comment_line, layer_sac_frequency, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
@@ -22,7 +23,7 @@ TITAN_FP8_RECIPES: dict[str, dict[str, str]] = {"torchao-tensorwise": {}, "torch
 # planner.schedules name -> torch.distributed.pipelining.get_schedule_class's (torchtitan's
 # parallelism.pipeline_parallel_schedule), for each schedule torchtitan runs (its Capability.schedules)
 TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zbv": "ZBVZeroBubble",
-                   "looped-bfs": "LoopedBFS"}
+                   "looped-bfs": "LoopedBFS", "dualpipev": "DualPipeV"}
 
 
 def titan_fqns(plan: Plan) -> list[list[str]]:
@@ -165,6 +166,10 @@ def _titan_parallelism(plan: Plan, form: Uniform, warn: Warn) -> tuple[dict[str,
         par["expert_tensor_parallel_degree"] = form.etp or form.tp
     if form.pp > 1:
         par["pipeline_parallel_schedule"] = TITAN_SCHEDULES[form.schedule]
+        if form.ep > 1 and get_schedule(form.schedule).overlaps_ep_comm:
+            # the dispatch and combine under the partner pass's compute, as priced (its default, written:
+            # config/job_config.py pipeline_parallel_expert_parallel_overlap, distributed/dual_pipe_v.py)
+            par["pipeline_parallel_expert_parallel_overlap"] = True
         par["pipeline_parallel_microbatch_size"] = form.micro
         par["module_fqns_per_model_part"] = titan_fqns(plan)
     return par, ddp

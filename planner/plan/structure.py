@@ -171,11 +171,12 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
     if v > 1 and any(s.pipeline_rank != chunk_rank(s.index, len(pranks), v) for s in plan.stages):
         problems.append(("stages", f"the {t.schedule} schedule's stages must follow its placement over the "
                                    "pipeline ranks (interleaved: cycle in order; zbv: down, then back up)"))
-    if schedule is not None and schedule.split_backward and pranks:
+    if schedule is not None and pranks and schedule.fewest_microbatches(len(pranks), v) > 1:
         fewest = min(r.batch_share // t.micro_batch for s in plan.stages for r in s.replicas)
-        if fewest < len(pranks):
-            # the zero-bubble bubbles hold with at least p micro-batches (Qi et al. 2023, sec 3.1)
-            problems.append(("training.schedule", f"{t.schedule} needs at least pp = {len(pranks)} micro-batches "
+        needed = schedule.fewest_microbatches(len(pranks), v)  # (Schedule.fewest_microbatches)
+        if fewest < needed:
+            what = f"pp = {needed}" if needed == len(pranks) else f"{needed} (its stages)"
+            problems.append(("training.schedule", f"{t.schedule} needs at least {what} micro-batches "
                              f"on every replica; one has {fewest}"))
     if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
         problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "

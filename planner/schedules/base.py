@@ -28,10 +28,19 @@ class Schedule:
     drawn_as: str | None = None  # the approximation `planner show` draws it with, if any
     split_backward: bool = False  # runs the weight-gradient pass W apart from B (order has "W" ops)
     runs_in_planner_run: bool = True  # the reference runtime (planner.runner) executes its order
+    # runs one micro-batch's forward beside another's backward, each one's expert-parallel
+    # all-to-all under the other's compute (DualPipe's F&B): its plans are priced with
+    # CostParams.moe_a2a_overlap (planner.cost.replica_pricer)
+    overlaps_ep_comm: bool = False
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (
             self.max_virtual_stages is None or virtual_stages <= self.max_virtual_stages)
+
+    def fewest_microbatches(self, pp: int, virtual_stages: int) -> int:
+        """The fewest micro-batches each replica must run (planner.plan.structure): a split backward's
+        bubbles hold with at least p (Qi et al. 2023, sec 3.1); otherwise one."""
+        return pp if self.split_backward else 1
 
     def chunks_per_rank(self, virtual_stages: int) -> int:
         """Model chunks each pipeline rank runs: 1 unless the schedule interleaves."""

@@ -9,9 +9,12 @@ from the start and is what a time limit returns when the exact search has found 
 better yet. benchmarks/plan_quality.py uses the wider space (ZeRO-0, interleaving, stages
 on parts of nodes) as its heterogeneity-blind baseline.
 
-UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS;
+UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS, DualPipeV;
 planner.search.orchestration.space.uniform_schedules): each V's searched schedule is tried first, then these at
-the V they accept, so a tie keeps the searched one.
+the V they accept, so a tie keeps the searched one. UniformSpace.chunked_experts adds to an MoE model's
+plans of several chunks per rank (which the exact search plans without expert parallelism) the
+expert-parallel degrees a stage of the search would take (pricing.experts.expert_degrees), the
+largest first, on a cluster of one GPU type.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from ..inputs.hardware import Cluster
 from ..plan import Plan, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
 from .bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
+from ..cost.runtimes.capability import capability
+from .pricing.experts import expert_degrees
 from .pricing.stage_configs import selective_differs
 from .pricing.stage_types import SearchContext
 
@@ -52,6 +57,8 @@ class UniformSpace:
     # schedules the exact search does not plan (planner.schedules, searched=False: ZB-V, looped
     # BFS), each also tried at every V of virtual_stages it accepts, after the searched one
     schedules: tuple[str, ...] = ()
+    # an MoE model's plans of V > 1 chunks per rank also with expert parallelism (module docstring)
+    chunked_experts: bool = False
 
 
 def stages_on_whole_nodes(cluster: Cluster, ranks_per_stage: int) -> bool:
@@ -96,8 +103,9 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 if training.global_batch % (dp * b) or (space.dp_degrees and dp not in space.dp_degrees) \
                         or (space.pp_degrees and pp not in space.pp_degrees):
                     continue
-                # a split backward needs pp micro-batches per replica (planner.plan structural_problems)
-                if schedule.split_backward and training.global_batch // (dp * b) < pp:
+                # the micro-batches per replica the schedule needs (Schedule.fewest_microbatches, as
+                # planner.plan structural_problems checks it: a split backward's p, DualPipeV's 2p)
+                if training.global_batch // (dp * b) < schedule.fewest_microbatches(pp, v):
                     continue
                 if space.whole_nodes and not stages_on_whole_nodes(cluster, tp * dp):
                     continue
@@ -105,16 +113,31 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 # which is never slower and never uses more memory under the cost model (planner.search.orchestration.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
-                index += 1
-                if index % parts != part:
-                    continue
-                planned = replace(training, micro_batch=b, schedule=schedule.name, virtual_stages=v)
-                try:
-                    yield index, uniform_plan(model, cluster, planned, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
-                                              recompute=recompute,
-                                              sequence_parallel=space.sequence_parallel and tp > 1)
-                except BadInput:
-                    continue
+                for ep in _chunked_ep_degrees(context, space, tp, dp, v):
+                    index += 1
+                    if index % parts != part:
+                        continue
+                    planned = replace(training, micro_batch=b, schedule=schedule.name, virtual_stages=v)
+                    try:
+                        yield index, uniform_plan(model, cluster, planned, tp=tp, pp=pp, dp=dp,
+                                                  zero=zero if dp > 1 else 0, recompute=recompute,
+                                                  sequence_parallel=space.sequence_parallel and tp > 1, ep=ep)
+                    except BadInput:
+                        continue
+
+
+def _chunked_ep_degrees(context: SearchContext, space: UniformSpace, tp: int, dp: int, v: int) -> tuple[int, ...]:
+    """The expert-parallel degrees of a uniform plan of V chunks per rank (UniformSpace.chunked_experts):
+    the largest first, then 1 where options.ep_degrees has it; (1,) for one chunk, a dense model or a
+    cluster of several GPU types."""
+    config, cluster, options = context.model.config, context.cluster, context.options
+    experts = config.num_experts if config is not None else 1
+    if v == 1 or not space.chunked_experts or experts <= 1 or len({g.gpu.name for g in cluster.groups}) > 1 \
+            or len({g.gpus_per_node for g in cluster.groups}) > 1:
+        return (1,)
+    cap = capability(options.space or context.training.runtime, context.model)
+    degrees = expert_degrees(options, cap, experts, tp, 1, dp, cluster.groups[0].gpus_per_node)
+    return tuple(sorted(degrees, reverse=True)) + ((1,) if 1 in options.ep_degrees else ())
 
 
 def _schedules(space: UniformSpace, virtual_stages: int) -> list[Schedule]:

@@ -14,18 +14,18 @@ from .spec import ANY, WITH_BLOCK, Capability, RuntimeSpec
 SPEC = RuntimeSpec(
     # pipeline sends as Megatron-LM's where it runs the schedule, else as the runtime that does:
     # planner.runner (`export --to rankmap`) blocks on each receive for GPipe (engine.py dist.recv),
-    # ZB-H1 as the authors' Megatron-LM fork (its p2p_communication); ZB-V and looped BFS as torchtitan's
+    # ZB-H1 as the authors' Megatron-LM fork (its p2p_communication); ZB-V, looped BFS and DualPipeV as torchtitan's
     pricing=replace(megatron.SPEC.pricing, name=ANY, title="any runtime (priced as Megatron-LM)",
                     pipeline_p2p=megatron.SPEC.pricing.pipeline_p2p + (
                         ("gpipe", "exchange"), ("zb-h1", "exchange"), ("zbv", "overlapped"),
-                        ("looped-bfs", "overlapped")),
+                        ("looped-bfs", "overlapped"), ("dualpipev", "overlapped")),
                     # `flash` as the architecture runs it at best (PyTorch SDPA's kernel before sm80), not
                     # Megatron's unfused fallback: the whole space prices no plan slower than a runtime does
                     flash_attention=()),
     capability=Capability(
         runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True,
         tensor_parallel=True, per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs"),
+        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs", "dualpipev"),
         interleaved_microbatch_multiple=False,
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=WITH_BLOCK, per_stage_recompute=True,

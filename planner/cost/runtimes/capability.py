@@ -168,6 +168,10 @@ def _recompute_violations(plan: "Plan", cap: Capability, name: str) -> list[str]
         rule = "every N-th block, one N" if cap.recompute_layers == "every-nth" else "the same number of blocks"
         out.append(f"{name} recomputes {rule} in every stage (the plan recomputes "
                    f"{', '.join(f'{k} of {n}' for k, n in block)})")
+    if plan.pp > 1 and plan.training.schedule in cap.ep_without_recompute_schedules \
+            and any(s.ep > 1 for s in stages) and modes != ["none"]:
+        out.append(f"{name} runs expert parallelism under {plan.training.schedule} only without recomputation "
+                   f"(the plan recomputes {', '.join(m for m in modes if m != 'none')})")
     return out
 
 
@@ -205,6 +209,8 @@ def _precision_violations(plan: "Plan", cap: Capability, name: str, tps: list[in
                    "(the plan has dp 1: it would train in fp32)")
     if plan.training.compile and not cap.compile:
         out.append(f"{name} does not run the model under torch.compile (training.compile)")
+    elif plan.training.compile and pp > 1 and plan.training.schedule in cap.uncompiled_schedules:
+        out.append(f"{name} runs no {plan.training.schedule} schedule under torch.compile (training.compile)")
     if plan.training.moe_dispatcher not in cap.moe_dispatchers:
         out.append(f"{name} has no {plan.training.moe_dispatcher} MoE token dispatcher (it has "
                    f"{', '.join(cap.moe_dispatchers)}; training.moe_dispatcher)")

@@ -107,7 +107,7 @@ SPEC = RuntimeSpec(
         moe_dispatchers=("alltoall", "flex")),
     schedule_refusals={
         "zb-h1": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",
-        **dict.fromkeys(("zbv", "looped-bfs"), "Megatron-LM runs 1F1B and interleaved 1F1B only")},
+        **dict.fromkeys(("zbv", "looped-bfs", "dualpipev"), "Megatron-LM runs 1F1B and interleaved 1F1B only")},
     # megatron/training/arguments.py has no option that compiles the model: its speed comes from its
     # own fused kernels (Transformer Engine, apex), which the cost model already prices fused
     no_compile="Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",

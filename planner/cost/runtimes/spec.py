@@ -80,6 +80,10 @@ class Capability:
     per_replica_tp: bool = False
     # a stage's TP ranks may hold uneven shards of heads and FFN columns (Stage.tp_heads, tp_ffn: HAP)
     uneven_tp_shares: bool = False
+    # the schedules whose stages it cannot run under torch.compile (Training.compile)
+    uncompiled_schedules: tuple[str, ...] = ()
+    # the schedules under which it runs expert parallelism (ep > 1) only without recomputation
+    ep_without_recompute_schedules: tuple[str, ...] = ()
 
     @property
     def uniform(self) -> bool:

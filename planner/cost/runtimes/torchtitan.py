@@ -47,7 +47,7 @@ SPEC = RuntimeSpec(
         # forward's receive: blocking. The multi-stage schedules (_PipelineScheduleRuntime) post
         # RECV_F/RECV_B as actions ahead of the compute that waits for them and wait for sends last
         pipeline_p2p=(("1f1b", "exchange"), ("gpipe", "exchange"), ("interleaved", "overlapped"),
-                      ("zbv", "overlapped"), ("looped-bfs", "overlapped")),
+                      ("zbv", "overlapped"), ("looped-bfs", "overlapped"), ("dualpipev", "overlapped")),
         source="torchtitan docs (FSDP2, async TP off by default, compile off by default)"),
     capability=Capability(
         runtime="torchtitan", title="torchtitan", version="torchtitan 0.2.2", pipeline=True, tensor_parallel=True,
@@ -56,10 +56,11 @@ SPEC = RuntimeSpec(
         per_stage_tp=False, per_stage_dp=False, uneven_shares=False,
         # parallelism.module_fqns_per_model_part: any layers per stage (pipeline_parallel.py)
         layer_split="any",
-        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe, ZBVZeroBubble and
-        # LoopedBFS (torch.distributed.pipelining.schedules; torchtitan/distributed/pipeline_parallel.py
-        # places "v" stages for ZBVZeroBubble, asserting 2 per rank, "loop" stages otherwise)
-        schedules=("1f1b", "interleaved", "gpipe", "zbv", "looped-bfs"),
+        # parallelism.pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe, ZBVZeroBubble,
+        # LoopedBFS and DualPipeV (torch.distributed.pipelining.schedules; torchtitan/distributed/
+        # pipeline_parallel.py places "v" stages for ZBVZeroBubble and DualPipeV, 2 per rank, "loop"
+        # stages otherwise)
+        schedules=("1f1b", "interleaved", "gpipe", "zbv", "looped-bfs", "dualpipev"),
         # torch.distributed.pipelining ScheduleInterleaved1F1B needs n_microbatches divisible by
         # max(1, n_microbatches // pp) (schedules.py); a multiple of pp always is: kept as the rule
         interleaved_microbatch_multiple=True,
@@ -98,7 +99,13 @@ SPEC = RuntimeSpec(
         # config/job_config.py Float8 enable_fsdp_float8_all_gather (torchao tensorwise scaling only:
         # components/quantization/float8.py refuses it with a recipe_name; docs/float8.md pairs it with
         # precompute_float8_dynamic_scale_for_fsdp)
-        fp8_all_gather=True),
+        fp8_all_gather=True,
+        # torch.distributed.pipelining ScheduleZBVZeroBubble and ScheduleDualPipeV raise on stage
+        # modules that used torch.compile (_check_torch_compile_compatibility: the split backward)
+        uncompiled_schedules=("zbv", "dualpipev"),
+        # distributed/dual_pipe_v.py get_dual_pipe_v_flag: "Expert Parallel with DualPipeV and
+        # Activation Checkpointing cannot be used together"
+        ep_without_recompute_schedules=("dualpipev",)),
     schedule_refusals={
         "zb-h1": "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need at least "
                  "2 stages per rank: use zbv"},

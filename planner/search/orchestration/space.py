@@ -67,9 +67,11 @@ def lead_in_search(plan: Plan) -> bool:
 
 def outside_exact_search(plan: Plan) -> bool:
     """Whether a plan holds what only uniform configurations price (planner.search.uniform): activation
-    offload, or a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS).
-    Such a plan is not proven optimal."""
-    return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched
+    offload, a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS, DualPipeV),
+    or expert parallelism with several chunks per rank (UniformSpace.chunked_experts). Such a plan is not
+    proven optimal."""
+    return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched \
+        or (plan.training.virtual_stages > 1 and any(s.ep > 1 for s in plan.stages))
 
 
 def blended_decoders(model: Model) -> bool:
@@ -94,7 +96,8 @@ def unproven_shape(plan: Plan) -> str:
     if blended_decoders(plan.model):
         return "decoder blocks of several shapes are searched at their count-weighted mean cost"
     if outside_exact_search(plan):
-        return "a uniform configuration only the uniform scan prices (activation offload, ZB-V or looped BFS)"
+        return ("a uniform configuration only the uniform scan prices (activation offload, ZB-V, looped BFS, "
+                "DualPipeV, or expert parallelism with interleaving)")
     if not lead_in_search(plan):
         return ("a uniform configuration only the uniform scan prices (interleaved, with the leading decoder blocks "
                 "of another shape beyond the embedding's chunk)")
@@ -104,7 +107,7 @@ def unproven_shape(plan: Plan) -> str:
 def uniform_schedules(options: SolverOptions, cap: Capability) -> tuple[str, ...]:
     """The unsearched schedules priced as uniform configurations (Schedule.uniform_candidate):
     those the runtime runs (Capability.schedules), with pipelining allowed and
-    options.uniform_schedules; a split backward (ZB-V) only with options.zero_bubble."""
+    options.uniform_schedules; a split backward (ZB-V, DualPipeV) only with options.zero_bubble."""
     if options.max_stages < 2 or not options.uniform_schedules:
         return ()
     return tuple(name for name in cap.schedules if get_schedule(name).uniform_candidate
@@ -127,7 +130,8 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         max_stages=options.max_stages, whole_nodes=whole_nodes,
                         sequence_parallel=cap.sequence_parallel,
                         activation_offload=options.activation_offload and cap.activation_offload,
-                        schedules=() if whole_nodes else uniform_schedules(options, cap))
+                        schedules=() if whole_nodes else uniform_schedules(options, cap),
+                        chunked_experts=not whole_nodes)
 
 
 def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> list[Restriction]:
