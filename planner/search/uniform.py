@@ -13,8 +13,9 @@ UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, loop
 planner.search.orchestration.space.uniform_schedules): each V's searched schedule is tried first, then these at
 the V they accept, so a tie keeps the searched one. UniformSpace.chunked_experts adds to an MoE model's
 plans of several chunks per rank (which the exact search plans without expert parallelism) the
-expert-parallel degrees a stage of the search would take (pricing.experts.expert_degrees), the
-largest first, on a cluster of one GPU type.
+expert-parallel degrees a stage of the search would take (pricing.experts.expert_degrees; every degree,
+across nodes too, under a schedule that hides the all-to-all), the largest first, on a cluster of one
+GPU type.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 # which is never slower and never uses more memory under the cost model (planner.search.orchestration.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
-                for ep in _chunked_ep_degrees(context, space, tp, dp, v):
+                for ep in _chunked_ep_degrees(context, space, tp, dp, v, schedule):
                     index += 1
                     if index % parts != part:
                         continue
@@ -126,17 +127,25 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                         continue
 
 
-def _chunked_ep_degrees(context: SearchContext, space: UniformSpace, tp: int, dp: int, v: int) -> tuple[int, ...]:
+def _chunked_ep_degrees(context: SearchContext, space: UniformSpace, tp: int, dp: int, v: int,
+                        schedule: Schedule) -> tuple[int, ...]:
     """The expert-parallel degrees of a uniform plan of V chunks per rank (UniformSpace.chunked_experts):
     the largest first, then 1 where options.ep_degrees has it; (1,) for one chunk, a dense model or a
-    cluster of several GPU types."""
+    cluster of several GPU types. Those a stage of the search takes (expert_degrees: with
+    options.ep_inside_node the largest inside a node, which stands for the smaller ones because the
+    all-to-all grows with the degree), except under a schedule that hides the all-to-all
+    (Schedule.overlaps_ep_comm): there every degree of options.ep_degrees that divides the experts and
+    the replicas, across nodes too."""
     config, cluster, options = context.model.config, context.cluster, context.options
     experts = config.num_experts if config is not None else 1
     if v == 1 or not space.chunked_experts or experts <= 1 or len({g.gpu.name for g in cluster.groups}) > 1 \
             or len({g.gpus_per_node for g in cluster.groups}) > 1:
         return (1,)
     cap = capability(options.space or context.training.runtime, context.model)
-    degrees = expert_degrees(options, cap, experts, tp, 1, dp, cluster.groups[0].gpus_per_node)
+    if schedule.overlaps_ep_comm:
+        degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0)
+    else:
+        degrees = expert_degrees(options, cap, experts, tp, 1, dp, cluster.groups[0].gpus_per_node)
     return tuple(sorted(degrees, reverse=True)) + ((1,) if 1 in options.ep_degrees else ())
 
 
