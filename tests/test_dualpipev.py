@@ -102,3 +102,27 @@ def test_the_torchtitan_export_runs_dualpipev_with_the_expert_parallel_overlap(t
     assert parallelism.pipeline_parallel_schedule == "DualPipeV" and parallelism.pipeline_parallel_expert_parallel_overlap
     text = exported("zbv")
     assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in text and "expert_parallel_overlap" not in text
+
+
+def test_without_expert_parallelism_zbv_is_never_slower_so_the_scan_leaves_dualpipev_out():
+    from planner.search.orchestration.space import uniform_space, within
+    from planner.search.pricing.stage_types import SearchContext, SolverOptions
+    from planner.search.uniform import uniform_candidates
+
+    assert get_schedule("dualpipev").without_ep_as == "zbv"
+    # the dominance the scan relies on, on a dense model: the same plan under ZB-V prices no slower
+    dense = Training(64, 4096, "bf16", 1, "zbv", 2, runtime="torchtitan")
+    model, cluster = load_model("llama-3-8b"), cluster_from_spec(H100, "test")
+    for tp, pp, dp in ((1, 2, 8), (2, 4, 2), (1, 4, 4)):
+        zbv = evaluate(uniform_plan(model, cluster, dense, tp=tp, pp=pp, dp=dp, zero=1))
+        dual = evaluate(uniform_plan(model, cluster, replace(dense, schedule="dualpipev"), tp=tp, pp=pp, dp=dp, zero=1))
+        assert zbv.step_time_s <= dual.step_time_s and zbv.memory_by_rank == dual.memory_by_rank
+    cap = capability("torchtitan")
+    options = within(SolverOptions(micro_batches=(1,), tp_degrees=(1,), recompute_modes=("none",)), cap)
+    space = uniform_space(options, cap, whole_nodes=False)
+    dense_plans = list(uniform_candidates(SearchContext(model, cluster, dense, options), space))
+    assert {p.training.schedule for p in dense_plans} >= {"zbv"} and "dualpipev" not in {
+        p.training.schedule for p in dense_plans}
+    moe = load_model("qwen3-30b-a3b")
+    moe_plans = list(uniform_candidates(SearchContext(moe, cluster, replace(dense, runtime="any"), options), space))
+    assert {p.stages[0].ep for p in moe_plans if p.training.schedule == "dualpipev"} == {2, 4, 8}

@@ -32,6 +32,10 @@ class Schedule:
     # all-to-all under the other's compute (DualPipe's F&B): its plans are priced with
     # CostParams.moe_a2a_overlap (planner.cost.replica_pricer)
     overlaps_ep_comm: bool = False
+    # the schedule that prices no slower, holds no more memory and runs wherever this one does when
+    # there is no expert-parallel all-to-all to hide ("" none): the uniform scan leaves this one out
+    # at ep 1 where that one is in its space (planner.search.uniform)
+    without_ep_as: str = ""
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (

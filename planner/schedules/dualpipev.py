@@ -41,4 +41,7 @@ class DualPipeV(ZeroBubbleV):
 SCHEDULE = DualPipeV(
     "dualpipev", searched=False, uniform_candidate=True, min_virtual_stages=2, max_virtual_stages=2, min_pp=2,
     split_backward=True, runs_in_planner_run=False, overlaps_ep_comm=True,
+    # without EP: ZB-V's placement, memory and per-micro-batch times, a latency larger by a backward
+    # chunk (DualPipeV.latency_s), half the micro-batches needed; torchtitan refuses both under compile
+    without_ep_as="zbv",
     drawn_as="ZB-H1 over each rank's two chunks together")

@@ -115,6 +115,8 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
                 for ep in _chunked_ep_degrees(context, space, tp, dp, v, schedule):
+                    if ep == 1 and schedule.without_ep_as in space.schedules:
+                        continue  # that schedule's plan is never slower (Schedule.without_ep_as)
                     index += 1
                     if index % parts != part:
                         continue
