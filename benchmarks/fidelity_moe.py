@@ -257,11 +257,12 @@ def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
     if FORCE_BALANCED in " ".join(notes.split()):
         settings += (("moe_imbalance", 1.0),)
     full_iteration_recipe = names_full_iteration_recipe(run)
-    if FLEX_BACKEND.search(notes) or missed_recipe_backend(run) or full_iteration_recipe:
+    missed_backend, missed_overlap = missed_recipe(run)
+    if FLEX_BACKEND.search(notes) or missed_backend or full_iteration_recipe:
         settings += (("moe_dispatcher", "flex"),)
     if FULL_ITERATION.search(notes) or full_iteration_recipe:
         settings += (("full_iteration_cuda_graph", True),)
-    if A2A_OVERLAP.search(notes) or full_iteration_recipe or missed_recipe(run)[1]:
+    if A2A_OVERLAP.search(notes) or full_iteration_recipe or missed_overlap:
         settings += (("moe_a2a_overlap", True),)
     if priced_modules(run):
         settings += (("selective_recompute", priced_modules(run)),)

@@ -32,7 +32,7 @@ from ..inputs.hardware import Cluster
 from ..plan import Plan, uniform_plan
 from ..schedules import Schedule, get_schedule, search_schedule
 from .bounds.uniform_bound import busy_lower_bound_s, screen, surely_overflows
-from ..cost.runtimes.capability import capability
+from ..cost.runtimes.capability import Capability, capability
 from .pricing.experts import expert_degrees
 from .pricing.stage_configs import selective_differs
 from .pricing.stage_types import SearchContext
@@ -88,6 +88,7 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
     heads = model.config.tp_heads if model.config else 1
     # selective recompute is none's twin where every GPU runs flash attention (stage_configs)
     selective = any(selective_differs(context.options, training, group.gpu.name) for group in cluster.groups)
+    experts_cap = _chunked_experts_capability(context, space)
     for tp, b, recompute, zero, v in product(space.tp_degrees, space.micro_batches, space.recompute_modes,
                                              space.zero_stages, space.virtual_stages):
         if n % tp or heads % tp or any(g.gpus_per_node % tp for g in cluster.groups):
@@ -114,7 +115,9 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 # which is never slower and never uses more memory under the cost model (planner.search.orchestration.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
-                for ep in _chunked_ep_degrees(context, space, tp, dp, v, schedule):
+                eps = (1,) if v == 1 or experts_cap is None else _chunked_ep_degrees(context, experts_cap, tp, dp,
+                                                                                      schedule)
+                for ep in eps:
                     if ep == 1 and schedule.without_ep_as in space.schedules:
                         continue  # that schedule's plan is never slower (Schedule.without_ep_as)
                     index += 1
@@ -129,25 +132,29 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                         continue
 
 
-def _chunked_ep_degrees(context: SearchContext, space: UniformSpace, tp: int, dp: int, v: int,
+def _chunked_experts_capability(context: SearchContext, space: UniformSpace) -> Capability | None:
+    """The runtime's capability where an MoE model's plans of V > 1 chunks take expert parallelism
+    (UniformSpace.chunked_experts, a cluster of one GPU type and node size); None where they do not."""
+    config, cluster = context.model.config, context.cluster
+    if not space.chunked_experts or config is None or config.num_experts <= 1 \
+            or len({(g.gpu.name, g.gpus_per_node) for g in cluster.groups}) > 1:
+        return None
+    return capability(context.options.space or context.training.runtime, context.model)
+
+
+def _chunked_ep_degrees(context: SearchContext, cap: Capability, tp: int, dp: int,
                         schedule: Schedule) -> tuple[int, ...]:
-    """The expert-parallel degrees of a uniform plan of V chunks per rank (UniformSpace.chunked_experts):
-    the largest first, then 1 where options.ep_degrees has it; (1,) for one chunk, a dense model or a
-    cluster of several GPU types. Those a stage of the search takes (expert_degrees: with
-    options.ep_inside_node the largest inside a node, which stands for the smaller ones because the
-    all-to-all grows with the degree), except under a schedule that hides the all-to-all
-    (Schedule.overlaps_ep_comm): there every degree of options.ep_degrees that divides the experts and
-    the replicas, across nodes too."""
-    config, cluster, options = context.model.config, context.cluster, context.options
-    experts = config.num_experts if config is not None else 1
-    if v == 1 or not space.chunked_experts or experts <= 1 or len({g.gpu.name for g in cluster.groups}) > 1 \
-            or len({g.gpus_per_node for g in cluster.groups}) > 1:
-        return (1,)
-    cap = capability(options.space or context.training.runtime, context.model)
+    """The expert-parallel degrees of a uniform plan of V > 1 chunks per rank (_chunked_experts_capability):
+    the largest first, then 1 where options.ep_degrees has it. Those a stage of the search takes
+    (expert_degrees: with options.ep_inside_node the largest inside a node, which stands for the smaller
+    ones because the all-to-all grows with the degree), except under a schedule that hides the
+    all-to-all (Schedule.overlaps_ep_comm): there every degree of options.ep_degrees that divides the
+    experts and the replicas, across nodes too."""
+    options, experts = context.options, context.model.config.num_experts
     if schedule.overlaps_ep_comm:
         degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and dp % e == 0)
     else:
-        degrees = expert_degrees(options, cap, experts, tp, 1, dp, cluster.groups[0].gpus_per_node)
+        degrees = expert_degrees(options, cap, experts, tp, 1, dp, context.cluster.groups[0].gpus_per_node)
     return tuple(sorted(degrees, reverse=True)) + ((1,) if 1 in options.ep_degrees else ())
 
 
