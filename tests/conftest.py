@@ -299,3 +299,15 @@ def solve_with_and_without_skips(monkeypatch, bound: type, model, cluster, base,
     pruned = driver.solve(model, cluster, base, options)
     monkeypatch.setattr(bound, "cannot_beat", lambda *args, **kwargs: False)
     return pruned, driver.solve(model, cluster, base, options), any(skipped)
+
+
+class TickingClock:
+    """A clock that moves `tick_s` forward each time it is read: a search given it (SolverOptions.clock)
+    meets its time limit after a set number of clock checks, whatever the machine's speed."""
+
+    def __init__(self, tick_s: float):
+        self.now_s, self.tick_s = 0.0, tick_s
+
+    def __call__(self) -> float:
+        self.now_s += self.tick_s
+        return self.now_s

@@ -1,9 +1,12 @@
 """The time limit holds on shapes the exact search cannot finish, and returns the best plan
-found so far (a uniform configuration at first), or exit 1 saying none was found in time."""
+found so far (a uniform configuration at first), or exit 1 saying none was found in time.
+
+The search reads a ticking clock here (TickingClock: each read moves it one tick), so what these
+tests pin is that the search checks its clock often and stops within a few checks of the limit,
+whatever the machine's speed; the wall time under a real clock is measured by
+`python benchmarks/planning_time.py --rows 3+3+4 --time-limit 2` (its wall column)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -17,30 +20,33 @@ from planner.search.orchestration.driver import SolverOptions, solve
 from planner.search.pricing.stage_types import SearchContext
 from planner.search.uniform import UniformSpace, best_uniform
 
-from .conftest import invoke as run_cli, three_types
+from .conftest import TickingClock, invoke as run_cli, three_types
 
 
-def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True, jobs: int = 1):
-    """`exact`: the whole cluster node by node (no decomposition, planner.search.decompose), the slow shape."""
+def timed_solve(nodes: tuple[int, int, int], limit_s: float, exact: bool = True, jobs: int = 1,
+                tick_s: float = 2e-4):
+    """`exact`: the whole cluster node by node (no decomposition, planner.search.decompose), the slow shape.
+    The search's clock ticks `tick_s` per read (about 5,000 reads a second on this shape: 2e-4 keeps the
+    ticking seconds near wall seconds); returns the result and the clock's seconds at the end."""
     cluster = cluster_from_spec(three_types(*nodes), "test")
     training = Training(8 * sum(nodes), 4096, "fp16", 1)
     # decomposed: bundles of the trimmed cluster (decompose.trim, runtime megatron) of at most 4 nodes,
     # as the parts: the trimmed search of 8 bundles of 14 nodes (its own test: tests/test_trim.py) takes 20 s
     options = SolverOptions(time_limit_s=limit_s, max_exact_nodes=sum(nodes) if exact else 8,
-                            max_trimmed_bundle_nodes=4, jobs=jobs, whole_after_parts=exact)
-    started = time.perf_counter()
+                            max_trimmed_bundle_nodes=4, jobs=jobs, whole_after_parts=exact,
+                            clock=TickingClock(tick_s))
     try:
         result = solve(load_model("llama-3-70b"), cluster, training, options)
     except NoFeasiblePlan as exc:
-        return exc, time.perf_counter() - started
-    return result, time.perf_counter() - started
+        return exc, options.clock.now_s
+    return result, options.clock.now_s
 
 
 def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
     # the exact search of 3 + 3 + 4 nodes node by node takes minutes; with 2 s it must stop in
     # time and still return a valid plan
     result, seconds = timed_solve((3, 3, 4), 2.0)
-    assert seconds <= 2.0 * 1.1 + 0.5, seconds  # the limit + 10 %, plus the final ILP and re-pricing
+    assert seconds <= 2.0 * 1.1, seconds  # stopped within a few checks of the limit
     assert not isinstance(result, NoFeasiblePlan), result
     assert not result.optimal and 0 < result.gap < 1
     assert not structural_problems(result.plan) and result.estimate.fits
@@ -50,8 +56,8 @@ def test_time_limit_returns_the_best_plan_found_so_far_on_a_slow_shape():
 @pytest.mark.slow
 def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
     # 31 + 47 + 50 nodes (1,024 GPUs) searched whole, node by node: the first DP pass alone takes hours
-    result, seconds = timed_solve((31, 47, 50), 3.0)
-    assert seconds <= 3.0 * 1.1 + 0.5, seconds
+    result, seconds = timed_solve((31, 47, 50), 3.0, tick_s=5e-5)  # about 60,000 reads a second here
+    assert seconds <= 3.0 * 1.1, seconds
     if isinstance(result, NoFeasiblePlan):
         assert "time limit" in str(result)
     else:
@@ -61,7 +67,7 @@ def test_time_limit_holds_where_even_the_first_pass_cannot_finish():
 @pytest.mark.slow
 def test_odd_node_counts_get_a_plan_on_parts_not_the_uniform_fallback():
     # decomposed, 31 + 47 + 50 nodes search as 4 parts and finish well inside the limit
-    result, seconds = timed_solve((31, 47, 50), 120.0, exact=False)
+    result, seconds = timed_solve((31, 47, 50), 120.0, exact=False, tick_s=5e-5)
     assert not isinstance(result, NoFeasiblePlan), result
     assert result.decomposition == "parts 31 / 47 / 25+25" and seconds < 120.0 * 0.75
     space = UniformSpace(tp_degrees=(8,), micro_batches=(1,), recompute_modes=("none", "full"), zero_stages=(1,),

@@ -4,7 +4,7 @@ and progress reports at a steady interval (the CLI draws them on a terminal)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 
@@ -58,7 +58,8 @@ class SearchClock:
     limit_s: float | None = None
     on_progress: Callable[[Progress], None] | None = None
     interval_s: float = 0.25
-    started: float = field(default_factory=time.perf_counter)
+    started: float | None = None  # now() when None
+    now: Callable[[], float] = time.perf_counter
     subproblems_done: int = 0
     subproblems_total: int = 0
     best_step_s: float | None = None
@@ -66,11 +67,15 @@ class SearchClock:
     phase_limit_s: float | None = None  # a shorter limit for the current phase of the search
     _last_report: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.now()
+
     def elapsed_s(self) -> float:
-        return time.perf_counter() - self.started
+        return self.now() - self.started
 
     def check(self) -> None:
-        now = time.perf_counter()
+        now = self.now()
         limits = [x for x in (self.limit_s, self.phase_limit_s) if x is not None]
         if (limits and now - self.started > min(limits)) or _stop["requested"]:
             raise SearchTimeout

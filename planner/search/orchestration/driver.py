@@ -9,7 +9,6 @@ space, the algorithm, its pruning and what it proves are in docs/solver.md.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
@@ -135,10 +134,10 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
     optimal where both searches ran to the end. Where the narrower space has no plan (or none within the
     caller's bound), the wider one is searched alone in the time left."""
     options = context.options
-    started = time.perf_counter()
+    started = options.clock()
 
     def left_s() -> float | None:
-        return None if options.time_limit_s is None else options.time_limit_s - (time.perf_counter() - started)
+        return None if options.time_limit_s is None else options.time_limit_s - (options.clock() - started)
 
     def wide(bound: float | None) -> SearchResult:
         left = left_s()
@@ -153,23 +152,23 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
     except NotFoundInTime:
         raise
     except NoFeasiblePlan:  # none (or none within the caller's bound) without per-replica TP
-        return replace(wide(options.upper_bound_s), seconds=time.perf_counter() - started)
+        return replace(wide(options.upper_bound_s), seconds=options.clock() - started)
     try:
         found = wide(narrow.estimate.step_time_s)
     except NothingFaster:  # searched to the end: no faster plan with per-replica TP
-        return replace(narrow, seconds=time.perf_counter() - started)
+        return replace(narrow, seconds=options.clock() - started)
     except NoFeasiblePlan:  # cut short before a faster plan was found
         found = None
     if found is not None and found.optimal and found.estimate.step_time_s >= narrow.estimate.step_time_s:
         # searched to the end, the best it holds no faster (a search returns its uniform scan's best,
         # which its bound does not hold): the narrower plan is the wider space's optimum where it is its own
-        return replace(narrow, seconds=time.perf_counter() - started)
+        return replace(narrow, seconds=options.clock() - started)
     if found is None or found.estimate.step_time_s >= narrow.estimate.step_time_s:
         cut = f"the search with per-replica TP was cut short ({'stopped' if stop_requested() else 'time limit'})"
-        return replace(narrow, optimal=False, seconds=time.perf_counter() - started,
+        return replace(narrow, optimal=False, seconds=options.clock() - started,
                        not_proven=narrow.not_proven or cut,
                        gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
-    return replace(found, seconds=time.perf_counter() - started, candidates=found.candidates + narrow.candidates)
+    return replace(found, seconds=options.clock() - started, candidates=found.candidates + narrow.candidates)
 
 
 def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
@@ -180,7 +179,7 @@ def _seed_accepts(exact: bool, space: str, plan: Plan) -> bool:
 
 def _solve(context: SearchContext, on_progress: Callable[[Progress], None] | None, started: float) -> SearchResult:
     """`solve` on the cluster's own decomposition, the time limit counted from `started`."""
-    clock = SearchClock(context.options.time_limit_s, on_progress, started=started)
+    clock = SearchClock(context.options.time_limit_s, on_progress, started=started, now=context.options.clock)
     space = context.options.space or context.training.runtime
     cap = capability(space, context.model)
     context = _checked_context(context, space, cap)

@@ -9,7 +9,6 @@ it optimal where that search ends (docs/solver.md, "Scale: any node counts").
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -43,7 +42,7 @@ def solve_scaled(context: SearchContext, on_progress: Callable[[Progress], None]
             "merged groups price differently"
         assert not structural_problems(plan) and estimate.fits
         return replace(inner, plan=plan, estimate=estimate, decomposition=merged.describe(inner.decomposition))
-    started = time.perf_counter()
+    started = context.options.clock()
     cap = capability(options.space or training.runtime)
     limit = options.time_limit_s
     nodes = sum(group.nodes for group in cluster.groups)
@@ -81,19 +80,21 @@ def _whole(context: SearchContext, first: Any, failure: NoFeasiblePlan | None,
             raise
         why = unproven_shape(first.plan)
         if why:
-            return replace(first, not_proven=why, seconds=time.perf_counter() - started)
+            return replace(first, not_proven=why, seconds=context.options.clock() - started)
         return replace(first, optimal=True, gap=0.0, bundles=1, decomposition="exact", not_proven="",
-                       seconds=time.perf_counter() - started)
+                       seconds=context.options.clock() - started)
     except NotFoundInTime as error:
         if first is None:
             raise failure if failure is not None else error
         searched = "" if error.searched is None else f" after {error.searched[0]} of {error.searched[1]} searches"
         return replace(first, not_proven=f"{first.not_proven}; the search of the whole cluster, cut short{searched}, "
-                                         "found no faster plan", seconds=time.perf_counter() - started)
+                                         "found no faster plan", seconds=context.options.clock() - started)
     if first is not None and first.estimate.step_time_s < whole.estimate.step_time_s:
-        return replace(first, seconds=time.perf_counter() - started)
+        # the whole search, cut short, returned a slower plan (its uniform seed or what it found in time)
+        note = "" if whole.optimal else f"; the search of the whole cluster found no faster plan ({whole.not_proven})"
+        return replace(first, not_proven=first.not_proven + note, seconds=context.options.clock() - started)
     return replace(whole, candidates=whole.candidates + (first.candidates if first is not None else 0),
-                   seconds=time.perf_counter() - started)
+                   seconds=context.options.clock() - started)
 
 
 def _on_parts(context: SearchContext, on_progress: Callable[[Progress], None] | None,
@@ -137,5 +138,5 @@ def _on_parts(context: SearchContext, on_progress: Callable[[Progress], None] | 
     described = cut.describe(inner.decomposition)
     return replace(inner, plan=plan, estimate=estimate, optimal=False, gap=gap, lower_bound_s=lower_bound,
                    candidates=inner.candidates + (whole.candidates if whole is not None else 0),
-                   seconds=time.perf_counter() - started, decomposition=described,
+                   seconds=context.options.clock() - started, decomposition=described,
                    not_proven=parts_only(described))

@@ -5,8 +5,9 @@ configurations met, the price tables derived on demand, and the search's changin
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -97,6 +98,8 @@ class SolverOptions:
     # processes searching: 1 in this one; 2 runs two searches at a time in two forked processes
     # (planner.search.orchestration.parallel); the plan is the same either way (planner.search.orchestration.lanes)
     jobs: int = 1
+    # the search's clock, read for the time limit and the seconds reported (tests inject a fake one)
+    clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
 
     def exact_node_limit(self, per_stage_dp: bool) -> int:
         """The most nodes searched whole: `max_exact_nodes`, or by default 8 where stages choose their
