@@ -8,6 +8,7 @@ import json
 import pytest
 
 from planner.api.load import resolve_dtype
+from planner.api.requests import TRAINING_DTYPES
 from planner.core.dims import StageDims
 from planner.core.errors import BadInput
 from planner.cost import fp8 as fp8_cost
@@ -19,6 +20,7 @@ from planner.export import export_deepspeed, export_megatron
 from planner.inputs.hardware import cluster_from_spec, load_catalog
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_from_json, plan_to_json, uniform_plan
+from planner.verify.plan_checks import check_plan_data
 
 from .conftest import assert_bad_input, invoke
 
@@ -121,6 +123,14 @@ def test_evaluate_nvfp4_on_b200_reports_mfu_of_the_fp4_peak_and_beats_mxfp8(tmp_
 def _plan(dtype: str, recipe: str = "", gpu: str = "B200"):
     return uniform_plan(load_model("llama-3-8b"), _cluster(gpu), Training(64, 4096, dtype, 1, fp8_recipe=recipe),
                         tp=2, pp=1, dp=4, zero=1, sequence_parallel=True)
+
+
+@pytest.mark.parametrize("dtype", TRAINING_DTYPES)
+def test_a_plan_file_of_every_training_dtype_passes_the_plan_file_checks(dtype):
+    # what `validate`, `export` and `evaluate --plan` read first (the plan schema)
+    gpu = "B200" if dtype in ("mxfp8", "nvfp4") else "H100-SXM5-80GB"
+    plan, problems = check_plan_data(plan_to_json(_plan(dtype, gpu=gpu)))
+    assert problems == [] and plan is not None and plan.training.dtype == dtype
 
 
 def test_plan_files_keep_block_scaled_dtypes_and_refuse_them_on_hopper():

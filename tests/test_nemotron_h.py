@@ -84,8 +84,10 @@ def test_mamba_layers_have_no_attention_flops_and_their_gemms_split_over_tp():
 @pytest.mark.parametrize("change, key", [
     ({"hybrid_override_pattern": "M*E"}, "hybrid_override_pattern"),
     ({"hybrid_override_pattern": "X" * 52}, "hybrid_override_pattern"),
-    ({"moe_latent_size": 1024}, "moe_latent_size"),
+    ({"moe_latent_size": 2688}, "moe_latent_size"),  # not below hidden
     ({"mtp_num_layers": 2}, "mtp_num_layers"),
+    ({"num_nextn_predict_layers": 1}, "mtp_hybrid_override_pattern"),  # modules without their layers
+    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "**E"}, "mtp_hybrid_override_pattern"),
     ({"n_groups": 7}, "n_groups"),
 ])
 def test_bad_nemotron_h_configs_name_the_key(change, key):
@@ -177,3 +179,66 @@ def test_no_plan_for_a_hybrid_does_not_suggest_a_runtime_that_cannot_build_it():
     result = invoke("plan", "--model", NANO, "--cluster", "gb200-nvl72", "--global-batch", "512", "--seq-len", "8192")
     assert result.exit_code == 1, result.stderr
     assert "no feasible plan" in result.stderr and "--runtime any" not in result.stderr
+
+
+SUPER = "nemotron-3-super"
+
+
+def test_super_params_with_its_mtp_module_equal_the_checkpoint_element_count():
+    # Megatron-Bridge's verification card: the export reproduces the checkpoint's 123,611,033,088
+    # elements (published_params.yaml total_with_mtp; params there is the main model's)
+    model = load_model(SUPER)
+    assert model.params == 123_611_033_088
+    assert (model.params - model.mtp_params) == 120_668_707_840
+    pattern = hf_config(SUPER)["hybrid_override_pattern"]
+    assert "".join(kinds(model)) == pattern and (pattern.count("M"), pattern.count("E"), pattern.count("*")) == (40, 40, 8)
+
+
+def test_latent_experts_work_and_dispatch_at_the_latent_width():
+    model = load_model(SUPER)
+    moe = next(la for la in model.layers if la.kind == "decoder" and la.config.num_experts > 1)
+    c = moe.config
+    assert (c.moe_latent, c.expert_width) == (1024, 1024)
+    experts = [g for g in moe.gemms(8192, tp=1, ep=8) if g.expert]
+    assert [(g.n, g.k) for g in experts] == [(2688, 1024), (1024, 2688)]  # relu2: up and down, no gate
+    # down and up projections beside the router: h x latent each, whole on every TP rank
+    dense = [(g.n, g.k) for g in moe.gemms(8192, tp=2, ep=8) if not g.expert]
+    assert (1024, 4096) in dense and (4096, 1024) in dense
+    # 512 experts of 2 x 1024 x 2688, the projections, the router and its bias, the shared expert, the norm
+    assert moe.params == 512 * 2 * 1024 * 2688 + 2 * 4096 * 1024 + 4096 * 512 + 512 + 2 * 4096 * 5376 + 4096
+    assert moe.expert_params == 512 * 2 * 1024 * 2688
+
+
+def test_the_dispatch_of_latent_experts_moves_the_latent_width_not_hidden():
+    from planner.cost.formulas import DEFAULT_PARAMS
+    from planner.cost.moe import AllToAllGroup, moe_alltoall_s
+    from planner.inputs.hardware import Link
+
+    moe = next(la for la in load_model(SUPER).layers if la.kind == "decoder" and la.config.num_experts > 1)
+    wide = replace(moe, config=replace(moe.config, moe_latent=0))
+    group = AllToAllGroup(8, 8, Link(bandwidth_bytes_per_s=450e9, latency_s=0.0), Link(bandwidth_bytes_per_s=50e9,
+                                                                                     latency_s=0.0))
+    latent_s = moe_alltoall_s(moe, 1, 8192, StageDims(1, ep=8), 2, group, DEFAULT_PARAMS)[0]
+    hidden_s = moe_alltoall_s(wide, 1, 8192, StageDims(1, ep=8), 2, group, DEFAULT_PARAMS)[0]
+    assert latent_s == pytest.approx(hidden_s * 1024 / 4096)
+
+
+def test_super_mtp_module_is_one_attention_and_latent_moe_block():
+    model = load_model(SUPER)
+    (module,) = model.layers[-1].trail
+    c = module.config
+    assert c.mtp_module and c.mixer == "attention" and c.mamba is None and c.num_experts == 512
+    assert c.block_norms == 2 and c.moe_latent == 1024  # a norm per layer of its "*E"
+
+
+def test_megatron_export_writes_latent_experts_and_the_hybrid_mtp_flags():
+    from planner.export import export_plan
+    from planner.inputs.hardware import load_cluster
+    from planner.plan import uniform_plan
+
+    plan = uniform_plan(load_model(SUPER), load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1), tp=1,
+                        pp=1, dp=16, ep=16, zero=1)
+    text = export_plan(plan, "megatron", lambda message: None)
+    for flag in ("--moe-latent-size 1024", "--mtp-num-layers 1", "--mtp-hybrid-override-pattern '*E'",
+                 "--mtp-spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec"):
+        assert flag in text, flag

@@ -128,6 +128,7 @@ def inspect_model(name_or_path: str) -> dict:
                     max_positions=c.max_positions, experts=c.num_experts if c.num_experts > 1 else None,
                     experts_top_k=c.experts_top_k if c.num_experts > 1 else None,
                     moe_layers=moe_layers if c.num_experts > 1 else None,
+                    expert_width=c.moe_latent or None,
                     tied_embeddings=c.tied_embeddings, mla=c.mla is not None,
                     sliding_window_layers=sum(1 for w in c.layer_windows if w),
                     chunked_attention_layers=sum(1 for w in c.layer_chunks if w),

@@ -95,6 +95,7 @@ INSPECT_FIELDS = (("name", "name"), ("catalog entry", "catalog"), ("file", "file
                   ("ffn (an expert's in MoE layers)", "ffn_hidden"), ("ffn of dense layers", "dense_ffn_hidden"),
                   ("vocab", "vocab"), ("max positions", "max_positions"), ("experts", "experts"),
                   ("experts per token", "experts_top_k"), ("MoE layers", "moe_layers"),
+                  ("latent expert width", "expert_width"),
                   ("tied embeddings", "tied_embeddings"), ("latent attention (MLA)", "mla"),
                   ("sliding-window layers", "sliding_window_layers"),
                   ("chunked-attention layers", "chunked_attention_layers"), ("Mamba-2 layers", "mamba_layers"),

@@ -35,7 +35,7 @@ def elementwise_bytes(layer: Layer, seq_len: int, tp: int, sequence_parallel: bo
         replicated += 3 * 2 * nb * s * h + 2 * 2 * nb * s * h
     sharded = (2 if c.gated_mlp else 1) * nb * s * c.ffn_hidden + nb * s * c.ffn_hidden
     if c.num_experts > 1:
-        sharded = c.experts_top_k * (sharded + moe_copy_accesses(c.num_experts, ep) * nb * s * h)
+        sharded = c.experts_top_k * (sharded + moe_copy_accesses(c.num_experts, ep) * nb * s * c.expert_width)
     if not c.learned_positions:
         sharded += 2 * nb * s * (c.q_dim + c.kv_dim)  # RoPE reads and writes Q and K
     if c.mamba is not None:  # a Mamba-2 mixer's convolution and gated norm (planner.inputs.mamba)

@@ -355,7 +355,9 @@ def saved_input_saving(layer: Layer, seq_len: int, tp: int, sequence_parallel: b
     replicated = per * s * h if c.mixer else 0.0
     sharded = per * s * (c.o_dim + (c.mamba.inner if c.mamba is not None else 0))
     if c.num_experts > 1:  # unless "moe" module recompute keeps none of them (moe_kept False)
-        sharded += per * s * (c.experts_top_k * (h + c.ffn_hidden) + c.shared_expert_ffn) if moe_kept else 0.0
+        sharded += per * s * (c.experts_top_k * (c.expert_width + c.ffn_hidden) + c.shared_expert_ffn) if moe_kept else 0.0
+        # latent experts' down and up projections read the layer input and the combined latent, whole
+        replicated += per * s * (h + c.moe_latent) if moe_kept and c.moe_latent else 0.0
     elif c.ffn_hidden:  # a dense MLP: its up and down projections
         replicated += per * s * h
         sharded += per * s * c.ffn_hidden

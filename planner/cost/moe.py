@@ -84,15 +84,16 @@ def moe_alltoall_s(layer: Layer, micro_batch: int, seq_len: int, dims: StageDims
     one GPU: dispatch the routed token copies to their experts' ranks and combine them back
     (GShard, Lepikhin et al. 2020, sec 3.2; Megatron-core's MoEAlltoAllTokenDispatcher); the
     backward sends the gradients the same way. A GPU holds its tp share of the replica's tokens
-    (StageDims.dispatch_share) and sends each to top_k experts, h elements a copy."""
+    (StageDims.dispatch_share) and sends each to top_k experts, ModelConfig.expert_width elements a
+    copy (hidden, or the latent width with latent experts)."""
     c = layer.config
     if dims.ep <= 1 or c is None or layer.kind != "decoder" or c.num_experts <= 1:
         return 0.0, 0.0
     tokens = dims.dispatch_share(micro_batch * seq_len)
-    nbytes = tokens * c.experts_top_k * c.hidden * nb
+    nbytes = tokens * c.experts_top_k * c.expert_width * nb
     inter = None
     if params.moe_dispatcher == "flex" and group.nodes > 1:
-        inter = tokens * node_copies(c.num_experts, c.experts_top_k, group.nodes) * c.hidden * nb
+        inter = tokens * node_copies(c.num_experts, c.experts_top_k, group.nodes) * c.expert_width * nb
     one = group_alltoall_s(nbytes, group, params, inter)
     return 2 * one, 2 * one  # dispatch + combine, each way
 

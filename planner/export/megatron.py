@@ -150,9 +150,14 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
                                                              for i in range(len(decoders))) + "]"))
         if c.router_bias:
             flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+        if c.moe_latent:  # latent experts (megatron-core MoELayer fc1_latent_proj / fc2_latent_proj)
+            flags.append(("--moe-latent-size", c.moe_latent))
         flags += _routing_flags(plan.model.raw)
     if c.mtp_layers:  # its MTP modules, on the last pipeline stage (megatron-core multi_token_prediction.py)
         flags.append(("--mtp-num-layers", c.mtp_layers))
+        if c.mtp_pattern:  # a hybrid's modules: their layers, built from the hybrid stack spec (Megatron-LM's
+            # MTP flags for Nemotron 3 Super, which newer Megatron-LM also reads from a unified pattern)
+            flags += [("--mtp-hybrid-override-pattern", c.mtp_pattern), ("--mtp-spec", HYBRID_SPEC)]
     return flags
 
 

@@ -41,17 +41,29 @@ def attention_params(config: Any) -> int:
     return params
 
 
-def _ffn_params(config: Any, width: int) -> int:
-    """One feed-forward network of inner width `width`: its weights and, with linear biases, their
-    biases (a gated MLP's gate and up projections each have theirs: GPT-OSS's gate_up_proj_bias)."""
+def _ffn_params(config: Any, width: int, outer: int | None = None) -> int:
+    """One feed-forward network of inner width `width` reading and writing `outer` (default hidden): its
+    weights and, with linear biases, their biases (a gated MLP's gate and up projections each have
+    theirs: GPT-OSS's gate_up_proj_bias)."""
+    outer = config.hidden if outer is None else outer
     inner = 2 * width if config.gated_mlp else width
-    bias = inner + config.hidden if config.linear_bias else 0
-    return (3 if config.gated_mlp else 2) * config.hidden * width + bias
+    bias = inner + outer if config.linear_bias else 0
+    return (3 if config.gated_mlp else 2) * outer * width + bias
 
 
 def expert_params(config: Any) -> int:
-    """The routed experts of an MoE layer (what expert parallelism splits); 0 for a dense MLP."""
-    return config.num_experts * _ffn_params(config, config.ffn_hidden) if config.num_experts > 1 else 0
+    """The routed experts of an MoE layer (what expert parallelism splits), at the width of a routed
+    token copy (ModelConfig.expert_width); 0 for a dense MLP."""
+    if config.num_experts <= 1:
+        return 0
+    return config.num_experts * _ffn_params(config, config.ffn_hidden, config.expert_width)
+
+
+def latent_projection_params(config: Any) -> int:
+    """Latent experts' down and up projections, h -> latent and latent -> h, with their biases
+    (megatron-core MoELayer fc1_latent_proj, fc2_latent_proj); 0 without them."""
+    latent = config.moe_latent if config.num_experts > 1 else 0
+    return 2 * config.hidden * latent + ((latent + config.hidden) if config.linear_bias else 0) if latent else 0
 
 
 def mlp_params(config: Any) -> int:
@@ -68,7 +80,7 @@ def mlp_params(config: Any) -> int:
         params = ffn(config.ffn_hidden)
     else:
         router_bias = config.num_experts if config.router_bias else 0
-        params = expert_params(config) + h * config.num_experts + router_bias
+        params = expert_params(config) + h * config.num_experts + router_bias + latent_projection_params(config)
     if config.shared_expert_ffn:
         params += ffn(config.shared_expert_ffn) + (h if config.shared_expert_gate else 0)
     return params

@@ -99,13 +99,15 @@ class Layer:
         if c.num_experts == 1:
             gemms += [Gemm(seq_len, mlp_in / tp, h, 1, linears=2 if c.gated_mlp else 1),
                       Gemm(seq_len, h, f / tp, 1)]  # MLP up (+ gate), down
-        else:  # the routed experts' up (+ gate) and down
-            dims = StageDims(tp, ep=ep, etp=etp)
+        else:  # the routed experts' up (+ gate) and down, at the width of a routed copy
+            dims, width = StageDims(tp, ep=ep, etp=etp), c.expert_width
             rows, local = dims.expert_gemm_rows(seq_len, c.num_experts, c.experts_top_k), c.num_experts // ep
-            gemms += [Gemm(rows, mlp_in / dims.expert_tp, h, local, expert=True),
-                      Gemm(rows, h, f / dims.expert_tp, local, expert=True)]
+            gemms += [Gemm(rows, mlp_in / dims.expert_tp, width, local, expert=True),
+                      Gemm(rows, width, f / dims.expert_tp, local, expert=True)]
         if c.num_experts > 1:
             gemms.append(Gemm(seq_len, c.num_experts, h, 1))  # router (replicated)
+        if c.num_experts > 1 and c.moe_latent:  # latent experts' down and up projections (replicated, as the router)
+            gemms += [Gemm(seq_len, c.moe_latent, h, 1), Gemm(seq_len, h, c.moe_latent, 1)]
         if c.shared_expert_ffn:
             s_in = 2 * c.shared_expert_ffn if c.gated_mlp else c.shared_expert_ffn
             gemms += [Gemm(seq_len, s_in / tp, h, 1), Gemm(seq_len, h, c.shared_expert_ffn / tp, 1)]
@@ -285,12 +287,12 @@ class Layer:
 
 def moe_saved_bytes(c: ModelConfig, seq_len: int, nb: int) -> float:
     """What an MoE layer saves for the backward beyond its input, per sample on one TP rank
-    (sharded): each routed copy's input and its MLP activations (GeLU keeps its input and output,
-    2 s f; SwiGLU gate, up and product, 3 s f), the router logits (fp32), the shared experts'
-    activations."""
+    (sharded): each routed copy's input (at ModelConfig.expert_width) and its MLP activations (GeLU
+    keeps its input and output, 2 s f; SwiGLU gate, up and product, 3 s f), the router logits
+    (fp32), the shared experts' activations, and with latent experts the up projection's input."""
     per_ffn = (3 if c.gated_mlp else 2) * nb * seq_len
-    return (c.experts_top_k * (per_ffn * c.ffn_hidden + nb * seq_len * c.hidden) + 4 * seq_len * c.num_experts
-            + per_ffn * c.shared_expert_ffn)
+    return (c.experts_top_k * (per_ffn * c.ffn_hidden + nb * seq_len * c.expert_width) + 4 * seq_len * c.num_experts
+            + per_ffn * c.shared_expert_ffn + nb * seq_len * c.moe_latent)
 
 
 def _mean(parts: tuple[tuple[Layer, int], ...], figure) -> float:

@@ -63,6 +63,19 @@ class ModelConfig:
     # this decoder is an MTP module's block: before it, the hidden state's and the next token's
     # embedding's norms and their 2h -> h projection; after it, a final norm before the shared head
     mtp_module: bool = False
+    # model level, hybrid models: the layers of each MTP module (mtp_hybrid_override_pattern, e.g. "*E":
+    # attention and an MoE layer), one block of them; "": the main model's last block
+    mtp_pattern: str = ""
+    # latent experts (Nemotron 3 Super's LatentMoE; megatron-core moe_latent_size): each MoE layer projects
+    # its tokens down to this width before the dispatch and back after the combine (two h x latent linears
+    # every TP rank holds whole), and its routed experts read and write it; 0: they work at hidden
+    moe_latent: int = 0
+
+    @property
+    def expert_width(self) -> int:
+        """The width of a routed token copy: what an expert's up projection reads, its down projection
+        writes and the dispatch and combine move (the latent width with latent experts)."""
+        return self.moe_latent or self.hidden
 
     @property
     def sublayers(self) -> int:
@@ -120,31 +133,55 @@ class ModelConfig:
         dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
         per-model patterns cleared."""
         changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "", "layer_chunks": (),
-                                   "mtp_layers": 0,
+                                   "mtp_layers": 0, "mtp_pattern": "",
                                    "window": self.layer_windows[index] if self.layer_windows else self.window,
                                    "attention_chunk": self.layer_chunks[index] if self.layer_chunks
                                    else self.attention_chunk}
         if index in self.dense_layers:
-            changes.update(num_experts=1, experts_top_k=1, ffn_hidden=self.dense_ffn_hidden,
-                           shared_expert_ffn=0, shared_expert_gate=False, router_bias=False)
+            changes.update(_DENSE_MLP, ffn_hidden=self.dense_ffn_hidden)
         if self.layer_pattern:
-            changes.update(HYBRID_KINDS[self.layer_pattern[index]])
-            if changes["mixer"] != "attention":  # no attention: no heads
-                changes.update(num_heads=0, num_kv_heads=0, qk_norm="none", attention_sinks=False, window=0)
-            if changes["mixer"] != "mamba":
-                changes["mamba"] = None
+            changes.update(_hybrid_kinds(self.layer_pattern[index]))
         return replace(self, **changes)
 
     def mtp_config(self) -> "ModelConfig":
-        """An MTP module's decoder block: the main model's last block (DeepSeek-V3's MoE block; Megatron-core
-        builds it from the decoder's layer spec) with the module's norms and projection (mtp_module)."""
-        return replace(self.layer_config(self.num_layers - 1), mtp_module=True)
+        """An MTP module's decoder block with the module's norms and projection (mtp_module): the main
+        model's last block (DeepSeek-V3's MoE block; Megatron-core builds it from the decoder's layer
+        spec), or a hybrid model's MTP pattern as one block of its mixer and its MLP, each layer with
+        its norm (megatron-core builds the pattern's layers from the hybrid stack spec)."""
+        if not self.mtp_pattern:
+            return replace(self.layer_config(self.num_layers - 1), mtp_module=True)
+        mixer = next((kind for kind in self.mtp_pattern if kind in "M*"), "")  # (model_families: at most one
+        mlp = next((kind for kind in self.mtp_pattern if kind in "-E"), "")  # mixer and one MLP)
+        return replace(self, layer_windows=(), dense_layers=(), layer_pattern="", layer_chunks=(), mtp_layers=0,
+                       mtp_pattern="", mtp_module=True, block_norms=len(self.mtp_pattern), attention_chunk=0,
+                       **_mixer_changes(mixer), **_mlp_changes(mlp, self.dense_ffn_hidden))
 
 
 _NO_MLP = dict(num_experts=1, experts_top_k=1, ffn_hidden=0, shared_expert_ffn=0, shared_expert_gate=False,
-               router_bias=False)
-# a hybrid model's layer kinds (Nemotron-H's hybrid_override_pattern, megatron-core's
-# hybrid_layer_allocation Symbols): M a Mamba-2 mixer, * attention, - a dense MLP, E an MoE layer;
-# the dense MLP layers are also the model's dense_layers
-HYBRID_KINDS: dict[str, dict[str, Any]] = {"M": dict(mixer="mamba", **_NO_MLP), "*": dict(mixer="attention", **_NO_MLP),
-                                           "-": dict(mixer=""), "E": dict(mixer="")}
+               router_bias=False, moe_latent=0)
+_DENSE_MLP = {key: value for key, value in _NO_MLP.items() if key != "ffn_hidden"}
+
+
+def _hybrid_kinds(kind: str) -> dict[str, Any]:
+    """A hybrid model's layer of `kind` (Nemotron-H's hybrid_override_pattern, megatron-core's
+    hybrid_layer_allocation Symbols): M a Mamba-2 mixer, * attention, - a dense MLP (the model's
+    dense_layers), E an MoE layer; one of them per layer."""
+    return _mixer_changes(kind if kind in "M*" else "") | _mlp_changes(kind if kind in "-E" else "", None)
+
+
+def _mixer_changes(kind: str) -> dict[str, Any]:
+    """A hybrid block's token mixer: M Mamba-2, * attention, "" none (no attention: no heads)."""
+    no_attention = dict(num_heads=0, num_kv_heads=0, qk_norm="none", attention_sinks=False, window=0)
+    if kind == "*":
+        return {"mixer": "attention", "mamba": None}
+    return {"mixer": "mamba", **no_attention} if kind == "M" else {"mixer": "", "mamba": None, **no_attention}
+
+
+def _mlp_changes(kind: str, dense_ffn: int | None) -> dict[str, Any]:
+    """A hybrid block's MLP: E the model's MoE layer, - a dense one of `dense_ffn` (None: as the layer's
+    dense_layers entry sets it), "" none."""
+    if kind == "E":
+        return {}
+    if kind == "-":
+        return dict(_DENSE_MLP) | ({} if dense_ffn is None else {"ffn_hidden": dense_ffn})
+    return dict(_NO_MLP)

@@ -263,12 +263,13 @@ def _nemotron_h(reader: HfReader) -> dict[str, Any]:
     models): hybrid_override_pattern gives each layer one of a Mamba-2 mixer (M), attention (*), a
     dense MLP (-, intermediate_size) or an MoE (E) of n_routed_experts (moe_intermediate_size) with
     n_shared_experts x moe_shared_expert_intermediate_size always on and a biased router; one RMSNorm
-    per layer; non-gated squared-ReLU MLPs (mlp_hidden_act relu2). Nemotron 3 Super's latent experts
-    (moe_latent_size) and multi-token prediction layers are refused: not priced."""
+    per layer; non-gated squared-ReLU MLPs (mlp_hidden_act relu2). Nemotron 3 Super: latent experts
+    (moe_latent_size, ModelConfig.moe_latent) and num_nextn_predict_layers multi-token-prediction
+    modules of the layers mtp_hybrid_override_pattern lists (ModelConfig.mtp_pattern)."""
     reader.refuse_true("attention_bias", "mlp_bias")
-    for key in ("moe_latent_size", "mtp_num_layers", "num_nextn_predict_layers"):
-        if reader.data.get(key):
-            raise BadInput(f"{key} is not modelled for nemotron_h", reader.where, reader.prefix + key)
+    if reader.data.get("mtp_num_layers"):  # (megatron's name; the HF config says num_nextn_predict_layers)
+        raise BadInput("is not a nemotron_h key: num_nextn_predict_layers gives the MTP modules", reader.where,
+                       reader.prefix + "mtp_num_layers")
     pattern = reader.data.get("hybrid_override_pattern")
     dims = _core(reader, head_dim_default=None) | {"gated_mlp": False, "block_norms": 1}
     layers = dims["num_layers"]
@@ -282,13 +283,35 @@ def _nemotron_h(reader: HfReader) -> dict[str, Any]:
     dims.update(mamba=mamba, layer_pattern=pattern, dense_ffn_hidden=dims["ffn_hidden"],
                 attention_head_dim=dims["attention_head_dim"] or dims["hidden"] // dims["num_heads"],
                 dense_layers=tuple(i for i, kind in enumerate(pattern) if kind == "-"))
-    if "E" in pattern:
+    mtp = _hybrid_mtp(reader)
+    dims.update(mtp)
+    if "E" in pattern + mtp.get("mtp_pattern", ""):
         _experts(reader, dims, "n_routed_experts")
         shared = reader.num("n_shared_experts", "shared_experts", default=1)
         dims.update(ffn_hidden=reader.num("moe_intermediate_size", "ffn_hidden"), router_bias=True,
                     shared_expert_ffn=shared * reader.num("moe_shared_expert_intermediate_size", "ffn_hidden",
-                                                          default=0))
+                                                          default=0),
+                    moe_latent=reader.num("moe_latent_size", "ffn_hidden", default=0))
+        if dims["moe_latent"] >= dims["hidden"]:
+            raise BadInput(f"must be below hidden_size {dims['hidden']}", reader.where, reader.prefix + "moe_latent_size")
+    elif reader.data.get("moe_latent_size"):
+        raise BadInput("is given without an MoE layer (E) in the pattern", reader.where, reader.prefix + "moe_latent_size")
     return dims
+
+
+def _hybrid_mtp(reader: HfReader) -> dict[str, Any]:
+    """A hybrid model's multi-token-prediction modules: num_nextn_predict_layers of them, each the
+    layers of mtp_hybrid_override_pattern (at most one mixer, M or *, and one MLP, - or E)."""
+    count = reader.num("num_nextn_predict_layers", "mtp_layers", default=0)
+    if not count:
+        return {}
+    key = reader.prefix + "mtp_hybrid_override_pattern"
+    pattern = reader.data.get("mtp_hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E") \
+            or sum(kind in "M*" for kind in pattern) > 1 or sum(kind in "-E" for kind in pattern) > 1:
+        raise BadInput("must give each MTP module's layers: at most one of M, * and one of -, E (e.g. \"*E\")",
+                       reader.where, key)
+    return {"mtp_layers": count, "mtp_pattern": pattern}
 
 
 # Llama4TextConfig's defaults (transformers/models/llama4/configuration_llama4.py)
