@@ -10,7 +10,9 @@ assumption for the whole source (ASSUMPTION, printed by fidelity.py --assumption
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from planner.core.errors import BadInput
 from planner.cost.recompute import PRICED_MODULES
 from planner.cost.runtimes.capability import model_problem, violations
 from planner.inputs.hardware import GB, US, load_catalog
-from planner.inputs.model import Model, build_layers, config_from_hf
+from planner.inputs.model import MODELS_DIR, Model, build_layers, config_from_hf
 from planner.plan import Training, uniform_plan
 from planner.schedules import search_schedule
 
@@ -63,8 +65,12 @@ ASSUMPTION = (
     "as a known performance regression skipped (FLAGGED_REGRESSION); the "
     "rows the table's notes match to no recipe are matched here once Megatron-Bridge's "
     "WorkloadBaseConfig defaults (tp 1, pp 1, vp None, mbs 1; scripts/performance/utils/utils.py) are "
-    "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1); a row "
-    "without hf_config is skipped (model dimensions not verified).")
+    "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1; the 26.08 Nemotron 3 Super "
+    "rows, v0.6.0's perf_recipes/nemotronh, with their expert TP 1); Nemotron 3 Super, whose rows give no "
+    "hf_config, as the catalog's nemotron-3-super (its parameter count the checkpoint's) with the two MTP "
+    "depths its recipes train (CATALOG_MODELS), its MTP module and under NVFP4 its first layer and last 14 kept "
+    "in bf16 as its recipes keep them (KEPT_IN_BF16); another row without hf_config is skipped (model dimensions "
+    "not verified).")
 
 # Megatron-Bridge's performance configs keep bf16 gradient buffers and reduce them in bf16
 # (CostParams.bf16_fp32_grads False) at every tag the table's containers ran: grad_reduce_in_fp32:
@@ -107,31 +113,51 @@ UNMATCHED_TAG = re.compile(r"No workload/perf recipe at tag (v[0-9.]+) matched")
 # mbs 1). (file and recipe, tags, model, table system, GPUs, gbs, mbs, tp, pp, vp, ep) -> its
 # moe_flex_dispatcher_backend and moe_a2a_overlap, as the recipe file states them at those tags.
 QWEN3_RECIPES = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+SUPER_RECIPES = "src/megatron/bridge/perf_recipes/nemotronh"
 MISSED_RECIPES = (
     # num_gpus=16, global_batch_size=1024, expert_model_parallel_size=16, moe_a2a_overlap=False,
     # moe_flex_dispatcher_backend="hybridep"
     (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2",
-     "v0.5.0", "v0.5.1"), "Qwen3_30B_a3B", "H100", 16, 1024, 1, 1, 1, None, 16, ("hybridep", False)),
+     "v0.5.0", "v0.5.1"), "Qwen3_30B_a3B", "H100", 16, 1024, 1, 1, 1, None, 16, ("hybridep", False, 0)),
     # num_gpus=16, global_batch_size=1024, pipeline_model_parallel_size=2,
     # virtual_pipeline_model_parallel_size=12, moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep"
     # (ep 8: the base config's)
     (f"{QWEN3_RECIPES} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", ("v0.3.0",), "Qwen3_30B_a3B", "H100", 16,
-     1024, 1, 1, 2, 12, 8, ("deepep", True)),
+     1024, 1, 1, 2, 12, 8, ("deepep", True, 0)),
+    # the 26.08 Nemotron 3 Super rows: v0.6.0's nemotron_3_super_pretrain_64gpu_{gb300,gb200}_{fp8mx,nvfp4}_config
+    # (global_batch_size 512, micro_batch_size 1, expert_model_parallel_size 64, expert_tensor_parallel_size 1,
+    # moe_token_dispatcher_type "flex" with moe_flex_dispatcher_backend "hybridep"; no EP overlap)
+    (f"{SUPER_RECIPES}/gb300/nemotronh.py", ("v0.6.0",), "Nemotron_3_Super", "GB300", 64, 512, 1, 1, 1, None, 64,
+     ("hybridep", False, 1)),
+    (f"{SUPER_RECIPES}/gb200/nemotronh.py", ("v0.6.0",), "Nemotron_3_Super", "GB200", 64, 512, 1, 2, 1, None, 64,
+     ("hybridep", False, 1)),
 )
+# rows without hf_config whose model the planner's catalog holds, its config checked against the checkpoint
+# (the parameter count equals the checkpoint's element count: profiles/models/published_params.yaml),
+# with the config changes the rows' recipes train: every Nemotron 3 Super recipe (recipes/nemotronh
+# nemotron_3_super.py, v0.4.0-v0.6.0) trains mtp_num_layers 2 with mtp_use_repeated_layer, its one MTP
+# module run twice, priced as two modules (their weights and optimizer states counted twice)
+CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", {"num_nextn_predict_layers": 2})}
+# what a model's recipes keep in bf16 under a quantized dtype (ModelConfig.bf16_layers, mtp_bf16): the
+# Nemotron 3 Super recipes keep_mtp_spec_in_bf16 True (recipes/nemotronh nemotron_3_super.py, v0.4.0-v0.6.0),
+# and their NVFP4 precision, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed (v0.4.0-v0.6.0),
+# sets first_last_layers_bf16 with num_layers_at_end_in_bf16 14 beside megatron-core's default
+# num_layers_at_start_in_bf16 1; the MXFP8 one (bf16_with_mxfp8_mixed) keeps none
+KEPT_IN_BF16 = {"Nemotron_3_Super": {"mtp_bf16": True, "nvfp4": (1, 14)}}
 
 
-def missed_recipe(run: dict) -> tuple[str, bool]:
-    """(flex backend, moe_a2a_overlap) of the MISSED_RECIPES entry matching a row its notes call
-    unmatched; ('', False) where none does."""
+def missed_recipe(run: dict) -> tuple[str, bool, int]:
+    """(flex backend, moe_a2a_overlap, expert TP: 0 not stated) of the MISSED_RECIPES entry matching a
+    row its notes call unmatched; ('', False, 0) where none does."""
     tag = UNMATCHED_TAG.search(" ".join(" ".join(map(str, run.get("notes", ()))).split()))
     if tag is None:
-        return "", False
+        return "", False, 0
     p = run["parallel"]
     vp = p.get("vp") if isinstance(p.get("vp"), int) and p.get("vp") > 1 else None
     row = (run["model"]["name"], run["hardware"]["gpus"][0]["type"], run["hardware"]["total_gpus"],
            run["global_batch"], run["micro_batch"], p.get("tp"), p.get("pp"), vp, p.get("ep"))
     return next((stated for _, tags, *fields, stated in MISSED_RECIPES
-                 if tag.group(1) in tags and tuple(fields) == row), ("", False))
+                 if tag.group(1) in tags and tuple(fields) == row), ("", False, 0))
 
 
 def names_full_iteration_recipe(run: dict) -> bool:
@@ -166,10 +192,20 @@ def reason(error: BadInput) -> str:
     return error.message.split("; supported")[0].split(" (see `")[0]
 
 
+def catalog_config(table_name: str) -> dict | None:
+    """The config.json of the catalog model CATALOG_MODELS gives a row's model, with its recipes'
+    changes (None: none)."""
+    entry = CATALOG_MODELS.get(table_name)
+    if entry is None:
+        return None
+    name, changes = entry
+    return json.loads((MODELS_DIR / f"{name}.json").read_text()) | changes
+
+
 @lru_cache(maxsize=None)
-def _model(name: str, config_yaml: str) -> Model:
+def _model(name: str, config_yaml: str, bf16_layers: tuple[int, int] = (0, 0), mtp_bf16: bool = False) -> Model:
     config = yaml.safe_load(config_yaml)
-    c = config_from_hf(config, name, "moe-runs")
+    c = replace(config_from_hf(config, name, "moe-runs"), bf16_layers=bf16_layers, mtp_bf16=mtp_bf16)
     return Model(c.name, c, build_layers(c), raw=config)
 
 
@@ -220,10 +256,12 @@ def nvl72_spec(gpu: str, gpus: int) -> dict:
 def _build(run: dict) -> tuple[object, str]:
     """(plan, '') or (None, the planner's reason it cannot price the row)."""
     md = run["model"]
-    if not md.get("hf_config"):
+    config = md.get("hf_config") or catalog_config(md["name"])
+    if not config:
         return None, "model dimensions not stated (no hf_config)"
     name = md["name"].split(" (")[0].lower().replace(" ", "-")
-    model = _model(name, yaml.safe_dump(md["hf_config"], sort_keys=True))
+    kept = KEPT_IN_BF16.get(md["name"], {})
+    model = _model(name, yaml.safe_dump(config, sort_keys=True), kept.get(_dtype(run), (0, 0)), kept.get("mtp_bf16", False))
     problem = model_problem(RUNTIME, model)
     if problem:
         return None, problem
@@ -240,9 +278,9 @@ def _build(run: dict) -> tuple[object, str]:
     training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"], search_schedule(vp).name,
                         vp, "flash", runtime=RUNTIME, fp8_recipe=FP8_RECIPE if dtype == "fp8" else "")
     check_training_inputs(model, training)
+    etp = _degree(p.get("etp")) if p.get("etp") else missed_recipe(run)[2]
     plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=gpus // (tp * pp * cp), zero=1,
-                        recompute=_recompute(run), sequence_parallel=tp > 1, cp=cp, ep=ep,
-                        etp=_degree(p.get("etp")) if p.get("etp") else 0)
+                        recompute=_recompute(run), sequence_parallel=tp > 1, cp=cp, ep=ep, etp=etp)
     problems = violations(plan, RUNTIME)
     return (None, problems[0]) if problems else (plan, "")
 
@@ -257,7 +295,7 @@ def run_settings(run: dict) -> tuple[tuple[str, object], ...]:
     if FORCE_BALANCED in " ".join(notes.split()):
         settings += (("moe_imbalance", 1.0),)
     full_iteration_recipe = names_full_iteration_recipe(run)
-    missed_backend, missed_overlap = missed_recipe(run)
+    missed_backend, missed_overlap, _ = missed_recipe(run)
     if FLEX_BACKEND.search(notes) or missed_backend or full_iteration_recipe:
         settings += (("moe_dispatcher", "flex"),)
     if FULL_ITERATION.search(notes) or full_iteration_recipe:

@@ -502,6 +502,14 @@ def test_fuzzed_plan_is_priced_or_refused_as_bad_input(plan_json, data):
     json.dumps(evaluate(parsed).to_json(), allow_nan=False)
 
 
+def test_a_plan_whose_cluster_holds_fewer_gpus_than_its_ranks_names_the_ranks(plan_json):
+    # (found by the fuzz above: the devices check read a rank the cluster no longer has)
+    plan = json.loads(json.dumps(plan_json))
+    plan["cluster"]["spec"]["node_groups"][0]["gpus_per_node"] = 1
+    parsed, problems = check_plan_data(plan, "plan.json")
+    assert parsed is not None and ("stages[0].replicas[0].ranks", "rank 1 is outside 0..0") in problems
+
+
 # --- more ways in ------------------------------------------------------------------------------
 
 

@@ -168,3 +168,26 @@ def test_the_reference_runtime_refuses_a_quantized_plan_before_starting():
 
     with pytest.raises(BadInput, match="reference runtime trains in fp32, bf16, fp16"):
         next(run_plan(_plan("mxfp8"), RunOptions()))
+
+
+def test_decoders_a_recipe_keeps_in_bf16_are_priced_as_bf16_layers_under_nvfp4():
+    # megatron-core first_last_layers_bf16: num_layers_at_start_in_bf16 1, num_layers_at_end_in_bf16 14 (the
+    # Nemotron 3 Super NVFP4 recipe), each layer of the hybrid pattern counted; the MTP module (mtp_bf16) too
+    from dataclasses import replace
+
+    from planner.cost.pricing import layer_price
+    from planner.inputs.model import Model, build_layers
+
+    base = load_model("nemotron-3-super")
+    config = replace(base.config, bf16_layers=(1, 14), mtp_bf16=True)
+    model = Model(base.name, config, build_layers(config))
+    decoders = [layer for layer in model.layers if layer.kind == "decoder"]
+    kept = [i for i, layer in enumerate(decoders) if layer.config.high_precision]
+    assert kept == [0] + list(range(74, 88)) and model.layers[-1].trail[0].config.high_precision
+    gpu = load_catalog()["B200"]
+    moe = [layer for layer in decoders if layer.config.num_experts > 1]
+    for layer in (moe[-1], moe[20]):  # an MoE layer kept in bf16, one in NVFP4
+        sh = Sharding("nvfp4", 1, 8192, "flash", StageDims(1), "none")
+        nvfp4 = layer_price(layer, sh, gpu, gpu.intra_node, stack_params(gpu, "megatron"))
+        bf16 = layer_price(layer, replace(sh, dtype="bf16"), gpu, gpu.intra_node, stack_params(gpu, "megatron"))
+        assert (nvfp4.time_s == bf16.time_s) == layer.config.high_precision

@@ -101,3 +101,19 @@ def test_a_recipe_that_graphs_the_whole_step_and_overlaps_the_all_to_all_is_pric
     # a recipe with Transformer Engine's per-module graphs keeps the host time and the exposed all-to-all
     scoped = dict(moe.run_settings(_row(moe, "megatronbridge-moe-26.04-gb200-qwen3")))
     assert "full_iteration_cuda_graph" not in scoped and "moe_a2a_overlap" not in scoped
+
+
+def test_super_rows_take_the_checked_catalog_config_its_mtp_depths_and_nvfp4_bf16_layers(moe):
+    row = _row(moe, "megatronbridge-moe-26.08-gb200-nemotron_3_super-nvfp4")
+    assert row["model"]["hf_config"] is None
+    c = moe.moe_case(row)
+    assert c.skip == "" and c.plan.model.config.mtp_layers == 2  # the recipes' two MTP depths
+    decoders = [layer for layer in c.plan.model.layers if layer.kind == "decoder"]
+    assert [i for i, layer in enumerate(decoders) if layer.config.high_precision] == [0] + list(range(74, 88))
+    # the v0.6.0 recipe the notes missed: HybridEP flex dispatcher, expert TP 1 under TP 2
+    assert dict(moe.run_settings(row))["moe_dispatcher"] == "flex"
+    assert {(s.tp, s.dims.expert_tp, s.ep) for s in c.plan.stages} == {(2, 1, 64)}
+    mxfp8 = moe.moe_case(_row(moe, "megatronbridge-moe-26.08-gb200-nemotron_3_super-mxfp8"))
+    assert not any(layer.config.high_precision for layer in mxfp8.plan.model.layers if layer.kind == "decoder")
+    # a row of a model the catalog lacks is still skipped
+    assert moe.moe_case(_with(row, model__name="Nemotron_9_Giga")).skip == "model dimensions not stated (no hf_config)"

@@ -34,6 +34,7 @@ from .formulas import CostParams, layer_time
 from .dp_comm import (NO_ZERO_COMM, DpLayout, ZeroComm, rank_zero_share, zero_comm, zero_exposed_s,  # noqa: F401 (re-exported)
                       zero_rank_overlapped)
 from ..core.dims import StageDims
+from ..inputs.devices import QUANTIZED_FORMATS
 from ..inputs.hardware import GpuSpec, Link
 from ..inputs.model import Layer
 from .context_parallel import cp_comm
@@ -168,6 +169,8 @@ def layer_price(layer: Layer, sh: Sharding, gpu: GpuSpec, tp_link: Link, p: Cost
     with MTP modules (Layer.trail) is the sum of its own price and theirs, each module a decoder."""
     if layer.trail:
         return _with_trail(layer, sh, gpu, tp_link, p, cp_link, ep_group)
+    if layer.config is not None and layer.config.high_precision and sh.dtype in QUANTIZED_FORMATS:
+        sh = replace(sh, dtype="bf16")  # a decoder the quantized recipe keeps in bf16 (ModelConfig.bf16_layers)
     sh = sh.priced(p.fused_attention)
     t = with_moe_alltoall(layer_time(layer, gpu, sh, tp_link, p), layer, sh, ep_group, p)
     time = t.compute_s + t.tp_comm_s + t.ep_comm_s

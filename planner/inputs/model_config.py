@@ -70,6 +70,13 @@ class ModelConfig:
     # its tokens down to this width before the dispatch and back after the combine (two h x latent linears
     # every TP rank holds whole), and its routed experts read and write it; 0: they work at hidden
     moe_latent: int = 0
+    # model level, under a quantized training dtype (fp8, mxfp8, nvfp4): the first and the last decoders kept in
+    # bf16 (megatron-core first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16;
+    # a hybrid model counts each layer of its pattern), and whether the MTP modules are (keep_mtp_spec_in_bf16)
+    bf16_layers: tuple[int, int] = (0, 0)
+    mtp_bf16: bool = False
+    # this decoder runs its linears in bf16 whatever the training dtype (bf16_layers, mtp_bf16)
+    high_precision: bool = False
 
     @property
     def expert_width(self) -> int:
@@ -133,7 +140,9 @@ class ModelConfig:
         dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
         per-model patterns cleared."""
         changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "", "layer_chunks": (),
-                                   "mtp_layers": 0, "mtp_pattern": "",
+                                   "mtp_layers": 0, "mtp_pattern": "", "bf16_layers": (0, 0), "mtp_bf16": False,
+                                   "high_precision": index < self.bf16_layers[0]
+                                   or index >= self.num_layers - self.bf16_layers[1],
                                    "window": self.layer_windows[index] if self.layer_windows else self.window,
                                    "attention_chunk": self.layer_chunks[index] if self.layer_chunks
                                    else self.attention_chunk}
@@ -149,11 +158,12 @@ class ModelConfig:
         spec), or a hybrid model's MTP pattern as one block of its mixer and its MLP, each layer with
         its norm (megatron-core builds the pattern's layers from the hybrid stack spec)."""
         if not self.mtp_pattern:
-            return replace(self.layer_config(self.num_layers - 1), mtp_module=True)
+            return replace(self.layer_config(self.num_layers - 1), mtp_module=True, high_precision=self.mtp_bf16)
         mixer = next((kind for kind in self.mtp_pattern if kind in "M*"), "")  # (model_families: at most one
         mlp = next((kind for kind in self.mtp_pattern if kind in "-E"), "")  # mixer and one MLP)
         return replace(self, layer_windows=(), dense_layers=(), layer_pattern="", layer_chunks=(), mtp_layers=0,
                        mtp_pattern="", mtp_module=True, block_norms=len(self.mtp_pattern), attention_chunk=0,
+                       bf16_layers=(0, 0), mtp_bf16=False, high_precision=self.mtp_bf16,
                        **_mixer_changes(mixer), **_mlp_changes(mlp, self.dense_ffn_hidden))
 
 

@@ -171,6 +171,8 @@ def consistency_problems(data: Mapping[str, Any], plan: Any) -> list[Problem]:
             if rank not in used:
                 problems.append((f"devices[{j}].rank", f"rank {rank} is not used by any stage"))
                 continue
+            if not 0 <= rank < plan.cluster.num_gpus:
+                continue  # a stage's rank past the cluster: structural_problems names it
             expected = plan.cluster.device(rank).to_json()
             for key, value in expected.items():
                 if key in entry and entry[key] != value:
