@@ -261,7 +261,8 @@ def _build(run: dict) -> tuple[object, str]:
         return None, "model dimensions not stated (no hf_config)"
     name = md["name"].split(" (")[0].lower().replace(" ", "-")
     kept = KEPT_IN_BF16.get(md["name"], {})
-    model = _model(name, yaml.safe_dump(config, sort_keys=True), kept.get(_dtype(run), (0, 0)), kept.get("mtp_bf16", False))
+    bf16_layers = kept.get(_dtype(run), (0, 0))
+    model = _model(name, yaml.safe_dump(config, sort_keys=True), bf16_layers, kept.get("mtp_bf16", False))
     problem = model_problem(RUNTIME, model)
     if problem:
         return None, problem
@@ -276,7 +277,8 @@ def _build(run: dict) -> tuple[object, str]:
     tp, pp, cp, vp, ep = (_degree(p.get(k)) for k in ("tp", "pp", "cp", "vp", "ep"))
     dtype = resolve_dtype(cluster, _dtype(run), RUNTIME)
     training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"], search_schedule(vp).name,
-                        vp, "flash", runtime=RUNTIME, fp8_recipe=FP8_RECIPE if dtype == "fp8" else "")
+                        vp, "flash", runtime=RUNTIME, fp8_recipe=FP8_RECIPE if dtype == "fp8" else "",
+                        bf16_layers=bf16_layers)
     check_training_inputs(model, training)
     etp = _degree(p.get("etp")) if p.get("etp") else missed_recipe(run)[2]
     plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=gpus // (tp * pp * cp), zero=1,

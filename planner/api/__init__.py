@@ -21,7 +21,7 @@ from ..core.errors import BadInput
 from ..inputs.hardware import Cluster, load_cluster
 from .load import (FLAG_FIGURES, Warn, check_training_inputs, input_files, load_calibrations,  # noqa: F401
                     load_profiles, per_gpu_params, require, resolve_dtype)
-from ..inputs.model import Model, load_model
+from ..inputs.model import Model, load_model, with_bf16_layers
 from ..plan import (CP_KINDS, OPTIMIZER_NAMES, STAGE_RECOMPUTE_MODES, Plan, Training, structural_problems,
                     moe_dispatcher_problem, tf32_problem, uniform_plan)
 from ..cost.runtimes import get_runtime, tf32_setting
@@ -126,8 +126,10 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
     _check_optimizer(request.optimizer)
     training = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype),
-                    _moe_dispatcher(request.moe_dispatcher, model), bool(request.fp8_all_gather))
+                    _moe_dispatcher(request.moe_dispatcher, model), bool(request.fp8_all_gather),
+                    bf16_layers(request.bf16_layers))
     check_training_inputs(model, training)
+    model = with_bf16_layers(model, training.bf16_layers)
     _check_runtime_model(request.runtime, model)
     degrees = degree_options(request, model, cluster)
     measured = per_gpu_params(request.profiles, request.calibrations, cluster, model, training, warn, request.runtime)
@@ -272,9 +274,10 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype),
-                        _moe_dispatcher(r.moe_dispatcher, model), bool(r.fp8_all_gather))
+                        _moe_dispatcher(r.moe_dispatcher, model), bool(r.fp8_all_gather), bf16_layers(r.bf16_layers))
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
+    model = with_bf16_layers(model, training.bf16_layers)
     if r.recompute not in STAGE_RECOMPUTE_MODES:
         raise BadInput(f"unknown recompute {r.recompute!r}, expected one of {', '.join(STAGE_RECOMPUTE_MODES)}",
                        "--recompute")
@@ -288,6 +291,20 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
                         ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
                         offload_activations=r.offload_activations)
+
+
+def bf16_layers(value: str | tuple[int, int] | None) -> tuple[int, int]:
+    """`--bf16-layers START,END` (or the pair) as Training.bf16_layers; None: (0, 0)."""
+    if value is None:
+        return (0, 0)
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        start, end = (int(str(part).strip()) for part in parts)
+    except ValueError:
+        raise BadInput(f"expected START,END (two whole numbers), got {value!r}", "--bf16-layers") from None
+    if start < 0 or end < 0:
+        raise BadInput(f"counts must be >= 0, got {start},{end}", "--bf16-layers")
+    return (start, end)
 
 
 def _moe_dispatcher(dispatcher: str | None, model: Model) -> str:
@@ -394,7 +411,8 @@ def describe_plan(plan: Plan) -> dict:
             **({"compile": True} if t.compile else {}),
             **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
             **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}),
-            **({"fp8_all_gather": True} if t.fp8_all_gather else {}), "pp": plan.pp,
+            **({"fp8_all_gather": True} if t.fp8_all_gather else {}),
+            **({"bf16_layers": list(t.bf16_layers)} if t.bf16_layers != (0, 0) else {}), "pp": plan.pp,
             "stages": [{"layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
                         "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                         **({"cp": s.cp, "cp_kind": s.cp_kind} if s.cp > 1 else {}),

@@ -87,6 +87,12 @@ def check_training_inputs(model: Model, training: Training) -> None:
             raise BadInput(f"{cap.describe()} has no {wanted} MoE token dispatcher (it has "
                            f"{', '.join(cap.moe_dispatchers)}); --moe-dispatcher {wanted} needs --runtime {running}",
                            "--moe-dispatcher")
+    if training.bf16_layers != (0, 0):
+        from ..cost.runtimes.capability import bf16_layers_problem
+
+        problem = bf16_layers_problem(training)
+        if problem:
+            raise BadInput(problem, "--bf16-layers")
     if training.fp8_all_gather:
         from ..cost.runtimes import fp8_all_gather_problem
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ..cost.fp8 import RECIPES
 from ..cost.runtimes import get_runtime
-from ..cost.runtimes.capability import capability, fp8_all_gather_problem
+from ..cost.runtimes.capability import bf16_layers_problem, capability, fp8_all_gather_problem
 from .load import resolve_dtype
 from ..plan import Plan
 from .requests import PlanRequest
@@ -36,9 +36,11 @@ def target_request(plan: Plan, target: str) -> tuple[PlanRequest, str]:
     fp8_recipe = t.fp8_recipe if same_library and dtype == t.dtype else ""
     # the fp8 all-gather kept where the target's FSDP runs it with the recipe kept
     gather = t.fp8_all_gather and not fp8_all_gather_problem(replace(t, dtype=dtype, fp8_recipe=fp8_recipe), runtime)
+    # the decoders kept in bf16, where the target keeps them with the dtype and recipe kept
+    kept = t.bf16_layers != (0, 0) and not bf16_layers_problem(replace(t, dtype=dtype, fp8_recipe=fp8_recipe), runtime)
     request = PlanRequest(model=plan.model, cluster=plan.cluster, global_batch=t.global_batch, seq_len=t.seq_len,
                           dtype=dtype, attention=t.attention, optimizer=t.optimizer, fp8_recipe=fp8_recipe,
-                          fp8_all_gather=gather,
+                          fp8_all_gather=gather, bf16_layers=t.bf16_layers if kept else None,
                           compile=t.compile and cap.compile, runtime=runtime, jobs=2,
                           moe_dispatcher=t.moe_dispatcher if t.moe_dispatcher != "alltoall"
                           and t.moe_dispatcher in cap.moe_dispatchers else None)

@@ -253,6 +253,7 @@ def request_of(plan: Plan, base: PlanRequest, cluster: Cluster) -> PlanRequest:
                    fp8_recipe=t.fp8_recipe, compile=t.compile, tf32=t.tf32_matmul,
                    moe_dispatcher=t.moe_dispatcher if plan.model.config is not None
                    and plan.model.config.num_experts > 1 else None, fp8_all_gather=t.fp8_all_gather,
+                   bf16_layers=t.bf16_layers if t.bf16_layers != (0, 0) else None,
                    top=1, compare_any=False, power_caps=False)
 
 

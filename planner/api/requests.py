@@ -55,6 +55,11 @@ FP8_ALL_GATHER = Flag("--fp8-all-gather/--no-fp8-all-gather", "With --dtype fp8 
                       "scaling (runtime torchtitan): FSDP all-gathers the decoder GEMM weights in fp8, "
                       "1 byte each (torchtitan's enable_fsdp_float8_all_gather), recorded as "
                       "training.fp8_all_gather [default: off].", None, "training", plan_file=True)
+BF16_LAYERS = Flag("--bf16-layers", "With a quantized --dtype (fp8, mxfp8, nvfp4): keep the first START and the "
+                   "last END decoder layers in bf16, priced as bf16 layers (megatron-core's --first-last-layers-bf16 "
+                   "with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16; NVIDIA's Nemotron 3 Super NVFP4 "
+                   "recipe keeps 1,14), recorded as training.bf16_layers [default: 0,0]. Runtimes megatron and any; "
+                   "not with fp8 delayed scaling.", str, "training", metavar="START,END", plan_file=True)
 ATTENTION = Flag("--attention", "flash keeps no s^2 scores; standard keeps them (2021-22 kernels).",
                  ATTENTION_KINDS, "training", show_default=True)
 OPTIMIZER = Flag("--optimizer", "Its states set the memory per parameter and its step time (a training choice, "
@@ -96,6 +101,9 @@ class PlanRequest:
     moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
     # under fp8, FSDP all-gathers the fp8 weights in fp8 (Training.fp8_all_gather)
     fp8_all_gather: bool = field(default=False, metadata=declare(FP8_ALL_GATHER))
+    # under a quantized dtype, the first and last decoders kept in bf16 (Training.bf16_layers): "START,END" or
+    # (START, END); None: none
+    bf16_layers: str | tuple[int, int] | None = field(default=None, metadata=declare(BF16_LAYERS))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     # planner.plan.OPTIMIZER_NAMES: a training choice, kept, not searched
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))
@@ -232,6 +240,9 @@ class EvaluateRequest:
     moe_dispatcher: str | None = field(default=None, metadata=declare(MOE_DISPATCHER))
     # under fp8, FSDP all-gathers the fp8 weights in fp8 (Training.fp8_all_gather)
     fp8_all_gather: bool = field(default=False, metadata=declare(FP8_ALL_GATHER))
+    # under a quantized dtype, the first and last decoders kept in bf16 (Training.bf16_layers): "START,END" or
+    # (START, END); None: none
+    bf16_layers: str | tuple[int, int] | None = field(default=None, metadata=declare(BF16_LAYERS))
     attention: str = field(default="flash", metadata=declare(ATTENTION))
     optimizer: str = field(default="adamw", metadata=declare(OPTIMIZER))  # planner.plan.OPTIMIZER_NAMES
     tp: int | None = field(default=None, metadata=declare(Flag(

@@ -321,6 +321,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags.append(("--bf16", None))
     elif form.dtype in QUANTIZED_FLAGS:
         flags += quantized_flags(plan.training.dtype, plan.training.fp8_recipe, form.zero >= 1 or form.offload)
+        start, end = plan.training.bf16_layers
+        if start or end:  # the decoders kept in bf16 (transformer_config.py first_last_layers_bf16)
+            flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", start),
+                      ("--num-layers-at-end-in-bf16", end)]
     elif form.dtype == "fp16":
         flags.append(("--fp16", None))
     lines = [k if val is None else f"{k} " + " ".join(shlex.quote(str(v)) for v in (val if isinstance(val, tuple)

@@ -427,6 +427,22 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
     return ModelConfig(name=name, **hf_dimensions(data, where))
 
 
+def with_bf16_layers(model: Model, layers: tuple[int, int]) -> Model:
+    """`model` with its first layers[0] and last layers[1] decoders kept in bf16 under a quantized dtype
+    (ModelConfig.bf16_layers; Training.bf16_layers), its layers rebuilt; `model` itself where it already is."""
+    c = model.config
+    layers = (int(layers[0]), int(layers[1]))
+    if c is None or c.bf16_layers == layers:
+        if c is None and layers != (0, 0):
+            raise BadInput("keeping decoders in bf16 needs a model config, not a layer profile", "--bf16-layers")
+        return model
+    if sum(layers) > c.num_layers:
+        raise BadInput(f"keeps {layers[0]} + {layers[1]} decoder layers in bf16; {model.name} has {c.num_layers}",
+                       "--bf16-layers")
+    config = replace(c, bf16_layers=layers)
+    return Model(model.name, config, build_layers(config), raw=model.raw, source=model.source)
+
+
 def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
     h = config.hidden
     embed_params = config.vocab * h + (config.max_positions * h if config.learned_positions else 0)

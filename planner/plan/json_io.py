@@ -10,7 +10,7 @@ from ..inputs.devices import QUANTIZED_FORMATS
 from ..inputs.hardware import Cluster, cluster_from_spec
 from ..core import ranges
 from ..core.io import MAX_NUMBER, get_str
-from ..inputs.model import Model, model_from_dict
+from ..inputs.model import Model, model_from_dict, with_bf16_layers
 from ..core.names import check_name
 from ..core.runtime_default import DEFAULT_RUNTIME
 from .types import (FP8_RECIPE_NAMES, MOE_DISPATCHERS, OPTIMIZER_NAMES, PLAN_FORMAT, SCHEDULES, STAGE_RECOMPUTE_MODES,
@@ -47,7 +47,8 @@ def plan_to_json(plan: Plan, predicted: Mapping[str, Any] | None = None,
                      **({"compile": True} if t.compile else {}),
                      **({"tf32_matmul": t.tf32_matmul} if t.tf32_matmul is not None else {}),
                      **({"moe_dispatcher": t.moe_dispatcher} if t.moe_dispatcher != "alltoall" else {}),
-                     **({"fp8_all_gather": True} if t.fp8_all_gather else {})},
+                     **({"fp8_all_gather": True} if t.fp8_all_gather else {}),
+                     **({"bf16_layers": list(t.bf16_layers)} if t.bf16_layers != (0, 0) else {})},
         "stages": [
             {"index": s.index, "layers": list(s.layers), "tp": s.tp, "dp": s.dp, "zero": s.zero,
              "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
@@ -148,6 +149,10 @@ def plan_from_json(data: Mapping[str, Any], where: str = "plan") -> Plan:
         problem = moe_dispatcher_problem(training.moe_dispatcher, model)
         if problem:
             raise BadInput(problem, where, "training.moe_dispatcher")
+    try:
+        model = with_bf16_layers(model, training.bf16_layers)
+    except BadInput as exc:
+        raise BadInput(exc.message, where, "training.bf16_layers") from None
     stages = [_stage_from_json(st, i, where) for i, st in enumerate(data["stages"])]
     if not stages:
         raise BadInput("a plan needs at least one stage", where, "stages")
@@ -178,6 +183,13 @@ def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> 
     fp8_all_gather = _bool(tr, "fp8_all_gather", where, "training")
     if fp8_all_gather and dtype != "fp8":
         raise BadInput(f"the fp8 all-gather needs dtype fp8, not {dtype}", where, "training.fp8_all_gather")
+    kept = tr.get("bf16_layers", [0, 0])
+    if not isinstance(kept, list) or len(kept) != 2 or any(not isinstance(n, int) or isinstance(n, bool) or n < 0
+                                                           for n in kept):
+        raise BadInput(f"must be [START, END], two whole numbers >= 0, got {kept!r}", where, "training.bf16_layers")
+    if kept != [0, 0] and dtype not in QUANTIZED_FORMATS:
+        raise BadInput(f"keeping decoder layers in bf16 needs a quantized dtype, not {dtype}", where,
+                       "training.bf16_layers")
     return Training(
         global_batch=ranges.get(tr, "global_batch", "global_batch", where, "training.global_batch"),
         seq_len=ranges.get(tr, "seq_len", "seq_len", where, "training.seq_len"),
@@ -190,7 +202,7 @@ def _training_from_json(tr: Mapping[str, Any], cluster: Cluster, where: str) -> 
         tf32_matmul=_tf32(tr, dtype, where),
         moe_dispatcher=get_str(tr, "moe_dispatcher", where, "training.moe_dispatcher", required=False,
                                default="alltoall"),
-        fp8_all_gather=fp8_all_gather)
+        fp8_all_gather=fp8_all_gather, bf16_layers=(kept[0], kept[1]))
 
 
 def _stage_from_json(st: Any, index: int, where: str) -> Stage:

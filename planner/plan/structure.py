@@ -76,6 +76,10 @@ def structural_problems(plan: Plan) -> list[tuple[str, str]]:
         problems += _pipeline_rank_problems(plan, i, s, ranks_here, seen_by_prank, first_stage, owner)
     if expected_first != plan.model.num_layers:
         problems.append(("stages", f"layers end at {expected_first}, the model has {plan.model.num_layers}"))
+    marked = plan.model.config.bf16_layers if plan.model.config is not None else (0, 0)
+    if marked != t.bf16_layers:  # (inputs.model.with_bf16_layers marks them where a plan is made or read)
+        problems.append(("training.bf16_layers", f"is {list(t.bf16_layers)}, the plan's model keeps {list(marked)} "
+                                                 "decoder layers in bf16"))
     pranks = sorted(seen_by_prank)
     if pranks != list(range(len(pranks))):
         problems.append(("stages", f"pipeline ranks {pranks} are not 0..{len(pranks) - 1}"))

@@ -145,6 +145,10 @@ class Training:
     # (`--fp8-all-gather`; CostParams.fp8_all_gather; torchtitan's enable_fsdp_float8_all_gather);
     # only with a recipe that can (Fp8Recipe.gathers_fp8) on a runtime whose FSDP does (Capability.fp8_all_gather)
     fp8_all_gather: bool = False
+    # under a quantized dtype (fp8, mxfp8, nvfp4): the first and the last decoder layers kept in bf16
+    # (`--bf16-layers START,END`; megatron-core first_last_layers_bf16 with num_layers_at_start_in_bf16 and
+    # num_layers_at_end_in_bf16); the plan's model marks them (ModelConfig.bf16_layers: inputs.model.with_bf16_layers)
+    bf16_layers: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

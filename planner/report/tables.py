@@ -54,7 +54,9 @@ def precision_text(training) -> str:
                else " (TF32 off)")
             + (", torch.compile" if training.compile else "")
             + (f", {training.moe_dispatcher} MoE dispatcher" if training.moe_dispatcher != "alltoall" else "")
-            + (", fp8 FSDP all-gather" if training.fp8_all_gather else ""))
+            + (", fp8 FSDP all-gather" if training.fp8_all_gather else "")
+            + (f", bf16 layers {training.bf16_layers[0]} + {training.bf16_layers[1]}" if training.bf16_layers != (0, 0)
+               else ""))
 
 
 def mfu_text(est: Estimate, plan: Plan) -> str:

@@ -23,7 +23,7 @@ SPEC = RuntimeSpec(
                     # Megatron's unfused fallback: the whole space prices no plan slower than a runtime does
                     flash_attention=()),
     capability=Capability(
-        runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True,
+        runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True, bf16_layers=True,
         tensor_parallel=True, per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
         schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs", "dualpipev"),
         interleaved_microbatch_multiple=False,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...schedules import get_schedule
+from ...inputs.devices import QUANTIZED_FORMATS
 from ..fp8 import RECIPES
 from .registry import runtime_spec
 from .spec import Capability
@@ -52,6 +53,23 @@ def fp8_all_gather_problem(training: "Training", runtime: str = "") -> str:
     return ""
 
 
+def bf16_layers_problem(training: "Training", runtime: str = "") -> str:
+    """What a training that keeps decoders in bf16 (Training.bf16_layers) lacks under `runtime` ("": its own)
+    ('' when nothing, or when it keeps none): a quantized dtype, a runtime that keeps them
+    (Capability.bf16_layers), and under fp8 a recipe other than Transformer Engine's delayed scaling
+    (megatron-core: 'Delayed scaling does not support first / last layer in BF16')."""
+    if training.bf16_layers == (0, 0):
+        return ""
+    if training.dtype not in QUANTIZED_FORMATS:
+        return f"keeping decoder layers in bf16 needs a quantized dtype (fp8, mxfp8, nvfp4), not {training.dtype}"
+    spec = runtime_spec(runtime or training.runtime)
+    if not spec.capability.bf16_layers:
+        return f"{spec.capability.describe()} keeps no decoder layers in bf16 (megatron and any do)"
+    if training.dtype == "fp8" and (training.fp8_recipe or spec.pricing.fp8_recipe) == "te-delayed":
+        return "fp8 delayed scaling keeps no decoder layers in bf16 (megatron-core refuses it): use --fp8-recipe te-current"
+    return ""
+
+
 def model_problem(runtime: str, model: "Model") -> str:
     """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can):
     Capability.mamba_layers for a hybrid model, Capability.mtp_layers for one with multi-token-prediction
@@ -65,6 +83,12 @@ def model_problem(runtime: str, model: "Model") -> str:
                 f"{model.config.mtp_layers}: num_nextn_predict_layers): plan it with --runtime megatron, or "
                 "from a config.json with num_nextn_predict_layers 0 to train the main model alone")
     return spec.model_problem(model) if spec.model_problem is not None else ""
+
+
+def decoders_per_rank(plan: "Plan") -> int:
+    """Megatron-core's bound on the decoders kept in bf16 at each end: num_layers // pp (transformer_config.py
+    max_bf16_layers_per_pipeline_stage)."""
+    return sum(1 for layer in plan.model.layers if layer.kind == "decoder") // plan.pp
 
 
 def decoder_blocks(plan: "Plan") -> list[int]:
@@ -217,6 +241,12 @@ def _precision_violations(plan: "Plan", cap: Capability, name: str, tps: list[in
     gather = fp8_all_gather_problem(plan.training, cap.runtime)
     if gather:
         out.append(f"{gather} (training.fp8_all_gather)")
+    kept = bf16_layers_problem(plan.training, cap.runtime)
+    if kept:
+        out.append(f"{kept} (training.bf16_layers)")
+    elif cap.runtime != "any" and max(plan.training.bf16_layers) > decoders_per_rank(plan):
+        out.append(f"{name} keeps at most one pipeline rank's {decoders_per_rank(plan)} decoder layers in bf16 at "
+                   f"each end (training.bf16_layers {list(plan.training.bf16_layers)})")
     c = plan.model.config
     if cap.kv_heads_over_tp and c is not None and c.num_kv_heads % tps[-1]:
         out.append(f"{name} splits the {c.num_kv_heads} query groups over TP (the plan has tp {tps[-1]})")

@@ -55,6 +55,8 @@ SPEC = RuntimeSpec(
         runtime="megatron", title="Megatron-LM", version="Megatron-LM core_r0.13", pipeline=True, tensor_parallel=True,
         # megatron-core models/mamba (MambaModel, hybrid_override_pattern; pretrain_mamba.py)
         mamba_layers=True, mtp_layers=True,
+        # --first-last-layers-bf16, --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16 (transformer_config.py)
+        bf16_layers=True,
         # megatron/core/parallel_state.py initialize_model_parallel: one tensor_model_parallel_size
         # and one data-parallel size for the whole world (world = tp * cp * pp * dp)
         per_stage_tp=False, per_stage_dp=False,

@@ -76,6 +76,9 @@ class Capability:
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     # its FSDP all-gathers fp8 weights in fp8 (Training.fp8_all_gather, `--fp8-all-gather`)
     fp8_all_gather: bool = False
+    # it keeps the first and last decoder layers in bf16 under quantized training (Training.bf16_layers,
+    # `--bf16-layers`: megatron-core's first_last_layers_bf16)
+    bf16_layers: bool = False
     # the replicas of one stage may run different TP degrees (Replica.tp: Sailor, FlashFlex)
     per_replica_tp: bool = False
     # a stage's TP ranks may hold uneven shards of heads and FFN columns (Stage.tp_heads, tp_ffn: HAP)
