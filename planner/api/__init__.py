@@ -127,7 +127,7 @@ def search_inputs(request: PlanRequest, warn: Warn | None = None) -> tuple[Model
     training = Training(global_batch, seq_len, dtype, 1, "1f1b", 1, request.attention, request.runtime, request.optimizer,
                     request.fp8_recipe, request.compile, _tf32(request.tf32, request.runtime, dtype),
                     _moe_dispatcher(request.moe_dispatcher, model), bool(request.fp8_all_gather),
-                    bf16_layers(request.bf16_layers))
+                    _bf16_layers(request.bf16_layers))
     check_training_inputs(model, training)
     model = with_bf16_layers(model, training.bf16_layers)
     _check_runtime_model(request.runtime, model)
@@ -274,7 +274,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
             raise BadInput(f"must be a positive integer, got {value!r}", flag)
     training = Training(r.global_batch, r.seq_len, dtype, r.micro_batch, schedule.name, r.virtual_stages,
                         r.attention, r.runtime, r.optimizer, r.fp8_recipe, r.compile, _tf32(r.tf32, r.runtime, dtype),
-                        _moe_dispatcher(r.moe_dispatcher, model), bool(r.fp8_all_gather), bf16_layers(r.bf16_layers))
+                        _moe_dispatcher(r.moe_dispatcher, model), bool(r.fp8_all_gather), _bf16_layers(r.bf16_layers))
     _check_optimizer(r.optimizer)
     check_training_inputs(model, training)
     model = with_bf16_layers(model, training.bf16_layers)
@@ -293,7 +293,7 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                         offload_activations=r.offload_activations)
 
 
-def bf16_layers(value: str | tuple[int, int] | None) -> tuple[int, int]:
+def _bf16_layers(value: str | tuple[int, int] | None) -> tuple[int, int]:
     """`--bf16-layers START,END` (or the pair) as Training.bf16_layers; None: (0, 0)."""
     if value is None:
         return (0, 0)
