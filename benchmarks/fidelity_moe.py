@@ -68,7 +68,7 @@ ASSUMPTION = (
     "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1; the 26.08 Nemotron 3 Super "
     "rows, v0.6.0's perf_recipes/nemotronh, with their expert TP 1); Nemotron 3 Super, whose rows give no "
     "hf_config, as the catalog's nemotron-3-super (its parameter count the checkpoint's) with the two MTP "
-    "depths its recipes train (CATALOG_MODELS), its MTP module and under NVFP4 its first layer and last 14 kept "
+    "depths its recipes train (CATALOG_MODELS; Nemotron 3.5 Lightning alike, as nemotron-3.5-lightning), its MTP module and under NVFP4 its first layer and last 14 kept "
     "in bf16 as its recipes keep them (KEPT_IN_BF16); another row without hf_config is skipped (model dimensions "
     "not verified).")
 
@@ -131,19 +131,27 @@ MISSED_RECIPES = (
      ("hybridep", False, 1)),
     (f"{SUPER_RECIPES}/gb200/nemotronh.py", ("v0.6.0",), "Nemotron_3_Super", "GB200", 64, 512, 1, 2, 1, None, 64,
      ("hybridep", False, 1)),
+    # the 26.08 Nemotron 3.5 Lightning row: v0.6.0's nemotron_3_5_lightning_pretrain_8gpu_gb200_fp8mx_config, Nano's
+    # GB200 MXFP8 recipe (global_batch_size 512, micro_batch_size 2, expert_model_parallel_size 8,
+    # moe_flex_dispatcher_backend "hybridep") with the MTP block
+    (f"{SUPER_RECIPES}/gb200/nemotronh.py", ("v0.6.0",), "Nemotron_3_5_Lightning", "GB200", 8, 512, 2, 1, 1, None, 8,
+     ("hybridep", False, 0)),
 )
 # rows without hf_config whose model the planner's catalog holds, its config checked against the checkpoint
 # (the parameter count equals the checkpoint's element count: profiles/models/published_params.yaml),
 # with the config changes the rows' recipes train: every Nemotron 3 Super recipe (recipes/nemotronh
 # nemotron_3_super.py, v0.4.0-v0.6.0) trains mtp_num_layers 2 with mtp_use_repeated_layer, its one MTP
 # module run twice, priced as two modules (their weights and optimizer states counted twice)
-CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", {"num_nextn_predict_layers": 2})}
+CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", {"num_nextn_predict_layers": 2}),
+                  # its v0.6.0 perf recipes alike (perf_recipes/nemotronh/gb200/nemotronh.py)
+                  "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", {"num_nextn_predict_layers": 2})}
 # what a model's recipes keep in bf16 under a quantized dtype (ModelConfig.bf16_layers, mtp_bf16): the
 # Nemotron 3 Super recipes keep_mtp_spec_in_bf16 True (recipes/nemotronh nemotron_3_super.py, v0.4.0-v0.6.0),
 # and their NVFP4 precision, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed (v0.4.0-v0.6.0),
 # sets first_last_layers_bf16 with num_layers_at_end_in_bf16 14 beside megatron-core's default
 # num_layers_at_start_in_bf16 1; the MXFP8 one (bf16_with_mxfp8_mixed) keeps none
-KEPT_IN_BF16 = {"Nemotron_3_Super": {"mtp_bf16": True, "nvfp4": (1, 14)}}
+KEPT_IN_BF16 = {"Nemotron_3_Super": {"mtp_bf16": True, "nvfp4": (1, 14)},
+                "Nemotron_3_5_Lightning": {"mtp_bf16": True}}  # keep_mtp_spec_in_bf16 (v0.6.0 gb200 recipe)
 
 
 def missed_recipe(run: dict) -> tuple[str, bool, int]:

@@ -194,6 +194,14 @@ def test_super_params_with_its_mtp_module_equal_the_checkpoint_element_count():
     assert "".join(kinds(model)) == pattern and (pattern.count("M"), pattern.count("E"), pattern.count("*")) == (40, 40, 8)
 
 
+def test_lightning_is_nano_with_an_mtp_module_of_the_checkpoints_count():
+    # Megatron-Bridge's verification card: 32,913,266,240 parameters (published_params.yaml total_with_mtp)
+    lightning, nano = load_model("nemotron-3.5-lightning"), load_model(NANO)
+    assert lightning.params == 32_913_266_240 and lightning.params - lightning.mtp_params == nano.params
+    (module,) = lightning.layers[-1].trail
+    assert module.config.mixer == "attention" and module.config.num_experts == 128 and module.config.moe_latent == 0
+
+
 def test_latent_experts_work_and_dispatch_at_the_latent_width():
     model = load_model(SUPER)
     moe = next(la for la in model.layers if la.kind == "decoder" and la.config.num_experts > 1)

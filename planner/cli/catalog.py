@@ -77,6 +77,7 @@ def models(as_json: bool) -> None:
     table = _table("Model catalog (parameters in billions; active: per token)",
                    ("name", "params", "active", "experts\n/top-k", "layers", "hidden", "heads\n/kv", "ffn", "vocab"),
                    ("name",))
+    table.columns[0].min_width = max(len(r["name"]) for r in rows)  # a catalog name is what `--model` takes: whole
     for r in rows:
         moe = r["experts"] > 1
         table.add_row(esc(r["name"]), f"{r['params'] / 1e9:.2f}",
