@@ -24,7 +24,7 @@ from planner.core.errors import BadInput
 from planner.cost.recompute import PRICED_MODULES
 from planner.cost.runtimes.capability import model_problem, violations
 from planner.inputs.hardware import GB, US, load_catalog
-from planner.inputs.model import MODELS_DIR, Model, build_layers, config_from_hf
+from planner.inputs.model import MODELS_DIR, Model, build_layers, config_from_hf, with_bf16_layers
 from planner.plan import Training, uniform_plan
 from planner.schedules import search_schedule
 
@@ -213,8 +213,8 @@ def catalog_config(table_name: str) -> dict | None:
 @lru_cache(maxsize=None)
 def _model(name: str, config_yaml: str, bf16_layers: tuple[int, int] = (0, 0), mtp_bf16: bool = False) -> Model:
     config = yaml.safe_load(config_yaml)
-    c = replace(config_from_hf(config, name, "moe-runs"), bf16_layers=bf16_layers, mtp_bf16=mtp_bf16)
-    return Model(c.name, c, build_layers(c), raw=config)
+    c = replace(config_from_hf(config, name, "moe-runs"), mtp_bf16=mtp_bf16)
+    return with_bf16_layers(Model(c.name, c, build_layers(c), raw=config), bf16_layers)
 
 
 def _dtype(run: dict) -> str:

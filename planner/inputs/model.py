@@ -430,8 +430,7 @@ def config_from_hf(data: Mapping[str, Any], name: str, where: str) -> ModelConfi
 def with_bf16_layers(model: Model, layers: tuple[int, int]) -> Model:
     """`model` with its first layers[0] and last layers[1] decoders kept in bf16 under a quantized dtype
     (ModelConfig.bf16_layers; Training.bf16_layers), its layers rebuilt; `model` itself where it already is."""
-    c = model.config
-    layers = (int(layers[0]), int(layers[1]))
+    c, layers = model.config, tuple(layers)
     if c is None or c.bf16_layers == layers:
         if c is None and layers != (0, 0):
             raise BadInput("keeping decoders in bf16 needs a model config, not a layer profile", "--bf16-layers")
