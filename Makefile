@@ -52,7 +52,7 @@ test: wheel-check $(INTEGRATION_STAMP)
 	PLANNER_REQUIRE_TORCH=1 PLANNER_REQUIRE_INTEGRATION=1 PLANNER_REQUIRE_RAY=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS) \
 		-m "not exhaustive"
 
-# the oracle instances whose brute force takes 15 s or more on 2 cores
+# the oracle instances whose brute force takes 5 s or more on 2 cores (10 s for the TP-split ones)
 test-exhaustive: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m exhaustive
 

@@ -3,6 +3,7 @@ running the solver beside the brute-force oracle (planner.verify.oracle)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from planner.cli import main
-from planner.inputs.hardware import PROFILES_DIR, cluster_from_spec
+from planner.inputs.hardware import PROFILES_DIR, cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 
@@ -50,6 +51,16 @@ def benchmark_module(name: str):
     finally:
         sys.path.remove(str(BENCHMARKS_DIR))
 
+
+
+@functools.cache
+def mixed_any_result():
+    """The search's result for llama-3-8b on a100-v100-mix, 512 x 4096 tokens in fp16 under --runtime any
+    (per-stage TP and uneven shares: the widest tables and what the exports must reduce): one search per
+    test process, shared by the modules that read it."""
+    from planner.search.orchestration.driver import solve
+
+    return solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1, runtime="any"))
 
 
 def small_cluster_spec(nodes: int = 1, gpus_per_node: int = 4, gpu: str = "A100-SXM4-80GB") -> dict:

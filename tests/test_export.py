@@ -11,7 +11,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from planner.core.errors import BadInput
 from planner.cli.export import add_commands
 from planner.export import TARGET_RUNTIMES, titan_cli_args
 from planner.inputs.hardware import cluster_from_spec, load_cluster
@@ -19,7 +18,7 @@ from planner.inputs.model import load_model
 from planner.plan import Training, plan_to_json, uniform_plan
 from planner.verify.plan_checks import load_schema
 
-from .conftest import hf_config
+from .conftest import hf_config, mixed_any_result
 from .test_export_runnable import layout_counts
 
 
@@ -41,11 +40,7 @@ def homogeneous(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def heterogeneous_data():
-    from planner.search.orchestration.driver import solve
-
-    # runtime: any (per-stage TP and uneven shares: what the exports must reduce)
-    result = solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1, runtime="any"))
-    return plan_to_json(result.plan)
+    return plan_to_json(mixed_any_result().plan)
 
 
 def runtime_plan(runtime: str, dtype: str):

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow  # every test here solves the oracle's instances (
 
 
 # the instances whose brute force prices 10^5 plans or more (a minute or more on 2 cores), and those
-# taking 15 s or more on 2 cores: `make test-exhaustive`
-EXHAUSTIVE_SEEDS = (16, 17, 27, 36, 37)
+# taking 5 s or more on 2 cores: `make test-exhaustive`
+EXHAUSTIVE_SEEDS = (4, 15, 16, 17, 22, 25, 27, 29, 33, 34, 35, 36, 37, 38, 40, 44, 47)
 
 
 @pytest.mark.parametrize("seed", [pytest.param(seed, marks=pytest.mark.exhaustive) if seed in EXHAUSTIVE_SEEDS else seed
@@ -111,9 +111,10 @@ def test_interleaved_schedule_is_chosen_where_its_smaller_bubble_wins():
 
 
 def test_oracle_instances_cover_pipelines_uneven_shares_and_mixed_stages():
-    """The 50 oracle instances must exercise what the solver claims to search."""
+    """The oracle instances `make test` checks (all but EXHAUSTIVE_SEEDS) must exercise what the solver
+    claims to search."""
     multi = uneven = mixed = 0
-    for seed in range(50):
+    for seed in (seed for seed in range(50) if seed not in EXHAUSTIVE_SEEDS):
         model, cluster, base = tiny_instance(seed)
         plan = solve(model, cluster, base, SolverOptions(**TINY_OPTIONS)).plan
         multi += len(plan.stages) > 1

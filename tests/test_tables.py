@@ -11,11 +11,13 @@ from rich.console import Console
 
 from planner.report.views import print_estimate, print_plan
 from planner.cost.evaluate import evaluate
-from planner.inputs.hardware import GIB, cluster_from_spec, load_cluster
+from planner.inputs.hardware import GIB, cluster_from_spec
 from planner.inputs.model import load_model
 from planner.plan import Plan, Replica, Training, uniform_plan
 from planner.report.show import print_show, rank_timings
 from planner.report.tables import gpu_labels, rank_text, replicas_by_gpu, shares_text, short_gpu_name, types_label
+
+from .conftest import mixed_any_result
 
 WIDTHS = (80, 160)
 
@@ -50,10 +52,7 @@ def interleave_nodes(plan: Plan, ways: int) -> Plan:
 
 @pytest.fixture(scope="module")
 def default_result():
-    from planner.search.orchestration.driver import solve
-
-    # runtime: any (per-stage TP and uneven shares make the widest tables)
-    return solve(load_model("llama-3-8b"), load_cluster("a100-v100-mix"), Training(512, 4096, "fp16", 1, runtime="any"))
+    return mixed_any_result()
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,8 @@ def test_solver_equals_brute_force_across_gpu_types(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.exhaustive) for s in range(6, 16))])
+# seeds 1 and 4 take 10 s or more on 2 cores: `make test-exhaustive` with 6 .. 15
+@pytest.mark.parametrize("seed", [0, 2, 3, 5, *(pytest.param(s, marks=pytest.mark.exhaustive) for s in (1, 4, *range(6, 16)))])
 def test_solver_equals_brute_force_over_splits_of_heads_and_columns_apart(seed):
     model, cluster, base = across_types_instance(seed)
     expected = oracle_optimum(model, cluster, base, TINY_OPTIONS, tp_splits="apart")

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..cost.move import Node, Role, need_bytes, old_roles_on, roles
 from ..plan import Plan
@@ -26,6 +25,8 @@ TIE_BYTES = 1.0  # what relabelling a node costs beyond its data: ties keep node
 
 def relabeled(old: Plan, new: Plan, survivors: Mapping[Node, Node]) -> Plan:
     """`new` with each group's nodes permuted to receive the least from `old` (module docstring)."""
+    from scipy.optimize import linear_sum_assignment  # here, not at import: scipy takes ~0.4 s to load
+
     from ..cost.reliability import state_bytes_per_param
 
     weight_b, state_b = state_bytes_per_param(new.training)
