@@ -69,7 +69,7 @@ def test_registry_names_are_the_plan_files_and_the_schemas_schedules():
     schema = json.loads((DATA / "plan.schema.json").read_text())
     enum = schema["properties"]["training"]["properties"]["schedule"]["enum"]
     assert list(SCHEDULES) == list(plan_module.SCHEDULES) == enum == ["1f1b", "interleaved", "gpipe", "zb-h1", "zbv",
-                                                                       "looped-bfs", "dualpipev"]
+                                                                       "looped-bfs", "dualpipev", "combined-1f1b"]
     assert all(name == schedule.name for name, schedule in SCHEDULES.items())
 
 

@@ -123,11 +123,12 @@ def test_uniform_schedules_only_where_the_runtime_runs_them_and_no_zero_bubble_l
         return uniform_space(within(SolverOptions(**flags), cap), cap, whole_nodes=False).schedules
 
     assert schedules("torchtitan") == ("zbv", "looped-bfs", "dualpipev")
-    assert schedules("any") == ("zbv", "looped-bfs", "dualpipev")
-    assert schedules("megatron") == () and schedules("deepspeed") == ()
+    assert schedules("any") == ("zbv", "looped-bfs", "dualpipev", "combined-1f1b")
+    assert schedules("megatron") == ("combined-1f1b",) and schedules("deepspeed") == ()
     # --no-zero-bubble: no split backward (ZB-V, DualPipeV); looped BFS is not a zero-bubble schedule
     assert schedules("torchtitan", zero_bubble=False) == ("looped-bfs",)
-    assert schedules("any", uniform_schedules=False) == ()
+    assert schedules("any", uniform_schedules=False) == () and schedules("any", zero_bubble=False) == (
+        "looped-bfs", "combined-1f1b")
     assert schedules("torchtitan", max_stages=1) == ()
     cap = capability("torchtitan")  # the whole-node space (the search's backup) has none
     assert uniform_space(within(SolverOptions(), cap), cap).schedules == ()

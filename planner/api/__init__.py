@@ -287,10 +287,15 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
         raise BadInput(f"must be >= 0, got {r.recompute_layers}", "--recompute-layers")
     if not isinstance(r.offload_activations, int) or r.offload_activations < 0:
         raise BadInput(f"must be an integer >= 0, got {r.offload_activations!r}", "--offload-activations")
-    return uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
+    made = uniform_plan(model, cluster, training, tp=r.tp, pp=r.pp, dp=r.dp, zero=r.zero, recompute=r.recompute,
                         sequence_parallel=r.sequence_parallel, cp=r.cp, cp_kind=r.cp_kind,
                         ep=r.ep, etp=_etp(r.etp, r.tp), recompute_layers=r.recompute_layers, offload=r.offload,
                         offload_activations=r.offload_activations)
+    # what the schedule runs with (planner.plan.structure: e.g. combined 1F1B's expert parallelism)
+    for where, why in structural_problems(made):
+        if where in ("training.schedule", "training.dtype"):
+            raise BadInput(why, "--schedule" if where == "training.schedule" else "--dtype")
+    return made
 
 
 def _bf16_layers(value: str | tuple[int, int] | None) -> tuple[int, int]:

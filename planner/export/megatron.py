@@ -292,6 +292,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
             flags.append(("--num-layers-per-virtual-pipeline-stage", form.decoders[0]))
         elif not even:
             flags.append(("--pipeline-model-parallel-layout", layout))
+    if plan.training.schedule == "combined-1f1b" and form.pp > 1:
+        # the combined 1F1B schedule that hides the expert-parallel all-to-all (planner.schedules.combined_1f1b:
+        # megatron-core model_parallel_config.py overlap_moe_expert_parallel_comm; Megatron-LM's MoE docs)
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
     if form.cp > 1:
         # megatron-core context parallelism: --cp-comm-type p2p is the ring, a2a Ulysses
         # (megatron/training/arguments.py --context-parallel-size, --cp-comm-type)

@@ -185,6 +185,25 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
     if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
         problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
                          "schedule"))
+    if schedule is not None and schedule.overlaps_ep_comm and (len(pranks) < schedule.min_pp
+                                                               or v < schedule.min_virtual_stages):
+        # its pricing hides the all-to-all by pairing chunks of a pipeline (CostParams.moe_a2a_overlap)
+        problems.append(("training.schedule", f"{t.schedule} needs at least {schedule.min_pp} pipeline ranks and "
+                         f"{schedule.min_virtual_stages} virtual stages (the plan has {len(pranks)} and {v})"))
+    if schedule is not None and schedule.needs_ep and not any(s.ep > 1 for s in plan.stages):
+        problems.append(("training.schedule", f"{t.schedule} runs only with expert parallelism (every stage has ep 1)"))
+    if schedule is None:
+        return problems
+    refused = sorted({s.recompute for s in plan.stages} & set(schedule.refused_recompute))
+    if refused:
+        problems.append(("training.schedule", f"{t.schedule} runs without {refused[0]} recomputation "
+                         f"(stages recompute {refused[0]})"))
+    if t.dtype in schedule.refused_dtypes:
+        problems.append(("training.dtype", f"{t.schedule} does not train in {t.dtype}"))
+    mtp = plan.model.config.mtp_layers if plan.model.config is not None else 0
+    if schedule.max_mtp_layers is not None and mtp > schedule.max_mtp_layers:
+        problems.append(("training.schedule", f"{t.schedule} runs at most {schedule.max_mtp_layers} MTP layer "
+                         f"(the model has {mtp})"))
     return problems
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Collection
 
-from . import dualpipev, gpipe, interleaved, looped_bfs, one_f_one_b, zbv, zero_bubble
+from . import combined_1f1b, dualpipev, gpipe, interleaved, looped_bfs, one_f_one_b, zbv, zero_bubble
 from .base import Order, Schedule
 
 __all__ = ["SCHEDULES", "Order", "Schedule", "get_schedule", "register", "search_schedule", "searched_schedules"]
@@ -19,7 +19,7 @@ def register(schedule: Schedule) -> Schedule:
     return schedule
 
 
-for _module in (one_f_one_b, interleaved, gpipe, zero_bubble, zbv, looped_bfs, dualpipev):
+for _module in (one_f_one_b, interleaved, gpipe, zero_bubble, zbv, looped_bfs, dualpipev, combined_1f1b):
     register(_module.SCHEDULE)
 
 

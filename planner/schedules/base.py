@@ -36,6 +36,10 @@ class Schedule:
     # there is no expert-parallel all-to-all to hide ("" none): the uniform scan leaves this one out
     # at ep 1 where that one is in its space (planner.search.uniform)
     without_ep_as: str = ""
+    needs_ep: bool = False  # runs only with expert parallelism (a plan of ep 1 is refused)
+    refused_recompute: tuple[str, ...] = ()  # the recompute modes it does not run with
+    refused_dtypes: tuple[str, ...] = ()  # the training dtypes it does not run with
+    max_mtp_layers: int | None = None  # the most multi-token-prediction layers it runs with (None: any)
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (

@@ -95,7 +95,8 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
             continue
         if training.global_batch % b or (recompute == "selective" and not selective):
             continue
-        for schedule in _schedules(space, v):
+        tried = _schedules(space, v)
+        for schedule in tried:
             for pp in range(1, n // tp + 1):
                 if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp:
                     continue
@@ -118,7 +119,7 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 eps = (1,) if v == 1 or experts_cap is None else _chunked_ep_degrees(context, experts_cap, tp, dp,
                                                                                       schedule)
                 for ep in eps:
-                    if ep == 1 and schedule.without_ep_as in space.schedules:
+                    if ep == 1 and any(schedule.without_ep_as == other.name for other in tried):
                         continue  # that schedule's plan is never slower (Schedule.without_ep_as)
                     index += 1
                     if index % parts != part:

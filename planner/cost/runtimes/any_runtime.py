@@ -25,7 +25,7 @@ SPEC = RuntimeSpec(
     capability=Capability(
         runtime=ANY, title="any runtime", version="the planner's search space", pipeline=True, bf16_layers=True,
         tensor_parallel=True, per_stage_tp=True, per_stage_dp=True, uneven_shares=True, layer_split="any",
-        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs", "dualpipev"),
+        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zbv", "looped-bfs", "dualpipev", "combined-1f1b"),
         interleaved_microbatch_multiple=False,
         zero_stages=(0, 1, 2, 3), zero_stages_with_pp=(0, 1, 2, 3),
         per_stage_zero=True, recompute_modes=WITH_BLOCK, per_stage_recompute=True,

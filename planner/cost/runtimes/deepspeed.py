@@ -57,7 +57,7 @@ SPEC = RuntimeSpec(
         dtypes=("fp32", "fp16", "bf16"),
         # Megatron-DeepSpeed's ParallelAttention divides the query groups over TP like Megatron's
         kv_heads_over_tp=True),
-    schedule_refusals=dict.fromkeys(("zb-h1", "zbv", "looped-bfs", "dualpipev"),
+    schedule_refusals=dict.fromkeys(("zb-h1", "zbv", "looped-bfs", "dualpipev", "combined-1f1b"),
                                     "DeepSpeed's pipeline engine runs its own 1F1B (TrainSchedule)"),
     # engine.compile() is a call of the training script; Megatron-DeepSpeed's pretrain_gpt makes none
     no_compile="Megatron-DeepSpeed's training script does not compile the model (DeepSpeed's "

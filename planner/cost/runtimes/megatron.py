@@ -38,7 +38,9 @@ SPEC = RuntimeSpec(
         # once (p2p_communication.py _communicate, batch_p2p_comm): blocking, both directions together.
         # Interleaved: --overlap-p2p-communication (on unless turned off; training/arguments.py turns it
         # off without virtual stages) posts them ahead and waits after the next chunk's compute
-        pipeline_p2p=(("1f1b", "exchange"), ("interleaved", "overlapped")),
+        # off without virtual stages) posts them ahead and waits after the next chunk's compute; the
+        # combined 1F1B of --overlap-moe-expert-parallel-comm runs its interleaved sends the same way
+        pipeline_p2p=(("1f1b", "exchange"), ("interleaved", "overlapped"), ("combined-1f1b", "overlapped")),
         # megatron/training/arguments.py validate_args: `if args.bf16: ... if not
         # args.accumulate_allreduce_grads_in_fp32: args.accumulate_allreduce_grads_in_fp32 = True`
         # ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32"; fp8 runs with
@@ -67,8 +69,9 @@ SPEC = RuntimeSpec(
         # docs "Custom Pipeline Model Parallel Layout"): any decoder layers per (virtual) stage
         layer_split="any",
         # core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
-        # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout)
-        schedules=("1f1b", "interleaved"),
+        # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout); with
+        # --overlap-moe-expert-parallel-comm, combined_1f1b.py's (planner.schedules.combined_1f1b)
+        schedules=("1f1b", "interleaved", "combined-1f1b"),
         # get_forward_backward_func raised "number of microbatches is not divisible by
         # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
         # apex); kept as a conservative requirement for the pinned version
@@ -108,8 +111,9 @@ SPEC = RuntimeSpec(
         # (MoEFlexTokenDispatcher, moe_flex_dispatcher_backend 'deepep' or 'hybridep')
         moe_dispatchers=("alltoall", "flex")),
     schedule_refusals={
-        "zb-h1": "Megatron-LM runs 1F1B and interleaved 1F1B; ZB-H1 is in the authors' fork only",
-        **dict.fromkeys(("zbv", "looped-bfs", "dualpipev"), "Megatron-LM runs 1F1B and interleaved 1F1B only")},
+        "zb-h1": "Megatron-LM runs 1F1B, interleaved 1F1B and its combined 1F1B; ZB-H1 is in the authors' fork only",
+        **dict.fromkeys(("zbv", "looped-bfs", "dualpipev"),
+                        "Megatron-LM runs 1F1B, interleaved 1F1B and its combined 1F1B only")},
     # megatron/training/arguments.py has no option that compiles the model: its speed comes from its
     # own fused kernels (Transformer Engine, apex), which the cost model already prices fused
     no_compile="Megatron-LM has no torch.compile of the model (its fused kernels are priced already)",

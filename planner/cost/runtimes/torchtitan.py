@@ -108,7 +108,9 @@ SPEC = RuntimeSpec(
         ep_without_recompute_schedules=("dualpipev",)),
     schedule_refusals={
         "zb-h1": "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need at least "
-                 "2 stages per rank: use zbv"},
+                 "2 stages per rank: use zbv",
+        "combined-1f1b": "torchtitan overlaps the expert-parallel all-to-all under DualPipeV, not Megatron-core's "
+                         "combined 1F1B: use dualpipev"},
     # it builds only its named llama3 flavours, the check `export --to torchtitan` makes too
     model_problem=titan_model_problem,
     exports_as="torchtitan")

@@ -96,12 +96,12 @@ def busy_bound_s(context: SearchContext, with_optimizer: bool = True) -> float:
 def latency_floor_s(schedule: str, price, max_v: int) -> float:
     """What one layer adds at least to a pipeline rank's latency c_k (Schedule.latency_s) under
     `schedule`, from its LayerPrice: 1F1B and GPipe take the rank's whole pass (schedules.base);
-    interleaved and looped BFS its slowest chunk, at least the pass / V (interleaved.py,
-    looped_bfs.py); ZB-H1 the pass less twice its W (zero_bubble.py); ZB-V and DualPipeV at least half
+    interleaved, combined 1F1B and looped BFS its slowest chunk, at least the pass / V (interleaved.py,
+    combined_1f1b.py, looped_bfs.py); ZB-H1 the pass less twice its W (zero_bubble.py); ZB-V and DualPipeV at least half
     its forward (zbv.py, dualpipev.py). None for a schedule not listed (no floor)."""
     if schedule in ("1f1b", "gpipe"):
         return price.time_s
-    if schedule in ("interleaved", "looped-bfs"):
+    if schedule in ("interleaved", "combined-1f1b", "looped-bfs"):
         return price.time_s / max_v
     if schedule == "zb-h1":
         return price.time_s - 2 * price.wgrad_s

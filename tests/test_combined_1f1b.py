@@ -1,0 +1,123 @@
+"""Megatron-core's combined 1F1B (`--overlap-moe-expert-parallel-comm`, planner.schedules.combined_1f1b):
+interleaved 1F1B pairing one micro-batch's forward with another's backward so that each one's
+expert-parallel all-to-all runs under the other's compute, for one more warm-up forward held; what
+megatron-core runs it with; the plan search's uniform candidates; the Megatron-LM export."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from itertools import product
+
+import pytest
+
+from planner.cost.evaluate import evaluate
+from planner.cost.runtimes.capability import violations
+from planner.core.errors import BadInput
+from planner.plan import structural_problems, uniform_plan
+from planner.schedules import get_schedule
+from planner.search.orchestration.driver import SolverOptions, solve
+
+from .conftest import invoke
+from .test_uniform_schedules import moe_instance
+
+OPTIONS = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "selective", "full"))
+
+
+def megatron_moe():
+    """moe_instance (an 8-block MoE of 64 experts on 8 GPUs of 10 GiB joined at 50 GB/s) under Megatron-LM."""
+    model, cluster, base = moe_instance()
+    return model, cluster, replace(base, runtime="megatron")
+
+
+def moe_plan(schedule: str, ep: int = 4, recompute: str = "none", dtype: str = "bf16", model=None):
+    inst_model, cluster, base = megatron_moe()
+    training = replace(base, schedule=schedule, virtual_stages=2, dtype=dtype)
+    return uniform_plan(model or inst_model, cluster, training, tp=1, pp=2, dp=4, zero=1, recompute=recompute, ep=ep)
+
+
+def test_combined_1f1b_hides_the_expert_all_to_all_for_one_more_warm_up_forward():
+    interleaved, combined = evaluate(moe_plan("interleaved")), evaluate(moe_plan("combined-1f1b"))
+    assert interleaved.breakdown_s["ep_comm"] > 0
+    assert combined.breakdown_s.get("ep_comm", 0.0) < interleaved.breakdown_s["ep_comm"]
+    assert combined.step_time_s < interleaved.step_time_s
+    assert combined.breakdown_s["compute"] == pytest.approx(interleaved.breakdown_s["compute"], rel=1e-12)
+    # megatron-core schedules.py get_pp_rank_microbatches: one extra warm-up forward (a chunk, 1/v of the rank)
+    for rank, pp, v, m in ((0, 2, 2, 8), (1, 2, 2, 8), (0, 4, 3, 16), (0, 2, 2, 2)):
+        extra = get_schedule("combined-1f1b").in_flight_microbatches(rank, pp, v, m)
+        assert extra == min(m, get_schedule("interleaved").in_flight_microbatches(rank, pp, v, m) + 1 / v)
+    assert max(combined.peak_memory_by_gpu().values()) > max(interleaved.peak_memory_by_gpu().values())
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(ep=1), "runs only with expert parallelism"),
+    (dict(recompute="full"), "runs without full recomputation"),
+    (dict(dtype="fp32"), "does not train in fp32"),
+])
+def test_what_megatron_core_refuses_beside_combined_1f1b_is_a_structural_problem(change, needle):
+    # megatron-core 0.16.1 transformer_config.py __post_init__ asserts each of these
+    problems = structural_problems(moe_plan("combined-1f1b", **change))
+    assert any(needle in why for _, why in problems), problems
+
+
+def test_combined_1f1b_takes_one_mtp_layer_at_most():
+    model, _, _ = megatron_moe()
+    with_mtp = replace(model, config=replace(model.config, mtp_layers=2))
+    assert not structural_problems(moe_plan("combined-1f1b", model=model))
+    problems = structural_problems(moe_plan("combined-1f1b", model=with_mtp))
+    assert any("at most 1 MTP layer" in why for _, why in problems), problems
+
+
+def test_evaluate_refuses_combined_1f1b_without_expert_parallelism_as_bad_input():
+    result = invoke("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-2node", "--global-batch", "256",
+                    "--seq-len", "4096", "--micro-batch", "1", "--tp", "1", "--pp", "2", "--dp", "8",
+                    "--virtual-stages", "2", "--schedule", "combined-1f1b")
+    assert result.exit_code == 2 and "--schedule: combined-1f1b runs only with expert parallelism" in result.stderr
+
+
+def brute_force_combined(model, cluster, base):
+    """The fastest uniform combined-1F1B plan (V = 2) Megatron-LM runs, over every tp, pp, dp, micro-batch,
+    recompute mode, ZeRO stage and expert-parallel degree of OPTIONS (dividing the experts and dp, tp x ep
+    within the node)."""
+    best = None
+    n, experts = cluster.num_gpus, model.config.num_experts
+    for tp, b, recompute, zero in product(OPTIONS["tp_degrees"], OPTIONS["micro_batches"], OPTIONS["recompute_modes"],
+                                          (0, 1)):
+        for pp in range(2, n // tp + 1):
+            if n % (tp * pp):
+                continue
+            dp = n // (tp * pp)
+            for ep in (e for e in range(2, dp + 1) if experts % e == 0 and dp % e == 0 and tp * e <= n):
+                training = replace(base, micro_batch=b, schedule="combined-1f1b", virtual_stages=2)
+                try:
+                    plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
+                                        recompute=recompute, sequence_parallel=tp > 1, ep=ep)
+                except BadInput:
+                    continue
+                if structural_problems(plan) or violations(plan, "megatron"):
+                    continue
+                estimate = evaluate(plan, SolverOptions().params_mapping())
+                if estimate.fits and (best is None or estimate.step_time_s < best):
+                    best = estimate.step_time_s
+    return best
+
+
+@pytest.mark.slow
+def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastest(tmp_path):
+    model, cluster, base = megatron_moe()
+    result = solve(model, cluster, base, SolverOptions(**OPTIONS))
+    without = solve(model, cluster, base, SolverOptions(**OPTIONS, uniform_schedules=False))
+    expected = brute_force_combined(model, cluster, base)
+    assert expected is not None and expected < without.estimate.step_time_s
+    assert result.plan.training.schedule == "combined-1f1b" and not result.optimal
+    assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-12)
+    assert not violations(result.plan, "megatron") and any(s.ep > 1 for s in result.plan.stages)
+    from planner.api import plan_json
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_json(result)))
+    exported = invoke("export", path, "--to", "megatron", "-o", tmp_path / "train.sh")
+    assert exported.exit_code == 0, exported.stderr
+    assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "train.sh").read_text()
+    refused = invoke("export", path, "--to", "torchtitan", "-o", tmp_path / "job.toml")
+    assert refused.exit_code == 2 and "no combined-1f1b schedule" in refused.stderr
