@@ -121,3 +121,25 @@ def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastes
     assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "train.sh").read_text()
     refused = invoke("export", path, "--to", "torchtitan", "-o", tmp_path / "job.toml")
     assert refused.exit_code == 2 and "no combined-1f1b schedule" in refused.stderr
+
+
+@pytest.mark.parametrize("gpu, hidden", [("H100-SXM5-80GB", True), ("B200", False)])
+def test_below_blackwell_combined_1f1b_gives_up_the_tp_overlap_for_its_all_to_all_stream(gpu, hidden):
+    """Megatron-LM arguments.py: the TP overlap needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell, the EP
+    overlap more; combined 1F1B's plans there pay their backward TP collectives, and launch with 32."""
+    from planner.export.megatron import device_connections
+    from planner.inputs.hardware import cluster_from_spec
+
+    model, _, base = megatron_moe()
+    cluster = cluster_from_spec({"name": "one", "node_groups": [{"name": "g", "gpu": gpu, "nodes": 1,
+                                                                 "gpus_per_node": 8}]})
+
+    def priced(schedule):
+        training = replace(base, schedule=schedule, virtual_stages=2)
+        plan = uniform_plan(model, cluster, training, tp=2, pp=2, dp=2, zero=1, ep=2, sequence_parallel=True)
+        return plan, evaluate(plan, SolverOptions().params_mapping())
+
+    (plain, interleaved), (paired, combined) = priced("interleaved"), priced("combined-1f1b")
+    assert combined.breakdown_s["compute"] == pytest.approx(interleaved.breakdown_s["compute"], rel=1e-12)
+    assert (combined.breakdown_s["tp_comm"] > interleaved.breakdown_s["tp_comm"] * (1 + 1e-9)) == hidden
+    assert device_connections(paired) == 32 and device_connections(plain) == 1

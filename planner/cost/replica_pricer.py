@@ -37,13 +37,28 @@ def params_getter(params: CostParams | Mapping[str, CostParams] | None) -> Param
     return lambda gpu: params.get(gpu.name, params.get("*", DEFAULT_PARAMS))
 
 
+# architectures on which Megatron-core's TP overlap no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1
+# (Megatron-LM arguments.py: "CUDA_DEVICE_MAX_CONNECTIONS requirement no longer exists since the
+# Blackwell architecture", get_device_arch_version() >= 10)
+MANY_CONNECTION_ARCHITECTURES = ("blackwell",)
+
+
 def schedule_params(params_for: ParamsFor, schedule: str) -> ParamsFor:
     """`params_for` as a plan under `schedule` runs: a schedule that runs one micro-batch's forward
-    beside another's backward (Schedule.overlaps_ep_comm, DualPipeV) hides each one's expert-parallel
-    all-to-all under the other's compute (CostParams.moe_a2a_overlap)."""
-    if not get_schedule(schedule).overlaps_ep_comm:
+    beside another's backward (Schedule.overlaps_ep_comm, DualPipeV, combined 1F1B) hides each one's
+    expert-parallel all-to-all under the other's compute (CostParams.moe_a2a_overlap); one whose overlap
+    takes the CUDA connections the TP overlap needs (Schedule.connections_over_tp_overlap) leaves the TP
+    collectives unhidden before Blackwell."""
+    chosen = get_schedule(schedule)
+    if not chosen.overlaps_ep_comm:
         return params_for
-    return lambda gpu: params_for(gpu).with_updates(moe_a2a_overlap=True)
+
+    def params(gpu: GpuSpec) -> CostParams:
+        updated = params_for(gpu).with_updates(moe_a2a_overlap=True)
+        if chosen.connections_over_tp_overlap and gpu.architecture not in MANY_CONNECTION_ARCHITECTURES:
+            updated = updated.with_updates(overlap_tp_comm=False)
+        return updated
+    return params
 
 
 @dataclass(frozen=True)

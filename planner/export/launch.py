@@ -156,7 +156,12 @@ def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
         run = (f"torchrun --nnodes {len(nodes)} --node-rank {n.node_rank} --nproc-per-node {n.nproc} "
                '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}"')
         if target == "megatron":
-            lines += ["export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asks for it with TP or sequence parallelism",
+            from .megatron import device_connections
+
+            connections = device_connections(plan)
+            lines += [f"export CUDA_DEVICE_MAX_CONNECTIONS={connections}  # the EP overlap's all-to-all stream"
+                      if connections and connections > 1 else
+                      "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asks for it with TP or sequence parallelism",
                       "eval \"ARGS=($(grep -v '^#' \"$CONFIG\"))\"  # the flags, one per line, shell-quoted",
                       f'exec {run} "${{MEGATRON_LM:-.}}/pretrain_gpt.py" "${{ARGS[@]}}" "$@"']
         elif target == "torchtitan":

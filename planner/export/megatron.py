@@ -11,6 +11,7 @@ from ..inputs.block_params import HYBRID_FEATURE, features_beyond_gpt_flags
 from ..plan import Plan
 from ..cost.fp8 import recipe_for
 from ..cost.runtimes.megatron import SPEC as MEGATRON
+from ..schedules import get_schedule
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
@@ -269,6 +270,17 @@ def priced_flags(form: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, A
     return flags
 
 
+def device_connections(plan: Plan) -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS of the plan's Megatron-LM job (None: any). The EP overlap of combined 1F1B
+    (--overlap-moe-expert-parallel-comm) runs its all-to-all on a stream of its own: 32, as Megatron-LM's
+    warning suggests (below Blackwell the plan is then priced without the TP overlap:
+    Schedule.connections_over_tp_overlap). Else with TP or CP 1, which Megatron-LM's validate_args asserts
+    below Blackwell and on which the priced TP overlap rests (priced_flags)."""
+    if get_schedule(plan.training.schedule).connections_over_tp_overlap:
+        return 32
+    return 1 if any(s.tp > 1 or s.cp > 1 for s in plan.stages) else None
+
+
 def export_megatron(plan: Plan, warn: Warn) -> str:
     c = plan.model.config
     if c is None:
@@ -334,9 +346,7 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
     lines = [k if val is None else f"{k} " + " ".join(shlex.quote(str(v)) for v in (val if isinstance(val, tuple)
                                                                                    else (val,)))
              for k, val in flags]
-    # Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP below Blackwell;
-    # the priced TP overlap rests on it (priced_flags)
-    one_connection = form.tp > 1 or form.cp > 1
+    connections = device_connections(plan)
     header = [comment_line(text) for text in (
         f"planner export --to megatron: {plan.model.name} on {plan.cluster.name}, "
         f"tp {form.tp} x " + (f"cp {form.cp} x " if form.cp > 1 else "")
@@ -346,9 +356,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         f"decoder layers per pipeline stage: {form.decoders}" + (f" (layout {layout})" if layout else ""),
         f"vocabulary {c.vocab} ({c.model_type}): the tokenizer you add (--tokenizer-type ...) must have "
         "exactly this many tokens, with --data-path etc.",
-        "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; " + ("CUDA_DEVICE_MAX_CONNECTIONS=1 " if one_connection else "")
+        "usage: eval \"ARGS=($(grep -v '^#' FILE))\"; "
+        + (f"CUDA_DEVICE_MAX_CONNECTIONS={connections} " if connections else "")
         + f"torchrun ... {'pretrain_mamba.py' if c.mamba is not None else 'pretrain_gpt.py'} \"${{ARGS[@]}}\" ...",
-        *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and form.tp > 1 else []),
+        *([TP_OVERLAP_NOTE] if MEGATRON.pricing.overlap_tp_comm and form.tp > 1 and connections == 1 else []),
         *(placement_comments(plan) if placed else []),
         *route_comments(plan))]
     return "\n".join(header + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"

@@ -40,6 +40,12 @@ class Schedule:
     refused_recompute: tuple[str, ...] = ()  # the recompute modes it does not run with
     refused_dtypes: tuple[str, ...] = ()  # the training dtypes it does not run with
     max_mtp_layers: int | None = None  # the most multi-token-prediction layers it runs with (None: any)
+    # its all-to-all overlap needs several CUDA connections (streams), while Megatron-core's TP overlap under
+    # the weight-gradient GEMM needs one (CUDA_DEVICE_MAX_CONNECTIONS=1) before Blackwell (Megatron-LM
+    # arguments.py: "try not to use tensor model parallelism or context parallelism with
+    # overlap_moe_expert_parallel_comm"): there its plans are priced without the TP overlap
+    # (planner.cost.replica_pricer.schedule_params)
+    connections_over_tp_overlap: bool = False
 
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (

@@ -14,7 +14,13 @@ full recomputation nor a recompute method (selective modules are allowed), a bf1
 MXFP8 and NVFP4 train with bf16 parameters), and at most one MTP layer (Schedule.needs_ep,
 refused_recompute, refused_dtypes, max_mtp_layers: planner.plan.structure checks them). Its
 pp = 1 form (combined_1f1b_schedule_for_no_pipelining) is not priced: a plan without pipelining
-runs 1F1B here."""
+runs 1F1B here.
+
+Its overlap runs the all-to-all on a stream of its own, which needs several CUDA connections, while
+Megatron-core's TP all-reduce under the weight-gradient GEMM is ordered by CUDA_DEVICE_MAX_CONNECTIONS=1
+before Blackwell (Megatron-LM arguments.py warns against TP or CP beside it there): below Blackwell its
+plans are priced without the TP overlap (Schedule.connections_over_tp_overlap) and the Megatron export
+launches them with 32 connections."""
 
 from __future__ import annotations
 
@@ -39,7 +45,7 @@ class Combined1F1B(Interleaved):
 SCHEDULE = Combined1F1B(
     "combined-1f1b", searched=False, uniform_candidate=True, min_virtual_stages=2, max_virtual_stages=None,
     min_pp=2, runs_in_planner_run=False, overlaps_ep_comm=True, needs_ep=True, refused_recompute=("full", "block"),
-    refused_dtypes=("fp32",), max_mtp_layers=1,
+    refused_dtypes=("fp32",), max_mtp_layers=1, connections_over_tp_overlap=True,
     # without EP: interleaved 1F1B's plan, one warm-up forward less held
     without_ep_as="interleaved",
     drawn_as="1F1B over each rank's chunks together")
