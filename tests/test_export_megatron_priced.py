@@ -30,6 +30,7 @@ from planner.export import export_plan
 from planner.inputs.hardware import cluster_from_spec, load_cluster
 from planner.inputs.model import load_model
 from planner.plan import Training, uniform_plan
+from planner.schedules.interleaved import microbatch_group
 
 from .conftest import require, small_cluster_spec
 from .test_export_runnable import megatron_flags
@@ -291,14 +292,20 @@ def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name,
     argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
     degrees = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
                "expert_tensor_parallel_size", "data_parallel_size")
+    schedule = ("overlap_moe_expert_parallel_comm", "microbatch_group_size_per_vp_stage")
     script = ("import torch; torch.cuda.get_device_capability = lambda *a: (9, 0)\n"
-              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, degrees)) + ")"))
+              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", '
+                                 + ", ".join(map(repr, degrees + schedule)) + ")"))
     done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, len(plan.used_ranks())])], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
     stage = plan.stages[0]
     assert [parsed[k] for k in degrees] == [stage.tp, plan.pp, stage.ep, stage.dims.expert_tp, stage.dp]
+    # the combined 1F1B schedule and the micro-batch groups it was priced with (schedules.interleaved)
+    group = microbatch_group(plan.pp, plan.num_microbatches) if plan.training.virtual_stages > 1 else plan.pp
+    assert parsed["overlap_moe_expert_parallel_comm"] == (plan.training.schedule == "combined-1f1b")
+    assert parsed["microbatch_group_size_per_vp_stage"] in ((None, group) if group == plan.pp else (group,))
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ from planner.inputs.hardware import cluster_from_spec
 from planner.inputs.model import model_from_dict
 from planner.plan import Plan, Replica, Stage, Training
 from planner.runner.layout import Layout
-from planner.schedules.interleaved import interleaved_order
+from planner.schedules.interleaved import interleaved_order, microbatch_group
 
 from .conftest import small_cluster_spec
 
@@ -78,9 +78,21 @@ def test_interleaved_order_is_megatrons_with_groups_of_pp_microbatches():
     order = interleaved_order(1, 2, 2, 4)
     assert order[:6] == [("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("B", 1, 0), ("F", 1, 1), ("B", 1, 1)]
     assert sorted(order) == sorted([(op, c, j) for op in "FB" for c in range(2) for j in range(4)])
-    # rank 0 warms up with 4; a short last group (3 micro-batches, pp 2) keeps every pass once
-    assert interleaved_order(0, 2, 2, 3)[:4] == [("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("F", 1, 1)]
+    # 3 micro-batches at pp 2 leave a last group of 1 < pp, which megatron-core refuses: one group of 3
+    # (microbatch_group); rank 0 warms up with 2 + 3 chunk forwards
+    assert interleaved_order(0, 2, 2, 3)[:7] == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("F", 1, 0), ("F", 1, 1),
+                                                  ("F", 1, 2), ("B", 1, 0)]
     assert len(interleaved_order(0, 2, 2, 3)) == 12
+
+
+def test_microbatch_groups_are_the_least_megatron_core_accepts():
+    """megatron-core 0.16.1 schedules.py: N in [pp, M] with M % N = 0 or M % N >= pp; pp where it divides M."""
+    for pp in range(2, 10):
+        for m in range(pp, 80):
+            n = microbatch_group(pp, m)
+            assert pp <= n <= m and (m % n == 0 or m % n >= pp)
+            assert not any(m % k == 0 or m % k >= pp for k in range(pp, n))
+            assert (n == pp) == (m % pp == 0)
 
 
 def test_interleaving_stages_that_split_the_batch_differently_is_bad_input():

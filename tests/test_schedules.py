@@ -34,7 +34,10 @@ def replaced_in_flight(schedule: str, k: int, pp: int, v: int, m: int) -> float:
     if schedule == "gpipe":
         return float(m)
     if schedule == "interleaved" and v > 1:
-        return min(m * v, (pp - k - 1) * 2 + (v - 1) * pp + 1) / v
+        # megatron-core's groups of N micro-batches per virtual stage: pp, or the least N that its
+        # schedules.py accepts where pp does not divide m (M % N = 0 or M % N >= pp)
+        group = next(n for n in range(pp, max(m, pp) + 1) if m < pp or m % n == 0 or m % n >= pp)
+        return min(m * v, (pp - k - 1) * 2 + (v - 1) * group + 1) / v
     return float(min(pp - k, m))
 
 

@@ -12,6 +12,7 @@ from ..plan import Plan
 from ..cost.fp8 import recipe_for
 from ..cost.runtimes.megatron import SPEC as MEGATRON
 from ..schedules import get_schedule
+from ..schedules.interleaved import microbatch_group
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
 
@@ -304,6 +305,10 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
             flags.append(("--num-layers-per-virtual-pipeline-stage", form.decoders[0]))
         elif not even:
             flags.append(("--pipeline-model-parallel-layout", layout))
+        if form.v > 1 and microbatch_group(form.pp, form.grad_accum) != form.pp:
+            # the micro-batches per virtual stage at a time, as priced (schedules.interleaved.microbatch_group)
+            flags.append(("--microbatch-group-size-per-virtual-pipeline-stage",
+                          microbatch_group(form.pp, form.grad_accum)))
     if plan.training.schedule == "combined-1f1b" and form.pp > 1:
         # the combined 1F1B schedule that hides the expert-parallel all-to-all (planner.schedules.combined_1f1b:
         # megatron-core model_parallel_config.py overlap_moe_expert_parallel_comm; Megatron-LM's MoE docs)

@@ -36,7 +36,7 @@ class Combined1F1B(Interleaved):
         """Interleaved 1F1B's warm-up and one more chunk forward (module docstring), each chunk 1/v of
         the rank's layers."""
         v, m = virtual_stages, num_microbatches
-        return min(m * v, interleaved_warmup(pipeline_rank, pp, v) + 2) / v
+        return min(m * v, interleaved_warmup(pipeline_rank, pp, v, m) + 2) / v
 
     def title(self, virtual_stages: int) -> str:
         return f"combined 1F1B (V={virtual_stages})"

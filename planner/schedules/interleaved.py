@@ -10,29 +10,40 @@ from .base import Order, Schedule
 from .one_f_one_b import one_f_one_b_in_flight, one_f_one_b_order
 
 
-def interleaved_warmup(pipeline_rank: int, pp: int, virtual_stages: int) -> int:
+def microbatch_group(pp: int, num_microbatches: int) -> int:
+    """N, the contiguous micro-batches each chunk runs at a time (Megatron-core's
+    microbatch_group_size_per_vp_stage, --microbatch-group-size-per-virtual-pipeline-stage): its default
+    pp where pp divides the M micro-batches (or M < pp), else the least N in (pp, M] that megatron-core
+    0.16.1's schedules.py accepts, M % N = 0 or M % N >= pp ("otherwise, it introduces dependency
+    bubbles"). A larger N only holds more (interleaved_warmup), so the least is the plan's."""
+    m = num_microbatches
+    if m < pp or m % pp == 0:
+        return pp
+    return next(n for n in range(pp + 1, m + 1) if m % n == 0 or m % n >= pp)
+
+
+def interleaved_warmup(pipeline_rank: int, pp: int, virtual_stages: int, num_microbatches: int) -> int:
     """Chunk forwards a rank runs before its first backward (Megatron-core's schedules.py
-    get_pp_rank_microbatches: (pp - rank - 1) * 2 + (v - 1) * N, with N the contiguous
-    micro-batches per chunk, microbatch_group_size_per_vp_stage, at its default pp; Megatron
-    takes N in [pp, M] and a larger N only holds more, so pp is the least-memory setting)."""
-    return (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * pp
+    get_pp_rank_microbatches: (pp - rank - 1) * 2 + (v - 1) * N, with N microbatch_group)."""
+    return (pp - pipeline_rank - 1) * 2 + (virtual_stages - 1) * microbatch_group(pp, num_microbatches)
 
 
 def interleaved_order(pipeline_rank: int, pp: int, virtual_stages: int,
                       num_microbatches: int) -> list[tuple[str, int, int]]:
     """The order one rank runs its chunk passes in, as (op, chunk, micro-batch): micro-batches
-    go in groups of pp (the last group may be shorter); in a group, forwards run chunk
-    0..v-1 and backwards chunk v-1..0; after the warm-up, one forward then one backward
+    go in groups of N (microbatch_group; the last group may be shorter); in a group, forwards run
+    chunk 0..v-1 and backwards chunk v-1..0; after the warm-up, one forward then one backward
     (Megatron-LM's forward_backward_pipelining_with_interleaving; planner run executes it)."""
     v, n = virtual_stages, num_microbatches
+    size = microbatch_group(pp, n)
     forwards: list[tuple[str, int, int]] = []
     backwards: list[tuple[str, int, int]] = []
-    for start in range(0, n, pp):
-        group = range(start, min(start + pp, n))
+    for start in range(0, n, size):
+        group = range(start, min(start + size, n))
         forwards += [("F", c, j) for c in range(v) for j in group]
         backwards += [("B", c, j) for c in reversed(range(v)) for j in group]
     total = n * v
-    warmup = min(interleaved_warmup(pipeline_rank, pp, v), total)
+    warmup = min(interleaved_warmup(pipeline_rank, pp, v, n), total)
     order = forwards[:warmup]
     for i in range(total - warmup):
         order += [forwards[warmup + i], backwards[i]]
@@ -46,13 +57,13 @@ class Interleaved(Schedule):
 
     def in_flight_microbatches(self, pipeline_rank: int, pp: int, virtual_stages: int,
                                num_microbatches: int) -> float:
-        """Megatron-LM's warm-up (schedules.py): (pp - rank - 1) * 2 + (v - 1) * pp chunk
-        forwards before the first backward, each chunk 1/v of the rank's layers; one chunk
-        is 1F1B."""
+        """Megatron-LM's warm-up (schedules.py): (pp - rank - 1) * 2 + (v - 1) * N chunk
+        forwards before the first backward (interleaved_warmup), each chunk 1/v of the rank's layers;
+        one chunk is 1F1B."""
         v, m = virtual_stages, num_microbatches
         if v == 1:
             return one_f_one_b_in_flight(pipeline_rank, pp, m)
-        return min(m * v, interleaved_warmup(pipeline_rank, pp, v) + 1) / v
+        return min(m * v, interleaved_warmup(pipeline_rank, pp, v, m) + 1) / v
 
     def depth_dependent(self) -> bool:
         return True

@@ -158,6 +158,10 @@ def _parallelism_violations(plan: "Plan", cap: Capability, name: str, tps: list[
             and plan.num_microbatches % pp:
         out.append(f"{name} interleaves only when each replica's micro-batches ({plan.num_microbatches}) are a "
                    f"multiple of the pipeline depth ({pp})")
+    if pp > 1 and plan.training.virtual_stages > 1 and cap.interleaved_needs_pp_microbatches \
+            and plan.num_microbatches < pp:
+        out.append(f"{name} interleaves only when each replica runs at least the pipeline depth ({pp}) in "
+                   f"micro-batches (the plan has {plan.num_microbatches})")
     return out
 
 

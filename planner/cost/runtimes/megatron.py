@@ -72,10 +72,10 @@ SPEC = RuntimeSpec(
         # (1F1B) and _with_interleaving (--num-virtual-stages-per-pipeline-rank / the layout); with
         # --overlap-moe-expert-parallel-comm, combined_1f1b.py's (planner.schedules.combined_1f1b)
         schedules=("1f1b", "interleaved", "combined-1f1b"),
-        # get_forward_backward_func raised "number of microbatches is not divisible by
-        # pipeline-model-parallel-size when using interleaved schedule" (megatron-core <= 0.7,
-        # apex); kept as a conservative requirement for the pinned version
-        interleaved_microbatch_multiple=True,
+        # megatron-core 0.16.1 schedules.py runs the micro-batches in groups of N in [pp, M] per virtual
+        # stage (--microbatch-group-size-per-virtual-pipeline-stage; M % N = 0 or >= pp), so any M >= pp
+        # interleaves (planner.schedules.interleaved.microbatch_group); megatron-core <= 0.7 asked M % pp = 0
+        interleaved_microbatch_multiple=False, interleaved_needs_pp_microbatches=True,
         # --use-distributed-optimizer shards the optimizer state over DP (ZeRO-1), with or without
         # PP; ZeRO-0 without it. Megatron FSDP (--use-custom-fsdp) is not modelled here.
         zero_stages=(0, 1), zero_stages_with_pp=(0, 1), per_stage_zero=False,

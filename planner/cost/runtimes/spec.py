@@ -49,6 +49,9 @@ class Capability:
     # one N for every stage, each recomputing every N-th block, floor(blocks / N) of them
     recompute_layers: str = "first"
     offload: bool = False  # ZeRO-Offload: optimizer states and their step on the CPU
+    # interleaving needs each replica to run at least pp micro-batches (their groups per virtual stage:
+    # planner.schedules.interleaved.microbatch_group)
+    interleaved_needs_pp_microbatches: bool = False
     per_stage_offload: bool = False  # some stages offload, others not
     offload_min_zero: int = 0  # the ZeRO stage offload needs (1: a distributed optimizer)
     dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")  # training dtypes (Training.dtype)

@@ -231,8 +231,11 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
             # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
             layers = blocks // virtual_stages if schedule.chunks_per_rank(virtual_stages) > 1 else blocks + 2
             for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
-                # capability.interleaved_microbatch_multiple (r.dp is fixed where it applies)
-                if cap.interleaved_microbatch_multiple and r.dp and (training.global_batch // micro_batch // r.dp) % ranks:
+                # capability.interleaved_microbatch_multiple / _needs_pp_microbatches (r.dp is fixed where it applies)
+                per_replica = training.global_batch // micro_batch // r.dp if r.dp else 0
+                if cap.interleaved_microbatch_multiple and r.dp and per_replica % ranks:
+                    continue
+                if cap.interleaved_needs_pp_microbatches and r.dp and virtual_stages > 1 and per_replica < ranks:
                     continue
                 # zero bubble: every replica takes at least P micro-batches (planner.plan)
                 if schedule.split_backward and training.global_batch // micro_batch < ranks * (r.dp or 1):
