@@ -68,7 +68,7 @@ ASSUMPTION = (
     "applied (MISSED_RECIPES: Qwen3-30B-A3B on 16 H100, tags v0.3.0-v0.5.1; the 26.08 Nemotron 3 Super "
     "rows, v0.6.0's perf_recipes/nemotronh, with their expert TP 1); Nemotron 3 Super, whose rows give no "
     "hf_config, as the catalog's nemotron-3-super (its parameter count the checkpoint's) with the two MTP "
-    "depths its recipes train (CATALOG_MODELS; Nemotron 3.5 Lightning alike, as nemotron-3.5-lightning), its MTP module and under NVFP4 its first layer and last 14 kept "
+    "depths its recipes train, one module run twice (CATALOG_MODELS; Nemotron 3.5 Lightning alike, as nemotron-3.5-lightning), its MTP module and under NVFP4 its first layer and last 14 kept "
     "in bf16 as its recipes keep them (KEPT_IN_BF16); another row without hf_config is skipped (model dimensions "
     "not verified).")
 
@@ -141,10 +141,11 @@ MISSED_RECIPES = (
 # (the parameter count equals the checkpoint's element count: profiles/models/published_params.yaml),
 # with the config changes the rows' recipes train: every Nemotron 3 Super recipe (recipes/nemotronh
 # nemotron_3_super.py, v0.4.0-v0.6.0) trains mtp_num_layers 2 with mtp_use_repeated_layer, its one MTP
-# module run twice, priced as two modules (their weights and optimizer states counted twice)
-CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", {"num_nextn_predict_layers": 2}),
+# module run twice (ModelConfig.mtp_repeated: its weights and optimizer states held once)
+REPEATED_MTP = {"num_nextn_predict_layers": 2, "mtp_use_repeated_layer": True}
+CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", REPEATED_MTP),
                   # its v0.6.0 perf recipes alike (perf_recipes/nemotronh/gb200/nemotronh.py)
-                  "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", {"num_nextn_predict_layers": 2})}
+                  "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", REPEATED_MTP)}
 # what a model's recipes keep in bf16 under a quantized dtype (ModelConfig.bf16_layers, mtp_bf16): the
 # Nemotron 3 Super recipes keep_mtp_spec_in_bf16 True (recipes/nemotronh nemotron_3_super.py, v0.4.0-v0.6.0),
 # and their NVFP4 precision, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed (v0.4.0-v0.6.0),

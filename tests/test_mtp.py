@@ -81,6 +81,33 @@ def test_megatron_export_carries_the_mtp_modules(tmp_path):
         assert found == expected
 
 
+def _with(tmp_path, name: str, **keys):
+    config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text()) | keys
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return load_model(str(path))
+
+
+def test_a_repeated_mtp_module_holds_its_weights_once_and_runs_at_every_depth(tmp_path):
+    """Megatron-core's mtp_use_repeated_layer (Nemotron 3 Super's recipes: mtp_num_layers 2): one module
+    run twice: its parameters, weights and experts once, its compute and activations twice."""
+    two = _with(tmp_path, "two", num_nextn_predict_layers=2)
+    repeated = _with(tmp_path, "repeated", num_nextn_predict_layers=2, mtp_use_repeated_layer=True)
+    assert repeated.config.mtp_repeated and not two.config.mtp_repeated
+    assert repeated.params == DEEPSEEK.params and repeated.mtp_params == DEEPSEEK.mtp_params
+    assert two.params == DEEPSEEK.params + DEEPSEEK.mtp_params
+    head, twice = repeated.layers[-1], two.layers[-1]
+    assert head.weight_params == DEEPSEEK.layers[-1].weight_params
+    assert head.expert_params == DEEPSEEK.layers[-1].expert_params
+    assert head.fwd_flops_per_sample(4096) == pytest.approx(twice.fwd_flops_per_sample(4096), rel=1e-12)
+    assert head.act_bytes_per_sample(4096) == twice.act_bytes_per_sample(4096)
+    plan = uniform_plan(repeated, load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1), tp=2, pp=1, dp=8,
+                        ep=8, zero=1)
+    words = export_plan(plan, "megatron", lambda message: None).split()
+    assert words[words.index("--mtp-num-layers") + 1] == "2" and "--mtp-use-repeated-layer" in words
+    assert "--mtp-use-repeated-layer" not in export_plan(replace(plan, model=two), "megatron", lambda message: None)
+
+
 def test_a_config_with_a_bad_mtp_count_is_bad_input(tmp_path):
     config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": -1}
     path = tmp_path / "bad.json"

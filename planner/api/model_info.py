@@ -133,6 +133,7 @@ def inspect_model(name_or_path: str) -> dict:
                     sliding_window_layers=sum(1 for w in c.layer_windows if w),
                     chunked_attention_layers=sum(1 for w in c.layer_chunks if w),
                     mamba_layers=c.layer_pattern.count("M"), mtp_layers=c.mtp_layers,
+                    mtp_repeated=True if c.mtp_repeated else None,
                     mtp_params=model.mtp_params)
         read, ignored = config_keys(load_mapping(path, "model file"), str(path), named=not catalog)
     else:

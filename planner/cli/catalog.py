@@ -100,7 +100,7 @@ INSPECT_FIELDS = (("name", "name"), ("catalog entry", "catalog"), ("file", "file
                   ("tied embeddings", "tied_embeddings"), ("latent attention (MLA)", "mla"),
                   ("sliding-window layers", "sliding_window_layers"),
                   ("chunked-attention layers", "chunked_attention_layers"), ("Mamba-2 layers", "mamba_layers"),
-                  ("multi-token-prediction modules", "mtp_layers"))
+                  ("multi-token-prediction modules", "mtp_layers"), ("one MTP module repeated", "mtp_repeated"))
 
 
 def _number(count: int) -> str:

@@ -157,6 +157,8 @@ def _model_flags(plan: Plan, tp: int, warn: Warn) -> list[tuple[str, Any]]:
         flags += _routing_flags(plan.model.raw)
     if c.mtp_layers:  # its MTP modules, on the last pipeline stage (megatron-core multi_token_prediction.py)
         flags.append(("--mtp-num-layers", c.mtp_layers))
+        if c.mtp_repeated:  # one module run at every depth (transformer_config.py mtp_use_repeated_layer)
+            flags.append(("--mtp-use-repeated-layer", None))
         if c.mtp_pattern:  # a hybrid's modules: their layers, built from the hybrid stack spec (Megatron-LM's
             # MTP flags for Nemotron 3 Super, which newer Megatron-LM also reads from a unified pattern)
             flags += [("--mtp-hybrid-override-pattern", c.mtp_pattern), ("--mtp-spec", HYBRID_SPEC)]

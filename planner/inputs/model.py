@@ -454,8 +454,13 @@ def build_layers(config: ModelConfig) -> tuple[Layer, ...]:
     head_params = config.norm_params + (0 if config.tied_embeddings else head_matrix)
     head_weights = config.norm_params + head_matrix
     mc = config.mtp_config()
-    trail = [Layer(config.num_layers + 1, f"mtp.{k}", "decoder", _block_params(mc), _block_params(mc), mc,
-                   expert_params=expert_params(mc)) for k in range(config.mtp_layers)]
+    trail = []
+    for k in range(config.mtp_layers):
+        # a repeated module (ModelConfig.mtp_repeated) holds its weights once: the depths after the first own none
+        owned = k == 0 or not config.mtp_repeated
+        block = _block_params(mc) if owned else 0
+        trail.append(Layer(config.num_layers + 1, f"mtp.{k}", "decoder", block, block, mc,
+                           expert_params=expert_params(mc) if owned else 0))
     if trail:  # Megatron-core builds the embedding on the MTP modules' stage too, to embed the next tokens
         head_weights += config.vocab * h
     layers.append(Layer(config.num_layers + 1, "head", "head", head_params + sum(t.params for t in trail),

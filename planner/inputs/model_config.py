@@ -60,6 +60,10 @@ class ModelConfig:
     # model level: multi-token-prediction modules trained after the main model (DeepSeek-V3 report,
     # sec 2.2; num_nextn_predict_layers), each one decoder block that predicts one token further
     mtp_layers: int = 0
+    # model level: the MTP modules are one module run mtp_layers times, its weights shared (Megatron-core's
+    # mtp_use_repeated_layer): their weights, gradients and optimizer states held once, their compute and
+    # activations once per depth
+    mtp_repeated: bool = False
     # this decoder is an MTP module's block: before it, the hidden state's and the next token's
     # embedding's norms and their 2h -> h projection; after it, a final norm before the shared head
     mtp_module: bool = False
@@ -140,7 +144,8 @@ class ModelConfig:
         dense layers of an MoE model, in a hybrid model its one mixer or MLP (HYBRID_KINDS); the
         per-model patterns cleared."""
         changes: dict[str, Any] = {"layer_windows": (), "dense_layers": (), "layer_pattern": "", "layer_chunks": (),
-                                   "mtp_layers": 0, "mtp_pattern": "", "bf16_layers": (0, 0), "mtp_bf16": False,
+                                   "mtp_layers": 0, "mtp_pattern": "", "mtp_repeated": False, "bf16_layers": (0, 0),
+                                   "mtp_bf16": False,
                                    "high_precision": index < self.bf16_layers[0]
                                    or index >= self.num_layers - self.bf16_layers[1],
                                    "window": self.layer_windows[index] if self.layer_windows else self.window,
@@ -162,7 +167,7 @@ class ModelConfig:
         mixer = next((kind for kind in self.mtp_pattern if kind in "M*"), "")  # (model_families: at most one
         mlp = next((kind for kind in self.mtp_pattern if kind in "-E"), "")  # mixer and one MLP)
         return replace(self, layer_windows=(), dense_layers=(), layer_pattern="", layer_chunks=(), mtp_layers=0,
-                       mtp_pattern="", mtp_module=True, block_norms=len(self.mtp_pattern), attention_chunk=0,
+                       mtp_pattern="", mtp_repeated=False, mtp_module=True, block_norms=len(self.mtp_pattern), attention_chunk=0,
                        bf16_layers=(0, 0), mtp_bf16=False, high_precision=self.mtp_bf16,
                        **_mixer_changes(mixer), **_mlp_changes(mlp, self.dense_ffn_hidden))
 
