@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -69,7 +68,7 @@ ASSUMPTION = (
     "rows, v0.6.0's perf_recipes/nemotronh, with their expert TP 1); Nemotron 3 Super, whose rows give no "
     "hf_config, as the catalog's nemotron-3-super (its parameter count the checkpoint's) with the two MTP "
     "depths its recipes train, one module run twice (CATALOG_MODELS; Nemotron 3.5 Lightning alike, as nemotron-3.5-lightning), its MTP module and under NVFP4 its first layer and last 14 kept "
-    "in bf16 as its recipes keep them (KEPT_IN_BF16); another row without hf_config is skipped (model dimensions "
+    "in bf16 as its recipes keep them (RECIPE_MTP, KEPT_IN_BF16); another row without hf_config is skipped (model dimensions "
     "not verified).")
 
 # Megatron-Bridge's performance configs keep bf16 gradient buffers and reduce them in bf16
@@ -141,18 +140,17 @@ MISSED_RECIPES = (
 # (the parameter count equals the checkpoint's element count: profiles/models/published_params.yaml),
 # with the config changes the rows' recipes train: every Nemotron 3 Super recipe (recipes/nemotronh
 # nemotron_3_super.py, v0.4.0-v0.6.0) trains mtp_num_layers 2 with mtp_use_repeated_layer, its one MTP
-# module run twice (ModelConfig.mtp_repeated: its weights and optimizer states held once)
-REPEATED_MTP = {"num_nextn_predict_layers": 2, "mtp_use_repeated_layer": True}
-CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", REPEATED_MTP),
+# module run twice (ModelConfig.mtp_repeated), kept in bf16 (keep_mtp_spec_in_bf16 True: the Super recipes
+# v0.4.0-v0.6.0, Lightning's v0.6.0 gb200 recipe; ModelConfig.mtp_bf16)
+RECIPE_MTP = {"num_nextn_predict_layers": 2, "mtp_use_repeated_layer": True, "keep_mtp_spec_in_bf16": True}
+CATALOG_MODELS = {"Nemotron_3_Super": ("nemotron-3-super", RECIPE_MTP),
                   # its v0.6.0 perf recipes alike (perf_recipes/nemotronh/gb200/nemotronh.py)
-                  "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", REPEATED_MTP)}
-# what a model's recipes keep in bf16 under a quantized dtype (ModelConfig.bf16_layers, mtp_bf16): the
-# Nemotron 3 Super recipes keep_mtp_spec_in_bf16 True (recipes/nemotronh nemotron_3_super.py, v0.4.0-v0.6.0),
-# and their NVFP4 precision, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed (v0.4.0-v0.6.0),
+                  "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", RECIPE_MTP)}
+# the decoders a model's recipes keep in bf16 under a quantized dtype (ModelConfig.bf16_layers): the
+# Nemotron 3 Super recipes' NVFP4 precision, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed (v0.4.0-v0.6.0),
 # sets first_last_layers_bf16 with num_layers_at_end_in_bf16 14 beside megatron-core's default
 # num_layers_at_start_in_bf16 1; the MXFP8 one (bf16_with_mxfp8_mixed) keeps none
-KEPT_IN_BF16 = {"Nemotron_3_Super": {"mtp_bf16": True, "nvfp4": (1, 14)},
-                "Nemotron_3_5_Lightning": {"mtp_bf16": True}}  # keep_mtp_spec_in_bf16 (v0.6.0 gb200 recipe)
+KEPT_IN_BF16 = {"Nemotron_3_Super": {"nvfp4": (1, 14)}}
 
 
 def missed_recipe(run: dict) -> tuple[str, bool, int]:
@@ -212,9 +210,9 @@ def catalog_config(table_name: str) -> dict | None:
 
 
 @lru_cache(maxsize=None)
-def _model(name: str, config_yaml: str, bf16_layers: tuple[int, int] = (0, 0), mtp_bf16: bool = False) -> Model:
+def _model(name: str, config_yaml: str, bf16_layers: tuple[int, int] = (0, 0)) -> Model:
     config = yaml.safe_load(config_yaml)
-    c = replace(config_from_hf(config, name, "moe-runs"), mtp_bf16=mtp_bf16)
+    c = config_from_hf(config, name, "moe-runs")
     return with_bf16_layers(Model(c.name, c, build_layers(c), raw=config), bf16_layers)
 
 
@@ -271,7 +269,7 @@ def _build(run: dict) -> tuple[object, str]:
     name = md["name"].split(" (")[0].lower().replace(" ", "-")
     kept = KEPT_IN_BF16.get(md["name"], {})
     bf16_layers = kept.get(_dtype(run), (0, 0))
-    model = _model(name, yaml.safe_dump(config, sort_keys=True), bf16_layers, kept.get("mtp_bf16", False))
+    model = _model(name, yaml.safe_dump(config, sort_keys=True), bf16_layers)
     problem = model_problem(RUNTIME, model)
     if problem:
         return None, problem

@@ -108,6 +108,22 @@ def test_a_repeated_mtp_module_holds_its_weights_once_and_runs_at_every_depth(tm
     assert "--mtp-use-repeated-layer" not in export_plan(replace(plan, model=two), "megatron", lambda message: None)
 
 
+def test_a_config_keeping_its_mtp_module_in_bf16_prices_it_so_and_the_megatron_export_says_it_cannot(tmp_path):
+    """keep_mtp_spec_in_bf16 (Megatron-Bridge's Nemotron 3 recipes): the module's linears in bf16 under fp8;
+    Megatron-LM has no such flag, which its export says."""
+    kept = _with(tmp_path, "kept", keep_mtp_spec_in_bf16=True)
+    assert kept.config.mtp_bf16 and kept.layers[-1].trail[0].config.high_precision
+    assert not DEEPSEEK.layers[-1].trail[0].config.high_precision
+    sh = Sharding("fp8", 1, 4096, "flash", StageDims(8, True), "none")
+    fp8, bf16 = (layer_price(m.layers[-1].trail[0], sh, H100, NVLINK, _params()) for m in (DEEPSEEK, kept))
+    assert bf16.compute_s > fp8.compute_s
+    warnings = []
+    plan = uniform_plan(kept, load_cluster("dgx-h100-2node"), Training(16, 4096, "fp8", 1), tp=2, pp=1, dp=8, ep=8,
+                        zero=1)
+    export_plan(plan, "megatron", warnings.append)
+    assert any("keep_mtp_spec_in_bf16" in w and "Megatron-LM has no flag" in w for w in warnings)
+
+
 def test_a_config_with_a_bad_mtp_count_is_bad_input(tmp_path):
     config = json.loads((MODELS_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": -1}
     path = tmp_path / "bad.json"

@@ -344,6 +344,9 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
         flags.append(("--bf16", None))
     elif form.dtype in QUANTIZED_FLAGS:
         flags += quantized_flags(plan.training.dtype, plan.training.fp8_recipe, form.zero >= 1 or form.offload)
+        if c.mtp_layers and c.mtp_bf16:
+            warn("the MTP modules are priced in bf16 (keep_mtp_spec_in_bf16, a Megatron-Bridge setting); "
+                 f"Megatron-LM has no flag for it and trains them in {plan.training.dtype}")
         start, end = plan.training.bf16_layers
         if start or end:  # the decoders kept in bf16 (transformer_config.py first_last_layers_bf16)
             flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", start),

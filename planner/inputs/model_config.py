@@ -76,7 +76,8 @@ class ModelConfig:
     moe_latent: int = 0
     # model level, under a quantized training dtype (fp8, mxfp8, nvfp4): the first and the last decoders kept in
     # bf16 (megatron-core first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16;
-    # a hybrid model counts each layer of its pattern), and whether the MTP modules are (keep_mtp_spec_in_bf16)
+    # a hybrid model counts each layer of its pattern), and whether the MTP modules are (a config's
+    # keep_mtp_spec_in_bf16, Megatron-Bridge's hybrid_provider.py and its Nemotron 3 recipes)
     bf16_layers: tuple[int, int] = (0, 0)
     mtp_bf16: bool = False
     # this decoder runs its linears in bf16 whatever the training dtype (bf16_layers, mtp_bf16)

@@ -164,7 +164,8 @@ def _deepseek_v3(reader: HfReader) -> dict[str, Any]:
                 dense_ffn_hidden=dims["ffn_hidden"], ffn_hidden=moe_ffn, shared_expert_ffn=shared * moe_ffn,
                 router_bias=reader.data.get("topk_method") == "noaux_tc",
                 mtp_layers=reader.num("num_nextn_predict_layers", "mtp_layers", default=0),
-                mtp_repeated=reader.flag("mtp_use_repeated_layer", False))
+                mtp_repeated=reader.flag("mtp_use_repeated_layer", False),
+                mtp_bf16=reader.flag("keep_mtp_spec_in_bf16", False))
     return dims
 
 
@@ -312,7 +313,8 @@ def _hybrid_mtp(reader: HfReader) -> dict[str, Any]:
             or sum(kind in "M*" for kind in pattern) > 1 or sum(kind in "-E" for kind in pattern) > 1:
         raise BadInput("must give each MTP module's layers: at most one of M, * and one of -, E (e.g. \"*E\")",
                        reader.where, key)
-    return {"mtp_layers": count, "mtp_pattern": pattern, "mtp_repeated": reader.flag("mtp_use_repeated_layer", False)}
+    return {"mtp_layers": count, "mtp_pattern": pattern, "mtp_repeated": reader.flag("mtp_use_repeated_layer", False),
+            "mtp_bf16": reader.flag("keep_mtp_spec_in_bf16", False)}
 
 
 # Llama4TextConfig's defaults (transformers/models/llama4/configuration_llama4.py)
