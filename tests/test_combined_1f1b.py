@@ -127,7 +127,7 @@ def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastes
 def test_below_blackwell_combined_1f1b_gives_up_the_tp_overlap_for_its_all_to_all_stream(gpu, hidden):
     """Megatron-LM arguments.py: the TP overlap needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell, the EP
     overlap more; combined 1F1B's plans there pay their backward TP collectives, and launch with 32."""
-    from planner.export.megatron import device_connections
+    from planner.export.launch import device_connections
     from planner.inputs.hardware import cluster_from_spec
 
     model, _, base = megatron_moe()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..core.errors import BadInput
 from ..plan import Plan
+from ..schedules import get_schedule
 from .base import comment_line
 
 
@@ -125,6 +126,17 @@ def _file_word(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text) or "_"
 
 
+def device_connections(plan: Plan) -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS of the plan's Megatron-LM job (None: any). The EP overlap of combined 1F1B
+    (--overlap-moe-expert-parallel-comm) runs its all-to-all on a stream of its own: 32, as Megatron-LM's
+    warning suggests (below Blackwell the plan is then priced without the TP overlap:
+    Schedule.connections_over_tp_overlap). Else with TP or CP 1, which Megatron-LM's validate_args asserts
+    below Blackwell and on which the priced TP overlap rests (planner.export.megatron.priced_flags)."""
+    if get_schedule(plan.training.schedule).connections_over_tp_overlap:
+        return 32
+    return 1 if any(s.tp > 1 or s.cp > 1 for s in plan.stages) else None
+
+
 def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
     """{file name: bash script} for every node of `node_launches`; `config_path` is the exported file
     (megatron args / torchtitan TOML), relative to the scripts' folder or absolute."""
@@ -156,8 +168,6 @@ def launch_scripts(plan: Plan, target: str, config_path: str) -> dict[str, str]:
         run = (f"torchrun --nnodes {len(nodes)} --node-rank {n.node_rank} --nproc-per-node {n.nproc} "
                '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}"')
         if target == "megatron":
-            from .megatron import device_connections
-
             connections = device_connections(plan)
             lines += [f"export CUDA_DEVICE_MAX_CONNECTIONS={connections}  # the EP overlap's all-to-all stream"
                       if connections and connections > 1 else

@@ -11,10 +11,9 @@ from ..inputs.block_params import HYBRID_FEATURE, features_beyond_gpt_flags
 from ..plan import Plan
 from ..cost.fp8 import recipe_for
 from ..cost.runtimes.megatron import SPEC as MEGATRON
-from ..schedules import get_schedule
 from ..schedules.interleaved import microbatch_group
 from .base import Uniform, Warn, block_recompute_layers, comment_line, route_comments, runtime_optimizer, uniform_form
-from .launch import placeable, placement_comments
+from .launch import device_connections, placeable, placement_comments
 
 
 TP_OVERLAP_NOTE = ("TP communication overlaps the weight-gradient GEMMs as priced: megatron-core's default "
@@ -271,17 +270,6 @@ def priced_flags(form: Uniform, optimizer: str, warn: Warn) -> list[tuple[str, A
         flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
                   ("--use-precision-aware-optimizer", None)]
     return flags
-
-
-def device_connections(plan: Plan) -> int | None:
-    """CUDA_DEVICE_MAX_CONNECTIONS of the plan's Megatron-LM job (None: any). The EP overlap of combined 1F1B
-    (--overlap-moe-expert-parallel-comm) runs its all-to-all on a stream of its own: 32, as Megatron-LM's
-    warning suggests (below Blackwell the plan is then priced without the TP overlap:
-    Schedule.connections_over_tp_overlap). Else with TP or CP 1, which Megatron-LM's validate_args asserts
-    below Blackwell and on which the priced TP overlap rests (priced_flags)."""
-    if get_schedule(plan.training.schedule).connections_over_tp_overlap:
-        return 32
-    return 1 if any(s.tp > 1 or s.cp > 1 for s in plan.stages) else None
 
 
 def export_megatron(plan: Plan, warn: Warn) -> str:
