@@ -67,9 +67,9 @@ def lead_in_search(plan: Plan) -> bool:
 
 def outside_exact_search(plan: Plan) -> bool:
     """Whether a plan holds what only uniform configurations price (planner.search.uniform): activation
-    offload, a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS, DualPipeV),
-    or expert parallelism with several chunks per rank (UniformSpace.chunked_experts). Such a plan is not
-    proven optimal."""
+    offload, a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS, DualPipeV,
+    combined 1F1B), or expert parallelism with several chunks per rank (UniformSpace.chunked_experts). Such a
+    plan is not proven optimal."""
     return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched \
         or (plan.training.virtual_stages > 1 and any(s.ep > 1 for s in plan.stages))
 
