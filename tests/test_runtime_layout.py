@@ -106,12 +106,24 @@ def test_interleaving_stages_that_split_the_batch_differently_is_bad_input():
         Layout(plan)
 
 
-def test_interleaving_runs_of_microbatches_that_are_not_multiples_of_pp_is_bad_input():
+def test_interleaving_fewer_microbatches_than_pp_is_bad_input():
     stages = tuple(Stage(c, (0 if c == 0 else c + 1, c + 2 if c < 3 else 6), 1, 0, "none",
-                         (Replica(0, 6, (c % 2,)),), c % 2) for c in range(4))
-    plan = Plan(model_from_dict(LLAMA, "tiny"), CLUSTER, Training(6, 16, "fp32", 2, "interleaved", 2), stages)
-    with pytest.raises(BadInput, match="multiple of pp=2"):
+                         (Replica(0, 2, (c % 2,)),), c % 2) for c in range(4))
+    plan = Plan(model_from_dict(LLAMA, "tiny"), CLUSTER, Training(2, 16, "fp32", 2, "interleaved", 2), stages)
+    with pytest.raises(BadInput, match="at least pp=2 micro-batches"):
         Layout(plan)
+
+
+@pytest.mark.parametrize("pp, v", [(2, 2), (3, 2), (2, 3), (4, 2)])
+def test_interleaving_any_microbatch_count_from_pp_finishes_in_groups_megatron_core_accepts(pp, v):
+    """Micro-batch counts that pp does not divide run in groups of microbatch_group(pp, M): every rank ends."""
+    chunks = pp * v
+    config = {**LLAMA, "num_hidden_layers": chunks}
+    for m in range(pp, 3 * pp + 3):
+        stages = tuple(Stage(c, (0 if c == 0 else c + 1, c + 2 if c < chunks - 1 else chunks + 2), 1, 0, "none",
+                             (Replica(0, m, (c % pp,)),), c % pp) for c in range(chunks))
+        plan = Plan(model_from_dict(config, "tiny"), CLUSTER, Training(m, 16, "fp32", 1, "interleaved", v), stages)
+        assert finishes(Layout(plan)), (pp, v, m)
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -199,8 +199,9 @@ def check_runnable(plan: Plan, chunks: int) -> None:
                                f"stages[{s.index}].replicas")
         pp, b = plan.pp, plan.training.micro_batch
         for r in plan.stages[0].replicas:
-            if (r.batch_share // b) % pp:
-                raise BadInput(f"interleaving needs each replica's micro-batches to be a multiple of pp={pp} "
+            # the order runs groups of microbatch_group(pp, M) micro-batches, M >= pp (megatron-core's rule)
+            if r.batch_share // b < pp:
+                raise BadInput(f"interleaving needs each replica to run at least pp={pp} micro-batches "
                                f"(Megatron-LM's rule), dp_rank {r.dp_rank} runs {r.batch_share // b}; use 1f1b",
                                "plan", f"stages[0].replicas[{plan.stages[0].replicas.index(r)}].batch_share")
         by_rank: dict[int, list[Stage]] = {}
