@@ -44,7 +44,7 @@ from planner.core.errors import BadInput  # noqa: E402
 from planner.cost.runtimes.capability import capability, violations  # noqa: E402
 from planner.inputs.hardware import cluster_from_spec  # noqa: E402
 from planner.inputs.model import load_model  # noqa: E402
-from planner.plan import Training, uniform_plan  # noqa: E402
+from planner.plan import Training, structural_problems, uniform_plan  # noqa: E402
 from planner.schedules import get_schedule  # noqa: E402
 from planner.search.pricing.stage_types import SolverOptions  # noqa: E402
 
@@ -166,7 +166,8 @@ def _scan_share(name: str, part: int, parts: int) -> dict:
                                             recompute=recompute, sequence_parallel=tp > 1, cp=cp, ep=ep)
                     except BadInput:
                         continue
-                    if violations(plan, runtime):
+                    # what the runtime runs, and what the schedule runs with (combined 1F1B: EP, planner.plan.structure)
+                    if violations(plan, runtime) or structural_problems(plan):
                         continue
                     estimate = api.reprice_plan(plan)
                     priced += 1
