@@ -283,7 +283,10 @@ def _build(run: dict) -> tuple[object, str]:
     p = run["parallel"]
     tp, pp, cp, vp, ep = (_degree(p.get(k)) for k in ("tp", "pp", "cp", "vp", "ep"))
     dtype = resolve_dtype(cluster, _dtype(run), RUNTIME)
-    training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"], search_schedule(vp).name,
+    # the EP overlap with virtual stages is Megatron-core's combined 1F1B (planner.schedules.combined_1f1b)
+    combined = pp > 1 and vp > 1 and dict(run_settings(run)).get("moe_a2a_overlap", False)
+    training = Training(run["global_batch"], run["seq_len"], dtype, run["micro_batch"],
+                        "combined-1f1b" if combined else search_schedule(vp).name,
                         vp, "flash", runtime=RUNTIME, fp8_recipe=FP8_RECIPE if dtype == "fp8" else "",
                         bf16_layers=bf16_layers)
     check_training_inputs(model, training)
