@@ -8,7 +8,6 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -126,13 +125,13 @@ def test_a_daemonic_worker_asking_for_two_processes_takes_turns_with_the_same_pl
 
 @needs_fork
 def test_time_limit_holds_with_two_search_processes():
-    # as tests/test_time_limit.py's slow shape (3 + 3 + 4 nodes searched whole), with two processes
-    started = time.perf_counter()
+    # as tests/test_time_limit.py's slow shape (3 + 3 + 4 nodes searched whole), with two processes;
+    # the limit is read on the injected ticking clock, never on wall time (a loaded machine flakes)
     result, seconds = timed_solve((3, 3, 4), 2.0, jobs=2)
     assert seconds <= 2.0 * 1.1 + 0.5, seconds
     assert not isinstance(result, NoFeasiblePlan), result
     assert result.estimate.fits and not result.optimal
-    assert multiprocessing.active_children() == [] and time.perf_counter() - started < 5
+    assert multiprocessing.active_children() == []
 
 
 @needs_fork
