@@ -214,12 +214,21 @@ def test_a_cap_outside_the_gpus_range_does_not_validate(tmp_path):
     assert result.exit_code != 0 and "power_cap_W" in result.output and "outside" in result.output
 
 
+def small_mix(tmp_path) -> str:
+    """The default example's cluster cut to 1 A100 node + 2 V100 nodes: 2 x 3 - 1 subsets to plan."""
+    spec = yaml.safe_load(open("profiles/clusters/a100-v100-mix.yaml"))
+    spec["node_groups"][0]["nodes"], spec["node_groups"][1]["nodes"] = 1, 2
+    path = tmp_path / "small-mix.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
 def test_objective_cost_leaves_idle_the_nodes_that_do_not_pay(tmp_path):
-    data = ok_json(invoke("plan", "--objective", "cost", "--json"))
+    data = ok_json(invoke("plan", "--cluster", small_mix(tmp_path), "--objective", "cost", "--json"))
     objective = data["solver"]["objective"]
     assert objective["name"] == "cost" and objective["proven"]
-    assert objective["all_nodes"]["usd_per_step"] >= data["predicted"]["cost"]["usd_per_step"]
-    assert objective["subsets"] == 3 * 5 - 1
+    assert objective["idle"] and objective["all_nodes"]["usd_per_step"] > data["predicted"]["cost"]["usd_per_step"]
+    assert objective["subsets"] == 2 * 3 - 1
 
 
 def test_objective_cost_without_a_price_is_bad_input(tmp_path):
@@ -240,7 +249,7 @@ def test_max_step_time_below_every_plan_exits_one():
 
 def test_frontier_lists_the_pareto_set_and_draws_it(tmp_path):
     svg = tmp_path / "f.svg"
-    data = ok_json(invoke("frontier", "--json", "--svg", str(svg)))
+    data = ok_json(invoke("frontier", "--cluster", small_mix(tmp_path), "--json", "--svg", str(svg)))
     assert data["frontier"] and data["proven"]
     points = [data["points"][i] for i in data["frontier"]]
     steps = [p["step_time_s"] for p in points]
@@ -293,7 +302,7 @@ def test_a_sweep_row_plans_for_its_objective(tmp_path):
     rows = {}
     for objective in ("time", "cost"):
         out = tmp_path / f"{objective}.jsonl"
-        result = invoke("sweep", "--model", "gpt2", "--cluster", "a100-v100-mix", "--global-batch", "64",
+        result = invoke("sweep", "--model", "gpt2", "--cluster", small_mix(tmp_path), "--global-batch", "64",
                         "--seq-len", "1024", "--objective", objective, "-o", str(out))
         assert result.exit_code == 0, result.output
         rows[objective] = json.loads(out.read_text().splitlines()[0])
@@ -301,8 +310,8 @@ def test_a_sweep_row_plans_for_its_objective(tmp_path):
     assert rows["cost"]["step_time_s"] >= rows["time"]["step_time_s"]
 
 
-def test_frontier_with_power_caps_weighs_each_set_capped_and_uncapped():
-    data = ok_json(invoke("frontier", "--power-caps", "--json"))
+def test_frontier_with_power_caps_weighs_each_set_capped_and_uncapped(tmp_path):
+    data = ok_json(invoke("frontier", "--cluster", small_mix(tmp_path), "--power-caps", "--json"))
     capped = [p for p in data["points"] if "power_caps_W" in p]
     assert capped
     for point in capped:  # its uncapped twin: the same nodes, faster, more energy
