@@ -11,7 +11,7 @@ import tomli_w
 from ..core.errors import BadInput
 from ..plan import Plan
 from ..inputs.hf_extras import rope_and_norm
-from ..inputs.titan_flavors import TITAN_LLAMA3_ROPE_SCALING, titan_flavor, titan_model_problem
+from ..inputs.titan_flavors import TITAN_LLAMA3_ROPE_SCALING, titan_family, titan_flavor, titan_model_problem
 from ..schedules import get_schedule
 from .base import Uniform, Warn, comment_line, layer_sac_frequency, route_comments, runtime_optimizer, uniform_form
 from .launch import placeable, placement_comments
@@ -72,9 +72,13 @@ def titan_settings(plan: Plan, warn: Warn) -> tuple[dict[str, dict[str, Any]], l
                 f"tp {form.tp} x " + (f"cp {form.cp} x " if form.cp > 1 else "")
                 + f"pp {form.pp} x dp {form.dp} = {form.world} GPUs",
                 *(placement_comments(plan) if placeable(plan) else []), *route_comments(plan)]
+    family = titan_family(c)
     if name == "deepseek_v3":  # its constants, which cost nothing, are the flavour's (DeepSeekV3ModelArgs)
         comments.append(f"torchtitan's deepseek_v3 flavour {flavor} fixes the rotary (YaRN), norm and routing "
                         "constants (the job config cannot set them); the model's own are in its config.json")
+    elif family is not None:  # alike: what its ModelArgs fix beside the dimensions
+        comments.append(f"torchtitan's {name} flavour {flavor} fixes {family[0].constants} (the job config cannot "
+                        "set them); the model's own are in its config.json")
     elif not same_scaling:  # not priced (no parameters, no FLOPs): said in the file, not warned
         comments.append(f"rotary frequencies: torchtitan's llama3 flavours apply Llama 3.1 RoPE scaling (factor 8); "
                         f"the model's rope_scaling is {extra.rope_scaling} (the job config cannot set it)")

@@ -1,16 +1,21 @@
-"""torchtitan's built-in llama3 and deepseek_v3 flavours, matched by a model's dimensions (never by its name).
+"""torchtitan's built-in model flavours (llama3, deepseek_v3, qwen3, llama4, gpt_oss), matched by a
+model's dimensions (never by its name).
 
 torchtitan 0.2.x builds a model from `[model] name` and `flavor` alone: the job config has no
 keys for explicit dimensions, so a model is exportable only when it IS one of the flavours of
-`torchtitan.models.llama3.llama3_args`. Their dimensions are copied here (torchtitan is an
-optional extra); the FFN width is what torchtitan's FeedForward computes from `multiple_of`
-and `ffn_dim_multiplier`. tests/test_export.py checks this table against the installed
-torchtitan when it can be imported.
+its model packages (`torchtitan.models.<name>`). Their dimensions are copied here (torchtitan is an
+optional extra); the llama3 FFN width is what torchtitan's FeedForward computes from `multiple_of`
+and `ffn_dim_multiplier`. tests/test_export.py, tests/test_titan_deepseek.py and
+tests/test_titan_families.py check these tables against the installed torchtitan when it can be
+imported (for the catalog's models of each family, the parameter count of torchtitan's model built
+on the meta device).
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
+from dataclasses import dataclass
+from typing import Callable
 
 from ..core.errors import BadInput
 from .hf_extras import rope_and_norm
@@ -81,9 +86,113 @@ def dsv3_dims_of(config: ModelConfig) -> Dsv3Flavor | None:
                       m.v_head_dim)
 
 
+# the ModelConfig dimensions a flavour of torchtitan's qwen3, llama4 and gpt_oss packages fixes
+# (ffn_hidden: the experts' width in an MoE model, the MLP's in a dense one)
+SHAPE_FIELDS = ("hidden", "num_layers", "num_heads", "num_kv_heads", "attention_head_dim", "ffn_hidden",
+                "shared_expert_ffn", "num_experts", "experts_top_k", "vocab", "tied_embeddings")
+Shape = namedtuple("Shape", SHAPE_FIELDS)
+
+
+def shape_of(config: ModelConfig) -> Shape:
+    return Shape(*(getattr(config, name) for name in SHAPE_FIELDS))
+
+
+def _plain_block(config: ModelConfig) -> bool:
+    """RMSNorm, SwiGLU, rotary positions, untied or tied embeddings, every layer the same FFN kind,
+    none of MLA, Mamba or multi-token prediction."""
+    return (config.gated_mlp and config.norm == "rmsnorm" and not config.learned_positions and config.mla is None
+            and config.mamba is None and not config.mtp_layers and not config.dense_layers
+            and config.block_norms == 2 and not config.shared_expert_gate)
+
+
+def _qwen3_block(config: ModelConfig) -> bool:
+    """torchtitan models/qwen3: per-head q/k RMSNorm, no biases, full causal attention, dense or
+    every layer MoE without shared experts."""
+    return (config.model_type in ("qwen3", "qwen3_moe") and _plain_block(config) and config.qk_norm == "head"
+            and not config.linear_bias and not config.qkv_bias and not config.router_bias
+            and not config.attention_sinks and not config.window and not config.layer_windows
+            and not config.attention_chunk and not config.layer_chunks and config.shared_expert_ffn == 0)
+
+
+def _llama4_block(config: ModelConfig) -> bool:
+    """torchtitan models/llama4, the iRoPE flavours: every layer MoE with a shared expert, attention
+    chunked at fixed_attn_block_size 8192 on three layers of every four (every_n_layers_nope 4)."""
+    chunks = config.layer_chunks
+    return (config.model_type == "llama4" and _plain_block(config) and not config.linear_bias
+            and not config.qkv_bias and not config.attention_sinks and not config.layer_windows
+            and len(chunks) == config.num_layers and sorted(set(chunks)) == [0, 8192]
+            and sum(1 for c in chunks if c == 0) * 4 == config.num_layers)
+
+
+def _gpt_oss_block(config: ModelConfig) -> bool:
+    """torchtitan models/gpt_oss: attention sinks, biased linears and router, a 128-token sliding
+    window on the even layers (GptOssModelArgs.sliding_window_size, layer_id % 2 == 0)."""
+    windows = config.layer_windows
+    return (config.model_type == "gpt_oss" and _plain_block(config) and config.attention_sinks
+            and config.linear_bias and config.router_bias and config.qk_norm == "none"
+            and windows == tuple(128 if i % 2 == 0 else 0 for i in range(config.num_layers)))
+
+
+@dataclass(frozen=True)
+class TitanFamily:
+    """One of torchtitan 0.2.2's model packages, `[model] name`, beside llama3 and deepseek_v3."""
+
+    name: str
+    flavors: dict[str, Shape]
+    architecture: Callable[[ModelConfig], bool]  # its block, beside the flavour's dimensions
+    pipelines: bool  # its TrainSpec has a pipelining_fn (torch.distributed.pipelining)
+    constants: str  # what its flavours fix that neither the job config nor the plan sets
+
+
+def _qwen3(hidden, layers, heads, kv, ffn, tied=False, experts=1, top_k=1) -> Shape:
+    return Shape(hidden, layers, heads, kv, 128, ffn, 0, experts, top_k, 151936, tied)
+
+
+def _gpt_oss(layers, experts) -> Shape:
+    return Shape(2880, layers, 64, 8, 64, 2880, 0, experts, 4, 201088, False)
+
+
+# torchtitan 0.2.2 models/qwen3/__init__.py qwen3_args, models/llama4/__init__.py llama4_args,
+# models/gpt_oss/__init__.py gptoss_configs (the debug flavours left out)
+TITAN_FAMILIES = (
+    TitanFamily("qwen3", {
+        "0.6B": _qwen3(1024, 28, 16, 8, 3072, tied=True), "1.7B": _qwen3(2048, 28, 16, 8, 6144, tied=True),
+        "4B": _qwen3(2560, 36, 32, 8, 9728, tied=True), "8B": _qwen3(4096, 36, 32, 8, 12288),
+        "14B": _qwen3(5120, 40, 40, 8, 17408), "32B": _qwen3(5120, 64, 64, 8, 25600),
+        "30B-A3B": _qwen3(2048, 48, 32, 4, 768, experts=128, top_k=8),
+        "235B-A22B": _qwen3(4096, 94, 64, 4, 1536, experts=128, top_k=8)},
+        _qwen3_block, pipelines=False,  # Qwen3's TrainSpec: pipelining_fn=None
+        constants="the rotary base, the norm eps and the routing (softmax top-k renormalised, an "
+                  "auxiliary-loss-free balancing bias in place of the checkpoint's auxiliary loss)"),
+    TitanFamily("llama4", {"17bx16e_irope": Shape(5120, 48, 40, 8, 128, 8192, 8192, 16, 1, 202048, False)},
+                _llama4_block, pipelines=True,
+                constants="the rotary scaling, the NoPE layers' places (layer_id % 4 == 0; the checkpoint's are "
+                          "layer_id % 4 == 3), no q/k L2 norm or attention temperature tuning, document-causal "
+                          "(block_causal) masks through flex attention, and the routing"),
+    TitanFamily("gpt_oss", {"20b": _gpt_oss(24, 32), "120b": _gpt_oss(36, 128)}, _gpt_oss_block,
+                pipelines=False,  # GPT-OSS's TrainSpec: pipelining_fn=None
+                constants="the rotary (YaRN) constants, the SwiGLU clamp, flex attention and the routing"),
+)
+
+
+def titan_family(config: ModelConfig) -> tuple[TitanFamily, str] | None:
+    """The family and flavour of qwen3, llama4 or gpt_oss whose block and dimensions are the model's,
+    or None."""
+    shape = shape_of(config)
+    for family in TITAN_FAMILIES:
+        if family.architecture(config):
+            for flavor, flavor_shape in family.flavors.items():
+                if flavor_shape == shape:
+                    return family, flavor
+    return None
+
+
 def titan_flavor(config: ModelConfig, model_name: str) -> tuple[str, str]:
-    """(torchtitan model name, flavour) whose dimensions are the model's: a llama3 flavour, or for
-    DeepSeek-V3's architecture a deepseek_v3 one; BadInput when none is."""
+    """(torchtitan model name, flavour) whose dimensions are the model's: a llama3 flavour, for
+    DeepSeek-V3's architecture a deepseek_v3 one, or one of TITAN_FAMILIES; BadInput when none is."""
+    found = titan_family(config)
+    if found is not None:
+        return found[0].name, found[1]
     dims = dsv3_dims_of(config)
     if dims is not None:
         for flavor, flavor_dims in TITAN_DEEPSEEK_V3_FLAVORS.items():
@@ -108,8 +217,9 @@ def titan_llama3_flavor(config: ModelConfig, model_name: str) -> str:
              f"kv heads, ffn {dims.ffn_hidden}, vocab {dims.vocab}"
              + ("" if llama3_architecture(config) else f", a {config.model_type} architecture"))
     raise BadInput(f"torchtitan builds models only as named flavours, and the model {model_name!r} "
-                   f"({shape}) is none of its llama3 flavours ({', '.join(TITAN_LLAMA3_FLAVORS)}) or deepseek_v3 "
-                   f"ones ({', '.join(TITAN_DEEPSEEK_V3_FLAVORS)}); "
+                   f"({shape}) is none of its llama3 flavours ({', '.join(TITAN_LLAMA3_FLAVORS)}), deepseek_v3 "
+                   f"ones ({', '.join(TITAN_DEEPSEEK_V3_FLAVORS)}) or "
+                   + ", ".join(f"{f.name} ones ({', '.join(f.flavors)})" for f in TITAN_FAMILIES) + "; "
                    "export --to rankmap, or register a TrainSpec in torchtitan and write its [model]",
                    "--to torchtitan")
 
@@ -117,7 +227,8 @@ def titan_llama3_flavor(config: ModelConfig, model_name: str) -> str:
 def titan_model_problem(model: Model) -> str:
     """Why torchtitan cannot build `model` (as `export --to torchtitan` and `plan --runtime torchtitan`
     say it), '' when it can: a layer profile without a config, no llama3 flavour of its dimensions,
-    or rotary and norm constants the flavour fixes otherwise (its job config cannot set them)."""
+    or rotary and norm constants a llama3 flavour fixes otherwise (its job config cannot set them; the
+    other families' constants are said in the exported file)."""
     c = model.config
     if c is None:
         return "the plan's model is a layer profile without a config: torchtitan needs a model name and flavor"

@@ -25,11 +25,16 @@ if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
 
 def capability(runtime: str, model: "Model | None" = None) -> Capability:
     """The Capability of `runtime` (a planner.cost.runtimes name or `any`), for `model` where given:
-    a hybrid model's Mamba stack pipelines as megatron-core's MambaStack does
+    as the runtime's RuntimeSpec.model_capability narrows it for that model, and a hybrid model's Mamba stack pipelines as megatron-core's MambaStack does
     (ssm/mamba_block.py _select_layers_for_pipeline_parallel asserts no virtual pipeline stages and
     gives each rank num_layers / pp layers): one chunk per rank and every stage the same decoders."""
-    cap = runtime_spec(runtime).capability
-    if model is None or model.config is None or model.config.mamba is None:
+    spec = runtime_spec(runtime)
+    cap = spec.capability
+    if model is None or model.config is None:
+        return cap
+    if spec.model_capability is not None:  # e.g. torchtitan's model packages without pipelining
+        cap = spec.model_capability(cap, model)
+    if model.config.mamba is None:
         return cap
     one_chunk = tuple(name for name in cap.schedules if get_schedule(name).max_virtual_stages == 1)
     return replace(cap, schedules=one_chunk, layer_split="equal")
@@ -73,7 +78,7 @@ def bf16_layers_problem(training: "Training", runtime: str = "") -> str:
 def model_problem(runtime: str, model: "Model") -> str:
     """Why `runtime` cannot build `model` at all, whatever the plan ('' when it can):
     Capability.mamba_layers for a hybrid model, Capability.mtp_layers for one with multi-token-prediction
-    modules, then RuntimeSpec.model_problem (torchtitan builds only its named llama3 flavours)."""
+    modules, then RuntimeSpec.model_problem (torchtitan builds only its named flavours)."""
     spec = runtime_spec(runtime)
     if model.config is not None and model.config.mamba is not None and not spec.capability.mamba_layers:
         return (f"{spec.capability.title} builds no Mamba-2 layers ({model.name} is a hybrid model): "

@@ -116,6 +116,8 @@ class RuntimeSpec:
     no_compile: str = ""  # why it cannot run the model under torch.compile ('' when Capability.compile)
     # why it cannot build a model at all, whatever the plan ('' when it can); None: it builds any
     model_problem: Callable[["Model"], str] | None = field(default=None, compare=False)
+    # what it runs of a model it builds, where that depends on the model (planner.cost.runtimes.capability)
+    model_capability: Callable[[Capability, "Model"], Capability] | None = field(default=None, compare=False)
     # the runtime whose `planner export` target runs its plans exactly ('' none)
     exports_as: str = ""
 

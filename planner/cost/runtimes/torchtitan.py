@@ -8,9 +8,20 @@ attention; eager elementwise kernels (RMSNorm, SwiGLU, RoPE unfused) without tor
 "selective" recomputation is its per-op policy (every second matmul and the elementwise ops).
 """
 
-from ...inputs.titan_flavors import titan_model_problem
+from dataclasses import replace
+
+from ...inputs.titan_flavors import titan_family, titan_model_problem
 from .base import Runtime
 from .spec import WITH_BLOCK, Capability, RuntimeSpec
+
+
+def _model_capability(cap: Capability, model) -> Capability:
+    """torchtitan's qwen3 and gpt_oss packages have no pipelining_fn: one stage."""
+    found = titan_family(model.config)
+    if found is None or found[0].pipelines:
+        return cap
+    return replace(cap, pipeline=False, title=f"torchtitan's {found[0].name} model")
+
 
 SPEC = RuntimeSpec(
     pricing=Runtime(
@@ -111,6 +122,7 @@ SPEC = RuntimeSpec(
                  "2 stages per rank: use zbv",
         "combined-1f1b": "torchtitan overlaps the expert-parallel all-to-all under DualPipeV, not Megatron-core's "
                          "combined 1F1B: use dualpipev"},
-    # it builds only its named llama3 flavours, the check `export --to torchtitan` makes too
-    model_problem=titan_model_problem,
+    # it builds only its packages' named flavours (planner.inputs.titan_flavors), the check
+    # `export --to torchtitan` makes too
+    model_problem=titan_model_problem, model_capability=_model_capability,
     exports_as="torchtitan")
