@@ -30,6 +30,15 @@ def megatron_moe():
     return model, cluster, replace(base, runtime="megatron")
 
 
+def megatron_options(**changes) -> SolverOptions:
+    """OPTIONS priced as Megatron-LM runs (its runtime's cost parameters, as `plan` and `validate` price)."""
+    from planner.cost.runtimes import training_params
+
+    _, cluster, base = megatron_moe()
+    params = training_params(cluster.gpu_types, base)
+    return SolverOptions(**OPTIONS, gpu_params=tuple(sorted(params.items())), **changes)
+
+
 def moe_plan(schedule: str, ep: int = 4, recompute: str = "none", dtype: str = "bf16", model=None):
     inst_model, cluster, base = megatron_moe()
     training = replace(base, schedule=schedule, virtual_stages=2, dtype=dtype)
@@ -75,20 +84,58 @@ def test_evaluate_refuses_combined_1f1b_without_expert_parallelism_as_bad_input(
     assert result.exit_code == 2 and "--schedule: combined-1f1b runs only with expert parallelism" in result.stderr
 
 
-def brute_force_combined(model, cluster, base):
-    """The fastest uniform combined-1F1B plan (V = 2) Megatron-LM runs, over every tp, pp, dp, micro-batch,
-    recompute mode, ZeRO stage and expert-parallel degree of OPTIONS (dividing the experts and dp, tp x ep
-    within the node)."""
+def one_stage_plan(schedule: str, model=None, micro_batch: int = 1):
+    inst_model, cluster, base = megatron_moe()
+    training = replace(base, schedule=schedule, virtual_stages=1, micro_batch=micro_batch)
+    return uniform_plan(model or inst_model, cluster, training, tp=1, pp=1, dp=8, zero=1, ep=8)
+
+
+def test_without_pipelining_combined_1f1b_pairs_micro_batches_and_holds_two():
+    """megatron-core combined_1f1b_schedule_for_no_pipelining: each forward beside the previous backward,
+    layer by layer (a layer beyond the micro-batch held, counted as a second one)."""
+    one_f_one_b, combined = one_stage_plan("1f1b"), one_stage_plan("combined-1f1b")
+    assert not structural_problems(combined) and not violations(combined, "megatron")
+    plain, paired = evaluate(one_f_one_b), evaluate(combined)
+    assert plain.breakdown_s["ep_comm"] > 0 and paired.breakdown_s.get("ep_comm", 0.0) < plain.breakdown_s["ep_comm"]
+    assert paired.step_time_s < plain.step_time_s
+    assert get_schedule("combined-1f1b").in_flight_microbatches(0, 1, 1, 8) == 2
+    assert max(paired.peak_memory_by_gpu().values()) > max(plain.peak_memory_by_gpu().values())
+
+
+def test_combined_1f1b_runs_one_chunk_alone_or_two_or_more_with_pipelining():
+    schedule = get_schedule("combined-1f1b")
+    assert schedule.accepts_layout(1, 1) and schedule.accepts_layout(2, 2) and schedule.accepts_layout(4, 3)
+    assert not schedule.accepts_layout(2, 1) and not schedule.accepts_layout(1, 2)
+    result = invoke("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-2node", "--global-batch", "256",
+                    "--seq-len", "4096", "--micro-batch", "1", "--tp", "1", "--pp", "2", "--dp", "8", "--ep", "8",
+                    "--schedule", "combined-1f1b")
+    assert result.exit_code == 2 and "one pipeline rank of one chunk, or 2 or more pipeline ranks" in result.stderr
+
+
+def test_combined_1f1b_runs_an_mtp_layer_only_with_pipelining():
+    # megatron-core transformer_config.py: "Pipeline model parallel size must be larger than 1 when enabling
+    # overlap_moe_expert_parallel_comm with MTP layer"
+    model, _, _ = megatron_moe()
+    with_mtp = replace(model, config=replace(model.config, mtp_layers=1))
+    assert not structural_problems(moe_plan("combined-1f1b", model=with_mtp))
+    problems = structural_problems(one_stage_plan("combined-1f1b", model=with_mtp))
+    assert any("MTP layers only with pipelining" in why for _, why in problems), problems
+
+
+def brute_force_combined(model, cluster, base, options: SolverOptions):
+    """The fastest uniform combined-1F1B plan (V = 2 over pp >= 2, V = 1 without pipelining) Megatron-LM runs,
+    over every tp, pp, dp, micro-batch, recompute mode, ZeRO stage and expert-parallel degree of OPTIONS
+    (dividing the experts and dp, tp x ep within the node)."""
     best = None
     n, experts = cluster.num_gpus, model.config.num_experts
     for tp, b, recompute, zero in product(OPTIONS["tp_degrees"], OPTIONS["micro_batches"], OPTIONS["recompute_modes"],
                                           (0, 1)):
-        for pp in range(2, n // tp + 1):
+        for pp in range(1, n // tp + 1):
             if n % (tp * pp):
                 continue
             dp = n // (tp * pp)
             for ep in (e for e in range(2, dp + 1) if experts % e == 0 and dp % e == 0 and tp * e <= n):
-                training = replace(base, micro_batch=b, schedule="combined-1f1b", virtual_stages=2)
+                training = replace(base, micro_batch=b, schedule="combined-1f1b", virtual_stages=1 if pp == 1 else 2)
                 try:
                     plan = uniform_plan(model, cluster, training, tp=tp, pp=pp, dp=dp, zero=zero if dp > 1 else 0,
                                         recompute=recompute, sequence_parallel=tp > 1, ep=ep)
@@ -96,7 +143,7 @@ def brute_force_combined(model, cluster, base):
                     continue
                 if structural_problems(plan) or violations(plan, "megatron"):
                     continue
-                estimate = evaluate(plan, SolverOptions().params_mapping())
+                estimate = evaluate(plan, options.params_mapping())
                 if estimate.fits and (best is None or estimate.step_time_s < best):
                     best = estimate.step_time_s
     return best
@@ -105,9 +152,9 @@ def brute_force_combined(model, cluster, base):
 @pytest.mark.slow
 def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastest(tmp_path):
     model, cluster, base = megatron_moe()
-    result = solve(model, cluster, base, SolverOptions(**OPTIONS))
-    without = solve(model, cluster, base, SolverOptions(**OPTIONS, uniform_schedules=False))
-    expected = brute_force_combined(model, cluster, base)
+    result = solve(model, cluster, base, megatron_options())
+    without = solve(model, cluster, base, megatron_options(uniform_schedules=False))
+    expected = brute_force_combined(model, cluster, base, megatron_options())
     assert expected is not None and expected < without.estimate.step_time_s
     assert result.plan.training.schedule == "combined-1f1b" and not result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-12)
@@ -121,6 +168,16 @@ def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastes
     assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "train.sh").read_text()
     refused = invoke("export", path, "--to", "torchtitan", "-o", tmp_path / "job.toml")
     assert refused.exit_code == 2 and "no combined-1f1b schedule" in refused.stderr
+
+
+def test_the_search_takes_combined_1f1b_without_pipelining_where_the_brute_force_finds_it_fastest():
+    # priced without Megatron-LM's fp32 gradient buffers, the one-stage combined plan fits and wins
+    model, cluster, base = megatron_moe()
+    options = SolverOptions(**OPTIONS)
+    result = solve(model, cluster, base, options)
+    assert result.plan.training.schedule == "combined-1f1b" and result.plan.pp == 1 and not result.optimal
+    assert result.estimate.step_time_s == pytest.approx(brute_force_combined(model, cluster, base, options),
+                                                        rel=1e-12)
 
 
 @pytest.mark.parametrize("gpu, hidden", [("H100-SXM5-80GB", True), ("B200", False)])

@@ -268,7 +268,9 @@ def test_solver_with_ep_equals_brute_force_optimum(seed, runtime):
                                     options["recompute_modes"], options["zero_stages"], (1,), ep_degrees=(1, 2, 4, 8),
                                     runtime=runtime)
     try:
-        result = solve(model, cluster, base, SolverOptions(**options, ep_degrees=(1, 2, 4, 8), offload=False))
+        # the oracle's space: the searched schedules (combined 1F1B's uniform plans: tests/test_combined_1f1b.py)
+        result = solve(model, cluster, base, SolverOptions(**options, ep_degrees=(1, 2, 4, 8), offload=False,
+                                                           uniform_schedules=False))
     except NoFeasiblePlan:
         assert expected == float("inf")
         return

@@ -309,6 +309,33 @@ def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name,
 
 
 @pytest.mark.integration
+def test_megatron_lm_validate_args_accepts_combined_1f1b_without_pipelining(tmp_path):
+    """Megatron-Bridge's Qwen3-30B-A3B layout on 8 B200 (tp 1, pp 1, ep 8) with the EP overlap: megatron-core
+    runs it as combined_1f1b_schedule_for_no_pipelining."""
+    checkout = os.environ.get("MEGATRON_LM")
+    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
+        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
+    import shlex
+
+    cluster = cluster_from_spec({"name": "b200x8", "node_groups": [{"name": "g", "gpu": "B200", "nodes": 1,
+                                                                   "gpus_per_node": 8}]})
+    training = Training(512, 4096, "bf16", 1, schedule="combined-1f1b")
+    plan = uniform_plan(load_model("qwen3-30b-a3b"), cluster, training, tp=1, pp=1, dp=8, zero=1, ep=8)
+    text, warnings = export(plan)
+    assert warnings == []
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
+    keys = ("pipeline_model_parallel_size", "expert_model_parallel_size", "overlap_moe_expert_parallel_comm",
+            "virtual_pipeline_model_parallel_size")
+    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (10, 0)\n"
+              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, keys)) + ")"))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 8])], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    assert [parsed[k] for k in keys] == [1, 8, True, None]
+
+
+@pytest.mark.integration
 def test_megatron_lm_runs_a_muon_export_with_its_layer_wise_distributed_optimizer(tmp_path):
     """--optimizer muon with ZeRO-1's --use-distributed-optimizer: Megatron-LM's validate_args turns the
     pair into its layer-wise distributed optimizer, the sharding planner.cost.muon prices."""

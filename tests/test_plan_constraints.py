@@ -124,7 +124,7 @@ def test_top_k_equals_the_best_plan_of_every_configuration_searched_one_by_one()
 
 
 def test_runtime_torchtitan_refuses_a_model_it_cannot_build_at_plan_time(tmp_path):
-    args = ["--model", "qwen3-8b", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "2048",
+    args = ["--model", "mistral-7b", "--cluster", "dgx-a100", "--global-batch", "64", "--seq-len", "2048",
             "--runtime", "torchtitan"]
     line = assert_bad_input(invoke("plan", *args), "--runtime torchtitan", "llama3 flavours")
     # the export's own message, word for word

@@ -252,6 +252,9 @@ def plan_from_flags(request: EvaluateRequest) -> Plan:
                        f"{search_schedule(r.virtual_stages).name}", "--virtual-stages")
     if r.pp < schedule.min_pp:
         raise BadInput(f"the {schedule.name} schedule needs --pp >= {schedule.min_pp}", "--schedule")
+    if not schedule.accepts_layout(r.pp, r.virtual_stages):
+        raise BadInput(f"the {schedule.name} schedule needs {schedule.layout_rule()}; got --pp {r.pp} with "
+                       f"--virtual-stages {r.virtual_stages}", "--schedule")
     if schedule.split_backward and r.dp * r.micro_batch and r.global_batch // (r.dp * r.micro_batch) < r.pp:
         # its bubble formula holds with a micro-batch per rank at least (Qi et al. 2023, sec 3.1)
         raise BadInput(f"the {schedule.name} schedule needs at least --pp {r.pp} micro-batches per replica, "

@@ -299,7 +299,7 @@ def export_megatron(plan: Plan, warn: Warn) -> str:
             # the micro-batches per virtual stage at a time, as priced (schedules.interleaved.microbatch_group)
             flags.append(("--microbatch-group-size-per-virtual-pipeline-stage",
                           microbatch_group(form.pp, form.grad_accum)))
-    if plan.training.schedule == "combined-1f1b" and form.pp > 1:
+    if plan.training.schedule == "combined-1f1b":
         # the combined 1F1B schedule that hides the expert-parallel all-to-all (planner.schedules.combined_1f1b:
         # megatron-core model_parallel_config.py overlap_moe_expert_parallel_comm; Megatron-LM's MoE docs)
         flags.append(("--overlap-moe-expert-parallel-comm", None))

@@ -185,11 +185,11 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
     if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
         problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
                          "schedule"))
-    if schedule is not None and schedule.overlaps_ep_comm and (len(pranks) < schedule.min_pp
-                                                               or v < schedule.min_virtual_stages):
-        # its pricing hides the all-to-all by pairing chunks of a pipeline (CostParams.moe_a2a_overlap)
-        problems.append(("training.schedule", f"{t.schedule} needs at least {schedule.min_pp} pipeline ranks and "
-                         f"{schedule.min_virtual_stages} virtual stages (the plan has {len(pranks)} and {v})"))
+    if schedule is not None and schedule.overlaps_ep_comm and not schedule.accepts_layout(len(pranks), v):
+        # its pricing hides the all-to-all by pairing one micro-batch's forward with another's backward
+        # in the layout it runs (CostParams.moe_a2a_overlap)
+        problems.append(("training.schedule", f"{t.schedule} needs {schedule.layout_rule()} (the plan has "
+                         f"{len(pranks)} and {v})"))
     if schedule is not None and schedule.needs_ep and not any(s.ep > 1 for s in plan.stages):
         problems.append(("training.schedule", f"{t.schedule} runs only with expert parallelism (every stage has ep 1)"))
     if schedule is None:
@@ -204,6 +204,9 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
     if schedule.max_mtp_layers is not None and mtp > schedule.max_mtp_layers:
         problems.append(("training.schedule", f"{t.schedule} runs at most {schedule.max_mtp_layers} MTP layer "
                          f"(the model has {mtp})"))
+    if schedule.mtp_needs_pp and mtp and len(pranks) < 2:
+        problems.append(("training.schedule", f"{t.schedule} runs MTP layers only with pipelining (pp 1; the "
+                         f"model has {mtp})"))
     return problems
 
 

@@ -40,6 +40,7 @@ class Schedule:
     refused_recompute: tuple[str, ...] = ()  # the recompute modes it does not run with
     refused_dtypes: tuple[str, ...] = ()  # the training dtypes it does not run with
     max_mtp_layers: int | None = None  # the most multi-token-prediction layers it runs with (None: any)
+    mtp_needs_pp: bool = False  # runs multi-token-prediction layers only with pipelining (pp > 1)
     # its all-to-all overlap needs several CUDA connections (streams), while Megatron-core's TP overlap under
     # the weight-gradient GEMM needs one (CUDA_DEVICE_MAX_CONNECTIONS=1) before Blackwell (Megatron-LM
     # arguments.py: "try not to use tensor model parallelism or context parallelism with
@@ -50,6 +51,22 @@ class Schedule:
     def accepts_virtual_stages(self, virtual_stages: int) -> bool:
         return self.min_virtual_stages <= virtual_stages and (
             self.max_virtual_stages is None or virtual_stages <= self.max_virtual_stages)
+
+    def accepts_layout(self, pp: int, virtual_stages: int) -> bool:
+        """Whether it runs `pp` pipeline ranks of `virtual_stages` chunks each (min_pp and the V range)."""
+        return pp >= self.min_pp and self.accepts_virtual_stages(virtual_stages)
+
+    def layout_rule(self) -> str:
+        """accepts_layout in words, for the messages that refuse a layout."""
+        most = "" if self.max_virtual_stages is None else f" and at most {self.max_virtual_stages}"
+        return f"at least {self.min_pp} pipeline ranks and {self.min_virtual_stages}{most} virtual stages"
+
+    def runs_with(self, recompute: str, dtype: str, mtp_layers: int, pp: int) -> bool:
+        """Whether it runs a uniform plan of that recompute mode, dtype, MTP layer count and depth
+        (refused_recompute, refused_dtypes, max_mtp_layers, mtp_needs_pp; planner.plan.structure words them)."""
+        return (recompute not in self.refused_recompute and dtype not in self.refused_dtypes
+                and (self.max_mtp_layers is None or mtp_layers <= self.max_mtp_layers)
+                and not (self.mtp_needs_pp and mtp_layers and pp < 2))
 
     def fewest_microbatches(self, pp: int, virtual_stages: int) -> int:
         """The fewest micro-batches each replica must run (planner.plan.structure): a split backward's

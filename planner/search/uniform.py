@@ -86,6 +86,7 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
     n = cluster.num_gpus
     blocks = sum(1 for layer in model.layers if layer.kind == "decoder")
     heads = model.config.tp_heads if model.config else 1
+    mtp_layers = model.config.mtp_layers if model.config else 0
     # selective recompute is none's twin where every GPU runs flash attention (stage_configs)
     selective = any(selective_differs(context.options, training, group.gpu.name) for group in cluster.groups)
     experts_cap = _chunked_experts_capability(context, space)
@@ -98,7 +99,8 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
         tried = _schedules(space, v)
         for schedule in tried:
             for pp in range(1, n // tp + 1):
-                if (n // tp) % pp or pp * v > blocks or pp < schedule.min_pp:
+                if (n // tp) % pp or pp * v > blocks or not schedule.accepts_layout(pp, v) \
+                        or not schedule.runs_with(recompute, training.dtype, mtp_layers, pp):
                     continue
                 if space.max_stages is not None and pp > space.max_stages:
                     break
@@ -116,11 +118,11 @@ def indexed_candidates(context: SearchContext, space: UniformSpace,
                 # which is never slower and never uses more memory under the cost model (planner.search.orchestration.driver)
                 if not schedule.searched and zero == 0 and dp > 1 and 1 in space.zero_stages:
                     continue
-                eps = (1,) if v == 1 or experts_cap is None else _chunked_ep_degrees(context, experts_cap, tp, dp,
-                                                                                      schedule)
+                eps = (1,) if (v == 1 and not schedule.overlaps_ep_comm) or experts_cap is None \
+                    else _chunked_ep_degrees(context, experts_cap, tp, dp, schedule)
                 for ep in eps:
-                    if ep == 1 and any(schedule.without_ep_as == other.name for other in tried):
-                        continue  # that schedule's plan is never slower (Schedule.without_ep_as)
+                    if ep == 1 and (schedule.needs_ep or any(schedule.without_ep_as == other.name for other in tried)):
+                        continue  # refused at ep 1, or that schedule's plan is never slower (Schedule.without_ep_as)
                     index += 1
                     if index % parts != part:
                         continue

@@ -51,8 +51,9 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
 
 
 def in_search_space(plan: Plan) -> bool:
-    """Whether a uniform plan is one the exact search covers (1F1B, stages on whole nodes)."""
-    return (plan.training.virtual_stages == 1 and not any(s.offload_activations for s in plan.stages)
+    """Whether a uniform plan is one the exact search covers (one chunk per rank under a searched schedule,
+    not combined 1F1B's one stage, stages on whole nodes)."""
+    return (plan.training.virtual_stages == 1 and not outside_exact_search(plan)
             and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp))
 
 
