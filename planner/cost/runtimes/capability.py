@@ -25,9 +25,10 @@ if TYPE_CHECKING:  # the Plan type only (planner.plan sits below cost)
 
 def capability(runtime: str, model: "Model | None" = None) -> Capability:
     """The Capability of `runtime` (a planner.cost.runtimes name or `any`), for `model` where given:
-    as the runtime's RuntimeSpec.model_capability narrows it for that model, and a hybrid model's Mamba stack pipelines as megatron-core's MambaStack does
-    (ssm/mamba_block.py _select_layers_for_pipeline_parallel asserts no virtual pipeline stages and
-    gives each rank num_layers / pp layers): one chunk per rank and every stage the same decoders."""
+    as the runtime's RuntimeSpec.model_capability narrows it for that model, and a hybrid model's Mamba
+    stack pipelines as megatron-core's MambaStack does (ssm/mamba_block.py
+    _select_layers_for_pipeline_parallel asserts no virtual pipeline stages and gives each rank
+    num_layers / pp layers): one chunk per rank and every stage the same decoders."""
     spec = runtime_spec(runtime)
     cap = spec.capability
     if model is None or model.config is None:
