@@ -8,11 +8,11 @@ plan for it puts 3 A100 replicas at TP 1 and 24 V100 replicas at TP 4 in one sta
 micro-batch are not published with it: each micro-batch of 1-8 is priced with the integer shares that
 minimise the step for that layout (planner.search.pricing.shares.solve_shares_ilp over each replica's
 time per micro-batch), and the fastest that fits is the row. Beside it, `planner plan --runtime any` on
-the same inputs without and with per-replica TP. All are priced by planner.cost.evaluate under runtime
-`any`, fp16 (the V100 has no bf16). Then the example clusters of several GPU types, each planned under
-`--runtime any` without and with per-replica TP, with the search's seconds. Then nodes that hold two GPU
-types (a workstation, a lab of four), planned as described and as one node per type. `--write` writes
-docs/hetero-table.md.
+the same inputs without and with per-replica TP, with two search processes as the CLI runs them. All
+are priced by planner.cost.evaluate under runtime `any`, fp16 (the V100 has no bf16). Then the example
+clusters of several GPU types, each planned under `--runtime any` without and with per-replica TP, with
+the search's seconds. Then nodes that hold two GPU types (a workstation, a lab of four), planned as
+described and as one node per type. `--write` writes docs/hetero-table.md.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ INPUTS = ROOT / "benchmarks" / "inputs"
 TABLE = ROOT / "docs" / "hetero-table.md"
 MODEL, CLUSTER = INPUTS / "opt-350m.json", INPUTS / "sailor-gcp-a100-v100.yaml"
 GLOBAL_BATCH, SEQ_LEN, DTYPE = 1024, 2048, "fp16"
+JOBS = 2  # search processes, as `planner plan` runs by default (--jobs 2; the library's default is 1)
 # Sailor's layout: (node group, TP degree, replicas), one pipeline stage
 SAILOR_LAYOUT = (("a100", 1, 3), ("v100", 4, 24))
 
@@ -109,7 +110,7 @@ def planner_row(name: str, request: PlanRequest) -> dict:
 
 def sailor_rows(time_limit_s: float) -> list[dict]:
     request = PlanRequest(model=str(MODEL), cluster=str(CLUSTER), global_batch=GLOBAL_BATCH, seq_len=SEQ_LEN,
-                          dtype=DTYPE, runtime="any", time_limit_s=time_limit_s)
+                          dtype=DTYPE, runtime="any", time_limit_s=time_limit_s, jobs=JOBS)
     return [sailor_row(),
             planner_row("planner plan --runtime any --no-per-replica-tp", replace(request, per_replica_tp=False)),
             planner_row("planner plan --runtime any", request)]
@@ -125,7 +126,7 @@ def example_rows(time_limit_s: float) -> list[dict]:
     rows = []
     for cluster, model, batch, seq in EXAMPLES:
         request = PlanRequest(model=model, cluster=cluster, global_batch=batch, seq_len=seq, runtime="any",
-                              time_limit_s=time_limit_s)
+                              time_limit_s=time_limit_s, jobs=JOBS)
         label = f"{model} on {cluster}, {batch} x {seq}"
         rows.append(planner_row(f"{label}: --no-per-replica-tp", replace(request, per_replica_tp=False)))
         rows.append(planner_row(f"{label}: per-replica TP", request))
@@ -162,7 +163,7 @@ def mixed_node_rows(time_limit_s: float) -> list[dict]:
     rows = []
     for path, model, batch, seq in MIXED_NODES:
         request = PlanRequest(model=model, cluster=str(path), global_batch=batch, seq_len=seq, runtime="any",
-                              time_limit_s=time_limit_s)
+                              time_limit_s=time_limit_s, jobs=JOBS)
         label = f"{model} on {path.stem}, {batch} x {seq}"
         with tempfile.TemporaryDirectory() as tmp:
             split = Path(tmp) / f"{path.stem}.yaml"
@@ -202,7 +203,7 @@ def hap_rows(time_limit_s: float) -> list[dict]:
     rows = []
     for batch in (HAP_BATCH, HAP_SMALL_BATCH):
         request = PlanRequest(model=HAP_MODEL, cluster=str(path), global_batch=batch, seq_len=HAP_SEQ,
-                              runtime="any", time_limit_s=time_limit_s)
+                              runtime="any", time_limit_s=time_limit_s, jobs=JOBS)
         label = f"{HAP_MODEL} on {path.stem}, {batch} x {HAP_SEQ}"
         rows.append({**planner_row(f"{label}: planner plan --runtime any --no-tp-across-types",
                                    replace(request, tp_across_types=False)), "first": True})
