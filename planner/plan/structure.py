@@ -175,25 +175,25 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
     if v > 1 and any(s.pipeline_rank != chunk_rank(s.index, len(pranks), v) for s in plan.stages):
         problems.append(("stages", f"the {t.schedule} schedule's stages must follow its placement over the "
                                    "pipeline ranks (interleaved: cycle in order; zbv: down, then back up)"))
-    if schedule is not None and pranks and schedule.fewest_microbatches(len(pranks), v) > 1:
+    if schedule is None:  # an unknown name: reported where the schedule name is checked
+        return problems
+    if pranks and schedule.fewest_microbatches(len(pranks), v) > 1:
         fewest = min(r.batch_share // t.micro_batch for s in plan.stages for r in s.replicas)
         needed = schedule.fewest_microbatches(len(pranks), v)  # (Schedule.fewest_microbatches)
         if fewest < needed:
             what = f"pp = {needed}" if needed == len(pranks) else f"{needed} (its stages)"
             problems.append(("training.schedule", f"{t.schedule} needs at least {what} micro-batches "
                              f"on every replica; one has {fewest}"))
-    if schedule is not None and v > 1 and not schedule.accepts_virtual_stages(v):
+    if v > 1 and not schedule.accepts_virtual_stages(v):
         problems.append(("training.virtual_stages", f"{v} virtual stages need the {schedules.search_schedule(v).name} "
                          "schedule"))
-    if schedule is not None and schedule.overlaps_ep_comm and not schedule.accepts_layout(len(pranks), v):
+    if schedule.overlaps_ep_comm and not schedule.accepts_layout(len(pranks), v):
         # its pricing hides the all-to-all by pairing one micro-batch's forward with another's backward
         # in the layout it runs (CostParams.moe_a2a_overlap)
         problems.append(("training.schedule", f"{t.schedule} needs {schedule.layout_rule()} (the plan has "
                          f"{len(pranks)} and {v})"))
-    if schedule is not None and schedule.needs_ep and not any(s.ep > 1 for s in plan.stages):
+    if schedule.needs_ep and not any(s.ep > 1 for s in plan.stages):
         problems.append(("training.schedule", f"{t.schedule} runs only with expert parallelism (every stage has ep 1)"))
-    if schedule is None:
-        return problems
     refused = sorted({s.recompute for s in plan.stages} & set(schedule.refused_recompute))
     if refused:
         problems.append(("training.schedule", f"{t.schedule} runs without {refused[0]} recomputation "
