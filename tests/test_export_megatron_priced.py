@@ -208,21 +208,38 @@ print("PARSED " + json.dumps({k: getattr(args, k) for k in keys}))
 """
 
 
-@pytest.mark.integration
-def test_megatron_lm_validate_args_accepts_the_readme_exports(readme_plans, tmp_path):
+def megatron_lm_checkout() -> str:
+    """The Megatron-LM checkout MEGATRON_LM names; the test is skipped without one."""
     checkout = os.environ.get("MEGATRON_LM")
     if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
         pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
+    return checkout
+
+
+def megatron_lm_parsed(checkout: str, text: str, world: int, tmp_path, keys=(), capability=None,
+                       label: str = "") -> dict:
+    """Megatron-LM's parse_args and validate_args (VALIDATE, in a subprocess) on the flags of an exported
+    script `text` for `world` ranks: VALIDATE's keys and `keys` as parsed. `capability`: the (major, minor)
+    the GPU is said to have (validate_args asks it for --moe-grouped-gemm)."""
     import shlex
 
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
+    script = VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + "".join(f"{k!r}, " for k in keys)
+                              + ")")
+    if capability is not None:
+        script = f"import torch; torch.cuda.get_device_capability = lambda *a: {tuple(capability)!r}\n" + script
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, world])], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{label}{done.stderr[-2000:]}"
+    return json.loads(done.stdout.split("PARSED ", 1)[1])
+
+
+@pytest.mark.integration
+def test_megatron_lm_validate_args_accepts_the_readme_exports(readme_plans, tmp_path):
+    checkout = megatron_lm_checkout()
     for name, plan in readme_plans.items():
         text, _ = export(plan)
-        argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
-        world = len(plan.used_ranks())
-        done = subprocess.run([sys.executable, "-c", VALIDATE, json.dumps([argv, world])], cwd=tmp_path,
-                              env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
-        parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+        parsed = megatron_lm_parsed(checkout, text, len(plan.used_ranks()), tmp_path, label=f"{name}: ")
         priced = priced_flags(plan)
         assert {k: parsed[k] for k in ("use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
                                        "optimizer_cpu_offload", "use_precision_aware_optimizer", "tp_comm_overlap")} \
@@ -240,23 +257,13 @@ MLA_KEYS = {"multi_latent_attention": True, "q_lora_rank": 1536, "kv_lora_rank":
 
 @pytest.mark.integration
 def test_megatron_lm_validate_args_accepts_the_deepseek_v3_export(tmp_path):
-    checkout = os.environ.get("MEGATRON_LM")
-    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
-        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
-    import shlex
-
+    checkout = megatron_lm_checkout()
     plan = uniform_plan(load_model("deepseek-v3"), load_cluster("dgx-h100-2node"), Training(16, 4096, "bf16", 1),
                         tp=2, pp=1, dp=8, ep=8, zero=1)
     text, warnings = export(plan)
     assert warnings == []
-    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
     # validate_args asks the GPU's compute capability for --moe-grouped-gemm: a Hopper one here
-    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (9, 0)\n"
-              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, MLA_KEYS)) + ")"))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 16])], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    parsed = megatron_lm_parsed(checkout, text, 16, tmp_path, MLA_KEYS, capability=(9, 0))
     assert {k: parsed[k] for k in MLA_KEYS} == MLA_KEYS
 
 
@@ -270,11 +277,7 @@ ISSUE_PLANS = {"deepseek-v3 on 128 x 8 H100": ("deepseek-v3", "H100-SXM5-80GB", 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", list(ISSUE_PLANS))
 def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name, tmp_path):
-    checkout = os.environ.get("MEGATRON_LM")
-    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
-        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
-    import shlex
-
+    checkout = megatron_lm_checkout()
     from planner.api import PlanRequest, plan as search_plan
 
     model, gpu, nodes, per_node, batch, seq = ISSUE_PLANS[name]
@@ -289,17 +292,10 @@ def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name,
     plan = search_plan(PlanRequest(model=model, cluster=cluster, global_batch=batch, seq_len=seq, dtype="bf16")).plan
     text, warnings = export(plan)
     assert warnings == []
-    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
     degrees = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
                "expert_tensor_parallel_size", "data_parallel_size")
     schedule = ("overlap_moe_expert_parallel_comm", "microbatch_group_size_per_vp_stage")
-    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (9, 0)\n"
-              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", '
-                                 + ", ".join(map(repr, degrees + schedule)) + ")"))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, len(plan.used_ranks())])], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    parsed = megatron_lm_parsed(checkout, text, len(plan.used_ranks()), tmp_path, degrees + schedule, capability=(9, 0))
     stage = plan.stages[0]
     assert [parsed[k] for k in degrees] == [stage.tp, plan.pp, stage.ep, stage.dims.expert_tp, stage.dp]
     # the combined 1F1B schedule and the micro-batch groups it was priced with (schedules.interleaved)
@@ -312,26 +308,16 @@ def test_megatron_lm_validate_args_accepts_the_moe_plans_with_every_degree(name,
 def test_megatron_lm_validate_args_accepts_combined_1f1b_without_pipelining(tmp_path):
     """Megatron-Bridge's Qwen3-30B-A3B layout on 8 B200 (tp 1, pp 1, ep 8) with the EP overlap: megatron-core
     runs it as combined_1f1b_schedule_for_no_pipelining."""
-    checkout = os.environ.get("MEGATRON_LM")
-    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
-        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
-    import shlex
-
+    checkout = megatron_lm_checkout()
     cluster = cluster_from_spec({"name": "b200x8", "node_groups": [{"name": "g", "gpu": "B200", "nodes": 1,
                                                                    "gpus_per_node": 8}]})
     training = Training(512, 4096, "bf16", 1, schedule="combined-1f1b")
     plan = uniform_plan(load_model("qwen3-30b-a3b"), cluster, training, tp=1, pp=1, dp=8, zero=1, ep=8)
     text, warnings = export(plan)
     assert warnings == []
-    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
     keys = ("pipeline_model_parallel_size", "expert_model_parallel_size", "overlap_moe_expert_parallel_comm",
             "virtual_pipeline_model_parallel_size")
-    script = ("import torch; torch.cuda.get_device_capability = lambda *a: (10, 0)\n"
-              + VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, keys)) + ")"))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 8])], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    parsed = megatron_lm_parsed(checkout, text, 8, tmp_path, keys, capability=(10, 0))
     assert [parsed[k] for k in keys] == [1, 8, True, None]
 
 
@@ -339,21 +325,11 @@ def test_megatron_lm_validate_args_accepts_combined_1f1b_without_pipelining(tmp_
 def test_megatron_lm_runs_a_muon_export_with_its_layer_wise_distributed_optimizer(tmp_path):
     """--optimizer muon with ZeRO-1's --use-distributed-optimizer: Megatron-LM's validate_args turns the
     pair into its layer-wise distributed optimizer, the sharding planner.cost.muon prices."""
-    checkout = os.environ.get("MEGATRON_LM")
-    if not checkout or not (Path(checkout) / "megatron" / "training" / "arguments.py").is_file():
-        pytest.skip("MEGATRON_LM does not name a Megatron-LM checkout (megatron/training/arguments.py)")
-    import shlex
-
+    checkout = megatron_lm_checkout()
     plan = uniform_plan(load_model("llama-3-8b"), load_cluster("dgx-h100-2node"),
                         Training(64, 4096, "bf16", 1, optimizer="muon"), tp=1, pp=1, dp=16, zero=1)
     text, warnings = export(plan)
     assert warnings == []
-    argv = shlex.split(" ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#")))
-    keys = ("optimizer", "use_layer_wise_distributed_optimizer")
-    script = VALIDATE.replace('"sequence_parallel")', '"sequence_parallel", ' + ", ".join(map(repr, keys)) + ")")
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([argv, 16])], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    parsed = json.loads(done.stdout.split("PARSED ", 1)[1])
+    parsed = megatron_lm_parsed(checkout, text, 16, tmp_path, ("optimizer", "use_layer_wise_distributed_optimizer"))
     assert (parsed["optimizer"], parsed["use_layer_wise_distributed_optimizer"], parsed["use_distributed_optimizer"]) \
         == ("muon", True, False)

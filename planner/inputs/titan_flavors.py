@@ -98,8 +98,8 @@ def shape_of(config: ModelConfig) -> Shape:
 
 
 def _plain_block(config: ModelConfig) -> bool:
-    """RMSNorm, SwiGLU, rotary positions, untied or tied embeddings, every layer the same FFN kind,
-    none of MLA, Mamba or multi-token prediction."""
+    """RMSNorm, SwiGLU, rotary positions, two norms per block, every layer the same FFN kind, none of
+    MLA, Mamba, multi-token prediction or a gated shared expert."""
     return (config.gated_mlp and config.norm == "rmsnorm" and not config.learned_positions and config.mla is None
             and config.mamba is None and not config.mtp_layers and not config.dense_layers
             and config.block_norms == 2 and not config.shared_expert_gate)

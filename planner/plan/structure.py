@@ -194,20 +194,8 @@ def _schedule_problems(plan: Plan, pranks: list[int]) -> list[tuple[str, str]]:
                          f"{len(pranks)} and {v})"))
     if schedule.needs_ep and not any(s.ep > 1 for s in plan.stages):
         problems.append(("training.schedule", f"{t.schedule} runs only with expert parallelism (every stage has ep 1)"))
-    refused = sorted({s.recompute for s in plan.stages} & set(schedule.refused_recompute))
-    if refused:
-        problems.append(("training.schedule", f"{t.schedule} runs without {refused[0]} recomputation "
-                         f"(stages recompute {refused[0]})"))
-    if t.dtype in schedule.refused_dtypes:
-        problems.append(("training.dtype", f"{t.schedule} does not train in {t.dtype}"))
     mtp = plan.model.config.mtp_layers if plan.model.config is not None else 0
-    if schedule.max_mtp_layers is not None and mtp > schedule.max_mtp_layers:
-        problems.append(("training.schedule", f"{t.schedule} runs at most {schedule.max_mtp_layers} MTP layer "
-                         f"(the model has {mtp})"))
-    if schedule.mtp_needs_pp and mtp and len(pranks) < 2:
-        problems.append(("training.schedule", f"{t.schedule} runs MTP layers only with pipelining (pp 1; the "
-                         f"model has {mtp})"))
-    return problems
+    return problems + schedule.refusals({s.recompute for s in plan.stages}, t.dtype, mtp, len(pranks))
 
 
 def rank_ranges(ranks: list[int]) -> str:

@@ -61,12 +61,28 @@ class Schedule:
         most = "" if self.max_virtual_stages is None else f" and at most {self.max_virtual_stages}"
         return f"at least {self.min_pp} pipeline ranks and {self.min_virtual_stages}{most} virtual stages"
 
+    def refusals(self, recompute_modes, dtype: str, mtp_layers: int, pp: int) -> list[tuple[str, str]]:
+        """(plan field, why) for each setting it does not run with among the stages' recompute modes, the
+        dtype, the model's MTP layers and the depth (refused_recompute, refused_dtypes, max_mtp_layers,
+        mtp_needs_pp): planner.plan.structure's problems, the uniform scan's filter (runs_with)."""
+        out = []
+        refused = sorted(set(recompute_modes) & set(self.refused_recompute))
+        if refused:
+            out.append(("training.schedule", f"{self.name} runs without {refused[0]} recomputation "
+                        f"(stages recompute {refused[0]})"))
+        if dtype in self.refused_dtypes:
+            out.append(("training.dtype", f"{self.name} does not train in {dtype}"))
+        if self.max_mtp_layers is not None and mtp_layers > self.max_mtp_layers:
+            out.append(("training.schedule", f"{self.name} runs at most {self.max_mtp_layers} MTP layer "
+                        f"(the model has {mtp_layers})"))
+        if self.mtp_needs_pp and mtp_layers and pp < 2:
+            out.append(("training.schedule", f"{self.name} runs MTP layers only with pipelining (pp 1; the "
+                        f"model has {mtp_layers})"))
+        return out
+
     def runs_with(self, recompute: str, dtype: str, mtp_layers: int, pp: int) -> bool:
-        """Whether it runs a uniform plan of that recompute mode, dtype, MTP layer count and depth
-        (refused_recompute, refused_dtypes, max_mtp_layers, mtp_needs_pp; planner.plan.structure words them)."""
-        return (recompute not in self.refused_recompute and dtype not in self.refused_dtypes
-                and (self.max_mtp_layers is None or mtp_layers <= self.max_mtp_layers)
-                and not (self.mtp_needs_pp and mtp_layers and pp < 2))
+        """Whether it runs a uniform plan of that recompute mode, dtype, MTP layer count and depth."""
+        return not self.refusals((recompute,), dtype, mtp_layers, pp)
 
     def fewest_microbatches(self, pp: int, virtual_stages: int) -> int:
         """The fewest micro-batches each replica must run (planner.plan.structure): a split backward's
