@@ -156,7 +156,8 @@ def test_megatron_plan_takes_combined_1f1b_where_the_brute_force_finds_it_fastes
     without = solve(model, cluster, base, megatron_options(uniform_schedules=False))
     expected = brute_force_combined(model, cluster, base, megatron_options())
     assert expected is not None and expected < without.estimate.step_time_s
-    assert result.plan.training.schedule == "combined-1f1b" and not result.optimal
+    # the exact search plans combined 1F1B: the plan is proven (here the uniform scan's, on parts of the node)
+    assert result.plan.training.schedule == "combined-1f1b" and result.optimal
     assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-12)
     assert not violations(result.plan, "megatron") and any(s.ep > 1 for s in result.plan.stages)
     from planner.api import plan_json
@@ -175,7 +176,7 @@ def test_the_search_takes_combined_1f1b_without_pipelining_where_the_brute_force
     model, cluster, base = megatron_moe()
     options = SolverOptions(**OPTIONS)
     result = solve(model, cluster, base, options)
-    assert result.plan.training.schedule == "combined-1f1b" and result.plan.pp == 1 and not result.optimal
+    assert result.plan.training.schedule == "combined-1f1b" and result.plan.pp == 1 and result.optimal
     assert result.estimate.step_time_s == pytest.approx(brute_force_combined(model, cluster, base, options),
                                                         rel=1e-12)
 
@@ -200,3 +201,43 @@ def test_below_blackwell_combined_1f1b_gives_up_the_tp_overlap_for_its_all_to_al
     assert combined.breakdown_s["compute"] == pytest.approx(interleaved.breakdown_s["compute"], rel=1e-12)
     assert (combined.breakdown_s["tp_comm"] > interleaved.breakdown_s["tp_comm"] * (1 + 1e-9)) == hidden
     assert device_connections(paired) == 32 and device_connections(plain) == 1
+
+
+def two_node_moe(seed: int):
+    """An 8-expert MoE of 4 or 6 blocks on two nodes of 2 or 4 GPUs of one type, memory that binds for the
+    experts, under Megatron-LM: instances where the optimum pipelines with expert parallelism."""
+    import random
+
+    from planner.inputs.hardware import GIB, cluster_from_spec
+    from planner.plan import Training
+
+    from .test_ep import tiny_moe
+
+    rng = random.Random(900 + seed)
+    model = tiny_moe(experts=8, layers=rng.choice([4, 6]), hidden=rng.choice([512, 1024]))
+    gpu = rng.choice(["A100-SXM4-80GB", "H100-SXM5-80GB"])
+    memory = 2.0 + rng.uniform(0.12, 0.45) * model.params * 16 / GIB
+    cluster = cluster_from_spec({"name": f"moe-{seed}", "gpus": {gpu: {"memory_GiB": memory}}, "node_groups": [
+        {"name": "g", "gpu": gpu, "nodes": 2, "gpus_per_node": rng.choice([2, 4]),
+         "inter_node": {"bandwidth_GBps": rng.choice([25, 400]), "latency_us": 5}}]})
+    return model, cluster, Training(rng.choice([4, 8]), rng.choice([512, 2048]), "bf16", 1, runtime="megatron")
+
+
+# the optimum: 1 combined 1F1B without pipelining, EP 8 across the two nodes; 7, 10, 19 combined 1F1B of
+# V = 2 over two ranks; 9 interleaved 1F1B with EP 2
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 7, 9, 10, 19])
+def test_the_search_plans_interleaved_and_combined_1f1b_with_expert_parallelism_to_the_brute_force_optimum(seed):
+    from planner.verify.oracle import brute_force
+
+    model, cluster, base = two_node_moe(seed)
+    options = dict(micro_batches=(1, 2), tp_degrees=(1, 2), recompute_modes=("none", "full"), zero_stages=(1, 3),
+                   virtual_stages=(1, 2), zero_bubble=False)
+    expected, best, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
+                                    options["recompute_modes"], options["zero_stages"], options["virtual_stages"],
+                                    ep_degrees=(1, 2, 4, 8), runtime="megatron", combined=True)
+    assert any(stage.ep > 1 for stage in best.stages) and (best.pp > 1 or best.training.schedule == "combined-1f1b")
+    result = solve(model, cluster, base, SolverOptions(**options, ep_degrees=(1, 2, 4, 8), offload=False,
+                                                       uniform_schedules=False))
+    assert result.optimal and result.estimate.step_time_s == pytest.approx(expected, rel=1e-9)
+    assert result.plan.training.schedule == best.training.schedule

@@ -266,9 +266,9 @@ def test_solver_with_ep_equals_brute_force_optimum(seed, runtime):
                    zero_stages=(1, 3), virtual_stages=(1,), zero_bubble=False)
     expected, best, _ = brute_force(model, cluster, base, options["micro_batches"], options["tp_degrees"],
                                     options["recompute_modes"], options["zero_stages"], (1,), ep_degrees=(1, 2, 4, 8),
-                                    runtime=runtime)
+                                    runtime=runtime, combined=True)
     try:
-        # the oracle's space: the searched schedules (combined 1F1B's uniform plans: tests/test_combined_1f1b.py)
+        # the oracle's space: the searched schedules, combined 1F1B's one stage of one chunk among them
         result = solve(model, cluster, base, SolverOptions(**options, ep_degrees=(1, 2, 4, 8), offload=False,
                                                            uniform_schedules=False))
     except NoFeasiblePlan:

@@ -146,7 +146,8 @@ def _ep_cp_oracle(seed, runtime="any"):
     o = EP_CP
     return (model, cluster, base) + brute_force(model, cluster, base, o["micro_batches"], o["tp_degrees"],
                                                 o["recompute_modes"], o["zero_stages"], o["virtual_stages"],
-                                                cp_degrees=o["cp_degrees"], ep_degrees=o["ep_degrees"], runtime=runtime)[:2]
+                                                cp_degrees=o["cp_degrees"], ep_degrees=o["ep_degrees"], runtime=runtime,
+                                                combined=True)[:2]
 
 
 # EP beside CP: the expert grid folds over tp x cp x dp (StageDims.edp); any: per-stage degrees,

@@ -76,9 +76,9 @@ def test_registry_names_are_the_plan_files_and_the_schemas_schedules():
     assert all(name == schedule.name for name, schedule in SCHEDULES.items())
 
 
-def test_search_plans_1f1b_interleaved_and_zb_h1_only():
+def test_search_plans_1f1b_interleaved_zb_h1_and_combined_1f1b_only():
     # gpipe, zbv, looped-bfs and dualpipev are priced by evaluate, not searched (yet)
-    assert {name for name, s in SCHEDULES.items() if s.searched} == {"1f1b", "interleaved", "zb-h1"}
+    assert {name for name, s in SCHEDULES.items() if s.searched} == {"1f1b", "interleaved", "zb-h1", "combined-1f1b"}
     assert search_schedule(1).name == "1f1b"
     assert [search_schedule(v).name for v in (2, 3, 8)] == ["interleaved"] * 3
 

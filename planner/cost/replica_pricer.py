@@ -19,7 +19,7 @@ from .p2p import p2p_message_s, p2p_rank_s
 from .pricing import (ChunkTime, DpLayout, SpanPrice, boundary_bytes, layers_price, rank_zero_share, span_price,
                       zero_comm, zero_rank_overlapped)
 from .runtimes import p2p_mode
-from ..schedules import get_schedule
+from ..schedules import Schedule, get_schedule
 from .sharding import Sharding
 from .power import capped
 from .paths import boundary_link, dp_layout, alltoall_group, slowest_gpu, tp_group_link
@@ -52,13 +52,18 @@ def schedule_params(params_for: ParamsFor, schedule: str) -> ParamsFor:
     chosen = get_schedule(schedule)
     if not chosen.overlaps_ep_comm:
         return params_for
+    return lambda gpu: schedule_cost_params(params_for(gpu), gpu, chosen)
 
-    def params(gpu: GpuSpec) -> CostParams:
-        updated = params_for(gpu).with_updates(moe_a2a_overlap=True)
-        if chosen.connections_over_tp_overlap and gpu.architecture not in MANY_CONNECTION_ARCHITECTURES:
-            updated = updated.with_updates(overlap_tp_comm=False)
-        return updated
-    return params
+
+def schedule_cost_params(params: CostParams, gpu: GpuSpec, schedule: Schedule) -> CostParams:
+    """`params` of a GPU as `schedule` runs it (schedule_params; the plan search prices its problems
+    with these: planner.search.pricing.stage_types.ProblemInputs)."""
+    if not schedule.overlaps_ep_comm:
+        return params
+    updated = params.with_updates(moe_a2a_overlap=True)
+    if schedule.connections_over_tp_overlap and gpu.architecture not in MANY_CONNECTION_ARCHITECTURES:
+        updated = updated.with_updates(overlap_tp_comm=False)
+    return updated
 
 
 @dataclass(frozen=True)

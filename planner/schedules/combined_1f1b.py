@@ -3,7 +3,9 @@
 interleaved 1F1B whose steady state runs one micro-batch's forward chunk and another's backward chunk
 as one step, layer by layer, so that each one's expert-parallel dispatch and combine all-to-all run
 under the other's compute (DeepSeek-V3's computation-communication overlap, DeepSeek-AI 2024, sec
-3.2.1): its plans are priced with CostParams.moe_a2a_overlap (Schedule.overlaps_ep_comm). To keep
+3.2.1): its plans are priced with CostParams.moe_a2a_overlap (Schedule.overlaps_ep_comm), and the plan
+search plans it as it plans interleaved 1F1B, its stages priced so (planner.search.pricing.stage_types.
+schedule_options), each with expert parallelism (Schedule.needs_ep; pricing.experts.ep_degrees). To keep
 the paired forward and backward independent it runs one more forward in the warm-up
 (pipeline_parallel/schedules.py get_pp_rank_microbatches: "we schedule one extra micro-batch forward
 step before the 1f1b stages"). Without pipelining (combined_1f1b_schedule_for_no_pipelining) it runs
@@ -57,7 +59,7 @@ class Combined1F1B(Interleaved):
 
 
 SCHEDULE = Combined1F1B(
-    "combined-1f1b", searched=False, uniform_candidate=True, min_virtual_stages=1, max_virtual_stages=None,
+    "combined-1f1b", searched=True, uniform_candidate=True, min_virtual_stages=1, max_virtual_stages=None,
     min_pp=1, runs_in_planner_run=False, overlaps_ep_comm=True, needs_ep=True, refused_recompute=("full", "block"),
     refused_dtypes=("fp32",), max_mtp_layers=1, mtp_needs_pp=True, connections_over_tp_overlap=True,
     # without EP: interleaved 1F1B's plan, one warm-up forward less held

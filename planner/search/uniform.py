@@ -9,13 +9,12 @@ from the start and is what a time limit returns when the exact search has found 
 better yet. benchmarks/plan_quality.py uses the wider space (ZeRO-0, interleaving, stages
 on parts of nodes) as its heterogeneity-blind baseline.
 
-UniformSpace.schedules adds schedules the exact search does not plan (ZB-V, looped BFS, DualPipeV, combined 1F1B;
-planner.search.orchestration.space.uniform_schedules): each V's searched schedule is tried first, then these at
-the V they accept, so a tie keeps the searched one. UniformSpace.chunked_experts adds to an MoE model's
-plans of several chunks per rank (which the exact search plans without expert parallelism) the
-expert-parallel degrees a stage of the search would take (pricing.experts.expert_degrees; every degree,
-across nodes too, under a schedule that hides the all-to-all), the largest first, on a cluster of one
-GPU type.
+UniformSpace.schedules adds the schedules priced as uniform candidates (ZB-V, looped BFS and DualPipeV, which the
+exact search does not plan, and combined 1F1B; planner.search.orchestration.space.uniform_schedules): each V's
+searched schedule is tried first, then these at the V they accept, so a tie keeps the searched one.
+UniformSpace.chunked_experts adds to an MoE model's plans of several chunks per rank the expert-parallel
+degrees a stage of the search would take (pricing.experts.expert_degrees; every degree, across nodes too,
+under a schedule that hides the all-to-all), the largest first, on a cluster of one GPU type.
 """
 
 from __future__ import annotations

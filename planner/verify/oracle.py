@@ -26,7 +26,7 @@ from ..cost.evaluate import evaluate
 from ..cost.runtimes.capability import capability, violations
 from ..inputs.hardware import Cluster
 from ..inputs.model import Model
-from ..plan import Plan, Replica, Stage, Training
+from ..plan import Plan, Replica, Stage, Training, structural_problems
 from ..plan.tp_shares import across_type_degrees, splits_model, type_splits
 from ..schedules import get_schedule
 
@@ -85,23 +85,29 @@ class _StageSpace:
 def brute_force(model: Model, cluster: Cluster, base: Training, micro_batches, tp_degrees,
                 recompute_modes, zero_stages=(1, 2, 3), virtual_stages=(1,),
                 cp_degrees=(1,), runtime: str = "any", ep_degrees=(1,), offload=False,
-                zero_bubble=False, objective=None, tp_splits: str = "ratio") -> tuple[float, Plan | None, int]:
+                zero_bubble=False, objective=None, tp_splits: str = "ratio",
+                combined: bool = False) -> tuple[float, Plan | None, int]:
     """The least step time over every plan of the space (module docstring), its plan and how many
     plans were priced; `objective(plan, estimate)`: the least of that figure instead (dollars or
-    joules per step: tests/test_objective.py)."""
+    joules per step: tests/test_objective.py). `combined`: also Megatron-core's combined 1F1B where
+    the runtime runs it (one stage of one chunk, or 2 or more ranks of V chunks)."""
     space = _StageSpace(tuple(tp_degrees), tuple(cp_degrees), tuple(recompute_modes), tuple(zero_stages),
                         tuple(ep_degrees), offload, tp_splits)
     # the one-chunk schedules: 1F1B, and ZB-H1 (2+ stages) where the runtime runs it
-    one_chunk = ("1f1b",) + (("zb-h1",) if zero_bubble and "zb-h1" in capability(runtime).schedules else ())
+    runs = capability(runtime).schedules
+    one_chunk = ("1f1b",) + (("zb-h1",) if zero_bubble and "zb-h1" in runs else ())
+    chunked = ("interleaved",)
+    if combined and "combined-1f1b" in runs:
+        one_chunk, chunked = one_chunk + ("combined-1f1b",), chunked + ("combined-1f1b",)
     best, best_plan, count = float("inf"), None, 0
     for micro, v, schedule in ((micro, v, s) for micro, v in product(micro_batches, virtual_stages)
-                               for s in (one_chunk if v == 1 else ("interleaved",))):
+                               for s in (one_chunk if v == 1 else chunked)):
         if base.global_batch % micro:
             continue
         training = Training(base.global_batch, base.seq_len, base.dtype, micro, schedule,
                             v, base.attention, runtime, base.optimizer)
         for plan in _plans_of(model, cluster, training, space):
-            if violations(plan, runtime):
+            if violations(plan, runtime) or (schedule == "combined-1f1b" and structural_problems(plan)):
                 continue
             est = evaluate(plan)
             count += 1
@@ -148,17 +154,25 @@ def _stage_options(model: Model, training: Training, mem: list, space: _StageSpa
            and training.seq_len % (2 * cp) == 0]
     one_type = len({g.name for g, _ in mem}) == 1
 
-    # the search's EP degree: the largest inside one node (SolverOptions.ep_inside_node),
-    # carved from the cp x dp ranks of expert TP = tp (StageDims.expert_problem), the
-    # replicas taking equal shares
+    # the search's EP degrees: the largest inside one node (SolverOptions.ep_inside_node), and under a
+    # schedule that hides the all-to-all (Schedule.overlaps_ep_comm) every one across nodes too, carved
+    # from the cp x dp ranks of expert TP = tp (StageDims.expert_problem), the replicas taking equal
+    # shares; none at ep 1 under a schedule that needs EP (Schedule.needs_ep)
+    schedule = get_schedule(training.schedule)
+
     def ep_fits(tp, cp, ep):
-        return (v == 1 and one_type and experts % ep == 0 and tp * ep <= min(gpn)
-                and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0)
-    largest = {(tp, cp): max([1] + [e for e in space.ep_degrees if ep_fits(tp, cp, e)]) for tp, cp in tps}
+        return (one_type and experts % ep == 0 and (gpus // tp) % ep == 0 and m_total % (gpus // (tp * cp)) == 0
+                and (tp * ep <= min(gpn) or schedule.overlaps_ep_comm))
+    largest = {(tp, cp): max([1] + [e for e in space.ep_degrees if ep_fits(tp, cp, e) and tp * e <= min(gpn)])
+               for tp, cp in tps}
+
+    def ep_taken(tp, cp, ep):
+        if ep == 1:
+            return not schedule.needs_ep
+        return ep == largest[(tp, cp)] or (ep_fits(tp, cp, ep) and tp * ep > min(gpn))
     uniform = [(tp, cp, rc, zero, ep, off) for tp, cp in tps for rc in space.recompute_modes
                for zero in (space.zero_stages if gpus // (tp * cp) > 1 else (0,))
-               for ep in space.ep_degrees
-               if ep == 1 or ep == largest[(tp, cp)]
+               for ep in space.ep_degrees if ep_taken(tp, cp, ep)
                for off in ((False, True) if space.offload else (False,))]
     return uniform + _per_replica_tp_options(model, training, mem, space) + _across_options(model, training, mem, space)
 

@@ -26,6 +26,7 @@ from ..bounds.restriction_bound import RestrictionBound
 from ..bounds.search_bound import Bound, Subproblem
 from ..pricing.stage_types import SearchContext
 from ..pricing.stages import INF, Problem
+from ...schedules import get_schedule
 from ..uniform import UniformSeed, UniformSpace, best_uniform_share
 
 __all__ = ["LANES", "Lane", "Outcome", "Start", "start_of"]
@@ -181,13 +182,15 @@ class Lane:
             done.release_position_prices()
             self.problems.remove(done)
         del self.problems[PROBLEMS_KEPT - 1:]
-        one_chunk = self.plain.get((b, restriction))
         # one-chunk problems of one micro-batch and restriction share their position-free
-        # prices (type arrays, tails: the same whatever the schedule and depth)
+        # prices (type arrays, tails: the same whatever the schedule and depth), those of a schedule
+        # that hides the expert all-to-all apart (priced with it hidden: stage_types.schedule_options)
+        plain_key = (b, restriction, get_schedule(schedule).overlaps_ep_comm)
+        one_chunk = self.plain.get(plain_key)
         problem = Problem(self.inputs.context, b, self.inputs.parts, v, one_chunk, self.clock, restriction, schedule,
                           least, one_chunk, self.shapes)
         if not problem.chunked and one_chunk is None:
-            self.plain[(b, restriction)] = problem
+            self.plain[plain_key] = problem
         self.problems.insert(0, problem)
         return problem
 

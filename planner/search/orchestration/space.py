@@ -52,7 +52,7 @@ def within(options: SolverOptions, cap: Capability) -> SolverOptions:
 
 def in_search_space(plan: Plan) -> bool:
     """Whether a uniform plan is one the exact search covers (one chunk per rank under a searched schedule,
-    not combined 1F1B's one stage, stages on whole nodes)."""
+    stages on whole nodes)."""
     return (plan.training.virtual_stages == 1 and not outside_exact_search(plan)
             and stages_on_whole_nodes(plan.cluster, plan.stages[0].tp * plan.stages[0].dp))
 
@@ -68,11 +68,9 @@ def lead_in_search(plan: Plan) -> bool:
 
 def outside_exact_search(plan: Plan) -> bool:
     """Whether a plan holds what only uniform configurations price (planner.search.uniform): activation
-    offload, a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS, DualPipeV,
-    combined 1F1B), or expert parallelism with several chunks per rank (UniformSpace.chunked_experts). Such a
-    plan is not proven optimal."""
-    return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched \
-        or (plan.training.virtual_stages > 1 and any(s.ep > 1 for s in plan.stages))
+    offload, or a schedule the exact search does not plan (Schedule.uniform_candidate: ZB-V, looped BFS,
+    DualPipeV). Such a plan is not proven optimal."""
+    return any(s.offload_activations for s in plan.stages) or not get_schedule(plan.training.schedule).searched
 
 
 def blended_decoders(model: Model) -> bool:
@@ -97,8 +95,7 @@ def unproven_shape(plan: Plan) -> str:
     if blended_decoders(plan.model):
         return "decoder blocks of several shapes are searched at their count-weighted mean cost"
     if outside_exact_search(plan):
-        return ("a uniform configuration only the uniform scan prices (activation offload, ZB-V, looped BFS, "
-                "DualPipeV, or expert parallelism with interleaving)")
+        return "a uniform configuration only the uniform scan prices (activation offload, ZB-V, looped BFS or DualPipeV)"
     if not lead_in_search(plan):
         return ("a uniform configuration only the uniform scan prices (interleaved, with the leading decoder blocks "
                 "of another shape beyond the embedding's chunk)")
@@ -135,13 +132,14 @@ def uniform_space(options: SolverOptions, cap: Capability, whole_nodes: bool = T
                         chunked_experts=not whole_nodes)
 
 
-def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> list[Restriction]:
+def restrictions(context: SearchContext, cap: Capability, micro_batch: int, hidden: bool = False) -> list[Restriction]:
     """The searches that together cover the runtime's space at micro-batch b (module docstring):
     one free search for `any`; else one per (tp, cp, dp, ep, recompute, ZeRO, offload) the runtime allows,
     and per pipeline depth where it splits the blocks equally. Order: tp, dp, ep, recompute, ZeRO,
     offload (off first), depth. A ZeRO stage the runtime has only with (without) pipelining gets
     at least two stages (one); Capability.plain_dp_alone and mixed_precision_needs_sharding
-    leave out the (tp, dp, ZeRO) they forbid and keep one stage where only PP would break them."""
+    leave out the (tp, dp, ZeRO) they forbid and keep one stage where only PP would break them.
+    `hidden`: for a schedule that hides the expert all-to-all (its EP degrees: _ep_choices)."""
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
     sp = cap.sequence_parallel
     even = not cap.uneven_shares
@@ -167,7 +165,7 @@ def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> l
             if (even and microbatches % dp) or not options.allows_dp(dp):
                 continue
             offloads = (False, True) if options.offload and not cap.per_stage_offload else (None,)
-            for ep, mode, zero, offload in product(_ep_choices(context, cap, tp, cp, dp),
+            for ep, mode, zero, offload in product(_ep_choices(context, cap, tp, cp, dp, hidden),
                                                    modes if not cap.per_stage_recompute else (None,),
                                                    options.zero_stages if dp > 1 and not cap.per_stage_zero
                                                    else (None,),
@@ -199,13 +197,22 @@ def restrictions(context: SearchContext, cap: Capability, micro_batch: int) -> l
     return out
 
 
-def _ep_choices(context: SearchContext, cap: Capability, tp: int, cp: int, dp: int) -> tuple[int, ...]:
+def _ep_choices(context: SearchContext, cap: Capability, tp: int, cp: int, dp: int,
+                hidden: bool = False) -> tuple[int, ...]:
     """The expert-parallel degrees one restriction may fix (planner.search.pricing.experts.ep_degrees
-    offers the same per stage): 1, and for an MoE model experts.expert_degrees on the widest node."""
+    offers the same per stage): 1, and for an MoE model experts.expert_degrees on the widest node
+    (`hidden`: under a schedule that hides the all-to-all)."""
     model, cluster, options = context.model, context.cluster, context.options
     experts = model.config.num_experts if model.config is not None else 1
     widest = max(g.gpus_per_node for g in cluster.groups)
-    return (1,) + expert_degrees(options, cap, experts, tp, cp, dp, widest)
+    return (1,) + expert_degrees(options, cap, experts, tp, cp, dp, widest, hidden)
+
+
+def _runs_model(schedule, model: Model, training) -> bool:
+    """Whether `schedule` can run some plan of `model` in `training`'s dtype: one that needs expert
+    parallelism an MoE model (Schedule.needs_ep), and a dtype it trains in (Schedule.refused_dtypes)."""
+    experts = model.config.num_experts if model.config is not None else 1
+    return not (schedule.needs_ep and experts <= 1) and training.dtype not in schedule.refused_dtypes
 
 
 def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: bool = False):
@@ -223,15 +230,27 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
     schedules = [(v, s) for v in sorted(set(options.virtual_stages))
                  for s in searched_schedules(v, cap.schedules)
                  if s is search_schedule(v) or (s.name in cap.schedules
-                                                and (options.zero_bubble or not s.split_backward))]
-    per_b = {b: restrictions(context, cap, b) for b in sizes}
+                                                and (options.zero_bubble or not s.split_backward)
+                                                and _runs_model(s, model, training))]
+    per_b: dict[tuple[int, bool], list[Restriction]] = {}
+
+    def restricted(micro_batch: int, schedule) -> list[Restriction]:
+        """The restrictions of `schedule` at `micro_batch`: its EP degrees, none at EP 1 where it needs EP."""
+        key = (micro_batch, schedule.overlaps_ep_comm)
+        if key not in per_b:
+            per_b[key] = restrictions(context, cap, micro_batch, schedule.overlaps_ep_comm)
+        return [r for r in per_b[key] if not (schedule.needs_ep and r.ep == 1)]
 
     def by_depth(micro_batch: int, virtual_stages: int, schedule):
-        for r in per_b[micro_batch]:
+        for r in restricted(micro_batch, schedule):
             most = options.max_stages if r.max_stages is None else min(options.max_stages, r.max_stages)
             # each chunk of an interleaved rank holds a block; a one-chunk rank any layer
             layers = blocks // virtual_stages if schedule.chunks_per_rank(virtual_stages) > 1 else blocks + 2
             for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
+                # the layouts it runs (combined 1F1B: one rank of one chunk, or two or more of two or more)
+                if not schedule.accepts_layout(ranks, virtual_stages) \
+                        or schedule.refusals((), training.dtype, model.config.mtp_layers if model.config else 0, ranks):
+                    continue
                 # capability.interleaved_microbatch_multiple / _needs_pp_microbatches (r.dp is fixed where it applies)
                 per_replica = training.global_batch // micro_batch // r.dp if r.dp else 0
                 if cap.interleaved_microbatch_multiple and r.dp and per_replica % ranks:
@@ -253,7 +272,7 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
     for b in sizes:
         for v, schedule in schedules:
             if not schedule.depth_dependent():
-                for r in per_b[b]:
+                for r in restricted(b, schedule):
                     lane_of.setdefault(b, len(head) % 2)
                     head.append((b, v, None, r, schedule.name))
     yield from head

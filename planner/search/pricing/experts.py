@@ -12,35 +12,41 @@ from .stage_types import ProblemInputs, SolverOptions, StageConfig
 
 
 def expert_degrees(options: SolverOptions, cap: Capability, experts: int, tp: int, cp: int, dp: int,
-                   gpus_per_node: int) -> tuple[int, ...]:
+                   gpus_per_node: int, hidden: bool = False) -> tuple[int, ...]:
     """The expert-parallel degrees > 1 of options.ep_degrees a stage of `dp` replicas of tp x cp
     GPUs may take (expert TP as tp): dividing the experts and the cp x dp expert ranks
     (StageDims.expert_problem), with ep_inside_node only the largest with tp x ep within one node
     (inside a node the all-to-all grows only as (ep - 1) / ep while the experts' memory falls as
     1 / ep: the largest degree stands for the smaller ones), beside cp > 1 only where the
-    runtime runs both (Capability.expert_parallel_with_cp)."""
+    runtime runs both (Capability.expert_parallel_with_cp). `hidden`: under a schedule that hides
+    the all-to-all under another micro-batch's compute (Schedule.overlaps_ep_comm) also the degrees
+    across nodes (their slower all-to-all may be hidden), after that largest one inside a node."""
     if experts <= 1 or (cp > 1 and not cap.expert_parallel_with_cp):
         return ()
-    degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and (cp * dp) % e == 0
-                    and not (options.ep_inside_node and tp * e > gpus_per_node))
-    return degrees[-1:] if options.ep_inside_node else degrees
+    degrees = tuple(e for e in options.ep_degrees if e > 1 and experts % e == 0 and (cp * dp) % e == 0)
+    if not options.ep_inside_node:
+        return degrees
+    inside = tuple(e for e in degrees if tp * e <= gpus_per_node)
+    return inside[-1:] + (tuple(e for e in degrees if tp * e > gpus_per_node) if hidden else ())
 
 
 def ep_degrees(inputs: ProblemInputs, nodes: tuple[int, ...], dp: int, tp: int, cp: int = 1) -> tuple[int, ...]:
-    """Expert-parallel degrees a stage on `nodes` with `dp` replicas of tp x cp GPUs can take: 1,
-    and for an MoE model expert_degrees, when the stage has one GPU type and its replicas take
-    equal shares (the micro-batches divide over dp), as the lock-step all-to-all needs
-    (plan.structural_problems); 1F1B only (not the interleaved problems)."""
+    """Expert-parallel degrees a stage on `nodes` with `dp` replicas of tp x cp GPUs can take: 1
+    (not under a schedule that runs only with expert parallelism, Schedule.needs_ep), and for an MoE
+    model expert_degrees, when the stage has one GPU type and its replicas take equal shares (the
+    micro-batches divide over dp), as the lock-step all-to-all needs (plan.structural_problems)."""
     config = inputs.model.config
     experts = config.num_experts if config is not None else 1
     if experts <= 1:
         return (1,)
-    one = (1,) if 1 in inputs.options.ep_degrees else ()  # options.ep_degrees without 1: EP only
-    if sum(1 for n in nodes if n) != 1 or inputs.chunked or inputs.microbatches % dp:
+    # options.ep_degrees without 1: EP only
+    one = (1,) if 1 in inputs.options.ep_degrees and not inputs.schedule.needs_ep else ()
+    if sum(1 for n in nodes if n) != 1 or inputs.microbatches % dp:
         return one
     (group,) = [inputs.groups[i] for i, n in enumerate(nodes) if n]
     cap = capability(inputs.options.space or inputs.training.runtime)
-    return one + expert_degrees(inputs.options, cap, experts, tp, cp, dp, group.gpus_per_node)
+    return one + expert_degrees(inputs.options, cap, experts, tp, cp, dp, group.gpus_per_node,
+                                inputs.schedule.overlaps_ep_comm)
 
 
 def stage_ep_group(inputs: ProblemInputs, config: StageConfig, dims: StageDims) -> AllToAllGroup | None:

@@ -15,6 +15,7 @@ from ...inputs.model import Layer
 from ...core.dims import StageDims
 from ...cost.p2p import P2PMode, p2p_message_s, p2p_rank_s
 from ...cost.fp8 import fp8_gather_block_params
+from ...cost.moe import AllToAllGroup
 from ...cost.pricing import (DpLayout, ZeroComm, layer_price, rank_zero_share, span_price, zero_comm,
                              zero_rank_overlapped)
 from ...inputs.model import DTYPE_BYTES
@@ -25,16 +26,18 @@ from .stage_types import INF, TypeArrays
 
 def interleaved_type_arrays(base_types: list[TypeArrays], dims: StageDims, sh: Sharding,
                             layout: DpLayout | None, layers: tuple[Layer, Layer, Layer], block_counts: np.ndarray,
-                            virtual_stages: int, lead: Lead = None) -> list[TypeArrays]:
+                            virtual_stages: int, lead: Lead = None, ep_group: AllToAllGroup | None = None
+                            ) -> list[TypeArrays]:
     """Interleaved type arrays from the 1F1B ones of the same micro-batch (`base_types`): the
     same but for ZeRO-2/3's per-chunk collectives (V latencies) and the per-chunk times of
     `layers` (decoder block, embedding, head) over the block counts `n`, the embedding's chunk
-    with the `lead` blocks (ProblemInputs.lead)."""
+    with the `lead` blocks (ProblemInputs.lead); `ep_group`: where an expert-parallel stage's all-to-all
+    runs (pricing.experts.stage_ep_group)."""
     out = []
     for ta in base_types:
         p, gpu, link = ta.cost_params, ta.group.gpu, ta.group.intra_node
-        dec, emb, head = (layer_price(layer, sh, gpu, link, p, ta.cp_link) for layer in layers)
-        lead_lp = lead_price(lead, lambda layer: layer_price(layer, sh, gpu, link, p, ta.cp_link))
+        dec, emb, head = (layer_price(layer, sh, gpu, link, p, ta.cp_link, ep_group) for layer in layers)
+        lead_lp = lead_price(lead, lambda layer: layer_price(layer, sh, gpu, link, p, ta.cp_link, ep_group))
         # ZeRO-2/3's per-micro-batch collectives (pricing.zero_comm) are affine in their bytes,
         # fixed + per_weight * w: each chunk pays its own (what its compute does not hide, where
         # the runtime prefetches), so V chunks pay V - 1 more fixed parts than the rank's span

@@ -79,8 +79,10 @@ class StageConfigs(ProblemPart):
         # "block" derives its recomputed-block count from the rank's in-flight micro-batches, which
         # 1F1B fixes per position; the interleaved and zero-bubble searches leave it out
         # (planner.search.pricing.block, planner.search.pricing.deferred)
+        # (and the modes the schedule does not run with: Schedule.refused_recompute)
         modes = [m for m in cluster_recompute_modes(inputs.options, inputs.training, inputs.groups)
-                 if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))]
+                 if not (m == "block" and (inputs.chunked or inputs.schedule.split_backward))
+                 and m not in inputs.schedule.refused_recompute]
         # ZeRO-Offload per stage (planner.search.pricing.block.MemorySavers): both, or what the restriction fixes
         offloads = [o for o in ((False, True) if inputs.options.offload else (False,)) if fixed.offload in (None, o)]
         # interleaved: the rank time (planner.search.pricing.interleave, the 1F1B span plus V - 1 fixed parts)
@@ -199,7 +201,7 @@ class StageConfigs(ProblemPart):
                 if known is None or known[0] is not ta.time:
                     known = self.tables.replica_arrays[("chunked", id(ta.time))] = (ta.time, interleaved_type_arrays(
                         [ta], dims, sharding, layout, (inputs.dec, inputs.emb, inputs.head), inputs.blocks,
-                        inputs.virtual_stages, inputs.lead)[0])
+                        inputs.virtual_stages, inputs.lead, stage_ep_group(inputs, config, dims))[0])
                 out.append(known[1] if known[1].count == ta.count else replace(known[1], count=ta.count))
             self.tables.types[config] = out
             base_overflow = self.problem.base_problem.state.smallest_overflow

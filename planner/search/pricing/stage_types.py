@@ -19,6 +19,7 @@ from ...inputs.hardware import Cluster, Link, NodeGroup
 from ...inputs.model import Layer, Model
 from ...plan import Training
 from ...cost.pricing import DpLayout
+from ...cost.replica_pricer import schedule_cost_params
 from ...schedules import Schedule, get_schedule, search_schedule
 from .shares import UNCAPPED, IlpOptions
 
@@ -361,8 +362,9 @@ class ProblemInputs:
     def of(cls, context: "SearchContext", micro_batch: int, parts: Decomposition, virtual_stages: int,
            restriction: Restriction = Restriction(), schedule_name: str | None = None,
            least_share: int = 1) -> "ProblemInputs":
-        model, cluster, training, options = context.model, context.cluster, context.training, context.options
+        model, cluster, training = context.model, context.cluster, context.training
         schedule = search_schedule(virtual_stages) if schedule_name is None else get_schedule(schedule_name)
+        options = schedule_options(context.options, cluster, schedule)
         searched = replace(training, micro_batch=micro_batch, schedule=schedule.name, virtual_stages=virtual_stages)
         groups = tuple(cluster.groups)
         lead = model.decoder_lead()
@@ -372,6 +374,17 @@ class ProblemInputs:
                    parts.counts, model.layers[0], model.searched_decoder(), model.layers[-1],
                    num_blocks, training.global_batch // micro_batch, np.arange(num_blocks + 1, dtype=float),
                    np.arange(num_blocks + 1), restriction, least_share, lead)
+
+
+def schedule_options(options: SolverOptions, cluster: Cluster, schedule: Schedule) -> SolverOptions:
+    """`options` with each GPU type's cost parameters as `schedule` runs them (cost.replica_pricer.
+    schedule_cost_params: a schedule that hides the expert all-to-all under another micro-batch's
+    compute prices it hidden), so that a search prices its stages as evaluate prices its plans."""
+    if not schedule.overlaps_ep_comm:
+        return options
+    gpus = {g.gpu.name: g.gpu for g in cluster.groups}
+    return replace(options, gpu_params=tuple(
+        (name, schedule_cost_params(options.params_for(name), gpu, schedule)) for name, gpu in sorted(gpus.items())))
 
 
 @dataclass(frozen=True)

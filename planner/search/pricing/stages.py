@@ -62,8 +62,11 @@ class Problem:
             # one chunked problem serves every depth of its micro-batch, V and restriction (the
             # driver passes the ranks to run_dp); a chunked config's tail (exposed gradient
             # reduction, optimizer step) is its 1F1B one, so the tails are the base's
+            # (a schedule that hides the expert all-to-all prices its chunks from its own one-chunk problem)
+            twin = self.inputs.schedule.name if self.inputs.schedule.overlaps_ep_comm else None
             self.base_problem = base_problem or Problem(context, micro_batch, parts, clock=clock,
-                                                        restriction=restriction, shapes=self.shapes)
+                                                        restriction=restriction, schedule_name=twin,
+                                                        shapes=self.shapes)
             self.tables = PriceTables(dims=self.base_problem.tables.dims,
                                       dp_layouts=self.base_problem.tables.dp_layouts,
                                       tails=self.base_problem.tables.tails)
