@@ -207,12 +207,16 @@ def test_megatron_and_deepspeed_refuse_the_schedules_they_lack_with_the_reason(s
 
 
 def test_the_search_tries_zb_h1_under_any_only():
+    # (combined 1F1B, for MoE models, where the runtime runs it: tests/test_combined_1f1b.py)
     from planner.schedules import searched_schedules
-    assert [s.name for s in searched_schedules(1, capability("any").schedules)] == ["1f1b", "zb-h1"]
-    for runtime in ("megatron", "deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
+    assert [s.name for s in searched_schedules(1, capability("any").schedules)] == ["1f1b", "zb-h1", "combined-1f1b"]
+    for runtime in ("deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
         assert [s.name for s in searched_schedules(1, capability(runtime).schedules)] == ["1f1b"]
-    for runtime in ("any", "megatron", "deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
+    assert [s.name for s in searched_schedules(1, capability("megatron").schedules)] == ["1f1b", "combined-1f1b"]
+    for runtime in ("deepspeed", "torchtitan", "megatron-2021", "fsdp1"):
         assert [s.name for s in searched_schedules(2, capability(runtime).schedules)] == ["interleaved"]
+    for runtime in ("any", "megatron"):
+        assert [s.name for s in searched_schedules(2, capability(runtime).schedules)] == ["interleaved", "combined-1f1b"]
 
 
 def test_evaluate_flags_refuse_zero_bubble_with_fewer_micro_batches_than_ranks_and_zbv_with_three_chunks():

@@ -145,7 +145,6 @@ def _stage_options(model: Model, training: Training, mem: list, space: _StageSpa
     """(tp, cp, recompute, zero, ep, offload) choices of a stage on the nodes `mem`."""
     heads = model.config.tp_heads
     experts = model.config.num_experts
-    v = training.virtual_stages
     m_total = training.global_batch // training.micro_batch
     gpn = {g.gpus_per_node for g, _ in mem}
     gpus = sum(g.gpus_per_node for g, _ in mem)

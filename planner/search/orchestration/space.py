@@ -235,11 +235,13 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
     per_b: dict[tuple[int, bool], list[Restriction]] = {}
 
     def restricted(micro_batch: int, schedule) -> list[Restriction]:
-        """The restrictions of `schedule` at `micro_batch`: its EP degrees, none at EP 1 where it needs EP."""
+        """The restrictions of `schedule` at `micro_batch`: its EP degrees, none at EP 1 where it needs EP
+        nor with a recompute mode it refuses (Schedule.needs_ep, refused_recompute)."""
         key = (micro_batch, schedule.overlaps_ep_comm)
         if key not in per_b:
             per_b[key] = restrictions(context, cap, micro_batch, schedule.overlaps_ep_comm)
-        return [r for r in per_b[key] if not (schedule.needs_ep and r.ep == 1)]
+        return [r for r in per_b[key] if not (schedule.needs_ep and r.ep == 1)
+                and r.recompute not in schedule.refused_recompute]
 
     def by_depth(micro_batch: int, virtual_stages: int, schedule):
         for r in restricted(micro_batch, schedule):
