@@ -233,6 +233,7 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
                                                 and (options.zero_bubble or not s.split_backward)
                                                 and _runs_model(s, model, training))]
     per_b: dict[tuple[int, bool], list[Restriction]] = {}
+    mtp_layers = model.config.mtp_layers if model.config else 0
 
     def restricted(micro_batch: int, schedule) -> list[Restriction]:
         """The restrictions of `schedule` at `micro_batch`: its EP degrees, none at EP 1 where it needs EP
@@ -251,7 +252,7 @@ def subproblems(context: SearchContext, nodes: int, cap: Capability, paired: boo
             for ranks in range(schedule.min_pp, min(most, nodes, layers) + 1):
                 # the layouts it runs (combined 1F1B: one rank of one chunk, or two or more of two or more)
                 if not schedule.accepts_layout(ranks, virtual_stages) \
-                        or schedule.refusals((), training.dtype, model.config.mtp_layers if model.config else 0, ranks):
+                        or schedule.refusals((), training.dtype, mtp_layers, ranks):
                     continue
                 # capability.interleaved_microbatch_multiple / _needs_pp_microbatches (r.dp is fixed where it applies)
                 per_replica = training.global_batch // micro_batch // r.dp if r.dp else 0
