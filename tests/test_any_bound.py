@@ -162,3 +162,86 @@ def test_the_free_search_bound_leaves_a_restricted_search_to_the_restriction_bou
     assert bound.cannot_beat(free, floor / 2)
     assert not bound.cannot_beat(restricted, floor / 2)
     assert not bound.cannot_beat(free, INF)
+
+
+def _two_group_cluster(h100_nodes: int, a100_nodes: int):
+    from planner.inputs.hardware import cluster_from_spec
+
+    def group(name, gpu, nodes, bandwidth):
+        return {"name": name, "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
+                "inter_node": {"bandwidth_GBps": bandwidth, "latency_us": 5}}
+    return cluster_from_spec({"name": f"h100-a100-{h100_nodes}-{a100_nodes}", "node_groups": [
+        group("h100", "H100-SXM5-80GB", h100_nodes, 400), group("a100", "A100-SXM4-80GB", a100_nodes, 200)]})
+
+
+def test_the_rank_floor_takes_a_table_as_large_as_the_whole_cluster_search_it_rules_on():
+    """8 + 8 nodes: 81 node vectors, past RANK_FLOOR_LIMITS' 64. Asked alone (or for a search on parts)
+    the rank floor gives no answer; for the search of the whole cluster node by node, whose DP runs over
+    the same 81 vectors, it prices them and rules out a cutoff no plan can meet."""
+    from planner.inputs.model import load_model
+    from planner.plan import Training
+    from planner.search.bounds.rank_floor import RANK_FLOOR_LIMITS
+
+    cluster = _two_group_cluster(8, 8)
+    vectors = 9 * 9
+    assert vectors > RANK_FLOOR_LIMITS[0]
+    model, base = load_model("llama-3-8b"), Training(128, 4096, "bf16", 1, runtime="any")
+    context = SearchContext(model, cluster, base, within(SolverOptions(), capability("any")))
+    search = Subproblem(1, 1, 4, "zb-h1")
+    assert not RankBound(context).cannot_beat(search, 1e-3)  # (no answer: the table is too large)
+    assert RankBound(context, most_vectors=vectors).cannot_beat(search, 1e-3)
+    assert not RankBound(context, most_vectors=vectors).cannot_beat(search, float("inf"))
+
+
+def test_a_lane_of_the_whole_cluster_search_gives_the_rank_floor_its_node_vectors():
+    from planner.inputs.model import load_model
+    from planner.plan import Training
+    from planner.search.bounds.rank_costs import KnownCosts
+    from planner.search.bounds.rank_floor import RANK_FLOOR_LIMITS
+    from planner.search.decompose import decompose
+    from planner.search.orchestration.lanes import Lane, SearchInputs
+    from planner.core.clock import SearchClock
+
+    cluster = _two_group_cluster(8, 8)
+    model, base = load_model("llama-3-8b"), Training(128, 4096, "bf16", 1, runtime="any")
+    context = SearchContext(model, cluster, base, within(SolverOptions(), capability("any")))
+    most = {}
+    for exact_nodes in (16, 8):  # the whole cluster node by node; parts
+        parts = decompose(cluster, exact_nodes, 4)
+        lane = Lane(SearchInputs(context, parts, ()), SearchClock(None), KnownCosts())
+        most[parts.exact] = next(b for b in lane.bounds if isinstance(b, AnyRuntimeBound)).ranks.most_vectors
+    assert most == {True: 81, False: RANK_FLOOR_LIMITS[0]}
+
+
+def test_the_rank_floor_stops_at_the_time_limit_as_it_prices():
+    """A floor over 81 node vectors takes seconds at scale: it calls the search's clock check as it
+    prices, so the time limit interrupts it (clock.SearchTimeout), as it does the DP."""
+    from planner.core.clock import SearchTimeout
+    from planner.inputs.model import load_model
+    from planner.plan import Training
+
+    def past_the_limit():
+        raise SearchTimeout
+
+    cluster = _two_group_cluster(8, 8)
+    model, base = load_model("llama-3-8b"), Training(128, 4096, "bf16", 1, runtime="any")
+    context = SearchContext(model, cluster, base, within(SolverOptions(), capability("any")))
+    with pytest.raises(SearchTimeout):
+        RankBound(context, most_vectors=81, check=past_the_limit).cannot_beat(Subproblem(1, 1, 4, "zb-h1"), 1e-3)
+
+
+@pytest.mark.parametrize("seed", [1, 5, 11])
+def test_a_search_under_a_bound_returns_no_plan_at_or_above_it(seed):
+    """SolverOptions.upper_bound_s: the search looks only for faster plans. Bounded just under its own
+    optimum it finds none (NothingFaster), never a slower plan that its DP's cutoff let through (a plan
+    the caller has no use for, which `plan --runtime any` once finished and priced)."""
+    from planner.core.errors import NothingFaster
+    from planner.search.orchestration.driver import solve
+
+    model, cluster, base = pipeline_instance(seed)
+    base = replace(base, runtime="any")
+    options = SolverOptions(**{**TINY_OPTIONS, "zero_bubble": True})
+    best = solve(model, cluster, base, options)
+    assert best.optimal
+    with pytest.raises(NothingFaster):
+        solve(model, cluster, base, replace(options, upper_bound_s=best.estimate.step_time_s * (1 - 1e-3)))

@@ -115,3 +115,26 @@ def test_plan_json_stdout_has_nothing_but_the_plan():
                      "--seq-len", "1024", "--json", "--time-limit", "60")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.lstrip().startswith("{") and result.stdout.rstrip().endswith("}")
+
+
+def test_a_search_past_the_time_limit_ends_incomplete_before_its_skip_checks():
+    """The skip checks (floors) of a search can take seconds at scale and rule out search after search:
+    a lane checks its clock first, so past the limit a search ends incomplete, unpriced, and no more
+    searches start (planner.search.orchestration.parallel)."""
+    from planner.core.clock import SearchClock
+    from planner.search.bounds.rank_costs import KnownCosts
+    from planner.search.decompose import decompose
+    from planner.search.orchestration.lanes import Lane, SearchInputs, Start
+    from planner.search.orchestration.space import subproblems, within
+    from planner.cost.runtimes.capability import capability
+
+    cluster = cluster_from_spec(three_types(1, 1, 1), "test")
+    model, training = load_model("llama-3-8b"), Training(24, 4096, "bf16", 1, runtime="any")
+    cap = capability("any")
+    context = SearchContext(model, cluster, training, within(SolverOptions(), cap))
+    parts = decompose(cluster, 8, 4)
+    searches = tuple(subproblems(context, 3, cap))
+    ticking = TickingClock(1.0)
+    lane = Lane(SearchInputs(context, parts, searches), SearchClock(0.5, now=ticking), KnownCosts())
+    outcome = lane.run(0, Start(float("inf"), None))
+    assert not outcome.complete and outcome.found is None and outcome.evaluations == 0

@@ -56,6 +56,11 @@ class Decomposition:
         return self.kind == "exact"
 
     @property
+    def state_vectors(self) -> int:
+        """The DP's vectors of parts used per lane: prod(parts + 1) over the lanes."""
+        return math.prod(count + 1 for count in self.counts)
+
+    @property
     def largest_part(self) -> int:
         return max(b - a for lane in self.lanes for a, b in zip(lane.bounds, lane.bounds[1:]))
 

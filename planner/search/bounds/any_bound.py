@@ -7,6 +7,7 @@ their tables. The argument: docs/solver.md, "The closed-form floor's argument"."
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable
 
 from ...core.dims import StageDims
 from ..pricing.across_types import across_types_possible
@@ -122,11 +123,12 @@ class ClosedFormBound:
 class AnyRuntimeBound:
     """The skip test of an unrestricted search (a Bound; the restricted ones: restriction_bound):
     the closed-form floor, then rank_floor's (`known`: the costs the solve's checks share,
-    rank_costs.KnownCosts; None: none shared)."""
+    rank_costs.KnownCosts; None: none shared; `most_vectors` and `check`: RankBound's)."""
 
-    def __init__(self, context: SearchContext, known: KnownCosts | None = None):
+    def __init__(self, context: SearchContext, known: KnownCosts | None = None, most_vectors: int = 0,
+                 check: Callable[[], None] | None = None):
         self.closed_form = ClosedFormBound(context)
-        self.ranks = RankBound(context, known)
+        self.ranks = RankBound(context, known, most_vectors, check)
 
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
         if search.restriction.tp is not None or cutoff_s == INF:

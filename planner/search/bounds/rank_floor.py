@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from itertools import product
+from typing import Callable
 
 import numpy as np
 
@@ -24,7 +25,9 @@ from ..pricing.stage_types import INF, SearchContext
 __all__ = ["RANK_FLOOR_LIMITS", "RankBound"]
 
 # most node vectors (prod of nodes + 1) and decoder blocks: beyond, the table costs more than the
-# searches it saves (3+3+4 nodes under `--runtime any`, 80 vectors: 11.0 CPU s with it, 8.8 without)
+# searches it saves where the DP runs over fewer (parts of nodes; 3+3+4 nodes under `--runtime any`,
+# 80 vectors: 11.0 CPU s with it, 8.8 without). A search of the whole cluster node by node runs its DP
+# over the same vectors, many configurations each, and takes the floor up to its own count (RankBound)
 RANK_FLOOR_LIMITS = (64, 256)
 _STEPS = 10  # descents of W before giving up
 
@@ -108,19 +111,25 @@ class RankBound:
     """The rank floor (a Bound; its argument in docs/solver.md). `known`: the costs shared with the solve's
     other checks (None: none shared, a KnownCosts for each call)."""
 
-    def __init__(self, context: SearchContext, known: KnownCosts | None = None):
+    def __init__(self, context: SearchContext, known: KnownCosts | None = None, most_vectors: int = 0,
+                 check: Callable[[], None] | None = None):
         self.context = context
         self.known = known
+        self.check = check  # called as the floor prices and descends (it raises clock.SearchTimeout past the limit)
+        # the most node vectors the floor's table takes: RANK_FLOOR_LIMITS', or more where the search it
+        # rules on runs its DP over as many (the whole cluster node by node: lanes.Lane)
+        self.most_vectors = max(RANK_FLOOR_LIMITS[0], most_vectors)
 
     def cannot_beat(self, search: Subproblem, cutoff_s: float) -> bool:
         return _cannot_beat(self.context, search.micro_batch, search.virtual_stages, search.ranks, search.schedule,
-                            search.least_share, cutoff_s, self.known)
+                            search.least_share, cutoff_s, self.known, self.most_vectors, self.check)
 
 
 def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
                  ranks: int | None,
                  schedule: str, least: int, cutoff_s: float,
-                 known: KnownCosts | None) -> bool:
+                 known: KnownCosts | None, most_vectors: int = RANK_FLOOR_LIMITS[0],
+                 check: Callable[[], None] | None = None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
     be faster than `cutoff_s` (the rank floor's argument); False where the argument does not hold."""
@@ -130,7 +139,7 @@ def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
     counts = tuple(g.nodes for g in cluster.groups)
     if (cutoff_s == INF or config is None or getattr(config, "num_experts", 1) > 1 or training.global_batch % micro_batch
             or len({(l.config, l.params, l.weight_params, l.blend) for l in model.layers if l.kind == "decoder"}) > 1
-            or int(np.prod([c + 1 for c in counts])) > RANK_FLOOR_LIMITS[0] or blocks > RANK_FLOOR_LIMITS[1]
+            or int(np.prod([c + 1 for c in counts])) > most_vectors or blocks > RANK_FLOOR_LIMITS[1]
             or any(len(cp_choices(model, training, options, tp)) > 1 for tp in options.tp_degrees)):
         return False
     m = training.global_batch // micro_batch
@@ -160,6 +169,8 @@ def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
         """(y, c) of every node vector's options at these positions, over (position, option, n)."""
         costs = {}
         for same in by_groups.values():
+            if check is not None:
+                check()
             # (what ranks on other nodes and other searches share is kept in `known`, not the whole)
             costs.update(rank_costs(context, info, same, blocks, m, most_replicas, helds, least, virtual_stages,
                                     memo, shared, target - delta))
@@ -176,18 +187,18 @@ def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
         return out
     positions = range(1, depth + 1)
     ranked = options_of(tuple(_held(get_schedule(schedule), j, ranks, virtual_stages, m) for j in positions))
-    if _descends_past(target, delta, ranked, counts, blocks, depth, ranks is not None, None):
+    if _descends_past(target, delta, ranked, counts, blocks, depth, ranks is not None, None, check):
         return True
     if ranks is not None:
         return False
     # any depth: the first rank, placed last at a position not known before, holds the embedding
     # (priced only where the search is not ruled out without it)
     first = options_of(tuple(_held(get_schedule(schedule), j, ranks, virtual_stages, m, first=True) for j in positions))
-    return _descends_past(target, delta, ranked, counts, blocks, depth, False, first)
+    return _descends_past(target, delta, ranked, counts, blocks, depth, False, first, check)
 
 
 def _descends_past(target: float, delta: float, ranked: dict, counts: tuple[int, ...], blocks: int, depth: int,
-                   exact: bool, first: dict | None) -> bool:
+                   exact: bool, first: dict | None, check: Callable[[], None] | None = None) -> bool:
     """Whether T >= max_k y_k + S(W) + delta reaches `target` for every choice of ranks (the rank
     floor's argument): W descends from where T >= target surely (Alpa's t_max enumeration, as the
     driver); plans whose largest y is in (target - S(W) - delta, W] cannot beat the cutoff, so W
@@ -195,6 +206,8 @@ def _descends_past(target: float, delta: float, ranked: dict, counts: tuple[int,
     bound = target - delta
     lowest = 0.0  # T >= X_j + sum_k c_k and X_j >= 0 (the rank floor's argument)
     for _ in range(_STEPS):
+        if check is not None:
+            check()
         least_sum = _least_latencies(bound, ranked, counts, blocks, depth, exact, first)
         if least_sum == INF or lowest + least_sum + delta >= target:
             return True

@@ -165,6 +165,9 @@ def _widened(context: SearchContext, on_progress: Callable[[Progress], None] | N
         return replace(narrow, seconds=options.clock() - started)
     if found is None or found.estimate.step_time_s >= narrow.estimate.step_time_s:
         cut = f"the search with per-replica TP was cut short ({'stopped' if stop_requested() else 'time limit'})"
+        if narrow.optimal:  # what is known: no faster plan without them
+            cut = ("proven optimal without per-replica TP and TP groups across GPU types; " + cut
+                   + " before it ruled out a faster plan with them")
         return replace(narrow, optimal=False, seconds=options.clock() - started,
                        not_proven=narrow.not_proven or cut,
                        gap=max(0.0, 1.0 - narrow.lower_bound_s / narrow.estimate.step_time_s))
@@ -290,6 +293,8 @@ def _chosen_plan(searches: Searches, outcomes: list[Outcome], seed: tuple[Plan, 
     """The plan returned, the searches' best or the uniform `seed`, with its estimate; else the
     NoFeasiblePlan that says why there is none."""
     model, cluster, training, options = context.model, context.cluster, context.training, context.options
+    if seed is not None and options.upper_bound_s is not None and seed[1].step_time_s >= options.upper_bound_s:
+        seed = None  # a plan no faster than the caller's bound is of no use to it (SolverOptions.upper_bound_s)
     found = [(o.found, o.index) for o in outcomes if o.found is not None]
     best = min(found) if found else None  # ties: lanes' module docstring
     # ties (within 1e-6) go to the exact search's plan

@@ -88,9 +88,14 @@ class Lane:
         self.clock = clock
         self.known = known  # the skip checks' shared costs (one per solve; a lane process has its copy)
         # a search is skipped where one of these rules it out, in this order (the restricted
-        # searches by their restriction, the free one by the closed-form and rank floors)
+        # searches by their restriction, the free one by the closed-form and rank floors; the rank
+        # floor's table over the cluster's node vectors where the DP's is as large: the whole cluster node
+        # by node, where a DP costs far more: 8 + 16 nodes, llama-3-70b, `any`: a floor 1-3 s, a DP 15-28 s)
+        whole = inputs.parts.exact
         self.bounds: tuple[Bound, ...] = (RestrictionBound(inputs.context, inputs.parts),
-                                          AnyRuntimeBound(inputs.context, known))
+                                          AnyRuntimeBound(inputs.context, known,
+                                                          inputs.parts.state_vectors if whole else 0,
+                                                          lambda: self.clock.check()))
         self.problems: list[Problem] = []  # kept with their tables, the latest first (_problem)
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
         self.best: tuple[PlanKey, int, Problem, list] | None = None  # key, search index, problem, choices
@@ -102,8 +107,13 @@ class Lane:
         b, v, ranks, restriction, schedule = self.inputs.searches[index]
         search = Subproblem(b, v, ranks, schedule, restriction)
         cutoff_s = start.cutoff_s(start.best)
-        if any(bound.cannot_beat(search, cutoff_s) for bound in self.bounds):
-            return Outcome(index, None, 0, None)  # the DP would prune every plan of it
+        try:
+            # (the time limit holds across searches the floors rule out, each a second or more at scale)
+            self.clock.check()
+            if any(bound.cannot_beat(search, cutoff_s) for bound in self.bounds):
+                return Outcome(index, None, 0, None)  # the DP would prune every plan of it
+        except SearchTimeout:
+            return Outcome(index, None, 0, None, complete=False)
         problem = self._problem(search)
         best = start.best
         found_here: tuple[PlanKey, list] | None = None
@@ -120,8 +130,9 @@ class Lane:
                 step, sum_tau, max_x = price(problem, choices)
                 used = sum(sum(c.config.nodes) for c in choices)
                 # ties: fewer nodes, then the smaller micro-batch, then fewer virtual stages, then
-                # the plan met first
-                if best is None or (step, used, b, v) < best:
+                # the plan met first; a plan not under the incumbent (the seed's step within SEED_SLACK,
+                # or the caller's bound) is of no use, however the DP's cutoff let it through
+                if step < start.incumbent_s * SEED_SLACK and (best is None or (step, used, b, v) < best):
                     best = (step, used, b, v)
                     found_here = (best, choices)
                     self.clock.best_step_s = min(step, self.clock.best_step_s or INF)
