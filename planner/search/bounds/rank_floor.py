@@ -128,8 +128,7 @@ class RankBound:
 def _cannot_beat(context: SearchContext, micro_batch: int, virtual_stages: int,
                  ranks: int | None,
                  schedule: str, least: int, cutoff_s: float,
-                 known: KnownCosts | None, most_vectors: int = RANK_FLOOR_LIMITS[0],
-                 check: Callable[[], None] | None = None) -> bool:
+                 known: KnownCosts | None, most_vectors: int, check: Callable[[], None] | None) -> bool:
     """Whether no plan of the search (b, V = v, exactly `ranks` pipeline ranks or, None, any number
     up to options.max_stages, `schedule`, every replica taking at least `least` micro-batches) can
     be faster than `cutoff_s` (the rank floor's argument); False where the argument does not hold."""

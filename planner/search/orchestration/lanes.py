@@ -91,10 +91,9 @@ class Lane:
         # searches by their restriction, the free one by the closed-form and rank floors; the rank
         # floor's table over the cluster's node vectors where the DP's is as large: the whole cluster node
         # by node, where a DP costs far more: 8 + 16 nodes, llama-3-70b, `any`: a floor 1-3 s, a DP 15-28 s)
-        whole = inputs.parts.exact
         self.bounds: tuple[Bound, ...] = (RestrictionBound(inputs.context, inputs.parts),
                                           AnyRuntimeBound(inputs.context, known,
-                                                          inputs.parts.state_vectors if whole else 0,
+                                                          inputs.parts.state_vectors if inputs.parts.exact else 0,
                                                           lambda: self.clock.check()))
         self.problems: list[Problem] = []  # kept with their tables, the latest first (_problem)
         self.plain: dict[tuple, Problem] = {}  # the first one-chunk problem per micro-batch and restriction
